@@ -1,0 +1,347 @@
+//! The contract between the in-target agent (`preload/`) and the scheduler: the layout of the
+//! shared-memory region, the operation codes a thread posts at a scheduling point, and the
+//! handoff protocol on each slot's state word.
+//!
+//! Everything here is `#[repr(C)]`, fixed-size and free of pointers, because the same bytes are
+//! mapped into the scheduler (inside `dara-trace`) and into every traced process. `no_std` and
+//! dependency-free so the preload can use it without pulling anything heavy into someone else's
+//! process. Layout changes bump [`VERSION`]; both sides check it.
+//!
+//! # Handoff protocol (one slot per thread)
+//!
+//! ```text
+//!  thread (preload)                          scheduler
+//!  ----------------                          ---------
+//!  write op, args                            |
+//!  state := POSTED (Release)                 |
+//!  sched_wake += 1; futex_wake(sched_wake)   |
+//!  futex_wait(state, POSTED) ...             sees POSTED (Acquire), updates the model,
+//!                                            decides; writes result, now_ns
+//!                                            state := GRANTED (Release); futex_wake(state)
+//!  sees GRANTED (Acquire), reads result
+//!  state := RUNNING; runs user code until the next scheduling point
+//! ```
+//!
+//! A new thread's slot is claimed by its creator (state `STARTING`) before the thread exists; the
+//! scheduler takes no decision while any slot is `STARTING`, so a thread that is being born can
+//! never miss a decision it should have been part of (the *start barrier*).
+#![no_std]
+
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+/// `b"DARASHM1"` read as a little-endian integer.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
+/// Bumped whenever the layout or the meaning of an op changes.
+pub const VERSION: u32 = 1;
+/// Threads (over all processes of one execution) that can ever exist at once and over time:
+/// slots are never reused within an execution, so this bounds threads created per execution.
+pub const MAX_SLOTS: usize = 512;
+/// Processes per execution.
+pub const MAX_PROCESSES: usize = 64;
+
+/// Environment variable holding the path the preload opens to map the region
+/// (`/proc/<dara-pid>/fd/<n>` of a memfd owned by `dara-trace`).
+pub const ENV_SHM_PATH: &str = "DARA_SHM";
+/// Set by the tracer on the launched command so that a preload loaded outside dara stays inert.
+pub const ENV_ACTIVE: &str = "DARA_ACTIVE";
+
+/// Fixed offsets of the virtual clocks: the target sees `CLOCK_REALTIME = REALTIME_EPOCH_NS + v`
+/// and `CLOCK_MONOTONIC = MONOTONIC_BASE_NS + v` where `v` is the execution's virtual time.
+/// 2024-01-01T00:00:00Z.
+pub const REALTIME_EPOCH_NS: u64 = 1_704_067_200 * 1_000_000_000;
+/// Monotonic clocks start at one hour of uptime, so `v = 0` never looks like an unset clock.
+pub const MONOTONIC_BASE_NS: u64 = 3_600 * 1_000_000_000;
+
+/// Slot states (the slot's `state` word). Transitions are listed in the module doc.
+pub mod state {
+    /// Never used in this execution.
+    pub const FREE: u32 = 0;
+    /// Claimed for a thread that is being created and has not posted its `ThreadStart` yet.
+    pub const STARTING: u32 = 1;
+    /// Holds the run token and is executing user code.
+    pub const RUNNING: u32 = 2;
+    /// Stopped at a scheduling point, `op`/`args` describe what it wants to do.
+    pub const POSTED: u32 = 3;
+    /// The scheduler granted the posted op; `result`/`now_ns` are valid.
+    pub const GRANTED: u32 = 4;
+    /// Finished: posted `ThreadExit` (or its creation failed) and was released.
+    pub const EXITED: u32 = 5;
+}
+
+/// What a thread asks for at a scheduling point. `args` meanings are given per variant; addresses
+/// are the target's virtual addresses, times are virtual nanoseconds (`v`, not wall-clock).
+/// `NO_DEADLINE` in a deadline argument means "no timeout".
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    /// First post of a process's main thread, from the preload constructor, before `main`.
+    /// args: [parent logical process or u64::MAX, 0, 0, 0]
+    ProcessStart = 1,
+    /// First post of a new thread, before its start routine runs. args: [creator slot, ..]
+    ThreadStart = 2,
+    /// About to create a thread. args: [slot claimed for the child, ..]
+    ThreadCreate = 3,
+    /// The thread is done (start routine returned or `pthread_exit`). Never returns to user code.
+    ThreadExit = 4,
+    /// `pthread_join`. args: [target slot, ..]
+    ThreadJoin = 5,
+    /// `pthread_detach`. args: [target slot, ..]
+    ThreadDetach = 6,
+    /// `exit`/`_exit`/`exit_group` called by user code. args: [status, ..]
+    ProcessExit = 7,
+
+    /// args: [mutex addr, kind (0 normal, 1 recursive, 2 errorcheck), deadline]
+    MutexLock = 10,
+    /// args: [mutex addr, kind]
+    MutexTryLock = 11,
+    /// args: [mutex addr, kind]
+    MutexUnlock = 12,
+
+    /// args: [rwlock addr, deadline]
+    RwReadLock = 20,
+    /// args: [rwlock addr, deadline]
+    RwWriteLock = 21,
+    /// args: [rwlock addr]
+    RwTryReadLock = 22,
+    /// args: [rwlock addr]
+    RwTryWriteLock = 23,
+    /// args: [rwlock addr]
+    RwUnlock = 24,
+
+    /// The preload has already released the real mutex. args: [cond addr, mutex addr, deadline,
+    /// mutex kind]. Completes (result 0 or ETIMEDOUT) once signalled or timed out *and* the
+    /// mutex is re-acquired in the model.
+    CondWait = 30,
+    /// args: [cond addr]
+    CondSignal = 31,
+    /// args: [cond addr]
+    CondBroadcast = 32,
+
+    /// args: [barrier addr, count]
+    BarrierInit = 40,
+    /// args: [barrier addr]. result: PTHREAD_BARRIER_SERIAL_THREAD for one waiter, else 0.
+    BarrierWait = 41,
+
+    /// `pthread_once` entry. args: [once addr]. result: 1 = caller must run the init routine
+    /// and then post `OnceDone`; 0 = already done.
+    OnceBegin = 50,
+    /// args: [once addr]
+    OnceDone = 51,
+
+    /// args: [sem addr, initial value]
+    SemInit = 60,
+    /// args: [sem addr, deadline]
+    SemWait = 61,
+    /// args: [sem addr]
+    SemTryWait = 62,
+    /// args: [sem addr]
+    SemPost = 63,
+
+    /// Raw futex wait. args: [addr, expected value, deadline, bitset]. The scheduler reads the
+    /// word when it picks this thread: result -EAGAIN if it differs, else the thread blocks until
+    /// a matching `FutexWake` (result 0) or its deadline (result -ETIMEDOUT).
+    FutexWait = 70,
+    /// Raw futex wake. args: [addr, max waiters, bitset]. result: number woken.
+    FutexWake = 71,
+
+    /// `sched_yield` and friends.
+    Yield = 80,
+    /// `nanosleep`, `clock_nanosleep`, `usleep`, `sleep`. args: [deadline]
+    Sleep = 81,
+    /// A clock read. The grant's `now_ns` is the answer.
+    ClockRead = 82,
+
+    /// A syscall dara cannot control was about to run. args: [syscall number, arg0, arg1, arg2].
+    /// Ends the execution with an "uncontrolled" outcome; never granted.
+    Unsupported = 90,
+}
+
+impl Op {
+    /// Decodes a raw op word; `None` for anything this version does not know.
+    pub fn from_u32(v: u32) -> Option<Op> {
+        use Op::*;
+        Some(match v {
+            1 => ProcessStart,
+            2 => ThreadStart,
+            3 => ThreadCreate,
+            4 => ThreadExit,
+            5 => ThreadJoin,
+            6 => ThreadDetach,
+            7 => ProcessExit,
+            10 => MutexLock,
+            11 => MutexTryLock,
+            12 => MutexUnlock,
+            20 => RwReadLock,
+            21 => RwWriteLock,
+            22 => RwTryReadLock,
+            23 => RwTryWriteLock,
+            24 => RwUnlock,
+            30 => CondWait,
+            31 => CondSignal,
+            32 => CondBroadcast,
+            40 => BarrierInit,
+            41 => BarrierWait,
+            50 => OnceBegin,
+            51 => OnceDone,
+            60 => SemInit,
+            61 => SemWait,
+            62 => SemTryWait,
+            63 => SemPost,
+            70 => FutexWait,
+            71 => FutexWake,
+            80 => Yield,
+            81 => Sleep,
+            82 => ClockRead,
+            90 => Unsupported,
+            _ => return None,
+        })
+    }
+
+    /// Short lower-case name used in logs and interleaving listings.
+    pub fn name(self) -> &'static str {
+        use Op::*;
+        match self {
+            ProcessStart => "process-start",
+            ThreadStart => "thread-start",
+            ThreadCreate => "thread-create",
+            ThreadExit => "thread-exit",
+            ThreadJoin => "join",
+            ThreadDetach => "detach",
+            ProcessExit => "exit",
+            MutexLock => "mutex-lock",
+            MutexTryLock => "mutex-trylock",
+            MutexUnlock => "mutex-unlock",
+            RwReadLock => "rw-rdlock",
+            RwWriteLock => "rw-wrlock",
+            RwTryReadLock => "rw-tryrdlock",
+            RwTryWriteLock => "rw-trywrlock",
+            RwUnlock => "rw-unlock",
+            CondWait => "cond-wait",
+            CondSignal => "cond-signal",
+            CondBroadcast => "cond-broadcast",
+            BarrierInit => "barrier-init",
+            BarrierWait => "barrier-wait",
+            OnceBegin => "once",
+            OnceDone => "once-done",
+            SemInit => "sem-init",
+            SemWait => "sem-wait",
+            SemTryWait => "sem-trywait",
+            SemPost => "sem-post",
+            FutexWait => "futex-wait",
+            FutexWake => "futex-wake",
+            Yield => "yield",
+            Sleep => "sleep",
+            ClockRead => "clock-read",
+            Unsupported => "unsupported-syscall",
+        }
+    }
+}
+
+/// Deadline argument meaning "wait forever".
+pub const NO_DEADLINE: u64 = u64::MAX;
+
+/// Mutex kinds as sent in `MutexLock` args (glibc `__kind & 3`, adaptive folded into normal).
+pub mod mutex_kind {
+    pub const NORMAL: u64 = 0;
+    pub const RECURSIVE: u64 = 1;
+    pub const ERRORCHECK: u64 = 2;
+}
+
+/// One thread's mailbox. Written by the thread while it holds the run token (op, args) and by the
+/// scheduler while the thread is parked (result, now_ns); `state` orders the two.
+#[repr(C, align(64))]
+pub struct Slot {
+    /// One of [`state`]; the futex word the thread parks on.
+    pub state: AtomicU32,
+    /// An [`Op`] as u32.
+    pub op: AtomicU32,
+    /// Kernel pid (thread-group id) and tid, for `/proc` diagnostics and liveness checks only;
+    /// never part of a decision.
+    pub pid: AtomicU32,
+    pub tid: AtomicU32,
+    /// Logical process id (index into the process table), by creation order.
+    pub process: AtomicU32,
+    /// Identifier the program uses for this thread (`pthread_t`), so `pthread_join` can name a
+    /// slot.
+    pub handle: AtomicU64,
+    pub args: [AtomicU64; 4],
+    /// Return value for the hook (0, a positive count, or a negative errno).
+    pub result: AtomicU64,
+    /// Virtual time (ns) at the moment of the grant.
+    pub now_ns: AtomicU64,
+    /// Number of posts this slot has made; lets the scheduler tell a new post from an old one.
+    pub posts: AtomicU32,
+}
+
+/// Process table entry.
+#[repr(C)]
+pub struct ProcessEntry {
+    /// Kernel pid, 0 while unused.
+    pub pid: AtomicU32,
+    /// Seed of this process's application-randomness stream (getrandom, rand, /dev/urandom);
+    /// written by the scheduler before the process may run user code.
+    pub random_seed: AtomicU64,
+}
+
+/// The start of the region.
+#[repr(C, align(64))]
+pub struct Header {
+    pub magic: u64,
+    pub version: u32,
+    /// Number of [`Slot`]s that follow the process table.
+    pub nslots: u32,
+    /// Bumped (then futex-woken) by every post and by the scheduler's own helper threads; the
+    /// scheduler sleeps on it.
+    pub sched_wake: AtomicU32,
+    /// Bump allocator for slots; slots are never reused within one execution.
+    pub next_slot: AtomicU32,
+    /// Bump allocator for process entries.
+    pub next_process: AtomicU32,
+    /// CPU count the target observes (sysconf, sched_getaffinity, get_nprocs).
+    pub cpus: u32,
+    /// Base seed of this execution's application randomness.
+    pub random_seed: u64,
+    /// Non-zero once the execution is over: parked threads must not expect a grant.
+    pub shutdown: AtomicU32,
+    /// Scheduler's pid, so a preload can notice that dara died.
+    pub scheduler_pid: u32,
+    pub processes: [ProcessEntry; MAX_PROCESSES],
+}
+
+/// Total size of the mapped region.
+pub const REGION_SIZE: usize = core::mem::size_of::<Header>() + MAX_SLOTS * core::mem::size_of::<Slot>();
+
+/// Byte offset of slot `i` from the start of the region.
+pub const fn slot_offset(i: usize) -> usize {
+    core::mem::size_of::<Header>() + i * core::mem::size_of::<Slot>()
+}
+
+const _: () = assert!(core::mem::size_of::<Slot>() == 128);
+const _: () = assert!(core::mem::align_of::<Slot>() == 64);
+const _: () = assert!(core::mem::size_of::<Header>() % 64 == 0);
+const _: () = assert!(REGION_SIZE % 64 == 0);
+
+/// Splitmix64: the one mixing function both sides use to derive per-process and per-draw seeds,
+/// so the application's random stream never depends on the scheduler's own generator.
+pub const fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_round_trip() {
+        for v in 0..200u32 {
+            if let Some(op) = Op::from_u32(v) {
+                assert_eq!(op as u32, v);
+            }
+        }
+        assert_eq!(Op::from_u32(41), Some(Op::BarrierWait));
+        assert_eq!(Op::from_u32(9999), None);
+    }
+}

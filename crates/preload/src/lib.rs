@@ -1,0 +1,1 @@
+#[no_mangle] pub extern "C" fn dara_x(){}

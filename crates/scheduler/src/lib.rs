@@ -1,0 +1,16 @@
+//! The global scheduler of one execution.
+//!
+//! * [`choice`]: what a strategy chooses between, and the [`Decide`] interface strategies implement.
+//! * [`model`]: the pure model of threads, synchronization objects, timers and the virtual clock;
+//!   it computes the enabled set and applies decisions. No I/O.
+//! * [`outcome`]: how an execution ended, and whether that is a bug.
+//! * [`trace`]: the `trace.bin` format (writer and a reader that never panics on bad input).
+//!
+//! The parts that touch processes (shared memory, the handoff loop) build on these.
+pub mod choice;
+pub mod model;
+pub mod outcome;
+pub mod trace;
+
+pub use choice::{Choice, ChoiceKind, Decide, Divergence};
+pub use outcome::Outcome;

@@ -1,0 +1,93 @@
+//! How an execution ended. Always printed, always stored in the trace (as JSON in the footer),
+//! and the basis of bug deduplication.
+use serde::{Deserialize, Serialize};
+
+use crate::choice::ThreadId;
+
+/// What one blocked thread was waiting for when the system deadlocked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockedThread {
+    pub thread: ThreadId,
+    pub process: u32,
+    /// Operation name (`Op::name`).
+    pub op: String,
+    /// Address of the object waited on (mutex, condvar, futex word, ...), 0 if none.
+    pub addr: u64,
+    /// Symbol containing `addr` (`counter_lock`, `main_arena+40`) when it could be resolved.
+    pub symbol: Option<String>,
+    /// Human explanation: "waits for mutex 0x4040 held by thread 2".
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Every process exited; `code` is the first (root) process's exit status.
+    Exited { code: i32 },
+    /// A process died of a signal (SIGSEGV, SIGABRT from assert, ...).
+    Crashed { process: u32, signal: i32, name: String },
+    /// A process other than the root exited with a non-zero status.
+    ChildFailed { process: u32, code: i32 },
+    /// No choice enabled while some threads have not finished.
+    Deadlock { threads: Vec<BlockedThread> },
+    /// Step bound, virtual-time bound, or a thread that ran too long without reaching a
+    /// scheduling point.
+    Hang { reason: String },
+    /// The token holder sits in the kernel outside dara's control, or asked for a syscall dara
+    /// cannot model. dara stopped the run rather than let it run uncontrolled.
+    Uncontrolled { thread: ThreadId, syscall: String, detail: String },
+    /// dara-trace was interrupted (SIGINT/SIGTERM) before the execution ended.
+    Interrupted,
+}
+
+impl Outcome {
+    /// Whether this outcome is a bug in the target (as opposed to a clean run, or dara refusing
+    /// to go on, or the user stopping it).
+    pub fn is_bug(&self) -> bool {
+        match self {
+            Outcome::Exited { code } => *code != 0,
+            Outcome::Crashed { .. } | Outcome::ChildFailed { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
+            Outcome::Uncontrolled { .. } | Outcome::Interrupted => false,
+        }
+    }
+
+    /// Key under which equal bugs are deduplicated: kind plus location, without addresses that
+    /// change between builds.
+    pub fn signature(&self) -> String {
+        match self {
+            Outcome::Exited { code } => format!("exit:{code}"),
+            Outcome::Crashed { name, .. } => format!("signal:{name}"),
+            Outcome::ChildFailed { code, .. } => format!("child-exit:{code}"),
+            Outcome::Deadlock { threads } => {
+                let mut parts: Vec<String> = threads
+                    .iter()
+                    .map(|t| format!("{}@{}", t.op, t.symbol.clone().unwrap_or_else(|| format!("{:#x}", t.addr))))
+                    .collect();
+                parts.sort();
+                format!("deadlock:{}", parts.join(","))
+            }
+            Outcome::Hang { .. } => "hang".to_string(),
+            Outcome::Uncontrolled { syscall, .. } => format!("uncontrolled:{syscall}"),
+            Outcome::Interrupted => "interrupted".to_string(),
+        }
+    }
+
+    /// One line for the terminal.
+    pub fn summary(&self) -> String {
+        match self {
+            Outcome::Exited { code: 0 } => "exited normally (status 0)".to_string(),
+            Outcome::Exited { code } => format!("BUG: exited with status {code}"),
+            Outcome::Crashed { process, name, .. } => format!("BUG: process {process} killed by {name}"),
+            Outcome::ChildFailed { process, code } => format!("BUG: process {process} exited with status {code}"),
+            Outcome::Deadlock { threads } => {
+                let who: Vec<String> = threads.iter().map(|t| format!("thread {} {}", t.thread, t.detail)).collect();
+                format!("BUG: deadlock: {}", who.join("; "))
+            }
+            Outcome::Hang { reason } => format!("BUG: hang: {reason}"),
+            Outcome::Uncontrolled { thread, syscall, detail } => {
+                format!("uncontrolled: thread {thread} {syscall}: {detail}")
+            }
+            Outcome::Interrupted => "interrupted".to_string(),
+        }
+    }
+}
