@@ -79,7 +79,9 @@ pub enum Op {
     ProcessStart = 1,
     /// First post of a new thread, before its start routine runs. args: [creator slot, ..]
     ThreadStart = 2,
-    /// About to create a thread. args: [slot claimed for the child, ..]
+    /// About to create a thread. args: none. The creator claims the child's slot only after the
+    /// grant (a claimed slot that has not posted yet stalls every decision, this one included);
+    /// the child names its creator in `ThreadStart`.
     ThreadCreate = 3,
     /// The thread is done (start routine returned or `pthread_exit`). Never returns to user code.
     ThreadExit = 4,

@@ -1,1 +1,14 @@
-//! placeholder
+//! dara's search side: what to run next.
+//!
+//! * [`strategy`]: the [`Strategy`](strategy::Strategy) trait and one type per strategy
+//!   (`random`, `pct:d`, `replay`), chosen by name with [`strategy::parse`]. Strategies are pure:
+//!   given the enabled choices of a step, they return a decision; no I/O, no processes.
+//! * [`rng`]: the strategies' seeded generator. Its output is part of dara's reproducibility
+//!   contract: a trace's (strategy, seed, execution) must regenerate the same schedule.
+//!
+//! Below this crate, `dara-scheduler` owns the model, the enabled set and the trace format;
+//! above it, `dara-tools` turns all this into command lines.
+pub mod rng;
+pub mod strategy;
+pub mod reproduce;
+pub mod search;

@@ -1,1 +1,38 @@
-#[no_mangle] pub extern "C" fn dara_x(){}
+//! `libdara_preload.so`: dara's agent inside every traced process, injected with `LD_PRELOAD`.
+//!
+//! It turns the target's scheduling points into posts to dara's scheduler over the shared-memory
+//! region of `dara_abi`, so that exactly one thread of the whole system runs at a time and every
+//! interleaving, clock reading and random draw is dara's decision. Two interception layers:
+//!
+//! * [`hooks`]: symbols that shadow libc's (pthreads, semaphores, sleeps, clocks, randomness, CPU
+//!   count). An uncontended `pthread_mutex_lock` never enters the kernel, so only a symbol hook
+//!   can see it.
+//! * [`trap`]: a seccomp filter + SIGSYS handler for what the hooks cannot see: glibc-internal and
+//!   raw syscalls (futex, clocks, sleeps, getrandom, /dev/urandom, new processes).
+//!
+//! The plumbing: [`init`] (the constructor and start barrier), [`gate`] (per-thread state, the
+//! reentrancy guard and the handoff), [`region`] (the mapping), [`sys`] (the one syscall
+//! trampoline every raw syscall goes through), [`real`] (the libc functions behind the hooks),
+//! [`vclock`] and [`entropy`] (virtual time and seeded randomness, shared by both layers).
+//!
+//! Without `DARA_SHM` in the environment the library is inert: the constructor returns at once
+//! and every hook forwards to libc.
+//!
+//! This code runs inside someone else's process: no allocation, no locks and no formatting on
+//! hot paths or in the signal handler, `# Safety` on every unsafe function and a `SAFETY:` note
+//! on every unsafe block.
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#![deny(unsafe_op_in_unsafe_fn)]
+// The hooks are C entry points named after the libc functions they shadow; their safety
+// contract is libc's, documented once in `hooks`.
+#![allow(clippy::missing_safety_doc)]
+
+pub mod entropy;
+pub mod gate;
+pub mod hooks;
+pub mod init;
+pub mod real;
+pub mod region;
+pub mod sys;
+pub mod trap;
+pub mod vclock;

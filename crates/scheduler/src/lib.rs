@@ -14,3 +14,9 @@ pub mod trace;
 
 pub use choice::{Choice, ChoiceKind, Decide, Divergence};
 pub use outcome::Outcome;
+pub mod futex;
+pub mod region;
+pub mod memory;
+pub mod procfs;
+pub mod symbols;
+pub mod execution;

@@ -38,6 +38,8 @@ pub enum Outcome {
     Uncontrolled { thread: ThreadId, syscall: String, detail: String },
     /// dara-trace was interrupted (SIGINT/SIGTERM) before the execution ended.
     Interrupted,
+    /// Replay only: the run stopped offering the recorded decision.
+    Diverged { step: u64, expected: String, seen: String },
 }
 
 impl Outcome {
@@ -47,7 +49,7 @@ impl Outcome {
         match self {
             Outcome::Exited { code } => *code != 0,
             Outcome::Crashed { .. } | Outcome::ChildFailed { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
-            Outcome::Uncontrolled { .. } | Outcome::Interrupted => false,
+            Outcome::Uncontrolled { .. } | Outcome::Interrupted | Outcome::Diverged { .. } => false,
         }
     }
 
@@ -69,6 +71,7 @@ impl Outcome {
             Outcome::Hang { .. } => "hang".to_string(),
             Outcome::Uncontrolled { syscall, .. } => format!("uncontrolled:{syscall}"),
             Outcome::Interrupted => "interrupted".to_string(),
+            Outcome::Diverged { step, .. } => format!("diverged:{step}"),
         }
     }
 
@@ -88,6 +91,9 @@ impl Outcome {
                 format!("uncontrolled: thread {thread} {syscall}: {detail}")
             }
             Outcome::Interrupted => "interrupted".to_string(),
+            Outcome::Diverged { step, expected, seen } => {
+                format!("DIVERGED at step {step}: the trace expected {expected}, the run offered {seen}")
+            }
         }
     }
 }

@@ -1,1 +1,15 @@
-//! placeholder
+//! Launching and supervising the target process tree.
+//!
+//! * [`binary`]: what the command is (dynamic ELF, static ELF, script) and refusing what dara
+//!   cannot control yet.
+//! * [`launch`]: starting the command with the preload injected, ASLR off, in its own process
+//!   group, pinned to one CPU, dying with dara.
+//! * [`reaper`]: a thread that reaps every descendant (dara is their subreaper) and reports exits.
+//!
+//! The scheduler talks to this crate through [`ProcessTree`] only: spawn, receive exits, kill all.
+pub mod binary;
+pub mod launch;
+pub mod reaper;
+
+pub use launch::{LaunchError, LaunchSpec, ProcessTree};
+pub use reaper::ExitEvent;

@@ -4,12 +4,38 @@
 //! chosen [`Choice`]. No I/O: the only window on the target is [`MemoryReader`], used to read a
 //! futex word or an object that was initialised statically.
 //!
+//! * `thread.rs`: a thread's life cycle (running, pending, waiting, exited).
+//! * `objects.rs`: each kind of object and its rules taken alone (glibc's answers included).
+//! * `ops.rs`: what every [`Op`] does: when its `Run` is enabled, and what applying `Run` or
+//!   `Timeout` changes and returns.
+//! * `report.rs`: the deadlock report (who waits for what, held by whom).
+//! * `clock.rs`: the virtual clock.
+//!
+//! Timers are choices: a thread whose request has a deadline offers `Timeout` next to (or instead
+//! of) `Run`, so a strategy can let a timeout win any race, and when nothing else can move the
+//! timeouts are what is left.
+//!
 //! Determinism: every collection that is iterated is ordered (BTreeMap / Vec in arrival order),
 //! so the same sequence of posts and choices yields the same enabled sets on every run.
+use std::collections::BTreeMap;
+
 use dara_abi::Op;
 
-use crate::choice::{Choice, ProcessId, ThreadId};
+use crate::choice::{Choice, ChoiceKind, ProcessId, ThreadId};
 use crate::outcome::BlockedThread;
+
+mod clock;
+mod objects;
+mod ops;
+mod report;
+mod thread;
+#[cfg(test)]
+mod tests;
+
+use clock::VirtualClock;
+use objects::Objects;
+use thread::{Phase, Thread};
+pub use thread::ThreadStatus;
 
 /// Virtual nanoseconds added to the clock by every decision, so code that spins on a clock read
 /// sees time pass.
@@ -37,45 +63,139 @@ pub enum Effect {
     Blocked,
 }
 
+#[derive(Clone, Debug, Default)]
 pub struct Model {
-    // filled in by the implementation
+    clock: VirtualClock,
+    /// Every thread ever registered, by slot. Slots are never reused within an execution.
+    threads: BTreeMap<ThreadId, Thread>,
+    objects: Objects,
 }
 
 impl Model {
     pub fn new() -> Model {
-        todo!()
+        Model::default()
     }
+
     /// Current virtual time.
     pub fn now(&self) -> u64 {
-        todo!()
+        self.clock.now()
     }
+
     /// A thread (new process's main thread or a new thread) has posted its start op.
     pub fn add_thread(&mut self, thread: ThreadId, process: ProcessId) {
-        todo!()
+        debug_assert!(!self.threads.contains_key(&thread), "slot {thread} registered twice");
+        self.threads.insert(thread, Thread { process, phase: Phase::Running });
     }
+
     /// `thread` stopped at a scheduling point with `request` pending.
     pub fn post(&mut self, thread: ThreadId, request: Request) {
-        todo!()
+        match self.threads.get_mut(&thread) {
+            Some(t) if t.phase == Phase::Running => t.phase = Phase::Pending(request),
+            other => debug_assert!(false, "post by thread {thread} in state {other:?}"),
+        }
     }
+
     /// The enabled choices, in deterministic order. Empty means: nothing can move (deadlock if
     /// `live_threads()` is non-empty).
     pub fn choices(&self) -> Vec<Choice> {
-        todo!()
+        let mut out = Vec::new();
+        for (&id, thread) in &self.threads {
+            self.thread_choices(id, thread, &mut out);
+        }
+        out
     }
+
     /// Applies a choice previously returned by `choices()`; advances the clock.
+    ///
+    /// A choice that is not currently enabled changes nothing and yields `Blocked` (and trips a
+    /// debug assertion): callers replaying a trace must check `choices()` first.
     pub fn apply(&mut self, choice: &Choice, mem: &mut dyn MemoryReader) -> Effect {
-        todo!()
+        if !self.offers(choice) {
+            debug_assert!(false, "applied a choice that is not enabled: {choice:?}");
+            return Effect::Blocked;
+        }
+        self.clock.tick();
+        let step = match choice.kind {
+            ChoiceKind::Run => self.run(choice.thread, choice.alt, mem),
+            ChoiceKind::Timeout => self.time_out(choice.thread, mem),
+        };
+        self.finish(choice.thread, step)
     }
-    /// Every thread of `process` is gone (the process exited or was killed).
+
+    /// Every thread of `process` is gone (the process exited or was killed). What its threads
+    /// held stays held: a lock that died with its owner blocks its other users forever, which
+    /// is what happens for real.
     pub fn process_exited(&mut self, process: ProcessId) {
-        todo!()
+        let dead: Vec<ThreadId> =
+            self.threads.iter().filter(|(_, t)| t.process == process && t.is_live()).map(|(&id, _)| id).collect();
+        for id in dead {
+            self.objects.forget_waiter(id);
+            if let Some(t) = self.threads.get_mut(&id) {
+                t.phase = Phase::Exited;
+            }
+        }
     }
+
     /// Threads that have not exited.
     pub fn live_threads(&self) -> Vec<ThreadId> {
-        todo!()
+        self.threads.iter().filter(|(_, t)| t.is_live()).map(|(&id, _)| id).collect()
     }
+
     /// For a deadlock report: each live thread, what it waits on, and who holds it.
     pub fn blocked_report(&self) -> Vec<BlockedThread> {
-        todo!()
+        self.threads
+            .iter()
+            .filter(|(_, t)| t.is_live())
+            .map(|(&id, t)| self.describe(id, t))
+            .collect()
+    }
+
+    /// Where `thread` stands, `None` if it was never registered.
+    pub fn status(&self, thread: ThreadId) -> Option<ThreadStatus> {
+        self.threads.get(&thread).map(Thread::status)
+    }
+
+    /// The process `thread` belongs to.
+    pub fn process_of(&self, thread: ThreadId) -> Option<ProcessId> {
+        self.threads.get(&thread).map(|t| t.process)
+    }
+
+    /// Appends `thread`'s enabled choices: its `Run` alternatives, then its `Timeout`.
+    fn thread_choices(&self, id: ThreadId, thread: &Thread, out: &mut Vec<Choice>) {
+        let Some(request) = thread.request() else { return };
+        let choice = |kind, alt| Choice { thread: id, kind, alt, op: request.op, obj: request.args[0] };
+        for alt in 0..self.run_alternatives(id, thread) {
+            out.push(choice(ChoiceKind::Run, alt));
+        }
+        if ops::timer(thread).is_some() {
+            out.push(choice(ChoiceKind::Timeout, 0));
+        }
+    }
+
+    fn offers(&self, choice: &Choice) -> bool {
+        let Some(thread) = self.threads.get(&choice.thread) else { return false };
+        let mut mine = Vec::new();
+        self.thread_choices(choice.thread, thread, &mut mine);
+        mine.contains(choice)
+    }
+
+    /// Moves the chosen thread to its next phase and tells the driver what to do with it.
+    fn finish(&mut self, id: ThreadId, step: ops::Step) -> Effect {
+        let Some(thread) = self.threads.get_mut(&id) else { return Effect::Blocked };
+        let Some(request) = thread.request() else { return Effect::Blocked };
+        match step {
+            ops::Step::Grant(result) => {
+                thread.phase = if request.op == Op::ThreadExit { Phase::Exited } else { Phase::Running };
+                Effect::Grant { result }
+            }
+            ops::Step::Park(wait) => {
+                thread.phase = Phase::Waiting(request, wait);
+                Effect::Blocked
+            }
+            ops::Step::StayPending => {
+                thread.phase = Phase::Pending(request);
+                Effect::Blocked
+            }
+        }
     }
 }

@@ -1,10 +1,61 @@
 //! The `trace.bin` format: a header, the decision list with what was observed at each step, and
-//! a footer with the outcome, closed by a checksum. See docs/trace-format.md.
+//! a footer with the outcome, closed by a checksum. See docs/trace-format.md (repository root),
+//! which documents the layout byte by byte; keep the two in step.
+//!
+//! * [`writer`](encode): [`encode`], [`write_file`] (atomic: temp file + rename) and
+//!   [`decision_bytes`], the canonical bytes of the step list used to compare two runs.
+//! * [`reader`](decode): [`decode`] and [`read_file`].
 //!
 //! The reader treats its input as hostile: every length is bounded, every read checked, and a
 //! damaged, truncated or foreign file yields a [`TraceError`] that says what is wrong; it never
-//! panics.
+//! panics, and never allocates in proportion to a count it has not checked against the bytes
+//! that are actually there.
+//!
+//! Versioning: [`FORMAT_VERSION`] is bumped on any change to the layout or to the meaning of a
+//! field. A reader accepts exactly its own version and reports any other as
+//! [`TraceError::Version`]; there is no silent best-effort reading of other versions.
 use serde::{Deserialize, Serialize};
+
+mod reader;
+mod varint;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+pub use reader::{decode, read_file};
+pub use writer::{decision_bytes, encode, write_file};
+
+/// First eight bytes of every trace file.
+pub const MAGIC: [u8; 8] = *b"DARATRC\0";
+/// Version of the layout described in docs/trace-format.md.
+pub const FORMAT_VERSION: u32 = 1;
+/// Largest header JSON a reader accepts (and a writer produces).
+pub const MAX_HEADER_BYTES: u32 = 1 << 20;
+/// Largest outcome JSON a reader accepts (and a writer produces).
+pub const MAX_OUTCOME_BYTES: u32 = 16 << 20;
+
+/// Choice kind codes in a step.
+pub(crate) const KIND_RUN: u8 = 0;
+pub(crate) const KIND_TIMEOUT: u8 = 1;
+/// Result tags in a step: blocked (no result follows) or granted (a zigzag varint follows).
+pub(crate) const RESULT_BLOCKED: u8 = 0;
+pub(crate) const RESULT_GRANTED: u8 = 1;
+/// The smallest possible encoded step: thread, kind, alt, op, obj, result tag and time delta of
+/// one byte each. Bounds how many steps the remaining bytes can hold.
+pub(crate) const MIN_STEP_BYTES: usize = 7;
+/// Bytes of the fixed-size parts: magic, version, header length, step count, outcome length,
+/// checksum. No valid file is shorter.
+pub(crate) const FIXED_BYTES: usize = 8 + 4 + 4 + 8 + 4 + 8;
+
+/// FNV-1a, 64-bit: the file checksum. Not cryptographic; it catches truncation, bit rot and
+/// accidental edits. Every single-byte change to the covered bytes changes the result (each
+/// round is a bijection of the state for a fixed byte, and injective in the byte).
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes.iter().fold(OFFSET_BASIS, |h, &b| (h ^ u64::from(b)).wrapping_mul(PRIME))
+}
 
 use crate::choice::Choice;
 use crate::outcome::Outcome;
@@ -62,4 +113,7 @@ pub enum TraceError {
     Truncated { path: String, offset: u64, what: String },
     #[error("{path} is damaged at byte {offset}: {what}")]
     Damaged { path: String, offset: u64, what: String },
+    /// Refused by the writer: the file would exceed a limit every reader enforces.
+    #[error("cannot write {path}: its {what} would be {size} bytes, over the {limit}-byte limit readers accept")]
+    TooLarge { path: String, what: String, size: u64, limit: u64 },
 }

@@ -1,1 +1,168 @@
-fn main(){}
+//! `dara-trace`: run a program under dara's scheduler once, or search many schedules for a bug.
+//!
+//! Exit status: 0 no bug found, 1 a bug was found (saved under <out>/bug-NNNN/), 2 usage or tool
+//! error (including a program dara cannot control), 130 interrupted.
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use dara_explorer::search::{search, SearchConfig, SearchEnd};
+use dara_tools::setup::{self, MachineOptions, STOP};
+use dara_tracer::binary::{self, BinaryKind};
+
+/// Run a program under dara's one-thread-at-a-time scheduler and search its schedules for bugs.
+///
+/// Without a command, runs the built-in demo: a small bank program with an atomicity bug.
+#[derive(Parser, Debug)]
+#[command(name = "dara-trace", version, after_help = "Exit status: 0 no bug found, 1 bug found, 2 usage or tool error (or a program dara cannot control), 130 interrupted.")]
+struct Cli {
+    /// Output directory: trace.bin of the last execution, bug-NNNN/ for each distinct bug.
+    #[arg(short, long, default_value = "dara-out")]
+    out: PathBuf,
+    /// Number of executions to search (stops at the first bug unless --keep-going).
+    #[arg(long, default_value_t = 1)]
+    runs: u64,
+    /// Search strategy: random, pct, pct:D (D-1 priority change points).
+    #[arg(long, default_value = "random")]
+    strategy: String,
+    /// Seed of the search; the same seed gives the same executions.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Keep searching after the first bug, saving each distinct bug once.
+    #[arg(long)]
+    keep_going: bool,
+    /// Scheduling decisions after which an execution counts as hung.
+    #[arg(long, default_value_t = 500_000)]
+    max_steps: u64,
+    /// Virtual seconds after which an execution counts as hung.
+    #[arg(long, default_value_t = 3600)]
+    max_vtime: u64,
+    /// CPU count the program sees (sysconf, sched_getaffinity, get_nprocs).
+    #[arg(long, default_value_t = 4)]
+    cpus: u32,
+    /// Print only the final result.
+    #[arg(short, long)]
+    quiet: bool,
+    #[command(flatten)]
+    machine: MachineOptions,
+    /// The program and its arguments.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("dara-trace: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(mut cli: Cli) -> anyhow::Result<u8> {
+    setup::init_process()?;
+    let demo = cli.command.is_empty();
+    if demo {
+        let program = write_demo(&cli.out)?;
+        cli.command = vec![program.display().to_string()];
+        if cli.runs == 1 {
+            cli.runs = 300;
+        }
+        if cli.strategy == "random" {
+            cli.strategy = "pct:3".into();
+        }
+        println!("dara demo: {} — a bank with two tellers and an atomicity bug.", program.display());
+        println!("Searching up to {} schedules with {} (seed {})...", cli.runs, cli.strategy, cli.seed);
+    }
+    let build_ids = check_program(&cli.command[0])?;
+    let mut execution = setup::base_config(&cli.machine, cli.command.clone())?;
+    execution.max_steps = cli.max_steps;
+    execution.max_vtime_ns = cli.max_vtime.saturating_mul(1_000_000_000);
+    execution.cpus = cli.cpus;
+    let cfg = SearchConfig {
+        execution,
+        runs: cli.runs,
+        strategy: cli.strategy.clone(),
+        seed: cli.seed,
+        out_dir: cli.out.clone(),
+        keep_going: cli.keep_going,
+        build_ids,
+    };
+    let quiet = cli.quiet;
+    let runs = cli.runs;
+    let summary = search(&cfg, &STOP, |p| {
+        if quiet {
+            return;
+        }
+        if let Some(bug) = p.new_bug {
+            println!("execution {}: {} ({} steps)", p.execution, bug.outcome.summary(), bug.steps);
+        } else if runs == 1 || p.execution % 50 == 49 {
+            println!("execution {}: {} ({} steps, {:.1} ms)", p.execution, p.report.outcome.summary(), p.report.steps.len(), p.report.wall.as_secs_f64() * 1e3);
+        }
+    })?;
+    match &summary.end {
+        SearchEnd::Uncontrolled(outcome) => {
+            eprintln!("dara-trace: stopped: {}", outcome.summary());
+            if let Some(t) = &summary.last_trace {
+                eprintln!("dara-trace: the run up to that point is in {}", t.display());
+            }
+            return Ok(2);
+        }
+        SearchEnd::Interrupted => {
+            println!("interrupted after {} executions", summary.executions);
+            if let Some(t) = &summary.last_trace {
+                println!("the interrupted run is in {}", t.display());
+            }
+        }
+        SearchEnd::Completed => {}
+    }
+    if summary.bugs.is_empty() {
+        if matches!(summary.end, SearchEnd::Completed) {
+            println!("no bug found in {} executions ({})", summary.executions, cfg.strategy);
+            if let Some(t) = &summary.last_trace {
+                println!("trace of the last execution: {}", t.display());
+            }
+            return Ok(0);
+        }
+        return Ok(130);
+    }
+    println!("{} distinct bug(s) in {} executions:", summary.bugs.len(), summary.executions);
+    for bug in &summary.bugs {
+        println!("  {}  (execution {}, {} steps) -> {}", bug.outcome.summary(), bug.execution, bug.steps, bug.dir.display());
+    }
+    let first = &summary.bugs[0];
+    println!("replay: dara-replay {}", first.trace.display());
+    Ok(1)
+}
+
+/// Refuses programs dara cannot enter; returns build-ids for the trace header.
+fn check_program(program: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let Some(path) = binary::resolve(program) else {
+        bail!("cannot find program {program:?} (not a file, or not on PATH)");
+    };
+    let kind = binary::classify(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let elf = match kind {
+        BinaryKind::Dynamic => path.clone(),
+        BinaryKind::Static => bail!(
+            "{} is statically linked: dara's preload cannot enter it (ptrace support for static and Go binaries is not built yet); rebuild it with dynamic linking",
+            path.display()
+        ),
+        BinaryKind::Script { interpreter } => interpreter,
+        BinaryKind::Other(why) => bail!("{}: {why}", path.display()),
+    };
+    Ok(binary::build_id(&elf).map(|id| vec![(elf.display().to_string(), id)]).unwrap_or_default())
+}
+
+/// Writes the embedded demo program into the output directory.
+fn write_demo(out: &Path) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    const DEMO: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dara-demo"));
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let path = out.join("demo");
+    std::fs::write(&path, DEMO).with_context(|| format!("cannot write {}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(path.canonicalize()?)
+}

@@ -1,0 +1,44 @@
+//! Re-running a recorded execution: the replay strategy fed with the trace's decisions, under
+//! the trace's own settings, and the comparison of two runs step by step (`--verify`).
+use std::sync::atomic::AtomicBool;
+
+use dara_scheduler::execution::{self, ExecutionConfig, ExecutionError, ExecutionReport};
+use dara_scheduler::trace::{Step, Trace};
+
+use crate::strategy::replay::Replay;
+
+/// The execution settings recorded in `trace`, on top of `base` (preload path, pinning,
+/// watchdogs — things of the machine, not of the run).
+pub fn config_for(trace: &Trace, base: &ExecutionConfig) -> ExecutionConfig {
+    let h = &trace.header;
+    ExecutionConfig {
+        command: h.command.clone(),
+        cwd: (!h.cwd.is_empty()).then(|| h.cwd.clone().into()),
+        cpus: h.cpus,
+        random_seed: h.random_seed,
+        max_steps: h.max_steps,
+        max_vtime_ns: h.max_vtime_ns,
+        ..base.clone()
+    }
+}
+
+/// Runs the trace's decisions again.
+pub fn reproduce(trace: &Trace, base: &ExecutionConfig, stop: &AtomicBool) -> Result<ExecutionReport, ExecutionError> {
+    let cfg = config_for(trace, base);
+    let mut replay = Replay::new(trace.steps.iter().map(|s| s.choice).collect());
+    execution::run(&cfg, &mut replay, stop)
+}
+
+/// First step at which two step lists differ, with a description of the difference.
+pub fn first_difference(expected: &[Step], seen: &[Step]) -> Option<(usize, String)> {
+    for (i, (a, b)) in expected.iter().zip(seen).enumerate() {
+        if a != b {
+            return Some((i, format!("expected {a:?}, saw {b:?}")));
+        }
+    }
+    if expected.len() != seen.len() {
+        let i = expected.len().min(seen.len());
+        return Some((i, format!("expected {} steps, saw {}", expected.len(), seen.len())));
+    }
+    None
+}

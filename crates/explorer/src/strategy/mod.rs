@@ -1,0 +1,255 @@
+//! Strategies: how the next enabled choice is picked (DESIGN 2.5).
+//!
+//! A strategy is a small pure type: given the enabled [`Choice`]s of one step it returns an index,
+//! using nothing but its own state and its seeded generator. No I/O, no clock, no processes, so
+//! every strategy is unit-tested here against simulated programs. One file per strategy:
+//!
+//! * [`random`]: uniform random walk;
+//! * [`pct`]: probabilistic concurrency testing with d−1 priority change points;
+//! * [`replay`]: follow a recorded decision list and report the first divergence.
+//!
+//! Reproducibility rule for seeded strategies: execution `k` of a search with seed `s` depends
+//! only on `(s, k)` (and, for PCT, on the step estimate carried over from earlier executions), via
+//! [`Rng::for_execution`](crate::rng::Rng::for_execution). A trace's header (strategy, seed,
+//! execution) is therefore enough to regenerate its schedule.
+use dara_scheduler::{Choice, ChoiceKind, Decide};
+
+pub mod pct;
+pub mod random;
+pub mod replay;
+
+pub use pct::Pct;
+pub use random::Random;
+pub use replay::Replay;
+
+/// A decision procedure over a whole search: `choose` (from [`Decide`]) at every step, framed by
+/// `begin_execution`/`end_execution` around each execution.
+pub trait Strategy: Decide {
+    /// The spec that recreates this strategy with [`parse`] (`random`, `pct:3`); stored in traces.
+    fn describe(&self) -> String;
+    /// Execution `execution` (0-based index within the search) is about to start: reset
+    /// per-execution state and derive this execution's generator.
+    fn begin_execution(&mut self, execution: u64);
+    /// The execution that began last is over after `steps` decisions.
+    fn end_execution(&mut self, steps: u64);
+}
+
+/// The specs [`parse`] accepts, for messages.
+pub const VALID_SPECS: &str = "random, pct (same as pct:3), pct:D with D in 1..=10";
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StrategyError {
+    #[error("unknown strategy `{spec}`: valid strategies are {VALID_SPECS}")]
+    Unknown { spec: String },
+    #[error(
+        "bad PCT depth in `{spec}`: D must be a whole number from 1 to 10 (pct:D uses D-1 priority change points)"
+    )]
+    PctDepth { spec: String },
+    #[error("`replay` follows a recorded trace and cannot be chosen for a search: use dara-replay TRACE (search strategies are {VALID_SPECS})")]
+    ReplayNeedsTrace,
+}
+
+/// Builds the search strategy named by `spec`, seeded with the search seed.
+pub fn parse(spec: &str, seed: u64) -> Result<Box<dyn Strategy + Send>, StrategyError> {
+    let spec = spec.trim();
+    match spec {
+        "random" => return Ok(Box::new(Random::new(seed))),
+        "pct" => return Ok(Box::new(Pct::new(pct::DEFAULT_DEPTH, seed))),
+        "replay" => return Err(StrategyError::ReplayNeedsTrace),
+        _ => {}
+    }
+    if let Some(depth) = spec.strip_prefix("pct:") {
+        return match depth.parse::<u32>() {
+            Ok(d) if (1..=pct::MAX_DEPTH).contains(&d) => Ok(Box::new(Pct::new(d, seed))),
+            _ => Err(StrategyError::PctDepth { spec: spec.to_string() }),
+        };
+    }
+    Err(StrategyError::Unknown { spec: spec.to_string() })
+}
+
+/// One choice as people read it in divergence reports: `<thread 2 run mutex-lock 0x4040>`,
+/// with ` alt N` when the alternative is not 0.
+pub fn choice_label(c: &Choice) -> String {
+    let kind = match c.kind {
+        ChoiceKind::Run => "run",
+        ChoiceKind::Timeout => "timeout",
+    };
+    let alt = if c.alt != 0 {
+        format!(" alt {}", c.alt)
+    } else {
+        String::new()
+    };
+    format!("<thread {} {kind} {} {:#x}{alt}>", c.thread, c.op.name(), c.obj)
+}
+
+/// Several choices, comma-separated.
+pub fn choices_label(choices: &[Choice]) -> String {
+    if choices.is_empty() {
+        return "nothing".to_string();
+    }
+    choices.iter().map(choice_label).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+pub(crate) mod testkit {
+    //! Simulated programs for strategy tests: each offers choices the way the model does (in
+    //! thread order) and applies the chosen one.
+    use dara_abi::Op;
+    use dara_scheduler::{Choice, ChoiceKind};
+
+    use super::Strategy;
+
+    pub(crate) trait Program {
+        /// Enabled choices; empty when the program is finished.
+        fn choices(&self) -> Vec<Choice>;
+        fn apply(&mut self, c: &Choice);
+    }
+
+    pub(crate) fn run_choice(thread: u32, op: Op, obj: u64) -> Choice {
+        Choice {
+            thread,
+            kind: ChoiceKind::Run,
+            alt: 0,
+            op,
+            obj,
+        }
+    }
+
+    /// Runs `program` under `strategy` (execution `execution`) for at most `max_steps`
+    /// decisions. Returns the decisions taken and whether the program finished.
+    pub(crate) fn run(
+        strategy: &mut dyn Strategy,
+        execution: u64,
+        program: &mut dyn Program,
+        max_steps: u64,
+    ) -> (Vec<Choice>, bool) {
+        strategy.begin_execution(execution);
+        let mut taken = Vec::new();
+        let mut finished = false;
+        for step in 0..max_steps {
+            let choices = program.choices();
+            if choices.is_empty() {
+                finished = true;
+                break;
+            }
+            let i = strategy.choose(step, &choices).expect("strategy diverged");
+            assert!(i < choices.len(), "index {i} out of {} choices", choices.len());
+            program.apply(&choices[i]);
+            taken.push(choices[i]);
+        }
+        finished |= program.choices().is_empty();
+        strategy.end_execution(taken.len() as u64);
+        (taken, finished)
+    }
+
+    /// Straight-line threads: thread `t` performs `ops[t]` in order, one op per step. The object
+    /// of each choice is `0x1000 * (t + 1) + index` so every step is distinguishable. A `Sleep`
+    /// op also offers a `Timeout` choice.
+    pub(crate) struct Straight {
+        pub ops: Vec<Vec<Op>>,
+        pub pc: Vec<usize>,
+        /// (thread, op index) in execution order.
+        pub history: Vec<(u32, usize)>,
+    }
+
+    impl Straight {
+        pub(crate) fn new(ops: Vec<Vec<Op>>) -> Straight {
+            let n = ops.len();
+            Straight {
+                ops,
+                pc: vec![0; n],
+                history: Vec::new(),
+            }
+        }
+
+        /// Position in `history` of thread `t`'s op `i`.
+        pub(crate) fn when(&self, t: u32, i: usize) -> Option<usize> {
+            self.history.iter().position(|&h| h == (t, i))
+        }
+    }
+
+    impl Program for Straight {
+        fn choices(&self) -> Vec<Choice> {
+            let mut out = Vec::new();
+            for (t, ops) in self.ops.iter().enumerate() {
+                if let Some(&op) = ops.get(self.pc[t]) {
+                    let c = run_choice(t as u32, op, 0x1000 * (t as u64 + 1) + self.pc[t] as u64);
+                    out.push(c);
+                    if op == Op::Sleep {
+                        out.push(Choice {
+                            kind: ChoiceKind::Timeout,
+                            ..c
+                        });
+                    }
+                }
+            }
+            out
+        }
+
+        fn apply(&mut self, c: &Choice) {
+            let t = c.thread as usize;
+            self.history.push((c.thread, self.pc[t]));
+            self.pc[t] += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use dara_abi::Op;
+
+    use super::testkit::run_choice;
+    use super::*;
+
+    #[test]
+    fn parse_accepts_the_documented_specs() {
+        for (spec, described) in [
+            ("random", "random"),
+            ("pct", "pct:3"),
+            ("pct:1", "pct:1"),
+            ("pct:10", "pct:10"),
+            (" pct:4 ", "pct:4"),
+        ] {
+            let s = parse(spec, 1).unwrap_or_else(|e| panic!("{spec}: {e}"));
+            assert_eq!(s.describe(), described);
+            assert_eq!(
+                parse(&s.describe(), 1).unwrap().describe(),
+                described,
+                "describe() parses back"
+            );
+        }
+    }
+
+    #[test]
+    fn parse_rejects_with_a_useful_message() {
+        for spec in ["pct:0", "pct:11", "pct:", "pct:x", "pct:-1"] {
+            assert_eq!(
+                parse(spec, 1).err(),
+                Some(StrategyError::PctDepth { spec: spec.to_string() })
+            );
+        }
+        let err = parse("dfs", 1).err().unwrap();
+        assert_eq!(err, StrategyError::Unknown { spec: "dfs".into() });
+        assert_eq!(
+            err.to_string(),
+            "unknown strategy `dfs`: valid strategies are random, pct (same as pct:3), pct:D with D in 1..=10"
+        );
+        assert_eq!(parse("replay", 1).err(), Some(StrategyError::ReplayNeedsTrace));
+    }
+
+    #[test]
+    fn labels_read_like_the_interleaving_log() {
+        let c = run_choice(2, Op::MutexLock, 0x4040);
+        assert_eq!(choice_label(&c), "<thread 2 run mutex-lock 0x4040>");
+        let t = Choice {
+            kind: ChoiceKind::Timeout,
+            alt: 1,
+            ..run_choice(3, Op::CondSignal, 0x10)
+        };
+        assert_eq!(choice_label(&t), "<thread 3 timeout cond-signal 0x10 alt 1>");
+        assert_eq!(
+            choices_label(&[c, t]),
+            "<thread 2 run mutex-lock 0x4040>, <thread 3 timeout cond-signal 0x10 alt 1>"
+        );
+    }
+}

@@ -1,0 +1,180 @@
+//! Per-thread state and the handoff with the scheduler.
+//!
+//! A thread is *gated* when it owns a slot: every scheduling point it reaches becomes a post
+//! (op + args in its slot, wake the scheduler, park on the slot's state word until GRANTED), as
+//! described in the `dara_abi` module doc. [`Gated`] is the proof that the current thread may
+//! post right now: it exists only while the process is traced, the thread has a slot, and the
+//! thread is not already inside the preload (the reentrancy guard, so libc calls the preload
+//! makes for itself are never turned into scheduling points). Dropping it leaves the preload.
+//!
+//! The thread-local state is three `Cell`s with const initializers: in a library loaded with
+//! LD_PRELOAD they live in static TLS, need no lazy initialisation or destructor, and can be read
+//! from the SIGSYS handler.
+//!
+//! The hot path (`Gated::post`) does not allocate, lock or make any syscall besides the two
+//! futex calls of the protocol; the liveness checks run only after a one-second wait timed out.
+use core::cell::Cell;
+use core::marker::PhantomData;
+use core::sync::atomic::Ordering;
+
+use dara_abi::{state, Op, Slot};
+use libc::timespec;
+
+use crate::{region, sys};
+
+const NO_SLOT: u32 = u32::MAX;
+
+thread_local! {
+    /// Index of this thread's slot, or NO_SLOT for threads dara does not control.
+    static SLOT: Cell<u32> = const { Cell::new(NO_SLOT) };
+    /// Virtual time of this thread's last grant. The clock does not move while a thread holds the
+    /// run token, so relative timeouts are turned into deadlines from it.
+    static LAST_NOW: Cell<u64> = const { Cell::new(0) };
+    /// Reentrancy guard: set while the thread runs preload code.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Exit status of a target whose scheduler disappeared while a thread waited for a grant.
+const ORPHANED_EXIT: i32 = 137;
+
+/// What the scheduler answered.
+#[derive(Clone, Copy, Debug)]
+pub struct Grant {
+    /// The op's result (0, a count, a positive errno for pthread-style ops, or -errno).
+    pub result: i64,
+    /// Virtual time at the grant.
+    pub now_ns: u64,
+}
+
+/// Permission to post from the current thread; holds the reentrancy guard until dropped.
+pub struct Gated {
+    slot: &'static Slot,
+    index: u32,
+    /// Thread-bound: the guard and the slot belong to the current thread.
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Gated {
+    /// Enters the preload if the current thread is gated and not already inside it.
+    #[inline]
+    pub fn enter() -> Option<Gated> {
+        if !region::active() {
+            return None;
+        }
+        let index = SLOT.with(|s| s.get());
+        if index == NO_SLOT || INSIDE.with(|g| g.get()) {
+            return None;
+        }
+        let slot = region::slot(index)?;
+        INSIDE.with(|g| g.set(true));
+        Some(Gated {
+            slot,
+            index,
+            _not_send: PhantomData,
+        })
+    }
+
+    /// This thread's slot index.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Virtual time of this thread's last grant.
+    pub fn now(&self) -> u64 {
+        LAST_NOW.with(|n| n.get())
+    }
+
+    /// Absolute virtual deadline `duration_ns` from now.
+    pub fn deadline_after(&self, duration_ns: u64) -> u64 {
+        self.now().saturating_add(duration_ns)
+    }
+
+    /// Posts `op` and parks until the scheduler grants it.
+    pub fn post(&self, op: Op, args: [u64; 4]) -> Grant {
+        let grant = handoff(self.slot, op, args);
+        self.slot.state.store(state::RUNNING, Ordering::Release);
+        grant
+    }
+
+    /// Posts `ThreadExit` and releases the slot for good: after the grant the slot is EXITED,
+    /// the scheduler is woken to see it, and the thread is no longer gated (glibc's teardown and
+    /// TLS destructors that follow run as uncontrolled code).
+    pub fn exit_thread(self) {
+        handoff(self.slot, Op::ThreadExit, [0; 4]);
+        self.slot.state.store(state::EXITED, Ordering::Release);
+        wake_scheduler();
+        SLOT.with(|s| s.set(NO_SLOT));
+    }
+}
+
+impl Drop for Gated {
+    fn drop(&mut self) {
+        INSIDE.with(|g| g.set(false));
+    }
+}
+
+/// Makes the current thread gated on slot `index` (constructor and new-thread wrapper).
+pub fn adopt(index: u32) {
+    SLOT.with(|s| s.set(index));
+}
+
+/// Whether the current thread owns a slot (whatever the guard says).
+pub fn has_slot() -> bool {
+    SLOT.with(|s| s.get()) != NO_SLOT
+}
+
+fn wake_scheduler() {
+    if let Some(header) = region::header() {
+        header.sched_wake.fetch_add(1, Ordering::Release);
+        sys::futex_wake(&header.sched_wake, i32::MAX as u32);
+    }
+}
+
+/// The protocol of `dara_abi`: publish, wake the scheduler, park until GRANTED. Leaves the slot
+/// in GRANTED; the caller decides the next state.
+fn handoff(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
+    slot.op.store(op as u32, Ordering::Relaxed);
+    for (word, value) in slot.args.iter().zip(args) {
+        word.store(value, Ordering::Relaxed);
+    }
+    slot.posts.store(
+        slot.posts.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
+    slot.state.store(state::POSTED, Ordering::Release);
+    wake_scheduler();
+    let timeout = timespec {
+        tv_sec: 1,
+        tv_nsec: 0,
+    };
+    loop {
+        let current = slot.state.load(Ordering::Acquire);
+        if current == state::GRANTED {
+            break;
+        }
+        // POSTED is the normal case; any other value means the scheduler gave up on this
+        // execution, which the timeout path notices.
+        if sys::futex_wait(&slot.state, current, Some(&timeout)) == -(libc::ETIMEDOUT as i64) {
+            check_scheduler_alive();
+        }
+    }
+    let grant = Grant {
+        result: slot.result.load(Ordering::Relaxed) as i64,
+        now_ns: slot.now_ns.load(Ordering::Relaxed),
+    };
+    LAST_NOW.with(|n| n.set(grant.now_ns));
+    grant
+}
+
+/// Ends the process if the execution is over or the scheduler is gone: a parked thread must not
+/// outlive dara.
+fn check_scheduler_alive() {
+    let Some(header) = region::header() else {
+        return;
+    };
+    let gone = header.scheduler_pid != 0
+        && sys::probe_process(header.scheduler_pid) == -(libc::ESRCH as i64);
+    if header.shutdown.load(Ordering::Acquire) != 0 || gone {
+        sys::exit_group(ORPHANED_EXIT);
+    }
+}

@@ -1,0 +1,194 @@
+//! Condition variables, barriers and `pthread_once`: entirely modelled. The real wait functions
+//! are never called (they would block in the kernel); the real mutex of a condition wait is
+//! released before the post and re-taken after the grant, when the model says it is free.
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use dara_abi::{Op, NO_DEADLINE};
+use libc::{
+    c_int, c_uint, clockid_t, pthread_barrier_t, pthread_barrierattr_t, pthread_cond_t,
+    pthread_mutex_t, pthread_once_t, timespec,
+};
+
+use super::sync::{deadline_on, kind};
+use super::Obj;
+use crate::gate::Gated;
+use crate::real::{self, InitRoutine};
+
+/// Byte offset of glibc's `__wrefs` in `pthread_cond_t`; bit 1 set means CLOCK_MONOTONIC.
+const COND_WREFS_OFFSET: usize = 36;
+const COND_CLOCK_MONOTONIC_MASK: u32 = 2;
+
+/// The clock a condvar's `pthread_cond_timedwait` measures against.
+fn cond_clock(c: Obj<pthread_cond_t>) -> clockid_t {
+    let Some(cond) = c.get() else {
+        return libc::CLOCK_REALTIME;
+    };
+    // SAFETY: `pthread_cond_t` is 48 bytes on x86_64, 4-aligned at offset 36; read atomically.
+    let wrefs = unsafe {
+        &*((cond as *const pthread_cond_t as *const u8).add(COND_WREFS_OFFSET) as *const AtomicU32)
+    };
+    if wrefs.load(Ordering::Relaxed) & COND_CLOCK_MONOTONIC_MASK != 0 {
+        libc::CLOCK_MONOTONIC
+    } else {
+        libc::CLOCK_REALTIME
+    }
+}
+
+/// `pthread_cond_wait` / `timedwait` / `clockwait` with a virtual deadline.
+pub fn cond_wait(
+    gate: &Gated,
+    c: Obj<pthread_cond_t>,
+    m: Obj<pthread_mutex_t>,
+    deadline: u64,
+) -> c_int {
+    let mutex_kind = kind(m);
+    // SAFETY: the program's mutex, which it must hold to wait.
+    let rc = unsafe { real::pthread_mutex_unlock(m.ptr()) };
+    if rc != 0 {
+        return rc;
+    }
+    let grant = gate.post(Op::CondWait, [c.addr(), m.addr(), deadline, mutex_kind]);
+    // Signalled or timed out: either way the model has given the mutex back to this thread.
+    // SAFETY: the program's mutex, free according to the model.
+    unsafe { real::pthread_mutex_lock(m.ptr()) };
+    grant.result as c_int
+}
+
+pub fn cond_timedwait(
+    gate: &Gated,
+    c: Obj<pthread_cond_t>,
+    m: Obj<pthread_mutex_t>,
+    clock: clockid_t,
+    abstime: Obj<timespec>,
+) -> c_int {
+    match deadline_on(clock, abstime) {
+        Ok(deadline) => cond_wait(gate, c, m, deadline),
+        Err(e) => e,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_cond_wait(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+) -> c_int {
+    match Gated::enter() {
+        // SAFETY: the program's own arguments.
+        Some(gate) => unsafe { cond_wait(&gate, Obj::new(c), Obj::new(m), NO_DEADLINE) },
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        None => unsafe { real::pthread_cond_wait(c, m) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_cond_timedwait(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+    abstime: *const timespec,
+) -> c_int {
+    match Gated::enter() {
+        // SAFETY: the program's own arguments.
+        Some(gate) => unsafe {
+            let c = Obj::new(c);
+            cond_timedwait(
+                &gate,
+                c,
+                Obj::new(m),
+                cond_clock(c),
+                Obj::from_const(abstime),
+            )
+        },
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        None => unsafe { real::pthread_cond_timedwait(c, m, abstime) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_cond_clockwait(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+    clock: clockid_t,
+    abstime: *const timespec,
+) -> c_int {
+    match Gated::enter() {
+        // SAFETY: the program's own arguments.
+        Some(gate) => unsafe {
+            cond_timedwait(
+                &gate,
+                Obj::new(c),
+                Obj::new(m),
+                clock,
+                Obj::from_const(abstime),
+            )
+        },
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        None => unsafe { real::pthread_cond_clockwait(c, m, clock, abstime) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c_int {
+    match Gated::enter() {
+        Some(gate) => gate.post(Op::CondSignal, [c as u64, 0, 0, 0]).result as c_int,
+        // SAFETY: the program's own argument, forwarded unchanged.
+        None => unsafe { real::pthread_cond_signal(c) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_cond_broadcast(c: *mut pthread_cond_t) -> c_int {
+    match Gated::enter() {
+        Some(gate) => gate.post(Op::CondBroadcast, [c as u64, 0, 0, 0]).result as c_int,
+        // SAFETY: the program's own argument, forwarded unchanged.
+        None => unsafe { real::pthread_cond_broadcast(c) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_barrier_init(
+    b: *mut pthread_barrier_t,
+    attr: *const pthread_barrierattr_t,
+    count: c_uint,
+) -> c_int {
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let rc = unsafe { real::pthread_barrier_init(b, attr, count) };
+    if rc == 0 {
+        if let Some(gate) = Gated::enter() {
+            gate.post(Op::BarrierInit, [b as u64, count as u64, 0, 0]);
+        }
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_barrier_wait(b: *mut pthread_barrier_t) -> c_int {
+    match Gated::enter() {
+        Some(gate) => gate.post(Op::BarrierWait, [b as u64, 0, 0, 0]).result as c_int,
+        // SAFETY: the program's own argument, forwarded unchanged.
+        None => unsafe { real::pthread_barrier_wait(b) },
+    }
+}
+
+/// `pthread_once`: the model picks the one caller that runs `init`; the others wait in the model
+/// until `OnceDone`. The init routine runs outside the preload (it is user code).
+pub fn once(gate: Gated, o: Obj<pthread_once_t>, init: InitRoutine) -> c_int {
+    if gate.post(Op::OnceBegin, [o.addr(), 0, 0, 0]).result != 1 {
+        return 0;
+    }
+    drop(gate);
+    init();
+    if let Some(gate) = Gated::enter() {
+        gate.post(Op::OnceDone, [o.addr(), 0, 0, 0]);
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_once(o: *mut pthread_once_t, init: InitRoutine) -> c_int {
+    match Gated::enter() {
+        // SAFETY: the program's own argument.
+        Some(gate) => once(gate, unsafe { Obj::new(o) }, init),
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        None => unsafe { real::pthread_once(o, init) },
+    }
+}

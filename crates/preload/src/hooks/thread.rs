@@ -1,0 +1,232 @@
+//! Thread and process lifecycle: `pthread_create` (with the start barrier), `pthread_join`,
+//! `pthread_detach`, `pthread_exit`, and `exit`/`_exit`/`_Exit`.
+//!
+//! A child's slot is claimed by its creator after the ThreadCreate grant and set STARTING before
+//! the real `pthread_create`; the scheduler takes no decision while a slot is STARTING, so the
+//! child posts its ThreadStart (naming its creator) before anything else happens. The start routine and its argument wait in a
+//! static per-slot table (no malloc); the real thread runs [`thread_main`] with the slot index.
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+use dara_abi::{state, Op, MAX_SLOTS};
+use libc::{c_int, c_void, pthread_attr_t, pthread_t};
+
+use super::Obj;
+use crate::gate::{self, Gated};
+use crate::real::{self, StartRoutine};
+use crate::{region, sys};
+
+/// What a new thread will run, parked here by its creator.
+struct StartRecord {
+    routine: AtomicUsize,
+    arg: AtomicUsize,
+    creator: AtomicU32,
+}
+
+static STARTS: [StartRecord; MAX_SLOTS] = [const {
+    StartRecord {
+        routine: AtomicUsize::new(0),
+        arg: AtomicUsize::new(0),
+        creator: AtomicU32::new(0),
+    }
+}; MAX_SLOTS];
+
+/// `pthread_create`.
+pub fn create(
+    gate: &Gated,
+    thread: Obj<pthread_t>,
+    attr: Obj<pthread_attr_t>,
+    routine: StartRoutine,
+    arg: *mut c_void,
+) -> c_int {
+    let grant = gate.post(Op::ThreadCreate, [0; 4]);
+    if grant.result != 0 {
+        return grant.result as c_int;
+    }
+    // Claimed only now: the scheduler takes no decision while a claimed slot has not posted, so
+    // claiming before the post would stall the ThreadCreate decision itself. We hold the token,
+    // so nobody else claims a slot until the child has posted ThreadStart.
+    let Some(header) = region::header() else {
+        return libc::EAGAIN;
+    };
+    let child = header.next_slot.fetch_add(1, Ordering::AcqRel);
+    let Some(slot) = region::slot(child) else {
+        return libc::EAGAIN;
+    };
+    let record = &STARTS[child as usize];
+    record.routine.store(routine as usize, Ordering::Relaxed);
+    record.arg.store(arg as usize, Ordering::Relaxed);
+    record.creator.store(gate.index(), Ordering::Relaxed);
+    slot.process.store(region::process(), Ordering::Relaxed);
+    slot.pid.store(sys::getpid(), Ordering::Relaxed);
+    slot.state.store(state::STARTING, Ordering::Release);
+    // SAFETY: `thread` and `attr` are the program's arguments; `thread_main` has the start
+    // routine's signature and takes the slot index as its argument.
+    let rc = unsafe {
+        real::pthread_create(
+            thread.ptr(),
+            attr.ptr(),
+            thread_main,
+            child as usize as *mut c_void,
+        )
+    };
+    if rc != 0 {
+        slot.state.store(state::EXITED, Ordering::Release);
+        return rc;
+    }
+    if let Some(t) = thread.get() {
+        slot.handle.store(*t, Ordering::Release);
+    }
+    0
+}
+
+/// The start routine of every thread created through the hook: register, wait for the
+/// scheduler, run the program's routine, report the exit.
+extern "C" fn thread_main(arg: *mut c_void) -> *mut c_void {
+    let index = arg as usize as u32;
+    let Some(slot) = region::slot(index) else {
+        sys::die(b"dara: thread started without a slot\n", 125)
+    };
+    let record = &STARTS[index as usize];
+    let routine = record.routine.load(Ordering::Relaxed);
+    let user_arg = record.arg.load(Ordering::Relaxed) as *mut c_void;
+    let creator = record.creator.load(Ordering::Relaxed);
+    if routine == 0 {
+        sys::die(b"dara: thread started without a start routine\n", 125);
+    }
+    // SAFETY: `routine` was stored from a StartRoutine by `create` for this very slot.
+    let routine: StartRoutine = unsafe { core::mem::transmute::<usize, StartRoutine>(routine) };
+    slot.tid.store(sys::gettid(), Ordering::Relaxed);
+    gate::adopt(index);
+    if let Some(gate) = Gated::enter() {
+        gate.post(Op::ThreadStart, [creator as u64, 0, 0, 0]);
+    }
+    let value = routine(user_arg);
+    if let Some(gate) = Gated::enter() {
+        gate.exit_thread();
+    }
+    value
+}
+
+/// The newest slot of this process whose thread has handle `thread` (glibc reuses `pthread_t`
+/// values once a thread is joined, so the newest one is the live one).
+fn slot_of(thread: pthread_t) -> Option<u32> {
+    let header = region::header()?;
+    let claimed = header
+        .next_slot
+        .load(Ordering::Acquire)
+        .min(region::nslots(header));
+    let me = region::process();
+    (0..claimed).rev().find(|&i| {
+        region::slot(i).is_some_and(|s| {
+            s.process.load(Ordering::Relaxed) == me
+                && s.handle.load(Ordering::Acquire) == thread
+                && s.state.load(Ordering::Acquire) != state::FREE
+        })
+    })
+}
+
+/// `pthread_join`; `None` when the thread is not one dara knows (the caller forwards to libc).
+pub fn join(gate: &Gated, thread: pthread_t, retval: Obj<*mut c_void>) -> Option<c_int> {
+    let target = slot_of(thread)?;
+    let grant = gate.post(Op::ThreadJoin, [target as u64, 0, 0, 0]);
+    if grant.result != 0 {
+        return Some(grant.result as c_int);
+    }
+    // The thread has posted ThreadExit; it may still be in glibc's teardown. Reap it without
+    // ever blocking in the kernel.
+    loop {
+        // SAFETY: `thread` names a joinable thread of this process (the model checked it) and
+        // `retval` is the program's out-parameter (or null).
+        let rc = unsafe { real::pthread_tryjoin_np(thread, retval.ptr()) };
+        if rc != libc::EBUSY {
+            return Some(rc);
+        }
+        sys::sched_yield();
+    }
+}
+
+/// `pthread_detach`.
+pub fn detach(gate: &Gated, thread: pthread_t) -> c_int {
+    if let Some(target) = slot_of(thread) {
+        let grant = gate.post(Op::ThreadDetach, [target as u64, 0, 0, 0]);
+        if grant.result != 0 {
+            return grant.result as c_int;
+        }
+    }
+    // SAFETY: the program's own argument.
+    unsafe { real::pthread_detach(thread) }
+}
+
+/// `exit`, `_exit`, `_Exit`: report the status; the caller then runs the real function.
+pub fn process_exit(gate: &Gated, status: c_int) {
+    gate.post(Op::ProcessExit, [status as u32 as u64, 0, 0, 0]);
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut pthread_t,
+    attr: *const pthread_attr_t,
+    start: StartRoutine,
+    arg: *mut c_void,
+) -> c_int {
+    match Gated::enter() {
+        // SAFETY: the program's own arguments.
+        Some(gate) => create(
+            &gate,
+            unsafe { Obj::new(thread) },
+            unsafe { Obj::from_const(attr) },
+            start,
+            arg,
+        ),
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        None => unsafe { real::pthread_create(thread, attr, start, arg) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_join(thread: pthread_t, retval: *mut *mut c_void) -> c_int {
+    if let Some(gate) = Gated::enter() {
+        // SAFETY: the program's own argument.
+        if let Some(rc) = join(&gate, thread, unsafe { Obj::new(retval) }) {
+            return rc;
+        }
+    }
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    unsafe { real::pthread_join(thread, retval) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_detach(thread: pthread_t) -> c_int {
+    match Gated::enter() {
+        Some(gate) => detach(&gate, thread),
+        // SAFETY: the program's own argument, forwarded unchanged.
+        None => unsafe { real::pthread_detach(thread) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_exit(value: *mut c_void) -> ! {
+    if let Some(gate) = Gated::enter() {
+        gate.exit_thread();
+    }
+    // SAFETY: the program's own argument; unwinds this thread as the program asked.
+    unsafe { real::pthread_exit(value) }
+}
+
+macro_rules! exit_hook {
+    ($name:ident) => {
+        #[no_mangle]
+        #[allow(non_snake_case)]
+        pub unsafe extern "C" fn $name(status: c_int) -> ! {
+            if let Some(gate) = Gated::enter() {
+                process_exit(&gate, status);
+            }
+            // SAFETY: the program asked to exit with this status.
+            unsafe { real::$name(status) }
+        }
+    };
+}
+
+exit_hook!(exit);
+exit_hook!(_exit);
+exit_hook!(_Exit);

@@ -1,0 +1,95 @@
+//! The constructor: connect to dara before any user code runs.
+//!
+//! Order matters: map the region and check its version; claim the process entry and the main
+//! thread's slot; install the syscall trap; then post `ProcessStart` and wait for the grant (the
+//! start barrier: `main` and every later constructor run only once the scheduler says so). The
+//! process's random seed is written by the scheduler before that grant, so the randomness
+//! streams and `AT_RANDOM` are set up after it.
+use core::sync::atomic::Ordering;
+
+use dara_abi::{state, Op};
+use libc::{c_char, c_int};
+
+use crate::gate::{self, Gated};
+use crate::region::{self, MapError};
+use crate::trap::{self, InstallError};
+use crate::{entropy, real, sys};
+
+/// Exit status when the preload cannot connect to dara.
+const SETUP_FAILED: i32 = 125;
+
+#[used]
+#[link_section = ".init_array"]
+static CONSTRUCTOR: extern "C" fn(c_int, *const *const c_char, *const *const c_char) =
+    dara_preload_init;
+
+extern "C" fn dara_preload_init(
+    _argc: c_int,
+    _argv: *const *const c_char,
+    _envp: *const *const c_char,
+) {
+    real::resolve_all();
+    // SAFETY: the name is a NUL-terminated static string; getenv returns null or a pointer into
+    // the environment, which nothing modifies while constructors run.
+    let path = unsafe { libc::getenv(c"DARA_SHM".as_ptr()) };
+    if path.is_null() {
+        return; // Not under dara: stay inert.
+    }
+    // SAFETY: getenv returned a NUL-terminated string that lives as long as the environment.
+    let path = unsafe { core::ffi::CStr::from_ptr(path) }.to_bytes_with_nul();
+    let header = match region::map(path) {
+        Ok(header) => header,
+        Err(MapError::Version) => {
+            sys::die(b"dara: preload/scheduler version mismatch\n", SETUP_FAILED)
+        }
+        Err(MapError::Open | MapError::Map) => sys::die(
+            b"dara: cannot map the shared region named by DARA_SHM\n",
+            SETUP_FAILED,
+        ),
+    };
+
+    let process = header.next_process.fetch_add(1, Ordering::AcqRel);
+    let Some(entry) = header.processes.get(process as usize) else {
+        sys::die(
+            b"dara: too many processes for the shared region\n",
+            SETUP_FAILED,
+        )
+    };
+    let pid = sys::getpid();
+    entry.pid.store(pid, Ordering::Release);
+    region::set_process(process);
+
+    let index = header.next_slot.fetch_add(1, Ordering::AcqRel);
+    let Some(slot) = region::slot(index) else {
+        sys::die(
+            b"dara: no free thread slot in the shared region\n",
+            SETUP_FAILED,
+        )
+    };
+    slot.pid.store(pid, Ordering::Relaxed);
+    slot.tid.store(sys::gettid(), Ordering::Relaxed);
+    slot.process.store(process, Ordering::Relaxed);
+    // SAFETY: pthread_self has no preconditions.
+    slot.handle
+        .store(unsafe { real::pthread_self() } as u64, Ordering::Relaxed);
+    slot.state.store(state::RUNNING, Ordering::Release);
+    gate::adopt(index);
+
+    if let Err(e) = trap::install() {
+        sys::die(
+            match e {
+                InstallError::Handler => b"dara: cannot install the SIGSYS handler\n",
+                InstallError::NoNewPrivs => b"dara: prctl(PR_SET_NO_NEW_PRIVS) failed\n",
+                InstallError::Filter => b"dara: cannot install the seccomp filter\n",
+            },
+            SETUP_FAILED,
+        );
+    }
+
+    let Some(gate) = Gated::enter() else {
+        sys::die(b"dara: main thread is not gated\n", SETUP_FAILED)
+    };
+    gate.post(Op::ProcessStart, [u64::MAX, 0, 0, 0]);
+    entropy::seed_process(entry.random_seed.load(Ordering::Acquire));
+    entropy::overwrite_at_random();
+}

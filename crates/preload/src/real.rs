@@ -1,0 +1,141 @@
+//! The real libc functions behind the hooks, found with `dlsym(RTLD_NEXT, name)`.
+//!
+//! Each address is resolved once: eagerly by [`resolve_all`] from the constructor, or lazily on
+//! first use when another library's constructor calls a hooked function before ours ran. A
+//! missing symbol is fatal (one line on stderr, exit 125): calling through a null pointer would
+//! crash the target in a far more confusing way.
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use libc::{
+    c_char, c_int, c_long, c_uint, c_void, clockid_t, cpu_set_t, pid_t, pthread_attr_t,
+    pthread_barrier_t, pthread_barrierattr_t, pthread_cond_t, pthread_mutex_t, pthread_once_t,
+    pthread_rwlock_t, pthread_t, sem_t, sigset_t, size_t, ssize_t, time_t, timespec, timeval,
+    useconds_t,
+};
+
+use crate::sys;
+
+pub type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
+pub type InitRoutine = extern "C" fn();
+
+fn resolve(cache: &AtomicUsize, name: &'static [u8]) -> usize {
+    let cached = cache.load(Ordering::Relaxed);
+    if cached != 0 {
+        return cached;
+    }
+    // SAFETY: `name` is a NUL-terminated static string; dlsym has no other preconditions.
+    let addr = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) } as usize;
+    if addr == 0 {
+        sys::write_stderr(b"dara: libc has no symbol ");
+        sys::write_stderr(&name[..name.len() - 1]);
+        sys::die(b"\n", 125);
+    }
+    cache.store(addr, Ordering::Relaxed);
+    addr
+}
+
+macro_rules! real_functions {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty; )*) => {
+        mod addr {
+            use core::sync::atomic::AtomicUsize;
+            $( #[allow(non_upper_case_globals)] pub static $name: AtomicUsize = AtomicUsize::new(0); )*
+        }
+
+        /// Resolves every real function now, so hooks never call `dlsym` later.
+        pub fn resolve_all() {
+            $( resolve(&addr::$name, concat!(stringify!($name), "\0").as_bytes()); )*
+        }
+
+        $(
+            /// Calls the real libc function of the same name.
+            ///
+            /// # Safety
+            /// Exactly the contract of the libc function.
+            #[inline]
+            #[allow(non_snake_case)]
+            pub unsafe fn $name($($arg: $ty),*) -> $ret {
+                let f = resolve(&addr::$name, concat!(stringify!($name), "\0").as_bytes());
+                // SAFETY: `f` is the address dlsym returned for this very symbol, whose C
+                // signature is the one declared here.
+                unsafe {
+                    let f: unsafe extern "C" fn($($ty),*) -> $ret = core::mem::transmute(f);
+                    f($($arg),*)
+                }
+            }
+        )*
+    };
+}
+
+real_functions! {
+    fn pthread_create(t: *mut pthread_t, attr: *const pthread_attr_t, start: StartRoutine, arg: *mut c_void) -> c_int;
+    fn pthread_join(t: pthread_t, retval: *mut *mut c_void) -> c_int;
+    fn pthread_tryjoin_np(t: pthread_t, retval: *mut *mut c_void) -> c_int;
+    fn pthread_detach(t: pthread_t) -> c_int;
+    fn pthread_exit(retval: *mut c_void) -> !;
+    fn pthread_self() -> pthread_t;
+    fn exit(status: c_int) -> !;
+    fn _exit(status: c_int) -> !;
+    fn _Exit(status: c_int) -> !;
+
+    fn pthread_mutex_lock(m: *mut pthread_mutex_t) -> c_int;
+    fn pthread_mutex_trylock(m: *mut pthread_mutex_t) -> c_int;
+    fn pthread_mutex_timedlock(m: *mut pthread_mutex_t, abstime: *const timespec) -> c_int;
+    fn pthread_mutex_clocklock(m: *mut pthread_mutex_t, clock: clockid_t, abstime: *const timespec) -> c_int;
+    fn pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int;
+
+    fn pthread_rwlock_rdlock(l: *mut pthread_rwlock_t) -> c_int;
+    fn pthread_rwlock_wrlock(l: *mut pthread_rwlock_t) -> c_int;
+    fn pthread_rwlock_tryrdlock(l: *mut pthread_rwlock_t) -> c_int;
+    fn pthread_rwlock_trywrlock(l: *mut pthread_rwlock_t) -> c_int;
+    fn pthread_rwlock_timedrdlock(l: *mut pthread_rwlock_t, abstime: *const timespec) -> c_int;
+    fn pthread_rwlock_timedwrlock(l: *mut pthread_rwlock_t, abstime: *const timespec) -> c_int;
+    fn pthread_rwlock_clockrdlock(l: *mut pthread_rwlock_t, clock: clockid_t, abstime: *const timespec) -> c_int;
+    fn pthread_rwlock_clockwrlock(l: *mut pthread_rwlock_t, clock: clockid_t, abstime: *const timespec) -> c_int;
+    fn pthread_rwlock_unlock(l: *mut pthread_rwlock_t) -> c_int;
+
+    fn pthread_cond_wait(c: *mut pthread_cond_t, m: *mut pthread_mutex_t) -> c_int;
+    fn pthread_cond_timedwait(c: *mut pthread_cond_t, m: *mut pthread_mutex_t, abstime: *const timespec) -> c_int;
+    fn pthread_cond_clockwait(c: *mut pthread_cond_t, m: *mut pthread_mutex_t, clock: clockid_t, abstime: *const timespec) -> c_int;
+    fn pthread_cond_signal(c: *mut pthread_cond_t) -> c_int;
+    fn pthread_cond_broadcast(c: *mut pthread_cond_t) -> c_int;
+
+    fn pthread_barrier_init(b: *mut pthread_barrier_t, attr: *const pthread_barrierattr_t, count: c_uint) -> c_int;
+    fn pthread_barrier_wait(b: *mut pthread_barrier_t) -> c_int;
+    fn pthread_once(o: *mut pthread_once_t, init: InitRoutine) -> c_int;
+
+    fn sem_init(s: *mut sem_t, pshared: c_int, value: c_uint) -> c_int;
+    fn sem_wait(s: *mut sem_t) -> c_int;
+    fn sem_timedwait(s: *mut sem_t, abstime: *const timespec) -> c_int;
+    fn sem_clockwait(s: *mut sem_t, clock: clockid_t, abstime: *const timespec) -> c_int;
+    fn sem_trywait(s: *mut sem_t) -> c_int;
+    fn sem_post(s: *mut sem_t) -> c_int;
+
+    fn sched_yield() -> c_int;
+    fn nanosleep(req: *const timespec, rem: *mut timespec) -> c_int;
+    fn clock_nanosleep(clock: clockid_t, flags: c_int, req: *const timespec, rem: *mut timespec) -> c_int;
+    fn usleep(usec: useconds_t) -> c_int;
+    fn sleep(secs: c_uint) -> c_uint;
+    fn clock_gettime(clock: clockid_t, ts: *mut timespec) -> c_int;
+    fn gettimeofday(tv: *mut timeval, tz: *mut c_void) -> c_int;
+    fn time(t: *mut time_t) -> time_t;
+
+    fn getrandom(buf: *mut c_void, len: size_t, flags: c_uint) -> ssize_t;
+    fn getentropy(buf: *mut c_void, len: size_t) -> c_int;
+    fn rand() -> c_int;
+    fn random() -> c_long;
+    fn rand_r(seed: *mut c_uint) -> c_int;
+    fn srand(seed: c_uint) -> ();
+    fn srandom(seed: c_uint) -> ();
+
+    fn sysconf(name: c_int) -> c_long;
+    fn get_nprocs() -> c_int;
+    fn get_nprocs_conf() -> c_int;
+    fn sched_getaffinity(pid: pid_t, size: size_t, mask: *mut cpu_set_t) -> c_int;
+    fn sched_setaffinity(pid: pid_t, size: size_t, mask: *const cpu_set_t) -> c_int;
+    fn pthread_getaffinity_np(t: pthread_t, size: size_t, mask: *mut cpu_set_t) -> c_int;
+    fn pthread_setaffinity_np(t: pthread_t, size: size_t, mask: *const cpu_set_t) -> c_int;
+
+    fn sigprocmask(how: c_int, set: *const sigset_t, old: *mut sigset_t) -> c_int;
+    fn pthread_sigmask(how: c_int, set: *const sigset_t, old: *mut sigset_t) -> c_int;
+    fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
+}

@@ -1,0 +1,412 @@
+//! The in-process syscall trap: a seccomp filter that sends interesting syscalls made from
+//! anywhere but the preload's trampoline to a SIGSYS handler, which emulates them.
+//!
+//! Symbol hooks cannot see libc-internal calls (glibc's own futex waits, `arc4random`'s
+//! `getrandom`, `fopen("/dev/urandom")`) or raw `syscall` instructions; the trap does. The filter
+//! lets everything from [`sys::return_address`] through, traps the calls listed in [`TRAPPED`]
+//! (and `clone` without `CLONE_THREAD`, i.e. a new process), refuses `clone3` with ENOSYS, and
+//! allows the rest.
+//!
+//! The handler runs in signal context on the trapping thread: it uses only raw syscalls through
+//! the trampoline, thread-local `Cell`s and atomics. A thread without a slot, or one already inside
+//! the preload, gets the real syscall. A call dara cannot honour is posted as `Unsupported` and
+//! the scheduler ends the execution ("fail closed").
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use dara_abi::{Op, NO_DEADLINE};
+use libc::{c_int, c_long, c_void, siginfo_t, sock_filter, sock_fprog, timespec, ucontext_t};
+
+use crate::gate::Gated;
+use crate::vclock::{self, ClockBase};
+use crate::{entropy, real, sys};
+
+const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
+
+/// Syscalls trapped whatever their arguments. (`clone3` is refused by the filter itself with
+/// ENOSYS, so glibc falls back to `clone`, whose flags the filter can inspect: it cannot be
+/// trapped because glibc's `pthread_create` issues it with every signal blocked, and a trap whose
+/// SIGSYS is blocked kills the process.)
+const TRAPPED: [c_long; 16] = [
+    libc::SYS_futex,
+    libc::SYS_futex_waitv,
+    libc::SYS_sched_yield,
+    libc::SYS_nanosleep,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_clock_gettime,
+    libc::SYS_gettimeofday,
+    libc::SYS_time,
+    libc::SYS_getrandom,
+    libc::SYS_open,
+    libc::SYS_openat,
+    libc::SYS_pause,
+    libc::SYS_fork,
+    libc::SYS_vfork,
+    libc::SYS_execve,
+    libc::SYS_execveat,
+];
+
+/// Set once the filter is installed (the signal-mask hooks keep SIGSYS deliverable from then on).
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the trap is active in this process.
+pub fn installed() -> bool {
+    INSTALLED.load(Ordering::Relaxed)
+}
+
+// Offsets into `struct seccomp_data`.
+const DATA_NR: u32 = 0;
+const DATA_ARCH: u32 = 4;
+const DATA_IP_LO: u32 = 8;
+const DATA_IP_HI: u32 = 12;
+const DATA_ARG0_LO: u32 = 16;
+
+const fn stmt(code: u32, k: u32) -> sock_filter {
+    sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+const fn jump(code: u32, k: u32, jt: u8, jf: u8) -> sock_filter {
+    sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    }
+}
+
+const PROGRAM_LEN: usize = TRAPPED.len() + 15;
+
+/// The BPF program; see the module doc. Jump offsets are relative to the next instruction.
+fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
+    use libc::{BPF_ABS, BPF_JEQ, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_RET, BPF_W};
+    let ld = BPF_LD | BPF_W | BPF_ABS;
+    let jeq = BPF_JMP | BPF_JEQ | BPF_K;
+    let n = TRAPPED.len();
+    // Fixed positions of the shared tails.
+    let trap_at = n + 13;
+    let allow_at = n + 14;
+    let to = |from: usize, target: usize| (target - from - 1) as u8;
+
+    let mut p = [stmt(0, 0); PROGRAM_LEN];
+    p[0] = stmt(ld, DATA_ARCH);
+    p[1] = jump(jeq, AUDIT_ARCH_X86_64, 1, 0);
+    p[2] = stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_KILL_PROCESS);
+    p[3] = stmt(ld, DATA_IP_LO);
+    p[4] = jump(jeq, allowed_ip as u32, 0, 2);
+    p[5] = stmt(ld, DATA_IP_HI);
+    p[6] = jump(jeq, (allowed_ip >> 32) as u32, to(6, allow_at), 0);
+    p[7] = stmt(ld, DATA_NR);
+    for (i, &nr) in TRAPPED.iter().enumerate() {
+        p[8 + i] = jump(jeq, nr as u32, to(8 + i, trap_at), 0);
+    }
+    p[8 + n] = jump(jeq, libc::SYS_clone3 as u32, 0, 1);
+    p[9 + n] = stmt(
+        BPF_RET | BPF_K,
+        libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+    );
+    p[10 + n] = jump(jeq, libc::SYS_clone as u32, 0, to(10 + n, allow_at));
+    p[11 + n] = stmt(ld, DATA_ARG0_LO);
+    p[12 + n] = jump(
+        BPF_JMP | BPF_JSET | BPF_K,
+        libc::CLONE_THREAD as u32,
+        to(12 + n, allow_at),
+        0,
+    );
+    p[trap_at] = stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_TRAP);
+    p[allow_at] = stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW);
+    p
+}
+
+/// Why the trap could not be installed.
+pub enum InstallError {
+    Handler,
+    NoNewPrivs,
+    Filter,
+}
+
+/// Installs the SIGSYS handler, then the filter (for every thread of the process).
+pub fn install() -> Result<(), InstallError> {
+    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value.
+    let mut action: libc::sigaction = unsafe { core::mem::zeroed() };
+    action.sa_sigaction = on_sigsys as extern "C" fn(c_int, *mut siginfo_t, *mut c_void) as usize;
+    action.sa_flags = libc::SA_SIGINFO;
+    // SAFETY: installing a handler with a valid sigaction; the old action is not wanted.
+    if unsafe { real::sigaction(libc::SIGSYS, &action, core::ptr::null_mut()) } != 0 {
+        return Err(InstallError::Handler);
+    }
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes plain integers.
+    if unsafe {
+        sys::syscall(
+            libc::SYS_prctl,
+            &[libc::PR_SET_NO_NEW_PRIVS as u64, 1, 0, 0, 0],
+        )
+    } != 0
+    {
+        return Err(InstallError::NoNewPrivs);
+    }
+    let filter = program(sys::return_address());
+    let fprog = sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut sock_filter,
+    };
+    let args = [
+        libc::SECCOMP_SET_MODE_FILTER as u64,
+        libc::SECCOMP_FILTER_FLAG_TSYNC,
+        &fprog as *const _ as u64,
+    ];
+    // SAFETY: `fprog` points to a well-formed program that outlives the call (the kernel copies it).
+    if unsafe { sys::syscall(libc::SYS_seccomp, &args) } != 0 {
+        return Err(InstallError::Filter);
+    }
+    INSTALLED.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_void) {
+    // SAFETY: for an SA_SIGINFO handler the kernel passes a valid ucontext_t that we may modify;
+    // it is resumed by sigreturn when the handler returns.
+    let uc = unsafe { &mut *(context as *mut ucontext_t) };
+    let regs = &mut uc.uc_mcontext.gregs;
+    // After a seccomp trap, rax holds the syscall number again (the kernel rolls it back).
+    let nr = regs[libc::REG_RAX as usize] as c_long;
+    let args = [
+        regs[libc::REG_RDI as usize] as u64,
+        regs[libc::REG_RSI as usize] as u64,
+        regs[libc::REG_RDX as usize] as u64,
+        regs[libc::REG_R10 as usize] as u64,
+        regs[libc::REG_R8 as usize] as u64,
+        regs[libc::REG_R9 as usize] as u64,
+    ];
+    regs[libc::REG_RAX as usize] = emulate(nr, args);
+}
+
+/// Performs the trapped syscall for real, through the trampoline.
+fn passthrough(nr: c_long, args: [u64; 6]) -> i64 {
+    // SAFETY: the exact syscall the program attempted, with its own arguments.
+    unsafe { sys::syscall6(nr, args) }
+}
+
+fn emulate(nr: c_long, a: [u64; 6]) -> i64 {
+    match nr {
+        // Randomness needs no slot: it is a stream draw, not a scheduling point.
+        libc::SYS_getrandom => {
+            // SAFETY: the program asked the kernel to write `a[1]` bytes at `a[0]`.
+            let buf = unsafe { core::slice::from_raw_parts_mut(a[0] as *mut u8, a[1] as usize) };
+            entropy::fill(buf);
+            a[1] as i64
+        }
+        libc::SYS_open | libc::SYS_openat => {
+            let (path, flags) = if nr == libc::SYS_open {
+                (a[0], a[1])
+            } else {
+                (a[1], a[2])
+            };
+            // SAFETY: the program passed this as a NUL-terminated path to open.
+            if unsafe { entropy::is_random_device(path as *const u8) } {
+                entropy::urandom_file(flags as c_int & libc::O_CLOEXEC != 0)
+            } else {
+                passthrough(nr, a)
+            }
+        }
+        _ => match Gated::enter() {
+            Some(gate) => gated(&gate, nr, a),
+            None => ungated(nr, a),
+        },
+    }
+}
+
+/// A trapped syscall on a thread dara does not control (or inside the preload): run it for
+/// real, except the forms that cannot be run from inside a signal handler.
+fn ungated(nr: c_long, a: [u64; 6]) -> i64 {
+    match nr {
+        // A vfork child would run on, and scribble over, this handler's frame: fork instead.
+        libc::SYS_vfork => passthrough(libc::SYS_fork, [0; 6]),
+        // A child on a new stack would return from the trampoline onto that empty stack.
+        libc::SYS_clone if a[1] != 0 => -(libc::ENOSYS as i64),
+        _ => passthrough(nr, a),
+    }
+}
+
+fn unsupported(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
+    gate.post(Op::Unsupported, [nr as u64, a[0], a[1], a[2]]);
+    // The scheduler never grants this; if it ever does, refuse the call.
+    -(libc::ENOSYS as i64)
+}
+
+fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
+    match nr {
+        libc::SYS_futex => futex(gate, nr, a),
+        libc::SYS_sched_yield => {
+            gate.post(Op::Yield, [0; 4]);
+            0
+        }
+        libc::SYS_nanosleep => {
+            // SAFETY: the program passed these to nanosleep.
+            let (req, rem) = unsafe { (user_ref::<timespec>(a[0]), user_mut::<timespec>(a[1])) };
+            sleep(gate, libc::CLOCK_MONOTONIC, 0, req, rem)
+        }
+        libc::SYS_clock_nanosleep => {
+            // SAFETY: the program passed these to clock_nanosleep.
+            let (req, rem) = unsafe { (user_ref::<timespec>(a[2]), user_mut::<timespec>(a[3])) };
+            match sleep(gate, a[0] as libc::clockid_t, a[1] as c_int, req, rem) {
+                i64::MIN => passthrough(nr, a),
+                rc => rc,
+            }
+        }
+        libc::SYS_clock_gettime => match ClockBase::of(a[0] as libc::clockid_t) {
+            Some(base) => {
+                let ns = vclock::read(gate, base);
+                // SAFETY: the program passed a timespec to fill.
+                match unsafe { user_mut::<timespec>(a[1]) } {
+                    Some(ts) => {
+                        *ts = vclock::ns_timespec(ns);
+                        0
+                    }
+                    None => -(libc::EFAULT as i64),
+                }
+            }
+            None => passthrough(nr, a),
+        },
+        libc::SYS_gettimeofday => {
+            let ns = vclock::read(gate, ClockBase::Realtime);
+            // SAFETY: the program passed a timeval to fill (or null).
+            if let Some(tv) = unsafe { user_mut::<libc::timeval>(a[0]) } {
+                tv.tv_sec = (ns / 1_000_000_000) as libc::time_t;
+                tv.tv_usec = (ns % 1_000_000_000 / 1_000) as libc::suseconds_t;
+            }
+            0
+        }
+        libc::SYS_time => {
+            let secs = (vclock::read(gate, ClockBase::Realtime) / 1_000_000_000) as i64;
+            // SAFETY: the program passed a time_t to fill (or null).
+            if let Some(t) = unsafe { user_mut::<libc::time_t>(a[0]) } {
+                *t = secs;
+            }
+            secs
+        }
+        // pause, futex_waitv, fork, vfork, clone without CLONE_THREAD, and execve/execveat: the
+        // filter outlives exec but this handler does not, so the new image would be killed by
+        // its first trapped syscall (ld.so's openat) before the preload could load again.
+        _ => unsupported(gate, nr, a),
+    }
+}
+
+/// Shared by nanosleep and clock_nanosleep: returns 0, -EINVAL, or `i64::MIN` for "not a clock
+/// dara controls" (the caller passes the call through).
+fn sleep(
+    gate: &Gated,
+    clock: libc::clockid_t,
+    flags: c_int,
+    req: Option<&timespec>,
+    rem: Option<&mut timespec>,
+) -> i64 {
+    let Some(base) = ClockBase::of(clock) else {
+        return i64::MIN;
+    };
+    let Some(req) = req else {
+        return -(libc::EFAULT as i64);
+    };
+    let deadline = if flags & libc::TIMER_ABSTIME != 0 {
+        vclock::absolute_deadline(base, req)
+    } else {
+        vclock::timespec_ns(req).map(|d| gate.deadline_after(d))
+    };
+    let Some(deadline) = deadline else {
+        return -(libc::EINVAL as i64);
+    };
+    vclock::sleep_until(gate, deadline);
+    if let Some(rem) = rem {
+        *rem = vclock::ns_timespec(0);
+    }
+    0
+}
+
+fn futex(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
+    let op = a[1] as c_int;
+    let cmd = op & !(libc::FUTEX_PRIVATE_FLAG | libc::FUTEX_CLOCK_REALTIME);
+    let (addr, val) = (a[0], a[2] as u32 as u64);
+    match cmd {
+        libc::FUTEX_WAIT | libc::FUTEX_WAIT_BITSET => {
+            // SAFETY: the program passed this timeout (or null) to futex.
+            let timeout = unsafe { user_ref::<timespec>(a[3]) };
+            let deadline = match (cmd, timeout) {
+                (_, None) => Some(NO_DEADLINE),
+                (libc::FUTEX_WAIT, Some(ts)) => {
+                    vclock::timespec_ns(ts).map(|d| gate.deadline_after(d))
+                }
+                (_, Some(ts)) => {
+                    let base = if op & libc::FUTEX_CLOCK_REALTIME != 0 {
+                        ClockBase::Realtime
+                    } else {
+                        ClockBase::Monotonic
+                    };
+                    vclock::absolute_deadline(base, ts)
+                }
+            };
+            let bitset = if cmd == libc::FUTEX_WAIT {
+                FUTEX_BITSET_MATCH_ANY
+            } else {
+                a[5] as u32 as u64
+            };
+            match deadline {
+                None => -(libc::EINVAL as i64),
+                Some(_) if bitset == 0 => -(libc::EINVAL as i64),
+                Some(deadline) => {
+                    gate.post(Op::FutexWait, [addr, val, deadline, bitset])
+                        .result
+                }
+            }
+        }
+        libc::FUTEX_WAKE | libc::FUTEX_WAKE_BITSET => {
+            let bitset = if cmd == libc::FUTEX_WAKE {
+                FUTEX_BITSET_MATCH_ANY
+            } else {
+                a[5] as u32 as u64
+            };
+            gate.post(Op::FutexWake, [addr, val, bitset, 0]).result
+        }
+        _ => unsupported(gate, nr, a),
+    }
+}
+
+/// A shared reference to a user-supplied pointer, `None` if null.
+///
+/// # Safety
+/// A non-null `addr` must point to a valid, aligned `T` that stays alive and unaliased by
+/// writes for the duration of the emulated call (the contract of the syscall the program made).
+unsafe fn user_ref<'a, T>(addr: u64) -> Option<&'a T> {
+    // SAFETY: see the function contract.
+    unsafe { (addr as *const T).as_ref() }
+}
+
+/// A mutable reference to a user-supplied pointer, `None` if null.
+///
+/// # Safety
+/// As for [`user_ref`], and the program gave the kernel the right to write it.
+unsafe fn user_mut<'a, T>(addr: u64) -> Option<&'a mut T> {
+    // SAFETY: see the function contract.
+    unsafe { (addr as *mut T).as_mut() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_jumps_stay_in_bounds() {
+        let p = program(0x1234_5678_9abc_def0);
+        for (i, ins) in p.iter().enumerate() {
+            if ins.code as u32 & 0x07 == libc::BPF_JMP {
+                assert!(i + 1 + (ins.jt as usize) < p.len());
+                assert!(i + 1 + (ins.jf as usize) < p.len());
+            }
+        }
+        assert_eq!(p[PROGRAM_LEN - 1].k, libc::SECCOMP_RET_ALLOW);
+        assert_eq!(p[PROGRAM_LEN - 2].k, libc::SECCOMP_RET_TRAP);
+    }
+}

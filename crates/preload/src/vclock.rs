@@ -1,0 +1,140 @@
+//! Virtual time as the target sees it: which clocks dara answers, how a virtual time `v` reads
+//! on each, and how timeouts given as `timespec`s become absolute virtual deadlines.
+//!
+//! Shared by the symbol hooks and the SIGSYS handler, so nothing here allocates or locks.
+use dara_abi::{Op, MONOTONIC_BASE_NS, NO_DEADLINE, REALTIME_EPOCH_NS};
+use libc::{clockid_t, timespec};
+
+use crate::gate::Gated;
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+
+/// The families of clocks dara virtualises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockBase {
+    /// `REALTIME_EPOCH_NS + v`.
+    Realtime,
+    /// `MONOTONIC_BASE_NS + v`.
+    Monotonic,
+    /// CPU-time clocks read `v` itself.
+    CpuTime,
+}
+
+impl ClockBase {
+    /// The base of `clock`, or `None` for clocks dara leaves alone.
+    pub fn of(clock: clockid_t) -> Option<ClockBase> {
+        match clock {
+            libc::CLOCK_REALTIME | libc::CLOCK_REALTIME_COARSE | libc::CLOCK_TAI => {
+                Some(ClockBase::Realtime)
+            }
+            libc::CLOCK_MONOTONIC
+            | libc::CLOCK_MONOTONIC_RAW
+            | libc::CLOCK_MONOTONIC_COARSE
+            | libc::CLOCK_BOOTTIME => Some(ClockBase::Monotonic),
+            libc::CLOCK_PROCESS_CPUTIME_ID | libc::CLOCK_THREAD_CPUTIME_ID => {
+                Some(ClockBase::CpuTime)
+            }
+            _ => None,
+        }
+    }
+
+    fn offset(self) -> u64 {
+        match self {
+            ClockBase::Realtime => REALTIME_EPOCH_NS,
+            ClockBase::Monotonic => MONOTONIC_BASE_NS,
+            ClockBase::CpuTime => 0,
+        }
+    }
+
+    /// What this clock reads at virtual time `v`.
+    pub fn reading(self, v: u64) -> u64 {
+        self.offset().saturating_add(v)
+    }
+
+    /// The virtual time at which this clock reads `abs_ns` (0 if that lies before the epoch).
+    pub fn to_virtual(self, abs_ns: u64) -> u64 {
+        abs_ns.saturating_sub(self.offset())
+    }
+}
+
+/// A valid `timespec` as nanoseconds; `None` for a negative or non-normalised one (EINVAL).
+pub fn timespec_ns(ts: &timespec) -> Option<u64> {
+    if ts.tv_sec < 0 || !(0..NS_PER_SEC as i64).contains(&ts.tv_nsec) {
+        return None;
+    }
+    Some(
+        (ts.tv_sec as u64)
+            .saturating_mul(NS_PER_SEC)
+            .saturating_add(ts.tv_nsec as u64),
+    )
+}
+
+/// Nanoseconds as a `timespec`.
+pub fn ns_timespec(ns: u64) -> timespec {
+    timespec {
+        tv_sec: (ns / NS_PER_SEC) as libc::time_t,
+        tv_nsec: (ns % NS_PER_SEC) as libc::c_long,
+    }
+}
+
+/// The virtual deadline of an absolute timeout on `base`; `None` for an invalid timespec.
+pub fn absolute_deadline(base: ClockBase, abstime: &timespec) -> Option<u64> {
+    timespec_ns(abstime).map(|ns| base.to_virtual(ns))
+}
+
+/// The virtual deadline of an optional absolute timeout (null means wait forever).
+pub fn optional_deadline(base: ClockBase, abstime: Option<&timespec>) -> Option<u64> {
+    match abstime {
+        None => Some(NO_DEADLINE),
+        Some(ts) => absolute_deadline(base, ts),
+    }
+}
+
+/// Reads `base` at the current virtual time: a `ClockRead` scheduling point.
+pub fn read(gate: &Gated, base: ClockBase) -> u64 {
+    base.reading(gate.post(Op::ClockRead, [0; 4]).now_ns)
+}
+
+/// Sleeps until the virtual `deadline`: a `Sleep` scheduling point.
+pub fn sleep_until(gate: &Gated, deadline: u64) {
+    gate.post(Op::Sleep, [deadline, 0, 0, 0]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clocks_map_to_bases() {
+        assert_eq!(
+            ClockBase::of(libc::CLOCK_REALTIME),
+            Some(ClockBase::Realtime)
+        );
+        assert_eq!(
+            ClockBase::of(libc::CLOCK_BOOTTIME),
+            Some(ClockBase::Monotonic)
+        );
+        assert_eq!(
+            ClockBase::of(libc::CLOCK_THREAD_CPUTIME_ID),
+            Some(ClockBase::CpuTime)
+        );
+        assert_eq!(ClockBase::of(libc::CLOCK_REALTIME_ALARM), None);
+    }
+
+    #[test]
+    fn deadlines_round_trip() {
+        let v = 12_345_678_901;
+        let abs = ns_timespec(ClockBase::Realtime.reading(v));
+        assert_eq!(absolute_deadline(ClockBase::Realtime, &abs), Some(v));
+        let past = timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        };
+        assert_eq!(absolute_deadline(ClockBase::Monotonic, &past), Some(0));
+        let bad = timespec {
+            tv_sec: 1,
+            tv_nsec: 1_000_000_000,
+        };
+        assert_eq!(timespec_ns(&bad), None);
+    }
+}

@@ -1,0 +1,505 @@
+//! The preload's side of the handoff protocol, against a minimal stand-in scheduler.
+//!
+//! The stand-in maps a region like `dara-trace` does, launches a small C program with the
+//! preload, and grants posts one at a time (lowest posted slot first; a join waits for its target
+//! to exit; no decision while a slot is STARTING). It answers every op with 0 except clock reads
+//! (a fixed virtual time) and sleeps (the clock jumps to the deadline). That is enough for a
+//! program with two threads and no contention; the real scheduler's integration tests cover the
+//! rest.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use dara_abi::{
+    splitmix64, state, Header, Op, Slot, MAGIC, MAX_SLOTS, MONOTONIC_BASE_NS, REALTIME_EPOCH_NS,
+    REGION_SIZE, VERSION,
+};
+
+/// The virtual time the stand-in scheduler starts at.
+const START_NS: u64 = 5_000_000_123;
+const CPUS: u32 = 3;
+
+fn preload_path() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    for dir in [profile_dir, &profile_dir.join("deps")] {
+        let candidate = dir.join("libdara_preload.so");
+        if candidate.exists() {
+            return candidate;
+        }
+    }
+    panic!("libdara_preload.so not found next to {}", exe.display());
+}
+
+/// Compiles the target program; `tag` keeps the tests, which run in parallel, apart.
+fn build_target(tag: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/protocol_target.c");
+    let out = std::env::temp_dir().join(format!("dara-preload-{tag}-{}", std::process::id()));
+    let status = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(status.success(), "cc failed");
+    out
+}
+
+/// A region mapped in this process, shared with the child through /proc/<pid>/fd/<n>.
+struct Region {
+    fd: i32,
+    base: *mut u8,
+}
+
+impl Region {
+    fn new(seed: u64, version: u32) -> Region {
+        // SAFETY: plain libc calls on a fresh memfd; the mapping is REGION_SIZE bytes.
+        unsafe {
+            let fd = libc::memfd_create(c"dara-test".as_ptr(), 0);
+            assert!(fd >= 0);
+            assert_eq!(libc::ftruncate(fd, REGION_SIZE as i64), 0);
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                REGION_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            let header = base as *mut Header;
+            (*header).magic = MAGIC;
+            (*header).version = version;
+            (*header).nslots = MAX_SLOTS as u32;
+            (*header).cpus = CPUS;
+            (*header).random_seed = seed;
+            (*header).scheduler_pid = std::process::id();
+            Region {
+                fd,
+                base: base as *mut u8,
+            }
+        }
+    }
+
+    fn path(&self) -> String {
+        format!("/proc/{}/fd/{}", std::process::id(), self.fd)
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping is live for self's lifetime and starts with a Header.
+        unsafe { &*(self.base as *const Header) }
+    }
+
+    fn slot(&self, i: u32) -> &Slot {
+        // SAFETY: i < MAX_SLOTS, so the slot lies inside the mapping.
+        unsafe { &*(self.base.add(dara_abi::slot_offset(i as usize)) as *const Slot) }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmapping and closing what `new` created.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, REGION_SIZE);
+            libc::close(self.fd);
+        }
+    }
+}
+
+fn futex_wake(word: &std::sync::atomic::AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a live atomic.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
+/// One granted post, as the stand-in saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    slot: u32,
+    op: Op,
+    args: [u64; 4],
+}
+
+/// Runs `target` under the preload and the stand-in scheduler.
+fn run(target: &Path, seed: u64, args: &[&str]) -> (Output, Vec<Seen>) {
+    run_with(target, seed, args, false)
+}
+
+/// `fair`: pick the next posted slot round-robin instead of the lowest (the lowest-first order
+/// is fully predictable but starves a new thread while its creator keeps posting).
+fn run_with(target: &Path, seed: u64, args: &[&str], fair: bool) -> (Output, Vec<Seen>) {
+    let region = Region::new(seed, VERSION);
+    let mut child = Command::new(target)
+        .args(args)
+        .env("LD_PRELOAD", preload_path())
+        .env("DARA_SHM", region.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let header = region.header();
+    let mut seen = Vec::new();
+    let mut now = START_NS;
+    let mut holder: Option<u32> = None;
+    let started = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!(
+                "target hung; last ops: {:?}",
+                &seen[seen.len().saturating_sub(20)..]
+            );
+        }
+        let claimed = header
+            .next_slot
+            .load(Ordering::Acquire)
+            .min(MAX_SLOTS as u32);
+        let states: Vec<u32> = (0..claimed)
+            .map(|i| region.slot(i).state.load(Ordering::Acquire))
+            .collect();
+        if let Some(h) = holder {
+            if matches!(states[h as usize], state::RUNNING | state::GRANTED) {
+                std::thread::yield_now();
+                continue;
+            }
+            holder = None;
+        }
+        if states.contains(&state::STARTING) {
+            std::thread::yield_now();
+            continue;
+        }
+        let first = if fair {
+            seen.last().map_or(0, |s: &Seen| s.slot + 1)
+        } else {
+            0
+        };
+        let pick = (0..claimed)
+            .map(|k| (first + k) % claimed.max(1))
+            .find(|&i| {
+                let slot = region.slot(i);
+                if states[i as usize] != state::POSTED {
+                    return false;
+                }
+                match Op::from_u32(slot.op.load(Ordering::Relaxed)) {
+                    Some(Op::ThreadJoin) => {
+                        let target = slot.args[0].load(Ordering::Relaxed) as usize;
+                        states.get(target) == Some(&state::EXITED)
+                    }
+                    _ => true,
+                }
+            });
+        let Some(i) = pick else {
+            std::thread::sleep(Duration::from_micros(50));
+            continue;
+        };
+        let slot = region.slot(i);
+        let op = Op::from_u32(slot.op.load(Ordering::Relaxed)).expect("unknown op");
+        let args: [u64; 4] = std::array::from_fn(|k| slot.args[k].load(Ordering::Relaxed));
+        seen.push(Seen { slot: i, op, args });
+        let result: i64 = match op {
+            Op::ProcessStart => {
+                let p = slot.process.load(Ordering::Relaxed) as usize;
+                header.processes[p]
+                    .random_seed
+                    .store(splitmix64(seed ^ p as u64), Ordering::Release);
+                0
+            }
+            Op::Sleep => {
+                now = now.max(args[0]);
+                0
+            }
+            Op::CondWait => {
+                // Time out at once: the deadline must be exactly the one the program asked for.
+                now = now.max(args[2]);
+                libc::ETIMEDOUT as i64
+            }
+            // A trylock on a held lock, a semaphore without units, a futex word that changed.
+            Op::MutexTryLock => libc::EBUSY as i64,
+            Op::SemTryWait => libc::EAGAIN as i64,
+            Op::FutexWait => -(libc::EAGAIN as i64),
+            Op::OnceBegin => !seen
+                .iter()
+                .rev()
+                .skip(1)
+                .any(|s: &Seen| s.op == Op::OnceBegin && s.args[0] == args[0])
+                as i64,
+            Op::Unsupported => {
+                // Never granted: end the execution; the parked thread notices within a second.
+                header.shutdown.store(1, Ordering::Release);
+                let status = child.wait().unwrap();
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "parked thread did not notice the shutdown"
+                );
+                let _ = status;
+                break;
+            }
+            _ => 0,
+        };
+        slot.result.store(result as u64, Ordering::Relaxed);
+        slot.now_ns.store(now, Ordering::Relaxed);
+        slot.state.store(state::GRANTED, Ordering::Release);
+        futex_wake(&slot.state);
+        holder = if op == Op::ThreadExit { None } else { Some(i) };
+    }
+    let output = child.wait_with_output().unwrap();
+    (output, seen)
+}
+
+fn line<'a>(stdout: &'a str, key: &str) -> &'a str {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no `{key}` line in:\n{stdout}"))
+}
+
+fn timespec_line(ns: u64) -> String {
+    format!("{} {:09}", ns / 1_000_000_000, ns % 1_000_000_000)
+}
+
+#[test]
+fn protocol_threads_clocks_and_randomness() {
+    let target = build_target("protocol");
+    let (output, seen) = run(&target, 7, &[]);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "stdout:\n{stdout}\nstderr:\n{stderr}\nops: {seen:?}"
+    );
+
+    // What the program saw.
+    assert_eq!(
+        line(&stdout, "realtime"),
+        timespec_line(REALTIME_EPOCH_NS + START_NS)
+    );
+    assert_eq!(
+        line(&stdout, "worker-monotonic"),
+        timespec_line(MONOTONIC_BASE_NS + START_NS)
+    );
+    let slept = START_NS + 2_000_000_500;
+    assert_eq!(
+        line(&stdout, "after-sleep"),
+        timespec_line(MONOTONIC_BASE_NS + slept)
+    );
+    assert_eq!(
+        line(&stdout, "raw-realtime"),
+        timespec_line(REALTIME_EPOCH_NS + slept),
+        "trapped clock_gettime"
+    );
+    assert_eq!(line(&stdout, "joined"), "50");
+    assert_eq!(line(&stdout, "futex-wake"), "0");
+    assert_eq!(line(&stdout, "nprocs"), CPUS.to_string());
+    assert_eq!(line(&stdout, "srand-repeats"), "1");
+    assert_eq!(
+        line(&stdout, "cond-timedwait"),
+        "1 relock 1",
+        "timed out, and holds the mutex again"
+    );
+    assert_eq!(line(&stdout, "once-runs"), "1");
+    assert_eq!(line(&stdout, "sem"), "0 -1 1");
+    assert_eq!(line(&stdout, "futex-wait"), "-1 1");
+
+    // The ops, in order (clock reads included).
+    let ops: Vec<(u32, Op)> = seen.iter().map(|s| (s.slot, s.op)).collect();
+    use Op::*;
+    assert_eq!(
+        ops,
+        vec![
+            (0, ProcessStart),
+            (0, ClockRead),
+            (0, ThreadCreate),
+            (1, ThreadStart),
+            (1, MutexLock),
+            (1, MutexUnlock),
+            (1, ClockRead),
+            (1, ThreadExit),
+            (0, ThreadJoin),
+            (0, Sleep),
+            (0, ClockRead),
+            (0, ClockRead),
+            (0, MutexLock),
+            (0, ClockRead),
+            (0, CondWait),
+            (0, MutexTryLock),
+            (0, MutexUnlock),
+            (0, RwReadLock),
+            (0, RwUnlock),
+            (0, OnceBegin),
+            (0, OnceDone),
+            (0, OnceBegin),
+            (0, SemInit),
+            (0, SemWait),
+            (0, SemTryWait),
+            (0, FutexWait),
+            (0, FutexWake),
+            (0, Yield),
+            (0, ProcessExit),
+        ]
+    );
+    let find = |op: Op| seen.iter().find(|s| s.op == op).unwrap();
+    assert_eq!(find(ProcessStart).args[0], u64::MAX);
+    assert_eq!(
+        find(ThreadCreate).args[0],
+        1,
+        "ThreadCreate names the child's slot"
+    );
+    assert_eq!(
+        find(ThreadStart).args[0],
+        0,
+        "ThreadStart names the creator's slot"
+    );
+    assert_eq!(find(ThreadJoin).args[0], 1);
+    assert_eq!(find(MutexLock).args[0], find(MutexUnlock).args[0]);
+    assert_eq!(find(MutexLock).args[1], dara_abi::mutex_kind::NORMAL);
+    assert_eq!(find(Sleep).args[0], slept);
+    assert_eq!(find(FutexWake).args[1], 1);
+    let cond_wait = find(CondWait);
+    assert_eq!(
+        cond_wait.args[1],
+        find(MutexUnlock).args[0],
+        "CondWait names the mutex"
+    );
+    assert_eq!(
+        cond_wait.args[2],
+        slept + 1_000_000_000,
+        "CLOCK_REALTIME abstime -> virtual deadline"
+    );
+    assert_eq!(find(SemWait).args[1], dara_abi::NO_DEADLINE);
+    assert_eq!(find(SemInit).args[1], 1);
+    let futex_wait = find(FutexWait);
+    assert_eq!(
+        (futex_wait.args[1], futex_wait.args[2], futex_wait.args[3]),
+        (1, dara_abi::NO_DEADLINE, 0xFFFF_FFFF)
+    );
+    assert_eq!(find(ProcessExit).args[0], 3);
+
+    // Randomness is a function of the seed.
+    let (again, _) = run(&target, 7, &[]);
+    let (other, _) = run(&target, 8, &[]);
+    let again = String::from_utf8_lossy(&again.stdout).into_owned();
+    let other = String::from_utf8_lossy(&other.stdout).into_owned();
+    for key in ["getrandom", "raw-getrandom", "urandom", "at-random"] {
+        assert_eq!(
+            line(&stdout, key),
+            line(&again, key),
+            "{key} differs between runs with one seed"
+        );
+        assert_ne!(
+            line(&stdout, key),
+            line(&other, key),
+            "{key} ignores the seed"
+        );
+    }
+    assert_ne!(line(&stdout, "getrandom"), line(&stdout, "raw-getrandom"));
+    std::fs::remove_file(&target).ok();
+}
+
+#[test]
+fn fork_is_reported_unsupported_and_shutdown_ends_the_process() {
+    let target = build_target("fork");
+    let (output, seen) = run(&target, 1, &["fork"]);
+    assert_eq!(
+        output.status.code(),
+        Some(137),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.stdout.is_empty(), "no process was created");
+    let last = seen.last().unwrap();
+    assert_eq!(last.op, Op::Unsupported);
+    assert_eq!(
+        last.args[0],
+        libc::SYS_clone as u64,
+        "glibc's fork is a clone without CLONE_THREAD"
+    );
+    assert_eq!(last.args[1] & libc::CLONE_THREAD as u64, 0);
+    std::fs::remove_file(&target).ok();
+}
+
+#[test]
+fn inert_without_dara_shm() {
+    let target = build_target("inert");
+    let output = Command::new(&target)
+        .env("LD_PRELOAD", preload_path())
+        .env_remove("DARA_SHM")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(line(&stdout, "joined"), "50");
+    assert_eq!(line(&stdout, "srand-repeats"), "1");
+    // Real time: after 2024-01-01 and far from dara's fixed epoch + a few seconds.
+    let secs: u64 = line(&stdout, "realtime")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(secs > REALTIME_EPOCH_NS / 1_000_000_000 + 86_400);
+    let nprocs: i64 = line(&stdout, "nprocs").parse().unwrap();
+    // SAFETY: plain sysconf query.
+    assert_eq!(nprocs, unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) });
+    std::fs::remove_file(&target).ok();
+}
+
+#[test]
+fn version_mismatch_exits_125() {
+    let target = build_target("version");
+    let region = Region::new(1, VERSION + 1);
+    let output = Command::new(&target)
+        .env("LD_PRELOAD", preload_path())
+        .env("DARA_SHM", region.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(125));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "dara: preload/scheduler version mismatch\n"
+    );
+    assert!(output.stdout.is_empty());
+    std::fs::remove_file(&target).ok();
+}
+
+/// Runs `$DARA_SMOKE_CMD` (whitespace-separated) under the stand-in scheduler and prints what it
+/// posted. A development aid for trying real programs before the real scheduler exists:
+/// `DARA_SMOKE_CMD="python3 -c print(1)" cargo test -p dara-preload --test protocol -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn smoke_command() {
+    let Ok(cmd) = std::env::var("DARA_SMOKE_CMD") else {
+        return;
+    };
+    let mut words = cmd.split_whitespace();
+    let program = which(words.next().expect("empty DARA_SMOKE_CMD"));
+    let args: Vec<&str> = words.collect();
+    let (output, seen) = run_with(&program, 1, &args, true);
+    let mut counts = std::collections::BTreeMap::new();
+    for s in &seen {
+        *counts.entry(s.op.name()).or_insert(0) += 1;
+    }
+    println!("status: {:?}\nops: {counts:?}", output.status);
+    println!("stdout:\n{}", String::from_utf8_lossy(&output.stdout));
+    println!("stderr:\n{}", String::from_utf8_lossy(&output.stderr));
+}
+
+fn which(name: &str) -> PathBuf {
+    if name.contains('/') {
+        return PathBuf::from(name);
+    }
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name} not found in PATH"))
+}

@@ -1,0 +1,485 @@
+//! One execution, end to end: create the region, launch the command, then the gated loop —
+//! wait until every thread is parked, ask the strategy, apply the decision to the model, grant
+//! exactly one thread — and the oracles that end it (exit, crash, deadlock, hang, uncontrolled
+//! blocking). Every exit path tears the process tree down before returning.
+//!
+//! Only this module touches both the model and the live processes; the model stays pure and the
+//! tracer stays ignorant of scheduling.
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dara_abi::{splitmix64, state, Op, MAX_PROCESSES};
+use dara_tracer::reaper::ExitStatus;
+use dara_tracer::{LaunchSpec, ProcessTree};
+
+use crate::choice::{Decide, ProcessId, ThreadId};
+use crate::memory::TargetMemory;
+use crate::model::{Effect, Model, Request};
+use crate::outcome::Outcome;
+use crate::region::Region;
+use crate::symbols::Symbolizer;
+use crate::trace::Step;
+use crate::{futex, procfs};
+
+/// How to run one execution.
+#[derive(Clone, Debug)]
+pub struct ExecutionConfig {
+    pub command: Vec<String>,
+    pub cwd: Option<PathBuf>,
+    /// Path of libdara_preload.so.
+    pub preload: PathBuf,
+    /// CPU count the target observes.
+    pub cpus: u32,
+    /// CPU the execution (scheduler thread and target) is pinned to.
+    pub pin_cpu: Option<usize>,
+    /// Seed of the application's random streams.
+    pub random_seed: u64,
+    pub max_steps: u64,
+    pub max_vtime_ns: u64,
+    /// The token holder asleep in the kernel for this long is "uncontrolled blocking".
+    pub watchdog: Duration,
+    /// The token holder computing for this long without a scheduling point is a hang.
+    pub busy_limit: Duration,
+    /// Resolve object addresses to symbol names for the interleaving listing.
+    pub symbolize: bool,
+}
+
+/// What happened in one execution.
+#[derive(Debug)]
+pub struct ExecutionReport {
+    pub steps: Vec<Step>,
+    pub outcome: Outcome,
+    /// Logical process of each thread seen.
+    pub threads: BTreeMap<ThreadId, ProcessId>,
+    /// Names of object addresses seen (when `symbolize`).
+    pub symbols: BTreeMap<u64, String>,
+    pub wall: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutionError {
+    #[error("cannot create the shared-memory region: {0}")]
+    Region(std::io::Error),
+    #[error(transparent)]
+    Launch(#[from] dara_tracer::LaunchError),
+    #[error("the target's processes could not all be killed (a process is stuck in the kernel)")]
+    Teardown,
+}
+
+/// Runs one execution of `cfg.command` under `decide`. `stop` (set by a signal handler) ends it
+/// early with `Outcome::Interrupted`.
+pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) -> Result<ExecutionReport, ExecutionError> {
+    let started = Instant::now();
+    if let Some(cpu) = cfg.pin_cpu {
+        pin_current_thread(cpu);
+    }
+    let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed).map_err(ExecutionError::Region)?);
+    let mut env = vec![
+        ("DARA_SHM".into(), region.path().into()),
+        ("DARA_ACTIVE".into(), "1".into()),
+    ];
+    let preload = match std::env::var_os("LD_PRELOAD") {
+        Some(existing) if !existing.is_empty() => {
+            let mut s = cfg.preload.clone().into_os_string();
+            s.push(":");
+            s.push(existing);
+            s
+        }
+        _ => cfg.preload.clone().into_os_string(),
+    };
+    env.push(("LD_PRELOAD".into(), preload));
+    let spec = LaunchSpec { command: cfg.command.clone(), cwd: cfg.cwd.clone(), env, cpu: cfg.pin_cpu };
+    let waker = Arc::clone(&region);
+    let tree = ProcessTree::spawn(&spec, move || waker.wake_scheduler())?;
+    let mut run = Execution::new(cfg, region, tree);
+    let outcome = run.drive(decide, stop);
+    run.region.header().shutdown.store(1, Ordering::Release);
+    if !run.tree.kill_all() {
+        return Err(ExecutionError::Teardown);
+    }
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, wall: started.elapsed() })
+}
+
+fn pin_current_thread(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; sched_setaffinity reads it. Failure (CPU offline) is
+    // harmless: the run is still correct, only slower.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+struct ProcessRecord {
+    pid: u32,
+    alive: bool,
+    exit: Option<ExitStatus>,
+}
+
+/// Who holds the run token, since when, and whether the watchdog has seen it asleep.
+struct TokenHolder {
+    thread: ThreadId,
+    since: Instant,
+    asleep_since: Option<Instant>,
+}
+
+enum Wait {
+    /// Every live thread is parked at a scheduling point.
+    Quiet,
+    /// The execution is over.
+    End(Outcome),
+}
+
+struct Execution<'a> {
+    cfg: &'a ExecutionConfig,
+    region: Arc<Region>,
+    tree: ProcessTree,
+    model: Model,
+    memory: TargetMemory,
+    steps: Vec<Step>,
+    /// `posts` counter of each slot when last ingested.
+    seen_posts: Vec<u32>,
+    /// Slots whose thread has finished (or never came to be).
+    finished: Vec<bool>,
+    thread_process: BTreeMap<ThreadId, ProcessId>,
+    processes: BTreeMap<ProcessId, ProcessRecord>,
+    holder: Option<TokenHolder>,
+    symbolizers: BTreeMap<ProcessId, Symbolizer>,
+    symbols: BTreeMap<u64, String>,
+}
+
+impl<'a> Execution<'a> {
+    fn new(cfg: &'a ExecutionConfig, region: Arc<Region>, tree: ProcessTree) -> Execution<'a> {
+        Execution {
+            cfg,
+            region,
+            tree,
+            model: Model::new(),
+            memory: TargetMemory::default(),
+            steps: Vec::new(),
+            seen_posts: vec![0; dara_abi::MAX_SLOTS],
+            finished: vec![false; dara_abi::MAX_SLOTS],
+            thread_process: BTreeMap::new(),
+            processes: BTreeMap::new(),
+            holder: None,
+            symbolizers: BTreeMap::new(),
+            symbols: BTreeMap::new(),
+        }
+    }
+
+    fn drive(&mut self, decide: &mut dyn Decide, stop: &AtomicBool) -> Outcome {
+        loop {
+            if let Wait::End(outcome) = self.wait_until_quiet(stop) {
+                return outcome;
+            }
+            if self.steps.len() as u64 >= self.cfg.max_steps {
+                return Outcome::Hang { reason: format!("step bound reached ({} scheduling decisions); raise --max-steps if the program is just long", self.cfg.max_steps) };
+            }
+            if self.model.now() > self.cfg.max_vtime_ns {
+                return Outcome::Hang { reason: format!("virtual-time bound exceeded ({} s); raise --max-vtime if the program legitimately runs longer", self.cfg.max_vtime_ns / 1_000_000_000) };
+            }
+            let choices = self.model.choices();
+            if choices.is_empty() {
+                if self.model.live_threads().is_empty() {
+                    // Everyone finished; only process exits are still to come.
+                    if let Some(outcome) = self.wait_for_exits(stop) {
+                        return outcome;
+                    }
+                    continue;
+                }
+                return Outcome::Deadlock { threads: self.deadlock_report() };
+            }
+            let step = self.steps.len() as u64;
+            let index = match decide.choose(step, &choices) {
+                Ok(i) if i < choices.len() => i,
+                Ok(i) => return Outcome::Diverged { step, expected: format!("a choice index below {}", choices.len()), seen: format!("index {i}") },
+                Err(d) => return Outcome::Diverged { step: d.step, expected: d.expected, seen: d.seen },
+            };
+            let choice = choices[index];
+            let effect = self.model.apply(&choice, &mut self.memory);
+            let result = match effect {
+                Effect::Grant { result } => Some(result),
+                Effect::Blocked => None,
+            };
+            self.steps.push(Step { choice, result, now_ns: self.model.now() });
+            if let Some(result) = result {
+                self.grant(choice.thread, choice.op, result);
+            }
+        }
+    }
+
+    /// Hands the token to `thread` with `result`.
+    fn grant(&mut self, thread: ThreadId, op: Op, result: i64) {
+        let slot = self.region.slot(thread as usize);
+        slot.result.store(result as u64, Ordering::Relaxed);
+        slot.now_ns.store(self.model.now(), Ordering::Relaxed);
+        slot.state.store(state::GRANTED, Ordering::Release);
+        futex::wake(&slot.state, 1);
+        self.holder = Some(TokenHolder { thread, since: Instant::now(), asleep_since: None });
+        if op == Op::ThreadExit {
+            // The thread now runs libc's teardown. Wait until it is really gone, so nothing of it
+            // runs concurrently with the next granted thread.
+            let (pid, tid) = (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed));
+            if pid != tid {
+                wait_thread_gone(pid, tid);
+            }
+            self.finished[thread as usize] = true;
+            self.holder = None;
+        }
+    }
+
+    /// Waits until no thread is running or starting, ingesting every new post.
+    fn wait_until_quiet(&mut self, stop: &AtomicBool) -> Wait {
+        loop {
+            let seen = self.region.header().sched_wake.load(Ordering::Acquire);
+            if let Some(outcome) = self.drain_exits() {
+                return Wait::End(outcome);
+            }
+            if stop.load(Ordering::Relaxed) {
+                return Wait::End(Outcome::Interrupted);
+            }
+            let mut quiet = true;
+            for i in 0..self.region.claimed_slots() {
+                if self.finished[i] {
+                    continue;
+                }
+                let slot = self.region.slot(i);
+                let pid = slot.pid.load(Ordering::Acquire);
+                if pid != 0 && self.pid_is_dead(pid) {
+                    continue;
+                }
+                match slot.state.load(Ordering::Acquire) {
+                    state::POSTED => {
+                        let posts = slot.posts.load(Ordering::Acquire);
+                        if posts != self.seen_posts[i] {
+                            self.seen_posts[i] = posts;
+                            if let Some(outcome) = self.ingest(i as ThreadId) {
+                                return Wait::End(outcome);
+                            }
+                        }
+                    }
+                    state::EXITED => self.finished[i] = true,
+                    _ => quiet = false,
+                }
+            }
+            if quiet {
+                return Wait::Quiet;
+            }
+            if self.tree.all_gone() {
+                if let Some(outcome) = self.drain_exits() {
+                    return Wait::End(outcome);
+                }
+                return Wait::End(self.final_outcome());
+            }
+            futex::wait(&self.region.header().sched_wake, seen, Duration::from_millis(20));
+            if let Some(outcome) = self.watchdog() {
+                return Wait::End(outcome);
+            }
+        }
+    }
+
+    /// A thread posted: tell the model.
+    fn ingest(&mut self, thread: ThreadId) -> Option<Outcome> {
+        let slot = self.region.slot(thread as usize);
+        let raw_op = slot.op.load(Ordering::Acquire);
+        let args = [0, 1, 2, 3].map(|k| slot.args[k].load(Ordering::Acquire));
+        let process = slot.process.load(Ordering::Acquire);
+        if self.holder.as_ref().is_some_and(|h| h.thread == thread) {
+            self.holder = None;
+        }
+        let Some(op) = Op::from_u32(raw_op) else {
+            return Some(Outcome::Uncontrolled { thread, syscall: format!("op {raw_op}"), detail: "the preload posted an operation this dara does not know (version mismatch?)".into() });
+        };
+        match op {
+            Op::ProcessStart => {
+                if process as usize >= MAX_PROCESSES {
+                    return Some(Outcome::Uncontrolled { thread, syscall: "fork".into(), detail: format!("more than {MAX_PROCESSES} processes in one execution") });
+                }
+                let pid = slot.pid.load(Ordering::Acquire);
+                let entry = &self.region.header().processes[process as usize];
+                entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
+                self.processes.insert(process, ProcessRecord { pid, alive: true, exit: None });
+                self.memory.set_pid(process, pid);
+                self.thread_process.insert(thread, process);
+                self.model.add_thread(thread, process);
+            }
+            Op::ThreadStart => {
+                self.thread_process.insert(thread, process);
+                self.model.add_thread(thread, process);
+            }
+            Op::Unsupported => {
+                let name = procfs::syscall_name(args[0] as i64);
+                let detail = match args[0] as i64 {
+                    56 | 57 | 58 | 435 => "process creation is not supported yet; run single-process programs".to_string(),
+                    _ => format!("{name} cannot be modelled by dara (arguments {:#x}, {:#x}); the run was stopped rather than left uncontrolled", args[1], args[2]),
+                };
+                return Some(Outcome::Uncontrolled { thread, syscall: name, detail });
+            }
+            _ => {}
+        }
+        if self.cfg.symbolize {
+            self.note_symbol(process, args[0]);
+        }
+        self.model.post(thread, Request { op, args });
+        None
+    }
+
+    fn note_symbol(&mut self, process: ProcessId, addr: u64) {
+        if addr < 0x1000 || self.symbols.contains_key(&addr) {
+            return;
+        }
+        let Some(pid) = self.processes.get(&process).map(|p| p.pid) else { return };
+        let symbolizer = self.symbolizers.entry(process).or_insert_with(|| Symbolizer::for_process(pid));
+        if let Some(name) = symbolizer.name(addr) {
+            self.symbols.insert(addr, name);
+        }
+    }
+
+    fn pid_is_dead(&self, pid: u32) -> bool {
+        self.processes.values().any(|p| p.pid == pid && !p.alive)
+    }
+
+    /// Applies queued process exits; returns an outcome if one ends the execution.
+    fn drain_exits(&mut self) -> Option<Outcome> {
+        while let Some(event) = self.tree.try_exit() {
+            let known = self.processes.iter_mut().find(|(_, p)| p.pid == event.pid && p.alive);
+            let Some((&process, record)) = known else {
+                if event.pid == self.tree.root_pid() && self.processes.is_empty() {
+                    return Some(Outcome::Uncontrolled {
+                        thread: 0,
+                        syscall: "exec".into(),
+                        detail: "the program exited without ever reaching dara's preload: LD_PRELOAD did not take effect (static binary, setuid, or a launcher that clears the environment)".into(),
+                    });
+                }
+                continue;
+            };
+            record.alive = false;
+            record.exit = Some(event.status);
+            self.model.process_exited(process);
+            if self.holder.as_ref().is_some_and(|h| self.thread_process.get(&h.thread) == Some(&process)) {
+                self.holder = None;
+            }
+            match event.status {
+                ExitStatus::Signal(signal) => {
+                    return Some(Outcome::Crashed { process, signal, name: signal_name(signal) });
+                }
+                ExitStatus::Code(code) if code != 0 && process != 0 => {
+                    return Some(Outcome::ChildFailed { process, code });
+                }
+                ExitStatus::Code(_) => {}
+            }
+        }
+        None
+    }
+
+    fn final_outcome(&self) -> Outcome {
+        match self.processes.get(&0).and_then(|p| p.exit) {
+            Some(ExitStatus::Code(code)) => Outcome::Exited { code },
+            Some(ExitStatus::Signal(signal)) => Outcome::Crashed { process: 0, signal, name: signal_name(signal) },
+            None => Outcome::Uncontrolled {
+                thread: 0,
+                syscall: "exec".into(),
+                detail: "the program ended without ever reaching dara's preload".into(),
+            },
+        }
+    }
+
+    /// Nothing can be scheduled and no thread is live: wait (bounded) for the processes to end.
+    fn wait_for_exits(&mut self, stop: &AtomicBool) -> Option<Outcome> {
+        let deadline = Instant::now() + self.cfg.busy_limit;
+        while Instant::now() < deadline {
+            let seen = self.region.header().sched_wake.load(Ordering::Acquire);
+            if let Some(outcome) = self.drain_exits() {
+                return Some(outcome);
+            }
+            if self.tree.all_gone() {
+                return Some(self.final_outcome());
+            }
+            if stop.load(Ordering::Relaxed) {
+                return Some(Outcome::Interrupted);
+            }
+            if self.region.claimed_slots() > self.thread_process.len() {
+                return None; // a thread is being born after all
+            }
+            futex::wait(&self.region.header().sched_wake, seen, Duration::from_millis(20));
+        }
+        Some(Outcome::Hang { reason: "every thread finished but the process did not exit".into() })
+    }
+
+    /// Checks the token holder: asleep in the kernel → uncontrolled; computing too long → hang.
+    fn watchdog(&mut self) -> Option<Outcome> {
+        let holder = self.holder.as_mut()?;
+        let slot = self.region.slot(holder.thread as usize);
+        let (pid, tid) = (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed));
+        let now = Instant::now();
+        match procfs::thread_state(pid, tid) {
+            Some('S') | Some('D') => {
+                let since = *holder.asleep_since.get_or_insert(now);
+                if now - since >= self.cfg.watchdog {
+                    let syscall = procfs::blocked_syscall(pid, tid).unwrap_or_else(|| "an unknown system call".into());
+                    let thread = holder.thread;
+                    return Some(Outcome::Uncontrolled {
+                        thread,
+                        syscall: syscall.clone(),
+                        detail: format!(
+                            "thread {thread} (pid {pid}, tid {tid}) holds the run token but has been blocked in the kernel in {syscall} for {} ms, outside dara's control; the run was stopped",
+                            self.cfg.watchdog.as_millis()
+                        ),
+                    });
+                }
+            }
+            _ => holder.asleep_since = None,
+        }
+        if now - holder.since >= self.cfg.busy_limit {
+            return Some(Outcome::Hang {
+                reason: format!("thread {} ran for {} s without reaching a scheduling point (a busy loop with no yield, sleep or lock?)", holder.thread, self.cfg.busy_limit.as_secs()),
+            });
+        }
+        None
+    }
+
+    fn deadlock_report(&mut self) -> Vec<crate::outcome::BlockedThread> {
+        let mut report = self.model.blocked_report();
+        for blocked in &mut report {
+            if blocked.addr >= 0x1000 {
+                if let Some(pid) = self.processes.get(&blocked.process).map(|p| p.pid) {
+                    let symbolizer = self.symbolizers.entry(blocked.process).or_insert_with(|| Symbolizer::for_process(pid));
+                    blocked.symbol = symbolizer.name(blocked.addr);
+                }
+            }
+        }
+        report
+    }
+}
+
+/// Waits (bounded) until a thread has left the kernel's task list.
+fn wait_thread_gone(pid: u32, tid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut pause = Duration::from_micros(5);
+    while procfs::thread_exists(pid, tid) && Instant::now() < deadline {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
+    }
+}
+
+/// "SIGSEGV" for 11, and so on.
+pub fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGSYS => "SIGSYS",
+        libc::SIGTRAP => "SIGTRAP",
+        _ => return format!("signal {signal}"),
+    };
+    name.to_string()
+}

@@ -1,0 +1,20 @@
+//! Shared (not process-private) futex wait and wake on words in the region.
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// Sleeps while `*word == expected`, at most `timeout`. Spurious returns are allowed.
+pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    // SAFETY: FUTEX_WAIT reads the aligned u32 behind `word` and the timespec on our stack.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec, 0usize, 0u32);
+    }
+}
+
+/// Wakes up to `n` waiters on `word`, in any process.
+pub fn wake(word: &AtomicU32, n: i32) {
+    // SAFETY: FUTEX_WAKE only uses the address of `word` as a key.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n, 0usize, 0usize, 0u32);
+    }
+}

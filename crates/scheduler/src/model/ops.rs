@@ -1,0 +1,386 @@
+//! What every operation does in the model: when its `Run` choice is enabled, and what applying
+//! `Run` or `Timeout` changes and returns.
+//!
+//! Results are what the hook hands back to the program: 0 or a positive errno for pthread-style
+//! operations (as glibc returns them), a negative errno for raw futex calls (as the syscall
+//! returns them).
+//!
+//! A `Timeout` means "the deadline passed before the operation completed". Where POSIX or the
+//! kernel check availability before the clock (mutex and rwlock timed locks, `sem_timedwait`, the
+//! futex word comparison), a `Timeout` on an operation that can complete right now completes it
+//! (after the clock jump) instead of failing: glibc never answers ETIMEDOUT to a timed lock of a
+//! free mutex, so neither does the model.
+//!
+//! Objects whose value the model has never seen (a semaphore or barrier initialised statically or
+//! by a process the model did not watch) are read from target memory when first applied, which is
+//! why `Run` of a `SemWait` on an unknown semaphore is enabled: applying it learns the value, and
+//! if that is 0 the thread stays pending (`Effect::Blocked`) until a post.
+use dara_abi::Op;
+
+use super::objects::{Barrier, FutexWaiter, ObjKey, Once, RwLock};
+use super::thread::{Phase, Thread, Wait};
+use super::{MemoryReader, Model, Request};
+use crate::choice::{ProcessId, ThreadId};
+
+const EAGAIN: i64 = libc::EAGAIN as i64;
+const EDEADLK: i64 = libc::EDEADLK as i64;
+const ETIMEDOUT: i64 = libc::ETIMEDOUT as i64;
+/// glibc's `PTHREAD_BARRIER_SERIAL_THREAD` (not exported by the `libc` crate).
+pub(crate) const BARRIER_SERIAL_THREAD: i64 = -1;
+/// Offset of `count` in glibc's `struct pthread_barrier { in, current_round, count, .. }`.
+const GLIBC_BARRIER_COUNT_OFFSET: u64 = 8;
+/// A futex bitset of 0 (not given) means "any waiter", like plain `FUTEX_WAIT`/`FUTEX_WAKE`.
+const FUTEX_BITSET_ANY: u32 = u32::MAX;
+
+/// What applying a choice did, before it is turned into an [`super::Effect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The operation completed with this result.
+    Grant(i64),
+    /// The operation took effect and the thread now waits.
+    Park(Wait),
+    /// The operation could not take effect after all (it needed a value only memory could tell):
+    /// the thread stays pending.
+    StayPending,
+}
+
+/// The deadline of the timer a thread offers as a `Timeout` choice, if any: its request's
+/// deadline while it is still pending or waiting on a condvar or futex.
+pub(crate) fn timer(thread: &Thread) -> Option<u64> {
+    match thread.phase {
+        Phase::Pending(r) | Phase::Waiting(r, Wait::Cond { .. } | Wait::Futex) => r.deadline(),
+        _ => None,
+    }
+}
+
+fn key(process: ProcessId, addr: u64) -> ObjKey {
+    ObjKey { process, addr }
+}
+
+fn bitset(arg: u64) -> u32 {
+    match arg as u32 {
+        0 => FUTEX_BITSET_ANY,
+        b => b,
+    }
+}
+
+impl Model {
+    /// How many `Run` alternatives `thread` offers now: 0 when it cannot proceed, more than one
+    /// only for a `CondSignal` with several waiters (one alternative per waiter).
+    pub(super) fn run_alternatives(&self, me: ThreadId, thread: &Thread) -> u32 {
+        let enabled = match thread.phase {
+            Phase::Pending(r) => {
+                if r.op == Op::CondSignal {
+                    let waiters = self.objects.conds.get(&key(thread.process, r.args[0])).map_or(0, |c| c.waiters.len());
+                    return waiters.max(1) as u32;
+                }
+                self.pending_enabled(me, thread.process, r)
+            }
+            Phase::Waiting(r, Wait::CondReacquire { .. }) => {
+                self.mutex_lock_result(me, thread.process, r.args[1], r.args[3]).is_some()
+            }
+            Phase::Waiting(_, Wait::Woken { .. }) => true,
+            Phase::Waiting(_, Wait::Cond { .. } | Wait::Futex | Wait::Barrier) => false,
+            Phase::Running | Phase::Exited => false,
+        };
+        u32::from(enabled)
+    }
+
+    /// Whether a pending request's `Run` can be taken now.
+    fn pending_enabled(&self, me: ThreadId, process: ProcessId, r: Request) -> bool {
+        let k = key(process, r.args[0]);
+        match r.op {
+            Op::ThreadJoin => r.args[0] == u64::from(me) || self.has_exited(r.args[0]),
+            Op::MutexLock => self.mutex_lock_result(me, process, r.args[0], r.args[1]).is_some(),
+            Op::RwReadLock => self.rwlock_result(k, |l| l.read_result(me)).is_some(),
+            Op::RwWriteLock => self.rwlock_result(k, |l| l.write_result(me)).is_some(),
+            Op::OnceBegin => !matches!(self.objects.onces.get(&k), Some(Once::Running(_))),
+            // Unknown value: enabled, applying it reads memory.
+            Op::SemWait => self.objects.sems.get(&k) != Some(&0),
+            Op::Sleep | Op::Unsupported => false,
+            _ => true,
+        }
+    }
+
+    fn has_exited(&self, slot: u64) -> bool {
+        ThreadId::try_from(slot)
+            .ok()
+            .and_then(|t| self.threads.get(&t))
+            .is_some_and(|t| !t.is_live())
+    }
+
+    fn mutex_lock_result(&self, me: ThreadId, process: ProcessId, addr: u64, kind: u64) -> Option<i64> {
+        match self.objects.mutexes.get(&key(process, addr)) {
+            Some(m) => m.lock_result(me, kind),
+            None => Some(0),
+        }
+    }
+
+    /// A rwlock query; a rwlock the model has not seen yet is free.
+    fn rwlock_result(&self, k: ObjKey, query: impl Fn(&RwLock) -> Option<i64>) -> Option<i64> {
+        self.objects.rwlocks.get(&k).map_or(Some(0), query)
+    }
+
+    fn thread_parts(&self, me: ThreadId) -> Option<(ProcessId, Phase)> {
+        self.threads.get(&me).map(|t| (t.process, t.phase))
+    }
+
+    /// Applies `Run` alternative `alt` of thread `me` (already checked to be enabled).
+    pub(super) fn run(&mut self, me: ThreadId, alt: u32, mem: &mut dyn MemoryReader) -> Step {
+        match self.thread_parts(me) {
+            Some((process, Phase::Pending(r))) => self.run_pending(me, process, r, alt, mem),
+            Some((process, Phase::Waiting(r, Wait::CondReacquire { timed_out }))) => {
+                self.reacquire(me, process, r);
+                Step::Grant(if timed_out { ETIMEDOUT } else { 0 })
+            }
+            Some((_, Phase::Waiting(_, Wait::Woken { result }))) => Step::Grant(result),
+            _ => Step::StayPending,
+        }
+    }
+
+    fn run_pending(&mut self, me: ThreadId, process: ProcessId, r: Request, alt: u32, mem: &mut dyn MemoryReader) -> Step {
+        let k = key(process, r.args[0]);
+        let obj = &mut self.objects;
+        match r.op {
+            Op::ProcessStart
+            | Op::ThreadStart
+            | Op::ThreadCreate
+            | Op::ThreadDetach
+            | Op::ThreadExit
+            | Op::ProcessExit
+            | Op::Yield
+            | Op::ClockRead => Step::Grant(0),
+            Op::ThreadJoin => Step::Grant(if r.args[0] == u64::from(me) { EDEADLK } else { 0 }),
+
+            Op::MutexLock => {
+                let m = obj.mutexes.entry(k).or_default();
+                match m.lock_result(me, r.args[1]) {
+                    Some(0) => {
+                        m.acquire(me);
+                        Step::Grant(0)
+                    }
+                    Some(err) => Step::Grant(err),
+                    None => Step::StayPending,
+                }
+            }
+            Op::MutexTryLock => Step::Grant(obj.mutexes.entry(k).or_default().try_lock(me, r.args[1])),
+            Op::MutexUnlock => Step::Grant(obj.mutexes.entry(k).or_default().unlock(me, r.args[1])),
+
+            Op::RwReadLock => {
+                let l = obj.rwlocks.entry(k).or_default();
+                match l.read_result(me) {
+                    Some(0) => {
+                        l.acquire_read(me);
+                        Step::Grant(0)
+                    }
+                    Some(err) => Step::Grant(err),
+                    None => Step::StayPending,
+                }
+            }
+            Op::RwWriteLock => {
+                let l = obj.rwlocks.entry(k).or_default();
+                match l.write_result(me) {
+                    Some(0) => {
+                        l.acquire_write(me);
+                        Step::Grant(0)
+                    }
+                    Some(err) => Step::Grant(err),
+                    None => Step::StayPending,
+                }
+            }
+            Op::RwTryReadLock => Step::Grant(obj.rwlocks.entry(k).or_default().try_read(me)),
+            Op::RwTryWriteLock => Step::Grant(obj.rwlocks.entry(k).or_default().try_write(me)),
+            Op::RwUnlock => Step::Grant(obj.rwlocks.entry(k).or_default().unlock(me)),
+
+            Op::CondWait => {
+                // The preload already released the real mutex the way glibc does; mirror it.
+                obj.mutexes.entry(key(process, r.args[1])).or_default().unlock(me, r.args[3]);
+                let cond = obj.conds.entry(k).or_default();
+                cond.waiters.push(me);
+                Step::Park(Wait::Cond { signals_seen: cond.signals })
+            }
+            Op::CondSignal => {
+                let cond = obj.conds.entry(k).or_default();
+                cond.signals += 1;
+                let woken = if cond.waiters.is_empty() {
+                    cond.unheard += 1;
+                    None
+                } else {
+                    let i = (alt as usize).min(cond.waiters.len() - 1);
+                    Some(cond.waiters.remove(i))
+                };
+                if let Some(w) = woken {
+                    self.wake(w, Wait::CondReacquire { timed_out: false });
+                }
+                Step::Grant(0)
+            }
+            Op::CondBroadcast => {
+                let cond = obj.conds.entry(k).or_default();
+                cond.signals += 1;
+                if cond.waiters.is_empty() {
+                    cond.unheard += 1;
+                }
+                for w in std::mem::take(&mut cond.waiters) {
+                    self.wake(w, Wait::CondReacquire { timed_out: false });
+                }
+                Step::Grant(0)
+            }
+
+            Op::BarrierInit => {
+                let count = u32::try_from(r.args[1]).unwrap_or(u32::MAX).max(1);
+                obj.barriers.entry(k).or_default().count = Some(count);
+                Step::Grant(0)
+            }
+            Op::BarrierWait => self.barrier_wait(me, k, mem),
+
+            Op::OnceBegin => match obj.onces.get(&k) {
+                None => {
+                    obj.onces.insert(k, Once::Running(me));
+                    Step::Grant(1)
+                }
+                Some(Once::Done) => Step::Grant(0),
+                Some(Once::Running(_)) => Step::StayPending,
+            },
+            Op::OnceDone => {
+                obj.onces.insert(k, Once::Done);
+                Step::Grant(0)
+            }
+
+            Op::SemInit => {
+                obj.sems.insert(k, r.args[1]);
+                Step::Grant(0)
+            }
+            Op::SemWait => {
+                if self.sem_take(k, mem) {
+                    Step::Grant(0)
+                } else {
+                    Step::StayPending
+                }
+            }
+            Op::SemTryWait => Step::Grant(if self.sem_take(k, mem) { 0 } else { EAGAIN }),
+            Op::SemPost => {
+                let v = self.sem_value(k, mem);
+                self.objects.sems.insert(k, v.saturating_add(1));
+                Step::Grant(0)
+            }
+
+            Op::FutexWait => {
+                if mem.read_u32(process, r.args[0]) != Some(r.args[1] as u32) {
+                    return Step::Grant(-EAGAIN);
+                }
+                let waiter = FutexWaiter { thread: me, bitset: bitset(r.args[3]) };
+                obj.futexes.entry(k).or_default().push(waiter);
+                Step::Park(Wait::Futex)
+            }
+            Op::FutexWake => {
+                let woken = obj.futex_wake(k, r.args[1], bitset(r.args[2]));
+                for &w in &woken {
+                    self.wake(w, Wait::Woken { result: 0 });
+                }
+                Step::Grant(woken.len() as i64)
+            }
+
+            // Never enabled.
+            Op::Sleep | Op::Unsupported => Step::StayPending,
+        }
+    }
+
+    /// Applies the chosen thread's `Timeout` (the clock is already at its deadline).
+    pub(super) fn time_out(&mut self, me: ThreadId, mem: &mut dyn MemoryReader) -> Step {
+        let Some(thread) = self.threads.get(&me) else { return Step::StayPending };
+        if let Some(deadline) = timer(thread) {
+            self.clock.advance_to(deadline);
+        }
+        match self.thread_parts(me) {
+            Some((process, Phase::Pending(r))) => match r.op {
+                Op::Sleep => Step::Grant(0),
+                Op::CondWait => {
+                    self.objects.mutexes.entry(key(process, r.args[1])).or_default().unlock(me, r.args[3]);
+                    self.cond_timed_out(me, process, r)
+                }
+                Op::FutexWait => match mem.read_u32(process, r.args[0]) {
+                    Some(v) if v == r.args[1] as u32 => Step::Grant(-ETIMEDOUT),
+                    _ => Step::Grant(-EAGAIN),
+                },
+                Op::MutexLock | Op::RwReadLock | Op::RwWriteLock | Op::SemWait => {
+                    if self.pending_enabled(me, process, r) {
+                        match self.run_pending(me, process, r, 0, mem) {
+                            Step::StayPending => Step::Grant(ETIMEDOUT),
+                            done => done,
+                        }
+                    } else {
+                        Step::Grant(ETIMEDOUT)
+                    }
+                }
+                _ => Step::StayPending,
+            },
+            Some((process, Phase::Waiting(r, Wait::Cond { .. }))) => {
+                self.objects.forget_waiter(me);
+                self.cond_timed_out(me, process, r)
+            }
+            Some((_, Phase::Waiting(_, Wait::Futex))) => {
+                self.objects.forget_waiter(me);
+                Step::Grant(-ETIMEDOUT)
+            }
+            _ => Step::StayPending,
+        }
+    }
+
+    /// A condvar wait whose timer fired: it re-acquires the mutex now if it can, else waits for it.
+    fn cond_timed_out(&mut self, me: ThreadId, process: ProcessId, r: Request) -> Step {
+        if self.mutex_lock_result(me, process, r.args[1], r.args[3]).is_some() {
+            self.reacquire(me, process, r);
+            Step::Grant(ETIMEDOUT)
+        } else {
+            Step::Park(Wait::CondReacquire { timed_out: true })
+        }
+    }
+
+    /// Takes back the mutex of a finished `CondWait` request.
+    fn reacquire(&mut self, me: ThreadId, process: ProcessId, r: Request) {
+        let m = self.objects.mutexes.entry(key(process, r.args[1])).or_default();
+        if m.lock_result(me, r.args[3]) == Some(0) {
+            m.acquire(me);
+        }
+    }
+
+    /// Moves a parked thread (other than the chosen one) to `wait`.
+    fn wake(&mut self, id: ThreadId, wait: Wait) {
+        if let Some(t) = self.threads.get_mut(&id) {
+            if let Phase::Waiting(r, _) = t.phase {
+                t.phase = Phase::Waiting(r, wait);
+            }
+        }
+    }
+
+    fn barrier_wait(&mut self, me: ThreadId, k: ObjKey, mem: &mut dyn MemoryReader) -> Step {
+        let barrier: &mut Barrier = self.objects.barriers.entry(k).or_default();
+        let count = *barrier.count.get_or_insert_with(|| {
+            // Unreadable or zero: treat as a barrier of one rather than block forever on a count
+            // the model cannot know.
+            mem.read_u32(k.process, k.addr.wrapping_add(GLIBC_BARRIER_COUNT_OFFSET)).unwrap_or(1).max(1)
+        });
+        if barrier.waiting.len() + 1 < count as usize {
+            barrier.waiting.push(me);
+            return Step::Park(Wait::Barrier);
+        }
+        for w in std::mem::take(&mut barrier.waiting) {
+            self.wake(w, Wait::Woken { result: 0 });
+        }
+        Step::Grant(BARRIER_SERIAL_THREAD)
+    }
+
+    /// A semaphore's value, read from memory (low 32 bits of glibc's 64-bit `data`) when unknown.
+    fn sem_value(&mut self, k: ObjKey, mem: &mut dyn MemoryReader) -> u64 {
+        *self.objects.sems.entry(k).or_insert_with(|| u64::from(mem.read_u32(k.process, k.addr).unwrap_or(0)))
+    }
+
+    /// Decrements the semaphore if it is positive; whether it did.
+    fn sem_take(&mut self, k: ObjKey, mem: &mut dyn MemoryReader) -> bool {
+        let v = self.sem_value(k, mem);
+        if v > 0 {
+            self.objects.sems.insert(k, v - 1);
+        }
+        v > 0
+    }
+}

@@ -1,0 +1,124 @@
+//! The deadlock report: for each live thread, the operation it is stuck in and, in words, what it
+//! waits for and who stands in the way ("waits for mutex 0x4040 held by thread 2").
+//!
+//! Symbols are left empty: the driver resolves addresses against the target's binaries.
+use dara_abi::Op;
+
+use super::objects::{ObjKey, Once};
+use super::thread::{Phase, Thread, Wait};
+use super::{Model, Request};
+use crate::choice::ThreadId;
+use crate::outcome::BlockedThread;
+
+impl Model {
+    pub(super) fn describe(&self, id: ThreadId, thread: &Thread) -> BlockedThread {
+        let (op, addr, detail) = match thread.phase {
+            Phase::Running => ("running".to_string(), 0, "is running (holds the run token)".to_string()),
+            Phase::Exited => ("exited".to_string(), 0, "has exited".to_string()),
+            Phase::Pending(r) => (r.op.name().to_string(), r.object_addr(), self.pending_detail(id, thread, r)),
+            Phase::Waiting(r, wait) => {
+                (r.op.name().to_string(), r.object_addr(), self.waiting_detail(id, thread, r, wait))
+            }
+        };
+        BlockedThread { thread: id, process: thread.process, op, addr, symbol: None, detail }
+    }
+
+    fn pending_detail(&self, me: ThreadId, thread: &Thread, r: Request) -> String {
+        if self.run_alternatives(me, thread) > 0 {
+            return format!("is ready to proceed ({})", r.op.name());
+        }
+        let k = ObjKey { process: thread.process, addr: r.args[0] };
+        let a = r.args[0];
+        match r.op {
+            Op::MutexLock => self.mutex_wait(me, thread, a),
+            Op::RwReadLock | Op::RwWriteLock => {
+                let Some(l) = self.objects.rwlocks.get(&k) else { return format!("waits for rwlock {a:#x}") };
+                if let Some(w) = l.writer {
+                    format!("waits for rwlock {a:#x} write-locked by {}", self.who(me, w))
+                } else {
+                    let readers: Vec<String> = l.readers.keys().map(|&t| self.who(me, t)).collect();
+                    format!("waits for rwlock {a:#x} read-locked by {}", readers.join(", "))
+                }
+            }
+            Op::ThreadJoin => {
+                let known = ThreadId::try_from(a).ok().is_some_and(|t| self.threads.contains_key(&t));
+                let note = if known { "" } else { " (no such thread was started)" };
+                format!("waits to join thread {a}{note}")
+            }
+            Op::OnceBegin => match self.objects.onces.get(&k) {
+                Some(&Once::Running(t)) if t == me => {
+                    format!("re-entered once-control {a:#x} from its own init routine")
+                }
+                Some(&Once::Running(t)) => {
+                    format!("waits for once-control {a:#x} whose init routine runs in {}", self.who(me, t))
+                }
+                _ => format!("waits for once-control {a:#x}"),
+            },
+            Op::SemWait => format!("waits on semaphore {a:#x} (value 0, never posted since)"),
+            Op::Sleep => match r.deadline() {
+                None => "sleeps forever".to_string(),
+                Some(d) => format!("sleeps until virtual time {d} ns"),
+            },
+            Op::Unsupported => format!("stopped at uncontrolled syscall {a}"),
+            op => format!("waits to {}", op.name()),
+        }
+    }
+
+    fn waiting_detail(&self, me: ThreadId, thread: &Thread, r: Request, wait: Wait) -> String {
+        let k = ObjKey { process: thread.process, addr: r.args[0] };
+        let a = r.args[0];
+        match wait {
+            Wait::Cond { signals_seen } => {
+                let cond = self.objects.conds.get(&k);
+                let signals = cond.map_or(0, |c| c.signals);
+                let unheard = cond.map_or(0, |c| c.unheard);
+                let why = if signals == 0 {
+                    "never signalled"
+                } else if signals == signals_seen {
+                    "not signalled since it started waiting"
+                } else {
+                    "later signals woke other waiters"
+                };
+                let lost = if unheard > 0 { format!("; {unheard} signal(s) found no waiter and were lost") } else { String::new() };
+                format!("waits on condition variable {a:#x} ({why}{lost})")
+            }
+            Wait::CondReacquire { .. } => {
+                format!("was woken on condition variable {a:#x} and {}", self.mutex_wait(me, thread, r.args[1]))
+            }
+            Wait::Futex => format!(
+                "waits on futex {a:#x} (value was {:#x} as expected; no matching wake since)",
+                r.args[1] as u32
+            ),
+            Wait::Barrier => {
+                let b = self.objects.barriers.get(&k);
+                let arrived = b.map_or(0, |b| b.waiting.len());
+                let count = b.and_then(|b| b.count).unwrap_or(0);
+                format!("waits at barrier {a:#x} ({arrived} of {count} arrived)")
+            }
+            Wait::Woken { .. } => format!("was woken from {} and is ready to proceed", r.op.name()),
+        }
+    }
+
+    /// "waits for mutex 0x… held by thread N" for a thread that cannot take that mutex.
+    fn mutex_wait(&self, me: ThreadId, thread: &Thread, addr: u64) -> String {
+        let owner = self.objects.mutexes.get(&ObjKey { process: thread.process, addr }).and_then(|m| m.owner);
+        match owner {
+            Some(o) if o == me => {
+                format!("waits for mutex {addr:#x} that it already holds (relocking a non-recursive mutex)")
+            }
+            Some(o) => format!("waits for mutex {addr:#x} held by {}", self.who(me, o)),
+            None => format!("waits for mutex {addr:#x}"),
+        }
+    }
+
+    /// "thread 3", "thread 3 (itself)", "thread 3 (exited)".
+    fn who(&self, me: ThreadId, t: ThreadId) -> String {
+        if t == me {
+            format!("thread {t} (itself)")
+        } else if self.threads.get(&t).is_some_and(|th| !th.is_live()) {
+            format!("thread {t} (exited)")
+        } else {
+            format!("thread {t}")
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! Reading `trace.bin`. The input is hostile: a truncated download, a flipped bit, someone else's
+//! file, a future version. Every read is bounds-checked through [`Cursor`], every length is
+//! checked against its limit and against the bytes that remain before anything is allocated, and
+//! every failure becomes a [`TraceError`] naming the byte offset and the field. Nothing here
+//! panics.
+//!
+//! Order of checks: magic (`NotATrace`), version (`Version`), then the checksum over all but the
+//! last eight bytes when the file is long enough to have one. The content is decoded either way,
+//! because decoding is what tells a truncated file (reported precisely: which field of which step
+//! ran out) from a damaged one. A structural problem found in a file whose checksum does not
+//! match is reported as damage *and* says the checksum failed, since the real corruption may lie
+//! before the point where decoding noticed it.
+use std::path::Path;
+
+use dara_abi::Op;
+
+use super::varint::{get_u64, unzigzag, VarintError};
+use super::{
+    fnv1a64, Step, Trace, TraceError, TraceHeader, FIXED_BYTES, FORMAT_VERSION, KIND_RUN, KIND_TIMEOUT, MAGIC,
+    MAX_HEADER_BYTES, MAX_OUTCOME_BYTES, MIN_STEP_BYTES, RESULT_BLOCKED, RESULT_GRANTED,
+};
+use crate::choice::{Choice, ChoiceKind};
+use crate::outcome::Outcome;
+
+/// Reads and decodes the trace at `path`.
+pub fn read_file(path: &Path) -> Result<Trace, TraceError> {
+    let shown = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| TraceError::Io {
+        path: shown.clone(),
+        source,
+    })?;
+    decode(&bytes, &shown)
+}
+
+/// Decodes a whole trace file. `path_for_errors` is only used in error messages.
+pub fn decode(bytes: &[u8], path_for_errors: &str) -> Result<Trace, TraceError> {
+    let mut c = Cursor::new(bytes, path_for_errors);
+
+    let magic_seen = &bytes[..bytes.len().min(MAGIC.len())];
+    if magic_seen != &MAGIC[..magic_seen.len()] {
+        return Err(TraceError::NotATrace {
+            path: path_for_errors.to_string(),
+        });
+    }
+    c.take(MAGIC.len(), "magic")?;
+    let found = c.u32("format version")?;
+    if found != FORMAT_VERSION {
+        return Err(TraceError::Version {
+            path: path_for_errors.to_string(),
+            found,
+            expected: FORMAT_VERSION,
+        });
+    }
+
+    let sealed = bytes.len() >= FIXED_BYTES && {
+        let (covered, stored) = bytes.split_at(bytes.len() - 8);
+        stored.try_into().map(u64::from_le_bytes).ok() == Some(fnv1a64(covered))
+    };
+    let trace = match decode_content(&mut c) {
+        Ok(trace) => trace,
+        Err(TraceError::Damaged { path, offset, what }) if !sealed => {
+            return Err(TraceError::Damaged {
+                path,
+                offset,
+                what: format!("{what} (the file's checksum does not match either: it was modified or corrupted)"),
+            })
+        }
+        Err(e) => return Err(e),
+    };
+
+    let checksum_at = c.pos;
+    let stored = c.u64("checksum")?;
+    let computed = fnv1a64(&bytes[..checksum_at]);
+    if stored != computed {
+        return Err(c.damaged(
+            checksum_at,
+            format!("checksum mismatch (stored {stored:#018x}, computed {computed:#018x}): the file was modified or corrupted"),
+        ));
+    }
+    let trailing = c.remaining();
+    if trailing != 0 {
+        return Err(c.damaged(c.pos, format!("{trailing} unexpected bytes after the checksum")));
+    }
+    Ok(trace)
+}
+
+/// Everything between the version and the checksum: header, steps, outcome.
+fn decode_content(c: &mut Cursor<'_>) -> Result<Trace, TraceError> {
+    let header_at = c.pos;
+    let header_json = c.blob("header", MAX_HEADER_BYTES)?;
+    let header: TraceHeader = serde_json::from_slice(header_json)
+        .map_err(|e| c.damaged(header_at + 4, format!("the header is not valid JSON: {e}")))?;
+
+    let steps = decode_steps(c)?;
+
+    let outcome_at = c.pos;
+    let outcome_json = c.blob("outcome", MAX_OUTCOME_BYTES)?;
+    let outcome: Outcome = serde_json::from_slice(outcome_json)
+        .map_err(|e| c.damaged(outcome_at + 4, format!("the outcome is not valid JSON: {e}")))?;
+    Ok(Trace { header, steps, outcome })
+}
+
+fn decode_steps(c: &mut Cursor<'_>) -> Result<Vec<Step>, TraceError> {
+    let count = c.u64("step count")?;
+    // Never trust `count` for an allocation: each step takes at least MIN_STEP_BYTES, so the
+    // bytes that are left bound how many can really follow. The loop itself is bounded the same
+    // way, since every iteration consumes bytes or fails.
+    let room = (c.remaining() / MIN_STEP_BYTES) as u64;
+    let mut steps = Vec::with_capacity(count.min(room) as usize);
+    let mut now = 0u64;
+    for index in 0..count {
+        c.step = Some((index, count));
+        let thread = c.varint_u32("thread")?;
+        let kind_at = c.pos;
+        let kind = match c.u8("choice kind")? {
+            KIND_RUN => ChoiceKind::Run,
+            KIND_TIMEOUT => ChoiceKind::Timeout,
+            k => return Err(c.damaged(kind_at, format!("unknown choice kind {k}"))),
+        };
+        let alt = c.varint_u32("alternative")?;
+        let op_at = c.pos;
+        let code = c.varint_u32("op")?;
+        let op = Op::from_u32(code).ok_or_else(|| c.damaged(op_at, format!("unknown op code {code}")))?;
+        let obj = c.varint("object")?;
+        let tag_at = c.pos;
+        let result = match c.u8("result tag")? {
+            RESULT_BLOCKED => None,
+            RESULT_GRANTED => Some(unzigzag(c.varint("result")?)),
+            t => return Err(c.damaged(tag_at, format!("unknown result tag {t}"))),
+        };
+        let delta_at = c.pos;
+        let delta = c.varint("time delta")?;
+        now = now.checked_add(delta).ok_or_else(|| {
+            c.damaged(
+                delta_at,
+                format!("virtual time {now} + {delta} wraps past u64::MAX, i.e. decreases"),
+            )
+        })?;
+        steps.push(Step {
+            choice: Choice {
+                thread,
+                kind,
+                alt,
+                op,
+                obj,
+            },
+            result,
+            now_ns: now,
+        });
+    }
+    c.step = None;
+    Ok(steps)
+}
+
+/// A bounds-checked position in the input, plus what to say when something is wrong there.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    path: &'a str,
+    /// (index, count) of the step being decoded, for messages.
+    step: Option<(u64, u64)>,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(bytes: &'a [u8], path: &'a str) -> Cursor<'a> {
+        Cursor {
+            bytes,
+            pos: 0,
+            path,
+            step: None,
+        }
+    }
+
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
+    fn field(&self, field: &str) -> String {
+        match self.step {
+            Some((i, n)) => format!("step {i} of {n}: {field}"),
+            None => field.to_string(),
+        }
+    }
+
+    fn truncated(&self, at: usize, field: &str) -> TraceError {
+        TraceError::Truncated {
+            path: self.path.to_string(),
+            offset: at as u64,
+            what: format!(
+                "reading {}; the file ends at byte {}",
+                self.field(field),
+                self.bytes.len()
+            ),
+        }
+    }
+
+    fn damaged(&self, at: usize, what: String) -> TraceError {
+        let what = match self.step {
+            Some((i, n)) => format!("step {i} of {n}: {what}"),
+            None => what,
+        };
+        TraceError::Damaged {
+            path: self.path.to_string(),
+            offset: at as u64,
+            what,
+        }
+    }
+
+    fn take(&mut self, n: usize, field: &str) -> Result<&'a [u8], TraceError> {
+        if self.remaining() < n {
+            return Err(self.truncated(self.pos, field));
+        }
+        let out = &self.bytes[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(out)
+    }
+
+    fn array<const N: usize>(&mut self, field: &str) -> Result<[u8; N], TraceError> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N, field)?);
+        Ok(out)
+    }
+
+    fn u8(&mut self, field: &str) -> Result<u8, TraceError> {
+        Ok(self.array::<1>(field)?[0])
+    }
+
+    fn u32(&mut self, field: &str) -> Result<u32, TraceError> {
+        self.array(field).map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self, field: &str) -> Result<u64, TraceError> {
+        self.array(field).map(u64::from_le_bytes)
+    }
+
+    fn varint(&mut self, field: &str) -> Result<u64, TraceError> {
+        let at = self.pos;
+        match get_u64(&self.bytes[at..]) {
+            Ok((v, len)) => {
+                self.pos += len;
+                Ok(v)
+            }
+            Err(VarintError::Truncated) => Err(self.truncated(at, field)),
+            Err(VarintError::Overflow) => Err(self.damaged(at, format!("{field}: varint longer than 64 bits"))),
+            Err(VarintError::NonCanonical) => {
+                Err(self.damaged(at, format!("{field}: varint has an overlong (non-canonical) encoding")))
+            }
+        }
+    }
+
+    fn varint_u32(&mut self, field: &str) -> Result<u32, TraceError> {
+        let at = self.pos;
+        let v = self.varint(field)?;
+        u32::try_from(v).map_err(|_| self.damaged(at, format!("{field} {v} does not fit in 32 bits")))
+    }
+
+    /// A u32 length (at most `limit`) followed by that many bytes.
+    fn blob(&mut self, what: &str, limit: u32) -> Result<&'a [u8], TraceError> {
+        let at = self.pos;
+        let len = self.u32(&format!("{what} length"))?;
+        if len > limit {
+            return Err(self.damaged(at, format!("{what} length {len} exceeds the limit of {limit} bytes")));
+        }
+        self.take(len as usize, &format!("{what} JSON ({len} bytes)"))
+    }
+}

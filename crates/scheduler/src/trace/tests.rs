@@ -1,0 +1,444 @@
+//! Format tests: round trips, and a reader that fails cleanly (never panics) on truncated, random,
+//! bit-flipped, crafted and future-version input.
+use dara_abi::{splitmix64, Op};
+
+use super::varint::{put_u64, zigzag};
+use super::*;
+use crate::choice::{Choice, ChoiceKind};
+use crate::outcome::BlockedThread;
+
+/// Tiny deterministic generator for the tests (splitmix64 stream).
+struct TestRng(u64);
+
+impl TestRng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        splitmix64(self.0)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn header() -> TraceHeader {
+    TraceHeader {
+        dara_version: "0.1.0".into(),
+        command: vec![
+            "./server".into(),
+            "--port".into(),
+            "7000".into(),
+            "naïve ünïcode ✓".into(),
+        ],
+        cwd: "/work/fixtures".into(),
+        strategy: "pct:3".into(),
+        seed: 0xdead_beef_cafe_f00d,
+        execution: 17,
+        random_seed: u64::MAX,
+        cpus: 2,
+        max_steps: 100_000,
+        max_vtime_ns: 3_600_000_000_000,
+        build_ids: vec![("/work/fixtures/server".into(), "8e5d1b0c".into())],
+    }
+}
+
+fn sample_trace() -> Trace {
+    let ops = [
+        Op::ThreadStart,
+        Op::MutexLock,
+        Op::MutexUnlock,
+        Op::CondWait,
+        Op::CondSignal,
+        Op::Sleep,
+        Op::Yield,
+        Op::FutexWait,
+    ];
+    let results = [
+        None,
+        Some(0),
+        Some(1),
+        Some(-110),
+        Some(-11),
+        Some(i64::MIN),
+        Some(i64::MAX),
+    ];
+    let mut rng = TestRng(7);
+    let mut now = 0u64;
+    let steps = (0..60u64)
+        .map(|i| {
+            now += [0, 1_000, 1, 1 << 40][(i % 4) as usize];
+            Step {
+                choice: Choice {
+                    thread: (i % 5) as u32 * 100,
+                    kind: if i % 7 == 3 {
+                        ChoiceKind::Timeout
+                    } else {
+                        ChoiceKind::Run
+                    },
+                    alt: (i % 3) as u32,
+                    op: ops[(i % ops.len() as u64) as usize],
+                    obj: if i % 6 == 0 {
+                        u64::MAX
+                    } else {
+                        0x7fff_f7dd_0000 + rng.below(1 << 20)
+                    },
+                },
+                result: results[(i % results.len() as u64) as usize],
+                now_ns: now,
+            }
+        })
+        .collect();
+    Trace {
+        header: header(),
+        steps,
+        outcome: Outcome::Deadlock {
+            threads: vec![BlockedThread {
+                thread: 2,
+                process: 0,
+                op: "mutex-lock".into(),
+                addr: 0x4040,
+                symbol: Some("counter_lock".into()),
+                detail: "waits for mutex 0x4040 held by thread 1".into(),
+            }],
+        },
+    }
+}
+
+/// Recomputes the trailing checksum of a hand-edited file, so the structural checks are reached.
+fn reseal(bytes: &mut [u8]) {
+    let n = bytes.len() - 8;
+    let sum = fnv1a64(&bytes[..n]);
+    bytes[n..].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// A file built by hand: header JSON, raw step bytes claimed to be `count` steps, outcome JSON.
+fn build(count: u64, step_bytes: &[u8]) -> Vec<u8> {
+    let header = serde_json::to_vec(&header()).unwrap();
+    let outcome = serde_json::to_vec(&Outcome::Exited { code: 0 }).unwrap();
+    let mut b = MAGIC.to_vec();
+    b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    b.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    b.extend_from_slice(&header);
+    b.extend_from_slice(&count.to_le_bytes());
+    b.extend_from_slice(step_bytes);
+    b.extend_from_slice(&(outcome.len() as u32).to_le_bytes());
+    b.extend_from_slice(&outcome);
+    b.extend_from_slice(&[0; 8]);
+    reseal(&mut b);
+    b
+}
+
+/// Offset of the first step in a file made by `build`.
+fn steps_at() -> usize {
+    8 + 4 + 4 + serde_json::to_vec(&header()).unwrap().len() + 8
+}
+
+/// A valid encoded step: thread 1, run, alt 0, `op`, obj 0x40, granted 0, delta 5.
+fn step_bytes(op: u32) -> Vec<u8> {
+    let mut s = Vec::new();
+    put_u64(&mut s, 1);
+    s.push(KIND_RUN);
+    put_u64(&mut s, 0);
+    put_u64(&mut s, op.into());
+    put_u64(&mut s, 0x40);
+    s.push(RESULT_GRANTED);
+    put_u64(&mut s, zigzag(0));
+    put_u64(&mut s, 5);
+    s
+}
+
+fn damaged_at(r: Result<Trace, TraceError>) -> (u64, String) {
+    match r {
+        Err(TraceError::Damaged { offset, what, .. }) => (offset, what),
+        other => panic!("expected Damaged, got {other:?}"),
+    }
+}
+
+#[test]
+fn round_trip() {
+    let t = sample_trace();
+    let bytes = encode(&t);
+    let back = decode(&bytes, "t.bin").unwrap();
+    assert_eq!(back, t);
+    // The encoding is canonical: re-encoding what was read gives the same bytes.
+    assert_eq!(encode(&back), bytes);
+    assert_eq!(decision_bytes(&back), decision_bytes(&t));
+}
+
+#[test]
+fn round_trip_without_steps() {
+    let t = Trace {
+        header: header(),
+        steps: vec![],
+        outcome: Outcome::Interrupted,
+    };
+    let bytes = encode(&t);
+    assert_eq!(
+        bytes.len(),
+        FIXED_BYTES + serde_json::to_vec(&t.header).unwrap().len() + br#"{"kind":"interrupted"}"#.len()
+    );
+    assert_eq!(decode(&bytes, "t.bin").unwrap(), t);
+}
+
+#[test]
+fn decision_bytes_see_every_step_field() {
+    let t = sample_trace();
+    let base = decision_bytes(&t);
+    assert_eq!(&base[..8], &(t.steps.len() as u64).to_le_bytes());
+    let mut other = t.clone();
+    other.header.seed ^= 1;
+    other.outcome = Outcome::Exited { code: 1 };
+    assert_eq!(decision_bytes(&other), base, "header and outcome are not decisions");
+    let edits: [fn(&mut Step); 5] = [
+        |s| s.choice.thread += 1,
+        |s| s.choice.alt += 1,
+        |s| s.choice.obj ^= 1,
+        |s| s.result = None,
+        |s| s.now_ns += 1,
+    ];
+    for edit in edits {
+        let mut changed = t.clone();
+        let last = changed.steps.len() - 1;
+        edit(&mut changed.steps[last]);
+        assert_ne!(decision_bytes(&changed), base);
+    }
+}
+
+#[test]
+fn file_round_trip_is_atomic() {
+    let dir = std::env::temp_dir().join(format!("dara-trace-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("trace.bin");
+    let t = sample_trace();
+    write_file(&path, &t).unwrap();
+    write_file(&path, &t).unwrap(); // overwrite in place
+    assert_eq!(read_file(&path).unwrap(), t);
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        names,
+        vec![std::ffi::OsString::from("trace.bin")],
+        "no temp file left behind"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let missing = dir.join("nope.bin");
+    assert!(matches!(read_file(&missing), Err(TraceError::Io { .. })));
+    assert!(
+        matches!(write_file(&missing, &t), Err(TraceError::Io { .. })),
+        "directory is gone"
+    );
+}
+
+#[test]
+fn writer_refuses_oversized_header() {
+    let mut t = sample_trace();
+    t.header.command = vec!["x".repeat(MAX_HEADER_BYTES as usize)];
+    let path = std::env::temp_dir().join(format!("dara-trace-big-{}.bin", std::process::id()));
+    assert!(matches!(write_file(&path, &t), Err(TraceError::TooLarge { .. })));
+    assert!(!path.exists());
+    // Readers reject what `encode` produced anyway.
+    assert!(matches!(decode(&encode(&t), "big"), Err(TraceError::Damaged { .. })));
+}
+
+#[test]
+fn truncation_at_every_offset_is_reported_as_truncation() {
+    let bytes = encode(&sample_trace());
+    for len in 0..bytes.len() {
+        match decode(&bytes[..len], "cut.bin") {
+            Err(TraceError::Truncated { offset, .. }) => assert!(offset as usize <= len),
+            other => panic!("prefix of {len} bytes: expected Truncated, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn truncation_names_the_step_and_field() {
+    let bytes = encode(&sample_trace());
+    let cut = steps_at() + 2; // inside step 0, after thread and kind
+    let err = decode(&bytes[..cut], "cut.bin").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!("cut.bin is truncated at byte {cut} (reading step 0 of 60: alternative; the file ends at byte {cut})")
+    );
+}
+
+#[test]
+fn random_bytes_never_panic() {
+    let valid = encode(&sample_trace());
+    let mut rng = TestRng(0x5eed);
+    for i in 0..2000 {
+        let len = rng.below(400) as usize;
+        let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        // Two thirds start like a real trace so the parser gets past the magic and version;
+        // of those, half keep a valid prefix of a real file to get deep into the steps.
+        match i % 3 {
+            0 => {}
+            1 => b.splice(0..0, valid[..12].iter().copied()).for_each(drop),
+            _ => {
+                let keep = rng.below(valid.len() as u64) as usize;
+                b.splice(0..0, valid[..keep].iter().copied()).for_each(drop);
+            }
+        }
+        assert!(decode(&b, "random").is_err(), "random input #{i} decoded");
+    }
+}
+
+#[test]
+fn every_single_bit_flip_is_rejected() {
+    // FNV-1a changes on every single-byte change, and a flip that moves the framing leaves the
+    // checksum or the end of file in the wrong place; so flips are not just "usually" caught.
+    let valid = encode(&sample_trace());
+    let mut rng = TestRng(0xf11b);
+    for _ in 0..2000 {
+        let bit = rng.below(valid.len() as u64 * 8) as usize;
+        let mut b = valid.clone();
+        b[bit / 8] ^= 1 << (bit % 8);
+        let r = decode(&b, "flipped");
+        assert!(r.is_err(), "flip of bit {bit} went unnoticed");
+    }
+}
+
+#[test]
+fn foreign_and_future_files() {
+    let mut b = encode(&sample_trace());
+    b[8..12].copy_from_slice(&2u32.to_le_bytes());
+    assert!(matches!(
+        decode(&b, "f"),
+        Err(TraceError::Version {
+            found: 2,
+            expected: 1,
+            ..
+        })
+    ));
+    assert!(matches!(
+        decode(&b[..12], "f"),
+        Err(TraceError::Version { found: 2, .. })
+    ));
+    b[8..12].copy_from_slice(&0u32.to_le_bytes());
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 0, .. })));
+
+    assert!(matches!(
+        decode(b"\x7fELF\x02\x01\x01", "a.out"),
+        Err(TraceError::NotATrace { .. })
+    ));
+    assert!(matches!(
+        decode(b"DARATRX\0\x01\0\0\0", "x"),
+        Err(TraceError::NotATrace { .. })
+    ));
+    assert!(matches!(
+        decode(b"DARA", "x"),
+        Err(TraceError::Truncated { offset: 0, .. })
+    ));
+    assert!(matches!(decode(b"", "x"), Err(TraceError::Truncated { offset: 0, .. })));
+    assert!(matches!(
+        decode(b"DARATRC\0\x01\0", "x"),
+        Err(TraceError::Truncated { offset: 8, .. })
+    ));
+    let msg = decode(b"hello", "notes.txt").unwrap_err().to_string();
+    assert_eq!(msg, "notes.txt is not a dara trace (bad magic)");
+}
+
+#[test]
+fn crafted_files_with_valid_checksums_are_checked_field_by_field() {
+    let at = steps_at() as u64;
+    let good = step_bytes(Op::MutexLock as u32);
+    let t = decode(&build(2, &[good.clone(), good.clone()].concat()), "ok").unwrap();
+    assert_eq!(t.steps[1].now_ns, 10);
+    assert_eq!(t.steps[0].choice.op, Op::MutexLock);
+
+    // Unknown op code: offset points at the op varint of step 1.
+    let (off, what) = damaged_at(decode(&build(2, &[good.clone(), step_bytes(9999)].concat()), "x"));
+    assert_eq!(off, at + good.len() as u64 + 3);
+    assert!(
+        what.contains("step 1 of 2") && what.contains("unknown op code 9999"),
+        "{what}"
+    );
+
+    let mut bad_kind = good.clone();
+    bad_kind[1] = 7;
+    let (off, what) = damaged_at(decode(&build(1, &bad_kind), "x"));
+    assert_eq!((off, what.contains("choice kind 7")), (at + 1, true));
+
+    let mut bad_tag = good.clone();
+    bad_tag[5] = 2;
+    let (off, what) = damaged_at(decode(&build(1, &bad_tag), "x"));
+    assert_eq!((off, what.contains("result tag 2")), (at + 5, true));
+
+    let overflow = [vec![0xff; 10], vec![0x01]].concat();
+    let (off, what) = damaged_at(decode(&build(1, &overflow), "x"));
+    assert_eq!((off, what.contains("64 bits")), (at, true));
+
+    let too_wide_thread = [vec![0x80, 0x80, 0x80, 0x80, 0x10], good[1..].to_vec()].concat();
+    let (_, what) = damaged_at(decode(&build(1, &too_wide_thread), "x"));
+    assert!(what.contains("32 bits"), "{what}");
+
+    let overlong = [vec![0x81, 0x00], good[1..].to_vec()].concat();
+    let (_, what) = damaged_at(decode(&build(1, &overlong), "x"));
+    assert!(what.contains("non-canonical"), "{what}");
+
+    // Time that would wrap around (decrease).
+    let mut late = good.clone();
+    late.truncate(good.len() - 1);
+    put_u64(&mut late, u64::MAX);
+    let (off, what) = damaged_at(decode(&build(2, &[late, good.clone()].concat()), "x"));
+    assert_eq!(off, at + good.len() as u64 - 1 + 10 + good.len() as u64 - 1);
+    assert!(what.contains("decreases"), "{what}");
+}
+
+#[test]
+fn absurd_lengths_and_counts_fail_without_allocating() {
+    // A step count of 2^64-1 with a valid checksum: decoding runs out of bytes (each step needs
+    // at least MIN_STEP_BYTES) and never reserves room for the claimed count.
+    let r = decode(&build(u64::MAX, &step_bytes(Op::Yield as u32)), "x");
+    assert!(
+        matches!(r, Err(TraceError::Truncated { .. }) | Err(TraceError::Damaged { .. })),
+        "{r:?}"
+    );
+
+    let mut b = build(0, &[]);
+    b[12..16].copy_from_slice(&(MAX_HEADER_BYTES + 1).to_le_bytes());
+    reseal(&mut b);
+    let (off, what) = damaged_at(decode(&b, "x"));
+    assert_eq!(off, 12);
+    assert!(what.contains("exceeds the limit"), "{what}");
+
+    let mut b = build(0, &[]);
+    let outcome_len_at = steps_at();
+    b[outcome_len_at..outcome_len_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    reseal(&mut b);
+    let (off, _) = damaged_at(decode(&b, "x"));
+    assert_eq!(off as usize, outcome_len_at);
+}
+
+#[test]
+fn bad_json_trailing_bytes_and_checksum() {
+    let mut b = build(0, &[]);
+    b[16] = b'['; // first byte of the header JSON
+    reseal(&mut b);
+    let (off, what) = damaged_at(decode(&b, "x"));
+    assert_eq!((off, what.contains("header is not valid JSON")), (16, true));
+
+    let mut b = encode(&sample_trace());
+    let end = b.len() as u64;
+    b.extend_from_slice(b"junk");
+    let (off, what) = damaged_at(decode(&b, "x"));
+    assert_eq!((off, what.as_str()), (end, "4 unexpected bytes after the checksum"));
+
+    let mut b = encode(&sample_trace());
+    let n = b.len();
+    b[n - 1] ^= 0x80;
+    let (off, what) = damaged_at(decode(&b, "x"));
+    assert_eq!(off as usize, n - 8);
+    assert!(what.starts_with("checksum mismatch"), "{what}");
+
+    // Damage found while decoding an unsealed file also says the checksum failed.
+    let mut b = build(1, &step_bytes(Op::Yield as u32));
+    b[steps_at() + 1] = 9;
+    let (_, what) = damaged_at(decode(&b, "x"));
+    assert!(
+        what.contains("unknown choice kind 9") && what.contains("checksum does not match"),
+        "{what}"
+    );
+}

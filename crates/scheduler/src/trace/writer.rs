@@ -1,0 +1,158 @@
+//! Writing `trace.bin`: [`encode`] builds the bytes, [`write_file`] puts them on disk atomically
+//! (a temp file in the same directory, fsync, rename), so a reader never sees half a trace under
+//! the final name. [`decision_bytes`] is the step section alone, the canonical form two runs are
+//! compared by.
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::varint::{put_u64, zigzag};
+use super::{
+    fnv1a64, Step, Trace, TraceError, FORMAT_VERSION, KIND_RUN, KIND_TIMEOUT, MAGIC, MAX_HEADER_BYTES,
+    MAX_OUTCOME_BYTES, RESULT_BLOCKED, RESULT_GRANTED,
+};
+use crate::choice::ChoiceKind;
+
+/// The whole file. A header or outcome over its limit ([`MAX_HEADER_BYTES`],
+/// [`MAX_OUTCOME_BYTES`]) is still encoded, and readers will reject it; [`write_file`] refuses to
+/// write such a trace instead.
+pub fn encode(trace: &Trace) -> Vec<u8> {
+    Encoded::new(trace).bytes
+}
+
+/// The canonical encoding of the step list only (count, then every step, exactly as in the file):
+/// two executions made the same decisions and observed the same results and times iff their
+/// decision bytes are equal.
+pub fn decision_bytes(trace: &Trace) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + trace.steps.len() * 12);
+    put_steps(&mut out, &trace.steps);
+    out
+}
+
+/// Encodes `trace` and writes it to `path` atomically: the bytes go to a temp file next to `path`,
+/// are synced, and the temp file is renamed over `path`. On error nothing is left behind.
+pub fn write_file(path: &Path, trace: &Trace) -> Result<(), TraceError> {
+    let shown = path.display().to_string();
+    let encoded = Encoded::new(trace);
+    for (what, size, limit) in [
+        ("header", encoded.header_len, MAX_HEADER_BYTES),
+        ("outcome", encoded.outcome_len, MAX_OUTCOME_BYTES),
+    ] {
+        if size > limit as usize {
+            return Err(TraceError::TooLarge {
+                path: shown,
+                what: what.to_string(),
+                size: size as u64,
+                limit: limit.into(),
+            });
+        }
+    }
+
+    let io = |source: std::io::Error| TraceError::Io {
+        path: shown.clone(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| {
+        io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the path names no file",
+        ))
+    })?;
+    let tmp = temp_path(dir, &name.to_string_lossy());
+
+    let written = write_synced(&tmp, &encoded.bytes).and_then(|()| fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(io(e));
+    }
+    // Make the rename itself durable. The trace is already complete under its final name.
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io)
+}
+
+/// A name in `dir` no other writer uses at the same time: pid plus a per-process counter.
+fn temp_path(dir: &Path, name: &str) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()))
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// The file bytes plus the JSON sizes the limits apply to.
+struct Encoded {
+    bytes: Vec<u8>,
+    header_len: usize,
+    outcome_len: usize,
+}
+
+impl Encoded {
+    fn new(trace: &Trace) -> Encoded {
+        // Both types hold only strings, integers, vectors and unit/struct enum variants, which
+        // serde_json always serializes.
+        let header = serde_json::to_vec(&trace.header).expect("TraceHeader always serializes to JSON");
+        let outcome = serde_json::to_vec(&trace.outcome).expect("Outcome always serializes to JSON");
+
+        let mut out = Vec::with_capacity(64 + header.len() + outcome.len() + trace.steps.len() * 12);
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        put_blob(&mut out, &header);
+        put_steps(&mut out, &trace.steps);
+        put_blob(&mut out, &outcome);
+        let checksum = fnv1a64(&out);
+        out.extend_from_slice(&checksum.to_le_bytes());
+        Encoded {
+            bytes: out,
+            header_len: header.len(),
+            outcome_len: outcome.len(),
+        }
+    }
+}
+
+/// u32 length + bytes. A blob over 4 GiB gets a saturated length, which no reader accepts (the
+/// limits are far below); `write_file` has refused it before that matters.
+fn put_blob(out: &mut Vec<u8>, blob: &[u8]) {
+    let len = u32::try_from(blob.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(blob);
+}
+
+fn put_steps(out: &mut Vec<u8>, steps: &[Step]) {
+    out.extend_from_slice(&(steps.len() as u64).to_le_bytes());
+    let mut prev_now = 0u64;
+    for step in steps {
+        let c = &step.choice;
+        put_u64(out, c.thread.into());
+        out.push(match c.kind {
+            ChoiceKind::Run => KIND_RUN,
+            ChoiceKind::Timeout => KIND_TIMEOUT,
+        });
+        put_u64(out, c.alt.into());
+        put_u64(out, c.op as u32 as u64);
+        put_u64(out, c.obj);
+        match step.result {
+            None => out.push(RESULT_BLOCKED),
+            Some(r) => {
+                out.push(RESULT_GRANTED);
+                put_u64(out, zigzag(r));
+            }
+        }
+        // The virtual clock never runs backwards; a trace that says otherwise is a scheduler bug.
+        debug_assert!(
+            step.now_ns >= prev_now,
+            "virtual time went backwards: {} -> {}",
+            prev_now,
+            step.now_ns
+        );
+        put_u64(out, step.now_ns.saturating_sub(prev_now));
+        prev_now = prev_now.max(step.now_ns);
+    }
+}

@@ -1,0 +1,95 @@
+//! `dara-replay`: re-execute a recorded trace exactly and show its interleaving.
+//!
+//! Exit status: 1 the replayed run shows the bug again, 0 it ran clean, 3 it diverged from the
+//! trace (the step, expected vs. seen, is printed), 2 usage or tool error.
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use dara_explorer::reproduce::{first_difference, reproduce};
+use dara_scheduler::execution::ExecutionReport;
+use dara_scheduler::trace::{self, Trace};
+use dara_scheduler::Outcome;
+use dara_tools::listing;
+use dara_tools::setup::{self, MachineOptions, STOP};
+
+/// Re-execute a dara trace deterministically and print the interleaving that led to its outcome.
+#[derive(Parser, Debug)]
+#[command(name = "dara-replay", version, after_help = "Exit status: 1 bug reproduced, 0 ran clean, 3 diverged from the trace, 2 usage or tool error.")]
+struct Cli {
+    /// The trace to replay (a dara-out/bug-NNNN/trace.bin).
+    trace: PathBuf,
+    /// Replay twice more and compare every step and the outcome.
+    #[arg(long)]
+    verify: bool,
+    /// Do not print the interleaving.
+    #[arg(short, long)]
+    quiet: bool,
+    #[command(flatten)]
+    machine: MachineOptions,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("dara-replay: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<u8> {
+    setup::init_process()?;
+    let recorded = trace::read_file(&cli.trace)?;
+    let mut base = setup::base_config(&cli.machine, recorded.header.command.clone())?;
+    base.symbolize = true;
+    println!("replaying {} ({} steps): {}", cli.trace.display(), recorded.steps.len(), recorded.header.command.join(" "));
+    let report = reproduce(&recorded, &base, &STOP).context("replay failed to run")?;
+    if !cli.quiet {
+        print!("{}", listing::interleaving(&report.steps, &report.symbols));
+    }
+    if let Some(code) = judge(&recorded, &report) {
+        return Ok(code);
+    }
+    if cli.verify {
+        base.symbolize = false;
+        for round in 1..=2 {
+            let again = reproduce(&recorded, &base, &STOP).context("verification run failed")?;
+            if let Some((step, what)) = first_difference(&report.steps, &again.steps) {
+                println!("verify: run {round} differs from the first replay at step {step}: {what}");
+                return Ok(3);
+            }
+            if again.outcome != report.outcome {
+                println!("verify: run {round} ended differently: {} vs {}", again.outcome.summary(), report.outcome.summary());
+                return Ok(3);
+            }
+        }
+        println!("verify: 2 more executions identical to the first replay ({} steps, same outcome)", report.steps.len());
+    }
+    Ok(if report.outcome.is_bug() { 1 } else { 0 })
+}
+
+/// Compares the replayed run with the recording; Some(exit code) when it diverged.
+fn judge(recorded: &Trace, report: &ExecutionReport) -> Option<u8> {
+    if let Outcome::Diverged { step, expected, seen } = &report.outcome {
+        println!("DIVERGED at step {step}: the trace expected {expected}; the run offered {seen}");
+        return Some(3);
+    }
+    if report.outcome == Outcome::Interrupted {
+        println!("interrupted");
+        return Some(130);
+    }
+    if let Some((step, what)) = first_difference(&recorded.steps, &report.steps) {
+        println!("DIVERGED at step {step}: {what}");
+        return Some(3);
+    }
+    if report.outcome.signature() != recorded.outcome.signature() {
+        println!("DIVERGED: the trace ended with \"{}\" but the replay ended with \"{}\"", recorded.outcome.summary(), report.outcome.summary());
+        return Some(3);
+    }
+    println!("outcome: {} (same as recorded)", report.outcome.summary());
+    None
+}

@@ -1,0 +1,47 @@
+//! The readable interleaving: one line per decision, which thread did what to which object, the
+//! result and the virtual time.
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use dara_scheduler::trace::Step;
+use dara_scheduler::ChoiceKind;
+
+/// Formats `steps` as a listing. `symbols` names object addresses where known.
+pub fn interleaving(steps: &[Step], symbols: &BTreeMap<u64, String>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{:>6}  {:>8}  {:<7} {:<16} {:<34} result", "step", "vtime", "thread", "operation", "object");
+    for (i, step) in steps.iter().enumerate() {
+        let c = &step.choice;
+        let op = match c.kind {
+            ChoiceKind::Run => c.op.name().to_string(),
+            ChoiceKind::Timeout => format!("{} (timeout)", c.op.name()),
+        };
+        let object = describe_object(c.obj, c.op, symbols);
+        let result = match step.result {
+            Some(r) => format!("-> {r}"),
+            None => "blocks".to_string(),
+        };
+        let alt = if c.alt != 0 { format!(" [alt {}]", c.alt) } else { String::new() };
+        let _ = writeln!(out, "{:>6}  {:>8}  t{:<6} {:<16} {:<34} {result}{alt}", i, format_vtime(step.now_ns), c.thread, op, object);
+    }
+    out
+}
+
+fn describe_object(obj: u64, op: dara_abi::Op, symbols: &BTreeMap<u64, String>) -> String {
+    use dara_abi::Op::*;
+    match op {
+        Sleep => return format!("until {}", format_vtime(obj)),
+        ThreadJoin | ThreadDetach => return format!("thread {obj}"),
+        ProcessStart | ThreadStart | ThreadCreate | ThreadExit | ProcessExit | Yield | ClockRead => return String::new(),
+        _ => {}
+    }
+    match symbols.get(&obj) {
+        Some(name) => format!("{name} ({obj:#x})"),
+        None => format!("{obj:#x}"),
+    }
+}
+
+/// Virtual time as seconds with millisecond precision.
+pub fn format_vtime(ns: u64) -> String {
+    format!("{}.{:03}s", ns / 1_000_000_000, (ns / 1_000_000) % 1000)
+}

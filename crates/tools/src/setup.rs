@@ -1,0 +1,83 @@
+//! Options shared by the CLIs, and the process-wide set-up: finding libdara_preload.so,
+//! becoming subreaper, turning SIGINT/SIGTERM into a clean stop.
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use dara_scheduler::execution::ExecutionConfig;
+
+/// Set by SIGINT/SIGTERM; the scheduler polls it and ends the execution cleanly.
+pub static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Installs the stop handlers and makes dara the subreaper of everything it launches.
+pub fn init_process() -> anyhow::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(sig, on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+    }
+    dara_tracer::launch::become_subreaper().context("cannot become child subreaper")?;
+    Ok(())
+}
+
+/// Machine-level settings of an execution (not recorded in traces).
+#[derive(Args, Clone, Debug)]
+pub struct MachineOptions {
+    /// CPU to pin each execution to (default: the CPU dara starts on).
+    #[arg(long)]
+    pub pin_cpu: Option<usize>,
+    /// A thread holding the run token and blocked in the kernel this long (ms) ends the run as
+    /// "uncontrolled blocking".
+    #[arg(long, default_value_t = 500)]
+    pub watchdog_ms: u64,
+    /// A thread computing this long (s) without reaching a scheduling point ends the run as a hang.
+    #[arg(long, default_value_t = 10)]
+    pub busy_limit: u64,
+}
+
+/// libdara_preload.so: $DARA_PRELOAD, else next to the running executable.
+pub fn find_preload() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("DARA_PRELOAD") {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            bail!("DARA_PRELOAD={} does not exist", p.display());
+        }
+        return Ok(p);
+    }
+    let exe = std::env::current_exe().context("cannot locate the dara executable")?;
+    let dir = exe.parent().context("dara executable has no directory")?;
+    for candidate in [dir.join("libdara_preload.so"), dir.join("../libdara_preload.so")] {
+        if candidate.is_file() {
+            return Ok(candidate.canonicalize().unwrap_or(candidate));
+        }
+    }
+    bail!("cannot find libdara_preload.so next to {}; build the whole workspace (cargo build --release) or set DARA_PRELOAD", exe.display())
+}
+
+fn current_cpu() -> usize {
+    // SAFETY: sched_getcpu takes no arguments.
+    let cpu = unsafe { libc::sched_getcpu() };
+    cpu.max(0) as usize
+}
+
+/// An execution template from the machine options; the caller fills in command and bounds.
+pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Result<ExecutionConfig> {
+    Ok(ExecutionConfig {
+        command,
+        cwd: std::env::current_dir().ok(),
+        preload: find_preload()?,
+        cpus: 4,
+        pin_cpu: Some(machine.pin_cpu.unwrap_or_else(current_cpu)),
+        random_seed: 0,
+        max_steps: 500_000,
+        max_vtime_ns: 3_600 * 1_000_000_000,
+        watchdog: Duration::from_millis(machine.watchdog_ms),
+        busy_limit: Duration::from_secs(machine.busy_limit),
+        symbolize: false,
+    })
+}

@@ -1,0 +1,141 @@
+//! Helpers for the integration tests: build fixtures, run the real dara-trace / dara-replay
+//! binaries with a time limit, read their traces, and check that nothing was left behind.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// Compiles tests/fixtures/NAME.c (once per test binary) and returns the executable.
+pub fn fixture(name: &str) -> PathBuf {
+    fixture_with(name, &[])
+}
+
+/// Like `fixture`, with extra compiler flags (e.g. `-static`); the flags are part of the cache key.
+pub fn fixture_with(name: &str, flags: &[&str]) -> PathBuf {
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let src = repo_root().join("tests/fixtures").join(format!("{name}.c"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
+    std::fs::create_dir_all(&dir).unwrap();
+    let suffix: String = flags.iter().map(|f| f.trim_start_matches('-')).collect::<Vec<_>>().join("_");
+    let exe = dir.join(if suffix.is_empty() { name.to_string() } else { format!("{name}.{suffix}") });
+    let fresh = exe.metadata().and_then(|m| m.modified()).ok() > src.metadata().and_then(|m| m.modified()).ok();
+    if !fresh {
+        let tmp = exe.with_extension("tmp");
+        let status = Command::new("cc")
+            .args(["-O1", "-g", "-pthread", "-Wall"])
+            .args(flags)
+            .arg("-o")
+            .arg(&tmp)
+            .arg(&src)
+            .status()
+            .expect("running cc");
+        assert!(status.success(), "compiling {}", src.display());
+        std::fs::rename(&tmp, &exe).unwrap();
+    }
+    exe
+}
+
+/// A fresh output directory for one test.
+pub fn out_dir(test: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("out").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub wall: Duration,
+}
+
+impl Run {
+    pub fn text(&self) -> String {
+        format!("exit {}\n--- stdout\n{}\n--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+fn run_with_limit(mut cmd: Command, limit: Duration) -> Run {
+    let start = Instant::now();
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawning a dara tool");
+    // Drain the pipes on threads so a chatty target cannot block on a full pipe.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut out, &mut s).ok();
+        s
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut err, &mut s).ok();
+        s
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let status = child.wait().unwrap();
+            let stdout = out_t.join().unwrap();
+            panic!("dara tool did not finish within {limit:?} (status {status:?}); stdout so far:\n{stdout}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Run { code: status.code().unwrap_or(-1), stdout: out_t.join().unwrap(), stderr: err_t.join().unwrap(), wall: start.elapsed() }
+}
+
+pub fn dara_trace(args: &[&str], limit: Duration) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dara-trace"));
+    cmd.args(args);
+    run_with_limit(cmd, limit)
+}
+
+pub fn dara_replay(args: &[&str], limit: Duration) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dara-replay"));
+    cmd.args(args);
+    run_with_limit(cmd, limit)
+}
+
+/// Runs a search over `fixture` and returns the run.
+pub fn search(out: &Path, strategy: &str, seed: u64, runs: u64, program: &Path) -> Run {
+    let seed = seed.to_string();
+    let runs = runs.to_string();
+    dara_trace(
+        &["-q", "-o", out.to_str().unwrap(), "--strategy", strategy, "--seed", &seed, "--runs", &runs, "--", program.to_str().unwrap()],
+        Duration::from_secs(300),
+    )
+}
+
+/// Processes still alive whose command line mentions `needle` (a fixture path).
+pub fn processes_mentioning(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Files in /dev/shm that dara could have left.
+pub fn dara_shm_files() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| d.flatten().filter_map(|e| e.file_name().into_string().ok()).filter(|n| n.to_lowercase().contains("dara")).collect())
+        .unwrap_or_default()
+}

@@ -1,0 +1,153 @@
+//! How dara behaves at the edges: virtual time, spinning, blocking it cannot control, being
+//! interrupted, damaged traces, programs it must refuse, and the built-in demo. None of these may
+//! hang, panic, or leave a process or shared-memory file behind.
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+#[test]
+fn ten_minutes_of_sleep_take_well_under_a_second() {
+    let program = fixture("long_sleep");
+    let out = out_dir("long_sleep");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(run.code, 0, "{}", run.text());
+    // The execution line reports the execution's own wall time in ms.
+    let ms: f64 = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("execution 0: exited normally (status 0) (")?.split(", ").nth(1)?.strip_suffix(" ms)")?.parse().ok())
+        .unwrap_or_else(|| panic!("no timing line\n{}", run.text()));
+    assert!(ms < 1000.0, "ten virtual minutes took {ms} ms of wall time\n{}", run.text());
+    let trace = dara_scheduler::trace::read_file(&out.join("trace.bin")).unwrap();
+    let vtime = trace.steps.last().unwrap().now_ns;
+    assert!(vtime >= 600_000_000_000, "virtual time only reached {vtime} ns");
+}
+
+#[test]
+fn sched_yield_spin_loop_terminates_under_every_strategy() {
+    let program = fixture("spin_yield");
+    for (strategy, seed) in [("pct:3", 5u64), ("random", 6), ("pct:1", 7)] {
+        let out = out_dir(&format!("spin_yield-{}", strategy.replace(':', "")));
+        let run = search(&out, strategy, seed, 50, &program);
+        assert_eq!(run.code, 0, "{strategy}\n{}", run.text());
+    }
+}
+
+#[test]
+fn blocking_syscall_outside_control_ends_with_a_diagnostic() {
+    let program = fixture("raw_blocking");
+    let out = out_dir("raw_blocking");
+    let started = Instant::now();
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(30));
+    assert_eq!(run.code, 2, "{}", run.text());
+    assert!(run.stderr.contains("uncontrolled"), "{}", run.text());
+    assert!(run.stderr.contains("read("), "the diagnostic names the syscall\n{}", run.text());
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    assert!(processes_mentioning(program.to_str().unwrap()).is_empty(), "target left running");
+}
+
+#[test]
+fn sigint_stops_cleanly_and_leaves_nothing_behind() {
+    let program = fixture("lock_pingpong");
+    let out = out_dir("sigint");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-q", "-o", out.to_str().unwrap(), "--runs", "100000", "--", program.to_str().unwrap(), "100000000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    // SAFETY: sending a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "dara-trace did not stop after SIGINT");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(130));
+    assert!(processes_mentioning(program.to_str().unwrap()).is_empty(), "a target process survived SIGINT");
+    assert!(dara_shm_files().is_empty(), "shared memory left in /dev/shm");
+    let trace = dara_scheduler::trace::read_file(&out.join("trace.bin")).expect("the interrupted run's trace is readable");
+    assert_eq!(trace.outcome, dara_scheduler::Outcome::Interrupted);
+}
+
+#[test]
+fn damaged_traces_are_rejected_with_a_clear_error() {
+    let program = fixture("lost_update_ok");
+    let out = out_dir("damaged");
+    let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(run.code, 0, "{}", run.text());
+    let good = std::fs::read(out.join("trace.bin")).unwrap();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("truncated", good[..good.len() / 2].to_vec()),
+        ("empty", Vec::new()),
+        ("foreign", b"#!/bin/sh\necho this is not a trace\n".to_vec()),
+        ("bitflip", {
+            let mut b = good.clone();
+            let i = b.len() / 3;
+            b[i] ^= 0x10;
+            b
+        }),
+    ];
+    for (what, bytes) in cases {
+        let path = out.join(format!("{what}.bin"));
+        std::fs::write(&path, bytes).unwrap();
+        let replay = dara_replay(&[path.to_str().unwrap()], Duration::from_secs(10));
+        assert_eq!(replay.code, 2, "{what}\n{}", replay.text());
+        assert!(replay.stderr.starts_with("dara-replay: error: "), "{what}\n{}", replay.text());
+        assert_eq!(replay.stderr.lines().count(), 1, "one line\n{}", replay.text());
+        assert!(!replay.stderr.contains("panicked"), "{}", replay.text());
+    }
+}
+
+#[test]
+fn static_binaries_are_refused() {
+    let program = fixture_with("lost_update_ok", &["-static"]);
+    let out = out_dir("static");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(10));
+    assert_eq!(run.code, 2, "{}", run.text());
+    assert!(run.stderr.contains("statically linked"), "{}", run.text());
+}
+
+#[test]
+fn missing_program_is_a_usage_error() {
+    let run = dara_trace(&["--", "/nonexistent/program"], Duration::from_secs(10));
+    assert_eq!(run.code, 2, "{}", run.text());
+    assert!(run.stderr.contains("cannot find program"), "{}", run.text());
+}
+
+#[test]
+fn builtin_demo_finds_its_bug_and_names_the_replay_command() {
+    let out = out_dir("demo-default");
+    let run = dara_trace(&["-o", out.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(run.code, 1, "{}", run.text());
+    let last = run.stdout.lines().last().unwrap_or_default();
+    assert!(last.starts_with("replay: dara-replay "), "{}", run.text());
+    let trace = last.trim_start_matches("replay: dara-replay ");
+    let replay = dara_replay(&[trace], Duration::from_secs(30));
+    assert_eq!(replay.code, 1, "{}", replay.text());
+    assert!(replay.stdout.contains("mutex-lock"), "the listing shows the interleaving\n{}", replay.text());
+}
+
+#[test]
+fn replay_detects_an_edited_decision() {
+    let program = fixture("lost_update");
+    let out = out_dir("edited");
+    let run = search(&out, "pct:3", 1, 300, &program);
+    assert_eq!(run.code, 1, "{}", run.text());
+    let mut t = dara_scheduler::trace::read_file(&out.join("bug-0001/trace.bin")).unwrap();
+    // Swap in a thread that is not the recorded one at the first step with more than one thread.
+    let step = t.steps.iter().position(|s| s.choice.thread != t.steps[0].choice.thread).expect("a second thread ran");
+    t.steps[step].choice.thread = 99;
+    let edited = out.join("edited.bin");
+    dara_scheduler::trace::write_file(&edited, &t).unwrap();
+    let replay = dara_replay(&["-q", edited.to_str().unwrap()], Duration::from_secs(30));
+    assert_eq!(replay.code, 3, "{}", replay.text());
+    assert!(replay.stdout.contains(&format!("DIVERGED at step {step}")), "{}", replay.text());
+}

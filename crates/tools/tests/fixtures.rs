@@ -1,0 +1,106 @@
+//! Every buggy fixture's bug is found (PCT within 300 executions for a fixed seed, random within
+//! a stated bound), every found bug replays 20/20 with the same outcome, `--verify` holds, and the
+//! same seed twice gives byte-identical decision lists. Every correct twin stays clean over 300
+//! executions of each strategy.
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use dara_scheduler::trace;
+
+/// Runs the full check for one buggy fixture under one strategy.
+fn finds_and_replays(name: &str, shows: &str, strategy: &str, seed: u64, runs: u64) {
+    let program = fixture(name);
+    let tag = format!("{name}-{}", strategy.replace(':', ""));
+    let out = out_dir(&tag);
+    let run = search(&out, strategy, seed, runs, &program);
+    assert_eq!(run.code, 1, "{name}: expected a bug within {runs} {strategy} executions (seed {seed})\n{}", run.text());
+    assert!(run.stdout.contains(shows), "{name}: expected the bug to show as {shows:?}\n{}", run.text());
+    assert!(run.stdout.lines().last().unwrap_or("").starts_with("replay: dara-replay "), "last line names the replay command\n{}", run.text());
+    let bug = out.join("bug-0001/trace.bin");
+    assert!(out.join("bug-0001/summary.txt").is_file());
+
+    for i in 0..20 {
+        let replay = dara_replay(&["-q", bug.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(replay.code, 1, "{name}: replay {i} did not reproduce the bug\n{}", replay.text());
+        assert!(replay.stdout.contains(shows), "{name}: replay {i} shows a different outcome\n{}", replay.text());
+    }
+    let verify = dara_replay(&["-q", "--verify", bug.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 1, "{name}: --verify\n{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+
+    let again = out_dir(&format!("{tag}-again"));
+    let run2 = search(&again, strategy, seed, runs, &program);
+    assert_eq!(run2.code, 1, "{name}: the same seed did not find the bug again\n{}", run2.text());
+    same_decisions(&bug, &again.join("bug-0001/trace.bin"));
+}
+
+fn same_decisions(a: &Path, b: &Path) {
+    let ta = trace::read_file(a).unwrap();
+    let tb = trace::read_file(b).unwrap();
+    assert_eq!(ta.header.execution, tb.header.execution, "same seed found the bug in a different execution");
+    assert!(trace::decision_bytes(&ta) == trace::decision_bytes(&tb), "decision lists of {} and {} differ", a.display(), b.display());
+}
+
+fn stays_clean(name: &str) {
+    let program = fixture(name);
+    for (strategy, seed) in [("pct:3", 11u64), ("random", 12)] {
+        let out = out_dir(&format!("{name}-{}", strategy.replace(':', "")));
+        let run = search(&out, strategy, seed, 300, &program);
+        assert_eq!(run.code, 0, "{name}: correct twin reported a bug under {strategy}\n{}", run.text());
+        assert!(run.stdout.contains("no bug found in 300 executions"), "{}", run.text());
+    }
+}
+
+/// `bug!(test_name, fixture, shows, pct_seed, random_seed, random_runs)`: PCT (pct:3, 300 runs)
+/// and random (the stated bound) both find the bug.
+macro_rules! bug {
+    ($test:ident, $fixture:literal, $shows:literal, $pct_seed:literal, $random_seed:literal, $random_runs:literal) => {
+        mod $test {
+            use super::*;
+            #[test]
+            fn pct() {
+                finds_and_replays($fixture, $shows, "pct:3", $pct_seed, 300);
+            }
+            #[test]
+            fn random() {
+                finds_and_replays($fixture, $shows, "random", $random_seed, $random_runs);
+            }
+        }
+    };
+}
+
+macro_rules! twin {
+    ($test:ident, $fixture:literal) => {
+        #[test]
+        fn $test() {
+            stays_clean($fixture);
+        }
+    };
+}
+
+bug!(demo, "demo", "SIGABRT", 1, 1, 100);
+bug!(lost_update, "lost_update", "SIGABRT", 1, 1, 100);
+bug!(order_violation, "order_violation", "SIGSEGV", 1, 1, 100);
+bug!(abba_deadlock, "abba_deadlock", "deadlock", 1, 1, 100);
+bug!(lost_wakeup, "lost_wakeup", "deadlock", 1, 1, 100);
+bug!(sem_misuse, "sem_misuse", "SIGABRT", 1, 1, 100);
+bug!(barrier_misuse, "barrier_misuse", "SIGABRT", 1, 1, 100);
+bug!(rwlock_race, "rwlock_race", "SIGABRT", 1, 1, 100);
+bug!(timeout_race, "timeout_race", "SIGABRT", 1, 1, 100);
+bug!(timeout_race_cond, "timeout_race_cond", "SIGABRT", 1, 1, 100);
+bug!(random_draw, "random_draw", "SIGABRT", 1, 1, 100);
+
+twin!(demo_ok, "demo_ok");
+twin!(lost_update_ok, "lost_update_ok");
+twin!(order_violation_ok, "order_violation_ok");
+twin!(abba_deadlock_ok, "abba_deadlock_ok");
+twin!(lost_wakeup_ok, "lost_wakeup_ok");
+twin!(sem_misuse_ok, "sem_misuse_ok");
+twin!(barrier_misuse_ok, "barrier_misuse_ok");
+twin!(rwlock_race_ok, "rwlock_race_ok");
+twin!(timeout_race_ok, "timeout_race_ok");
+twin!(timeout_race_cond_ok, "timeout_race_cond_ok");
+twin!(random_draw_ok, "random_draw_ok");

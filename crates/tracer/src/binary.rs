@@ -1,0 +1,93 @@
+//! Classifies the program a command names, so dara can refuse what it cannot control with a
+//! message that says what to do, instead of running it uncontrolled.
+use std::path::{Path, PathBuf};
+
+use goblin::elf::program_header::PT_INTERP;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BinaryKind {
+    /// A dynamically linked ELF executable: the preload can enter it.
+    Dynamic,
+    /// A statically linked ELF executable: no dynamic loader, so LD_PRELOAD has no effect.
+    Static,
+    /// A `#!` script; its interpreter is what runs (and is checked in turn).
+    Script { interpreter: PathBuf },
+    /// Something else (another architecture, a foreign format).
+    Other(String),
+}
+
+/// Finds `program` the way execvp would: as given if it contains a slash, else on `PATH`.
+pub fn resolve(program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        return p.is_file().then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+/// Reads the start of `path` and classifies it.
+pub fn classify(path: &Path) -> std::io::Result<BinaryKind> {
+    let bytes = std::fs::read(path)?;
+    if let Some(rest) = bytes.strip_prefix(b"#!") {
+        let line = rest.split(|b| *b == b'\n').next().unwrap_or_default();
+        let line = String::from_utf8_lossy(line);
+        let interpreter = line.split_whitespace().next().unwrap_or_default();
+        return Ok(BinaryKind::Script { interpreter: PathBuf::from(interpreter) });
+    }
+    let elf = match goblin::elf::Elf::parse(&bytes) {
+        Ok(elf) => elf,
+        Err(_) => return Ok(BinaryKind::Other("not an ELF executable or script".into())),
+    };
+    if elf.header.e_machine != goblin::elf::header::EM_X86_64 {
+        return Ok(BinaryKind::Other(format!("ELF for machine {}, dara runs x86_64 only", elf.header.e_machine)));
+    }
+    if elf.program_headers.iter().any(|ph| ph.p_type == PT_INTERP) {
+        Ok(BinaryKind::Dynamic)
+    } else {
+        Ok(BinaryKind::Static)
+    }
+}
+
+/// GNU build-id of an ELF file as lower-case hex, if it has one.
+pub fn build_id(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    let elf = goblin::elf::Elf::parse(&bytes).ok()?;
+    let notes = elf.iter_note_headers(&bytes)?;
+    for note in notes.flatten() {
+        if note.n_type == goblin::elf::note::NT_GNU_BUILD_ID {
+            return Some(note.desc.iter().map(|b| format!("{b:02x}")).collect());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_system_binaries() {
+        let sh = resolve("sh").expect("sh on PATH");
+        let kind = classify(&sh).unwrap();
+        assert!(matches!(kind, BinaryKind::Dynamic), "{kind:?}");
+        assert!(resolve("definitely-not-a-program-dara").is_none());
+    }
+
+    #[test]
+    fn classifies_scripts() {
+        let dir = std::env::temp_dir().join(format!("dara-binary-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("s.sh");
+        std::fs::write(&script, "#!/bin/bash -e\necho hi\n").unwrap();
+        assert_eq!(classify(&script).unwrap(), BinaryKind::Script { interpreter: "/bin/bash".into() });
+        std::fs::write(&script, "plain text").unwrap();
+        assert!(matches!(classify(&script).unwrap(), BinaryKind::Other(_)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

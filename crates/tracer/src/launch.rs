@@ -1,0 +1,144 @@
+//! Starting the target command under control and tearing its whole tree down again.
+//!
+//! The child is set up between fork and exec (`pre_exec`, async-signal-safe calls only): its own
+//! process group (so the terminal's Ctrl-C reaches dara, not the target, and the group can be
+//! killed as one), ASLR off (`personality(ADDR_NO_RANDOMIZE)`, so object addresses repeat across
+//! runs), pinned to the execution's CPU, and `PR_SET_PDEATHSIG` so it dies if dara dies. dara itself
+//! is the child subreaper, so orphaned grandchildren are reparented to it and reaped (and killed)
+//! too.
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use crate::reaper::{self, ExitEvent};
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct LaunchSpec {
+    pub command: Vec<String>,
+    pub cwd: Option<PathBuf>,
+    /// Variables added to (or replacing in) dara's own environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// CPU the whole tree is pinned to.
+    pub cpu: Option<usize>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("no command given")]
+    Empty,
+    #[error("cannot start {program}: {source}")]
+    Spawn { program: String, source: std::io::Error },
+}
+
+/// A running target tree. Dropping it kills every process in it.
+pub struct ProcessTree {
+    root: u32,
+    exits: Receiver<ExitEvent>,
+    reaper_done: Receiver<()>,
+    finished: bool,
+}
+
+/// Makes the calling process the subreaper of its descendants. Call once at start-up.
+pub fn become_subreaper() -> std::io::Result<()> {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes one integer argument and touches no memory.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+impl ProcessTree {
+    /// Starts `spec.command`. `on_exit` is called (from the reaper thread) after each exit event
+    /// is queued, so the scheduler can be woken from its futex wait.
+    pub fn spawn(spec: &LaunchSpec, on_exit: impl Fn() + Send + 'static) -> Result<ProcessTree, LaunchError> {
+        let (program, args) = spec.command.split_first().ok_or(LaunchError::Empty)?;
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        if let Some(cwd) = &spec.cwd {
+            cmd.current_dir(cwd);
+        }
+        for (k, v) in &spec.env {
+            cmd.env(k, v);
+        }
+        let cpu = spec.cpu;
+        // SAFETY: the closure runs in the forked child before exec and only makes
+        // async-signal-safe system calls (setpgid, personality, prctl, sched_setaffinity); it
+        // allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let persona = libc::personality(0xffff_ffff);
+                if persona == -1 || libc::personality((persona | libc::ADDR_NO_RANDOMIZE) as libc::c_ulong) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                if let Some(cpu) = cpu {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|source| LaunchError::Spawn { program: program.clone(), source })?;
+        let root = child.id();
+        // The reaper owns waiting from now on; std's handle is dropped without waiting.
+        drop(child);
+        let (exits, reaper_done) = reaper::start(on_exit);
+        Ok(ProcessTree { root, exits, reaper_done, finished: false })
+    }
+
+    /// Kernel pid of the command itself (also its process group id).
+    pub fn root_pid(&self) -> u32 {
+        self.root
+    }
+
+    /// Next exit event, if one is queued.
+    pub fn try_exit(&self) -> Option<ExitEvent> {
+        self.exits.try_recv().ok()
+    }
+
+    /// Whether every process of the tree has been reaped.
+    pub fn all_gone(&self) -> bool {
+        self.finished || matches!(self.reaper_done.try_recv(), Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected))
+    }
+
+    /// SIGKILLs the process group and every other descendant, and waits (bounded) until all are
+    /// reaped. Returns false if something survived for 5 s (a process stuck in the kernel).
+    pub fn kill_all(&mut self) -> bool {
+        if self.finished {
+            return true;
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            // SAFETY: kill with a negative pid signals a process group; no memory is involved.
+            unsafe { libc::kill(-(self.root as i32), libc::SIGKILL) };
+            for pid in reaper::adopted_children() {
+                // SAFETY: as above, for one process.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+            match self.reaper_done.recv_timeout(Duration::from_millis(20)) {
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+                    self.finished = true;
+                    return true;
+                }
+                Err(RecvTimeoutError::Timeout) if Instant::now() > deadline => return false,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+        }
+    }
+}
+
+impl Drop for ProcessTree {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}

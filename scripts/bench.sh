@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Handoff benchmark: the cost of one dara scheduling point on a two-thread lock ping-pong, as a
+# ratio to a bare futex round trip between two threads pinned to one core, both measured now, on
+# this machine. Also: wall time of ten virtual minutes of sleep.
+#
+#   scripts/bench.sh [ITERATIONS]        (default 50000 ping-pong rounds)
+#
+# Prints a table and the ratios; numbers are recorded in docs/performance.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+iters="${1:-50000}"
+cpu="${BENCH_CPU:-0}"
+
+./scripts/install-deps.sh
+cargo build --release --workspace -q
+bin=target/bench-bin
+./scripts/build-fixtures.sh "$bin" >/dev/null
+trace=target/release/dara-trace
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# 1. The floor: a futex round trip between two threads on one core (best of 5).
+floor=""
+for _ in 1 2 3 4 5; do
+    ns=$("$bin/futex_pingpong" 200000 "$cpu" | awk '/futex_roundtrip_ns/ {print $2}')
+    if [ -z "$floor" ] || awk "BEGIN{exit !($ns < $floor)}"; then floor=$ns; fi
+done
+
+# 2. dara: the same shape of work, gated. Per scheduling point = execution wall time / steps.
+best=""
+steps=0
+for _ in 1 2 3; do
+    line=$("$trace" -o "$out" --pin-cpu "$cpu" --max-steps 100000000 -- "$bin/lock_pingpong" "$iters" | grep '^execution 0:')
+    steps=$(sed -E 's/.*\(([0-9]+) steps, ([0-9.]+) ms\).*/\1/' <<<"$line")
+    ms=$(sed -E 's/.*\(([0-9]+) steps, ([0-9.]+) ms\).*/\2/' <<<"$line")
+    per=$(awk "BEGIN{printf \"%.0f\", $ms * 1e6 / $steps}")
+    if [ -z "$best" ] || [ "$per" -lt "$best" ]; then best=$per; fi
+done
+ratio=$(awk "BEGIN{printf \"%.2f\", $best / $floor}")
+
+# 3. Virtual time: ten minutes of sleeping.
+sleep_line=$("$trace" -o "$out" -- "$bin/long_sleep" | grep '^execution 0:')
+sleep_ms=$(sed -E 's/.*\(([0-9]+) steps, ([0-9.]+) ms\).*/\2/' <<<"$sleep_line")
+
+printf '%-48s %12s\n' "measurement" "value"
+printf '%-48s %12s\n' "futex round trip, 2 threads on one core (ns)" "$floor"
+printf '%-48s %12s\n' "dara scheduling point, lock ping-pong (ns)" "$best"
+printf '%-48s %12s\n' "  scheduling points in that run" "$steps"
+printf '%-48s %12s\n' "ratio scheduling point / futex round trip" "$ratio"
+printf '%-48s %12s\n' "600 s of virtual sleep, wall time (ms)" "$sleep_ms"

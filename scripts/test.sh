@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# dara's test command (the one the README gives): installs what a fresh machine lacks, builds the
+# workspace, then runs every unit and integration test against the real dara-trace/dara-replay
+# binaries and the fixtures in tests/fixtures/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/install-deps.sh
+cargo build --release --workspace
+# Integration tests start many short-lived target processes; two test threads keep the 2-core
+# machines responsive without serialising everything.
+cargo test --release --workspace -- --test-threads="${DARA_TEST_THREADS:-2}"
