@@ -122,12 +122,6 @@ struct Seen {
 
 /// Runs `target` under the preload and the stand-in scheduler.
 fn run(target: &Path, seed: u64, args: &[&str]) -> (Output, Vec<Seen>) {
-    run_with(target, seed, args, false)
-}
-
-/// `fair`: pick the next posted slot round-robin instead of the lowest (the lowest-first order
-/// is fully predictable but starves a new thread while its creator keeps posting).
-fn run_with(target: &Path, seed: u64, args: &[&str], fair: bool) -> (Output, Vec<Seen>) {
     let region = Region::new(seed, VERSION);
     let mut child = Command::new(target)
         .args(args)
@@ -171,26 +165,19 @@ fn run_with(target: &Path, seed: u64, args: &[&str], fair: bool) -> (Output, Vec
             std::thread::yield_now();
             continue;
         }
-        let first = if fair {
-            seen.last().map_or(0, |s: &Seen| s.slot + 1)
-        } else {
-            0
-        };
-        let pick = (0..claimed)
-            .map(|k| (first + k) % claimed.max(1))
-            .find(|&i| {
-                let slot = region.slot(i);
-                if states[i as usize] != state::POSTED {
-                    return false;
+        let pick = (0..claimed).find(|&i| {
+            let slot = region.slot(i);
+            if states[i as usize] != state::POSTED {
+                return false;
+            }
+            match Op::from_u32(slot.op.load(Ordering::Relaxed)) {
+                Some(Op::ThreadJoin) => {
+                    let target = slot.args[0].load(Ordering::Relaxed) as usize;
+                    states.get(target) == Some(&state::EXITED)
                 }
-                match Op::from_u32(slot.op.load(Ordering::Relaxed)) {
-                    Some(Op::ThreadJoin) => {
-                        let target = slot.args[0].load(Ordering::Relaxed) as usize;
-                        states.get(target) == Some(&state::EXITED)
-                    }
-                    _ => true,
-                }
-            });
+                _ => true,
+            }
+        });
         let Some(i) = pick else {
             std::thread::sleep(Duration::from_micros(50));
             continue;
@@ -468,38 +455,4 @@ fn version_mismatch_exits_125() {
     );
     assert!(output.stdout.is_empty());
     std::fs::remove_file(&target).ok();
-}
-
-/// Runs `$DARA_SMOKE_CMD` (whitespace-separated) under the stand-in scheduler and prints what it
-/// posted. A development aid for trying real programs before the real scheduler exists:
-/// `DARA_SMOKE_CMD="python3 -c print(1)" cargo test -p dara-preload --test protocol -- --ignored --nocapture`
-#[test]
-#[ignore]
-fn smoke_command() {
-    let Ok(cmd) = std::env::var("DARA_SMOKE_CMD") else {
-        return;
-    };
-    let mut words = cmd.split_whitespace();
-    let program = which(words.next().expect("empty DARA_SMOKE_CMD"));
-    let args: Vec<&str> = words.collect();
-    let (output, seen) = run_with(&program, 1, &args, true);
-    let mut counts = std::collections::BTreeMap::new();
-    for s in &seen {
-        *counts.entry(s.op.name()).or_insert(0) += 1;
-    }
-    println!("status: {:?}\nops: {counts:?}", output.status);
-    println!("stdout:\n{}", String::from_utf8_lossy(&output.stdout));
-    println!("stderr:\n{}", String::from_utf8_lossy(&output.stderr));
-}
-
-fn which(name: &str) -> PathBuf {
-    if name.contains('/') {
-        return PathBuf::from(name);
-    }
-    std::env::var("PATH")
-        .unwrap_or_default()
-        .split(':')
-        .map(|dir| Path::new(dir).join(name))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name} not found in PATH"))
 }

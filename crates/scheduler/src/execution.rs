@@ -449,6 +449,10 @@ impl<'a> Execution<'a> {
                     let symbolizer = self.symbolizers.entry(blocked.process).or_insert_with(|| Symbolizer::for_process(pid));
                     blocked.symbol = symbolizer.name(blocked.addr);
                 }
+                if let Some(name) = &blocked.symbol {
+                    let hex = format!("{:#x}", blocked.addr);
+                    blocked.detail = blocked.detail.replace(&hex, &format!("{name} ({hex})"));
+                }
             }
         }
         report

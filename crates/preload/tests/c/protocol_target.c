@@ -59,7 +59,6 @@ int main(int argc, char **argv) {
     hex("at-random", (const unsigned char *)getauxval(AT_RANDOM), 16);
     srand(42);
     int r1 = rand();
-    hex("at-random", (const unsigned char *)getauxval(AT_RANDOM), 16);
     srand(42);
     printf("srand-repeats %d\n", r1 == rand());
 
