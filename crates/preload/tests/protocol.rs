@@ -331,9 +331,9 @@ fn protocol_threads_clocks_and_randomness() {
     let find = |op: Op| seen.iter().find(|s| s.op == op).unwrap();
     assert_eq!(find(ProcessStart).args[0], u64::MAX);
     assert_eq!(
-        find(ThreadCreate).args[0],
-        1,
-        "ThreadCreate names the child's slot"
+        find(ThreadCreate).args,
+        [0; 4],
+        "ThreadCreate carries no arguments: the child's slot is claimed after the grant"
     );
     assert_eq!(
         find(ThreadStart).args[0],

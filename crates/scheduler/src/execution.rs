@@ -313,7 +313,8 @@ impl<'a> Execution<'a> {
             Op::Unsupported => {
                 let name = procfs::syscall_name(args[0] as i64);
                 let detail = match args[0] as i64 {
-                    56 | 57 | 58 | 435 => "process creation is not supported yet; run single-process programs".to_string(),
+                    56 | 57 | 58 | 435 => "process creation (fork, vfork, clone) is not supported yet; dara runs single-process programs for now".to_string(),
+                    59 | 322 => "running another program (execve) is not supported yet; point dara at the final program instead of a launcher".to_string(),
                     _ => format!("{name} cannot be modelled by dara (arguments {:#x}, {:#x}); the run was stopped rather than left uncontrolled", args[1], args[2]),
                 };
                 return Some(Outcome::Uncontrolled { thread, syscall: name, detail });
@@ -363,6 +364,15 @@ impl<'a> Execution<'a> {
                 self.holder = None;
             }
             match event.status {
+                ExitStatus::Signal(libc::SIGSYS) => {
+                    // The preload's syscall trap could not run (SIGSYS was blocked, e.g. inside
+                    // posix_spawn or system): dara lost control, the program did not crash.
+                    return Some(Outcome::Uncontrolled {
+                        thread: 0,
+                        syscall: "a trapped system call".into(),
+                        detail: format!("process {process} made a system call dara intercepts while SIGSYS was blocked (posix_spawn, system and similar are not supported yet), so the kernel killed it"),
+                    });
+                }
                 ExitStatus::Signal(signal) => {
                     return Some(Outcome::Crashed { process, signal, name: signal_name(signal) });
                 }
