@@ -422,9 +422,14 @@ impl<'a> Execution<'a> {
     /// Checks the token holder: asleep in the kernel → uncontrolled; computing too long → hang.
     fn watchdog(&mut self) -> Option<Outcome> {
         let holder = self.holder.as_mut()?;
+        let now = Instant::now();
+        // Reading /proc costs more than a whole handoff: only look at threads that have held the
+        // token for a while.
+        if now - holder.since < WATCHDOG_GRACE {
+            return None;
+        }
         let slot = self.region.slot(holder.thread as usize);
         let (pid, tid) = (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed));
-        let now = Instant::now();
         match procfs::thread_state(pid, tid) {
             Some('S') | Some('D') => {
                 let since = *holder.asleep_since.get_or_insert(now);
@@ -468,6 +473,9 @@ impl<'a> Execution<'a> {
         report
     }
 }
+
+/// How long a token holder runs before the watchdog starts sampling its /proc state.
+const WATCHDOG_GRACE: Duration = Duration::from_millis(20);
 
 /// Waits (bounded) until a thread has left the kernel's task list.
 fn wait_thread_gone(pid: u32, tid: u32) {

@@ -24,6 +24,8 @@ fn ten_minutes_of_sleep_take_well_under_a_second() {
     let trace = dara_scheduler::trace::read_file(&out.join("trace.bin")).unwrap();
     let vtime = trace.steps.last().unwrap().now_ns;
     assert!(vtime >= 600_000_000_000, "virtual time only reached {vtime} ns");
+    let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
 }
 
 #[test]
@@ -33,6 +35,8 @@ fn sched_yield_spin_loop_terminates_under_every_strategy() {
         let out = out_dir(&format!("spin_yield-{}", strategy.replace(':', "")));
         let run = search(&out, strategy, seed, 50, &program);
         assert_eq!(run.code, 0, "{strategy}\n{}", run.text());
+        let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(verify.code, 0, "{strategy}\n{}", verify.text());
     }
 }
 

@@ -43,6 +43,22 @@ pub fn fixture_with(name: &str, flags: &[&str]) -> PathBuf {
     exe
 }
 
+/// A copy of `program` private to one test, so the test can check afterwards that no process
+/// running it survived (other tests run the same fixture concurrently).
+pub fn private_copy(program: &Path, test: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("private").join(test);
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join(program.file_name().unwrap());
+    std::fs::copy(program, &copy).unwrap();
+    copy
+}
+
+/// Asserts that no process runs `program` any more.
+pub fn assert_no_survivors(program: &Path) {
+    let left = processes_mentioning(program.to_str().unwrap());
+    assert!(left.is_empty(), "processes of {} survived: {left:?}", program.display());
+}
+
 /// A fresh output directory for one test.
 pub fn out_dir(test: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("out").join(test);

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Search effort: for every buggy fixture and strategy, the number of executions until the first
+# bug, over seeds 1..SEEDS (default 20): mean, worst, and how many seeds found nothing within
+# RUNS (default 300) executions. Prints a Markdown table (recorded in docs/performance.md).
+#
+#   scripts/bench-search.sh [SEEDS] [RUNS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seeds="${1:-20}"
+runs="${2:-300}"
+strategies=(${STRATEGIES:-pct:3 random})
+
+./scripts/install-deps.sh
+cargo build --release --workspace -q
+bin=target/bench-bin
+./scripts/build-fixtures.sh "$bin" >/dev/null 2>&1
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+printf '| fixture |'; for s in "${strategies[@]}"; do printf ' %s mean | %s worst | %s missed |' "$s" "$s" "$s"; done; echo
+printf '|---|'; for _ in "${strategies[@]}"; do printf -- '---|---|---|'; done; echo
+for src in tests/fixtures/*.c; do
+    name=$(basename "$src" .c)
+    case "$name" in *_ok|spin_yield|long_sleep|raw_blocking|lock_pingpong) continue ;; esac
+    printf '| %s |' "$name"
+    for strategy in "${strategies[@]}"; do
+        total=0; worst=0; missed=0; found=0
+        for seed in $(seq 1 "$seeds"); do
+            rm -rf "$out/run"
+            line=$(target/release/dara-trace -q -o "$out/run" --runs "$runs" --strategy "$strategy" --seed "$seed" -- "$bin/$name" | grep -E '\(execution [0-9]+,' || true)
+            if [ -z "$line" ]; then missed=$((missed + 1)); continue; fi
+            k=$(sed -E 's/.*\(execution ([0-9]+),.*/\1/' <<<"$line")
+            n=$((k + 1)); total=$((total + n)); found=$((found + 1))
+            [ "$n" -gt "$worst" ] && worst=$n
+        done
+        mean=$(awk "BEGIN{ if ($found) printf \"%.1f\", $total / $found; else print \"-\" }")
+        printf ' %s | %s | %s |' "$mean" "$worst" "$missed"
+    done
+    echo
+done
