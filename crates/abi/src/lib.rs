@@ -39,9 +39,16 @@ pub const MAX_SLOTS: usize = 512;
 /// Processes per execution.
 pub const MAX_PROCESSES: usize = 64;
 
-/// Environment variable holding the path the preload opens to map the region
-/// (`/proc/<dara-pid>/fd/<n>` of a memfd owned by `dara-trace`).
+/// Environment variable holding the path the preload opens to map the region. dara passes the
+/// region's memfd to the target as descriptor [`SHM_FD`] and sets this to [`SHM_PATH`]: a
+/// constant, so the target's environment (and with it its memory layout) is the same on every
+/// run, whatever dara's pid.
 pub const ENV_SHM_PATH: &str = "DARA_SHM";
+/// Descriptor number under which the target inherits the region's memfd. The preload closes it
+/// once the region is mapped, so the program never sees it.
+pub const SHM_FD: i32 = 1000;
+/// Value of [`ENV_SHM_PATH`] that names [`SHM_FD`].
+pub const SHM_PATH: &str = "/proc/self/fd/1000";
 /// Set by the tracer on the launched command so that a preload loaded outside dara stays inert.
 pub const ENV_ACTIVE: &str = "DARA_ACTIVE";
 

@@ -14,6 +14,7 @@ pub fn config_for(trace: &Trace, base: &ExecutionConfig) -> ExecutionConfig {
     ExecutionConfig {
         command: h.command.clone(),
         cwd: (!h.cwd.is_empty()).then(|| h.cwd.clone().into()),
+        env: h.env.clone(),
         cpus: h.cpus,
         random_seed: h.random_seed,
         max_steps: h.max_steps,

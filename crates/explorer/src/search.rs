@@ -125,6 +125,7 @@ fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: Stri
         dara_version: env!("CARGO_PKG_VERSION").to_string(),
         command: exec.command.clone(),
         cwd: exec.cwd.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+        env: exec.env.clone(),
         strategy,
         seed: cfg.seed,
         execution: k,

@@ -52,6 +52,10 @@ pub fn map(path: &[u8]) -> Result<&'static Header, MapError> {
         )
     };
     sys::close(fd as i32);
+    if path.strip_suffix(&[0]) == Some(dara_abi::SHM_PATH.as_bytes()) {
+        // The descriptor dara passed down: mapped now, so give the number back to the program.
+        sys::close(dara_abi::SHM_FD);
+    }
     if (-4095..0).contains(&addr) {
         return Err(MapError::Map);
     }

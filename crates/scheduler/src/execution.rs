@@ -29,6 +29,8 @@ use crate::{futex, procfs};
 pub struct ExecutionConfig {
     pub command: Vec<String>,
     pub cwd: Option<PathBuf>,
+    /// The program's complete environment (recorded in the trace; dara adds its own variables).
+    pub env: Vec<(String, String)>,
     /// Path of libdara_preload.so.
     pub preload: PathBuf,
     /// CPU count the target observes.
@@ -77,21 +79,13 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         pin_current_thread(cpu);
     }
     let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed).map_err(ExecutionError::Region)?);
-    let mut env = vec![
-        ("DARA_SHM".into(), region.path().into()),
-        ("DARA_ACTIVE".into(), "1".into()),
-    ];
-    let preload = match std::env::var_os("LD_PRELOAD") {
-        Some(existing) if !existing.is_empty() => {
-            let mut s = cfg.preload.clone().into_os_string();
-            s.push(":");
-            s.push(existing);
-            s
-        }
-        _ => cfg.preload.clone().into_os_string(),
+    let spec = LaunchSpec {
+        command: cfg.command.clone(),
+        cwd: cfg.cwd.clone(),
+        env: target_environment(cfg),
+        pass_fd: Some((region.fd(), dara_abi::SHM_FD)),
+        cpu: cfg.pin_cpu,
     };
-    env.push(("LD_PRELOAD".into(), preload));
-    let spec = LaunchSpec { command: cfg.command.clone(), cwd: cfg.cwd.clone(), env, cpu: cfg.pin_cpu };
     let waker = Arc::clone(&region);
     let tree = ProcessTree::spawn(&spec, move || waker.wake_scheduler())?;
     let mut run = Execution::new(cfg, region, tree);
@@ -101,6 +95,26 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         return Err(ExecutionError::Teardown);
     }
     Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, wall: started.elapsed() })
+}
+
+/// The recorded environment plus dara's variables; the preload goes first in LD_PRELOAD.
+fn target_environment(cfg: &ExecutionConfig) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = Vec::with_capacity(cfg.env.len() + 3);
+    let mut preload = cfg.preload.clone().into_os_string();
+    for (k, v) in &cfg.env {
+        match k.as_str() {
+            "LD_PRELOAD" if !v.is_empty() => {
+                preload.push(":");
+                preload.push(v);
+            }
+            dara_abi::ENV_SHM_PATH | dara_abi::ENV_ACTIVE | "LD_PRELOAD" => {}
+            _ => env.push((k.into(), v.into())),
+        }
+    }
+    env.push(("LD_PRELOAD".into(), preload));
+    env.push((dara_abi::ENV_SHM_PATH.into(), dara_abi::SHM_PATH.into()));
+    env.push((dara_abi::ENV_ACTIVE.into(), "1".into()));
+    env
 }
 
 fn pin_current_thread(cpu: usize) {

@@ -42,9 +42,9 @@ impl Region {
         Ok(region)
     }
 
-    /// Path a target process opens to map this region.
-    pub fn path(&self) -> String {
-        format!("/proc/{}/fd/{}", std::process::id(), self.file.as_raw_fd())
+    /// dara's descriptor of the region's memfd (handed to the target as `dara_abi::SHM_FD`).
+    pub fn fd(&self) -> i32 {
+        self.file.as_raw_fd()
     }
 
     pub fn header(&self) -> &Header {

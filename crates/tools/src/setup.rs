@@ -70,6 +70,9 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
     Ok(ExecutionConfig {
         command,
         cwd: std::env::current_dir().ok(),
+        // Variables that are not UTF-8 cannot be recorded in the trace; they are left out of the
+        // run too, so the recording and its replay see the same environment.
+        env: std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect(),
         preload: find_preload()?,
         cpus: 4,
         pin_cpu: Some(machine.pin_cpu.unwrap_or_else(current_cpu)),

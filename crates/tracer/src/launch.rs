@@ -20,8 +20,11 @@ use crate::reaper::{self, ExitEvent};
 pub struct LaunchSpec {
     pub command: Vec<String>,
     pub cwd: Option<PathBuf>,
-    /// Variables added to (or replacing in) dara's own environment.
+    /// The complete environment of the command (dara's own environment is not inherited, so a
+    /// replay sees exactly what the recording saw).
     pub env: Vec<(OsString, OsString)>,
+    /// A descriptor of dara's to hand down as (dara's fd, number in the target).
+    pub pass_fd: Option<(i32, i32)>,
     /// CPU the whole tree is pinned to.
     pub cpu: Option<usize>,
 }
@@ -40,6 +43,8 @@ pub struct ProcessTree {
     exits: Receiver<ExitEvent>,
     reaper_done: Receiver<()>,
     finished: bool,
+    /// Threads copying the target's stdout/stderr pipes to dara's own.
+    forwarders: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// Makes the calling process the subreaper of its descendants. Call once at start-up.
@@ -63,12 +68,14 @@ impl ProcessTree {
         if let Some(cwd) = &spec.cwd {
             cmd.current_dir(cwd);
         }
+        cmd.env_clear();
         for (k, v) in &spec.env {
             cmd.env(k, v);
         }
         let cpu = spec.cpu;
+        let pass_fd = spec.pass_fd;
         // SAFETY: the closure runs in the forked child before exec and only makes
-        // async-signal-safe system calls (setpgid, personality, prctl, sched_setaffinity); it
+        // async-signal-safe system calls (setpgid, personality, prctl, dup2, sched_setaffinity); it
         // allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
@@ -80,6 +87,12 @@ impl ProcessTree {
                     return Err(std::io::Error::last_os_error());
                 }
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                if let Some((from, to)) = pass_fd {
+                    // dup2 gives the new descriptor no close-on-exec flag: it survives the exec.
+                    if libc::dup2(from, to) != to {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
                 if let Some(cpu) = cpu {
                     let mut set: libc::cpu_set_t = std::mem::zeroed();
                     libc::CPU_SET(cpu, &mut set);
@@ -88,12 +101,25 @@ impl ProcessTree {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(|source| LaunchError::Spawn { program: program.clone(), source })?;
+        // The target writes into pipes that dara copies to its own stdout/stderr, whatever those
+        // are: a program that checks isatty() or fstat() on its output (Python, most CLIs) then
+        // behaves the same when recorded in CI and replayed at a terminal.
+        // stdin is /dev/null for the same reason: its kind and content would be an input dara does
+        // not record yet.
+        cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn { program: program.clone(), source })?;
         let root = child.id();
+        let mut forwarders = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            forwarders.push(forward(out, std::io::stdout));
+        }
+        if let Some(err) = child.stderr.take() {
+            forwarders.push(forward(err, std::io::stderr));
+        }
         // The reaper owns waiting from now on; std's handle is dropped without waiting.
         drop(child);
         let (exits, reaper_done) = reaper::start(on_exit);
-        Ok(ProcessTree { root, exits, reaper_done, finished: false })
+        Ok(ProcessTree { root, exits, reaper_done, finished: false, forwarders })
     }
 
     /// Kernel pid of the command itself (also its process group id).
@@ -128,6 +154,11 @@ impl ProcessTree {
             match self.reaper_done.recv_timeout(Duration::from_millis(20)) {
                 Ok(()) | Err(RecvTimeoutError::Disconnected) => {
                     self.finished = true;
+                    // Every writer is dead, so the pipes are at end of file: drain them fully
+                    // before the caller prints its verdict.
+                    for f in self.forwarders.drain(..) {
+                        let _ = f.join();
+                    }
                     return true;
                 }
                 Err(RecvTimeoutError::Timeout) if Instant::now() > deadline => return false,
@@ -135,6 +166,30 @@ impl ProcessTree {
             }
         }
     }
+}
+
+/// Copies `from` to `to()` until end of file; write errors (a closed terminal) are ignored so
+/// the target never blocks on a full pipe.
+fn forward<R, W>(mut from: R, to: fn() -> W) -> std::thread::JoinHandle<()>
+where
+    R: std::io::Read + Send + 'static,
+    W: std::io::Write + 'static,
+{
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        let mut sink = to();
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let _ = sink.write_all(&buf[..n]);
+                    let _ = sink.flush();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+    })
 }
 
 impl Drop for ProcessTree {

@@ -69,6 +69,8 @@ pub struct TraceHeader {
     pub command: Vec<String>,
     /// Working directory of the command.
     pub cwd: String,
+    /// The command's complete environment (without dara's own variables).
+    pub env: Vec<(String, String)>,
     /// Strategy description (`pct:3`), search seed and execution index within the search.
     pub strategy: String,
     pub seed: u64,

@@ -30,6 +30,7 @@ fn header() -> TraceHeader {
             "naïve ünïcode ✓".into(),
         ],
         cwd: "/work/fixtures".into(),
+        env: vec![("PATH".into(), "/usr/bin:/bin".into()), ("LANG".into(), "C.UTF-8".into())],
         strategy: "pct:3".into(),
         seed: 0xdead_beef_cafe_f00d,
         execution: 17,
