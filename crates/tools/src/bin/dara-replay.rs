@@ -45,11 +45,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     setup::init_process()?;
     let recorded = trace::read_file(&cli.trace)?;
     let mut base = setup::base_config(&cli.machine, recorded.header.command.clone())?;
-    base.symbolize = std::env::var_os("DARA_DEBUG_NOSYM").is_none();
+    base.symbolize = true;
     println!("replaying {} ({} steps): {}", cli.trace.display(), recorded.steps.len(), recorded.header.command.join(" "));
-    if std::env::var_os("DARA_DEBUG_DUMP").is_some() {
-        eprint!("{}", listing::interleaving(&recorded.steps, &Default::default()));
-    }
     let report = reproduce(&recorded, &base, &STOP).context("replay failed to run")?;
     if !cli.quiet {
         print!("{}", listing::interleaving(&report.steps, &report.symbols));
