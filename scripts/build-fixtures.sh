@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Build every C fixture (tests/fixtures/*.c) and benchmark (bench/*.c) into OUTDIR.
+# Build every fixture (tests/fixtures/*.c, *.cc, *.rs) and benchmark (bench/*.c) into OUTDIR.
 #
 #   scripts/build-fixtures.sh OUTDIR
 #
-# Each NAME.c becomes OUTDIR/NAME, compiled with `$CC -O1 -g -pthread -Wall`
+# Each NAME.c becomes OUTDIR/NAME, compiled with `$CC -O1 -g -pthread -Wall` (C++ with $CXX,
+# Rust with rustc -O)
 # (CC defaults to cc; extra flags may be passed in CFLAGS, e.g. sancov flags).
 # Warnings are shown but do not fail the build; any compile failure does, and
 # the script exits non-zero after trying every file.
@@ -20,7 +21,7 @@ cc="${CC:-cc}"
 mkdir -p "$out" || exit 1
 
 shopt -s nullglob
-srcs=("$root"/tests/fixtures/*.c "$root"/bench/*.c)
+srcs=("$root"/tests/fixtures/*.c "$root"/tests/fixtures/*.cc "$root"/tests/fixtures/*.rs "$root"/bench/*.c)
 if [ ${#srcs[@]} -eq 0 ]; then
     echo "build-fixtures: no sources found under $root/tests/fixtures or $root/bench" >&2
     exit 1
@@ -28,9 +29,15 @@ fi
 
 failed=0
 for src in "${srcs[@]}"; do
-    name="$(basename "$src" .c)"
-    # shellcheck disable=SC2086 # CFLAGS is meant to word-split
-    if ! "$cc" -O1 -g -pthread -Wall ${CFLAGS:-} "$src" -o "$out/$name"; then
+    name="$(basename "${src%.*}")"
+    case "$src" in
+        *.rs) build=(rustc -O -g -o "$out/$name" "$src") ;;
+        # shellcheck disable=SC2086 # CXXFLAGS is meant to word-split
+        *.cc) build=("${CXX:-c++}" -O1 -g -pthread -Wall ${CXXFLAGS:-} "$src" -o "$out/$name") ;;
+        # shellcheck disable=SC2086 # CFLAGS is meant to word-split
+        *) build=("$cc" -O1 -g -pthread -Wall ${CFLAGS:-} "$src" -o "$out/$name") ;;
+    esac
+    if ! "${build[@]}"; then
         echo "build-fixtures: FAILED: $src" >&2
         failed=$((failed + 1))
     fi

@@ -71,7 +71,7 @@ fn load_image(path: &PathBuf, base: u64) -> Option<Image> {
             }
             if let Some(name) = strtab.get_at(sym.st_name) {
                 if !name.is_empty() {
-                    symbols.push((sym.st_value, sym.st_size, name.to_string()));
+                    symbols.push((sym.st_value, sym.st_size, demangle(name)));
                 }
             }
         }
@@ -81,6 +81,21 @@ fn load_image(path: &PathBuf, base: u64) -> Option<Image> {
     symbols.sort();
     symbols.dedup_by_key(|s| s.0);
     Some(Image { base, lo: base + first, hi: base + end, symbols })
+}
+
+/// Readable form of a C++ or Rust symbol name; C names come back unchanged.
+fn demangle(name: &str) -> String {
+    if let Ok(rust) = rustc_demangle::try_demangle(name) {
+        return format!("{rust:#}");
+    }
+    if name.starts_with("_Z") {
+        if let Ok(cpp) = cpp_demangle::Symbol::new(name) {
+            if let Ok(text) = cpp.demangle_with_options(&cpp_demangle::DemangleOptions::default().no_params()) {
+                return text;
+            }
+        }
+    }
+    name.to_string()
 }
 
 #[cfg(test)]
@@ -97,5 +112,12 @@ mod tests {
         assert_eq!(s.name(base).as_deref(), Some("DARA_SYMBOLIZER_PROBE"));
         assert_eq!(s.name(base + 8).as_deref(), Some("DARA_SYMBOLIZER_PROBE+8"));
         assert_eq!(s.name(0x10), None);
+    }
+
+    #[test]
+    fn demangles_cpp_and_rust_names() {
+        assert_eq!(demangle("_ZL2cv"), "cv");
+        assert_eq!(demangle("_ZN3app5state7COUNTER17h0123456789abcdefE"), "app::state::COUNTER");
+        assert_eq!(demangle("counter_lock"), "counter_lock");
     }
 }

@@ -106,6 +106,8 @@ bug!(rwlock_race, "rwlock_race", "SIGABRT", 1, 1, 100);
 bug!(timeout_race, "timeout_race", "SIGABRT", 1, 1, 100);
 bug!(timeout_race_cond, "timeout_race_cond", "SIGABRT", 1, 1, 100);
 bug!(random_draw, "random_draw", "SIGABRT", 1, 1, 100);
+bug!(rust_lost_update, "rust_lost_update", "exited with status 101", 1, 1, 100);
+bug!(cpp_lost_wakeup, "cpp_lost_wakeup", "deadlock", 1, 1, 100);
 
 twin!(demo_ok, "demo_ok");
 twin!(lost_update_ok, "lost_update_ok");
@@ -118,3 +120,5 @@ twin!(rwlock_race_ok, "rwlock_race_ok");
 twin!(timeout_race_ok, "timeout_race_ok");
 twin!(timeout_race_cond_ok, "timeout_race_cond_ok");
 twin!(random_draw_ok, "random_draw_ok");
+twin!(rust_lost_update_ok, "rust_lost_update_ok");
+twin!(cpp_lost_wakeup_ok, "cpp_lost_wakeup_ok");

@@ -13,7 +13,7 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
-/// Compiles tests/fixtures/NAME.c (once per test binary) and returns the executable.
+/// Compiles tests/fixtures/NAME.{c,cc,rs} (once per test binary) and returns the executable.
 pub fn fixture(name: &str) -> PathBuf {
     fixture_with(name, &[])
 }
@@ -21,7 +21,12 @@ pub fn fixture(name: &str) -> PathBuf {
 /// Like `fixture`, with extra compiler flags (e.g. `-static`); the flags are part of the cache key.
 pub fn fixture_with(name: &str, flags: &[&str]) -> PathBuf {
     let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let src = repo_root().join("tests/fixtures").join(format!("{name}.c"));
+    let dir_fixtures = repo_root().join("tests/fixtures");
+    let src = ["c", "cc", "rs"]
+        .iter()
+        .map(|ext| dir_fixtures.join(format!("{name}.{ext}")))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("no fixture source for {name}"));
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
     std::fs::create_dir_all(&dir).unwrap();
     let suffix: String = flags.iter().map(|f| f.trim_start_matches('-')).collect::<Vec<_>>().join("_");
@@ -29,14 +34,24 @@ pub fn fixture_with(name: &str, flags: &[&str]) -> PathBuf {
     let fresh = exe.metadata().and_then(|m| m.modified()).ok() > src.metadata().and_then(|m| m.modified()).ok();
     if !fresh {
         let tmp = exe.with_extension("tmp");
-        let status = Command::new("cc")
-            .args(["-O1", "-g", "-pthread", "-Wall"])
-            .args(flags)
-            .arg("-o")
-            .arg(&tmp)
-            .arg(&src)
-            .status()
-            .expect("running cc");
+        let mut build = match src.extension().and_then(|e| e.to_str()) {
+            Some("rs") => {
+                let mut c = Command::new("rustc");
+                c.args(["-O", "-g"]);
+                c
+            }
+            Some("cc") => {
+                let mut c = Command::new("c++");
+                c.args(["-O1", "-g", "-pthread", "-Wall"]);
+                c
+            }
+            _ => {
+                let mut c = Command::new("cc");
+                c.args(["-O1", "-g", "-pthread", "-Wall"]);
+                c
+            }
+        };
+        let status = build.args(flags).arg("-o").arg(&tmp).arg(&src).status().expect("running the compiler");
         assert!(status.success(), "compiling {}", src.display());
         std::fs::rename(&tmp, &exe).unwrap();
     }
