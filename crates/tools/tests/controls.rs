@@ -155,3 +155,41 @@ fn replay_detects_an_edited_decision() {
     assert_eq!(replay.code, 3, "{}", replay.text());
     assert!(replay.stdout.contains(&format!("DIVERGED at step {step}")), "{}", replay.text());
 }
+
+#[test]
+fn step_and_virtual_time_bounds_end_runs_as_hangs() {
+    let out = out_dir("bound-steps");
+    let program = fixture("lost_update_ok");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--max-steps", "10", "--", program.to_str().unwrap()], Duration::from_secs(30));
+    assert_eq!(run.code, 1, "{}", run.text());
+    assert!(run.stdout.contains("hang: step bound reached (10 scheduling decisions)"), "{}", run.text());
+
+    let out = out_dir("bound-vtime");
+    let program = fixture("long_sleep");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--max-vtime", "60", "--", program.to_str().unwrap()], Duration::from_secs(30));
+    assert_eq!(run.code, 1, "{}", run.text());
+    assert!(run.stdout.contains("hang: virtual-time bound exceeded (60 s)"), "{}", run.text());
+    let replay = dara_replay(&["-q", out.join("bug-0001/trace.bin").to_str().unwrap()], Duration::from_secs(30));
+    assert_eq!(replay.code, 1, "{}", replay.text());
+}
+
+#[test]
+fn a_thread_that_never_yields_is_reported_as_a_hang() {
+    let out = out_dir("busy");
+    let program = private_copy(&fixture("busy_loop"), "busy");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--busy-limit", "1", "--", program.to_str().unwrap()], Duration::from_secs(30));
+    assert_eq!(run.code, 1, "{}", run.text());
+    assert!(run.stdout.contains("thread 1 ran for 1 s without reaching a scheduling point"), "{}", run.text());
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn deadlock_reports_name_the_locks() {
+    let out = out_dir("abba-names");
+    let program = fixture("abba_deadlock");
+    let run = search(&out, "random", 1, 100, &program);
+    assert_eq!(run.code, 1, "{}", run.text());
+    assert!(run.stdout.contains("waits for mutex lock_a (0x") && run.stdout.contains("waits for mutex lock_b (0x"), "{}", run.text());
+    let summary = std::fs::read_to_string(out.join("bug-0001/summary.txt")).unwrap();
+    assert!(summary.contains("deadlock") && summary.contains("replay:"), "{summary}");
+}
