@@ -21,12 +21,17 @@ pub fn init_process() -> anyhow::Result<()> {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         unsafe { libc::signal(sig, on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
     }
-    // Like other Unix tools, end quietly when the reader of our output goes away (`| head`);
-    // the target dies with us (PR_SET_PDEATHSIG) and the region is a memfd, so nothing is left.
-    // SAFETY: restoring the default disposition of a signal.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    end_quietly_on_closed_pipe();
     dara_tracer::launch::become_subreaper().context("cannot become child subreaper")?;
     Ok(())
+}
+
+/// Like other Unix tools, end quietly when the reader of our output goes away (`| head`) instead
+/// of panicking in `println!`. A target dies with us (PR_SET_PDEATHSIG) and the region is a
+/// memfd, so nothing is left behind.
+pub fn end_quietly_on_closed_pipe() {
+    // SAFETY: restoring the default disposition of a signal.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
 /// Machine-level settings of an execution (not recorded in traces).

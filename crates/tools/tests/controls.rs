@@ -193,3 +193,30 @@ fn deadlock_reports_name_the_locks() {
     let summary = std::fs::read_to_string(out.join("bug-0001/summary.txt")).unwrap();
     assert!(summary.contains("deadlock") && summary.contains("replay:"), "{summary}");
 }
+
+#[test]
+fn dara_info_summarises_a_trace_for_people_and_machines() {
+    let out = out_dir("info");
+    let program = fixture("lost_update");
+    let run = search(&out, "pct:3", 1, 300, &program);
+    assert_eq!(run.code, 1, "{}", run.text());
+    let bug = out.join("bug-0001/trace.bin");
+    let recorded = dara_scheduler::trace::read_file(&bug).unwrap();
+    let info = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_dara")).args(args).output().unwrap();
+        (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let (code, text, _) = info(&["info", bug.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    assert!(text.contains(&format!("steps:        {} ", recorded.steps.len())), "{text}");
+    assert!(text.contains("mutex-lock") && text.contains("outcome:      BUG: process 0 killed by SIGABRT"), "{text}");
+    let (code, json, _) = info(&["info", "--json", bug.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["steps"].as_u64(), Some(recorded.steps.len() as u64));
+    assert_eq!(v["bug"].as_bool(), Some(true));
+    assert_eq!(v["outcome"]["kind"].as_str(), Some("crashed"));
+    let (code, _, err) = info(&["info", "/etc/hostname"]);
+    assert_eq!(code, Some(2));
+    assert!(err.starts_with("dara: error: ") && err.contains("not a dara trace"), "{err}");
+}

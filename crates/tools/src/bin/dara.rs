@@ -1,0 +1,110 @@
+//! `dara`: tools that read traces. `dara info trace.bin` summarises one (what ran, under which
+//! strategy and seed, steps by operation, threads, virtual time, outcome); `--json` for machines.
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use dara_scheduler::trace::{self, Trace};
+use dara_scheduler::ChoiceKind;
+use dara_tools::listing::format_vtime;
+
+#[derive(Parser, Debug)]
+#[command(name = "dara", version, about = "Inspect dara traces (dara-trace records, dara-replay re-executes).")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Summarise a trace: command, strategy, steps by operation, threads, outcome.
+    Info {
+        trace: PathBuf,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    dara_tools::setup::end_quietly_on_closed_pipe();
+    match cli.command {
+        Command::Info { trace: path, json } => match trace::read_file(&path) {
+            Ok(t) => {
+                let summary = summarize(&t);
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&summary).unwrap_or_default());
+                } else {
+                    print_summary(&summary);
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("dara: error: {e}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Summary<'a> {
+    command: &'a [String],
+    cwd: &'a str,
+    strategy: &'a str,
+    seed: u64,
+    execution: u64,
+    random_seed: u64,
+    cpus: u32,
+    steps: usize,
+    threads: usize,
+    timeouts_fired: usize,
+    blocked_steps: usize,
+    virtual_time_ns: u64,
+    ops: BTreeMap<&'static str, usize>,
+    outcome: &'a dara_scheduler::Outcome,
+    bug: bool,
+}
+
+fn summarize(t: &Trace) -> Summary<'_> {
+    let mut ops = BTreeMap::new();
+    let mut threads = std::collections::BTreeSet::new();
+    for s in &t.steps {
+        *ops.entry(s.choice.op.name()).or_insert(0) += 1;
+        threads.insert(s.choice.thread);
+    }
+    Summary {
+        command: &t.header.command,
+        cwd: &t.header.cwd,
+        strategy: &t.header.strategy,
+        seed: t.header.seed,
+        execution: t.header.execution,
+        random_seed: t.header.random_seed,
+        cpus: t.header.cpus,
+        steps: t.steps.len(),
+        threads: threads.len(),
+        timeouts_fired: t.steps.iter().filter(|s| s.choice.kind == ChoiceKind::Timeout).count(),
+        blocked_steps: t.steps.iter().filter(|s| s.result.is_none()).count(),
+        virtual_time_ns: t.steps.last().map_or(0, |s| s.now_ns),
+        ops,
+        outcome: &t.outcome,
+        bug: t.outcome.is_bug(),
+    }
+}
+
+fn print_summary(s: &Summary<'_>) {
+    println!("command:      {}", s.command.join(" "));
+    println!("directory:    {}", s.cwd);
+    println!("strategy:     {} (seed {}, execution {})", s.strategy, s.seed, s.execution);
+    println!("program view: {} CPUs, random seed {:#x}", s.cpus, s.random_seed);
+    println!("steps:        {} ({} blocked, {} timeouts fired)", s.steps, s.blocked_steps, s.timeouts_fired);
+    println!("threads:      {}", s.threads);
+    println!("virtual time: {}", format_vtime(s.virtual_time_ns));
+    println!("operations:");
+    for (op, n) in &s.ops {
+        println!("  {op:<16} {n}");
+    }
+    println!("outcome:      {}", s.outcome.summary());
+}
