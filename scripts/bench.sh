@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Handoff benchmark: the cost of one dara scheduling point on a two-thread lock ping-pong, as a
 # ratio to a bare futex round trip between two threads pinned to one core, both measured now, on
-# this machine. Also: wall time of ten virtual minutes of sleep.
+# this machine. Also: executions per second against a plain fork+exec loop, and the wall time
+# of ten virtual minutes of sleep.
 #
 #   scripts/bench.sh [ITERATIONS]        (default 50000 ping-pong rounds)
 #
@@ -38,7 +39,13 @@ for _ in 1 2 3; do
 done
 ratio=$(awk "BEGIN{printf \"%.2f\", $best / $floor}")
 
-# 3. Virtual time: ten minutes of sleeping.
+# 3. Executions per second on a small fixture (demo_ok: 3 threads, ~15 scheduling points),
+#    against fork+exec+wait of the same binary without dara.
+plain=$("$bin/spawn_loop" 300 "$bin/demo_ok" | awk '/spawn_per_sec/ {print $2}')
+dara_rate=$("$trace" -o "$out" --runs 300 --pin-cpu "$cpu" -- "$bin/demo_ok" | grep -E '^executions +300 in' | sed -E 's/.*\(([0-9.]+)\/s\).*/\1/')
+exec_ratio=$(awk "BEGIN{printf \"%.2f\", $dara_rate / $plain}")
+
+# 4. Virtual time: ten minutes of sleeping.
 sleep_line=$("$trace" -o "$out" -- "$bin/long_sleep" | grep '^execution 0:')
 sleep_ms=$(sed -E 's/.*\(([0-9]+) steps, ([0-9.]+) ms\).*/\2/' <<<"$sleep_line")
 
@@ -47,4 +54,7 @@ printf '%-48s %12s\n' "futex round trip, 2 threads on one core (ns)" "$floor"
 printf '%-48s %12s\n' "dara scheduling point, lock ping-pong (ns)" "$best"
 printf '%-48s %12s\n' "  scheduling points in that run" "$steps"
 printf '%-48s %12s\n' "ratio scheduling point / futex round trip" "$ratio"
+printf '%-48s %12s\n' "plain fork+exec of demo_ok (per s)" "$plain"
+printf '%-48s %12s\n' "dara executions of demo_ok (per s)" "$dara_rate"
+printf '%-48s %12s\n' "ratio dara / plain" "$exec_ratio"
 printf '%-48s %12s\n' "600 s of virtual sleep, wall time (ms)" "$sleep_ms"

@@ -1,8 +1,18 @@
-//! The search loop: run executions one after another under a strategy, judge each outcome, save
-//! every distinct bug once (trace + human summary), and stop at the first bug unless asked to keep
-//! going. Also stops, saying why, when dara could not control the program.
+//! The search loop: run executions under a strategy, judge each outcome, save every distinct bug
+//! once (trace + human summary), and stop at the first bug unless asked to keep going. Also stops,
+//! saying why, when dara could not control the program, when interrupted, when the time budget is
+//! spent, or when a systematic strategy has exhausted its space.
+//!
+//! Parallel searches (`jobs > 1`) run exactly the executions a sequential one runs: execution 0
+//! runs alone and calibrates the strategy; then workers, each with its own strategy instance and
+//! CPU, take execution indices in order, and results are judged in index order. A bug at
+//! execution k stops new executions above k; executions below k still finish, so the first bug
+//! reported is the same for every `jobs`.
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use dara_abi::splitmix64;
 use dara_scheduler::execution::{self, ExecutionConfig, ExecutionError, ExecutionReport};
@@ -21,6 +31,10 @@ pub struct SearchConfig {
     pub out_dir: PathBuf,
     pub keep_going: bool,
     pub build_ids: Vec<(String, String)>,
+    /// Executions run in parallel, each pinned to its own CPU.
+    pub jobs: usize,
+    /// Stop starting executions after this much wall time.
+    pub time_budget: Option<Duration>,
 }
 
 /// A bug saved to disk.
@@ -36,8 +50,12 @@ pub struct SavedBug {
 /// How a search ended.
 #[derive(Debug)]
 pub enum SearchEnd {
-    /// All requested executions ran (or it stopped at the first bug).
+    /// All requested executions ran, or it stopped at the first bug.
     Completed,
+    /// A systematic strategy explored its whole (bounded) space; the note says what was proved.
+    Exhausted(String),
+    /// The time budget ran out.
+    TimeBudget,
     /// The user interrupted dara.
     Interrupted,
     /// An execution ran into something dara cannot control; the search stopped.
@@ -51,13 +69,18 @@ pub struct SearchSummary {
     pub end: SearchEnd,
     /// Where the last execution's trace was written.
     pub last_trace: Option<PathBuf>,
+    /// Outcomes of all judged executions, by `Outcome::signature()` kind prefix.
+    pub outcome_counts: BTreeMap<String, u64>,
+    pub wall: Duration,
 }
 
-/// Reported after each execution, for progress output.
+/// Reported after each execution (in execution order), for progress output.
 pub struct Progress<'a> {
     pub execution: u64,
     pub report: &'a ExecutionReport,
     pub new_bug: Option<&'a SavedBug>,
+    pub bugs: usize,
+    pub elapsed: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +93,8 @@ pub enum SearchError {
     Output { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Trace(#[from] TraceError),
+    #[error("strategy {0} explores executions one after another and cannot run with --jobs above 1")]
+    NotParallel(String),
 }
 
 /// Seed of the application's random streams in execution `k` of a search with `seed`: depends on
@@ -78,46 +103,229 @@ pub fn execution_random_seed(seed: u64, k: u64) -> u64 {
     splitmix64(seed ^ splitmix64(k ^ 0xDA7A_0000_0000_0000))
 }
 
+/// Runs the search. `progress` is called once per judged execution, in execution order.
 pub fn search(cfg: &SearchConfig, stop: &AtomicBool, mut progress: impl FnMut(Progress<'_>)) -> Result<SearchSummary, SearchError> {
-    let mut strategy: Box<dyn Strategy + Send> = strategy::parse(&cfg.strategy, cfg.seed)?;
+    let started = Instant::now();
+    let mut strategy = strategy::parse(&cfg.strategy, cfg.seed)?;
+    if cfg.jobs > 1 && !strategy.parallel_safe() {
+        return Err(SearchError::NotParallel(strategy.describe()));
+    }
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| SearchError::Output { path: cfg.out_dir.clone(), source })?;
-    let mut bugs: Vec<SavedBug> = Vec::new();
-    let mut summary = SearchSummary { executions: 0, bugs: Vec::new(), end: SearchEnd::Completed, last_trace: None };
-    for k in 0..cfg.runs {
-        let mut exec = cfg.execution.clone();
-        exec.random_seed = execution_random_seed(cfg.seed, k);
-        strategy.begin_execution(k);
-        let report = execution::run(&exec, &mut *strategy, stop)?;
-        strategy.end_execution(report.steps.len() as u64);
-        summary.executions = k + 1;
+    let mut judge = Judge::new(cfg, strategy.describe(), started);
+    if cfg.runs == 0 {
+        return Ok(judge.finish(SearchEnd::Completed));
+    }
 
-        let trace = Trace { header: header_for(cfg, &exec, k, strategy.describe()), steps: report.steps.clone(), outcome: report.outcome.clone() };
-        let last = cfg.out_dir.join("trace.bin");
-        trace::write_file(&last, &trace)?;
-        summary.last_trace = Some(last);
+    // Execution 0, alone: it calibrates the strategy (PCT's step estimate).
+    let first = run_execution(cfg, &mut *strategy, 0, cfg.execution.pin_cpu, stop)?;
+    strategy.calibrate(first.steps.len() as u64);
+    if let Some(end) = judge.judge(0, first, &mut progress)? {
+        return Ok(judge.finish(end));
+    }
 
-        let mut new_bug = None;
-        if report.outcome.is_bug() && !bugs.iter().any(|b| b.outcome.signature() == report.outcome.signature()) {
-            let saved = save_bug(&cfg.out_dir, bugs.len() + 1, k, &trace)?;
-            bugs.push(saved);
-            new_bug = bugs.last();
+    let end = if cfg.jobs <= 1 {
+        sequential(cfg, &mut *strategy, &mut judge, stop, &mut progress)?
+    } else {
+        let first_steps = judge.first_steps;
+        parallel(cfg, first_steps, &mut judge, stop, &mut progress)?
+    };
+    Ok(judge.finish(end))
+}
+
+fn sequential(
+    cfg: &SearchConfig,
+    strategy: &mut (dyn Strategy + Send),
+    judge: &mut Judge<'_>,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<SearchEnd, SearchError> {
+    for k in 1..cfg.runs {
+        if strategy.exhausted() {
+            return Ok(SearchEnd::Exhausted(strategy.exhausted_note().unwrap_or_else(|| "explored every schedule".into())));
         }
-        progress(Progress { execution: k, report: &report, new_bug });
-        match &report.outcome {
-            Outcome::Interrupted => {
-                summary.end = SearchEnd::Interrupted;
-                break;
-            }
-            Outcome::Uncontrolled { .. } => {
-                summary.end = SearchEnd::Uncontrolled(report.outcome.clone());
-                break;
-            }
-            outcome if outcome.is_bug() && !cfg.keep_going => break,
-            _ => {}
+        if judge.over_budget() {
+            return Ok(SearchEnd::TimeBudget);
+        }
+        let report = run_execution(cfg, strategy, k, cfg.execution.pin_cpu, stop)?;
+        if let Some(end) = judge.judge(k, report, progress)? {
+            return Ok(end);
         }
     }
-    summary.bugs = bugs;
-    Ok(summary)
+    if strategy.exhausted() {
+        return Ok(SearchEnd::Exhausted(strategy.exhausted_note().unwrap_or_else(|| "explored every schedule".into())));
+    }
+    Ok(SearchEnd::Completed)
+}
+
+fn parallel(
+    cfg: &SearchConfig,
+    first_steps: u64,
+    judge: &mut Judge<'_>,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<SearchEnd, SearchError> {
+    let next = AtomicU64::new(1);
+    // Executions at or above `limit` are not started (set at a bug, an uncontrolled run, ...).
+    let limit = AtomicU64::new(cfg.runs);
+    let out_of_time = AtomicBool::new(false);
+    let cpus = available_cpus();
+    let base_cpu = cfg.execution.pin_cpu.unwrap_or(0);
+    let (tx, rx) = mpsc::channel::<(u64, Result<ExecutionReport, SearchError>)>();
+    std::thread::scope(|scope| {
+        for worker in 0..cfg.jobs {
+            let tx = tx.clone();
+            let (next, limit, out_of_time) = (&next, &limit, &out_of_time);
+            let cpu = cpus.get((cpus.iter().position(|&c| c == base_cpu).unwrap_or(0) + worker) % cpus.len().max(1)).copied();
+            scope.spawn(move || {
+                let mut strategy = match strategy::parse(&cfg.strategy, cfg.seed) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = tx.send((u64::MAX, Err(e.into())));
+                        return;
+                    }
+                };
+                strategy.calibrate(first_steps);
+                loop {
+                    if stop.load(Ordering::Relaxed) || out_of_time.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let k = next.fetch_add(1, Ordering::SeqCst);
+                    if k >= limit.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let result = run_execution(cfg, &mut *strategy, k, cpu, stop);
+                    let failed = result.is_err();
+                    if tx.send((k, result)).is_err() || failed {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut pending: BTreeMap<u64, ExecutionReport> = BTreeMap::new();
+        let mut expected = 1u64;
+        let mut end = None;
+        let mut error = None;
+        for (k, result) in rx {
+            if judge.over_budget() {
+                out_of_time.store(true, Ordering::Relaxed);
+            }
+            match result {
+                Ok(report) => {
+                    pending.insert(k, report);
+                }
+                Err(e) => {
+                    limit.store(0, Ordering::SeqCst);
+                    error.get_or_insert(e);
+                    continue;
+                }
+            }
+            while let Some(report) = pending.remove(&expected) {
+                if end.is_none() && error.is_none() {
+                    match judge.judge(expected, report, progress) {
+                        Ok(Some(e)) => {
+                            limit.fetch_min(expected + 1, Ordering::SeqCst);
+                            end = Some(e);
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            limit.store(0, Ordering::SeqCst);
+                            error = Some(e);
+                        }
+                    }
+                }
+                expected += 1;
+            }
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        Ok(end.unwrap_or(if out_of_time.load(Ordering::Relaxed) && judge.executions < cfg.runs {
+            SearchEnd::TimeBudget
+        } else if stop.load(Ordering::Relaxed) {
+            SearchEnd::Interrupted
+        } else {
+            SearchEnd::Completed
+        }))
+    })
+}
+
+fn run_execution(cfg: &SearchConfig, strategy: &mut (dyn Strategy + Send), k: u64, cpu: Option<usize>, stop: &AtomicBool) -> Result<ExecutionReport, SearchError> {
+    let mut exec = cfg.execution.clone();
+    exec.random_seed = execution_random_seed(cfg.seed, k);
+    exec.pin_cpu = cpu;
+    strategy.begin_execution(k);
+    let report = execution::run(&exec, &mut *strategy, stop)?;
+    strategy.end_execution(report.steps.len() as u64);
+    Ok(report)
+}
+
+/// CPUs this process may run on.
+fn available_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![0];
+        }
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+    }
+}
+
+/// Judges executions in order: writes traces, saves new bugs, decides when the search ends.
+struct Judge<'a> {
+    cfg: &'a SearchConfig,
+    strategy: String,
+    started: Instant,
+    bugs: Vec<SavedBug>,
+    executions: u64,
+    first_steps: u64,
+    last_trace: Option<PathBuf>,
+    outcome_counts: BTreeMap<String, u64>,
+}
+
+impl<'a> Judge<'a> {
+    fn new(cfg: &'a SearchConfig, strategy: String, started: Instant) -> Judge<'a> {
+        Judge { cfg, strategy, started, bugs: Vec::new(), executions: 0, first_steps: 0, last_trace: None, outcome_counts: BTreeMap::new() }
+    }
+
+    fn over_budget(&self) -> bool {
+        self.cfg.time_budget.is_some_and(|b| self.started.elapsed() >= b)
+    }
+
+    /// Judges execution `k`; Some(end) when the search must stop here.
+    fn judge(&mut self, k: u64, report: ExecutionReport, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Option<SearchEnd>, SearchError> {
+        if k == 0 {
+            self.first_steps = report.steps.len() as u64;
+        }
+        self.executions = k + 1;
+        let kind = report.outcome.signature().split(':').next().unwrap_or_default().to_string();
+        *self.outcome_counts.entry(kind).or_insert(0) += 1;
+        let mut exec = self.cfg.execution.clone();
+        exec.random_seed = execution_random_seed(self.cfg.seed, k);
+        let trace = Trace { header: header_for(self.cfg, &exec, k, self.strategy.clone()), steps: report.steps.clone(), outcome: report.outcome.clone() };
+        let last = self.cfg.out_dir.join("trace.bin");
+        trace::write_file(&last, &trace)?;
+        self.last_trace = Some(last);
+
+        let mut new_bug = false;
+        if report.outcome.is_bug() && !self.bugs.iter().any(|b| b.outcome.signature() == report.outcome.signature()) {
+            let saved = save_bug(&self.cfg.out_dir, self.bugs.len() + 1, k, &trace)?;
+            self.bugs.push(saved);
+            new_bug = true;
+        }
+        progress(Progress { execution: k, report: &report, new_bug: if new_bug { self.bugs.last() } else { None }, bugs: self.bugs.len(), elapsed: self.started.elapsed() });
+        Ok(match &report.outcome {
+            Outcome::Interrupted => Some(SearchEnd::Interrupted),
+            Outcome::Uncontrolled { .. } => Some(SearchEnd::Uncontrolled(report.outcome.clone())),
+            outcome if outcome.is_bug() && !self.cfg.keep_going => Some(SearchEnd::Completed),
+            _ => None,
+        })
+    }
+
+    fn finish(self, end: SearchEnd) -> SearchSummary {
+        SearchSummary { executions: self.executions, bugs: self.bugs, end, last_trace: self.last_trace, outcome_counts: self.outcome_counts, wall: self.started.elapsed() }
+    }
 }
 
 fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: String) -> TraceHeader {

@@ -118,7 +118,7 @@ impl ProcessTree {
         }
         // The reaper owns waiting from now on; std's handle is dropped without waiting.
         drop(child);
-        let (exits, reaper_done) = reaper::start(on_exit);
+        let (exits, reaper_done) = reaper::start(root, on_exit);
         Ok(ProcessTree { root, exits, reaper_done, finished: false, forwarders })
     }
 
@@ -137,8 +137,10 @@ impl ProcessTree {
         self.finished || matches!(self.reaper_done.try_recv(), Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected))
     }
 
-    /// SIGKILLs the process group and every other descendant, and waits (bounded) until all are
-    /// reaped. Returns false if something survived for 5 s (a process stuck in the kernel).
+    /// SIGKILLs the process group and waits (bounded) until all of it is reaped. Returns false if
+    /// something survived for 5 s (a process stuck in the kernel). A descendant that left the
+    /// group (setsid) is not reached here: dara refuses process creation for now, and multi-process
+    /// support must kill by the scheduler's own process table.
     pub fn kill_all(&mut self) -> bool {
         if self.finished {
             return true;
@@ -147,10 +149,6 @@ impl ProcessTree {
         loop {
             // SAFETY: kill with a negative pid signals a process group; no memory is involved.
             unsafe { libc::kill(-(self.root as i32), libc::SIGKILL) };
-            for pid in reaper::adopted_children() {
-                // SAFETY: as above, for one process.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            }
             match self.reaper_done.recv_timeout(Duration::from_millis(20)) {
                 Ok(()) | Err(RecvTimeoutError::Disconnected) => {
                     self.finished = true;

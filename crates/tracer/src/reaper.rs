@@ -1,6 +1,8 @@
-//! The reaper: one thread per execution that waits for every descendant of dara (its children,
-//! and orphans reparented to it as subreaper) and reports each exit. It ends when no child is
-//! left, which is how [`crate::ProcessTree::kill_all`] knows the tree is gone.
+//! The reaper: one thread per execution that waits for the processes of that execution's
+//! process group (the command, and orphans of the group reparented to dara as subreaper) and
+//! reports each exit. It ends when no child of the group is left, which is how
+//! [`crate::ProcessTree::kill_all`] knows the tree is gone. Waiting on the group, not on any
+//! child, keeps parallel executions (`--jobs`) from reaping each other's processes.
 use std::sync::mpsc::{channel, Receiver};
 
 /// A process of the tree ended.
@@ -16,9 +18,9 @@ pub enum ExitStatus {
     Signal(i32),
 }
 
-/// Starts the reaper. Returns the exit-event queue and a channel that closes when the reaper
-/// found no child left.
-pub(crate) fn start(on_exit: impl Fn() + Send + 'static) -> (Receiver<ExitEvent>, Receiver<()>) {
+/// Starts the reaper for process group `pgid`. Returns the exit-event queue and a channel that
+/// closes when the reaper found no child of the group left.
+pub(crate) fn start(pgid: u32, on_exit: impl Fn() + Send + 'static) -> (Receiver<ExitEvent>, Receiver<()>) {
     let (tx, rx) = channel();
     let (done_tx, done_rx) = channel();
     std::thread::Builder::new()
@@ -27,7 +29,7 @@ pub(crate) fn start(on_exit: impl Fn() + Send + 'static) -> (Receiver<ExitEvent>
             loop {
                 let mut status = 0;
                 // SAFETY: waitpid writes the status into our local integer.
-                let pid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL) };
+                let pid = unsafe { libc::waitpid(-(pgid as i32), &mut status, libc::__WALL) };
                 if pid < 0 {
                     let err = std::io::Error::last_os_error();
                     if err.raw_os_error() == Some(libc::EINTR) {
@@ -43,28 +45,12 @@ pub(crate) fn start(on_exit: impl Fn() + Send + 'static) -> (Receiver<ExitEvent>
                 let _ = tx.send(ExitEvent { pid: pid as u32, status });
                 on_exit();
             }
-            // Wake the scheduler before signalling `done`: once `done` is seen, the owner may free
-            // what `on_exit` touches.
-            on_exit();
+            // Signal `done` before the wake-up, so the woken scheduler sees it. `on_exit` must
+            // therefore own what it touches (the scheduler passes a closure holding its region).
             let _ = done_tx.send(());
+            on_exit();
         })
         .expect("spawning the reaper thread");
     (rx, done_rx)
 }
 
-/// Pids of processes whose parent is dara (children and adopted orphans), from /proc.
-pub(crate) fn adopted_children() -> Vec<u32> {
-    let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| parent_of(*pid) == Some(me))
-        .collect()
-}
-
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may contain spaces and parentheses: fields resume after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(1)?.parse().ok()
-}

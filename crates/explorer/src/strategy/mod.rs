@@ -32,6 +32,23 @@ pub trait Strategy: Decide {
     fn begin_execution(&mut self, execution: u64);
     /// The execution that began last is over after `steps` decisions.
     fn end_execution(&mut self, steps: u64);
+    /// Systematic strategies: true once every schedule within the bound has been explored; the
+    /// search then stops and reports [`Strategy::exhausted_note`]. Sampling strategies never are.
+    fn exhausted(&self) -> bool {
+        false
+    }
+    /// What an exhausted search proved, e.g. "all 42 schedules with at most 2 preemptions".
+    fn exhausted_note(&self) -> Option<String> {
+        None
+    }
+    /// Whether executions may run in parallel (`--jobs`), i.e. whether execution k's decisions
+    /// depend only on (seed, k) and the calibration, never on other executions' results.
+    fn parallel_safe(&self) -> bool {
+        true
+    }
+    /// Called with the step count of execution 0 before any other execution starts (used by PCT
+    /// to size its change-point range). Default: nothing.
+    fn calibrate(&mut self, _first_execution_steps: u64) {}
 }
 
 /// The specs [`parse`] accepts, for messages.
@@ -139,6 +156,10 @@ pub(crate) mod testkit {
         }
         finished |= program.choices().is_empty();
         strategy.end_execution(taken.len() as u64);
+        if execution == 0 {
+            // As the search loop does: execution 0 calibrates the strategy.
+            strategy.calibrate(taken.len() as u64);
+        }
         (taken, finished)
     }
 

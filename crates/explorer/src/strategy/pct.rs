@@ -11,8 +11,10 @@
 //!
 //! As in the paper: initial priorities are distinct, random, and all ≥ d; change point i
 //! (i = 1..d−1, in draw order) is a step number drawn uniformly from [1, k] and gives priority i.
-//! k is estimated as the largest number of steps seen in a finished execution, 1000 before any
-//! finished (so the first execution measures it).
+//! k is the number of steps of the search's first execution (execution 0, which runs with
+//! k = 1000 and alone, before any other): fixed for the rest of the search, so execution e
+//! depends only on (seed, e, k) and parallel searches (`--jobs`) run exactly the executions a
+//! sequential one runs.
 //!
 //! Where we deviate, and why:
 //!
@@ -32,7 +34,7 @@
 //!   does not strictly apply to programs that yield.
 //!
 //! Reproducibility: execution `e` draws everything from `Rng::for_execution(seed, e)`, so it
-//! depends only on the seed, `e`, and the step estimate at its start.
+//! depends only on the seed, `e`, and the calibrated step estimate.
 use std::collections::BTreeMap;
 
 use dara_abi::Op;
@@ -46,7 +48,7 @@ use crate::rng::Rng;
 pub const DEFAULT_DEPTH: u32 = 3;
 /// Deepest bug depth `pct:D` accepts.
 pub const MAX_DEPTH: u32 = 10;
-/// Step-count estimate before any execution has finished.
+/// Step-count estimate before calibration (used by execution 0 itself).
 pub const INITIAL_STEP_ESTIMATE: u64 = 1000;
 /// Initial priorities are `depth + [0, 2^48)`: far more values than threads, so redraws on a
 /// collision are rare.
@@ -56,7 +58,7 @@ pub struct Pct {
     depth: u32,
     seed: u64,
     rng: Rng,
-    /// Most steps of any finished execution; `None` until one finished.
+    /// Steps of execution 0, once the search has calibrated us with it.
     max_steps_seen: Option<u64>,
     /// `change_points[i - 1]` is the decision number (1-based, within the execution) at which the
     /// thread about to be picked gets priority `i`. d−1 entries, distinct whenever the estimate
@@ -168,8 +170,10 @@ impl Strategy for Pct {
         }
     }
 
-    fn end_execution(&mut self, steps: u64) {
-        self.max_steps_seen = Some(self.max_steps_seen.map_or(steps, |m| m.max(steps)));
+    fn end_execution(&mut self, _steps: u64) {}
+
+    fn calibrate(&mut self, first_execution_steps: u64) {
+        self.max_steps_seen = Some(first_execution_steps);
     }
 }
 
@@ -223,10 +227,10 @@ mod tests {
     fn step_estimate_is_measured_by_the_first_execution() {
         let mut pct = Pct::new(3, 1);
         assert_eq!(pct.step_estimate(), INITIAL_STEP_ESTIMATE);
-        pct.end_execution(12);
+        pct.calibrate(12);
         assert_eq!(pct.step_estimate(), 12);
         pct.end_execution(7);
-        assert_eq!(pct.step_estimate(), 12, "the maximum is kept");
+        assert_eq!(pct.step_estimate(), 12, "later executions do not move the estimate");
         pct.begin_execution(1);
         assert!(pct.change_points.iter().all(|&p| (1..=12).contains(&p)));
         assert_eq!(pct.change_points.len(), 2);
@@ -234,7 +238,7 @@ mod tests {
 
         // Fewer steps than change points: they may repeat, and still lie in range.
         let mut deep = Pct::new(10, 1);
-        deep.end_execution(3);
+        deep.calibrate(3);
         deep.begin_execution(0);
         assert_eq!(deep.change_points.len(), 9);
         assert!(deep.change_points.iter().all(|&p| (1..=3).contains(&p)));
@@ -246,10 +250,13 @@ mod tests {
         let mut schedules = Vec::new();
         for k in 0..6 {
             schedules.push(run(&mut a, k, &mut two_threads(), 100).0);
+            if k == 0 {
+                a.calibrate(12);
+            }
         }
         // A fresh strategy that only knows the estimate reproduces execution 5.
         let mut b = Pct::new(3, 42);
-        b.end_execution(12);
+        b.calibrate(12);
         assert_eq!(run(&mut b, 5, &mut two_threads(), 100).0, schedules[5]);
         assert!(schedules[1..].windows(2).any(|w| w[0] != w[1]), "executions differ");
     }

@@ -1,8 +1,9 @@
 //! Writing `trace.bin`: [`encode`] builds the bytes, [`write_file`] puts them on disk atomically
-//! (a temp file in the same directory, fsync, rename), so a reader never sees half a trace under
-//! the final name. [`decision_bytes`] is the step section alone, the canonical form two runs are
+//! (a temp file in the same directory, then rename), so a reader never sees half a trace under
+//! the final name. No fsync: a search writes a trace per execution, and two syncs per execution
+//! cost more than the execution itself; surviving a power cut is not what a trace is for. [`decision_bytes`] is the step section alone, the canonical form two runs are
 //! compared by.
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +32,7 @@ pub fn decision_bytes(trace: &Trace) -> Vec<u8> {
 }
 
 /// Encodes `trace` and writes it to `path` atomically: the bytes go to a temp file next to `path`,
-/// are synced, and the temp file is renamed over `path`. On error nothing is left behind.
+/// and the temp file is renamed over `path`. On error nothing is left behind.
 pub fn write_file(path: &Path, trace: &Trace) -> Result<(), TraceError> {
     let shown = path.display().to_string();
     let encoded = Encoded::new(trace);
@@ -65,13 +66,12 @@ pub fn write_file(path: &Path, trace: &Trace) -> Result<(), TraceError> {
     })?;
     let tmp = temp_path(dir, &name.to_string_lossy());
 
-    let written = write_synced(&tmp, &encoded.bytes).and_then(|()| fs::rename(&tmp, path));
+    let written = write_new(&tmp, &encoded.bytes).and_then(|()| fs::rename(&tmp, path));
     if let Err(e) = written {
         let _ = fs::remove_file(&tmp);
         return Err(io(e));
     }
-    // Make the rename itself durable. The trace is already complete under its final name.
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io)
+    Ok(())
 }
 
 /// A name in `dir` no other writer uses at the same time: pid plus a per-process counter.
@@ -81,10 +81,9 @@ fn temp_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()))
 }
 
-fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
+    f.write_all(bytes)
 }
 
 /// The file bytes plus the JSON sizes the limits apply to.

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use dara_explorer::search::{search, SearchConfig, SearchEnd};
+use dara_explorer::search::{search, Progress, SearchConfig, SearchEnd, SearchSummary};
 use dara_tools::setup::{self, MachineOptions, STOP};
 use dara_tracer::binary::{self, BinaryKind};
 
@@ -32,6 +32,13 @@ struct Cli {
     /// Keep searching after the first bug, saving each distinct bug once.
     #[arg(long)]
     keep_going: bool,
+    /// Executions to run in parallel, each on its own CPU. The executions (and so the bugs found)
+    /// are the same for every value.
+    #[arg(long, default_value_t = 1)]
+    jobs: usize,
+    /// Stop starting new executions after this many seconds.
+    #[arg(long)]
+    time_budget: Option<f64>,
     /// Scheduling decisions after which an execution counts as hung.
     #[arg(long, default_value_t = 500_000)]
     max_steps: u64,
@@ -90,19 +97,13 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
         out_dir: cli.out.clone(),
         keep_going: cli.keep_going,
         build_ids,
+        jobs: cli.jobs.max(1),
+        time_budget: cli.time_budget.map(|s| std::time::Duration::from_secs_f64(s.max(0.0))),
     };
-    let quiet = cli.quiet;
-    let runs = cli.runs;
-    let summary = search(&cfg, &STOP, |p| {
-        if quiet {
-            return;
-        }
-        if let Some(bug) = p.new_bug {
-            println!("execution {}: {} ({} steps)", p.execution, bug.outcome.summary(), bug.steps);
-        } else if runs == 1 || p.execution % 50 == 49 {
-            println!("execution {}: {} ({} steps, {:.1} ms)", p.execution, p.report.outcome.summary(), p.report.steps.len(), p.report.wall.as_secs_f64() * 1e3);
-        }
-    })?;
+    let mut progress = ProgressLine::new(cli.quiet, cli.runs);
+    let summary = search(&cfg, &STOP, |p| progress.update(&p));
+    progress.clear();
+    let summary = summary?;
     match &summary.end {
         SearchEnd::Uncontrolled(outcome) => {
             eprintln!("dara-trace: stopped: {}", outcome.summary());
@@ -117,10 +118,15 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
                 println!("the interrupted run is in {}", t.display());
             }
         }
+        SearchEnd::Exhausted(note) => println!("search space exhausted: {note}"),
+        SearchEnd::TimeBudget => println!("time budget spent after {} executions", summary.executions),
         SearchEnd::Completed => {}
     }
+    if !cli.quiet && summary.executions > 1 {
+        print_table(&summary, &cfg.strategy);
+    }
     if summary.bugs.is_empty() {
-        if matches!(summary.end, SearchEnd::Completed) {
+        if !matches!(summary.end, SearchEnd::Interrupted) {
             println!("no bug found in {} executions ({})", summary.executions, cfg.strategy);
             if let Some(t) = &summary.last_trace {
                 println!("trace of the last execution: {}", t.display());
@@ -136,6 +142,67 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
     let first = &summary.bugs[0];
     println!("replay: dara-replay {}", first.trace.display());
     Ok(1)
+}
+
+/// Per-execution output: a live line on a terminal, occasional plain lines otherwise, and always a
+/// line for each new bug.
+struct ProgressLine {
+    quiet: bool,
+    runs: u64,
+    live: bool,
+    last_live: std::time::Instant,
+    drawn: bool,
+}
+
+impl ProgressLine {
+    fn new(quiet: bool, runs: u64) -> ProgressLine {
+        // SAFETY: isatty only inspects the descriptor.
+        let live = unsafe { libc::isatty(1) } == 1 && runs > 1;
+        ProgressLine { quiet, runs, live, last_live: std::time::Instant::now(), drawn: false }
+    }
+
+    fn update(&mut self, p: &Progress<'_>) {
+        if self.quiet {
+            return;
+        }
+        let done = p.execution + 1;
+        if let Some(bug) = p.new_bug {
+            self.clear();
+            println!("execution {}: {} ({} steps)", p.execution, bug.outcome.summary(), bug.steps);
+        } else if self.runs == 1 {
+            println!("execution {}: {} ({} steps, {:.1} ms)", p.execution, p.report.outcome.summary(), p.report.steps.len(), p.report.wall.as_secs_f64() * 1e3);
+        } else if self.live {
+            if self.last_live.elapsed().as_millis() >= 100 || done == self.runs {
+                let rate = done as f64 / p.elapsed.as_secs_f64().max(1e-9);
+                print!("\r\x1b[2Kexecutions {done}/{} ({rate:.0}/s), distinct bugs {}", self.runs, p.bugs);
+                let _ = std::io::Write::flush(&mut std::io::stdout());
+                self.last_live = std::time::Instant::now();
+                self.drawn = true;
+            }
+        } else if done % 50 == 0 {
+            let rate = done as f64 / p.elapsed.as_secs_f64().max(1e-9);
+            println!("executions {done}/{} ({rate:.0}/s), distinct bugs {}", self.runs, p.bugs);
+        }
+    }
+
+    fn clear(&mut self) {
+        if self.drawn {
+            print!("\r\x1b[2K");
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            self.drawn = false;
+        }
+    }
+}
+
+/// The closing table: how many executions, how fast, how they ended.
+fn print_table(summary: &SearchSummary, strategy: &str) {
+    let secs = summary.wall.as_secs_f64();
+    println!("{:<22} {}", "strategy", strategy);
+    println!("{:<22} {} in {:.2} s ({:.0}/s)", "executions", summary.executions, secs, summary.executions as f64 / secs.max(1e-9));
+    for (kind, n) in &summary.outcome_counts {
+        println!("{:<22} {n}", format!("  ended {kind}"));
+    }
+    println!("{:<22} {}", "distinct bugs", summary.bugs.len());
 }
 
 /// Refuses programs dara cannot enter; returns build-ids for the trace header.

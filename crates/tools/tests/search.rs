@@ -1,0 +1,59 @@
+//! The search loop as users drive it: parallel executions give the same results as sequential
+//! ones, the time budget is honoured, and the closing summary is printed.
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use dara_scheduler::trace;
+
+#[test]
+fn jobs_two_finds_the_same_bugs_as_jobs_one() {
+    let program = fixture("lost_update");
+    let mut runs = Vec::new();
+    for jobs in ["1", "2"] {
+        let out = out_dir(&format!("jobs-{jobs}"));
+        let run = dara_trace(
+            &["-q", "-o", out.to_str().unwrap(), "--strategy", "pct:3", "--seed", "4", "--runs", "120", "--keep-going", "--jobs", jobs, "--", program.to_str().unwrap()],
+            Duration::from_secs(120),
+        );
+        assert_eq!(run.code, 1, "jobs {jobs}\n{}", run.text());
+        runs.push((out, run));
+    }
+    let bugs = |out: &std::path::Path| {
+        let mut dirs: Vec<_> = std::fs::read_dir(out).unwrap().flatten().map(|e| e.file_name().into_string().unwrap()).filter(|n| n.starts_with("bug-")).collect();
+        dirs.sort();
+        dirs
+    };
+    let (one, two) = (&runs[0].0, &runs[1].0);
+    assert_eq!(bugs(one), bugs(two), "same distinct bugs");
+    for bug in bugs(one) {
+        let a = trace::read_file(&one.join(&bug).join("trace.bin")).unwrap();
+        let b = trace::read_file(&two.join(&bug).join("trace.bin")).unwrap();
+        assert_eq!(a.header.execution, b.header.execution, "{bug} found in the same execution");
+        assert!(trace::decision_bytes(&a) == trace::decision_bytes(&b), "{bug}: same decisions");
+    }
+    // Stopping at the first bug also reports the same execution.
+    let mut first = Vec::new();
+    for jobs in ["1", "2"] {
+        let out = out_dir(&format!("jobs-first-{jobs}"));
+        let run = dara_trace(
+            &["-q", "-o", out.to_str().unwrap(), "--strategy", "random", "--seed", "9", "--runs", "300", "--jobs", jobs, "--", program.to_str().unwrap()],
+            Duration::from_secs(120),
+        );
+        assert_eq!(run.code, 1, "{}", run.text());
+        first.push(trace::read_file(&out.join("bug-0001/trace.bin")).unwrap().header.execution);
+    }
+    assert_eq!(first[0], first[1]);
+}
+
+#[test]
+fn time_budget_stops_the_search() {
+    let program = fixture("demo_ok");
+    let out = out_dir("budget");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--runs", "1000000", "--time-budget", "1", "--", program.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("time budget spent after"), "{}", run.text());
+    assert!(run.wall < Duration::from_secs(20), "took {:?}", run.wall);
+    assert!(run.stdout.contains("distinct bugs          0"), "summary table\n{}", run.text());
+}
