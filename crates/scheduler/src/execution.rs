@@ -158,6 +158,11 @@ struct Execution<'a> {
     seen_posts: Vec<u32>,
     /// Slots whose thread has finished (or never came to be).
     finished: Vec<bool>,
+    /// Claimed slots not yet finished, in claim order: what each wake-up scans, so the cost of a
+    /// step does not grow with the number of threads that ever existed.
+    active: Vec<usize>,
+    /// Slots claimed so far (those below are in `active` or finished).
+    known_slots: usize,
     thread_process: BTreeMap<ThreadId, ProcessId>,
     processes: BTreeMap<ProcessId, ProcessRecord>,
     holder: Option<TokenHolder>,
@@ -176,6 +181,8 @@ impl<'a> Execution<'a> {
             steps: Vec::new(),
             seen_posts: vec![0; dara_abi::MAX_SLOTS],
             finished: vec![false; dara_abi::MAX_SLOTS],
+            active: Vec::new(),
+            known_slots: 0,
             thread_process: BTreeMap::new(),
             processes: BTreeMap::new(),
             holder: None,
@@ -255,8 +262,14 @@ impl<'a> Execution<'a> {
             if stop.load(Ordering::Relaxed) {
                 return Wait::End(Outcome::Interrupted);
             }
+            if let Some(outcome) = self.note_new_slots() {
+                return Wait::End(outcome);
+            }
             let mut quiet = true;
-            for i in 0..self.region.claimed_slots() {
+            let mut index = 0;
+            while index < self.active.len() {
+                let i = self.active[index];
+                index += 1;
                 if self.finished[i] {
                     continue;
                 }
@@ -293,6 +306,27 @@ impl<'a> Execution<'a> {
                 return Wait::End(outcome);
             }
         }
+    }
+
+    /// Adds newly claimed slots to the scan list and drops finished ones. Ends the run when the
+    /// slot table overflowed: the program was refused a thread (EAGAIN) because of dara's limit,
+    /// and whatever it does next is not its own behaviour.
+    fn note_new_slots(&mut self) -> Option<Outcome> {
+        let claimed = self.region.header().next_slot.load(Ordering::Acquire) as usize;
+        if claimed > dara_abi::MAX_SLOTS {
+            return Some(Outcome::Uncontrolled {
+                thread: 0,
+                syscall: "pthread_create".into(),
+                detail: format!("the program created more than {} threads in one execution, dara's limit (threads are not reused yet); the run was stopped", dara_abi::MAX_SLOTS),
+            });
+        }
+        while self.known_slots < claimed {
+            self.active.push(self.known_slots);
+            self.known_slots += 1;
+        }
+        let finished = &self.finished;
+        self.active.retain(|&i| !finished[i]);
+        None
     }
 
     /// A thread posted: tell the model.

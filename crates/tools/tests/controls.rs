@@ -220,3 +220,19 @@ fn dara_info_summarises_a_trace_for_people_and_machines() {
     assert_eq!(code, Some(2));
     assert!(err.starts_with("dara: error: ") && err.contains("not a dara trace"), "{err}");
 }
+
+#[test]
+fn thread_churn_works_and_the_thread_limit_is_reported_as_dara_s() {
+    let program = fixture("many_threads");
+    let out = out_dir("churn");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), "600"], Duration::from_secs(60));
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("600\n"), "{}", run.text());
+    let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+
+    let out = out_dir("thread-limit");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), "5000"], Duration::from_secs(60));
+    assert_eq!(run.code, 2, "{}", run.text());
+    assert!(run.stderr.contains("more than 4096 threads in one execution"), "{}", run.text());
+}
