@@ -256,14 +256,15 @@ impl<'a> Execution<'a> {
     fn wait_until_quiet(&mut self, stop: &AtomicBool) -> Wait {
         loop {
             let seen = self.region.header().sched_wake.load(Ordering::Acquire);
+            // Before exits: a program refused a thread by dara's limit may crash right after.
+            if let Some(outcome) = self.note_new_slots() {
+                return Wait::End(outcome);
+            }
             if let Some(outcome) = self.drain_exits() {
                 return Wait::End(outcome);
             }
             if stop.load(Ordering::Relaxed) {
                 return Wait::End(Outcome::Interrupted);
-            }
-            if let Some(outcome) = self.note_new_slots() {
-                return Wait::End(outcome);
             }
             let mut quiet = true;
             let mut index = 0;

@@ -49,7 +49,8 @@ pub struct MachineOptions {
     pub busy_limit: u64,
 }
 
-/// libdara_preload.so: $DARA_PRELOAD, else next to the running executable.
+/// libdara_preload.so: $DARA_PRELOAD, else the newest copy next to the running executable or in
+/// cargo's `deps/` beside it (where `cargo test -p dara-tools` leaves the only current one).
 pub fn find_preload() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("DARA_PRELOAD") {
         let p = PathBuf::from(p);
@@ -60,10 +61,12 @@ pub fn find_preload() -> anyhow::Result<PathBuf> {
     }
     let exe = std::env::current_exe().context("cannot locate the dara executable")?;
     let dir = exe.parent().context("dara executable has no directory")?;
-    for candidate in [dir.join("libdara_preload.so"), dir.join("../libdara_preload.so")] {
-        if candidate.is_file() {
-            return Ok(candidate.canonicalize().unwrap_or(candidate));
-        }
+    let newest = [dir.join("libdara_preload.so"), dir.join("deps/libdara_preload.so"), dir.join("../libdara_preload.so")]
+        .into_iter()
+        .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
+        .max_by_key(|(modified, _)| *modified);
+    if let Some((_, path)) = newest {
+        return Ok(path.canonicalize().unwrap_or(path));
     }
     bail!("cannot find libdara_preload.so next to {}; build the whole workspace (cargo build --release) or set DARA_PRELOAD", exe.display())
 }
