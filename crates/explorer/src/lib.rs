@@ -3,6 +3,8 @@
 //! * [`strategy`]: the [`Strategy`](strategy::Strategy) trait and one type per strategy
 //!   (`random`, `pct:d`, `replay`), chosen by name with [`strategy::parse`]. Strategies are pure:
 //!   given the enabled choices of a step, they return a decision; no I/O, no processes.
+//! * [`minimize`]: shrink a failing schedule to fewer preemptions and steps that still fail the
+//!   same way, with the [`Guided`](minimize::Guided) strategy that follows a plan.
 //! * [`rng`]: the strategies' seeded generator. Its output is part of dara's reproducibility
 //!   contract: a trace's (strategy, seed, execution) must regenerate the same schedule.
 //!
@@ -12,3 +14,4 @@ pub mod rng;
 pub mod strategy;
 pub mod reproduce;
 pub mod search;
+pub mod minimize;

@@ -47,6 +47,8 @@ pub struct ExecutionConfig {
     pub busy_limit: Duration,
     /// Resolve object addresses to symbol names for the interleaving listing.
     pub symbolize: bool,
+    /// Drop the program's output (minimization runs many candidates nobody reads).
+    pub discard_output: bool,
 }
 
 /// What happened in one execution.
@@ -85,6 +87,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         env: target_environment(cfg),
         pass_fd: Some((region.fd(), dara_abi::SHM_FD)),
         cpu: cfg.pin_cpu,
+        discard_output: cfg.discard_output,
     };
     let waker = Arc::clone(&region);
     let tree = ProcessTree::spawn(&spec, move || waker.wake_scheduler())?;
@@ -397,6 +400,13 @@ impl<'a> Execution<'a> {
         while let Some(event) = self.tree.try_exit() {
             let known = self.processes.iter_mut().find(|(_, p)| p.pid == event.pid && p.alive);
             let Some((&process, record)) = known else {
+                if event.pid == self.tree.root_pid() && self.processes.is_empty() && event.status == ExitStatus::Code(PRELOAD_REFUSED) {
+                    return Some(Outcome::Uncontrolled {
+                        thread: 0,
+                        syscall: "exec".into(),
+                        detail: "libdara_preload.so refused to attach: it was built for another dara version than this dara-trace; rebuild the workspace (cargo build --release)".into(),
+                    });
+                }
                 if event.pid == self.tree.root_pid() && self.processes.is_empty() {
                     return Some(Outcome::Uncontrolled {
                         thread: 0,
@@ -522,6 +532,9 @@ impl<'a> Execution<'a> {
         report
     }
 }
+
+/// Exit status of a target whose preload found a region of another layout version.
+const PRELOAD_REFUSED: i32 = 125;
 
 /// How long a token holder runs before the watchdog starts sampling its /proc state.
 const WATCHDOG_GRACE: Duration = Duration::from_millis(20);

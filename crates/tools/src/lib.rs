@@ -1,4 +1,6 @@
 //! Shared pieces of dara's command-line tools: locating the preload, the run options common to
-//! `dara-trace` and `dara-replay`, signal handling, and the interleaving listing.
+//! `dara-trace` and `dara-replay`, signal handling, the interleaving listing, and the
+//! `dara minimize` command.
 pub mod listing;
+pub mod minimize;
 pub mod setup;

@@ -94,5 +94,6 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         watchdog: Duration::from_millis(machine.watchdog_ms),
         busy_limit: Duration::from_secs(machine.busy_limit),
         symbolize: false,
+        discard_output: false,
     })
 }

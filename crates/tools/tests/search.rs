@@ -57,3 +57,37 @@ fn time_budget_stops_the_search() {
     assert!(run.wall < Duration::from_secs(20), "took {:?}", run.wall);
     assert!(run.stdout.contains("distinct bugs          0"), "summary table\n{}", run.text());
 }
+
+#[test]
+fn systematic_strategies_find_bugs_and_verify_correct_twins() {
+    let program = fixture("lost_update");
+    for strategy in ["dpor", "dfs:preempt=1", "dfs:delay"] {
+        let out = out_dir(&format!("systematic-{}", strategy.replace([':', '='], "-")));
+        let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--strategy", strategy, "--runs", "5000", "--", program.to_str().unwrap()], Duration::from_secs(120));
+        assert_eq!(run.code, 1, "{strategy}\n{}", run.text());
+        let bug = out.join("bug-0001/trace.bin");
+        let replay = dara_replay(&["-q", "--verify", bug.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(replay.code, 1, "{strategy}\n{}", replay.text());
+    }
+    // On the correct twin DPOR exhausts the space, and needs far fewer executions than DFS.
+    let twin = fixture("lost_update_ok");
+    let count = |strategy: &str| {
+        let out = out_dir(&format!("verify-{}", strategy.replace([':', '='], "-")));
+        let run = dara_trace(&["-o", out.to_str().unwrap(), "--strategy", strategy, "--runs", "20000", "--", twin.to_str().unwrap()], Duration::from_secs(240));
+        assert_eq!(run.code, 0, "{strategy}\n{}", run.text());
+        assert!(run.stdout.contains("search space exhausted: explored all"), "{strategy}\n{}", run.text());
+        let line = run.stdout.lines().find(|l| l.starts_with("no bug found in ")).unwrap_or_else(|| panic!("{}", run.text())).to_string();
+        line.trim_start_matches("no bug found in ").split(' ').next().unwrap().parse::<u64>().unwrap()
+    };
+    let (dpor, dfs) = (count("dpor"), count("dfs"));
+    assert!(dpor * 10 < dfs, "dpor {dpor} executions vs dfs {dfs}");
+}
+
+#[test]
+fn sequential_strategies_refuse_parallel_jobs() {
+    let program = fixture("lost_update_ok");
+    let out = out_dir("dpor-jobs");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--strategy", "dpor", "--jobs", "2", "--", program.to_str().unwrap()], Duration::from_secs(30));
+    assert_eq!(run.code, 2, "{}", run.text());
+    assert!(run.stderr.contains("cannot run with --jobs above 1"), "{}", run.text());
+}

@@ -27,6 +27,9 @@ pub struct LaunchSpec {
     pub pass_fd: Option<(i32, i32)>,
     /// CPU the whole tree is pinned to.
     pub cpu: Option<usize>,
+    /// Drop the target's stdout/stderr instead of copying them to dara's (the pipes are still
+    /// drained, so the target behaves the same).
+    pub discard_output: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,10 +114,10 @@ impl ProcessTree {
         let root = child.id();
         let mut forwarders = Vec::new();
         if let Some(out) = child.stdout.take() {
-            forwarders.push(forward(out, std::io::stdout));
+            forwarders.push(if spec.discard_output { forward(out, std::io::sink) } else { forward(out, std::io::stdout) });
         }
         if let Some(err) = child.stderr.take() {
-            forwarders.push(forward(err, std::io::stderr));
+            forwarders.push(if spec.discard_output { forward(err, std::io::sink) } else { forward(err, std::io::stderr) });
         }
         // The reaper owns waiting from now on; std's handle is dropped without waiting.
         drop(child);

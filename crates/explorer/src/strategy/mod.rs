@@ -6,7 +6,18 @@
 //!
 //! * [`random`]: uniform random walk;
 //! * [`pct`]: probabilistic concurrency testing with d−1 priority change points;
-//! * [`replay`]: follow a recorded decision list and report the first divergence.
+//! * [`replay`]: follow a recorded decision list and report the first divergence;
+//! * [`dfs`]: systematic depth-first search of the decision tree, unbounded or bounded by
+//!   preemptions or delays (`dfs`, `dfs:preempt=K`, `dfs:delay=K`, and iteratively deepening
+//!   `dfs:preempt`, `dfs:delay`);
+//! * [`dpor`]: systematic search up to reordering of independent steps (dynamic partial-order
+//!   reduction with sleep sets).
+//!
+//! The systematic strategies (`dfs`, `dpor`) choose each execution from the ones before it, so
+//! they run sequentially, and say when the whole space has been explored
+//! ([`Strategy::exhausted`]). They replay a prefix of earlier decisions every execution and stop
+//! the search with a [`Divergence`](dara_scheduler::Divergence) if the program does not offer
+//! the same choices again.
 //!
 //! Reproducibility rule for seeded strategies: execution `k` of a search with seed `s` depends
 //! only on `(s, k)` (and, for PCT, on the step estimate carried over from earlier executions), via
@@ -14,10 +25,16 @@
 //! execution) is therefore enough to regenerate its schedule.
 use dara_scheduler::{Choice, ChoiceKind, Decide};
 
+pub mod dfs;
+pub mod dpor;
 pub mod pct;
 pub mod random;
 pub mod replay;
+#[cfg(test)]
+pub(crate) mod sim;
 
+pub use dfs::Dfs;
+pub use dpor::Dpor;
 pub use pct::Pct;
 pub use random::Random;
 pub use replay::Replay;
@@ -52,7 +69,7 @@ pub trait Strategy: Decide {
 }
 
 /// The specs [`parse`] accepts, for messages.
-pub const VALID_SPECS: &str = "random, pct (same as pct:3), pct:D with D in 1..=10";
+pub const VALID_SPECS: &str = "random, pct (same as pct:3), pct:D with D in 1..=10, dfs, dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay, dpor";
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StrategyError {
@@ -62,6 +79,10 @@ pub enum StrategyError {
         "bad PCT depth in `{spec}`: D must be a whole number from 1 to 10 (pct:D uses D-1 priority change points)"
     )]
     PctDepth { spec: String },
+    #[error(
+        "bad bound in `{spec}`: use dfs:preempt=K or dfs:delay=K with K a whole number, or dfs:preempt / dfs:delay to raise the bound step by step"
+    )]
+    DfsBound { spec: String },
     #[error("`replay` follows a recorded trace and cannot be chosen for a search: use dara-replay TRACE (search strategies are {VALID_SPECS})")]
     ReplayNeedsTrace,
 }
@@ -73,7 +94,22 @@ pub fn parse(spec: &str, seed: u64) -> Result<Box<dyn Strategy + Send>, Strategy
         "random" => return Ok(Box::new(Random::new(seed))),
         "pct" => return Ok(Box::new(Pct::new(pct::DEFAULT_DEPTH, seed))),
         "replay" => return Err(StrategyError::ReplayNeedsTrace),
+        "dfs" => return Ok(Box::new(Dfs::unbounded())),
+        "dfs:preempt" => return Ok(Box::new(Dfs::iterative(dfs::Bound::Preemptions))),
+        "dfs:delay" => return Ok(Box::new(Dfs::iterative(dfs::Bound::Delays))),
+        "dpor" => return Ok(Box::new(Dpor::new())),
         _ => {}
+    }
+    if let Some(bound) = spec.strip_prefix("dfs:") {
+        let parsed = match bound.split_once('=') {
+            Some(("preempt", k)) => k.parse::<u32>().ok().map(|k| (dfs::Bound::Preemptions, k)),
+            Some(("delay", k)) => k.parse::<u32>().ok().map(|k| (dfs::Bound::Delays, k)),
+            _ => None,
+        };
+        return match parsed {
+            Some((b, k)) => Ok(Box::new(Dfs::bounded(b, k))),
+            None => Err(StrategyError::DfsBound { spec: spec.to_string() }),
+        };
     }
     if let Some(depth) = spec.strip_prefix("pct:") {
         return match depth.parse::<u32>() {
@@ -230,6 +266,12 @@ mod tests {
             ("pct:1", "pct:1"),
             ("pct:10", "pct:10"),
             (" pct:4 ", "pct:4"),
+            ("dfs", "dfs"),
+            ("dfs:preempt=2", "dfs:preempt=2"),
+            ("dfs:delay=0", "dfs:delay=0"),
+            ("dfs:preempt", "dfs:preempt"),
+            ("dfs:delay", "dfs:delay"),
+            ("dpor", "dpor"),
         ] {
             let s = parse(spec, 1).unwrap_or_else(|e| panic!("{spec}: {e}"));
             assert_eq!(s.describe(), described);
@@ -249,11 +291,18 @@ mod tests {
                 Some(StrategyError::PctDepth { spec: spec.to_string() })
             );
         }
-        let err = parse("dfs", 1).err().unwrap();
-        assert_eq!(err, StrategyError::Unknown { spec: "dfs".into() });
+        for spec in ["dfs:preempt=", "dfs:preempt=x", "dfs:delay=-1", "dfs:depth=2", "dfs:", "dfs:preempt=1=2"] {
+            assert_eq!(
+                parse(spec, 1).err(),
+                Some(StrategyError::DfsBound { spec: spec.to_string() })
+            );
+        }
+        let err = parse("bfs", 1).err().unwrap();
+        assert_eq!(err, StrategyError::Unknown { spec: "bfs".into() });
         assert_eq!(
             err.to_string(),
-            "unknown strategy `dfs`: valid strategies are random, pct (same as pct:3), pct:D with D in 1..=10"
+            "unknown strategy `bfs`: valid strategies are random, pct (same as pct:3), pct:D with D in 1..=10, \
+             dfs, dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay, dpor"
         );
         assert_eq!(parse("replay", 1).err(), Some(StrategyError::ReplayNeedsTrace));
     }

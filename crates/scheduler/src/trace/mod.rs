@@ -105,8 +105,10 @@ pub struct Trace {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("cannot read {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    /// `cause` is shown in the message rather than chained as a source, so error reports that
+    /// print the chain do not repeat it.
+    #[error("cannot {action} {path}: {cause}")]
+    Io { path: String, action: &'static str, cause: std::io::Error },
     #[error("{path} is not a dara trace (bad magic)")]
     NotATrace { path: String },
     #[error("{path} was written by trace format version {found}; this dara reads version {expected}")]

@@ -25,9 +25,10 @@ use crate::outcome::Outcome;
 /// Reads and decodes the trace at `path`.
 pub fn read_file(path: &Path) -> Result<Trace, TraceError> {
     let shown = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| TraceError::Io {
+    let bytes = std::fs::read(path).map_err(|cause| TraceError::Io {
         path: shown.clone(),
-        source,
+        action: "read",
+        cause,
     })?;
     decode(&bytes, &shown)
 }

@@ -50,9 +50,10 @@ pub fn write_file(path: &Path, trace: &Trace) -> Result<(), TraceError> {
         }
     }
 
-    let io = |source: std::io::Error| TraceError::Io {
+    let io = |cause: std::io::Error| TraceError::Io {
         path: shown.clone(),
-        source,
+        action: "write",
+        cause,
     };
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,

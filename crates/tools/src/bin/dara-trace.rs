@@ -23,7 +23,8 @@ struct Cli {
     /// Number of executions to search (stops at the first bug unless --keep-going).
     #[arg(long, default_value_t = 1)]
     runs: u64,
-    /// Search strategy: random, pct, pct:D (D-1 priority change points).
+    /// Search strategy: random, pct, pct:D (D-1 priority change points); systematic: dfs,
+    /// dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay (iterative bounds), dpor.
     #[arg(long, default_value = "random")]
     strategy: String,
     /// Seed of the search; the same seed gives the same executions.

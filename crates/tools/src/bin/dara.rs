@@ -1,5 +1,6 @@
 //! `dara`: tools that read traces. `dara info trace.bin` summarises one (what ran, under which
 //! strategy and seed, steps by operation, threads, virtual time, outcome); `--json` for machines.
+//! `dara minimize trace.bin` shrinks a failing trace (see `dara_tools::minimize`).
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,6 +26,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Shrink a failing trace to fewer preemptions and steps that fail the same way.
+    Minimize(dara_tools::minimize::MinimizeArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +46,13 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("dara: error: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Minimize(args) => match dara_tools::minimize::run(args) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("dara: error: {e:#}");
                 ExitCode::from(2)
             }
         },

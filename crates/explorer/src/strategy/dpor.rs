@@ -1,0 +1,305 @@
+//! `dpor`: stateless dynamic partial-order reduction (Flanagan & Godefroid, "Dynamic
+//! Partial-Order Reduction for Model Checking Software", POPL 2005) with sleep sets (Godefroid,
+//! "Partial-Order Methods for the Verification of Concurrent Systems", LNCS 1032, 1996), races
+//! reversed with source sets (Abdulla, Aronis, Jonsson & Sagonas, "Optimal Dynamic Partial Order
+//! Reduction", POPL 2014).
+//!
+//! Two schedules that differ only in the order of adjacent *independent* steps reach the same
+//! state, so only one needs to run. Like [`dfs`](super::dfs) this is a stateless depth-first
+//! search that replays a prefix of decisions every execution; unlike it, a node only gets
+//! alternatives (its *backtrack set*) when an execution shows that a later step of some thread
+//! races with the step taken there. After each execution the schedule is analysed with vector
+//! clocks over happens-before (program order, dependence between the steps taken, and
+//! `ThreadCreate` → the child's `ThreadStart`), in the `races` module. Sleep sets skip choices
+//! already explored from an ancestor and independent of every step taken since.
+//!
+//! Dependence ([`dependent`]) between steps of different threads is decided from the choices:
+//!
+//! * two operations on synchronisation objects (mutex, rwlock, condvar, barrier, once,
+//!   semaphore, futex word) with the same object address (in any process: conservative);
+//! * `CondWait` with *any* synchronisation operation: it also releases and re-takes a mutex that
+//!   its choice does not name;
+//! * `ThreadExit` of t with `ThreadJoin` of t;
+//! * a `Timeout` with every step: it moves the shared virtual clock, which every later step can
+//!   observe. Conservative;
+//! * `ProcessExit` (it ends every thread of the process) with every step;
+//! * nothing else: `ThreadStart`, `ThreadCreate`, `ThreadDetach`, `ProcessStart`, `Yield` and
+//!   `ClockRead` are independent of other threads' steps (a clock read's value does depend on
+//!   how many steps ran before it; we ignore those tick differences).
+//!
+//! Where we deviate, and why:
+//!
+//! * **Choices, not threads.** A thread may offer several choices at once (Run or Timeout,
+//!   several `CondSignal` waiters). Backtrack sets hold threads, as in the papers, and exploring
+//!   a thread at a node explores *every* choice it offers there; a thread's next step races with
+//!   a step if any choice it offered since its previous step depends on it.
+//! * **Hidden pending operations.** Flanagan & Godefroid check, at every state, the next step
+//!   of every thread, enabled or not; source-DPOR leaves blocking to its lock model. dara offers
+//!   nothing for a blocked thread, so its next operation is known only once it is offered. The
+//!   analysis therefore runs after the execution and checks each step against every state since
+//!   the thread's previous step, which is what the per-state checks would have done. A thread
+//!   left blocked at the end on an operation never offered is taken to depend on everything.
+//! * **Source sets, not Flanagan & Godefroid's rule.** Their rule adds the racing thread itself
+//!   when it is enabled; with sleep sets that misses schedules when that thread is asleep there
+//!   and its step needs another thread's step first (a test shows one). We add an *initial* of
+//!   the reversed sequence instead, as source-DPOR does, without its wakeup trees.
+//! * **No co-enabledness.** Every dependent pair is treated as possibly co-enabled, which only
+//!   adds backtracking.
+//! * **Sleep-set blocked executions** (every offered choice asleep) cannot be abandoned, since
+//!   the program is already running: they run to the end with the default choice, and only
+//!   their prefix up to the blocked state is analysed.
+//!
+//! Limitation: the analysis sees only the operations dara schedules. Memory the program touches
+//! between two scheduling points (plain or atomic accesses, including the uncontended fast path
+//! of futex-based locks such as Rust's `std::sync::Mutex`) is invisible, so schedules that differ
+//! only in the order of such code are taken as equivalent and may not all run. `dfs` runs every
+//! order of the scheduled steps, and with them every order of the code between them.
+use dara_abi::Op;
+use dara_scheduler::choice::ThreadId;
+use dara_scheduler::{Choice, ChoiceKind, Decide, Divergence};
+
+use super::dfs::{check_replayed, default_index, ended_early};
+use super::Strategy;
+
+mod races;
+
+pub struct Dpor {
+    /// Node `i` is the state before decision `i` of the current (or last) execution.
+    path: Vec<Node>,
+    /// Nodes of `path` the current execution replays.
+    replay: usize,
+    /// Decisions taken so far in the current execution.
+    depth: usize,
+    /// Thread of the last decision, for the default choice.
+    last: Option<ThreadId>,
+    /// Depth at which the current execution found every offered choice asleep; from there on
+    /// it runs outside the tree.
+    blocked: Option<usize>,
+    execution: u64,
+    executions: u64,
+    exhausted: bool,
+    ended_early: Option<Divergence>,
+}
+
+struct Node {
+    choices: Vec<Choice>,
+    /// Index taken by the current execution.
+    taken: usize,
+    /// Indices to explore here.
+    backtrack: Vec<bool>,
+    /// Indices explored, or being explored (`taken`).
+    done: Vec<bool>,
+    /// Choices explored from an ancestor and independent of every step taken since: taking
+    /// them here would only reorder independent steps.
+    sleep: Vec<Choice>,
+}
+
+impl Node {
+    fn asleep(&self, i: usize) -> bool {
+        self.sleep.contains(&self.choices[i])
+    }
+
+    /// Sleep set of the child reached by `taken`.
+    fn child_sleep(&self) -> Vec<Choice> {
+        let t = self.choices[self.taken];
+        let explored = (0..self.choices.len())
+            .filter(|&i| self.done[i] && i != self.taken)
+            .map(|i| &self.choices[i]);
+        let mut out: Vec<Choice> = Vec::new();
+        for z in self.sleep.iter().chain(explored) {
+            if !dependent(z, &t) && !out.contains(z) {
+                out.push(*z);
+            }
+        }
+        out
+    }
+}
+
+impl Default for Dpor {
+    fn default() -> Self {
+        Dpor::new()
+    }
+}
+
+impl Dpor {
+    pub fn new() -> Dpor {
+        Dpor {
+            path: Vec::new(),
+            replay: 0,
+            depth: 0,
+            last: None,
+            blocked: None,
+            execution: 0,
+            executions: 0,
+            exhausted: false,
+            ended_early: None,
+        }
+    }
+
+    fn fresh(&mut self, choices: &[Choice]) -> usize {
+        let sleep = self.path.last().map(Node::child_sleep).unwrap_or_default();
+        let n = choices.len();
+        let mut node = Node {
+            choices: choices.to_vec(),
+            taken: default_index(self.last, choices),
+            backtrack: vec![false; n],
+            done: vec![false; n],
+            sleep,
+        };
+        let awake: Vec<usize> = (0..n).filter(|&i| !node.asleep(i)).collect();
+        match awake.first() {
+            None => self.blocked = Some(self.depth),
+            Some(&first) => {
+                if node.asleep(node.taken) {
+                    node.taken = first;
+                }
+                let thread = choices[node.taken].thread;
+                for &i in awake.iter().filter(|&&i| choices[i].thread == thread) {
+                    node.backtrack[i] = true;
+                }
+                node.done[node.taken] = true;
+            }
+        }
+        let taken = node.taken;
+        self.path.push(node);
+        taken
+    }
+
+    /// After an execution: take the next unexplored backtrack choice of the deepest node.
+    fn advance(&mut self) {
+        while let Some(node) = self.path.last_mut() {
+            let next = (0..node.choices.len())
+                .find(|&i| node.backtrack[i] && !node.done[i] && !node.asleep(i));
+            if let Some(i) = next {
+                node.done[i] = true;
+                node.taken = i;
+                return;
+            }
+            self.path.pop();
+        }
+        self.exhausted = true;
+    }
+}
+
+impl Decide for Dpor {
+    fn choose(&mut self, step: u64, choices: &[Choice]) -> Result<usize, Divergence> {
+        debug_assert!(!choices.is_empty(), "the model offers at least one choice");
+        if let Some(d) = self.ended_early.take() {
+            return Err(d);
+        }
+        let depth = self.depth;
+        let index = if depth < self.replay {
+            let node = &self.path[depth];
+            check_replayed(step, &node.choices, choices)?;
+            node.taken
+        } else if self.blocked.is_some() {
+            default_index(self.last, choices)
+        } else {
+            self.fresh(choices)
+        };
+        self.depth += 1;
+        self.last = Some(choices[index].thread);
+        Ok(index)
+    }
+}
+
+impl Strategy for Dpor {
+    fn describe(&self) -> String {
+        "dpor".to_string()
+    }
+
+    fn begin_execution(&mut self, execution: u64) {
+        self.execution = execution;
+        self.depth = 0;
+        self.last = None;
+        self.blocked = None;
+        self.replay = self.path.len();
+    }
+
+    fn end_execution(&mut self, steps: u64) {
+        if self.depth < self.replay {
+            self.ended_early = Some(ended_early(
+                self.execution,
+                steps,
+                &self.path[self.depth].choices,
+            ));
+            return;
+        }
+        self.executions += 1;
+        let end = self.blocked.unwrap_or(self.path.len());
+        races::analyse(&mut self.path, end);
+        self.path.truncate(end);
+        self.advance();
+    }
+
+    fn exhausted(&self) -> bool {
+        self.exhausted
+    }
+
+    fn exhausted_note(&self) -> Option<String> {
+        self.exhausted.then(|| {
+            format!(
+                "explored all schedules up to reordering of independent steps in {} executions",
+                self.executions
+            )
+        })
+    }
+
+    fn parallel_safe(&self) -> bool {
+        false
+    }
+}
+
+/// Whether two steps may not commute (see the module doc). Steps of one thread always depend.
+pub fn dependent(a: &Choice, b: &Choice) -> bool {
+    if a.thread == b.thread || a.kind == ChoiceKind::Timeout || b.kind == ChoiceKind::Timeout {
+        return true;
+    }
+    if ends_everything(a.op) || ends_everything(b.op) {
+        return true;
+    }
+    let joins = |x: &Choice, y: &Choice| {
+        x.op == Op::ThreadExit && y.op == Op::ThreadJoin && y.obj == u64::from(x.thread)
+    };
+    if joins(a, b) || joins(b, a) {
+        return true;
+    }
+    on_sync_object(a.op)
+        && on_sync_object(b.op)
+        && (a.obj == b.obj || a.op == Op::CondWait || b.op == Op::CondWait)
+}
+
+fn ends_everything(op: Op) -> bool {
+    matches!(op, Op::ProcessExit | Op::Unsupported)
+}
+
+fn on_sync_object(op: Op) -> bool {
+    use Op::*;
+    matches!(
+        op,
+        MutexLock
+            | MutexTryLock
+            | MutexUnlock
+            | RwReadLock
+            | RwWriteLock
+            | RwTryReadLock
+            | RwTryWriteLock
+            | RwUnlock
+            | CondWait
+            | CondSignal
+            | CondBroadcast
+            | BarrierInit
+            | BarrierWait
+            | OnceBegin
+            | OnceDone
+            | SemInit
+            | SemWait
+            | SemTryWait
+            | SemPost
+            | FutexWait
+            | FutexWake
+    )
+}
+
+#[cfg(test)]
+mod tests;
