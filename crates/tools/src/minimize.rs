@@ -66,7 +66,8 @@ pub fn run(args: MinimizeArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-fn size_line(s: &Size) -> String {
+/// "21 steps, 4 context switches, 1 preemption".
+pub fn size_line(s: &Size) -> String {
     let count = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     format!("{}, {}, {}", count(s.steps, "step", "steps"), count(s.switches, "context switch", "context switches"), count(s.preemptions, "preemption", "preemptions"))
 }

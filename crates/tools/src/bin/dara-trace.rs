@@ -7,7 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use dara_explorer::search::{search, Progress, SearchConfig, SearchEnd, SearchSummary};
+use dara_explorer::search::{search, Progress, SavedBug, SearchConfig, SearchEnd, SearchSummary};
+use dara_tools::minimize::size_line;
 use dara_tools::setup::{self, MachineOptions, STOP};
 use dara_tracer::binary::{self, BinaryKind};
 
@@ -52,6 +53,9 @@ struct Cli {
     /// Print only the final result.
     #[arg(short, long)]
     quiet: bool,
+    /// Do not look for a smaller failing schedule of each bug found (saved as minimal.bin).
+    #[arg(long)]
+    no_minimize: bool,
     #[command(flatten)]
     machine: MachineOptions,
     /// The program and its arguments.
@@ -141,8 +145,58 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
         println!("  {}  (execution {}, {} steps) -> {}", bug.outcome.summary(), bug.execution, bug.steps, bug.dir.display());
     }
     let first = &summary.bugs[0];
-    println!("replay: dara-replay {}", first.trace.display());
+    let mut replay = first.trace.clone();
+    if !cli.no_minimize {
+        for (i, bug) in summary.bugs.iter().enumerate().take(MINIMIZE_BUGS) {
+            if let Some(minimal) = minimize_bug(bug, &cfg.execution) {
+                if i == 0 {
+                    replay = minimal;
+                }
+            }
+        }
+    }
+    println!("replay: dara-replay {}", replay.display());
     Ok(1)
+}
+
+/// Bugs of one search that get a minimization pass, and its budget of candidate executions.
+const MINIMIZE_BUGS: usize = 3;
+const MINIMIZE_TRIES: u64 = 100;
+
+/// Looks for a smaller schedule that fails the same way; saves it as `minimal.bin` beside the
+/// bug's trace when it has fewer preemptions or steps, and returns its path. Failing to minimize
+/// is not an error of the search: it is reported on one line and the original trace stands.
+fn minimize_bug(bug: &SavedBug, base: &dara_scheduler::execution::ExecutionConfig) -> Option<PathBuf> {
+    if matches!(bug.outcome, dara_scheduler::Outcome::Hang { .. }) {
+        // Every candidate would run into the same bound (seconds each); not worth it by default.
+        return None;
+    }
+    let recorded = dara_scheduler::trace::read_file(&bug.trace).ok()?;
+    let result = match dara_explorer::minimize::minimize(&recorded, base, MINIMIZE_TRIES, &STOP, &mut |_| {}) {
+        Ok(r) => r,
+        Err(e) => {
+            println!("  (no smaller schedule for {}: {e})", bug.dir.display());
+            return None;
+        }
+    };
+    if !result.after.smaller_than(&result.before) {
+        return None;
+    }
+    let path = bug.dir.join("minimal.bin");
+    if let Err(e) = dara_scheduler::trace::write_file(&path, &result.trace) {
+        println!("  (could not save the smaller schedule: {e})");
+        return None;
+    }
+    println!(
+        "  smallest failing schedule found: {} (was {}) -> {}",
+        size_line(&result.after),
+        size_line(&result.before),
+        path.display()
+    );
+    let summary = bug.dir.join("summary.txt");
+    let note = format!("minimal:    dara-replay {} ({})\n", path.display(), size_line(&result.after));
+    let _ = std::fs::OpenOptions::new().append(true).open(&summary).and_then(|mut f| std::io::Write::write_all(&mut f, note.as_bytes()));
+    Some(path)
 }
 
 /// Per-execution output: a live line on a terminal, occasional plain lines otherwise, and always a
