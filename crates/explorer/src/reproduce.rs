@@ -5,6 +5,9 @@ use std::sync::atomic::AtomicBool;
 use dara_scheduler::execution::{self, ExecutionConfig, ExecutionError, ExecutionReport};
 use dara_scheduler::trace::{Step, Trace};
 
+use dara_scheduler::choice::ThreadId;
+use dara_scheduler::{Choice, Decide, Divergence};
+
 use crate::strategy::replay::Replay;
 
 /// The execution settings recorded in `trace`, on top of `base` (preload path, pinning,
@@ -25,9 +28,35 @@ pub fn config_for(trace: &Trace, base: &ExecutionConfig) -> ExecutionConfig {
 
 /// Runs the trace's decisions again.
 pub fn reproduce(trace: &Trace, base: &ExecutionConfig, stop: &AtomicBool) -> Result<ExecutionReport, ExecutionError> {
+    reproduce_observed(trace, base, stop).map(|(report, _)| report)
+}
+
+/// Like [`reproduce`], and also says for each step whether it was a *preemption*: the thread
+/// that ran the step before was still offered a choice, yet another thread was chosen. These are
+/// the decisions a reader of the interleaving should look at first.
+pub fn reproduce_observed(trace: &Trace, base: &ExecutionConfig, stop: &AtomicBool) -> Result<(ExecutionReport, Vec<bool>), ExecutionError> {
     let cfg = config_for(trace, base);
-    let mut replay = Replay::new(trace.steps.iter().map(|s| s.choice).collect());
-    execution::run(&cfg, &mut replay, stop)
+    let mut observed = PreemptionObserver { inner: Replay::new(trace.steps.iter().map(|s| s.choice).collect()), last: None, preempted: Vec::new() };
+    let report = execution::run(&cfg, &mut observed, stop)?;
+    Ok((report, observed.preempted))
+}
+
+/// Wraps a decider and notes which of its decisions were preemptions.
+struct PreemptionObserver<D> {
+    inner: D,
+    last: Option<ThreadId>,
+    preempted: Vec<bool>,
+}
+
+impl<D: Decide> Decide for PreemptionObserver<D> {
+    fn choose(&mut self, step: u64, choices: &[Choice]) -> Result<usize, Divergence> {
+        let i = self.inner.choose(step, choices)?;
+        let chosen = choices.get(i).map(|c| c.thread);
+        let preempts = chosen != self.last && self.last.is_some_and(|t| choices.iter().any(|c| c.thread == t));
+        self.preempted.push(preempts);
+        self.last = chosen;
+        Ok(i)
+    }
 }
 
 /// First step at which two step lists differ, with a description of the difference.

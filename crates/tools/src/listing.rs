@@ -6,10 +6,11 @@ use std::fmt::Write;
 use dara_scheduler::trace::Step;
 use dara_scheduler::ChoiceKind;
 
-/// Formats `steps` as a listing. `symbols` names object addresses where known.
-pub fn interleaving(steps: &[Step], symbols: &BTreeMap<u64, String>) -> String {
+/// Formats `steps` as a listing. `symbols` names object addresses where known; steps whose
+/// `preempted` entry is true are marked `>>` (another thread could have gone on instead).
+pub fn interleaving(steps: &[Step], symbols: &BTreeMap<u64, String>, preempted: &[bool]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{:>6}  {:>8}  {:<7} {:<16} {:<34} result", "step", "vtime", "thread", "operation", "object");
+    let _ = writeln!(out, "   {:>6}  {:>8}  {:<7} {:<16} {:<34} result", "step", "vtime", "thread", "operation", "object");
     for (i, step) in steps.iter().enumerate() {
         let c = &step.choice;
         let op = match c.kind {
@@ -22,7 +23,12 @@ pub fn interleaving(steps: &[Step], symbols: &BTreeMap<u64, String>) -> String {
             None => "blocks".to_string(),
         };
         let alt = if c.alt != 0 { format!(" [alt {}]", c.alt) } else { String::new() };
-        let _ = writeln!(out, "{:>6}  {:>8}  t{:<6} {:<16} {:<34} {result}{alt}", i, format_vtime(step.now_ns), c.thread, op, object);
+        let mark = if preempted.get(i).copied().unwrap_or(false) { ">> " } else { "   " };
+        let _ = writeln!(out, "{mark}{:>6}  {:>8}  t{:<6} {:<16} {:<34} {result}{alt}", i, format_vtime(step.now_ns), c.thread, op, object);
+    }
+    let n = preempted.iter().filter(|p| **p).count();
+    if n > 0 {
+        let _ = writeln!(out, "{n} preemption(s), marked >>: there another thread could have continued, and the schedule switched instead.");
     }
     out
 }

@@ -137,6 +137,8 @@ fn builtin_demo_finds_its_bug_and_names_the_replay_command() {
     let replay = dara_replay(&[trace], Duration::from_secs(30));
     assert_eq!(replay.code, 1, "{}", replay.text());
     assert!(replay.stdout.contains("mutex-lock"), "the listing shows the interleaving\n{}", replay.text());
+    assert!(trace.ends_with("minimal.bin"), "the replay line names the minimized schedule: {trace}");
+    assert!(replay.stdout.contains("1 preemption(s), marked >>"), "the demo bug needs exactly one preemption\n{}", replay.text());
 }
 
 #[test]

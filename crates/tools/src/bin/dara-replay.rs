@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use dara_explorer::reproduce::{first_difference, reproduce};
+use dara_explorer::reproduce::{first_difference, reproduce, reproduce_observed};
 use dara_scheduler::execution::ExecutionReport;
 use dara_scheduler::trace::{self, Trace};
 use dara_scheduler::Outcome;
@@ -47,9 +47,9 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     let mut base = setup::base_config(&cli.machine, recorded.header.command.clone())?;
     base.symbolize = true;
     println!("replaying {} ({} steps): {}", cli.trace.display(), recorded.steps.len(), recorded.header.command.join(" "));
-    let report = reproduce(&recorded, &base, &STOP).context("replay failed to run")?;
+    let (report, preempted) = reproduce_observed(&recorded, &base, &STOP).context("replay failed to run")?;
     if !cli.quiet {
-        print!("{}", listing::interleaving(&report.steps, &report.symbols));
+        print!("{}", listing::interleaving(&report.steps, &report.symbols, &preempted));
     }
     if let Some(code) = judge(&recorded, &report) {
         return Ok(code);
