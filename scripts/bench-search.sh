@@ -20,9 +20,9 @@ trap 'rm -rf "$out"' EXIT
 
 printf '| fixture |'; for s in "${strategies[@]}"; do printf ' %s mean | %s worst | %s missed |' "$s" "$s" "$s"; done; echo
 printf '|---|'; for _ in "${strategies[@]}"; do printf -- '---|---|---|'; done; echo
-for src in tests/fixtures/*.c; do
-    name=$(basename "$src" .c)
-    case "$name" in *_ok|spin_yield|long_sleep|raw_blocking|lock_pingpong) continue ;; esac
+for src in tests/fixtures/*.c tests/fixtures/*.cc tests/fixtures/*.rs; do
+    name=$(basename "${src%.*}")
+    case "$name" in *_ok|spin_yield|long_sleep|raw_blocking|lock_pingpong|busy_loop|many_threads) continue ;; esac
     printf '| %s |' "$name"
     for strategy in "${strategies[@]}"; do
         total=0; worst=0; missed=0; found=0

@@ -5,7 +5,15 @@
 //! Reduction", POPL 2014).
 //!
 //! Two schedules that differ only in the order of adjacent *independent* steps reach the same
-//! state, so only one needs to run. Like [`dfs`](super::dfs) this is a stateless depth-first
+//! state, so only one needs to run.
+//!
+//! **What "exhausted" proves.** dara sees scheduling points, not plain memory accesses. DPOR is
+//! therefore exhaustive only for programs whose shared memory is ordered by the synchronisation
+//! dara sees (data-race-free between scheduling points). A bug that needs a race on plain memory
+//! can be missed: `tests/fixtures/order_violation.c` (the child reads a pointer the parent writes
+//! without synchronisation) is found by `dfs` in 3 executions and never by `dpor`, which
+//! considers the parent's unrelated log lock independent of the child's start. Memory-level
+//! scheduling points (sancov load/store callbacks, issue 3) are what will close this gap. Like [`dfs`](super::dfs) this is a stateless depth-first
 //! search that replays a prefix of decisions every execution; unlike it, a node only gets
 //! alternatives (its *backtrack set*) when an execution shows that a later step of some thread
 //! races with the step taken there. After each execution the schedule is analysed with vector
@@ -239,7 +247,7 @@ impl Strategy for Dpor {
     fn exhausted_note(&self) -> Option<String> {
         self.exhausted.then(|| {
             format!(
-                "explored all schedules up to reordering of independent steps in {} executions",
+                "explored all schedules up to reordering of independent steps in {} executions (exhaustive for programs without data races on plain memory)",
                 self.executions
             )
         })
