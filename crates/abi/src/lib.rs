@@ -32,7 +32,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -317,8 +317,17 @@ pub struct Header {
     pub processes: [ProcessEntry; MAX_PROCESSES],
 }
 
-/// Total size of the mapped region.
-pub const REGION_SIZE: usize = core::mem::size_of::<Header>() + MAX_SLOTS * core::mem::size_of::<Slot>();
+/// Edge counters per process in the coverage area (a power of two): AFL-style, one saturating
+/// byte per hashed edge, written by the preload's sancov receivers without a scheduling point.
+pub const COV_MAP_SIZE: usize = 1 << 16;
+
+/// Total size of the mapped region: header, slots, then one coverage map per process.
+pub const REGION_SIZE: usize = core::mem::size_of::<Header>() + MAX_SLOTS * core::mem::size_of::<Slot>() + MAX_PROCESSES * COV_MAP_SIZE;
+
+/// Byte offset of process `p`'s coverage map from the start of the region.
+pub const fn cov_map_offset(p: usize) -> usize {
+    core::mem::size_of::<Header>() + MAX_SLOTS * core::mem::size_of::<Slot>() + p * COV_MAP_SIZE
+}
 
 /// Byte offset of slot `i` from the start of the region.
 pub const fn slot_offset(i: usize) -> usize {

@@ -71,6 +71,8 @@ pub struct SearchSummary {
     pub last_trace: Option<PathBuf>,
     /// Outcomes of all judged executions, by `Outcome::signature()` kind prefix.
     pub outcome_counts: BTreeMap<String, u64>,
+    /// Distinct (process, edge) pairs reached over all executions (sancov builds only).
+    pub coverage: usize,
     pub wall: Duration,
 }
 
@@ -80,6 +82,8 @@ pub struct Progress<'a> {
     pub report: &'a ExecutionReport,
     pub new_bug: Option<&'a SavedBug>,
     pub bugs: usize,
+    /// Distinct (process, edge) pairs reached so far.
+    pub coverage: usize,
     pub elapsed: Duration,
 }
 
@@ -282,11 +286,22 @@ struct Judge<'a> {
     first_steps: u64,
     last_trace: Option<PathBuf>,
     outcome_counts: BTreeMap<String, u64>,
+    covered: std::collections::BTreeSet<(u32, u32)>,
 }
 
 impl<'a> Judge<'a> {
     fn new(cfg: &'a SearchConfig, strategy: String, started: Instant) -> Judge<'a> {
-        Judge { cfg, strategy, started, bugs: Vec::new(), executions: 0, first_steps: 0, last_trace: None, outcome_counts: BTreeMap::new() }
+        Judge {
+            cfg,
+            strategy,
+            started,
+            bugs: Vec::new(),
+            executions: 0,
+            first_steps: 0,
+            last_trace: None,
+            outcome_counts: BTreeMap::new(),
+            covered: Default::default(),
+        }
     }
 
     fn over_budget(&self) -> bool {
@@ -301,6 +316,9 @@ impl<'a> Judge<'a> {
         self.executions = k + 1;
         let kind = report.outcome.signature().split(':').next().unwrap_or_default().to_string();
         *self.outcome_counts.entry(kind).or_insert(0) += 1;
+        for (&process, edges) in &report.coverage {
+            self.covered.extend(edges.iter().map(|&e| (process, e)));
+        }
         let mut exec = self.cfg.execution.clone();
         exec.random_seed = execution_random_seed(self.cfg.seed, k);
         let trace = Trace { header: header_for(self.cfg, &exec, k, self.strategy.clone()), steps: report.steps.clone(), outcome: report.outcome.clone() };
@@ -314,7 +332,7 @@ impl<'a> Judge<'a> {
             self.bugs.push(saved);
             new_bug = true;
         }
-        progress(Progress { execution: k, report: &report, new_bug: if new_bug { self.bugs.last() } else { None }, bugs: self.bugs.len(), elapsed: self.started.elapsed() });
+        progress(Progress { execution: k, report: &report, new_bug: if new_bug { self.bugs.last() } else { None }, bugs: self.bugs.len(), coverage: self.covered.len(), elapsed: self.started.elapsed() });
         Ok(match &report.outcome {
             Outcome::Interrupted => Some(SearchEnd::Interrupted),
             Outcome::Uncontrolled { .. } => Some(SearchEnd::Uncontrolled(report.outcome.clone())),
@@ -324,7 +342,15 @@ impl<'a> Judge<'a> {
     }
 
     fn finish(self, end: SearchEnd) -> SearchSummary {
-        SearchSummary { executions: self.executions, bugs: self.bugs, end, last_trace: self.last_trace, outcome_counts: self.outcome_counts, wall: self.started.elapsed() }
+        SearchSummary {
+            executions: self.executions,
+            bugs: self.bugs,
+            end,
+            last_trace: self.last_trace,
+            outcome_counts: self.outcome_counts,
+            coverage: self.covered.len(),
+            wall: self.started.elapsed(),
+        }
     }
 }
 

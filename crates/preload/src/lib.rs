@@ -10,6 +10,8 @@
 //! * [`trap`]: a seccomp filter + SIGSYS handler for what the hooks cannot see: glibc-internal and
 //!   raw syscalls (futex, clocks, sleeps, getrandom, /dev/urandom, new processes).
 //!
+//! [`coverage`] counts sancov edges of instrumented programs into the region.
+//!
 //! The plumbing: [`init`] (the constructor and start barrier), [`gate`] (per-thread state, the
 //! reentrancy guard and the handoff), [`region`] (the mapping), [`sys`] (the one syscall
 //! trampoline every raw syscall goes through), [`real`] (the libc functions behind the hooks),
@@ -27,6 +29,7 @@
 // contract is libc's, documented once in `hooks`.
 #![allow(clippy::missing_safety_doc)]
 
+pub mod coverage;
 pub mod entropy;
 pub mod gate;
 pub mod hooks;

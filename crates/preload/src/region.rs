@@ -115,6 +115,18 @@ pub fn process() -> u32 {
     PROCESS.load(Ordering::Acquire)
 }
 
+/// This process's coverage map, once the process has its entry in the process table.
+pub fn cov_map() -> Option<&'static [core::sync::atomic::AtomicU8; dara_abi::COV_MAP_SIZE]> {
+    let base = REGION.load(Ordering::Acquire);
+    let p = PROCESS.load(Ordering::Acquire) as usize;
+    if base.is_null() || p >= dara_abi::MAX_PROCESSES {
+        return None;
+    }
+    // SAFETY: `p < MAX_PROCESSES`, so the map lies inside the REGION_SIZE mapping (see
+    // `dara_abi::cov_map_offset`), which is never unmapped; AtomicU8 is valid for any byte.
+    Some(unsafe { &*(base.add(dara_abi::cov_map_offset(p)) as *const [core::sync::atomic::AtomicU8; dara_abi::COV_MAP_SIZE]) })
+}
+
 /// This process's process-table entry.
 pub fn process_entry() -> Option<&'static ProcessEntry> {
     header()?.processes.get(process() as usize)

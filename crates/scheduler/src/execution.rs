@@ -60,6 +60,9 @@ pub struct ExecutionReport {
     pub threads: BTreeMap<ThreadId, ProcessId>,
     /// Names of object addresses seen (when `symbolize`).
     pub symbols: BTreeMap<u64, String>,
+    /// Coverage of sancov-instrumented processes: edge indices (hashed into `COV_MAP_SIZE`)
+    /// each process reached. Empty for programs built without coverage.
+    pub coverage: BTreeMap<ProcessId, Vec<u32>>,
     pub wall: Duration,
 }
 
@@ -97,7 +100,13 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     if !run.tree.kill_all() {
         return Err(ExecutionError::Teardown);
     }
-    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, wall: started.elapsed() })
+    let coverage = run
+        .processes
+        .keys()
+        .map(|&p| (p, run.region.covered_edges(p as usize)))
+        .filter(|(_, edges)| !edges.is_empty())
+        .collect();
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, coverage, wall: started.elapsed() })
 }
 
 /// The recorded environment plus dara's variables; the preload goes first in LD_PRELOAD.

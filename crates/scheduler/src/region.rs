@@ -61,6 +61,16 @@ impl Region {
         unsafe { &*(self.map.as_ptr().add(dara_abi::slot_offset(i)) as *const Slot) }
     }
 
+    /// Edges counted in process `p`'s coverage map (indices of non-zero counters). Read after the
+    /// process is gone, or racily while it runs (counters only grow).
+    pub fn covered_edges(&self, p: usize) -> Vec<u32> {
+        if p >= dara_abi::MAX_PROCESSES {
+            return Vec::new();
+        }
+        let start = dara_abi::cov_map_offset(p);
+        self.map[start..start + dara_abi::COV_MAP_SIZE].iter().enumerate().filter(|(_, c)| **c != 0).map(|(i, _)| i as u32).collect()
+    }
+
     /// Number of slots claimed so far (bounded by MAX_SLOTS).
     pub fn claimed_slots(&self) -> usize {
         (self.header().next_slot.load(Ordering::Acquire) as usize).min(MAX_SLOTS)

@@ -238,3 +238,33 @@ fn thread_churn_works_and_the_thread_limit_is_reported_as_dara_s() {
     assert_eq!(run.code, 2, "{}", run.text());
     assert!(run.stderr.contains("more than 4096 threads in one execution"), "{}", run.text());
 }
+
+#[test]
+fn coverage_of_an_instrumented_build_reaches_dara() {
+    let lib = cov_lib_dir();
+    let (l, rpath) = (format!("-L{}", lib.display()), format!("-Wl,-rpath,{}", lib.display()));
+    let program = fixture_with("cov_branches", &["-fsanitize-coverage=trace-pc", &l, "-ldara_cov", &rpath]);
+    // Outside dara the link-time library's callbacks are no-ops: the program just runs.
+    let native = Command::new(&program).output().unwrap();
+    assert!(native.status.success(), "{native:?}");
+
+    let out = out_dir("coverage-one");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(30));
+    assert_eq!(run.code, 0, "{}", run.text());
+    let one: usize = run
+        .stdout
+        .lines()
+        .find_map(|l| l.split(", coverage ").nth(1)?.strip_suffix(" edges)")?.parse().ok())
+        .unwrap_or_else(|| panic!("no coverage on the execution line\n{}", run.text()));
+    assert!(one > 0);
+
+    let out = out_dir("coverage-search");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--runs", "40", "--", program.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(run.code, 0, "{}", run.text());
+    let union: usize = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("coverage")?.trim().strip_suffix(" edges")?.parse().ok())
+        .unwrap_or_else(|| panic!("no coverage in the summary\n{}", run.text()));
+    assert!(union > one, "different random draws reach different handlers: one run {one}, union {union}");
+}

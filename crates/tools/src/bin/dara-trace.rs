@@ -225,18 +225,18 @@ impl ProgressLine {
             self.clear();
             println!("execution {}: {} ({} steps)", p.execution, bug.outcome.summary(), bug.steps);
         } else if self.runs == 1 {
-            println!("execution {}: {} ({} steps, {:.1} ms)", p.execution, p.report.outcome.summary(), p.report.steps.len(), p.report.wall.as_secs_f64() * 1e3);
+            println!("execution {}: {} ({} steps, {:.1} ms{})", p.execution, p.report.outcome.summary(), p.report.steps.len(), p.report.wall.as_secs_f64() * 1e3, coverage_note(p.coverage));
         } else if self.live {
             if self.last_live.elapsed().as_millis() >= 100 || done == self.runs {
                 let rate = done as f64 / p.elapsed.as_secs_f64().max(1e-9);
-                print!("\r\x1b[2Kexecutions {done}/{} ({rate:.0}/s), distinct bugs {}", self.runs, p.bugs);
+                print!("\r\x1b[2Kexecutions {done}/{} ({rate:.0}/s), distinct bugs {}{}", self.runs, p.bugs, coverage_note(p.coverage));
                 let _ = std::io::Write::flush(&mut std::io::stdout());
                 self.last_live = std::time::Instant::now();
                 self.drawn = true;
             }
         } else if done % 50 == 0 {
             let rate = done as f64 / p.elapsed.as_secs_f64().max(1e-9);
-            println!("executions {done}/{} ({rate:.0}/s), distinct bugs {}", self.runs, p.bugs);
+            println!("executions {done}/{} ({rate:.0}/s), distinct bugs {}{}", self.runs, p.bugs, coverage_note(p.coverage));
         }
     }
 
@@ -257,7 +257,19 @@ fn print_table(summary: &SearchSummary, strategy: &str) {
     for (kind, n) in &summary.outcome_counts {
         println!("{:<22} {n}", format!("  ended {kind}"));
     }
+    if summary.coverage > 0 {
+        println!("{:<22} {} edges", "coverage", summary.coverage);
+    }
     println!("{:<22} {}", "distinct bugs", summary.bugs.len());
+}
+
+/// ", coverage N edges" for instrumented programs, nothing otherwise.
+fn coverage_note(edges: usize) -> String {
+    if edges == 0 {
+        String::new()
+    } else {
+        format!(", coverage {edges} edges")
+    }
 }
 
 /// Refuses programs dara cannot enter; returns build-ids for the trace header.

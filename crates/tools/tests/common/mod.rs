@@ -29,7 +29,7 @@ pub fn fixture_with(name: &str, flags: &[&str]) -> PathBuf {
         .unwrap_or_else(|| panic!("no fixture source for {name}"));
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
     std::fs::create_dir_all(&dir).unwrap();
-    let suffix: String = flags.iter().map(|f| f.trim_start_matches('-')).collect::<Vec<_>>().join("_");
+    let suffix: String = flags.iter().map(|f| f.trim_start_matches('-').replace('/', "_")).collect::<Vec<_>>().join("_");
     let exe = dir.join(if suffix.is_empty() { name.to_string() } else { format!("{name}.{suffix}") });
     let fresh = exe.metadata().and_then(|m| m.modified()).ok() > src.metadata().and_then(|m| m.modified()).ok();
     if !fresh {
@@ -51,7 +51,8 @@ pub fn fixture_with(name: &str, flags: &[&str]) -> PathBuf {
                 c
             }
         };
-        let status = build.args(flags).arg("-o").arg(&tmp).arg(&src).status().expect("running the compiler");
+        // Flags after the source, so libraries among them (-ldara_cov) resolve its references.
+        let status = build.arg("-o").arg(&tmp).arg(&src).args(flags).status().expect("running the compiler");
         assert!(status.success(), "compiling {}", src.display());
         std::fs::rename(&tmp, &exe).unwrap();
     }
@@ -72,6 +73,16 @@ pub fn private_copy(program: &Path, test: &str) -> PathBuf {
 pub fn assert_no_survivors(program: &Path) {
     let left = processes_mentioning(program.to_str().unwrap());
     assert!(left.is_empty(), "processes of {} survived: {left:?}", program.display());
+}
+
+/// Directory holding libdara_cov.so for this build (next to the tools, or cargo's deps/).
+pub fn cov_lib_dir() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_dara-trace"));
+    let dir = bin.parent().unwrap().to_path_buf();
+    [dir.clone(), dir.join("deps")]
+        .into_iter()
+        .find(|d| d.join("libdara_cov.so").is_file())
+        .unwrap_or_else(|| panic!("libdara_cov.so not found near {}: build the workspace first (cargo build --release)", dir.display()))
 }
 
 /// A fresh output directory for one test.
