@@ -27,12 +27,12 @@
 //! never miss a decision it should have been part of (the *start barrier*).
 #![no_std]
 
-use core::sync::atomic::{AtomicU32, AtomicU64};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -160,6 +160,15 @@ pub enum Op {
     /// A clock read. The grant's `now_ns` is the answer.
     ClockRead = 82,
 
+    /// Memory-level scheduling points (`--preempt-on memory`, sancov `trace-loads`/`trace-stores`
+    /// builds): the thread is about to read / write a watched address. args: [addr, size].
+    /// Always enabled; two accesses conflict when they overlap and one of them writes.
+    MemoryRead = 83,
+    MemoryWrite = 84,
+    /// Voluntary preemption point every N coverage edges (`--preempt-on edges:N`), so spinning
+    /// instrumented code yields the token. Behaves as `Yield`. args: none.
+    EdgeQuantum = 85,
+
     /// A syscall dara cannot control was about to run. args: [syscall number, arg0, arg1, arg2].
     /// Ends the execution with an "uncontrolled" outcome; never granted.
     Unsupported = 90,
@@ -201,6 +210,9 @@ impl Op {
             80 => Yield,
             81 => Sleep,
             82 => ClockRead,
+            83 => MemoryRead,
+            84 => MemoryWrite,
+            85 => EdgeQuantum,
             90 => Unsupported,
             _ => return None,
         })
@@ -241,6 +253,9 @@ impl Op {
             Yield => "yield",
             Sleep => "sleep",
             ClockRead => "clock-read",
+            MemoryRead => "read",
+            MemoryWrite => "write",
+            EdgeQuantum => "edge-quantum",
             Unsupported => "unsupported-syscall",
         }
     }
@@ -314,20 +329,73 @@ pub struct Header {
     pub shutdown: AtomicU32,
     /// Scheduler's pid, so a preload can notice that dara died.
     pub scheduler_pid: u32,
+    /// Index of the decision whose grant is being handed out (written by the scheduler before
+    /// each grant). Coverage receivers stamp an edge's first hit with it, which attributes new
+    /// coverage to the step (and so the thread and action) that reached it.
+    pub step: AtomicU32,
+    /// [`preempt`] flags: which optional scheduling points the preload posts.
+    pub preempt_flags: u32,
+    /// `--preempt-on edges:N`: post [`Op::EdgeQuantum`] every this many coverage edges (0 = off).
+    pub preempt_edges: u32,
     pub processes: [ProcessEntry; MAX_PROCESSES],
 }
 
-/// Edge counters per process in the coverage area (a power of two): AFL-style, one saturating
-/// byte per hashed edge, written by the preload's sancov receivers without a scheduling point.
+/// Flags of [`Header::preempt_flags`] (written by the scheduler before the target starts).
+pub mod preempt {
+    /// sancov load/store callbacks on a watched address post [`Op::MemoryRead`](super::Op) / `MemoryWrite`.
+    pub const MEMORY: u32 = 1;
+    /// Profiling run: load/store callbacks record which threads touch which granules in the
+    /// [`AccessTable`](super::AccessTable) and never post.
+    pub const PROFILE: u32 = 2;
+}
+
+/// Edges per process in the coverage area (a power of two). An edge's index is its
+/// `trace-pc-guard` guard number, or for gcc's `trace-pc` a hash of its address; two edges that
+/// share an index are counted as one.
 pub const COV_MAP_SIZE: usize = 1 << 16;
 
-/// Total size of the mapped region: header, slots, then one coverage map per process.
-pub const REGION_SIZE: usize = core::mem::size_of::<Header>() + MAX_SLOTS * core::mem::size_of::<Slot>() + MAX_PROCESSES * COV_MAP_SIZE;
-
-/// Byte offset of process `p`'s coverage map from the start of the region.
-pub const fn cov_map_offset(p: usize) -> usize {
-    core::mem::size_of::<Header>() + MAX_SLOTS * core::mem::size_of::<Slot>() + p * COV_MAP_SIZE
+/// One process's coverage, written by the preload's sancov receivers without a scheduling point
+/// (only one thread runs at a time, so relaxed accesses suffice) and read by the scheduler when
+/// the execution ends.
+#[repr(C, align(64))]
+pub struct Coverage {
+    /// Guards handed out by `__sanitizer_cov_trace_pc_guard_init` in this process (all
+    /// instrumented edges of its `trace-pc-guard` modules); 0 for `trace-pc` builds.
+    pub guards: AtomicU32,
+    /// Hits of edge `i`, saturating at 255.
+    pub counts: [AtomicU8; COV_MAP_SIZE],
+    /// [`Header::step`] when edge `i` was first hit in this execution.
+    pub first_step: [AtomicU32; COV_MAP_SIZE],
+    /// Address of the instrumented call site of edge `i` (its return address), recorded on the
+    /// first hit; ASLR is off, so it is the same in every execution.
+    pub pcs: [AtomicU64; COV_MAP_SIZE],
 }
+
+/// Slots of the [`AccessTable`] (a power of two).
+pub const ACCESS_TABLE_SLOTS: usize = 1 << 16;
+
+/// Memory-level preemption's address set, an open-addressed hash set of 8-byte granules shared by
+/// all processes. In a profiling run the preload fills it; for later runs the scheduler writes
+/// the granules worth preempting on, and the preload only posts [`Op::MemoryRead`] / [`Op::MemoryWrite`] for those.
+/// Entry layout (0 = empty): bits 0..=47 granule (`addr >> 3`), bits 48..=59 first thread's slot
+/// + 1, bit 62 touched by two threads, bit 63 written.
+#[repr(C, align(64))]
+pub struct AccessTable {
+    pub entries: [AtomicU64; ACCESS_TABLE_SLOTS],
+}
+
+/// Byte offset of the access table from the start of the region.
+pub const ACCESS_TABLE_OFFSET: usize = core::mem::size_of::<Header>() + MAX_SLOTS * core::mem::size_of::<Slot>();
+
+/// Byte offset of process `p`'s [`Coverage`] from the start of the region.
+pub const fn cov_offset(p: usize) -> usize {
+    ACCESS_TABLE_OFFSET + core::mem::size_of::<AccessTable>() + p * core::mem::size_of::<Coverage>()
+}
+
+/// Total size of the mapped region: header, slots, access table, one [`Coverage`] per process.
+/// Pages nobody touches are never allocated, so an uninstrumented program costs nothing for the
+/// coverage areas.
+pub const REGION_SIZE: usize = cov_offset(MAX_PROCESSES);
 
 /// Byte offset of slot `i` from the start of the region.
 pub const fn slot_offset(i: usize) -> usize {
@@ -338,6 +406,8 @@ const _: () = assert!(core::mem::size_of::<Slot>() == 128);
 const _: () = assert!(core::mem::align_of::<Slot>() == 64);
 const _: () = assert!(core::mem::size_of::<Header>() % 64 == 0);
 const _: () = assert!(REGION_SIZE % 64 == 0);
+const _: () = assert!(core::mem::size_of::<Coverage>() % 64 == 0);
+const _: () = assert!(ACCESS_TABLE_OFFSET % 64 == 0);
 
 /// Splitmix64: the one mixing function both sides use to derive per-process and per-draw seeds,
 /// so the application's random stream never depends on the scheduler's own generator.

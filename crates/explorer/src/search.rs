@@ -316,8 +316,8 @@ impl<'a> Judge<'a> {
         self.executions = k + 1;
         let kind = report.outcome.signature().split(':').next().unwrap_or_default().to_string();
         *self.outcome_counts.entry(kind).or_insert(0) += 1;
-        for (&process, edges) in &report.coverage {
-            self.covered.extend(edges.iter().map(|&e| (process, e)));
+        for (&process, coverage) in &report.coverage {
+            self.covered.extend(coverage.edges.iter().map(|e| (process, e.edge)));
         }
         let mut exec = self.cfg.execution.clone();
         exec.random_seed = execution_random_seed(self.cfg.seed, k);

@@ -58,6 +58,7 @@ extern "C" fn dara_preload_init(
     let pid = sys::getpid();
     entry.pid.store(pid, Ordering::Release);
     region::set_process(process);
+    crate::coverage::publish_guards();
 
     let index = header.next_slot.fetch_add(1, Ordering::AcqRel);
     let Some(slot) = region::slot(index) else {

@@ -115,16 +115,28 @@ pub fn process() -> u32 {
     PROCESS.load(Ordering::Acquire)
 }
 
-/// This process's coverage map, once the process has its entry in the process table.
-pub fn cov_map() -> Option<&'static [core::sync::atomic::AtomicU8; dara_abi::COV_MAP_SIZE]> {
+/// This process's coverage area, once the process has its entry in the process table.
+pub fn coverage() -> Option<&'static dara_abi::Coverage> {
     let base = REGION.load(Ordering::Acquire);
     let p = PROCESS.load(Ordering::Acquire) as usize;
     if base.is_null() || p >= dara_abi::MAX_PROCESSES {
         return None;
     }
-    // SAFETY: `p < MAX_PROCESSES`, so the map lies inside the REGION_SIZE mapping (see
-    // `dara_abi::cov_map_offset`), which is never unmapped; AtomicU8 is valid for any byte.
-    Some(unsafe { &*(base.add(dara_abi::cov_map_offset(p)) as *const [core::sync::atomic::AtomicU8; dara_abi::COV_MAP_SIZE]) })
+    // SAFETY: `p < MAX_PROCESSES`, so the area lies inside the REGION_SIZE mapping (see
+    // `dara_abi::cov_offset`) at a 64-byte aligned offset, and the mapping is never unmapped;
+    // Coverage is made of atomics, valid for any bytes.
+    Some(unsafe { &*(base.add(dara_abi::cov_offset(p)) as *const dara_abi::Coverage) })
+}
+
+/// The memory-preemption access table shared by all processes.
+pub fn access_table() -> Option<&'static dara_abi::AccessTable> {
+    let base = REGION.load(Ordering::Acquire);
+    if base.is_null() {
+        return None;
+    }
+    // SAFETY: the table lies inside the REGION_SIZE mapping at ACCESS_TABLE_OFFSET (64-byte
+    // aligned); it is made of atomics, valid for any bytes, and never unmapped.
+    Some(unsafe { &*(base.add(dara_abi::ACCESS_TABLE_OFFSET) as *const dara_abi::AccessTable) })
 }
 
 /// This process's process-table entry.

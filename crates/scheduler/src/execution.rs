@@ -16,6 +16,7 @@ use dara_tracer::reaper::ExitStatus;
 use dara_tracer::{LaunchSpec, ProcessTree};
 
 use crate::choice::{Decide, ProcessId, ThreadId};
+use crate::coverage::ProcessCoverage;
 use crate::memory::TargetMemory;
 use crate::model::{Effect, Model, Request};
 use crate::outcome::Outcome;
@@ -60,9 +61,8 @@ pub struct ExecutionReport {
     pub threads: BTreeMap<ThreadId, ProcessId>,
     /// Names of object addresses seen (when `symbolize`).
     pub symbols: BTreeMap<u64, String>,
-    /// Coverage of sancov-instrumented processes: edge indices (hashed into `COV_MAP_SIZE`)
-    /// each process reached. Empty for programs built without coverage.
-    pub coverage: BTreeMap<ProcessId, Vec<u32>>,
+    /// Coverage of sancov-instrumented processes. Empty for programs built without coverage.
+    pub coverage: BTreeMap<ProcessId, ProcessCoverage>,
     pub wall: Duration,
 }
 
@@ -100,12 +100,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     if !run.tree.kill_all() {
         return Err(ExecutionError::Teardown);
     }
-    let coverage = run
-        .processes
-        .keys()
-        .map(|&p| (p, run.region.covered_edges(p as usize)))
-        .filter(|(_, edges)| !edges.is_empty())
-        .collect();
+    let coverage = run.processes.keys().filter_map(|&p| Some((p, ProcessCoverage::read(&run.region, p as usize)?))).collect();
     Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, coverage, wall: started.elapsed() })
 }
 
@@ -247,6 +242,8 @@ impl<'a> Execution<'a> {
     /// Hands the token to `thread` with `result`.
     fn grant(&mut self, thread: ThreadId, op: Op, result: i64) {
         let slot = self.region.slot(thread as usize);
+        // Edges this thread reaches first are stamped with the step that granted it.
+        self.region.header().step.store(self.steps.len().saturating_sub(1) as u32, Ordering::Relaxed);
         slot.result.store(result as u64, Ordering::Relaxed);
         slot.now_ns.store(self.model.now(), Ordering::Relaxed);
         slot.state.store(state::GRANTED, Ordering::Release);

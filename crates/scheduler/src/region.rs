@@ -61,14 +61,20 @@ impl Region {
         unsafe { &*(self.map.as_ptr().add(dara_abi::slot_offset(i)) as *const Slot) }
     }
 
-    /// Edges counted in process `p`'s coverage map (indices of non-zero counters). Read after the
-    /// process is gone, or racily while it runs (counters only grow).
-    pub fn covered_edges(&self, p: usize) -> Vec<u32> {
-        if p >= dara_abi::MAX_PROCESSES {
-            return Vec::new();
-        }
-        let start = dara_abi::cov_map_offset(p);
-        self.map[start..start + dara_abi::COV_MAP_SIZE].iter().enumerate().filter(|(_, c)| **c != 0).map(|(i, _)| i as u32).collect()
+    /// Process `p`'s coverage area. Read after the process is gone, or racily while it runs
+    /// (counters only grow; a first hit writes its pc and step before its count).
+    pub fn coverage(&self, p: usize) -> &dara_abi::Coverage {
+        assert!(p < dara_abi::MAX_PROCESSES);
+        // SAFETY: p < MAX_PROCESSES so the area lies inside the mapping at a 64-byte aligned
+        // offset; Coverage consists of atomics only.
+        unsafe { &*(self.map.as_ptr().add(dara_abi::cov_offset(p)) as *const dara_abi::Coverage) }
+    }
+
+    /// The memory-preemption access table.
+    pub fn access_table(&self) -> &dara_abi::AccessTable {
+        // SAFETY: the table lies inside the mapping at ACCESS_TABLE_OFFSET (64-byte aligned) and
+        // consists of atomics only.
+        unsafe { &*(self.map.as_ptr().add(dara_abi::ACCESS_TABLE_OFFSET) as *const dara_abi::AccessTable) }
     }
 
     /// Number of slots claimed so far (bounded by MAX_SLOTS).

@@ -38,7 +38,7 @@ fn describe_object(obj: u64, op: dara_abi::Op, symbols: &BTreeMap<u64, String>) 
     match op {
         Sleep => return format!("until {}", format_vtime(obj)),
         ThreadJoin | ThreadDetach => return format!("thread {obj}"),
-        ProcessStart | ThreadStart | ThreadCreate | ThreadExit | ProcessExit | Yield | ClockRead => return String::new(),
+        ProcessStart | ThreadStart | ThreadCreate | ThreadExit | ProcessExit | Yield | EdgeQuantum | ClockRead => return String::new(),
         _ => {}
     }
     match symbols.get(&obj) {

@@ -149,6 +149,9 @@ impl Model {
             | Op::ThreadExit
             | Op::ProcessExit
             | Op::Yield
+            | Op::EdgeQuantum
+            | Op::MemoryRead
+            | Op::MemoryWrite
             | Op::ClockRead => Step::Grant(0),
             Op::ThreadJoin => Step::Grant(if r.args[0] == u64::from(me) { EDEADLK } else { 0 }),
 

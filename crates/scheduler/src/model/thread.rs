@@ -129,7 +129,9 @@ impl Request {
             | Op::SemTryWait
             | Op::SemPost
             | Op::FutexWait
-            | Op::FutexWake => self.args[0],
+            | Op::FutexWake
+            | Op::MemoryRead
+            | Op::MemoryWrite => self.args[0],
             Op::ProcessStart
             | Op::ThreadStart
             | Op::ThreadCreate
@@ -138,6 +140,7 @@ impl Request {
             | Op::ThreadDetach
             | Op::ProcessExit
             | Op::Yield
+            | Op::EdgeQuantum
             | Op::Sleep
             | Op::ClockRead
             | Op::Unsupported => 0,
