@@ -168,6 +168,11 @@ pub enum Op {
     /// Voluntary preemption point every N coverage edges (`--preempt-on edges:N`), so spinning
     /// instrumented code yields the token. Behaves as `Yield`. args: none.
     EdgeQuantum = 85,
+    /// The thread took a fatal fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL) and is about to die of
+    /// it; posted from the preload's fault handler so the scheduler can name the faulting
+    /// function while the process still exists. args: [signal, pc, fault address]. Granted at
+    /// once, without a decision.
+    Fault = 86,
 
     /// A syscall dara cannot control was about to run. args: [syscall number, arg0, arg1, arg2].
     /// Ends the execution with an "uncontrolled" outcome; never granted.
@@ -213,6 +218,7 @@ impl Op {
             83 => MemoryRead,
             84 => MemoryWrite,
             85 => EdgeQuantum,
+            86 => Fault,
             90 => Unsupported,
             _ => return None,
         })
@@ -256,6 +262,7 @@ impl Op {
             MemoryRead => "read",
             MemoryWrite => "write",
             EdgeQuantum => "edge-quantum",
+            Fault => "fault",
             Unsupported => "unsupported-syscall",
         }
     }

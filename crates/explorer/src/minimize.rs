@@ -206,7 +206,7 @@ pub(crate) mod tests {
             program.apply(&offered[i]);
             steps.push(Step { choice: offered[i], result: Some(0), now_ns: 0 });
         }
-        Schedule { steps, notes: g.into_notes(), outcome: Outcome::Exited { code: 1 } }
+        Schedule { steps, notes: g.into_notes(), outcome: Outcome::Exited { code: 1, location: None } }
     }
 
     #[test]

@@ -87,6 +87,8 @@ extern "C" fn dara_preload_init(
         );
     }
 
+    crate::fault::install();
+
     let Some(gate) = Gated::enter() else {
         sys::die(b"dara: main thread is not gated\n", SETUP_FAILED)
     };

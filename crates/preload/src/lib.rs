@@ -10,7 +10,8 @@
 //! * [`trap`]: a seccomp filter + SIGSYS handler for what the hooks cannot see: glibc-internal and
 //!   raw syscalls (futex, clocks, sleeps, getrandom, /dev/urandom, new processes).
 //!
-//! [`coverage`] counts sancov edges of instrumented programs into the region.
+//! [`coverage`] counts sancov edges of instrumented programs into the region; [`fault`] names
+//! the faulting function of a crash.
 //!
 //! The plumbing: [`init`] (the constructor and start barrier), [`gate`] (per-thread state, the
 //! reentrancy guard and the handoff), [`region`] (the mapping), [`sys`] (the one syscall
@@ -31,6 +32,7 @@
 
 pub mod coverage;
 pub mod entropy;
+pub mod fault;
 pub mod gate;
 pub mod hooks;
 pub mod init;

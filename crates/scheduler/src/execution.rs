@@ -95,10 +95,13 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     let waker = Arc::clone(&region);
     let tree = ProcessTree::spawn(&spec, move || waker.wake_scheduler())?;
     let mut run = Execution::new(cfg, region, tree);
-    let outcome = run.drive(decide, stop);
+    let mut outcome = run.drive(decide, stop);
     run.region.header().shutdown.store(1, Ordering::Release);
     if !run.tree.kill_all() {
         return Err(ExecutionError::Teardown);
+    }
+    if outcome.is_bug() {
+        outcome.locate(crate::crash_site::stderr_location(&run.tree.stderr_tail()));
     }
     let coverage = run.processes.keys().filter_map(|&p| Some((p, ProcessCoverage::read(&run.region, p as usize)?))).collect();
     Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, coverage, wall: started.elapsed() })
@@ -175,6 +178,8 @@ struct Execution<'a> {
     holder: Option<TokenHolder>,
     symbolizers: BTreeMap<ProcessId, Symbolizer>,
     symbols: BTreeMap<u64, String>,
+    /// Where each process took a fatal fault, named while it still existed (`Op::Fault`).
+    faults: BTreeMap<ProcessId, String>,
 }
 
 impl<'a> Execution<'a> {
@@ -195,6 +200,7 @@ impl<'a> Execution<'a> {
             holder: None,
             symbolizers: BTreeMap::new(),
             symbols: BTreeMap::new(),
+            faults: BTreeMap::new(),
         }
     }
 
@@ -368,6 +374,10 @@ impl<'a> Execution<'a> {
                 self.thread_process.insert(thread, process);
                 self.model.add_thread(thread, process);
             }
+            Op::Fault => {
+                self.note_fault(thread, process, args);
+                return None;
+            }
             Op::Unsupported => {
                 let name = procfs::syscall_name(args[0] as i64);
                 let detail = match args[0] as i64 {
@@ -384,6 +394,18 @@ impl<'a> Execution<'a> {
         }
         self.model.post(thread, Request { op, args });
         None
+    }
+
+    /// A thread is dying of a fault: name the faulting function while the process still exists,
+    /// then let the thread go (no decision, no step: the fault is not a scheduling choice).
+    fn note_fault(&mut self, thread: ThreadId, process: ProcessId, args: [u64; 4]) {
+        let (signal, pc, addr) = (args[0] as i32, args[1], args[2]);
+        let function = self.processes.get(&process).and_then(|p| {
+            let pid = p.pid;
+            self.symbolizers.entry(process).or_insert_with(|| Symbolizer::for_process(pid)).name(pc)
+        });
+        self.faults.insert(process, crate::crash_site::fault_location(function, pc, addr, signal));
+        self.grant(thread, Op::Fault, 0);
     }
 
     fn note_symbol(&mut self, process: ProcessId, addr: u64) {
@@ -439,10 +461,10 @@ impl<'a> Execution<'a> {
                     });
                 }
                 ExitStatus::Signal(signal) => {
-                    return Some(Outcome::Crashed { process, signal, name: signal_name(signal) });
+                    return Some(Outcome::Crashed { process, signal, name: signal_name(signal), location: self.faults.remove(&process) });
                 }
                 ExitStatus::Code(code) if code != 0 && process != 0 => {
-                    return Some(Outcome::ChildFailed { process, code });
+                    return Some(Outcome::ChildFailed { process, code, location: None });
                 }
                 ExitStatus::Code(_) => {}
             }
@@ -452,8 +474,8 @@ impl<'a> Execution<'a> {
 
     fn final_outcome(&self) -> Outcome {
         match self.processes.get(&0).and_then(|p| p.exit) {
-            Some(ExitStatus::Code(code)) => Outcome::Exited { code },
-            Some(ExitStatus::Signal(signal)) => Outcome::Crashed { process: 0, signal, name: signal_name(signal) },
+            Some(ExitStatus::Code(code)) => Outcome::Exited { code, location: None },
+            Some(ExitStatus::Signal(signal)) => Outcome::Crashed { process: 0, signal, name: signal_name(signal), location: self.faults.get(&0).cloned() },
             None => Outcome::Uncontrolled {
                 thread: 0,
                 syscall: "exec".into(),

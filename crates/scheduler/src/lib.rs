@@ -9,6 +9,7 @@
 //! The parts that touch processes (shared memory, the handoff loop) build on these.
 pub mod choice;
 pub mod coverage;
+pub mod crash_site;
 pub mod model;
 pub mod outcome;
 pub mod trace;

@@ -23,11 +23,29 @@ pub struct BlockedThread {
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Outcome {
     /// Every process exited; `code` is the first (root) process's exit status.
-    Exited { code: i32 },
+    Exited {
+        code: i32,
+        /// Where a failing exit came from, when the program said so on stderr (a Rust panic).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        location: Option<String>,
+    },
     /// A process died of a signal (SIGSEGV, SIGABRT from assert, ...).
-    Crashed { process: u32, signal: i32, name: String },
+    Crashed {
+        process: u32,
+        signal: i32,
+        name: String,
+        /// Where: the faulting function for SIGSEGV/SIGBUS/SIGFPE/SIGILL, the assertion or
+        /// panic message for an abort (see [`crate::crash_site`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        location: Option<String>,
+    },
     /// A process other than the root exited with a non-zero status.
-    ChildFailed { process: u32, code: i32 },
+    ChildFailed {
+        process: u32,
+        code: i32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        location: Option<String>,
+    },
     /// No choice enabled while some threads have not finished.
     Deadlock { threads: Vec<BlockedThread> },
     /// Step bound, virtual-time bound, or a thread that ran too long without reaching a
@@ -47,19 +65,20 @@ impl Outcome {
     /// to go on, or the user stopping it).
     pub fn is_bug(&self) -> bool {
         match self {
-            Outcome::Exited { code } => *code != 0,
+            Outcome::Exited { code, .. } => *code != 0,
             Outcome::Crashed { .. } | Outcome::ChildFailed { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
             Outcome::Uncontrolled { .. } | Outcome::Interrupted | Outcome::Diverged { .. } => false,
         }
     }
 
-    /// Key under which equal bugs are deduplicated: kind plus location, without addresses that
-    /// change between builds.
+    /// Key under which equal bugs are deduplicated: kind plus location (faulting function,
+    /// assertion, panic site, deadlock cycle), without addresses that change between builds.
     pub fn signature(&self) -> String {
+        let at = |location: &Option<String>| location.as_ref().map(|l| format!("@{l}")).unwrap_or_default();
         match self {
-            Outcome::Exited { code } => format!("exit:{code}"),
-            Outcome::Crashed { name, .. } => format!("signal:{name}"),
-            Outcome::ChildFailed { code, .. } => format!("child-exit:{code}"),
+            Outcome::Exited { code, location } => format!("exit:{code}{}", at(location)),
+            Outcome::Crashed { name, location, .. } => format!("signal:{name}{}", at(location)),
+            Outcome::ChildFailed { code, location, .. } => format!("child-exit:{code}{}", at(location)),
             Outcome::Deadlock { threads } => {
                 let mut parts: Vec<String> = threads
                     .iter()
@@ -75,13 +94,23 @@ impl Outcome {
         }
     }
 
+    /// Attaches a location to an outcome that can carry one and has none yet.
+    pub fn locate(&mut self, found: Option<String>) {
+        if let Outcome::Exited { location, .. } | Outcome::Crashed { location, .. } | Outcome::ChildFailed { location, .. } = self {
+            if location.is_none() {
+                *location = found;
+            }
+        }
+    }
+
     /// One line for the terminal.
     pub fn summary(&self) -> String {
+        let at = |location: &Option<String>| location.as_ref().map(|l| format!(": {l}")).unwrap_or_default();
         match self {
-            Outcome::Exited { code: 0 } => "exited normally (status 0)".to_string(),
-            Outcome::Exited { code } => format!("BUG: exited with status {code}"),
-            Outcome::Crashed { process, name, .. } => format!("BUG: process {process} killed by {name}"),
-            Outcome::ChildFailed { process, code } => format!("BUG: process {process} exited with status {code}"),
+            Outcome::Exited { code: 0, .. } => "exited normally (status 0)".to_string(),
+            Outcome::Exited { code, location } => format!("BUG: exited with status {code}{}", at(location)),
+            Outcome::Crashed { process, name, location, .. } => format!("BUG: process {process} killed by {name}{}", at(location)),
+            Outcome::ChildFailed { process, code, location } => format!("BUG: process {process} exited with status {code}{}", at(location)),
             Outcome::Deadlock { threads } => {
                 let who: Vec<String> = threads.iter().map(|t| format!("thread {} {}", t.thread, t.detail)).collect();
                 format!("BUG: deadlock: {}", who.join("; "))

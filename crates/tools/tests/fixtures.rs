@@ -96,8 +96,8 @@ macro_rules! twin {
 }
 
 bug!(demo, "demo", "SIGABRT", 1, 1, 100);
-bug!(lost_update, "lost_update", "SIGABRT", 1, 1, 100);
-bug!(order_violation, "order_violation", "SIGSEGV", 1, 1, 100);
+bug!(lost_update, "lost_update", "SIGABRT: ", 1, 1, 100);
+bug!(order_violation, "order_violation", "SIGSEGV: in worker", 1, 1, 100);
 bug!(abba_deadlock, "abba_deadlock", "deadlock", 1, 1, 100);
 bug!(lost_wakeup, "lost_wakeup", "deadlock", 1, 1, 100);
 bug!(sem_misuse, "sem_misuse", "SIGABRT", 1, 1, 100);
@@ -106,7 +106,7 @@ bug!(rwlock_race, "rwlock_race", "SIGABRT", 1, 1, 100);
 bug!(timeout_race, "timeout_race", "SIGABRT", 1, 1, 100);
 bug!(timeout_race_cond, "timeout_race_cond", "SIGABRT", 1, 1, 100);
 bug!(random_draw, "random_draw", "SIGABRT", 1, 1, 100);
-bug!(rust_lost_update, "rust_lost_update", "exited with status 101", 1, 1, 100);
+bug!(rust_lost_update, "rust_lost_update", "exited with status 101: panicked at ", 1, 1, 100);
 bug!(cpp_lost_wakeup, "cpp_lost_wakeup", "deadlock", 1, 1, 100);
 
 twin!(demo_ok, "demo_ok");

@@ -91,3 +91,35 @@ fn sequential_strategies_refuse_parallel_jobs() {
     assert_eq!(run.code, 2, "{}", run.text());
     assert!(run.stderr.contains("cannot run with --jobs above 1"), "{}", run.text());
 }
+
+/// Bug triage: two bugs that both abort are told apart by their assertions, each saved once
+/// however often it recurs, each summary names its location, and each replays as itself.
+#[test]
+fn bugs_are_deduplicated_by_location() {
+    let program = private_copy(&fixture("two_bugs"), "two_bugs");
+    let out = out_dir("two-bugs");
+    let run = dara_trace(
+        &["-o", out.to_str().unwrap(), "--strategy", "random", "--seed", "3", "--runs", "100", "--keep-going", "--no-minimize", "--", program.to_str().unwrap()],
+        Duration::from_secs(180),
+    );
+    assert_eq!(run.code, 1, "{}", run.text());
+    assert!(run.stdout.contains("2 distinct bug(s) in 100 executions"), "{}", run.text());
+    let aborted: u64 = run
+        .stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("ended signal")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no signal count in the summary\n{}", run.text()));
+    assert!(aborted > 2, "the search should have seen each bug more than once (saw {aborted} aborts)");
+    let mut seen = Vec::new();
+    for (bug, assertion) in [("bug-0001", "Assertion `c != NULL' failed"), ("bug-0002", "Assertion `total == 2' failed")] {
+        let summary = std::fs::read_to_string(out.join(bug).join("summary.txt")).unwrap();
+        seen.push(summary.lines().next().unwrap_or("").to_string());
+        let replay = dara_replay(&["-q", out.join(bug).join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(replay.code, 1, "{}", replay.text());
+        assert!(replay.stdout.contains(assertion), "{bug} replays as itself\n{}", replay.text());
+    }
+    assert!(seen.iter().any(|s| s.contains("use_config: Assertion `c != NULL'")), "{seen:?}");
+    assert!(seen.iter().any(|s| s.contains("main: Assertion `total == 2'")), "{seen:?}");
+    assert!(!out.join("bug-0003").exists());
+    assert_no_survivors(&program);
+}

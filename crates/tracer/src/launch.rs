@@ -11,6 +11,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::reaper::{self, ExitEvent};
@@ -48,7 +49,13 @@ pub struct ProcessTree {
     finished: bool,
     /// Threads copying the target's stdout/stderr pipes to dara's own.
     forwarders: Vec<std::thread::JoinHandle<()>>,
+    /// The last [`STDERR_TAIL_BYTES`] the target wrote to stderr (assertion messages, panics and
+    /// sanitizer reports locate a bug).
+    stderr_tail: Arc<Mutex<Vec<u8>>>,
 }
+
+/// How much of the target's stderr [`ProcessTree::stderr_tail`] keeps.
+pub const STDERR_TAIL_BYTES: usize = 16 * 1024;
 
 /// Makes the calling process the subreaper of its descendants. Call once at start-up.
 pub fn become_subreaper() -> std::io::Result<()> {
@@ -113,21 +120,29 @@ impl ProcessTree {
         let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn { program: program.clone(), source })?;
         let root = child.id();
         let mut forwarders = Vec::new();
+        let stderr_tail = Arc::new(Mutex::new(Vec::new()));
         if let Some(out) = child.stdout.take() {
-            forwarders.push(if spec.discard_output { forward(out, std::io::sink) } else { forward(out, std::io::stdout) });
+            forwarders.push(if spec.discard_output { forward(out, std::io::sink, None) } else { forward(out, std::io::stdout, None) });
         }
         if let Some(err) = child.stderr.take() {
-            forwarders.push(if spec.discard_output { forward(err, std::io::sink) } else { forward(err, std::io::stderr) });
+            let tail = Some(Arc::clone(&stderr_tail));
+            forwarders.push(if spec.discard_output { forward(err, std::io::sink, tail) } else { forward(err, std::io::stderr, tail) });
         }
         // The reaper owns waiting from now on; std's handle is dropped without waiting.
         drop(child);
         let (exits, reaper_done) = reaper::start(root, on_exit);
-        Ok(ProcessTree { root, exits, reaper_done, finished: false, forwarders })
+        Ok(ProcessTree { root, exits, reaper_done, finished: false, forwarders, stderr_tail })
     }
 
     /// Kernel pid of the command itself (also its process group id).
     pub fn root_pid(&self) -> u32 {
         self.root
+    }
+
+    /// The end of what the target wrote to stderr so far; complete once [`kill_all`](Self::kill_all)
+    /// has returned true.
+    pub fn stderr_tail(&self) -> Vec<u8> {
+        self.stderr_tail.lock().map(|t| t.clone()).unwrap_or_default()
     }
 
     /// Next exit event, if one is queued.
@@ -169,9 +184,9 @@ impl ProcessTree {
     }
 }
 
-/// Copies `from` to `to()` until end of file; write errors (a closed terminal) are ignored so
-/// the target never blocks on a full pipe.
-fn forward<R, W>(mut from: R, to: fn() -> W) -> std::thread::JoinHandle<()>
+/// Copies `from` to `to()` until end of file, keeping the last [`STDERR_TAIL_BYTES`] in `tail`;
+/// write errors (a closed terminal) are ignored so the target never blocks on a full pipe.
+fn forward<R, W>(mut from: R, to: fn() -> W, tail: Option<Arc<Mutex<Vec<u8>>>>) -> std::thread::JoinHandle<()>
 where
     R: std::io::Read + Send + 'static,
     W: std::io::Write + 'static,
@@ -183,6 +198,11 @@ where
             match from.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
+                    if let Some(Ok(mut kept)) = tail.as_ref().map(|t| t.lock()) {
+                        kept.extend_from_slice(&buf[..n]);
+                        let excess = kept.len().saturating_sub(STDERR_TAIL_BYTES);
+                        kept.drain(..excess);
+                    }
                     let _ = sink.write_all(&buf[..n]);
                     let _ = sink.flush();
                 }

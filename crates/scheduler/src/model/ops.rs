@@ -150,6 +150,7 @@ impl Model {
             | Op::ProcessExit
             | Op::Yield
             | Op::EdgeQuantum
+            | Op::Fault
             | Op::MemoryRead
             | Op::MemoryWrite
             | Op::ClockRead => Step::Grant(0),

@@ -141,6 +141,7 @@ impl Request {
             | Op::ProcessExit
             | Op::Yield
             | Op::EdgeQuantum
+            | Op::Fault
             | Op::Sleep
             | Op::ClockRead
             | Op::Unsupported => 0,

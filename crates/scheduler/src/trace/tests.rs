@@ -114,7 +114,7 @@ fn reseal(bytes: &mut [u8]) {
 /// A file built by hand: header JSON, raw step bytes claimed to be `count` steps, outcome JSON.
 fn build(count: u64, step_bytes: &[u8]) -> Vec<u8> {
     let header = serde_json::to_vec(&header()).unwrap();
-    let outcome = serde_json::to_vec(&Outcome::Exited { code: 0 }).unwrap();
+    let outcome = serde_json::to_vec(&Outcome::Exited { code: 0, location: None }).unwrap();
     let mut b = MAGIC.to_vec();
     b.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     b.extend_from_slice(&(header.len() as u32).to_le_bytes());
@@ -187,7 +187,7 @@ fn decision_bytes_see_every_step_field() {
     assert_eq!(&base[..8], &(t.steps.len() as u64).to_le_bytes());
     let mut other = t.clone();
     other.header.seed ^= 1;
-    other.outcome = Outcome::Exited { code: 1 };
+    other.outcome = Outcome::Exited { code: 1, location: None };
     assert_eq!(decision_bytes(&other), base, "header and outcome are not decisions");
     let edits: [fn(&mut Step); 5] = [
         |s| s.choice.thread += 1,

@@ -141,17 +141,15 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
         return Ok(130);
     }
     println!("{} distinct bug(s) in {} executions:", summary.bugs.len(), summary.executions);
-    for bug in &summary.bugs {
+    let mut replay = summary.bugs[0].trace.clone();
+    for (i, bug) in summary.bugs.iter().enumerate() {
         println!("  {}  (execution {}, {} steps) -> {}", bug.outcome.summary(), bug.execution, bug.steps, bug.dir.display());
-    }
-    let first = &summary.bugs[0];
-    let mut replay = first.trace.clone();
-    if !cli.no_minimize {
-        for (i, bug) in summary.bugs.iter().enumerate().take(MINIMIZE_BUGS) {
-            if let Some(minimal) = minimize_bug(bug, &cfg.execution) {
-                if i == 0 {
-                    replay = minimal;
-                }
+        if cli.no_minimize || i >= MINIMIZE_BUGS {
+            continue;
+        }
+        if let Some(minimal) = minimize_bug(bug, &cfg.execution) {
+            if i == 0 {
+                replay = minimal;
             }
         }
     }
