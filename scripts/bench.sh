@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Handoff benchmark: the cost of one dara scheduling point on a two-thread lock ping-pong, as a
 # ratio to a bare futex round trip between two threads pinned to one core, both measured now, on
-# this machine. Also: executions per second against a plain fork+exec loop, and the wall time
-# of ten virtual minutes of sleep.
+# this machine. Also: executions per second against a plain fork+exec loop, the wall time
+# of ten virtual minutes of sleep, and the cost of coverage collection (a sancov build against
+# the plain build of the same program, both under dara).
 #
 #   scripts/bench.sh [ITERATIONS]        (default 50000 ping-pong rounds)
 #
@@ -49,6 +50,28 @@ exec_ratio=$(awk "BEGIN{printf \"%.2f\", $dara_rate / $plain}")
 sleep_line=$("$trace" -o "$out" -- "$bin/long_sleep" | grep '^execution 0:')
 sleep_ms=$(sed -E 's/.*\(([0-9]+) steps, ([0-9.]+) ms\).*/\2/' <<<"$sleep_line")
 
+# 5. Coverage collection: the same branchy two-thread program plain, built with gcc trace-pc and
+#    with clang trace-pc-guard, each under dara (best of 3 wall times of one execution).
+lib="$PWD/target/release"
+cc -O1 -g -pthread bench/cov_work.c -o "$out/cov_plain"
+cc -O1 -g -pthread -fsanitize-coverage=trace-pc bench/cov_work.c -L"$lib" -ldara_cov -Wl,-rpath,"$lib" -o "$out/cov_gcc"
+clang -O1 -g -pthread -fsanitize-coverage=trace-pc-guard bench/cov_work.c -fno-sanitize-link-runtime -L"$lib" -ldara_cov -Wl,-rpath,"$lib" -o "$out/cov_clang"
+best_ms() {
+    local best=""
+    for _ in 1 2 3; do
+        local line ms
+        line=$("$trace" -o "$out/cov-run" --pin-cpu "$cpu" -- "$@" | grep '^execution 0:')
+        ms=$(sed -E 's/.*steps, ([0-9.]+) ms.*/\1/' <<<"$line")
+        if [ -z "$best" ] || awk "BEGIN{exit !($ms < $best)}"; then best=$ms; fi
+    done
+    echo "$best"
+}
+cov_plain_ms=$(best_ms "$out/cov_plain" 100000)
+cov_gcc_ms=$(best_ms "$out/cov_gcc" 100000)
+cov_clang_ms=$(best_ms "$out/cov_clang" 100000)
+cov_gcc_ratio=$(awk "BEGIN{printf \"%.2f\", $cov_gcc_ms / $cov_plain_ms}")
+cov_clang_ratio=$(awk "BEGIN{printf \"%.2f\", $cov_clang_ms / $cov_plain_ms}")
+
 printf '%-48s %12s\n' "measurement" "value"
 printf '%-48s %12s\n' "futex round trip, 2 threads on one core (ns)" "$floor"
 printf '%-48s %12s\n' "dara scheduling point, lock ping-pong (ns)" "$best"
@@ -58,3 +81,8 @@ printf '%-48s %12s\n' "plain fork+exec of demo_ok (per s)" "$plain"
 printf '%-48s %12s\n' "dara executions of demo_ok (per s)" "$dara_rate"
 printf '%-48s %12s\n' "ratio dara / plain" "$exec_ratio"
 printf '%-48s %12s\n' "600 s of virtual sleep, wall time (ms)" "$sleep_ms"
+printf '%-48s %12s\n' "cov_work under dara, plain build (ms)" "$cov_plain_ms"
+printf '%-48s %12s\n' "  gcc trace-pc build (ms)" "$cov_gcc_ms"
+printf '%-48s %12s\n' "  clang trace-pc-guard build (ms)" "$cov_clang_ms"
+printf '%-48s %12s\n' "ratio coverage / plain, gcc trace-pc" "$cov_gcc_ratio"
+printf '%-48s %12s\n' "ratio coverage / plain, clang trace-pc-guard" "$cov_clang_ratio"
