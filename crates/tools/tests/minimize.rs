@@ -61,7 +61,7 @@ fn a_lost_update_shrinks_to_fewer_preemptions_and_replays_exactly() {
 
     let replay = dara_replay(&["-q", small.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(replay.code, 1, "{}", replay.text());
-    assert!(replay.stdout.contains("killed by SIGABRT (same as recorded)"), "{}", replay.text());
+    assert!(replay.stdout.contains("killed by SIGABRT: ") && replay.stdout.contains("(same as recorded)"), "{}", replay.text());
     let verify = dara_replay(&["-q", "--verify", small.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(verify.code, 1, "{}", verify.text());
     assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
