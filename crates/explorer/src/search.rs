@@ -35,6 +35,8 @@ pub struct SearchConfig {
     pub jobs: usize,
     /// Stop starting executions after this much wall time.
     pub time_budget: Option<Duration>,
+    /// Decisions execution 0 follows before the strategy takes over (`--seed-trace`).
+    pub seed_trace: Option<Vec<dara_scheduler::Choice>>,
 }
 
 /// A bug saved to disk.
@@ -74,6 +76,8 @@ pub struct SearchSummary {
     /// Distinct (process, edge) pairs reached over all executions (sancov builds only).
     pub coverage: usize,
     pub wall: Duration,
+    /// What the strategy wants the user to know (`Strategy::notes`), e.g. guidance was off.
+    pub notes: Vec<String>,
 }
 
 /// Reported after each execution (in execution order), for progress output.
@@ -99,6 +103,8 @@ pub enum SearchError {
     Trace(#[from] TraceError),
     #[error("strategy {0} explores executions one after another and cannot run with --jobs above 1")]
     NotParallel(String),
+    #[error("strategy {0} builds its decision tree from the first step and cannot start from a seed trace: use random, pct or coverage:* with --seed-trace")]
+    NoSeedTrace(String),
 }
 
 /// Seed of the application's random streams in execution `k` of a search with `seed`: depends on
@@ -114,6 +120,12 @@ pub fn search(cfg: &SearchConfig, stop: &AtomicBool, mut progress: impl FnMut(Pr
     if cfg.jobs > 1 && !strategy.parallel_safe() {
         return Err(SearchError::NotParallel(strategy.describe()));
     }
+    if let Some(seed) = &cfg.seed_trace {
+        if !strategy.accepts_seed_trace() {
+            return Err(SearchError::NoSeedTrace(strategy.describe()));
+        }
+        strategy = Box::new(strategy::Seeded::new(strategy, seed.clone()));
+    }
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| SearchError::Output { path: cfg.out_dir.clone(), source })?;
     let mut judge = Judge::new(cfg, strategy.describe(), started);
     if cfg.runs == 0 {
@@ -124,7 +136,7 @@ pub fn search(cfg: &SearchConfig, stop: &AtomicBool, mut progress: impl FnMut(Pr
     let first = run_execution(cfg, &mut *strategy, 0, cfg.execution.pin_cpu, stop)?;
     strategy.calibrate(first.steps.len() as u64);
     if let Some(end) = judge.judge(0, first, &mut progress)? {
-        return Ok(judge.finish(end));
+        return Ok(judge.finish(end).with_notes(&*strategy));
     }
 
     let end = if cfg.jobs <= 1 {
@@ -133,7 +145,7 @@ pub fn search(cfg: &SearchConfig, stop: &AtomicBool, mut progress: impl FnMut(Pr
         let first_steps = judge.first_steps;
         parallel(cfg, first_steps, &mut judge, stop, &mut progress)?
     };
-    Ok(judge.finish(end))
+    Ok(judge.finish(end).with_notes(&*strategy))
 }
 
 fn sequential(
@@ -261,6 +273,8 @@ fn run_execution(cfg: &SearchConfig, strategy: &mut (dyn Strategy + Send), k: u6
     strategy.begin_execution(k);
     let report = execution::run(&exec, &mut *strategy, stop)?;
     strategy.end_execution(report.steps.len() as u64);
+    let choices: Vec<dara_scheduler::Choice> = report.steps.iter().map(|s| s.choice).collect();
+    strategy.observe(&strategy::Feedback { choices: &choices, coverage: &report.coverage });
     Ok(report)
 }
 
@@ -350,7 +364,15 @@ impl<'a> Judge<'a> {
             outcome_counts: self.outcome_counts,
             coverage: self.covered.len(),
             wall: self.started.elapsed(),
+            notes: Vec::new(),
         }
+    }
+}
+
+impl SearchSummary {
+    fn with_notes(mut self, strategy: &(dyn Strategy + Send)) -> SearchSummary {
+        self.notes = strategy.notes();
+        self
     }
 }
 

@@ -260,6 +260,10 @@ impl Strategy for Dfs {
     fn parallel_safe(&self) -> bool {
         false
     }
+
+    fn accepts_seed_trace(&self) -> bool {
+        false
+    }
 }
 
 /// Replay check shared by the systematic strategies: a replayed node must be offered exactly as

@@ -256,6 +256,10 @@ impl Strategy for Dpor {
     fn parallel_safe(&self) -> bool {
         false
     }
+
+    fn accepts_seed_trace(&self) -> bool {
+        false
+    }
 }
 
 /// Whether two steps may not commute (see the module doc). Steps of one thread always depend.

@@ -11,7 +11,11 @@
 //!   preemptions or delays (`dfs`, `dfs:preempt=K`, `dfs:delay=K`, and iteratively deepening
 //!   `dfs:preempt`, `dfs:delay`);
 //! * [`dpor`]: systematic search up to reordering of independent steps (dynamic partial-order
-//!   reduction with sleep sets).
+//!   reduction with sleep sets);
+//! * [`coverage`]: coverage-guided search (`coverage:unique`, `coverage:frequency`,
+//!   `coverage:node-frequency`) learning which actions reach new code from earlier executions
+//!   ([`Strategy::observe`]);
+//! * [`seeded`]: a wrapper starting execution 0 from a recorded schedule (`--seed-trace`).
 //!
 //! The systematic strategies (`dfs`, `dpor`) choose each execution from the ones before it, so
 //! they run sequentially, and say when the whole space has been explored
@@ -23,13 +27,19 @@
 //! only on `(s, k)` (and, for PCT, on the step estimate carried over from earlier executions), via
 //! [`Rng::for_execution`](crate::rng::Rng::for_execution). A trace's header (strategy, seed,
 //! execution) is therefore enough to regenerate its schedule.
+use std::collections::BTreeMap;
+
+use dara_scheduler::choice::ProcessId;
+use dara_scheduler::coverage::ProcessCoverage;
 use dara_scheduler::{Choice, ChoiceKind, Decide};
 
+pub mod coverage;
 pub mod dfs;
 pub mod dpor;
 pub mod pct;
 pub mod random;
 pub mod replay;
+pub mod seeded;
 #[cfg(test)]
 pub(crate) mod sim;
 
@@ -38,6 +48,15 @@ pub use dpor::Dpor;
 pub use pct::Pct;
 pub use random::Random;
 pub use replay::Replay;
+pub use seeded::Seeded;
+
+/// What a finished execution tells a strategy that learns across executions.
+pub struct Feedback<'a> {
+    /// The decisions taken, in order.
+    pub choices: &'a [Choice],
+    /// Coverage per process (empty for programs built without coverage).
+    pub coverage: &'a BTreeMap<ProcessId, ProcessCoverage>,
+}
 
 /// A decision procedure over a whole search: `choose` (from [`Decide`]) at every step, framed by
 /// `begin_execution`/`end_execution` around each execution.
@@ -66,10 +85,25 @@ pub trait Strategy: Decide {
     /// Called with the step count of execution 0 before any other execution starts (used by PCT
     /// to size its change-point range). Default: nothing.
     fn calibrate(&mut self, _first_execution_steps: u64) {}
+    /// Called after every execution (after `end_execution`) with its decisions and coverage.
+    /// Default: nothing (only strategies that learn across executions use it).
+    fn observe(&mut self, _feedback: &Feedback<'_>) {}
+    /// Decision `chosen` of `choices` at `step` was made for the strategy (a seed trace's
+    /// prefix) instead of by `choose`. Default: nothing.
+    fn forced(&mut self, _step: u64, _choices: &[Choice], _chosen: usize) {}
+    /// Whether execution 0 may start from a seed trace (`--seed-trace`). Systematic strategies
+    /// build their decision tree from the root and say no.
+    fn accepts_seed_trace(&self) -> bool {
+        true
+    }
+    /// Things the user should know about how the search went (shown once in the summary).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The specs [`parse`] accepts, for messages.
-pub const VALID_SPECS: &str = "random, pct (same as pct:3), pct:D with D in 1..=10, dfs, dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay, dpor";
+pub const VALID_SPECS: &str = "random, pct (same as pct:3), pct:D with D in 1..=10, dfs, dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay, dpor, coverage:unique, coverage:frequency, coverage:node-frequency";
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StrategyError {
@@ -83,6 +117,8 @@ pub enum StrategyError {
         "bad bound in `{spec}`: use dfs:preempt=K or dfs:delay=K with K a whole number, or dfs:preempt / dfs:delay to raise the bound step by step"
     )]
     DfsBound { spec: String },
+    #[error("unknown coverage objective in `{spec}`: use coverage:unique, coverage:frequency or coverage:node-frequency")]
+    CoverageObjective { spec: String },
     #[error("`replay` follows a recorded trace and cannot be chosen for a search: use dara-replay TRACE (search strategies are {VALID_SPECS})")]
     ReplayNeedsTrace,
 }
@@ -99,6 +135,12 @@ pub fn parse(spec: &str, seed: u64) -> Result<Box<dyn Strategy + Send>, Strategy
         "dfs:delay" => return Ok(Box::new(Dfs::iterative(dfs::Bound::Delays))),
         "dpor" => return Ok(Box::new(Dpor::new())),
         _ => {}
+    }
+    if let Some(name) = spec.strip_prefix("coverage:") {
+        return match coverage::Coverage::parse_objective(name) {
+            Some(objective) => Ok(Box::new(coverage::Coverage::new(objective, seed))),
+            None => Err(StrategyError::CoverageObjective { spec: spec.to_string() }),
+        };
     }
     if let Some(bound) = spec.strip_prefix("dfs:") {
         let parsed = match bound.split_once('=') {
@@ -272,6 +314,9 @@ mod tests {
             ("dfs:preempt", "dfs:preempt"),
             ("dfs:delay", "dfs:delay"),
             ("dpor", "dpor"),
+            ("coverage:unique", "coverage:unique"),
+            ("coverage:frequency", "coverage:frequency"),
+            ("coverage:node-frequency", "coverage:node-frequency"),
         ] {
             let s = parse(spec, 1).unwrap_or_else(|e| panic!("{spec}: {e}"));
             assert_eq!(s.describe(), described);
@@ -302,7 +347,19 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "unknown strategy `bfs`: valid strategies are random, pct (same as pct:3), pct:D with D in 1..=10, \
-             dfs, dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay, dpor"
+             dfs, dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay, dpor, coverage:unique, coverage:frequency, \
+             coverage:node-frequency"
+        );
+        for spec in ["coverage:", "coverage:edges", "coverage"] {
+            let err = parse(spec, 1).err().unwrap();
+            assert!(
+                matches!(err, StrategyError::CoverageObjective { .. } | StrategyError::Unknown { .. }),
+                "{spec}: {err}"
+            );
+        }
+        assert_eq!(
+            parse("coverage:edges", 1).err(),
+            Some(StrategyError::CoverageObjective { spec: "coverage:edges".into() })
         );
         assert_eq!(parse("replay", 1).err(), Some(StrategyError::ReplayNeedsTrace));
     }

@@ -25,7 +25,8 @@ struct Cli {
     #[arg(long, default_value_t = 1)]
     runs: u64,
     /// Search strategy: random, pct, pct:D (D-1 priority change points); systematic: dfs,
-    /// dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay (iterative bounds), dpor.
+    /// dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay (iterative bounds), dpor;
+    /// coverage-guided: coverage:unique, coverage:frequency, coverage:node-frequency.
     #[arg(long, default_value = "random")]
     strategy: String,
     /// Seed of the search; the same seed gives the same executions.
@@ -38,6 +39,10 @@ struct Cli {
     /// are the same for every value.
     #[arg(long, default_value_t = 1)]
     jobs: usize,
+    /// Execution 0 follows this trace's decisions, then the strategy takes over (when the trace
+    /// runs out or the program offers something else). Not for dfs/dpor.
+    #[arg(long, value_name = "TRACE")]
+    seed_trace: Option<PathBuf>,
     /// Stop starting new executions after this many seconds.
     #[arg(long)]
     time_budget: Option<f64>,
@@ -104,6 +109,10 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
         build_ids,
         jobs: cli.jobs.max(1),
         time_budget: cli.time_budget.map(|s| std::time::Duration::from_secs_f64(s.max(0.0))),
+        seed_trace: match &cli.seed_trace {
+            Some(path) => Some(seed_decisions(path)?),
+            None => None,
+        },
     };
     let mut progress = ProgressLine::new(cli.quiet, cli.runs);
     let summary = search(&cfg, &STOP, |p| progress.update(&p));
@@ -130,6 +139,9 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
     if !cli.quiet && summary.executions > 1 {
         print_table(&summary, &cfg.strategy);
     }
+    for note in &summary.notes {
+        println!("note: {note}");
+    }
     if summary.bugs.is_empty() {
         if !matches!(summary.end, SearchEnd::Interrupted) {
             println!("no bug found in {} executions ({})", summary.executions, cfg.strategy);
@@ -155,6 +167,12 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
     }
     println!("replay: dara-replay {}", replay.display());
     Ok(1)
+}
+
+/// The decisions of a seed trace (`--seed-trace`).
+fn seed_decisions(path: &Path) -> anyhow::Result<Vec<dara_scheduler::Choice>> {
+    let trace = dara_scheduler::trace::read_file(path).context("cannot use the seed trace")?;
+    Ok(trace.steps.iter().map(|s| s.choice).collect())
 }
 
 /// Bugs of one search that get a minimization pass, and its budget of candidate executions.
