@@ -29,6 +29,8 @@
 
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 
+pub mod access;
+
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
@@ -384,8 +386,8 @@ pub const ACCESS_TABLE_SLOTS: usize = 1 << 16;
 /// Memory-level preemption's address set, an open-addressed hash set of 8-byte granules shared by
 /// all processes. In a profiling run the preload fills it; for later runs the scheduler writes
 /// the granules worth preempting on, and the preload only posts [`Op::MemoryRead`] / [`Op::MemoryWrite`] for those.
-/// Entry layout (0 = empty): bits 0..=47 granule (`addr >> 3`), bits 48..=59 first thread's slot
-/// + 1, bit 62 touched by two threads, bit 63 written.
+/// Entry layout and probing: see the [`access`] module (bits 0..=47 granule, 48..=60 first
+/// thread's slot + 1, bit 61 watched, bit 62 touched by two threads, bit 63 written).
 #[repr(C, align(64))]
 pub struct AccessTable {
     pub entries: [AtomicU64; ACCESS_TABLE_SLOTS],

@@ -5,6 +5,8 @@
 //!   given the enabled choices of a step, they return a decision; no I/O, no processes.
 //! * [`minimize`]: shrink a failing schedule to fewer preemptions and steps that still fail the
 //!   same way, with the [`Guided`](minimize::Guided) strategy that follows a plan.
+//! * [`profile`]: the profiling run that derives the watch set of memory-level scheduling
+//!   points (`--preempt-on memory`) before a search.
 //! * [`rng`]: the strategies' seeded generator. Its output is part of dara's reproducibility
 //!   contract: a trace's (strategy, seed, execution) must regenerate the same schedule.
 //!
@@ -15,3 +17,4 @@ pub mod strategy;
 pub mod reproduce;
 pub mod search;
 pub mod minimize;
+pub mod profile;

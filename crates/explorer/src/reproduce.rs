@@ -22,6 +22,8 @@ pub fn config_for(trace: &Trace, base: &ExecutionConfig) -> ExecutionConfig {
         random_seed: h.random_seed,
         max_steps: h.max_steps,
         max_vtime_ns: h.max_vtime_ns,
+        preempt: h.preempt.clone(),
+        profile: false,
         ..base.clone()
     }
 }

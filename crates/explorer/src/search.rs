@@ -390,6 +390,7 @@ fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: Stri
         max_steps: exec.max_steps,
         max_vtime_ns: exec.max_vtime_ns,
         build_ids: cfg.build_ids.clone(),
+        preempt: exec.preempt.clone(),
     }
 }
 

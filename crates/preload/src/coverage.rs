@@ -8,10 +8,15 @@
 //! `trace-pc`, which passes nothing. Both receivers are naked so that they can hand the return
 //! address (the instrumented call site) to [`record`]; the first hit of an edge stores that
 //! address and the step being run ([`Header::step`](dara_abi::Header)), then the count.
+//!
+//! Under `--preempt-on edges:N` ([`Header::preempt_edges`](dara_abi::Header)) every N-th edge a
+//! gated thread reaches is also a scheduling point (`EdgeQuantum`, a yield), so instrumented code
+//! spinning on a plain flag gives the run token back.
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use dara_abi::COV_MAP_SIZE;
 
+use crate::gate::{self, Gated};
 use crate::region;
 
 /// Guards handed out so far in this process. Module constructors may run before dara's own
@@ -103,5 +108,11 @@ fn record(index: usize, pc: usize) {
     }
     if count != u8::MAX {
         counter.store(count + 1, Ordering::Release);
+    }
+    let quantum = region::header().map_or(0, |h| h.preempt_edges);
+    if quantum != 0 && gate::edge_quantum_due(quantum) {
+        if let Some(gate) = Gated::enter() {
+            gate.post(dara_abi::Op::EdgeQuantum, [0; 4]);
+        }
     }
 }

@@ -7,7 +7,7 @@
 //! thread is not already inside the preload (the reentrancy guard, so libc calls the preload
 //! makes for itself are never turned into scheduling points). Dropping it leaves the preload.
 //!
-//! The thread-local state is three `Cell`s with const initializers: in a library loaded with
+//! The thread-local state is a few `Cell`s with const initializers: in a library loaded with
 //! LD_PRELOAD they live in static TLS, need no lazy initialisation or destructor, and can be read
 //! from the SIGSYS handler.
 //!
@@ -32,7 +32,15 @@ thread_local! {
     static LAST_NOW: Cell<u64> = const { Cell::new(0) };
     /// Reentrancy guard: set while the thread runs preload code.
     static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// Highest address of this thread's own stack that its code uses (noted when it was gated;
+    /// 0 = unknown). See [`on_own_stack`].
+    static STACK_TOP: Cell<usize> = const { Cell::new(0) };
+    /// Coverage edges since this thread's last `EdgeQuantum` (`--preempt-on edges:N`).
+    static EDGES: Cell<u32> = const { Cell::new(0) };
 }
+
+/// Bytes below the stack pointer that code may use without moving it (the x86-64 red zone).
+const RED_ZONE: u64 = 128;
 
 /// Exit status of a target whose scheduler disappeared while a thread waited for a grant.
 const ORPHANED_EXIT: i32 = 137;
@@ -114,8 +122,41 @@ impl Drop for Gated {
 }
 
 /// Makes the current thread gated on slot `index` (constructor and new-thread wrapper).
-pub fn adopt(index: u32) {
+/// `stack_top` bounds the thread's own stack from above: every frame of the code the thread runs
+/// from now on lies below it (0 if unknown).
+pub fn adopt(index: u32, stack_top: usize) {
+    STACK_TOP.with(|t| t.set(stack_top));
+    EDGES.with(|e| e.set(0));
     SLOT.with(|s| s.set(index));
+}
+
+/// Whether `addr` lies in the current thread's live stack: between the stack pointer (less the
+/// red zone) and the top noted by [`adopt`]. Such memory is private to the thread as far as
+/// this thread's accesses go, so they are never scheduling points. Costs a register read and a
+/// TLS load.
+#[inline(always)]
+pub fn on_own_stack(addr: u64) -> bool {
+    let sp: u64;
+    // SAFETY: reads the stack pointer into a register; no memory is touched.
+    unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
+    let top = STACK_TOP.with(|t| t.get()) as u64;
+    addr >= sp.saturating_sub(RED_ZONE) && addr < top
+}
+
+/// Counts one coverage edge for `--preempt-on edges:N`; true every `quantum`-th edge, when the
+/// thread should post `EdgeQuantum`.
+#[inline(always)]
+pub fn edge_quantum_due(quantum: u32) -> bool {
+    EDGES.with(|e| {
+        let n = e.get() + 1;
+        if n >= quantum {
+            e.set(0);
+            true
+        } else {
+            e.set(n);
+            false
+        }
+    })
 }
 
 /// Whether the current thread owns a slot (whatever the guard says).

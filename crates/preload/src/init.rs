@@ -26,7 +26,7 @@ static CONSTRUCTOR: extern "C" fn(c_int, *const *const c_char, *const *const c_c
 extern "C" fn dara_preload_init(
     _argc: c_int,
     _argv: *const *const c_char,
-    _envp: *const *const c_char,
+    envp: *const *const c_char,
 ) {
     real::resolve_all();
     // SAFETY: the name is a NUL-terminated static string; getenv returns null or a pointer into
@@ -74,7 +74,9 @@ extern "C" fn dara_preload_init(
     slot.handle
         .store(unsafe { real::pthread_self() } as u64, Ordering::Relaxed);
     slot.state.store(state::RUNNING, Ordering::Release);
-    gate::adopt(index);
+    // glibc passes the initial stack's environment array: it lies above every frame the main
+    // thread will ever have (_start's included), so it bounds the main thread's own stack.
+    gate::adopt(index, envp as usize);
 
     if let Err(e) = trap::install() {
         sys::die(

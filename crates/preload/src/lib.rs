@@ -10,8 +10,10 @@
 //! * [`trap`]: a seccomp filter + SIGSYS handler for what the hooks cannot see: glibc-internal and
 //!   raw syscalls (futex, clocks, sleeps, getrandom, /dev/urandom, new processes).
 //!
-//! [`coverage`] counts sancov edges of instrumented programs into the region; [`fault`] names
-//! the faulting function of a crash.
+//! [`coverage`] counts sancov edges of instrumented programs into the region (and posts
+//! `EdgeQuantum` every N edges under `--preempt-on edges:N`); [`access`] turns sancov load/store
+//! callbacks into memory-level scheduling points (`--preempt-on memory`); [`fault`] names the
+//! faulting function of a crash.
 //!
 //! The plumbing: [`init`] (the constructor and start barrier), [`gate`] (per-thread state, the
 //! reentrancy guard and the handoff), [`region`] (the mapping), [`sys`] (the one syscall
@@ -30,6 +32,7 @@
 // contract is libc's, documented once in `hooks`.
 #![allow(clippy::missing_safety_doc)]
 
+pub mod access;
 pub mod coverage;
 pub mod entropy;
 pub mod fault;

@@ -20,6 +20,7 @@ use crate::coverage::ProcessCoverage;
 use crate::memory::TargetMemory;
 use crate::model::{Effect, Model, Request};
 use crate::outcome::Outcome;
+use crate::preempt::{AccessProfile, Preemption};
 use crate::region::Region;
 use crate::symbols::Symbolizer;
 use crate::trace::Step;
@@ -50,6 +51,10 @@ pub struct ExecutionConfig {
     pub symbolize: bool,
     /// Drop the program's output (minimization runs many candidates nobody reads).
     pub discard_output: bool,
+    /// Optional scheduling points (`--preempt-on`), with the watch set of memory points.
+    pub preempt: Preemption,
+    /// This is the profiling run of memory-level preemption: record accesses, post none.
+    pub profile: bool,
 }
 
 /// What happened in one execution.
@@ -63,6 +68,8 @@ pub struct ExecutionReport {
     pub symbols: BTreeMap<u64, String>,
     /// Coverage of sancov-instrumented processes. Empty for programs built without coverage.
     pub coverage: BTreeMap<ProcessId, ProcessCoverage>,
+    /// What the profiling run's accesses were (`cfg.profile` only).
+    pub access_profile: Option<AccessProfile>,
     pub wall: Duration,
 }
 
@@ -83,7 +90,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     if let Some(cpu) = cfg.pin_cpu {
         pin_current_thread(cpu);
     }
-    let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed).map_err(ExecutionError::Region)?);
+    let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, cfg.profile).map_err(ExecutionError::Region)?);
     let spec = LaunchSpec {
         command: cfg.command.clone(),
         cwd: cfg.cwd.clone(),
@@ -104,7 +111,8 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         outcome.locate(crate::crash_site::stderr_location(&run.tree.stderr_tail()));
     }
     let coverage = run.processes.keys().filter_map(|&p| Some((p, ProcessCoverage::read(&run.region, p as usize)?))).collect();
-    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, coverage, wall: started.elapsed() })
+    let access_profile = cfg.profile.then(|| AccessProfile::read(run.region.access_table()));
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, coverage, access_profile, wall: started.elapsed() })
 }
 
 /// The recorded environment plus dara's variables; the preload goes first in LD_PRELOAD.

@@ -4,6 +4,8 @@
 //! * [`model`]: the pure model of threads, synchronization objects, timers and the virtual clock;
 //!   it computes the enabled set and applies decisions. No I/O.
 //! * [`outcome`]: how an execution ended, and whether that is a bug.
+//! * [`preempt`]: the `--preempt-on` settings (memory-level points, edge quanta) and the
+//!   profiling run's access profile.
 //! * [`trace`]: the `trace.bin` format (writer and a reader that never panics on bad input).
 //!
 //! The parts that touch processes (shared memory, the handoff loop) build on these.
@@ -12,6 +14,7 @@ pub mod coverage;
 pub mod crash_site;
 pub mod model;
 pub mod outcome;
+pub mod preempt;
 pub mod trace;
 
 pub use choice::{Choice, ChoiceKind, Decide, Divergence};

@@ -9,6 +9,7 @@ use dara_abi::{Header, Slot, MAGIC, MAX_SLOTS, REGION_SIZE, VERSION};
 use memmap2::MmapMut;
 
 use crate::futex;
+use crate::preempt::Preemption;
 
 pub struct Region {
     file: File,
@@ -16,8 +17,9 @@ pub struct Region {
 }
 
 impl Region {
-    /// Creates a zeroed region with a valid header.
-    pub fn create(cpus: u32, random_seed: u64) -> std::io::Result<Region> {
+    /// Creates a zeroed region with a valid header, the `--preempt-on` settings and (for memory
+    /// points outside the profiling run) the watch set in the access table.
+    pub fn create(cpus: u32, random_seed: u64, preempt: &Preemption, profile: bool) -> std::io::Result<Region> {
         // SAFETY: memfd_create reads a NUL-terminated name and returns a new descriptor or -1.
         let fd = unsafe { libc::memfd_create(c"dara-region".as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
@@ -39,6 +41,14 @@ impl Region {
         header.cpus = cpus;
         header.random_seed = random_seed;
         header.scheduler_pid = std::process::id();
+        header.preempt_flags = preempt.flags(profile);
+        header.preempt_edges = preempt.edges;
+        if header.preempt_flags & dara_abi::preempt::MEMORY != 0 {
+            // A set of at most MAX_WATCHED granules in a table four times larger, probed up to
+            // 64 entries deep, always fits.
+            let unwatched = preempt.write_watch_set(region.access_table());
+            debug_assert_eq!(unwatched, 0, "the watch set did not fit into the access table");
+        }
         Ok(region)
     }
 

@@ -95,5 +95,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         busy_limit: Duration::from_secs(machine.busy_limit),
         symbolize: false,
         discard_output: false,
+        preempt: Default::default(),
+        profile: false,
     })
 }

@@ -7,13 +7,16 @@
 //! Two schedules that differ only in the order of adjacent *independent* steps reach the same
 //! state, so only one needs to run.
 //!
-//! **What "exhausted" proves.** dara sees scheduling points, not plain memory accesses. DPOR is
-//! therefore exhaustive only for programs whose shared memory is ordered by the synchronisation
-//! dara sees (data-race-free between scheduling points). A bug that needs a race on plain memory
+//! **What "exhausted" proves.** dara sees scheduling points, not plain memory accesses, unless
+//! the program is built with sancov `trace-loads`/`trace-stores` and run with `--preempt-on
+//! memory`, which makes accesses to shared written granules scheduling points. Without them DPOR
+//! is exhaustive only for programs whose shared memory is ordered by the synchronisation dara
+//! sees (data-race-free between scheduling points), and a bug that needs a race on plain memory
 //! can be missed: `tests/fixtures/order_violation.c` (the child reads a pointer the parent writes
-//! without synchronisation) is found by `dfs` in 3 executions and never by `dpor`, which
-//! considers the parent's unrelated log lock independent of the child's start. Memory-level
-//! scheduling points (sancov load/store callbacks, issue 3) are what will close this gap. Like [`dfs`](super::dfs) this is a stateless depth-first
+//! without synchronisation) is found by `dfs` in 3 executions and never by `dpor` on a plain
+//! build, which considers the parent's unrelated log lock independent of the child's start; on a
+//! sancov build with memory points the read and the write are dependent steps and `dpor` finds
+//! it (crates/tools/tests/memory.rs). Like [`dfs`](super::dfs) this is a stateless depth-first
 //! search that replays a prefix of decisions every execution; unlike it, a node only gets
 //! alternatives (its *backtrack set*) when an execution shows that a later step of some thread
 //! races with the step taken there. After each execution the schedule is analysed with vector
@@ -31,6 +34,10 @@
 //! * a `Timeout` with every step: it moves the shared virtual clock, which every later step can
 //!   observe. Conservative;
 //! * `ProcessExit` (it ends every thread of the process) with every step;
+//! * two memory accesses (`MemoryRead`/`MemoryWrite`, `--preempt-on memory`) to the same 8-byte
+//!   granule, at least one a write. A memory access is independent of every synchronisation
+//!   operation: the sync object's own memory is never watched (it is touched by libc, which is
+//!   not instrumented) and what the lock protects is ordered by the lock's own dependences;
 //! * nothing else: `ThreadStart`, `ThreadCreate`, `ThreadDetach`, `ProcessStart`, `Yield` and
 //!   `ClockRead` are independent of other threads' steps (a clock read's value does depend on
 //!   how many steps ran before it; we ignore those tick differences).
@@ -276,9 +283,19 @@ pub fn dependent(a: &Choice, b: &Choice) -> bool {
     if joins(a, b) || joins(b, a) {
         return true;
     }
+    if is_memory_access(a.op) || is_memory_access(b.op) {
+        return is_memory_access(a.op)
+            && is_memory_access(b.op)
+            && a.obj >> dara_abi::access::GRANULE_SHIFT == b.obj >> dara_abi::access::GRANULE_SHIFT
+            && (a.op == Op::MemoryWrite || b.op == Op::MemoryWrite);
+    }
     on_sync_object(a.op)
         && on_sync_object(b.op)
         && (a.obj == b.obj || a.op == Op::CondWait || b.op == Op::CondWait)
+}
+
+fn is_memory_access(op: Op) -> bool {
+    matches!(op, Op::MemoryRead | Op::MemoryWrite)
 }
 
 fn ends_everything(op: Op) -> bool {

@@ -3,8 +3,10 @@
 //! before Timeout, then alternative; blocked threads offer nothing), with a final [`Outcome`] that
 //! says what the program computed. Test-only.
 //!
-//! Shared-variable accesses are modelled as futex operations on the variable's address, the only
-//! memory accesses dara itself sees; they conflict exactly when they touch the same variable.
+//! Shared-variable accesses are modelled as futex operations on the variable's address
+//! (`Load`/`Store`/`Write`), or as memory-level scheduling points (`MemRead`/`MemAdd`, what
+//! `--preempt-on memory` posts); either way they conflict exactly when they touch the same
+//! variable and one writes.
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use dara_abi::Op;
@@ -37,6 +39,10 @@ pub(crate) enum Instr {
     Store(u64, i64),
     /// variable := n.
     Write(u64, i64),
+    /// register := variable, as a `MemoryRead` point.
+    MemRead(u64),
+    /// variable := register + n, as a `MemoryWrite` point.
+    MemAdd(u64, i64),
     Yield,
     /// Only a Timeout.
     Sleep,
@@ -178,6 +184,8 @@ impl Program for Sim {
                 Instr::Unlock(m) => out.push(run(Op::MutexUnlock, m)),
                 Instr::Load(v) => out.push(run(Op::FutexWait, v)),
                 Instr::Store(v, _) | Instr::Write(v, _) => out.push(run(Op::FutexWake, v)),
+                Instr::MemRead(v) => out.push(run(Op::MemoryRead, v)),
+                Instr::MemAdd(v, _) => out.push(run(Op::MemoryWrite, v)),
                 Instr::Yield => out.push(run(Op::Yield, 0)),
                 Instr::Sleep => out.push(c(ChoiceKind::Timeout, 0, Op::Sleep, SLEEP_DEADLINE)),
                 Instr::SpinUntil(v) if self.var(v) == 0 => out.push(run(Op::Yield, 0)),
@@ -216,8 +224,8 @@ impl Program for Sim {
                 self.held.remove(&m);
             }
             (Instr::SpinUntil(_), _) if c.op == Op::Yield => return,
-            (Instr::Load(v) | Instr::SpinUntil(v), _) => self.regs[t] = self.var(v),
-            (Instr::Store(v, n), _) => {
+            (Instr::Load(v) | Instr::SpinUntil(v) | Instr::MemRead(v), _) => self.regs[t] = self.var(v),
+            (Instr::Store(v, n) | Instr::MemAdd(v, n), _) => {
                 self.vars.insert(v, self.regs[t] + n);
             }
             (Instr::Write(v, n), _) => {
@@ -375,6 +383,34 @@ pub(crate) fn random_program(seed: u64, budget: usize) -> Sim {
     if code.len() == 3 && rng.index(2) == 0 {
         code[0].insert(0, Instr::Spawn(2));
         code[0].push(Instr::Join(2));
+    }
+    Sim::new(code)
+}
+
+/// Like [`random_program`], over plain memory: lost-update style read-then-write blocks on two
+/// variables (`MemRead`/`MemAdd`), some inside a mutex, some interleaved with sync operations
+/// that touch no variable.
+pub(crate) fn random_memory_program(seed: u64, budget: usize) -> Sim {
+    const M: [u64; 2] = [0x100, 0x108];
+    const V: [u64; 2] = [0x300, 0x308];
+    let mut rng = Rng::new(seed);
+    let mut code = vec![Vec::new(); 2 + rng.index(2)];
+    let mut total = 0;
+    for thread in code.iter_mut() {
+        for _ in 0..1 + rng.index(2) {
+            let (m, v) = (M[rng.index(2)], V[rng.index(2)]);
+            let block: Vec<Instr> = match rng.index(5) {
+                0 => vec![Instr::Lock(m), Instr::MemRead(v), Instr::MemAdd(v, 1), Instr::Unlock(m)],
+                1 => vec![Instr::MemRead(v), Instr::Lock(m), Instr::Unlock(m), Instr::MemAdd(v, 1)],
+                2 => vec![Instr::MemRead(v)],
+                3 => vec![Instr::MemAdd(v, 1 + rng.index(3) as i64)],
+                _ => vec![Instr::MemRead(v), Instr::MemAdd(v, 1)],
+            };
+            if total + block.len() <= budget {
+                total += block.len();
+                thread.extend(block);
+            }
+        }
     }
     Sim::new(code)
 }

@@ -96,7 +96,9 @@ extern "C" fn thread_main(arg: *mut c_void) -> *mut c_void {
     // SAFETY: `routine` was stored from a StartRoutine by `create` for this very slot.
     let routine: StartRoutine = unsafe { core::mem::transmute::<usize, StartRoutine>(routine) };
     slot.tid.store(sys::gettid(), Ordering::Relaxed);
-    gate::adopt(index);
+    // Every frame of the program's routine lies below this function's own locals.
+    let stack_marker = 0u8;
+    gate::adopt(index, core::ptr::addr_of!(stack_marker) as usize);
     if let Some(gate) = Gated::enter() {
         gate.post(Op::ThreadStart, [creator as u64, 0, 0, 0]);
     }

@@ -84,6 +84,10 @@ pub struct TraceHeader {
     pub max_vtime_ns: u64,
     /// (path, GNU build-id hex) of the binaries involved, when known.
     pub build_ids: Vec<(String, String)>,
+    /// `--preempt-on` settings and the watch set of memory-level points: which scheduling points
+    /// exist. Absent in traces written before memory-level preemption (= none).
+    #[serde(default)]
+    pub preempt: crate::preempt::Preemption,
 }
 
 /// One decision and what was observed when it was applied.

@@ -39,7 +39,17 @@ fn header() -> TraceHeader {
         max_steps: 100_000,
         max_vtime_ns: 3_600_000_000_000,
         build_ids: vec![("/work/fixtures/server".into(), "8e5d1b0c".into())],
+        preempt: crate::preempt::Preemption { memory: true, all_accesses: false, edges: 1000, watch: vec![0x80_1234, 0x80_1235] },
     }
+}
+
+#[test]
+fn a_header_without_preemption_settings_reads_as_none() {
+    let mut json = serde_json::to_value(header()).unwrap();
+    json.as_object_mut().unwrap().remove("preempt");
+    let read: TraceHeader = serde_json::from_value(json).unwrap();
+    assert_eq!(read.preempt, crate::preempt::Preemption::default());
+    assert_eq!(read.command, header().command);
 }
 
 fn sample_trace() -> Trace {

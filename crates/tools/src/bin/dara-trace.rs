@@ -61,6 +61,11 @@ struct Cli {
     /// Do not look for a smaller failing schedule of each bug found (saved as minimal.bin).
     #[arg(long)]
     no_minimize: bool,
+    /// Extra scheduling points for sancov builds: `memory` (loads/stores of memory that several
+    /// threads share, one profiling run first), `edges:N` (a yield every N coverage edges), or
+    /// both: `memory,edges:N`. See docs/memory-preemption.md.
+    #[arg(long, value_name = "SPEC")]
+    preempt_on: Option<String>,
     #[command(flatten)]
     machine: MachineOptions,
     /// The program and its arguments.
@@ -99,6 +104,18 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
     execution.max_steps = cli.max_steps;
     execution.max_vtime_ns = cli.max_vtime.saturating_mul(1_000_000_000);
     execution.cpus = cli.cpus;
+    if let Some(spec) = &cli.preempt_on {
+        execution.preempt = dara_scheduler::preempt::Preemption::parse(spec).map_err(anyhow::Error::msg)?;
+        if execution.preempt.memory {
+            let p = dara_explorer::profile::profile(&mut execution, cli.seed, &STOP)?;
+            if let Some(warning) = &p.warning {
+                eprintln!("dara-trace: warning: {warning}");
+            }
+            if !cli.quiet {
+                println!("memory profile: {} of {} granules shared and written, watched ({} steps, {:.1} ms, {})", p.watched, p.touched, p.steps, p.wall.as_secs_f64() * 1e3, p.outcome);
+            }
+        }
+    }
     let cfg = SearchConfig {
         execution,
         runs: cli.runs,

@@ -1,0 +1,215 @@
+//! The [`AccessTable`](super::AccessTable) protocol: how the preload records accesses in a
+//! profiling run and looks up watched granules later, and how the scheduler writes and reads the
+//! table. Shared here so both sides probe the same way.
+//!
+//! An open-addressed hash set of 8-byte *granules* (`addr >> 3`) with linear probing from
+//! `splitmix64(granule)`, at most [`MAX_PROBES`] entries per lookup, never deleted from within
+//! an execution (the scheduler creates a fresh, zeroed table for every execution). Entry layout
+//! (0 = empty):
+//!
+//! ```text
+//!  bits 0..=47   granule (addr >> 3; user addresses are below 2^47, so granules below 2^44)
+//!  bits 48..=60  first thread's slot + 1 (profiling run), 0 in a watch entry
+//!  bit  61       WATCHED: written by the scheduler, "accesses here are scheduling points"
+//!  bit  62       SHARED: touched by a second thread
+//!  bit  63       WRITTEN: somebody stored to it
+//! ```
+//!
+//! Recording is lock-free (compare-and-swap), allocation-free and bounded, so it can run inside
+//! instrumented code anywhere, signal handlers included. Functions take the entry slice rather
+//! than the table so unit tests can use a small one; its length must be a power of two.
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::splitmix64;
+
+/// Bytes per granule, as a shift.
+pub const GRANULE_SHIFT: u32 = 3;
+/// Entries probed before giving up (the access is then not recorded / not watched).
+pub const MAX_PROBES: usize = 64;
+
+const GRANULE_MASK: u64 = (1 << 48) - 1;
+const THREAD_SHIFT: u32 = 48;
+const THREAD_MASK: u64 = 0x1fff;
+/// Entry bit: the scheduler asks for scheduling points on this granule.
+pub const WATCHED: u64 = 1 << 61;
+/// Entry bit: at least two threads touched the granule.
+pub const SHARED: u64 = 1 << 62;
+/// Entry bit: at least one access was a store.
+pub const WRITTEN: u64 = 1 << 63;
+
+/// The granule an address falls in.
+#[inline(always)]
+pub const fn granule(addr: u64) -> u64 {
+    (addr >> GRANULE_SHIFT) & GRANULE_MASK
+}
+
+#[inline(always)]
+fn home(granule: u64, len: usize) -> usize {
+    debug_assert!(len.is_power_of_two());
+    splitmix64(granule) as usize & (len - 1)
+}
+
+/// Granule stored in a non-empty entry.
+pub const fn entry_granule(entry: u64) -> u64 {
+    entry & GRANULE_MASK
+}
+
+/// Whether a profiling entry says "touched by two threads, written by one": worth watching.
+pub const fn entry_racy(entry: u64) -> bool {
+    entry & (SHARED | WRITTEN) == (SHARED | WRITTEN)
+}
+
+/// Profiling run: notes that thread `slot` accessed `addr` (a store if `write`). Returns false
+/// when the table had no room within [`MAX_PROBES`] entries.
+pub fn record(entries: &[AtomicU64], addr: u64, slot: u32, write: bool) -> bool {
+    let g = granule(addr);
+    let me = (u64::from(slot) + 1) & THREAD_MASK;
+    let written = if write { WRITTEN } else { 0 };
+    let mut i = home(g, entries.len());
+    for _ in 0..MAX_PROBES.min(entries.len()) {
+        let entry = &entries[i];
+        let mut current = entry.load(Ordering::Relaxed);
+        loop {
+            if current == 0 {
+                let fresh = g | (me << THREAD_SHIFT) | written;
+                match entry.compare_exchange(0, fresh, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => return true,
+                    Err(seen) => current = seen,
+                }
+                continue;
+            }
+            if entry_granule(current) != g {
+                break;
+            }
+            let first = (current >> THREAD_SHIFT) & THREAD_MASK;
+            let shared = if first != me { SHARED } else { 0 };
+            let merged = current | shared | written;
+            if merged == current {
+                return true;
+            }
+            match entry.compare_exchange(current, merged, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(seen) => current = seen,
+            }
+        }
+        i = (i + 1) & (entries.len() - 1);
+    }
+    false
+}
+
+/// Scheduler, before the target starts: marks `granule` watched. Returns false when the table had
+/// no room within [`MAX_PROBES`] entries.
+pub fn watch(entries: &[AtomicU64], granule: u64) -> bool {
+    let g = granule & GRANULE_MASK;
+    let mut i = home(g, entries.len());
+    for _ in 0..MAX_PROBES.min(entries.len()) {
+        let current = entries[i].load(Ordering::Relaxed);
+        if current == 0 {
+            entries[i].store(g | WATCHED, Ordering::Relaxed);
+            return true;
+        }
+        if entry_granule(current) == g {
+            entries[i].store(current | WATCHED, Ordering::Relaxed);
+            return true;
+        }
+        i = (i + 1) & (entries.len() - 1);
+    }
+    false
+}
+
+/// Whether accesses to `addr` are scheduling points. One load in the common case (an address
+/// nobody watches hashes to an empty entry).
+#[inline(always)]
+pub fn is_watched(entries: &[AtomicU64], addr: u64) -> bool {
+    let g = granule(addr);
+    let mut i = home(g, entries.len());
+    for _ in 0..MAX_PROBES.min(entries.len()) {
+        let current = entries[i].load(Ordering::Relaxed);
+        if current == 0 {
+            return false;
+        }
+        if entry_granule(current) == g {
+            return current & WATCHED != 0;
+        }
+        i = (i + 1) & (entries.len() - 1);
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec::Vec;
+
+    use super::*;
+
+    fn table(n: usize) -> Vec<AtomicU64> {
+        (0..n).map(|_| AtomicU64::new(0)).collect()
+    }
+
+    fn entry_of(t: &[AtomicU64], addr: u64) -> u64 {
+        t.iter().map(|e| e.load(Ordering::Relaxed)).find(|&e| e != 0 && entry_granule(e) == granule(addr)).unwrap_or(0)
+    }
+
+    #[test]
+    fn one_thread_reading_and_writing_is_not_racy() {
+        let t = table(64);
+        assert!(record(&t, 0x1000, 0, false));
+        assert!(record(&t, 0x1004, 0, true)); // same granule
+        let e = entry_of(&t, 0x1000);
+        assert_ne!(e & WRITTEN, 0);
+        assert_eq!(e & SHARED, 0);
+        assert!(!entry_racy(e));
+        assert_eq!(t.iter().filter(|e| e.load(Ordering::Relaxed) != 0).count(), 1);
+    }
+
+    #[test]
+    fn two_threads_one_writing_is_racy_two_readers_are_not() {
+        let t = table(64);
+        record(&t, 0x2000, 3, false);
+        record(&t, 0x2000, 4, true);
+        record(&t, 0x3000, 3, false);
+        record(&t, 0x3000, 4, false);
+        assert!(entry_racy(entry_of(&t, 0x2000)));
+        let readers = entry_of(&t, 0x3000);
+        assert_ne!(readers & SHARED, 0);
+        assert!(!entry_racy(readers));
+    }
+
+    #[test]
+    fn slot_4095_is_told_apart_from_slot_0() {
+        let t = table(16);
+        record(&t, 0x40, 4095, false);
+        record(&t, 0x40, 4095, true);
+        assert_eq!(entry_of(&t, 0x40) & SHARED, 0);
+        record(&t, 0x40, 0, false);
+        assert_ne!(entry_of(&t, 0x40) & SHARED, 0);
+    }
+
+    #[test]
+    fn colliding_granules_probe_onwards_and_a_full_table_refuses() {
+        let t = table(8);
+        for k in 0..8u64 {
+            assert!(record(&t, 0x10_0000 + 8 * k, 1, false), "granule {k}");
+        }
+        assert!(!record(&t, 0x20_0000, 1, false), "a full table has no room");
+        for k in 0..8u64 {
+            assert_ne!(entry_of(&t, 0x10_0000 + 8 * k), 0);
+        }
+    }
+
+    #[test]
+    fn watched_granules_are_found_and_others_are_not() {
+        let t = table(64);
+        assert!(watch(&t, granule(0x5008)));
+        assert!(is_watched(&t, 0x5008));
+        assert!(is_watched(&t, 0x500f));
+        assert!(!is_watched(&t, 0x5010));
+        assert!(!is_watched(&t, 0x5000));
+        // A profiled entry is not watched until the scheduler says so.
+        record(&t, 0x6000, 1, true);
+        assert!(!is_watched(&t, 0x6000));
+        watch(&t, granule(0x6000));
+        assert!(is_watched(&t, 0x6000));
+    }
+}

@@ -1,0 +1,78 @@
+//! Memory-level scheduling points: the receivers of clang's `trace-loads` / `trace-stores`
+//! callbacks (`__sanitizer_cov_load{1,2,4,8,16}`, `__sanitizer_cov_store*`), which under dara
+//! take precedence over `libdara_cov.so`'s no-ops.
+//!
+//! What a receiver does depends on [`Header::preempt_flags`](dara_abi::Header), written by the
+//! scheduler before the target starts:
+//!
+//! * neither flag: return at once (one load of the flags);
+//! * `PROFILE`: record which thread touched which granule, and whether it was written, in the
+//!   shared [`AccessTable`](dara_abi::AccessTable) (lock-free, see `dara_abi::access`); never post;
+//! * `MEMORY`: post `MemoryRead` / `MemoryWrite` (args `[addr, size]`) when the granule is in the
+//!   watch set the scheduler wrote into the table, and let the thread proceed when granted.
+//!
+//! Filters, cheapest first, so the common access costs a few loads: the watch lookup (MEMORY),
+//! then the thread's own stack (an address between the current stack pointer and the stack top
+//! noted when the thread was gated is private to the thread — other threads' accesses to it are
+//! still seen), then [`Gated::enter`], which refuses threads dara does not control, threads not
+//! yet started or already exited, and code running inside the preload (the reentrancy guard).
+//!
+//! Runs inside instrumented code, possibly in a signal handler: no allocation, no lock, no
+//! syscall besides the handoff's futex calls. A handler that interrupts user code posts like any
+//! hook would; one that interrupts the preload is refused by the guard.
+use dara_abi::{access, preempt, Op};
+
+use crate::gate::{self, Gated};
+use crate::region;
+
+/// Shared body of every receiver: `size` bytes at `addr`, a store if `write`.
+#[inline(always)]
+fn on_access(addr: usize, size: u64, write: bool) {
+    let Some(header) = region::header() else { return };
+    let flags = header.preempt_flags;
+    if flags & (preempt::MEMORY | preempt::PROFILE) == 0 {
+        return;
+    }
+    let Some(table) = region::access_table() else { return };
+    let addr = addr as u64;
+    if flags & preempt::PROFILE != 0 {
+        if gate::on_own_stack(addr) {
+            return;
+        }
+        let Some(gate) = Gated::enter() else { return };
+        // A full table drops the access; the scheduler notices a nearly full table and says so.
+        access::record(&table.entries, addr, gate.index(), write);
+    } else {
+        if !access::is_watched(&table.entries, addr) || gate::on_own_stack(addr) {
+            return;
+        }
+        let Some(gate) = Gated::enter() else { return };
+        let op = if write { Op::MemoryWrite } else { Op::MemoryRead };
+        gate.post(op, [addr, size, 0, 0]);
+    }
+}
+
+macro_rules! receivers {
+    ($($name:ident => ($size:expr, $write:expr)),* $(,)?) => {
+        $(
+            /// sancov `trace-loads`/`trace-stores`: called before the access.
+            #[no_mangle]
+            pub extern "C" fn $name(addr: *mut u8) {
+                on_access(addr as usize, $size, $write);
+            }
+        )*
+    };
+}
+
+receivers!(
+    __sanitizer_cov_load1 => (1, false),
+    __sanitizer_cov_load2 => (2, false),
+    __sanitizer_cov_load4 => (4, false),
+    __sanitizer_cov_load8 => (8, false),
+    __sanitizer_cov_load16 => (16, false),
+    __sanitizer_cov_store1 => (1, true),
+    __sanitizer_cov_store2 => (2, true),
+    __sanitizer_cov_store4 => (4, true),
+    __sanitizer_cov_store8 => (8, true),
+    __sanitizer_cov_store16 => (16, true),
+);
