@@ -61,6 +61,8 @@ pub struct Schedule {
     pub steps: Vec<Step>,
     pub notes: Vec<StepNote>,
     pub outcome: Outcome,
+    /// Coverage of the run, stored in the minimized trace.
+    pub coverage: std::collections::BTreeMap<dara_scheduler::choice::ProcessId, dara_scheduler::coverage::ProcessCoverage>,
 }
 
 impl Schedule {
@@ -143,7 +145,7 @@ pub fn minimize(trace: &Trace, base: &ExecutionConfig, max_tries: u64, stop: &At
     let before = original.size();
     search.run(original)?;
     let best = &search.best;
-    let out = Trace { header: trace.header.clone(), steps: best.steps.clone(), outcome: best.outcome.clone() };
+    let out = Trace { header: trace.header.clone(), steps: best.steps.clone(), outcome: best.outcome.clone(), coverage: best.coverage.clone() };
     check_replays(&out, &quiet_base, stop)?;
     Ok(Minimized { trace: out, before, after: best.size(), tries: search.tries, accepted: search.accepted, out_of_tries: search.out_of_tries() })
 }
@@ -206,7 +208,7 @@ pub(crate) mod tests {
             program.apply(&offered[i]);
             steps.push(Step { choice: offered[i], result: Some(0), now_ns: 0 });
         }
-        Schedule { steps, notes: g.into_notes(), outcome: Outcome::Exited { code: 1, location: None } }
+        Schedule { steps, notes: g.into_notes(), outcome: Outcome::Exited { code: 1, location: None }, coverage: Default::default() }
     }
 
     #[test]

@@ -1,11 +1,15 @@
 //! Re-running a recorded execution: the replay strategy fed with the trace's decisions, under
-//! the trace's own settings, and the comparison of two runs step by step (`--verify`).
+//! the trace's own settings, and the comparison of two runs step by step (`--verify`) and by
+//! coverage.
 use std::sync::atomic::AtomicBool;
 
 use dara_scheduler::execution::{self, ExecutionConfig, ExecutionError, ExecutionReport};
 use dara_scheduler::trace::{Step, Trace};
 
-use dara_scheduler::choice::ThreadId;
+use std::collections::BTreeMap;
+
+use dara_scheduler::choice::{ProcessId, ThreadId};
+use dara_scheduler::coverage::ProcessCoverage;
 use dara_scheduler::{Choice, Decide, Divergence};
 
 use crate::strategy::replay::Replay;
@@ -73,4 +77,50 @@ pub fn first_difference(expected: &[Step], seen: &[Step]) -> Option<(usize, Stri
         return Some((i, format!("expected {} steps, saw {}", expected.len(), seen.len())));
     }
     None
+}
+
+/// How two runs' coverage differs (guards and edges with their counts, call sites and first
+/// steps, per process; module maps are not compared), or None when it is the same.
+pub fn coverage_difference(expected: &BTreeMap<ProcessId, ProcessCoverage>, seen: &BTreeMap<ProcessId, ProcessCoverage>) -> Option<String> {
+    let processes: std::collections::BTreeSet<_> = expected.keys().chain(seen.keys()).collect();
+    for p in processes {
+        let (a, b) = match (expected.get(p), seen.get(p)) {
+            (Some(a), Some(b)) => (a, b),
+            (a, _) => return Some(format!("process {p} has coverage only in the {}", if a.is_some() { "recording" } else { "replay" })),
+        };
+        if a.same_edges(b) {
+            continue;
+        }
+        if a.guards != b.guards {
+            return Some(format!("process {p}: {} guards recorded, {} in the replay", a.guards, b.guards));
+        }
+        let first = a.edges.iter().zip(&b.edges).find(|(x, y)| x != y);
+        return Some(match first {
+            Some((x, y)) => format!("process {p}: edge {} recorded as {x:?}, replayed as {y:?}", x.edge),
+            None => format!("process {p}: {} edges recorded, {} reached in the replay", a.edges.len(), b.edges.len()),
+        });
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dara_scheduler::coverage::EdgeHit;
+
+    #[test]
+    fn coverage_difference_names_the_first_difference() {
+        let edge = |edge, count| EdgeHit { edge, pc: 0x1000 + u64::from(edge), count, first_step: 0 };
+        let cov = |edges: Vec<EdgeHit>| ProcessCoverage { guards: 4, edges, modules: vec![] };
+        let a: BTreeMap<_, _> = [(0, cov(vec![edge(1, 1), edge(2, 3)]))].into();
+        assert_eq!(coverage_difference(&a, &a), None);
+        let mut moved = a.clone();
+        moved.get_mut(&0).unwrap().modules.push(dara_scheduler::coverage::Module { path: "/x".into(), start: 0, end: 1, offset: 0 });
+        assert_eq!(coverage_difference(&a, &moved), None, "module maps are not compared");
+        let b: BTreeMap<_, _> = [(0, cov(vec![edge(1, 1), edge(2, 4)]))].into();
+        assert!(coverage_difference(&a, &b).unwrap().contains("edge 2"));
+        let c: BTreeMap<_, _> = [(0, cov(vec![edge(1, 1)]))].into();
+        assert!(coverage_difference(&a, &c).unwrap().contains("2 edges recorded, 1 reached"));
+        assert!(coverage_difference(&a, &BTreeMap::new()).unwrap().contains("only in the recording"));
+    }
 }

@@ -16,7 +16,7 @@ use dara_tracer::reaper::ExitStatus;
 use dara_tracer::{LaunchSpec, ProcessTree};
 
 use crate::choice::{Decide, ProcessId, ThreadId};
-use crate::coverage::ProcessCoverage;
+use crate::coverage::{self, Module, ProcessCoverage};
 use crate::memory::TargetMemory;
 use crate::model::{Effect, Model, Request};
 use crate::outcome::Outcome;
@@ -110,7 +110,16 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     if outcome.is_bug() {
         outcome.locate(crate::crash_site::stderr_location(&run.tree.stderr_tail()));
     }
-    let coverage = run.processes.keys().filter_map(|&p| Some((p, ProcessCoverage::read(&run.region, p as usize)?))).collect();
+    let mut modules = std::mem::take(&mut run.modules);
+    let coverage = run
+        .processes
+        .keys()
+        .filter_map(|&p| {
+            let mut cov = ProcessCoverage::read(&run.region, p as usize)?;
+            cov.modules = modules.remove(&p).unwrap_or_default();
+            Some((p, cov))
+        })
+        .collect();
     let access_profile = cfg.profile.then(|| AccessProfile::read(run.region.access_table()));
     Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, coverage, access_profile, wall: started.elapsed() })
 }
@@ -188,6 +197,10 @@ struct Execution<'a> {
     symbols: BTreeMap<u64, String>,
     /// Where each process took a fatal fault, named while it still existed (`Op::Fault`).
     faults: BTreeMap<ProcessId, String>,
+    /// Executable mappings of each process that has shown coverage, read while it was alive.
+    modules: BTreeMap<ProcessId, Vec<Module>>,
+    /// Posts ingested per process while its module map was not read yet (paces the checks).
+    coverage_checks: Vec<u32>,
 }
 
 impl<'a> Execution<'a> {
@@ -209,6 +222,8 @@ impl<'a> Execution<'a> {
             symbolizers: BTreeMap::new(),
             symbols: BTreeMap::new(),
             faults: BTreeMap::new(),
+            modules: BTreeMap::new(),
+            coverage_checks: vec![0; MAX_PROCESSES],
         }
     }
 
@@ -374,6 +389,9 @@ impl<'a> Execution<'a> {
                 let entry = &self.region.header().processes[process as usize];
                 entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
                 self.processes.insert(process, ProcessRecord { pid, alive: true, exit: None });
+                if coverage::executable_is_instrumented(pid) {
+                    self.modules.insert(process, coverage::executable_modules(pid));
+                }
                 self.memory.set_pid(process, pid);
                 self.thread_process.insert(thread, process);
                 self.model.add_thread(thread, process);
@@ -400,6 +418,7 @@ impl<'a> Execution<'a> {
         if self.cfg.symbolize {
             self.note_symbol(process, args[0]);
         }
+        self.note_modules(process, op);
         self.model.post(thread, Request { op, args });
         None
     }
@@ -414,6 +433,28 @@ impl<'a> Execution<'a> {
         });
         self.faults.insert(process, crate::crash_site::fault_location(function, pc, addr, signal));
         self.grant(thread, Op::Fault, 0);
+    }
+
+    /// Reads the module map of `process` the first time it shows coverage, while it is alive
+    /// (`dara coverage` needs it to symbolize call sites). Reading /proc/<pid>/maps costs about
+    /// 40 µs, a fiftieth of a small execution, so it is not done for uninstrumented programs.
+    /// A process whose executable calls a receiver was mapped at its `ProcessStart` already
+    /// (a program that only returns from `main` posts nothing after that). This catches the
+    /// rest (an instrumented library in an uninstrumented executable): a `trace-pc-guard` module
+    /// by its guard count (one load, every post); a `trace-pc` one by its counters, checked
+    /// ([`Region::coverage_touched`], one `mincore`) at the process's 1st, 2nd, 4th, 8th, …
+    /// post and whenever one of its threads starts or exits.
+    fn note_modules(&mut self, process: ProcessId, op: Op) {
+        let p = process as usize;
+        if p >= MAX_PROCESSES || self.modules.contains_key(&process) {
+            return;
+        }
+        self.coverage_checks[p] = self.coverage_checks[p].saturating_add(1);
+        let due = self.coverage_checks[p].is_power_of_two() || matches!(op, Op::ThreadStart | Op::ThreadExit | Op::ProcessExit);
+        let covered = self.region.coverage(p).guards.load(Ordering::Relaxed) != 0 || (due && self.region.coverage_touched(p));
+        if let (true, Some(record)) = (covered, self.processes.get(&process)) {
+            self.modules.insert(process, coverage::executable_modules(record.pid));
+        }
     }
 
     fn note_symbol(&mut self, process: ProcessId, addr: u64) {

@@ -1,6 +1,7 @@
 //! Shared pieces of dara's command-line tools: locating the preload, the run options common to
 //! `dara-trace` and `dara-replay`, signal handling, the interleaving listing, and the
-//! `dara minimize` command.
+//! `dara minimize` and `dara coverage` commands.
+pub mod coverage;
 pub mod listing;
 pub mod minimize;
 pub mod setup;

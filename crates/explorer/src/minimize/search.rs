@@ -51,7 +51,7 @@ enum Tried {
 
 impl<'a> Search<'a> {
     pub fn new(cfg: ExecutionConfig, stop: &'a AtomicBool, signature: String, max_tries: u64, on_attempt: &'a mut dyn FnMut(&Attempt)) -> Search<'a> {
-        let empty = Schedule { steps: Vec::new(), notes: Vec::new(), outcome: Outcome::Interrupted };
+        let empty = Schedule { steps: Vec::new(), notes: Vec::new(), outcome: Outcome::Interrupted, coverage: Default::default() };
         Search { cfg, stop, signature, tries: 0, accepted: 0, max_tries, improved_at: 0, tried: HashMap::new(), frontier: Vec::new(), best: empty, on_attempt }
     }
 
@@ -66,7 +66,7 @@ impl<'a> Search<'a> {
         let notes = guided.into_notes();
         debug_assert_eq!(notes.len(), report.steps.len(), "one note per decision");
         self.tried.insert(key, report.outcome.signature() == self.signature);
-        Ok(Schedule { steps: report.steps, notes, outcome: report.outcome })
+        Ok(Schedule { steps: report.steps, notes, outcome: report.outcome, coverage: report.coverage })
     }
 
     /// Searches from `start`, a run of the original trace; the result is in `self.best`.

@@ -1,9 +1,11 @@
-//! The `trace.bin` format: a header, the decision list with what was observed at each step, and
-//! a footer with the outcome, closed by a checksum. See docs/trace-format.md (repository root),
+//! The `trace.bin` format: a header, the decision list with what was observed at each step, a
+//! footer with the outcome, and the coverage of the run's instrumented processes (edges and module
+//! maps), closed by a checksum. See docs/trace-format.md (repository root),
 //! which documents the layout byte by byte; keep the two in step.
 //!
 //! * [`writer`](encode): [`encode`], [`write_file`] (atomic: temp file + rename) and
-//!   [`decision_bytes`], the canonical bytes of the step list used to compare two runs.
+//!   [`decision_bytes`], the canonical bytes of the step list used to compare two runs (coverage
+//!   is not part of them).
 //! * [`reader`](decode): [`decode`] and [`read_file`].
 //!
 //! The reader treats its input as hostile: every length is bounded, every read checked, and a
@@ -29,11 +31,16 @@ pub use writer::{decision_bytes, encode, write_file};
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"DARATRC\0";
 /// Version of the layout described in docs/trace-format.md.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Largest header JSON a reader accepts (and a writer produces).
 pub const MAX_HEADER_BYTES: u32 = 1 << 20;
 /// Largest outcome JSON a reader accepts (and a writer produces).
 pub const MAX_OUTCOME_BYTES: u32 = 16 << 20;
+
+/// Largest path of a module in the coverage section.
+pub const MAX_MODULE_PATH: usize = 4096;
+/// Most modules one process's map may list in the coverage section.
+pub const MAX_MODULES: usize = 4096;
 
 /// Choice kind codes in a step.
 pub(crate) const KIND_RUN: u8 = 0;
@@ -44,9 +51,14 @@ pub(crate) const RESULT_GRANTED: u8 = 1;
 /// The smallest possible encoded step: thread, kind, alt, op, obj, result tag and time delta of
 /// one byte each. Bounds how many steps the remaining bytes can hold.
 pub(crate) const MIN_STEP_BYTES: usize = 7;
+/// The smallest encoded coverage record of a module and of an edge (every varint one byte, an
+/// empty path). They bound how many of each the remaining bytes can hold.
+pub(crate) const MIN_MODULE_BYTES: usize = 4;
+pub(crate) const MIN_EDGE_BYTES: usize = 4;
 /// Bytes of the fixed-size parts: magic, version, header length, step count, outcome length,
-/// checksum. No valid file is shorter.
-pub(crate) const FIXED_BYTES: usize = 8 + 4 + 4 + 8 + 4 + 8;
+/// process count of the coverage section (one varint byte when empty), checksum. No valid file is
+/// shorter.
+pub(crate) const FIXED_BYTES: usize = 8 + 4 + 4 + 8 + 4 + 1 + 8;
 
 /// FNV-1a, 64-bit: the file checksum. Not cryptographic; it catches truncation, bit rot and
 /// accidental edits. Every single-byte change to the covered bytes changes the result (each
@@ -57,7 +69,10 @@ pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(OFFSET_BASIS, |h, &b| (h ^ u64::from(b)).wrapping_mul(PRIME))
 }
 
-use crate::choice::Choice;
+use std::collections::BTreeMap;
+
+use crate::choice::{Choice, ProcessId};
+use crate::coverage::ProcessCoverage;
 use crate::outcome::Outcome;
 
 /// Everything needed to re-run the execution.
@@ -105,6 +120,9 @@ pub struct Trace {
     pub header: TraceHeader,
     pub steps: Vec<Step>,
     pub outcome: Outcome,
+    /// Coverage of the instrumented processes, by logical process (empty for programs built
+    /// without sancov). Not part of [`decision_bytes`].
+    pub coverage: BTreeMap<ProcessId, ProcessCoverage>,
 }
 
 #[derive(Debug, thiserror::Error)]

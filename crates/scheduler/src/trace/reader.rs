@@ -4,6 +4,10 @@
 //! every failure becomes a [`TraceError`] naming the byte offset and the field. Nothing here
 //! panics.
 //!
+//! The coverage section is checked as strictly: process ids and edge indexes strictly increase
+//! and stay below their ABI limits, counts are not zero, modules end after they start, paths are
+//! UTF-8 of at most MAX_MODULE_PATH bytes; so a decoded trace re-encodes to the same bytes.
+//!
 //! Order of checks: magic (`NotATrace`), version (`Version`), then the checksum over all but the
 //! last eight bytes when the file is long enough to have one. The content is decoded either way,
 //! because decoding is what tells a truncated file (reported precisely: which field of which step
@@ -17,8 +21,12 @@ use dara_abi::Op;
 use super::varint::{get_u64, unzigzag, VarintError};
 use super::{
     fnv1a64, Step, Trace, TraceError, TraceHeader, FIXED_BYTES, FORMAT_VERSION, KIND_RUN, KIND_TIMEOUT, MAGIC,
-    MAX_HEADER_BYTES, MAX_OUTCOME_BYTES, MIN_STEP_BYTES, RESULT_BLOCKED, RESULT_GRANTED,
+    MAX_HEADER_BYTES, MAX_MODULES, MAX_MODULE_PATH, MAX_OUTCOME_BYTES, MIN_EDGE_BYTES, MIN_MODULE_BYTES,
+    MIN_STEP_BYTES, RESULT_BLOCKED, RESULT_GRANTED,
 };
+use crate::choice::ProcessId;
+use crate::coverage::{EdgeHit, Module, ProcessCoverage};
+use std::collections::BTreeMap;
 use crate::choice::{Choice, ChoiceKind};
 use crate::outcome::Outcome;
 
@@ -85,7 +93,7 @@ pub fn decode(bytes: &[u8], path_for_errors: &str) -> Result<Trace, TraceError> 
     Ok(trace)
 }
 
-/// Everything between the version and the checksum: header, steps, outcome.
+/// Everything between the version and the checksum: header, steps, outcome, coverage.
 fn decode_content(c: &mut Cursor<'_>) -> Result<Trace, TraceError> {
     let header_at = c.pos;
     let header_json = c.blob("header", MAX_HEADER_BYTES)?;
@@ -98,7 +106,73 @@ fn decode_content(c: &mut Cursor<'_>) -> Result<Trace, TraceError> {
     let outcome_json = c.blob("outcome", MAX_OUTCOME_BYTES)?;
     let outcome: Outcome = serde_json::from_slice(outcome_json)
         .map_err(|e| c.damaged(outcome_at + 4, format!("the outcome is not valid JSON: {e}")))?;
-    Ok(Trace { header, steps, outcome })
+    let coverage = decode_coverage(c)?;
+    Ok(Trace { header, steps, outcome, coverage })
+}
+
+/// The coverage section. Counts are checked against their ABI limits and, before anything is
+/// reserved, against the bytes left (each record has a minimum size).
+fn decode_coverage(c: &mut Cursor<'_>) -> Result<BTreeMap<ProcessId, ProcessCoverage>, TraceError> {
+    let mut coverage = BTreeMap::new();
+    let count = c.counted("coverage: process count", dara_abi::MAX_PROCESSES)?;
+    let mut last_process: Option<u32> = None;
+    for i in 0..count {
+        let at = c.pos;
+        let process = c.varint_u32(&format!("coverage: process {i} id"))?;
+        if process as usize >= dara_abi::MAX_PROCESSES || last_process.is_some_and(|l| process <= l) {
+            return Err(c.damaged(at, format!("coverage: process id {process} is out of order or over the limit of {}", dara_abi::MAX_PROCESSES)));
+        }
+        last_process = Some(process);
+        let guards = c.varint_u32(&format!("coverage: process {process} guards"))?;
+        let modules = decode_modules(c, process)?;
+        let edges = decode_edges(c, process)?;
+        coverage.insert(process, ProcessCoverage { guards, edges, modules });
+    }
+    Ok(coverage)
+}
+
+fn decode_modules(c: &mut Cursor<'_>, process: u32) -> Result<Vec<Module>, TraceError> {
+    let count = c.counted(&format!("coverage: process {process} module count"), MAX_MODULES)?;
+    let mut modules = Vec::with_capacity(count.min(c.remaining() / MIN_MODULE_BYTES));
+    for i in 0..count {
+        let field = |f: &str| format!("coverage: process {process} module {i} {f}");
+        let at = c.pos;
+        let len = c.counted(&field("path length"), MAX_MODULE_PATH)?;
+        let path = std::str::from_utf8(c.take(len, &field("path"))?).map_err(|_| c.damaged(at, field("path is not UTF-8")))?.to_string();
+        let start_at = c.pos;
+        let start = c.varint(&field("start"))?;
+        let end = c.varint(&field("end"))?;
+        let offset = c.varint(&field("file offset"))?;
+        if end <= start {
+            return Err(c.damaged(start_at, field(&format!("ends at {end:#x}, not after its start {start:#x}"))));
+        }
+        modules.push(Module { path, start, end, offset });
+    }
+    Ok(modules)
+}
+
+fn decode_edges(c: &mut Cursor<'_>, process: u32) -> Result<Vec<EdgeHit>, TraceError> {
+    let count = c.counted(&format!("coverage: process {process} edge count"), dara_abi::COV_MAP_SIZE)?;
+    let mut edges = Vec::with_capacity(count.min(c.remaining() / MIN_EDGE_BYTES));
+    let mut last: Option<u32> = None;
+    for i in 0..count {
+        let field = |f: &str| format!("coverage: process {process} edge {i} {f}");
+        let at = c.pos;
+        let edge = c.varint_u32(&field("index"))?;
+        if edge as usize >= dara_abi::COV_MAP_SIZE || last.is_some_and(|l| edge <= l) {
+            return Err(c.damaged(at, field(&format!("index {edge} is out of order or over the limit of {}", dara_abi::COV_MAP_SIZE))));
+        }
+        last = Some(edge);
+        let pc = c.varint(&field("pc"))?;
+        let count_at = c.pos;
+        let count = c.u8(&field("count"))?;
+        if count == 0 {
+            return Err(c.damaged(count_at, field("count is 0 (only reached edges are stored)")));
+        }
+        let first_step = c.varint_u32(&field("first step"))?;
+        edges.push(EdgeHit { edge, pc, count, first_step });
+    }
+    Ok(edges)
 }
 
 fn decode_steps(c: &mut Cursor<'_>) -> Result<Vec<Step>, TraceError> {
@@ -253,6 +327,16 @@ impl<'a> Cursor<'a> {
         let at = self.pos;
         let v = self.varint(field)?;
         u32::try_from(v).map_err(|_| self.damaged(at, format!("{field} {v} does not fit in 32 bits")))
+    }
+
+    /// A varint count or length of at most `limit`.
+    fn counted(&mut self, field: &str, limit: usize) -> Result<usize, TraceError> {
+        let at = self.pos;
+        let v = self.varint(field)?;
+        match usize::try_from(v) {
+            Ok(n) if n <= limit => Ok(n),
+            _ => Err(self.damaged(at, format!("{field} {v} exceeds the limit of {limit}"))),
+        }
     }
 
     /// A u32 length (at most `limit`) followed by that many bytes.

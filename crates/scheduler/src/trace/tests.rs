@@ -5,6 +5,7 @@ use dara_abi::{splitmix64, Op};
 use super::varint::{put_u64, zigzag};
 use super::*;
 use crate::choice::{Choice, ChoiceKind};
+use crate::coverage::{EdgeHit, Module, ProcessCoverage};
 use crate::outcome::BlockedThread;
 
 /// Tiny deterministic generator for the tests (splitmix64 stream).
@@ -111,7 +112,22 @@ fn sample_trace() -> Trace {
                 detail: "waits for mutex 0x4040 held by thread 1".into(),
             }],
         },
+        coverage: sample_coverage(),
     }
+}
+
+/// Two processes: one `trace-pc-guard` process with a module map, one `trace-pc` process (no
+/// guards) whose map could not be read.
+fn sample_coverage() -> std::collections::BTreeMap<u32, ProcessCoverage> {
+    let modules = vec![
+        Module { path: "/work/fixtures/server".into(), start: 0x5555_5555_5000, end: 0x5555_5555_6000, offset: 0x1000 },
+        Module { path: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(), start: 0x7fff_f7dc_3000, end: 0x7fff_f7f5_8000, offset: 0x28000 },
+        Module { path: "/tmp/ünïcode lib.so".into(), start: 0x7fff_f7fc_5000, end: 0x7fff_f7fc_6000, offset: 0 },
+    ];
+    let edges = |n: u32, stride: u32| -> Vec<EdgeHit> {
+        (0..n).map(|i| EdgeHit { edge: 1 + i * stride, pc: 0x5555_5555_5100 + u64::from(i) * 13, count: [1, 2, 255][i as usize % 3], first_step: i * 3 }).collect()
+    };
+    [(0, ProcessCoverage { guards: 40, edges: edges(12, 3), modules }), (3, ProcessCoverage { guards: 0, edges: edges(5, 9000), modules: vec![] })].into_iter().collect()
 }
 
 /// Recomputes the trailing checksum of a hand-edited file, so the structural checks are reached.
@@ -133,6 +149,7 @@ fn build(count: u64, step_bytes: &[u8]) -> Vec<u8> {
     b.extend_from_slice(step_bytes);
     b.extend_from_slice(&(outcome.len() as u32).to_le_bytes());
     b.extend_from_slice(&outcome);
+    b.push(0); // no coverage
     b.extend_from_slice(&[0; 8]);
     reseal(&mut b);
     b
@@ -181,6 +198,7 @@ fn round_trip_without_steps() {
         header: header(),
         steps: vec![],
         outcome: Outcome::Interrupted,
+        coverage: Default::default(),
     };
     let bytes = encode(&t);
     assert_eq!(
@@ -198,7 +216,8 @@ fn decision_bytes_see_every_step_field() {
     let mut other = t.clone();
     other.header.seed ^= 1;
     other.outcome = Outcome::Exited { code: 1, location: None };
-    assert_eq!(decision_bytes(&other), base, "header and outcome are not decisions");
+    other.coverage.clear();
+    assert_eq!(decision_bytes(&other), base, "header, outcome and coverage are not decisions");
     let edits: [fn(&mut Step); 5] = [
         |s| s.choice.thread += 1,
         |s| s.choice.alt += 1,
@@ -314,19 +333,21 @@ fn every_single_bit_flip_is_rejected() {
 #[test]
 fn foreign_and_future_files() {
     let mut b = encode(&sample_trace());
-    b[8..12].copy_from_slice(&2u32.to_le_bytes());
+    b[8..12].copy_from_slice(&3u32.to_le_bytes());
     assert!(matches!(
         decode(&b, "f"),
         Err(TraceError::Version {
-            found: 2,
-            expected: 1,
+            found: 3,
+            expected: 2,
             ..
         })
     ));
     assert!(matches!(
         decode(&b[..12], "f"),
-        Err(TraceError::Version { found: 2, .. })
+        Err(TraceError::Version { found: 3, .. })
     ));
+    b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 1, expected: 2, .. })), "version 1 (no coverage) is refused");
     b[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 0, .. })));
 
@@ -452,4 +473,99 @@ fn bad_json_trailing_bytes_and_checksum() {
         what.contains("unknown choice kind 9") && what.contains("checksum does not match"),
         "{what}"
     );
+}
+
+/// A file whose coverage section is `section` (header and outcome as in `build`, no steps).
+fn build_with_coverage(section: &[u8]) -> Vec<u8> {
+    let mut b = build(0, &[]);
+    let at = b.len() - 9;
+    b.splice(at..at + 1, section.iter().copied()).for_each(drop);
+    reseal(&mut b);
+    b
+}
+
+/// Offset of the coverage section in a file made by `build_with_coverage`.
+fn coverage_at() -> usize {
+    steps_at() + 4 + serde_json::to_vec(&Outcome::Exited { code: 0, location: None }).unwrap().len()
+}
+
+fn varints(values: &[u64]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &v in values {
+        put_u64(&mut out, v);
+    }
+    out
+}
+
+#[test]
+fn coverage_round_trips_and_stays_out_of_decision_bytes() {
+    let t = sample_trace();
+    let back = decode(&encode(&t), "t.bin").unwrap();
+    assert_eq!(back.coverage, t.coverage);
+    assert_eq!(back.coverage[&0].modules[2].path, "/tmp/ünïcode lib.so");
+    assert_eq!(back.coverage[&3].edges[4].edge, 1 + 4 * 9000);
+    let mut bare = t.clone();
+    bare.coverage.clear();
+    assert_eq!(decision_bytes(&bare), decision_bytes(&t));
+    assert!(encode(&bare).len() < encode(&t).len());
+}
+
+#[test]
+fn overlong_module_paths_are_clipped_at_a_character_boundary() {
+    let mut t = sample_trace();
+    let long = format!("/{}", "é".repeat(MAX_MODULE_PATH));
+    t.coverage.get_mut(&0).unwrap().modules[0].path = long.clone();
+    let back = decode(&encode(&t), "t.bin").unwrap();
+    let path = &back.coverage[&0].modules[0].path;
+    assert!(path.len() <= MAX_MODULE_PATH && long.starts_with(path.as_str()) && path.len() > MAX_MODULE_PATH - 2, "{}", path.len());
+}
+
+#[test]
+fn crafted_coverage_sections_are_checked_field_by_field() {
+    let at = coverage_at() as u64;
+    // One process 0 with no guards, one module "/a" [0x1000, 0x2000) at offset 0, one edge.
+    let module = [varints(&[2]), b"/a".to_vec(), varints(&[0x1000, 0x2000, 0])].concat();
+    let edge = |index: u64, count: u8| [varints(&[index, 0x1005]), vec![count], varints(&[7])].concat();
+    let process = |id: u64, modules: &[u8], edges: &[u8], n_edges: u64| [varints(&[id, 0, 1]), modules.to_vec(), varints(&[n_edges]), edges.to_vec()].concat();
+    let ok = [varints(&[1]), process(0, &module, &edge(5, 1), 1)].concat();
+    let t = decode(&build_with_coverage(&ok), "ok").unwrap();
+    assert_eq!(t.coverage[&0].edges, vec![EdgeHit { edge: 5, pc: 0x1005, count: 1, first_step: 7 }]);
+    assert_eq!(t.coverage[&0].modules[0], Module { path: "/a".into(), start: 0x1000, end: 0x2000, offset: 0 });
+
+    let expect = |section: Vec<u8>, needle: &str| {
+        let (off, what) = damaged_at(decode(&build_with_coverage(&section), "x"));
+        assert!(what.contains(needle), "{what}");
+        assert!(off >= at, "offset {off} before the section at {at}");
+    };
+    expect([varints(&[65])].concat(), "process count 65 exceeds the limit");
+    expect([varints(&[2]), process(1, &module, &edge(5, 1), 1), process(1, &module, &edge(5, 1), 1)].concat(), "process id 1 is out of order");
+    expect([varints(&[1]), process(64, &module, &edge(5, 1), 1)].concat(), "over the limit of 64");
+    expect([varints(&[1]), process(0, &module, &[edge(5, 1), edge(5, 1)].concat(), 2)].concat(), "index 5 is out of order");
+    expect([varints(&[1]), process(0, &module, &edge(1 << 16, 1), 1)].concat(), "over the limit of 65536");
+    expect([varints(&[1]), process(0, &module, &edge(5, 0), 1)].concat(), "count is 0");
+    expect([varints(&[1]), process(0, &module, &[], 1 << 40)].concat(), "edge count 1099511627776 exceeds");
+    let backwards = [varints(&[2]), b"/a".to_vec(), varints(&[0x2000, 0x1000, 0])].concat();
+    expect([varints(&[1]), process(0, &backwards, &edge(5, 1), 1)].concat(), "not after its start");
+    let bad_utf8 = [varints(&[2]), vec![0xff, 0xfe], varints(&[0x1000, 0x2000, 0])].concat();
+    expect([varints(&[1]), process(0, &bad_utf8, &edge(5, 1), 1)].concat(), "path is not UTF-8");
+    let huge_path = [varints(&[MAX_MODULE_PATH as u64 + 1])].concat();
+    expect([varints(&[1]), process(0, &huge_path, &[], 0)].concat(), "path length 4097 exceeds");
+    let many_modules = [varints(&[1, 0, 0, MAX_MODULES as u64 + 1])].concat();
+    expect(many_modules, "module count 4097 exceeds");
+
+    // Claimed counts within the limits but beyond the bytes present: truncation, no allocation.
+    let short = [varints(&[1, 0, 0, 0, 60_000]), edge(5, 1)].concat();
+    let r = decode(&build_with_coverage(&short), "x");
+    assert!(matches!(r, Err(TraceError::Truncated { .. }) | Err(TraceError::Damaged { .. })), "{r:?}");
+}
+
+#[test]
+fn truncation_inside_the_coverage_section_names_the_field() {
+    let bytes = encode(&sample_trace());
+    let mut bare = sample_trace();
+    bare.coverage.clear();
+    let start = encode(&bare).len() - 9; // where the section begins
+    let cut = start + 4; // process count, then process 0: id, guards, module count; the path length is next
+    let err = decode(&bytes[..cut], "cut.bin").unwrap_err().to_string();
+    assert!(err.contains("coverage: process 0 module 0 path length") && err.contains("truncated"), "{err}");
 }

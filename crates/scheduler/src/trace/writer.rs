@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::varint::{put_u64, zigzag};
 use super::{
-    fnv1a64, Step, Trace, TraceError, FORMAT_VERSION, KIND_RUN, KIND_TIMEOUT, MAGIC, MAX_HEADER_BYTES,
+    fnv1a64, ProcessCoverage, ProcessId, Step, Trace, TraceError, FORMAT_VERSION, KIND_RUN, KIND_TIMEOUT, MAGIC, MAX_HEADER_BYTES,
     MAX_OUTCOME_BYTES, RESULT_BLOCKED, RESULT_GRANTED,
 };
 use crate::choice::ChoiceKind;
@@ -107,6 +107,7 @@ impl Encoded {
         put_blob(&mut out, &header);
         put_steps(&mut out, &trace.steps);
         put_blob(&mut out, &outcome);
+        put_coverage(&mut out, &trace.coverage);
         let checksum = fnv1a64(&out);
         out.extend_from_slice(&checksum.to_le_bytes());
         Encoded {
@@ -123,6 +124,37 @@ fn put_blob(out: &mut Vec<u8>, blob: &[u8]) {
     let len = u32::try_from(blob.len()).unwrap_or(u32::MAX);
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(blob);
+}
+
+/// The coverage section: per process its id, guards, module map and edges (see
+/// docs/trace-format.md). Module paths are clipped to MAX_MODULE_PATH bytes (at a character
+/// boundary) so the reader's limit always holds.
+fn put_coverage(out: &mut Vec<u8>, coverage: &std::collections::BTreeMap<ProcessId, ProcessCoverage>) {
+    put_u64(out, coverage.len() as u64);
+    for (&process, cov) in coverage {
+        put_u64(out, process.into());
+        put_u64(out, cov.guards.into());
+        let modules = &cov.modules[..cov.modules.len().min(super::MAX_MODULES)];
+        put_u64(out, modules.len() as u64);
+        for m in modules {
+            let mut end = m.path.len().min(super::MAX_MODULE_PATH);
+            while !m.path.is_char_boundary(end) {
+                end -= 1;
+            }
+            put_u64(out, end as u64);
+            out.extend_from_slice(&m.path.as_bytes()[..end]);
+            put_u64(out, m.start);
+            put_u64(out, m.end);
+            put_u64(out, m.offset);
+        }
+        put_u64(out, cov.edges.len() as u64);
+        for e in &cov.edges {
+            put_u64(out, e.edge.into());
+            put_u64(out, e.pc);
+            out.push(e.count);
+            put_u64(out, e.first_step.into());
+        }
+    }
 }
 
 fn put_steps(out: &mut Vec<u8>, steps: &[Step]) {

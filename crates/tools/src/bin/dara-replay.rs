@@ -2,12 +2,18 @@
 //!
 //! Exit status: 1 the replayed run shows the bug again, 0 it ran clean, 3 it diverged from the
 //! trace (the step, expected vs. seen, is printed), 2 usage or tool error.
+//!
+//! Coverage: a trace of an instrumented program stores the edges its run reached; the replay's
+//! are compared with them and the result printed. Under `--verify` a difference (from the
+//! recording or between the replays) is a divergence, exit 3: the same decisions must drive the
+//! program through the same code. Without `--verify` it is only reported, since a run that
+//! ended on a wall-clock limit (a hang) may legitimately have spun a different number of times.
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use dara_explorer::reproduce::{first_difference, reproduce, reproduce_observed};
+use dara_explorer::reproduce::{coverage_difference, first_difference, reproduce, reproduce_observed};
 use dara_scheduler::execution::ExecutionReport;
 use dara_scheduler::trace::{self, Trace};
 use dara_scheduler::Outcome;
@@ -54,6 +60,10 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     if let Some(code) = judge(&recorded, &report) {
         return Ok(code);
     }
+    let coverage_same = judge_coverage(&recorded, &report);
+    if cli.verify && !coverage_same {
+        return Ok(3);
+    }
     if cli.verify {
         base.symbolize = false;
         for round in 1..=2 {
@@ -66,8 +76,13 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
                 println!("verify: run {round} ended differently: {} vs {}", again.outcome.summary(), report.outcome.summary());
                 return Ok(3);
             }
+            if let Some(what) = coverage_difference(&report.coverage, &again.coverage) {
+                println!("verify: run {round} covered differently from the first replay: {what}");
+                return Ok(3);
+            }
         }
-        println!("verify: 2 more executions identical to the first replay ({} steps, same outcome)", report.steps.len());
+        let coverage = if report.coverage.is_empty() { "" } else { ", same coverage" };
+        println!("verify: 2 more executions identical to the first replay ({} steps, same outcome{coverage})", report.steps.len());
     }
     Ok(if report.outcome.is_bug() { 1 } else { 0 })
 }
@@ -92,4 +107,22 @@ fn judge(recorded: &Trace, report: &ExecutionReport) -> Option<u8> {
     }
     println!("outcome: {} (same as recorded)", report.outcome.summary());
     None
+}
+
+/// Compares the replay's coverage with the recording's and says so; false when they differ.
+fn judge_coverage(recorded: &Trace, report: &ExecutionReport) -> bool {
+    if recorded.coverage.is_empty() && report.coverage.is_empty() {
+        return true;
+    }
+    match coverage_difference(&recorded.coverage, &report.coverage) {
+        None => {
+            let edges: usize = report.coverage.values().map(|c| c.edges.len()).sum();
+            println!("coverage: {edges} edges (same as recorded)");
+            true
+        }
+        Some(what) => {
+            println!("coverage differs from the recording: {what}");
+            false
+        }
+    }
 }

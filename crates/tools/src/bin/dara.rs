@@ -1,6 +1,8 @@
 //! `dara`: tools that read traces. `dara info trace.bin` summarises one (what ran, under which
 //! strategy and seed, steps by operation, threads, virtual time, outcome); `--json` for machines.
 //! `dara minimize trace.bin` shrinks a failing trace (see `dara_tools::minimize`).
+//! `dara coverage trace.bin...` reports the edge coverage stored in traces (see
+//! `dara_tools::coverage`).
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,6 +30,8 @@ enum Command {
     },
     /// Shrink a failing trace to fewer preemptions and steps that fail the same way.
     Minimize(dara_tools::minimize::MinimizeArgs),
+    /// Edge coverage stored in traces, united: covered and uncovered sites by function and line.
+    Coverage(dara_tools::coverage::CoverageArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +50,13 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("dara: error: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Coverage(args) => match dara_tools::coverage::run(args) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("dara: error: {e:#}");
                 ExitCode::from(2)
             }
         },

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,12 @@ pub fn fixture(name: &str) -> PathBuf {
 
 /// Like `fixture`, with extra compiler flags (e.g. `-static`); the flags are part of the cache key.
 pub fn fixture_with(name: &str, flags: &[&str]) -> PathBuf {
+    fixture_built_by(name, None, flags)
+}
+
+/// Like `fixture_with`, compiled by `compiler` (e.g. `clang`) instead of the default for the
+/// language; the compiler is part of the cache key.
+pub fn fixture_built_by(name: &str, compiler: Option<&str>, flags: &[&str]) -> PathBuf {
     let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let dir_fixtures = repo_root().join("tests/fixtures");
     let src = ["c", "cc", "rs"]
@@ -29,24 +35,31 @@ pub fn fixture_with(name: &str, flags: &[&str]) -> PathBuf {
         .unwrap_or_else(|| panic!("no fixture source for {name}"));
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
     std::fs::create_dir_all(&dir).unwrap();
-    let suffix: String = flags.iter().map(|f| f.trim_start_matches('-').replace('/', "_")).collect::<Vec<_>>().join("_");
+    let mut suffix: String = compiler.into_iter().chain(flags.iter().copied()).map(|f| f.trim_start_matches('-').replace('/', "_")).collect::<Vec<_>>().join("_");
+    if suffix.len() > 100 {
+        // Long flag lists (library paths) would make file names over the 255-byte limit.
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        suffix.hash(&mut h);
+        suffix = format!("{}_{:016x}", compiler.unwrap_or("default"), h.finish());
+    }
     let exe = dir.join(if suffix.is_empty() { name.to_string() } else { format!("{name}.{suffix}") });
     let fresh = exe.metadata().and_then(|m| m.modified()).ok() > src.metadata().and_then(|m| m.modified()).ok();
     if !fresh {
         let tmp = exe.with_extension("tmp");
         let mut build = match src.extension().and_then(|e| e.to_str()) {
             Some("rs") => {
-                let mut c = Command::new("rustc");
+                let mut c = Command::new(compiler.unwrap_or("rustc"));
                 c.args(["-O", "-g"]);
                 c
             }
             Some("cc") => {
-                let mut c = Command::new("c++");
+                let mut c = Command::new(compiler.unwrap_or("c++"));
                 c.args(["-O1", "-g", "-pthread", "-Wall"]);
                 c
             }
             _ => {
-                let mut c = Command::new("cc");
+                let mut c = Command::new(compiler.unwrap_or("cc"));
                 c.args(["-O1", "-g", "-pthread", "-Wall"]);
                 c
             }

@@ -44,7 +44,7 @@ impl Staged {
 
     fn coverage(&self) -> BTreeMap<u32, ProcessCoverage> {
         let edges = self.hits.iter().map(|(&edge, &(first_step, count))| EdgeHit { edge, pc: 0x1000 + u64::from(edge), count, first_step }).collect();
-        BTreeMap::from([(0, ProcessCoverage { guards: 0, edges })])
+        BTreeMap::from([(0, ProcessCoverage { guards: 0, edges, modules: vec![] })])
     }
 }
 
@@ -121,7 +121,7 @@ fn steers_toward_the_action_that_reached_new_code() {
         let mut s = Coverage::new(Objective::Unique, seed);
         // Execution 0 ran thread 2 first, and that reached block 7.
         let taken = [offered[2], offered[0], offered[1]];
-        let coverage = BTreeMap::from([(0, ProcessCoverage { guards: 0, edges: vec![EdgeHit { edge: 7, pc: 0x700, count: 1, first_step: 0 }] })]);
+        let coverage = BTreeMap::from([(0, ProcessCoverage { guards: 0, edges: vec![EdgeHit { edge: 7, pc: 0x700, count: 1, first_step: 0 }], modules: vec![] })]);
         s.begin_execution(0);
         s.observe(&Feedback { choices: &taken, coverage: &coverage });
         s.begin_execution(1);
@@ -207,8 +207,8 @@ fn objectives_weigh_blocks_as_documented() {
     let hit = |edge, pc| EdgeHit { edge, pc, count: 1, first_step: 0 };
     // Two executions: block 1 of process 0 reached in both, block 2 of process 0 once, and
     // block 2's code (pc 0x20) also in process 1 once.
-    let both = BTreeMap::from([(0, ProcessCoverage { guards: 0, edges: vec![hit(1, 0x10), hit(2, 0x20)] }), (1, ProcessCoverage { guards: 0, edges: vec![hit(2, 0x20)] })]);
-    let one = BTreeMap::from([(0, ProcessCoverage { guards: 0, edges: vec![hit(1, 0x10)] })]);
+    let both = BTreeMap::from([(0, ProcessCoverage { guards: 0, edges: vec![hit(1, 0x10), hit(2, 0x20)], modules: vec![] }), (1, ProcessCoverage { guards: 0, edges: vec![hit(2, 0x20)], modules: vec![] })]);
+    let one = BTreeMap::from([(0, ProcessCoverage { guards: 0, edges: vec![hit(1, 0x10)], modules: vec![] })]);
     h.record(&Feedback { choices: &[c], coverage: &both });
     h.record(&Feedback { choices: &[c], coverage: &one });
     let none = HashSet::new();
