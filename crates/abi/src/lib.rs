@@ -34,7 +34,7 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -83,8 +83,9 @@ pub mod state {
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Op {
-    /// First post of a process's main thread, from the preload constructor, before `main`.
-    /// args: [parent logical process or u64::MAX, 0, 0, 0]
+    /// First post of a process's main thread, from the preload constructor (or, in a forked
+    /// child, from the fork hook) before any user code of that image runs.
+    /// args: [parent logical process or u64::MAX, [`start_kind`], 0, 0]
     ProcessStart = 1,
     /// First post of a new thread, before its start routine runs. args: [creator slot, ..]
     ThreadStart = 2,
@@ -176,6 +177,23 @@ pub enum Op {
     /// once, without a decision.
     Fault = 86,
 
+    /// About to `fork` (also `vfork`, run as a fork). Granted at once; after the grant the
+    /// parent claims the child's slot (STARTING) and process entry, forks, and the child posts
+    /// `ProcessStart` with [`start_kind::FORK`]. args: none.
+    ProcessFork = 110,
+    /// About to `execve`. Granted at once; after the grant the thread claims the slot the new
+    /// image's main thread will use (STARTING, recorded in its [`ProcessEntry::exec_slot`]);
+    /// the new image posts `ProcessStart` with [`start_kind::EXEC`] on it. If the exec fails the
+    /// slot is released (EXITED) and the thread goes on. args: none.
+    ProcessExec = 111,
+    /// `wait4`/`waitpid`/`wait`/`waitid` for exited children. args: [logical process waited
+    /// for, or [`ANY_PROCESS`] (any child; also process groups), or `ANY_PROCESS - 1` (a pid
+    /// that is no traced process); options (`WNOHANG`, and `WNOWAIT` from waitid), 0, 0].
+    /// result: 1 + the logical process of the exited child the thread may now collect for real
+    /// (which one, when several have exited, is a choice), 0 for `WNOHANG` with none exited,
+    /// `-ECHILD` when no child matches. Pids never appear: they differ from run to run.
+    ProcessWait = 112,
+
     /// A syscall dara cannot control was about to run. args: [syscall number, arg0, arg1, arg2].
     /// Ends the execution with an "uncontrolled" outcome; never granted.
     Unsupported = 90,
@@ -221,6 +239,9 @@ impl Op {
             84 => MemoryWrite,
             85 => EdgeQuantum,
             86 => Fault,
+            110 => ProcessFork,
+            111 => ProcessExec,
+            112 => ProcessWait,
             90 => Unsupported,
             _ => return None,
         })
@@ -265,9 +286,25 @@ impl Op {
             MemoryWrite => "write",
             EdgeQuantum => "edge-quantum",
             Fault => "fault",
+            ProcessFork => "fork",
+            ProcessExec => "exec",
+            ProcessWait => "wait",
             Unsupported => "unsupported-syscall",
         }
     }
+}
+
+/// `ProcessWait` target meaning "any child".
+pub const ANY_PROCESS: u64 = u64::MAX;
+
+/// How a process's main thread came to post `ProcessStart` (its args[1]).
+pub mod start_kind {
+    /// The first program dara launched, or an orphan nobody announced.
+    pub const LAUNCHED: u64 = 0;
+    /// A child created by a traced `fork`.
+    pub const FORK: u64 = 1;
+    /// A new program image of an existing process (after `execve`): same logical process.
+    pub const EXEC: u64 = 2;
 }
 
 /// Deadline argument meaning "wait forever".
@@ -314,6 +351,9 @@ pub struct ProcessEntry {
     /// Seed of this process's application-randomness stream (getrandom, rand, /dev/urandom);
     /// written by the scheduler before the process may run user code.
     pub random_seed: AtomicU64,
+    /// Slot + 1 claimed for the main thread of the image this process is `execve`-ing into (0:
+    /// none). The new image's constructor finds its process by pid and adopts this slot.
+    pub exec_slot: AtomicU32,
 }
 
 /// The start of the region.

@@ -130,6 +130,20 @@ pub fn adopt(index: u32, stack_top: usize) {
     SLOT.with(|s| s.set(index));
 }
 
+/// The stack top noted for the current thread by [`adopt`] (a forked child keeps its parent
+/// thread's stack, so it keeps the bound too).
+pub fn stack_top() -> usize {
+    STACK_TOP.with(|t| t.get())
+}
+
+/// Posts `op` on `slot` for a thread that has just adopted it and is still inside the preload
+/// (a forked child announcing itself), and parks until the grant.
+pub fn post_on(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
+    let grant = handoff(slot, op, args);
+    slot.state.store(state::RUNNING, Ordering::Release);
+    grant
+}
+
 /// Whether `addr` lies in the current thread's live stack: between the stack pointer (less the
 /// red zone) and the top noted by [`adopt`]. Such memory is private to the thread as far as
 /// this thread's accesses go, so they are never scheduling points. Costs a register read and a
@@ -164,7 +178,8 @@ pub fn has_slot() -> bool {
     SLOT.with(|s| s.get()) != NO_SLOT
 }
 
-fn wake_scheduler() {
+/// Wakes the scheduler to look at the slots again (a slot changed state without a post).
+pub fn wake_scheduler() {
     if let Some(header) = region::header() {
         header.sched_wake.fetch_add(1, Ordering::Release);
         sys::futex_wake(&header.sched_wake, i32::MAX as u32);

@@ -7,10 +7,10 @@
 //! streams and `AT_RANDOM` are set up after it.
 use core::sync::atomic::Ordering;
 
-use dara_abi::{state, Op};
+use dara_abi::{start_kind, Op};
 use libc::{c_char, c_int};
 
-use crate::gate::{self, Gated};
+use crate::gate::Gated;
 use crate::region::{self, MapError};
 use crate::trap::{self, InstallError};
 use crate::{entropy, real, sys};
@@ -48,35 +48,32 @@ extern "C" fn dara_preload_init(
         ),
     };
 
-    let process = header.next_process.fetch_add(1, Ordering::AcqRel);
+    let pid = sys::getpid();
+    // A new image of a traced process (after execve) keeps its logical process and adopts the
+    // slot the exec'ing thread claimed for it; anything else is a new process.
+    let (process, index, kind) = match crate::process::exec_claim(header, pid) {
+        Some((process, slot)) => (process, slot, start_kind::EXEC),
+        None => (header.next_process.fetch_add(1, Ordering::AcqRel), header.next_slot.fetch_add(1, Ordering::AcqRel), start_kind::LAUNCHED),
+    };
     let Some(entry) = header.processes.get(process as usize) else {
         sys::die(
             b"dara: too many processes for the shared region\n",
             SETUP_FAILED,
         )
     };
-    let pid = sys::getpid();
     entry.pid.store(pid, Ordering::Release);
     region::set_process(process);
     crate::coverage::publish_guards();
 
-    let index = header.next_slot.fetch_add(1, Ordering::AcqRel);
     let Some(slot) = region::slot(index) else {
         sys::die(
             b"dara: no free thread slot in the shared region\n",
             SETUP_FAILED,
         )
     };
-    slot.pid.store(pid, Ordering::Relaxed);
-    slot.tid.store(sys::gettid(), Ordering::Relaxed);
-    slot.process.store(process, Ordering::Relaxed);
-    // SAFETY: pthread_self has no preconditions.
-    slot.handle
-        .store(unsafe { real::pthread_self() } as u64, Ordering::Relaxed);
-    slot.state.store(state::RUNNING, Ordering::Release);
     // glibc passes the initial stack's environment array: it lies above every frame the main
     // thread will ever have (_start's included), so it bounds the main thread's own stack.
-    gate::adopt(index, envp as usize);
+    crate::process::become_main_thread(slot, index, process, envp as usize);
 
     if let Err(e) = trap::install() {
         sys::die(
@@ -90,11 +87,12 @@ extern "C" fn dara_preload_init(
     }
 
     crate::fault::install();
+    crate::process::remember_environment(envp);
 
     let Some(gate) = Gated::enter() else {
         sys::die(b"dara: main thread is not gated\n", SETUP_FAILED)
     };
-    gate.post(Op::ProcessStart, [u64::MAX, 0, 0, 0]);
+    gate.post(Op::ProcessStart, [u64::MAX, kind, 0, 0]);
     entropy::seed_process(entry.random_seed.load(Ordering::Acquire));
     entropy::overwrite_at_random();
 }

@@ -39,6 +39,7 @@ pub mod fault;
 pub mod gate;
 pub mod hooks;
 pub mod init;
+pub mod process;
 pub mod real;
 pub mod region;
 pub mod sys;

@@ -17,6 +17,7 @@ use crate::sys;
 
 pub type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
 pub type InitRoutine = extern "C" fn();
+pub type MainFn = extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
 
 fn resolve(cache: &AtomicUsize, name: &'static [u8]) -> usize {
     let cached = cache.load(Ordering::Relaxed);
@@ -74,6 +75,8 @@ real_functions! {
     fn pthread_exit(retval: *mut c_void) -> !;
     fn pthread_self() -> pthread_t;
     fn exit(status: c_int) -> !;
+    fn fork() -> pid_t;
+    fn __libc_start_main(main: MainFn, argc: c_int, argv: *mut *mut c_char, init: usize, fini: usize, rtld_fini: usize, stack_end: *mut c_void) -> c_int;
     fn _exit(status: c_int) -> !;
     fn _Exit(status: c_int) -> !;
 
@@ -126,6 +129,14 @@ real_functions! {
     fn rand_r(seed: *mut c_uint) -> c_int;
     fn srand(seed: c_uint) -> ();
     fn srandom(seed: c_uint) -> ();
+
+    fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    fn openat64(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE;
+    fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE;
+    fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE;
 
     fn sysconf(name: c_int) -> c_long;
     fn get_nprocs() -> c_int;

@@ -53,8 +53,11 @@ pub fn map(path: &[u8]) -> Result<&'static Header, MapError> {
     };
     sys::close(fd as i32);
     if path.strip_suffix(&[0]) == Some(dara_abi::SHM_PATH.as_bytes()) {
-        // The descriptor dara passed down: mapped now, so give the number back to the program.
-        sys::close(dara_abi::SHM_FD);
+        // The descriptor dara passed down stays open (forked children inherit it, and an
+        // `execve` makes it survive for the next image: see `process::exec`), but close-on-exec,
+        // so a program that runs something outside dara's control does not hand it on.
+        // SAFETY: F_SETFD on a descriptor this process owns.
+        unsafe { sys::syscall(libc::SYS_fcntl, &[dara_abi::SHM_FD as u64, libc::F_SETFD as u64, libc::FD_CLOEXEC as u64]) };
     }
     if (-4095..0).contains(&addr) {
         return Err(MapError::Map);

@@ -1,16 +1,22 @@
-//! Raw system calls, all issued from one instruction.
+//! Raw system calls, all issued from one instruction at a fixed address.
 //!
 //! Every syscall the preload makes goes through [`dara_raw_syscall6`], a tiny `global_asm!`
-//! trampoline. The seccomp filter installed by [`crate::trap`] lets a syscall through without
-//! looking at it when the instruction pointer the kernel reports (the address right after the
-//! `syscall` instruction) is [`return_address`]; the same syscall issued from anywhere else in
-//! the process (libc, the vDSO fallback, a raw `syscall` in user code) is trapped. So this module
-//! is the only place where the preload may enter the kernel directly, and code that runs inside
-//! the SIGSYS handler uses nothing else.
+//! function that loads the registers and calls the *syscall page*: one page mapped at
+//! [`SYSCALL_PAGE`] in every traced process, holding `syscall; ret`. The seccomp filter installed
+//! by [`crate::trap`] lets a syscall through without looking at it when the instruction pointer
+//! the kernel reports (the address right after the `syscall` instruction) is [`return_address`];
+//! the same syscall issued from anywhere else in the process (libc, the vDSO fallback, a raw
+//! `syscall` in user code) is trapped. So this module is the only place where the preload may
+//! enter the kernel directly, and code that runs inside the SIGSYS handler uses nothing else.
+//!
+//! The address is fixed, not the preload's own code, because the filter outlives `execve`: the
+//! new program's preload lands elsewhere, but maps its syscall page at the same address (before
+//! its first syscall, with a bootstrap `mmap` that the filter never traps), so the filter it
+//! inherited keeps letting exactly dara's syscalls through. A forked child inherits the page.
 //!
 //! The wrappers below return the kernel's raw result (`-errno` on failure) and never touch
 //! `errno`, so they are safe to use in a signal handler.
-use core::sync::atomic::AtomicU32;
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use libc::{c_long, timespec};
 
@@ -30,14 +36,82 @@ core::arch::global_asm!(
     "mov r10, r8",
     "mov r8, r9",
     "mov r9, [rsp + 8]",
-    "syscall",
-    ".globl dara_raw_syscall6_return",
-    ".hidden dara_raw_syscall6_return",
-    "dara_raw_syscall6_return:",
+    // The syscall page: `syscall; ret` (r11 is clobbered by `syscall` anyway).
+    "mov r11, {page}",
+    "call r11",
     "ret",
     ".size dara_raw_syscall6, . - dara_raw_syscall6",
     ".popsection",
+    page = const SYSCALL_PAGE,
 );
+
+/// Where every traced process maps its syscall page: far from where Linux places executables
+/// (0x5555_5555_4000 with ASLR off), libraries and stacks (0x7fff_f7xx_xxxx and up), and the
+/// heap (right after the executable).
+pub const SYSCALL_PAGE: u64 = 0x3da7_a000_0000;
+/// `syscall; ret`.
+const SYSCALL_PAGE_CODE: [u8; 3] = [0x0f, 0x05, 0xc3];
+const PAGE_SIZE: u64 = 4096;
+
+/// Whether this process has its syscall page (inherited across `fork`, not across `execve`).
+static PAGE_READY: AtomicBool = AtomicBool::new(false);
+
+/// Maps the syscall page if this process does not have it yet. Uses its own `syscall`
+/// instruction: `mmap` and `mprotect` are never trapped, so this works under a filter inherited
+/// through `execve`. Dies with a one-line message if the address is taken by something else.
+#[cold]
+fn map_syscall_page() {
+    let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
+    // SAFETY: a fresh anonymous mapping at an address nothing else uses (NOREPLACE refuses to
+    // touch an existing mapping).
+    let addr = unsafe { bootstrap_syscall(libc::SYS_mmap, [SYSCALL_PAGE, PAGE_SIZE, prot, flags, u64::MAX, 0]) };
+    if addr as u64 == SYSCALL_PAGE {
+        // SAFETY: the page was just mapped writable and is PAGE_SIZE bytes long.
+        unsafe { core::ptr::copy_nonoverlapping(SYSCALL_PAGE_CODE.as_ptr(), SYSCALL_PAGE as *mut u8, SYSCALL_PAGE_CODE.len()) };
+        let exec = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+        // SAFETY: changes the protection of the page mapped above only.
+        unsafe { bootstrap_syscall(libc::SYS_mprotect, [SYSCALL_PAGE, PAGE_SIZE, exec, 0, 0, 0]) };
+    } else if addr != -(libc::EEXIST as i64) || !page_holds_code() {
+        let msg = b"dara: cannot map the syscall page at 0x3da7a0000000 (address in use)\n";
+        // SAFETY: writing a static buffer to stderr, then exiting.
+        unsafe {
+            bootstrap_syscall(libc::SYS_write, [2, msg.as_ptr() as u64, msg.len() as u64, 0, 0, 0]);
+            bootstrap_syscall(libc::SYS_exit_group, [125, 0, 0, 0, 0, 0]);
+        }
+    }
+    PAGE_READY.store(true, Ordering::Release);
+}
+
+/// An existing mapping at the page's address: ours (set up before a `fork`) if it holds the
+/// code. `mincore` tells whether the address is mapped before it is read.
+fn page_holds_code() -> bool {
+    let mut resident = 0u8;
+    // SAFETY: mincore writes one byte for the one page asked about.
+    let mapped = unsafe { bootstrap_syscall(libc::SYS_mincore, [SYSCALL_PAGE, PAGE_SIZE, &mut resident as *mut u8 as u64, 0, 0, 0]) } == 0;
+    // SAFETY: the page is mapped (mincore succeeded); reading three bytes of it.
+    mapped && unsafe { core::slice::from_raw_parts(SYSCALL_PAGE as *const u8, 3) } == SYSCALL_PAGE_CODE
+}
+
+/// A syscall from this function's own instruction: only for the few calls that set up the
+/// syscall page, none of which the filter traps.
+///
+/// # Safety
+/// As for [`syscall6`].
+unsafe fn bootstrap_syscall(nr: c_long, a: [u64; 6]) -> i64 {
+    let ret: i64;
+    // SAFETY: a plain syscall; the kernel clobbers rcx and r11, declared below.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") nr as i64 => ret,
+            in("rdi") a[0], in("rsi") a[1], in("rdx") a[2], in("r10") a[3], in("r8") a[4], in("r9") a[5],
+            lateout("rcx") _, lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
 
 extern "C" {
     fn dara_raw_syscall6(
@@ -49,15 +123,12 @@ extern "C" {
         a5: c_long,
         a6: c_long,
     ) -> c_long;
-    /// The label right after the trampoline's `syscall` instruction (never read, only its
-    /// address is taken).
-    static dara_raw_syscall6_return: u8;
 }
 
-/// The instruction pointer the kernel reports to seccomp for a syscall made by the trampoline.
-pub fn return_address() -> u64 {
-    // Only the address of the label is taken; it is never read.
-    core::ptr::addr_of!(dara_raw_syscall6_return) as u64
+/// The instruction pointer the kernel reports to seccomp for a syscall made through the syscall
+/// page: right after its `syscall` instruction.
+pub const fn return_address() -> u64 {
+    SYSCALL_PAGE + 2
 }
 
 /// Issues syscall `nr` with six arguments; returns the kernel's raw result.
@@ -67,6 +138,9 @@ pub fn return_address() -> u64 {
 /// lifetime, fds the caller owns, ...): this is exactly as unsafe as the syscall itself.
 #[inline]
 pub unsafe fn syscall6(nr: c_long, a: [u64; 6]) -> i64 {
+    if !PAGE_READY.load(Ordering::Relaxed) {
+        map_syscall_page();
+    }
     // SAFETY: the trampoline follows the C ABI and performs exactly this syscall; the caller
     // guarantees the arguments are valid for it.
     unsafe {

@@ -2,7 +2,7 @@
 //! anywhere but the preload's trampoline to a SIGSYS handler, which emulates them.
 //!
 //! Symbol hooks cannot see libc-internal calls (glibc's own futex waits, `arc4random`'s
-//! `getrandom`, `fopen("/dev/urandom")`) or raw `syscall` instructions; the trap does. The filter
+//! `getrandom`) or raw `syscall` instructions; the trap does. The filter
 //! lets everything from [`sys::return_address`] through, traps the calls listed in [`TRAPPED`]
 //! (and `clone` without `CLONE_THREAD`, i.e. a new process), refuses `clone3` with ENOSYS, and
 //! allows the rest.
@@ -27,6 +27,10 @@ const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
 /// ENOSYS, so glibc falls back to `clone`, whose flags the filter can inspect: it cannot be
 /// trapped because glibc's `pthread_create` issues it with every signal blocked, and a trap whose
 /// SIGSYS is blocked kills the process.)
+///
+/// `open`/`openat` are not trapped (random devices are caught by the `open`/`fopen` symbol
+/// hooks instead): the filter outlives `execve`, and the dynamic loader of the new program opens
+/// its libraries before the preload can install the SIGSYS handler again.
 const TRAPPED: [c_long; 16] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
@@ -37,13 +41,13 @@ const TRAPPED: [c_long; 16] = [
     libc::SYS_gettimeofday,
     libc::SYS_time,
     libc::SYS_getrandom,
-    libc::SYS_open,
-    libc::SYS_openat,
     libc::SYS_pause,
     libc::SYS_fork,
     libc::SYS_vfork,
     libc::SYS_execve,
     libc::SYS_execveat,
+    libc::SYS_wait4,
+    libc::SYS_waitid,
 ];
 
 /// Set once the filter is installed (the signal-mask hooks keep SIGSYS deliverable from then on).
@@ -164,6 +168,11 @@ pub fn install() -> Result<(), InstallError> {
         return Err(InstallError::Filter);
     }
     INSTALLED.store(true, Ordering::Relaxed);
+    // A program image started by an `execve` that dara ran from inside this handler inherits
+    // the handler's signal mask, SIGSYS blocked: a trap would then kill it.
+    let sigsys: u64 = 1 << (libc::SIGSYS - 1);
+    // SAFETY: rt_sigprocmask reads one 8-byte signal set from a live local.
+    unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_UNBLOCK as u64, &sigsys as *const u64 as u64, 0, 8]) };
     Ok(())
 }
 
@@ -199,19 +208,6 @@ fn emulate(nr: c_long, a: [u64; 6]) -> i64 {
             let buf = unsafe { core::slice::from_raw_parts_mut(a[0] as *mut u8, a[1] as usize) };
             entropy::fill(buf);
             a[1] as i64
-        }
-        libc::SYS_open | libc::SYS_openat => {
-            let (path, flags) = if nr == libc::SYS_open {
-                (a[0], a[1])
-            } else {
-                (a[1], a[2])
-            };
-            // SAFETY: the program passed this as a NUL-terminated path to open.
-            if unsafe { entropy::is_random_device(path as *const u8) } {
-                entropy::urandom_file(flags as c_int & libc::O_CLOEXEC != 0)
-            } else {
-                passthrough(nr, a)
-            }
         }
         _ => match Gated::enter() {
             Some(gate) => gated(&gate, nr, a),
@@ -289,9 +285,10 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
             }
             secs
         }
-        // pause, futex_waitv, fork, vfork, clone without CLONE_THREAD, and execve/execveat: the
-        // filter outlives exec but this handler does not, so the new image would be killed by
-        // its first trapped syscall (ld.so's openat) before the preload could load again.
+        libc::SYS_execve | libc::SYS_execveat => crate::process::exec(gate, nr, a),
+        libc::SYS_wait4 | libc::SYS_waitid => crate::process::wait(gate, nr, a),
+        // pause, futex_waitv, and raw fork, vfork or clone without CLONE_THREAD (glibc's fork()
+        // goes through the `fork` hook, whose own clone reaches `ungated`).
         _ => unsupported(gate, nr, a),
     }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dara_abi::{splitmix64, state, Op, MAX_PROCESSES};
+use dara_abi::{splitmix64, start_kind, state, Op, MAX_PROCESSES};
 use dara_tracer::reaper::ExitStatus;
 use dara_tracer::{LaunchSpec, ProcessTree};
 
@@ -197,6 +197,9 @@ struct Execution<'a> {
     symbols: BTreeMap<u64, String>,
     /// Where each process took a fatal fault, named while it still existed (`Op::Fault`).
     faults: BTreeMap<ProcessId, String>,
+    /// Processes known to be on their way out (granted `ProcessExit`, or took a fault): checked
+    /// often until they are zombies.
+    exiting: Vec<ProcessId>,
     /// Executable mappings of each process that has shown coverage, read while it was alive.
     modules: BTreeMap<ProcessId, Vec<Module>>,
     /// Posts ingested per process while its module map was not read yet (paces the checks).
@@ -222,6 +225,7 @@ impl<'a> Execution<'a> {
             symbolizers: BTreeMap::new(),
             symbols: BTreeMap::new(),
             faults: BTreeMap::new(),
+            exiting: Vec::new(),
             modules: BTreeMap::new(),
             coverage_checks: vec![0; MAX_PROCESSES],
         }
@@ -278,6 +282,11 @@ impl<'a> Execution<'a> {
         slot.state.store(state::GRANTED, Ordering::Release);
         futex::wake(&slot.state, 1);
         self.holder = Some(TokenHolder { thread, since: Instant::now(), asleep_since: None });
+        if op == Op::ProcessExit {
+            if let Some(&process) = self.thread_process.get(&thread) {
+                self.exiting.push(process);
+            }
+        }
         if op == Op::ThreadExit {
             // The thread now runs libc's teardown. Wait until it is really gone, so nothing of it
             // runs concurrently with the next granted thread.
@@ -300,6 +309,11 @@ impl<'a> Execution<'a> {
             }
             if let Some(outcome) = self.drain_exits() {
                 return Wait::End(outcome);
+            }
+            if !self.exiting.is_empty() {
+                if let Some(outcome) = self.check_exits(false) {
+                    return Wait::End(outcome);
+                }
             }
             if stop.load(Ordering::Relaxed) {
                 return Wait::End(Outcome::Interrupted);
@@ -331,6 +345,18 @@ impl<'a> Execution<'a> {
                     _ => quiet = false,
                 }
             }
+            // A post ingested late in the scan may have finished a slot seen busy earlier in it
+            // (an exec ends the old image's threads): look once more before sleeping.
+            quiet = quiet || self.active.iter().all(|&i| {
+                let slot = self.region.slot(i);
+                let pid = slot.pid.load(Ordering::Acquire);
+                let ingested = slot.posts.load(Ordering::Acquire) == self.seen_posts[i];
+                self.finished[i] || (pid != 0 && self.pid_is_dead(pid)) || match slot.state.load(Ordering::Acquire) {
+                    state::POSTED => ingested,
+                    state::EXITED => true,
+                    _ => false,
+                }
+            });
             if quiet {
                 return Wait::Quiet;
             }
@@ -340,7 +366,16 @@ impl<'a> Execution<'a> {
                 }
                 return Wait::End(self.final_outcome());
             }
-            futex::wait(&self.region.header().sched_wake, seen, Duration::from_millis(20));
+            // A process on its way out posts nothing more: look again soon.
+            let pause = if self.exiting.is_empty() { Duration::from_millis(20) } else { Duration::from_micros(200) };
+            let before = Instant::now();
+            futex::wait(&self.region.header().sched_wake, seen, pause);
+            if before.elapsed() >= pause {
+                // Nothing posted for a while: has a process died unannounced (killed)?
+                if let Some(outcome) = self.check_exits(true) {
+                    return Wait::End(outcome);
+                }
+            }
             if let Some(outcome) = self.watchdog() {
                 return Wait::End(outcome);
             }
@@ -383,16 +418,22 @@ impl<'a> Execution<'a> {
         match op {
             Op::ProcessStart => {
                 if process as usize >= MAX_PROCESSES {
-                    return Some(Outcome::Uncontrolled { thread, syscall: "fork".into(), detail: format!("more than {MAX_PROCESSES} processes in one execution") });
+                    return Some(Outcome::Uncontrolled { thread, syscall: "fork".into(), detail: format!("more than {MAX_PROCESSES} processes in one execution, dara's limit") });
                 }
                 let pid = slot.pid.load(Ordering::Acquire);
-                let entry = &self.region.header().processes[process as usize];
-                entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
-                self.processes.insert(process, ProcessRecord { pid, alive: true, exit: None });
+                if args[1] == start_kind::EXEC {
+                    self.image_replaced(process, thread);
+                } else {
+                    let parent = (args[1] == start_kind::FORK).then_some(args[0] as ProcessId);
+                    let entry = &self.region.header().processes[process as usize];
+                    entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
+                    self.processes.insert(process, ProcessRecord { pid, alive: true, exit: None });
+                    self.model.add_process(process, parent);
+                    self.memory.set_pid(process, pid);
+                }
                 if coverage::executable_is_instrumented(pid) {
                     self.modules.insert(process, coverage::executable_modules(pid));
                 }
-                self.memory.set_pid(process, pid);
                 self.thread_process.insert(thread, process);
                 self.model.add_thread(thread, process);
             }
@@ -407,8 +448,8 @@ impl<'a> Execution<'a> {
             Op::Unsupported => {
                 let name = procfs::syscall_name(args[0] as i64);
                 let detail = match args[0] as i64 {
-                    56 | 57 | 58 | 435 => "process creation (fork, vfork, clone) is not supported yet; dara runs single-process programs for now".to_string(),
-                    59 | 322 => "running another program (execve) is not supported yet; point dara at the final program instead of a launcher".to_string(),
+                    56 | 57 | 58 | 435 => "a raw clone/fork system call that bypasses libc's fork() is not supported; the run was stopped rather than left with an untraced process".to_string(),
+                    59 if args[2] == STATIC_EXEC => format!("{} is statically linked, so dara's preload cannot enter it; statically linked programs are not supported yet", procfs::c_string_of(self.processes.get(&process).map_or(0, |p| p.pid), args[1]).unwrap_or_else(|| "the program to run".into())),
                     _ => format!("{name} cannot be modelled by dara (arguments {:#x}, {:#x}); the run was stopped rather than left uncontrolled", args[1], args[2]),
                 };
                 return Some(Outcome::Uncontrolled { thread, syscall: name, detail });
@@ -431,7 +472,11 @@ impl<'a> Execution<'a> {
             let pid = p.pid;
             self.symbolizers.entry(process).or_insert_with(|| Symbolizer::for_process(pid)).name(pc)
         });
-        self.faults.insert(process, crate::crash_site::fault_location(function, pc, addr, signal));
+        if signal != libc::SIGABRT {
+            // An abort's pc is inside libc's raise; its assertion message names it better.
+            self.faults.insert(process, crate::crash_site::fault_location(function, pc, addr, signal));
+        }
+        self.exiting.push(process);
         self.grant(thread, Op::Fault, 0);
     }
 
@@ -468,6 +513,22 @@ impl<'a> Execution<'a> {
         }
     }
 
+    /// Process `process` exec'd a new program whose main thread is `thread`: the old image's
+    /// threads are gone (the kernel ended them), the process lives on.
+    fn image_replaced(&mut self, process: ProcessId, thread: ThreadId) {
+        for (&t, &p) in &self.thread_process {
+            if p == process && t != thread {
+                self.finished[t as usize] = true;
+            }
+        }
+        if self.holder.as_ref().is_some_and(|h| self.thread_process.get(&h.thread) == Some(&process)) {
+            self.holder = None;
+        }
+        self.model.process_replaced_image(process);
+        self.symbolizers.remove(&process);
+        self.modules.remove(&process);
+    }
+
     fn pid_is_dead(&self, pid: u32) -> bool {
         self.processes.values().any(|p| p.pid == pid && !p.alive)
     }
@@ -475,8 +536,8 @@ impl<'a> Execution<'a> {
     /// Applies queued process exits; returns an outcome if one ends the execution.
     fn drain_exits(&mut self) -> Option<Outcome> {
         while let Some(event) = self.tree.try_exit() {
-            let known = self.processes.iter_mut().find(|(_, p)| p.pid == event.pid && p.alive);
-            let Some((&process, record)) = known else {
+            let known = self.processes.iter().find(|(_, p)| p.pid == event.pid && p.alive).map(|(&p, _)| p);
+            let Some(process) = known else {
                 if event.pid == self.tree.root_pid() && self.processes.is_empty() && event.status == ExitStatus::Code(PRELOAD_REFUSED) {
                     return Some(Outcome::Uncontrolled {
                         thread: 0,
@@ -493,29 +554,72 @@ impl<'a> Execution<'a> {
                 }
                 continue;
             };
-            record.alive = false;
-            record.exit = Some(event.status);
-            self.model.process_exited(process);
-            if self.holder.as_ref().is_some_and(|h| self.thread_process.get(&h.thread) == Some(&process)) {
-                self.holder = None;
+            if let Some(outcome) = self.process_ended(process, Some(event.status)) {
+                return Some(outcome);
             }
-            match event.status {
-                ExitStatus::Signal(libc::SIGSYS) => {
-                    // The preload's syscall trap could not run (SIGSYS was blocked, e.g. inside
-                    // posix_spawn or system): dara lost control, the program did not crash.
-                    return Some(Outcome::Uncontrolled {
-                        thread: 0,
-                        syscall: "a trapped system call".into(),
-                        detail: format!("process {process} made a system call dara intercepts while SIGSYS was blocked (posix_spawn, system and similar are not supported yet), so the kernel killed it"),
-                    });
+        }
+        None
+    }
+
+    /// Process `process` is gone (`status` when known): update the model and the records, and
+    /// judge the exit. The launched program's exit status is the verdict and it may die of any
+    /// signal only as a bug; the processes it started may exit with any status (a test script's
+    /// `grep` that finds nothing is not a bug) or be terminated by a signal, but dying of a
+    /// crash signal (SIGSEGV, SIGABRT, ...) is a bug wherever it happens.
+    fn process_ended(&mut self, process: ProcessId, status: Option<ExitStatus>) -> Option<Outcome> {
+        let record = self.processes.get_mut(&process)?;
+        if !record.alive {
+            return None;
+        }
+        record.alive = false;
+        record.exit = status;
+        self.exiting.retain(|&p| p != process);
+        self.model.process_exited(process);
+        if self.holder.as_ref().is_some_and(|h| self.thread_process.get(&h.thread) == Some(&process)) {
+            self.holder = None;
+        }
+        match status? {
+            ExitStatus::Signal(libc::SIGSYS) => {
+                // The preload's syscall trap could not run (SIGSYS was blocked, e.g. inside
+                // posix_spawn or system): dara lost control, the program did not crash.
+                Some(Outcome::Uncontrolled {
+                    thread: 0,
+                    syscall: "a trapped system call".into(),
+                    detail: format!("process {process} made a system call dara intercepts while SIGSYS was blocked (posix_spawn, system and similar are not supported yet), so the kernel killed it"),
+                })
+            }
+            ExitStatus::Signal(signal) if process == 0 || is_crash_signal(signal) => {
+                Some(Outcome::Crashed { process, signal, name: signal_name(signal), location: self.faults.remove(&process) })
+            }
+            ExitStatus::Signal(_) | ExitStatus::Code(_) => None,
+        }
+    }
+
+    /// Notices processes that died without dara's reaper hearing of it (children of traced
+    /// processes are reaped by their parents): an exiting process once it is a zombie, and any
+    /// other whose pid is a zombie or gone. The zombie's exit status is read from /proc.
+    fn check_exits(&mut self, all: bool) -> Option<Outcome> {
+        let root = self.tree.root_pid();
+        let candidates: Vec<(ProcessId, u32)> = self
+            .processes
+            .iter()
+            .filter(|(p, r)| r.alive && r.pid != root && (all || self.exiting.contains(p)))
+            .map(|(&p, r)| (p, r.pid))
+            .collect();
+        for (process, pid) in candidates {
+            match procfs::process_end(pid) {
+                procfs::ProcessEnd::Running => {}
+                procfs::ProcessEnd::Zombie(status) => {
+                    let status = if libc::WIFSIGNALED(status) { ExitStatus::Signal(libc::WTERMSIG(status)) } else { ExitStatus::Code(libc::WEXITSTATUS(status)) };
+                    if let Some(outcome) = self.process_ended(process, Some(status)) {
+                        return Some(outcome);
+                    }
                 }
-                ExitStatus::Signal(signal) => {
-                    return Some(Outcome::Crashed { process, signal, name: signal_name(signal), location: self.faults.remove(&process) });
+                procfs::ProcessEnd::Gone => {
+                    if let Some(outcome) = self.process_ended(process, None) {
+                        return Some(outcome);
+                    }
                 }
-                ExitStatus::Code(code) if code != 0 && process != 0 => {
-                    return Some(Outcome::ChildFailed { process, code, location: None });
-                }
-                ExitStatus::Code(_) => {}
             }
         }
         None
@@ -610,6 +714,10 @@ impl<'a> Execution<'a> {
     }
 }
 
+/// `Unsupported` args[2] of an `execve` of a statically linked program (the preload's
+/// `process::STATIC_EXEC`).
+const STATIC_EXEC: u64 = 1;
+
 /// Exit status of a target whose preload found a region of another layout version.
 const PRELOAD_REFUSED: i32 = 125;
 
@@ -624,6 +732,11 @@ fn wait_thread_gone(pid: u32, tid: u32) {
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(1));
     }
+}
+
+/// Signals that mean the program crashed (as opposed to being told to stop).
+fn is_crash_signal(signal: i32) -> bool {
+    matches!(signal, libc::SIGSEGV | libc::SIGABRT | libc::SIGBUS | libc::SIGFPE | libc::SIGILL | libc::SIGTRAP | libc::SIGSYS)
 }
 
 /// "SIGSEGV" for 11, and so on.

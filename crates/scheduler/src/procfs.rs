@@ -24,6 +24,41 @@ fn shorten_arg(hex: &str) -> String {
     u64::from_str_radix(hex.trim_start_matches("0x"), 16).map(|v| if v < 4096 { v.to_string() } else { format!("{v:#x}") }).unwrap_or_else(|_| hex.to_string())
 }
 
+/// A NUL-terminated string at `addr` in process `pid` (at most 4 KiB), for diagnostics.
+pub fn c_string_of(pid: u32, addr: u64) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut mem = fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    mem.seek(SeekFrom::Start(addr)).ok()?;
+    let mut buf = vec![0u8; 4096];
+    let n = mem.read(&mut buf).ok()?;
+    let end = buf[..n].iter().position(|&b| b == 0)?;
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// Whether a process has ended, as /proc tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessEnd {
+    Running,
+    /// Dead, not yet reaped: its wait status (`exit_code` of /proc/<pid>/stat).
+    Zombie(i32),
+    /// No such process (reaped already, or never was).
+    Gone,
+}
+
+/// Reads /proc/<pid>/stat. A zombie thread-group leader whose other threads still run (its main
+/// thread called `pthread_exit`) is a running process.
+pub fn process_end(pid: u32) -> ProcessEnd {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return ProcessEnd::Gone };
+    let Some(close) = stat.rfind(')') else { return ProcessEnd::Gone };
+    // Fields after the command: state is field 3, num_threads 20, exit_code 52 (1-based).
+    let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3).copied();
+    if field(3) != Some("Z") || field(20).and_then(|t| t.parse::<u32>().ok()).is_some_and(|t| t > 1) {
+        return ProcessEnd::Running;
+    }
+    ProcessEnd::Zombie(field(52).and_then(|c| c.parse().ok()).unwrap_or(0))
+}
+
 /// Whether the thread still exists.
 pub fn thread_exists(pid: u32, tid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()

@@ -27,6 +27,7 @@ use crate::outcome::BlockedThread;
 mod clock;
 mod objects;
 mod ops;
+mod process;
 mod report;
 mod thread;
 #[cfg(test)]
@@ -69,6 +70,8 @@ pub struct Model {
     /// Every thread ever registered, by slot. Slots are never reused within an execution.
     threads: BTreeMap<ThreadId, Thread>,
     objects: Objects,
+    /// Every process registered, for `wait`.
+    processes: BTreeMap<ProcessId, process::ProcessInfo>,
 }
 
 impl Model {
@@ -126,6 +129,17 @@ impl Model {
     /// held stays held: a lock that died with its owner blocks its other users forever, which
     /// is what happens for real.
     pub fn process_exited(&mut self, process: ProcessId) {
+        self.mark_exited(process);
+        self.threads_gone(process);
+    }
+
+    /// Every thread of `process` is gone but the process lives on in a new program image
+    /// (`execve`); the new image's main thread registers next.
+    pub fn process_replaced_image(&mut self, process: ProcessId) {
+        self.threads_gone(process);
+    }
+
+    fn threads_gone(&mut self, process: ProcessId) {
         let dead: Vec<ThreadId> =
             self.threads.iter().filter(|(_, t)| t.process == process && t.is_live()).map(|(&id, _)| id).collect();
         for id in dead {

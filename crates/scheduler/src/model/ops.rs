@@ -74,6 +74,9 @@ impl Model {
                     let waiters = self.objects.conds.get(&key(thread.process, r.args[0])).map_or(0, |c| c.waiters.len());
                     return waiters.max(1) as u32;
                 }
+                if r.op == Op::ProcessWait {
+                    return self.wait_alternatives(thread.process, &r);
+                }
                 self.pending_enabled(me, thread.process, r)
             }
             Phase::Waiting(r, Wait::CondReacquire { .. }) => {
@@ -151,10 +154,13 @@ impl Model {
             | Op::Yield
             | Op::EdgeQuantum
             | Op::Fault
+            | Op::ProcessFork
+            | Op::ProcessExec
             | Op::MemoryRead
             | Op::MemoryWrite
             | Op::ClockRead => Step::Grant(0),
             Op::ThreadJoin => Step::Grant(if r.args[0] == u64::from(me) { EDEADLK } else { 0 }),
+            Op::ProcessWait => Step::Grant(self.apply_wait(process, &r, alt)),
 
             Op::MutexLock => {
                 let m = obj.mutexes.entry(k).or_default();

@@ -30,6 +30,7 @@ impl Model {
         let k = ObjKey { process: thread.process, addr: r.args[0] };
         let a = r.args[0];
         match r.op {
+            Op::ProcessWait => self.wait_detail(thread.process, &r),
             Op::MutexLock => self.mutex_wait(me, thread, a),
             Op::RwReadLock | Op::RwWriteLock => {
                 let Some(l) = self.objects.rwlocks.get(&k) else { return format!("waits for rwlock {a:#x}") };

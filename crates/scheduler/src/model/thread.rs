@@ -142,6 +142,9 @@ impl Request {
             | Op::Yield
             | Op::EdgeQuantum
             | Op::Fault
+            | Op::ProcessFork
+            | Op::ProcessExec
+            | Op::ProcessWait
             | Op::Sleep
             | Op::ClockRead
             | Op::Unsupported => 0,

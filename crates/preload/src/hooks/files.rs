@@ -1,0 +1,81 @@
+//! Opening `/dev/urandom` or `/dev/random` gives a file of bytes from the process's seeded entropy
+//! stream (see [`crate::entropy`]) instead of the kernel's. Symbol hooks, not the syscall trap:
+//! `openat` cannot be trapped, because the seccomp filter outlives `execve` and the next
+//! program's dynamic loader opens its libraries before the preload is back. glibc's own code does
+//! not read these devices (it uses `getrandom`, which is trapped).
+//!
+//! `open` and `openat` are variadic in C; on x86-64 the optional `mode` travels in the register
+//! a fixed third (fourth) parameter would use, so declaring it fixed and passing it on unchanged
+//! is exact.
+use libc::{c_char, c_int, c_uint, FILE};
+
+use super::set_errno;
+use crate::{entropy, real, region};
+
+/// The fd of a fresh random-device file if `path` names one and dara is active, else `None`.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string (the contract of open/fopen).
+unsafe fn random_device(path: *const c_char, cloexec: bool) -> Option<c_int> {
+    // SAFETY: forwarded from the caller.
+    if !region::active() || !unsafe { entropy::is_random_device(path as *const u8) } {
+        return None;
+    }
+    Some(match entropy::urandom_file(cloexec) {
+        fd if fd >= 0 => fd as c_int,
+        err => {
+            set_errno(-err as c_int);
+            -1
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the program's own arguments.
+    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| real::open(path, flags, mode)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the program's own arguments.
+    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| real::open64(path, flags, mode)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the program's own arguments (the device paths are absolute, so `dir` is moot).
+    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| real::openat(dir, path, flags, mode)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat64(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: the program's own arguments.
+    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| real::openat64(dir, path, flags, mode)) }
+}
+
+/// `fopen` of a random device: the seeded file wrapped in a stdio stream.
+///
+/// # Safety
+/// The contract of fopen.
+unsafe fn fopen_random(path: *const c_char, mode: *const c_char) -> Option<*mut FILE> {
+    // SAFETY: the program's own path.
+    let fd = unsafe { random_device(path, false) }?;
+    if fd < 0 {
+        return Some(core::ptr::null_mut());
+    }
+    // SAFETY: `fd` is the file just created and `mode` the program's own mode string.
+    Some(unsafe { real::fdopen(fd, mode) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    // SAFETY: the program's own arguments.
+    unsafe { fopen_random(path, mode).unwrap_or_else(|| real::fopen(path, mode)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
+    // SAFETY: the program's own arguments.
+    unsafe { fopen_random(path, mode).unwrap_or_else(|| real::fopen64(path, mode)) }
+}

@@ -1,0 +1,425 @@
+//! Processes: `fork`, `execve` and waiting for children, so that a traced program may start
+//! others (a test script, a launcher, a shell) and every process stays under dara's control.
+//!
+//! * **fork** (the `fork`/`vfork` symbol hooks): post `ProcessFork`; after the grant claim the
+//!   child's slot (STARTING, so the scheduler waits for it) and process entry, then fork. The
+//!   child adopts that slot, posts `ProcessStart(FORK)` and waits for its grant before returning
+//!   into the program. glibc's fork issues `clone` from its own code; the filter traps it and the
+//!   SIGSYS handler, seeing the thread inside the preload, runs it for real (a child resumes in a
+//!   copy of the handler's frame and returns through `sigreturn` like its parent).
+//! * **execve** (trapped `execve`/`execveat`): post `ProcessExec`; claim the slot the new image's
+//!   main thread will use and record it in the process entry (`exec_slot`); make the region's
+//!   descriptor survive the exec; make sure the new environment still loads the preload and
+//!   names the region; exec. The new image's constructor finds its process by pid
+//!   ([`exec_claim`]) and posts `ProcessStart(EXEC)`: same logical process, new main thread. A
+//!   statically linked program could never post: it is refused before the exec.
+//! * **wait** (trapped `wait4`/`waitid`): post `ProcessWait`; the model grants it once a
+//!   matching child has exited (or at once for `WNOHANG`) and names the child to collect, which
+//!   the thread then reaps for real without blocking.
+//!
+//! Everything here may run in the SIGSYS handler: raw syscalls only, no allocation (the exec
+//! environment is built in pages mapped for the purpose), no locks.
+use core::cell::UnsafeCell;
+use core::sync::atomic::Ordering;
+
+use dara_abi::{state, start_kind, Header, Op, Slot};
+use libc::{c_char, c_long, pid_t};
+
+use crate::gate::{self, Gated};
+use crate::{entropy, real, region, sys};
+
+/// The new image of an exec'ing process: its logical process and the slot claimed for its main
+/// thread, if `pid` is a traced process in the middle of an `execve`.
+pub fn exec_claim(header: &Header, pid: u32) -> Option<(u32, u32)> {
+    let known = header.next_process.load(Ordering::Acquire).min(dara_abi::MAX_PROCESSES as u32);
+    (0..known).find_map(|p| {
+        let entry = &header.processes[p as usize];
+        if entry.pid.load(Ordering::Acquire) != pid {
+            return None;
+        }
+        match entry.exec_slot.swap(0, Ordering::AcqRel) {
+            0 => None,
+            slot => Some((p, slot - 1)),
+        }
+    })
+}
+
+/// Makes the current thread the gated main thread of `process` on slot `index`.
+pub fn become_main_thread(slot: &Slot, index: u32, process: u32, stack_top: usize) {
+    slot.pid.store(sys::getpid(), Ordering::Relaxed);
+    slot.tid.store(sys::gettid(), Ordering::Relaxed);
+    slot.process.store(process, Ordering::Relaxed);
+    // SAFETY: pthread_self has no preconditions.
+    slot.handle.store(unsafe { real::pthread_self() } as u64, Ordering::Relaxed);
+    slot.state.store(state::RUNNING, Ordering::Release);
+    gate::adopt(index, stack_top);
+}
+
+/// `fork`/`vfork` of a gated thread. Returns what fork returns (errno set on failure).
+pub fn fork(gate: &Gated) -> pid_t {
+    gate.post(Op::ProcessFork, [0; 4]);
+    let Some(header) = region::header() else {
+        // SAFETY: not traced after all: the real fork.
+        return unsafe { real::fork() };
+    };
+    let parent = region::process();
+    let child_process = header.next_process.fetch_add(1, Ordering::AcqRel);
+    let child_index = header.next_slot.fetch_add(1, Ordering::AcqRel);
+    let Some(slot) = region::slot(child_index) else {
+        crate::hooks::set_errno(libc::EAGAIN);
+        return -1;
+    };
+    slot.process.store(child_process, Ordering::Relaxed);
+    slot.state.store(state::STARTING, Ordering::Release);
+    let stack_top = gate::stack_top();
+    // SAFETY: fork has no preconditions; the child continues below.
+    let pid = unsafe { real::fork() };
+    match pid {
+        0 => {
+            region::set_process(child_process);
+            if let Some(entry) = header.processes.get(child_process as usize) {
+                entry.pid.store(sys::getpid(), Ordering::Release);
+            }
+            become_main_thread(slot, child_index, child_process, stack_top);
+            gate::post_on(slot, Op::ProcessStart, [u64::from(parent), start_kind::FORK, 0, 0]);
+            if let Some(entry) = header.processes.get(child_process as usize) {
+                entropy::seed_process(entry.random_seed.load(Ordering::Acquire));
+            }
+            0
+        }
+        pid if pid < 0 => {
+            slot.state.store(state::EXITED, Ordering::Release);
+            gate::wake_scheduler();
+            pid
+        }
+        pid => pid,
+    }
+}
+
+/// A trapped `execve` (`nr` = SYS_execve: path a0, argv a1, envp a2) or `execveat` (dirfd a0,
+/// path a1, argv a2, envp a3, flags a4). Returns only on failure, with `-errno`.
+pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
+    let (path_arg, env_arg) = if nr == libc::SYS_execve { (0, 2) } else { (1, 3) };
+    // SAFETY: the program passed a NUL-terminated path to execve (or a bad pointer, which the
+    // probe treats as "not an ELF we can read" and the kernel then refuses).
+    if nr == libc::SYS_execve && unsafe { is_static_elf(a[path_arg] as *const c_char) } {
+        gate.post(Op::Unsupported, [nr as u64, a[path_arg], STATIC_EXEC, 0]);
+        return -(libc::ENOEXEC as i64);
+    }
+    gate.post(Op::ProcessExec, [0; 4]);
+    let Some(header) = region::header() else { return passthrough(nr, a) };
+    let process = region::process();
+    let Some(entry) = header.processes.get(process as usize) else { return passthrough(nr, a) };
+    let index = header.next_slot.fetch_add(1, Ordering::AcqRel);
+    let Some(slot) = region::slot(index) else { return -(libc::EAGAIN as i64) };
+    slot.process.store(process, Ordering::Relaxed);
+    slot.pid.store(sys::getpid(), Ordering::Relaxed);
+    slot.state.store(state::STARTING, Ordering::Release);
+    entry.exec_slot.store(index + 1, Ordering::Release);
+
+    let scratch = Scratch::map();
+    // SAFETY: the program's envp is null or a null-terminated array of C strings.
+    if let Some(envp) = scratch.as_ref().and_then(|s| unsafe { s.environment(a[env_arg] as *const *const c_char) }) {
+        a[env_arg] = envp as u64;
+    }
+    set_region_cloexec(false);
+    let rc = passthrough(nr, a);
+    // Still here: the exec failed. Undo, and the thread goes on with the error.
+    set_region_cloexec(true);
+    drop(scratch);
+    entry.exec_slot.store(0, Ordering::Release);
+    slot.state.store(state::EXITED, Ordering::Release);
+    gate::wake_scheduler();
+    rc
+}
+
+/// `Unsupported` arg[2] marking an exec of a statically linked program.
+pub const STATIC_EXEC: u64 = 1;
+
+/// A trapped `wait4` (pid a0, status a1, options a2, rusage a3) or `waitid` (idtype a0, id a1,
+/// infop a2, options a3, rusage a4).
+pub fn wait(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
+    let (target, options) = if nr == libc::SYS_wait4 {
+        (a[0] as i32 as i64, a[2] as i32)
+    } else {
+        let target = match a[0] as u32 {
+            libc::P_PID => a[1] as i32 as i64,
+            libc::P_ALL | libc::P_PGID => -1,
+            _ => return unsupported(gate, nr, a),
+        };
+        if a[3] as i32 & libc::WEXITED == 0 {
+            // Only stop/continue events: traced processes never stop, so there is nothing to
+            // wait for but the non-blocking answer.
+            return unsupported(gate, nr, a);
+        }
+        (target, a[3] as i32)
+    };
+    let wanted = (options & (libc::WNOHANG | libc::WNOWAIT)) as u64;
+    // Decisions name processes by logical id, never by pid.
+    let target = match target {
+        pid if pid > 0 => logical_process(pid as u32).map_or(dara_abi::ANY_PROCESS - 1, u64::from),
+        _ => dara_abi::ANY_PROCESS,
+    };
+    let grant = gate.post(Op::ProcessWait, [target, wanted, 0, 0]);
+    match grant.result {
+        collect if collect > 0 => {
+            let Some(child) = region::header().and_then(|h| h.processes.get(collect as usize - 1)).map(|e| e.pid.load(Ordering::Acquire)) else {
+                return -(libc::ECHILD as i64);
+            };
+            // Collect exactly the child the model chose; it has exited, so this never blocks.
+            if nr == libc::SYS_wait4 {
+                a[0] = child as u64;
+                a[2] &= !(libc::WNOHANG as u64);
+            } else {
+                a[0] = libc::P_PID as u64;
+                a[1] = child as u64;
+                a[3] &= !(libc::WNOHANG as u64);
+            }
+            passthrough(nr, a)
+        }
+        0 => {
+            if nr == libc::SYS_waitid && a[2] != 0 {
+                // SAFETY: the program gave waitid a siginfo_t to fill; POSIX says si_pid is 0
+                // when WNOHANG found nothing, so clear it all.
+                unsafe { core::ptr::write_bytes(a[2] as *mut u8, 0, core::mem::size_of::<libc::siginfo_t>()) };
+            }
+            0
+        }
+        err => err,
+    }
+}
+
+/// The logical process whose kernel pid is `pid`, if it is traced.
+fn logical_process(pid: u32) -> Option<u32> {
+    let header = region::header()?;
+    let known = header.next_process.load(Ordering::Acquire).min(dara_abi::MAX_PROCESSES as u32);
+    (0..known).find(|&p| header.processes[p as usize].pid.load(Ordering::Acquire) == pid)
+}
+
+fn unsupported(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
+    gate.post(Op::Unsupported, [nr as u64, a[0], a[1], a[2]]);
+    -(libc::ENOSYS as i64)
+}
+
+fn passthrough(nr: c_long, a: [u64; 6]) -> i64 {
+    // SAFETY: the syscall the program made, with its own (or dara-completed) arguments.
+    unsafe { sys::syscall6(nr, a) }
+}
+
+fn set_region_cloexec(on: bool) {
+    let flags = if on { libc::FD_CLOEXEC } else { 0 } as u64;
+    // SAFETY: F_SETFD on the region descriptor this process holds.
+    unsafe { sys::syscall(libc::SYS_fcntl, &[dara_abi::SHM_FD as u64, libc::F_SETFD as u64, flags]) };
+}
+
+/// Whether `path` is an ELF executable without a program interpreter (statically linked), which
+/// the preload cannot enter. Anything unreadable or not ELF is left to the kernel.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+unsafe fn is_static_elf(path: *const c_char) -> bool {
+    if path.is_null() {
+        return false;
+    }
+    // SAFETY: opening a path the program named, read-only.
+    let fd = unsafe { sys::syscall(libc::SYS_open, &[path as u64, (libc::O_RDONLY | libc::O_CLOEXEC) as u64]) };
+    if fd < 0 {
+        return false;
+    }
+    let mut head = [0u8; 64];
+    // SAFETY: reading into a local buffer of the given size.
+    let n = unsafe { sys::syscall(libc::SYS_pread64, &[fd as u64, head.as_mut_ptr() as u64, 64, 0]) };
+    let mut is_static = false;
+    if n == 64 && head[..4] == *b"\x7fELF" && head[4] == 2 {
+        let u16_at = |o: usize| u16::from_le_bytes([head[o], head[o + 1]]) as u64;
+        let phoff = u64::from_le_bytes(head[32..40].try_into().unwrap_or([0; 8]));
+        let (phentsize, phnum) = (u16_at(54), u16_at(56));
+        let mut has_interp = false;
+        let mut ph = [0u8; 4];
+        for i in 0..phnum.min(64) {
+            // SAFETY: reading the first 4 bytes (p_type) of program header i into `ph`.
+            let got = unsafe { sys::syscall(libc::SYS_pread64, &[fd as u64, ph.as_mut_ptr() as u64, 4, phoff + i * phentsize]) };
+            if got == 4 && u32::from_le_bytes(ph) == libc::PT_INTERP {
+                has_interp = true;
+                break;
+            }
+        }
+        // ET_EXEC or ET_DYN without PT_INTERP: nothing would load the preload.
+        is_static = !has_interp && phnum > 0;
+    }
+    sys::close(fd as i32);
+    is_static
+}
+
+/// The environment entries dara needs in every image: copied from this process's own
+/// environment at start-up (the program may change `environ` later).
+struct SavedEnv {
+    /// `LD_PRELOAD=<path of libdara_preload.so>` (just dara's library).
+    preload: [u8; ENTRY_MAX],
+    shm: [u8; ENTRY_MAX],
+    active: [u8; ENTRY_MAX],
+}
+
+const ENTRY_MAX: usize = 4096;
+
+struct SavedCell(UnsafeCell<SavedEnv>);
+// SAFETY: written once by the constructor before any other thread exists, read-only afterwards.
+unsafe impl Sync for SavedCell {}
+
+static SAVED: SavedCell = SavedCell(UnsafeCell::new(SavedEnv { preload: [0; ENTRY_MAX], shm: [0; ENTRY_MAX], active: [0; ENTRY_MAX] }));
+
+/// Copies dara's environment entries from `envp` (constructor only, single-threaded).
+pub fn remember_environment(envp: *const *const c_char) {
+    // SAFETY: called once from the constructor, before any other thread runs; nothing reads
+    // SAVED concurrently.
+    let saved = unsafe { &mut *SAVED.0.get() };
+    // SAFETY: glibc passes the process's initial environment, a null-terminated array.
+    for entry in unsafe { env_entries(envp) } {
+        let (target, keep): (&mut [u8; ENTRY_MAX], usize) = if let Some(value) = entry.strip_prefix(b"LD_PRELOAD=") {
+            let first = value.iter().position(|&b| b == b':' || b == b' ').unwrap_or(value.len());
+            (&mut saved.preload, b"LD_PRELOAD=".len() + first)
+        } else if entry.starts_with(b"DARA_SHM=") {
+            (&mut saved.shm, entry.len())
+        } else if entry.starts_with(b"DARA_ACTIVE=") {
+            (&mut saved.active, entry.len())
+        } else {
+            continue;
+        };
+        let n = keep.min(ENTRY_MAX - 1);
+        target[..n].copy_from_slice(&entry[..n]);
+        target[n] = 0;
+    }
+}
+
+/// The entries of a null-terminated environment array, without their NULs.
+///
+/// # Safety
+/// `envp` is null or a null-terminated array of NUL-terminated strings that outlive the use.
+unsafe fn env_entries<'a>(envp: *const *const c_char) -> impl Iterator<Item = &'a [u8]> {
+    let mut i = 0;
+    core::iter::from_fn(move || {
+        if envp.is_null() {
+            return None;
+        }
+        // SAFETY: within the array up to and including its null terminator.
+        let p = unsafe { *envp.add(i) };
+        if p.is_null() {
+            return None;
+        }
+        i += 1;
+        // SAFETY: each entry is a NUL-terminated string.
+        Some(unsafe { core::ffi::CStr::from_ptr(p) }.to_bytes())
+    })
+}
+
+/// The bytes of a saved entry before its NUL.
+fn until_nul(entry: &[u8; ENTRY_MAX]) -> &[u8] {
+    &entry[..entry.iter().position(|&b| b == 0).unwrap_or(0)]
+}
+
+/// Pages mapped for building an exec's environment (unmapped when dropped; a successful exec
+/// discards them with the old image).
+struct Scratch {
+    base: *mut u8,
+}
+
+const SCRATCH_BYTES: usize = 1 << 20;
+
+impl Scratch {
+    fn map() -> Option<Scratch> {
+        let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+        // SAFETY: a fresh anonymous mapping.
+        let addr = unsafe { sys::syscall(libc::SYS_mmap, &[0, SCRATCH_BYTES as u64, prot, flags, u64::MAX, 0]) };
+        (!(-4095..0).contains(&addr)).then_some(Scratch { base: addr as *mut u8 })
+    }
+
+    /// `envp` with dara's entries guaranteed: `LD_PRELOAD` starts with dara's library (the
+    /// program's own preloads follow it), `DARA_SHM` and `DARA_ACTIVE` as dara set them. `None`
+    /// if it does not fit (the exec then goes ahead with the program's own environment).
+    ///
+    /// # Safety
+    /// `envp` is null or a null-terminated array of NUL-terminated strings.
+    unsafe fn environment(&self, envp: *const *const c_char) -> Option<*const *const c_char> {
+        // SAFETY: read-only after the constructor.
+        let saved = unsafe { &*SAVED.0.get() };
+        let (preload, shm, active) = (until_nul(&saved.preload), until_nul(&saved.shm), until_nul(&saved.active));
+        if preload.is_empty() || shm.is_empty() {
+            return None;
+        }
+        let pointers = self.base as *mut *const c_char;
+        let max_pointers = SCRATCH_BYTES / 2 / core::mem::size_of::<usize>();
+        // Strings go in the second half.
+        let mut text = SCRATCH_BYTES / 2;
+        let mut n = 0;
+        let push_ptr = |p: *const c_char, n: &mut usize| -> Option<()> {
+            if *n + 1 >= max_pointers {
+                return None;
+            }
+            // SAFETY: `*n + 1 < max_pointers`, inside the first half of the scratch pages.
+            unsafe { *pointers.add(*n) = p };
+            *n += 1;
+            Some(())
+        };
+        let mut push_text = |parts: &[&[u8]]| -> Option<*const c_char> {
+            let len: usize = parts.iter().map(|p| p.len()).sum::<usize>() + 1;
+            if text + len > SCRATCH_BYTES {
+                return None;
+            }
+            // SAFETY: `[text, text + len)` lies inside the scratch pages.
+            let start = unsafe { self.base.add(text) };
+            let mut at = start;
+            for part in parts {
+                // SAFETY: as above; the parts are readable slices.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
+                    at = at.add(part.len());
+                }
+            }
+            // SAFETY: the NUL fits (counted in `len`).
+            unsafe { *at = 0 };
+            text += len;
+            Some(start as *const c_char)
+        };
+        let (mut seen_preload, mut seen_shm, mut seen_active) = (false, false, false);
+        // SAFETY: the caller's contract on `envp`.
+        for entry in unsafe { env_entries(envp) } {
+            let p = entry.as_ptr() as *const c_char;
+            if let Some(value) = entry.strip_prefix(b"LD_PRELOAD=") {
+                seen_preload = true;
+                let lib = &preload[b"LD_PRELOAD=".len()..];
+                let first = value.iter().position(|&b| b == b':' || b == b' ').unwrap_or(value.len());
+                if &value[..first] == lib {
+                    push_ptr(p, &mut n)?;
+                } else if value.is_empty() {
+                    push_ptr(push_text(&[preload])?, &mut n)?;
+                } else {
+                    push_ptr(push_text(&[preload, b":", value])?, &mut n)?;
+                }
+            } else if entry.starts_with(b"DARA_SHM=") {
+                seen_shm = true;
+                push_ptr(push_text(&[shm])?, &mut n)?;
+            } else if entry.starts_with(b"DARA_ACTIVE=") {
+                seen_active = true;
+                push_ptr(push_text(&[active])?, &mut n)?;
+            } else {
+                push_ptr(p, &mut n)?;
+            }
+        }
+        for (seen, entry) in [(seen_preload, preload), (seen_shm, shm), (seen_active, active)] {
+            if !seen && !entry.is_empty() {
+                push_ptr(push_text(&[entry])?, &mut n)?;
+            }
+        }
+        // SAFETY: `push_ptr` kept `n + 1 < max_pointers`.
+        unsafe { *pointers.add(n) = core::ptr::null() };
+        Some(pointers as *const *const c_char)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the pages `map` created.
+        unsafe { sys::syscall(libc::SYS_munmap, &[self.base as u64, SCRATCH_BYTES as u64]) };
+    }
+}
