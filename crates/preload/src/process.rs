@@ -92,7 +92,13 @@ pub fn fork(gate: &Gated) -> pid_t {
             gate::wake_scheduler();
             pid
         }
-        pid => pid,
+        pid => {
+            // The child records its pid too, but the parent may name it (waitpid) first.
+            if let Some(entry) = header.processes.get(child_process as usize) {
+                entry.pid.store(pid as u32, Ordering::Release);
+            }
+            pid
+        }
     }
 }
 

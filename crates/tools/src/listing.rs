@@ -39,6 +39,7 @@ fn describe_object(obj: u64, op: dara_abi::Op, symbols: &BTreeMap<u64, String>) 
         Sleep => return format!("until {}", format_vtime(obj)),
         ThreadJoin | ThreadDetach => return format!("thread {obj}"),
         ProcessWait if obj == dara_abi::ANY_PROCESS => return "any child".to_string(),
+        ProcessWait if obj == dara_abi::ANY_PROCESS - 1 => return "a process dara does not trace".to_string(),
         ProcessWait => return format!("process {obj}"),
         ProcessFork | ProcessExec => return String::new(),
         ProcessStart | ThreadStart | ThreadCreate | ThreadExit | ProcessExit | Yield | EdgeQuantum | ClockRead => return String::new(),

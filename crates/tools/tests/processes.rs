@@ -1,0 +1,133 @@
+//! Programs of several processes, as users run them: a program that forks and execs, a bug that
+//! crashes a child process, and a bash test script that starts workers in the background, waits
+//! for them and checks their result. Each: found (or clean) within a stated number of runs,
+//! replayed exactly (20 times, `--verify`), the same seed twice gives the same decisions, and no
+//! process survives.
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use dara_scheduler::trace;
+
+fn script(name: &str) -> PathBuf {
+    repo_root().join("tests/fixtures/scripts").join(name)
+}
+
+/// `dara-trace` over `command`, returning the run.
+fn trace_search(out: &Path, strategy: &str, seed: u64, runs: u64, command: &[&str]) -> common::Run {
+    let (seed, runs) = (seed.to_string(), runs.to_string());
+    let mut args = vec!["-q", "-o", out.to_str().unwrap(), "--strategy", strategy, "--seed", &seed, "--runs", &runs, "--"];
+    args.extend_from_slice(command);
+    dara_trace(&args, Duration::from_secs(300))
+}
+
+fn same_decisions(a: &Path, b: &Path) {
+    let (ta, tb) = (trace::read_file(a).unwrap(), trace::read_file(b).unwrap());
+    assert_eq!(ta.header.execution, tb.header.execution, "same seed, different execution");
+    assert!(trace::decision_bytes(&ta) == trace::decision_bytes(&tb), "decision lists of {} and {} differ", a.display(), b.display());
+}
+
+/// The bug replays 20 times and verifies.
+fn replays(bug: &Path, shows: &str) {
+    for i in 0..20 {
+        let replay = dara_replay(&["-q", bug.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(replay.code, 1, "replay {i}\n{}", replay.text());
+        assert!(replay.stdout.contains(shows), "replay {i} shows another outcome\n{}", replay.text());
+    }
+    let verify = dara_replay(&["-q", "--verify", bug.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 1, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+}
+
+#[test]
+fn fork_exec_and_wait_stay_controlled_and_replay() {
+    let program = private_copy(&fixture("proc_fork_exec"), "proc_fork_exec");
+    let p = program.to_str().unwrap();
+    for (strategy, seed) in [("random", 1u64), ("pct:3", 2)] {
+        let out = out_dir(&format!("proc-fork-exec-{}", strategy.replace(':', "")));
+        let run = trace_search(&out, strategy, seed, 40, &[p]);
+        assert_eq!(run.code, 0, "{}", run.text());
+        assert!(run.stdout.contains("no bug found in 40 executions"), "{}", run.text());
+        let last = out.join("trace.bin");
+        let t = trace::read_file(&last).unwrap();
+        let ops: Vec<&str> = t.steps.iter().map(|s| s.choice.op.name()).collect();
+        assert_eq!(ops.iter().filter(|o| **o == "fork").count(), 2, "two forks in {ops:?}");
+        assert_eq!(ops.iter().filter(|o| **o == "exec").count(), 1, "one exec in {ops:?}");
+        assert!(ops.iter().filter(|o| **o == "process-start").count() >= 4, "parent, two children and the exec'd image start: {ops:?}");
+        assert!(ops.contains(&"wait"), "{ops:?}");
+        let verify = dara_replay(&["--verify", last.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(verify.code, 0, "{}", verify.text());
+        assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+        assert!(verify.stdout.contains("parent collected both children"), "{}", verify.text());
+        let again = out_dir(&format!("proc-fork-exec-{}-again", strategy.replace(':', "")));
+        assert_eq!(trace_search(&again, strategy, seed, 40, &[p]).code, 0);
+        same_decisions(&last, &again.join("trace.bin"));
+    }
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn a_crash_in_a_child_process_is_a_bug_and_its_twin_is_clean() {
+    let program = private_copy(&fixture("proc_child_crash"), "proc_child_crash");
+    let out = out_dir("proc-child-crash");
+    let run = trace_search(&out, "pct:3", 1, 100, &[program.to_str().unwrap()]);
+    assert_eq!(run.code, 1, "{}", run.text());
+    let shows = "BUG: process 1 killed by SIGSEGV: in use_config";
+    assert!(run.stdout.contains(shows), "{}", run.text());
+    replays(&out.join("bug-0001/trace.bin"), shows);
+    let again = out_dir("proc-child-crash-again");
+    assert_eq!(trace_search(&again, "pct:3", 1, 100, &[program.to_str().unwrap()]).code, 1);
+    same_decisions(&out.join("bug-0001/trace.bin"), &again.join("bug-0001/trace.bin"));
+    assert_no_survivors(&program);
+
+    let twin = private_copy(&fixture("proc_child_crash_ok"), "proc_child_crash_ok");
+    let out = out_dir("proc-child-crash-ok");
+    let run = trace_search(&out, "pct:3", 1, 100, &[twin.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert_no_survivors(&twin);
+}
+
+/// A bash test script starting two workers in the background: the lost update between the
+/// processes is found, replays, and the locked twin stays clean.
+#[test]
+fn a_test_script_with_background_workers_finds_the_lost_update() {
+    let incr = private_copy(&fixture("counter_incr"), "counter_incr");
+    let work = out_dir("counter-work");
+    let (incr_s, work_s) = (incr.to_str().unwrap(), work.to_str().unwrap());
+    let test = script("counter_test.sh");
+    let out = out_dir("counter-test");
+    let run = trace_search(&out, "random", 1, 100, &[test.to_str().unwrap(), incr_s, work_s]);
+    assert_eq!(run.code, 1, "expected the lost update within 100 random runs\n{}", run.text());
+    let shows = "BUG: exited with status 1";
+    assert!(run.stdout.contains(shows), "{}", run.text());
+    let bug = out.join("bug-0001/trace.bin");
+    let t = trace::read_file(&bug).unwrap();
+    assert!(t.steps.iter().filter(|s| s.choice.op.name() == "process-start").count() >= 3, "the script and both workers are traced");
+    replays(&bug, shows);
+    let again = out_dir("counter-test-again");
+    assert_eq!(trace_search(&again, "random", 1, 100, &[test.to_str().unwrap(), incr_s, work_s]).code, 1);
+    same_decisions(&bug, &again.join("bug-0001/trace.bin"));
+
+    let ok = script("counter_test_ok.sh");
+    let out = out_dir("counter-test-ok");
+    let run = trace_search(&out, "random", 2, 100, &[ok.to_str().unwrap(), incr_s, work_s]);
+    assert_eq!(run.code, 0, "the locked twin reported a bug\n{}", run.text());
+    let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert_no_survivors(&incr);
+}
+
+/// A program that execs a statically linked binary cannot be followed: the run stops, says why,
+/// and leaves nothing behind.
+#[test]
+fn exec_of_a_static_binary_is_refused_clearly() {
+    let static_bin = private_copy(&fixture_with("demo_ok", &["-static"]), "exec-static-target");
+    let out = out_dir("exec-static");
+    let bash_line = format!("exec {}", static_bin.display());
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", "/bin/bash", "-c", &bash_line], Duration::from_secs(60));
+    assert_eq!(run.code, 2, "{}", run.text());
+    assert!(run.stderr.contains("statically linked"), "{}", run.text());
+    assert_no_survivors(&static_bin);
+}
