@@ -12,6 +12,8 @@
 //! only grants an acquisition of an object that is free).
 pub mod cond;
 pub mod cpu;
+pub mod net;
+pub mod poll;
 pub mod random;
 pub mod sem;
 pub mod signal;
