@@ -103,7 +103,7 @@ fn net_nbconnect() {
 
 #[test]
 fn net_udp() {
-    stays_clean("net_udp", 100, &["send             udp e", "\"one\"", "\"two\""]);
+    stays_clean("net_udp", 100, &["send             udp e", "\"one.", "\"two."]);
 }
 
 #[test]
