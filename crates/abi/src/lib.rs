@@ -197,6 +197,39 @@ pub enum Op {
     /// A syscall dara cannot control was about to run. args: [syscall number, arg0, arg1, arg2].
     /// Ends the execution with an "uncontrolled" outcome; never granted.
     Unsupported = 90,
+
+    // Networking (120–159): sockets, pipes, eventfds, poll/epoll/select. See docs/networking.md.
+    // `fd` is the caller's descriptor; `flags` bit 0 ([`net_flags::NONBLOCK`]) says the call must
+    // not block (non-blocking descriptor or MSG_DONTWAIT), so its `Run` is always enabled; bit 1
+    // ([`net_flags::STREAM_OK`]) is reserved. `deadline` is a virtual time or `NO_DEADLINE`.
+    // The grant's result is the model's prediction (bytes, ready count) for the listing; the
+    // preload then performs the real, non-blocking call.
+    /// recv/recvfrom/recvmsg/read/readv on a socket, pipe or eventfd.
+    /// args: [fd, flags, deadline (SO_RCVTIMEO), buffer length]
+    NetRecv = 120,
+    /// send/sendto/sendmsg/write/writev. args: [fd, length | flags << 48, first 8 bytes (LE),
+    /// destination port of a sendto (0: the connected peer)]
+    NetSend = 121,
+    /// accept/accept4. args: [fd, flags, deadline (SO_RCVTIMEO), 0]
+    NetAccept = 122,
+    /// connect. args: [fd, flags, 0, 0]. Always enabled; the scheduler settles the handshake.
+    NetConnect = 123,
+    /// poll/ppoll/select/pselect. args: [address of a `struct pollfd` array, count, deadline, 0].
+    /// result: 0 = the timer fired (report nothing), 1 = report every ready entry, 2 + i = report
+    /// only ready entry `i` (a choice of which ready peer is seen first).
+    NetPoll = 124,
+    /// epoll_wait/epoll_pwait. args: [epoll fd, 0, deadline, 0]. result: 0 = timer fired.
+    NetEpollWait = 125,
+    /// close/shutdown of a socket or pipe end. args: [fd, how (0 close, 1 + SHUT_*), 0, 0]
+    NetClose = 126,
+}
+
+/// Bits of the `flags` argument of the networking ops.
+pub mod net_flags {
+    /// The call must not block: non-blocking descriptor or `MSG_DONTWAIT`.
+    pub const NONBLOCK: u64 = 1;
+    /// Shift of the flags in `NetSend`'s second argument (below it: the length).
+    pub const SEND_SHIFT: u32 = 48;
 }
 
 impl Op {
@@ -243,6 +276,13 @@ impl Op {
             111 => ProcessExec,
             112 => ProcessWait,
             90 => Unsupported,
+            120 => NetRecv,
+            121 => NetSend,
+            122 => NetAccept,
+            123 => NetConnect,
+            124 => NetPoll,
+            125 => NetEpollWait,
+            126 => NetClose,
             _ => return None,
         })
     }
@@ -290,7 +330,19 @@ impl Op {
             ProcessExec => "exec",
             ProcessWait => "wait",
             Unsupported => "unsupported-syscall",
+            NetRecv => "recv",
+            NetSend => "send",
+            NetAccept => "accept",
+            NetConnect => "connect",
+            NetPoll => "poll",
+            NetEpollWait => "epoll-wait",
+            NetClose => "close",
         }
+    }
+
+    /// Whether this is one of the networking ops (120–159).
+    pub fn is_net(self) -> bool {
+        (120..160).contains(&(self as u32))
     }
 }
 
@@ -386,6 +438,10 @@ pub struct Header {
     pub preempt_flags: u32,
     /// `--preempt-on edges:N`: post [`Op::EdgeQuantum`] every this many coverage edges (0 = off).
     pub preempt_edges: u32,
+    /// Inodes of the pipes dara reads the target's stdout and stderr from (written right after
+    /// the launch, before any grant). Writes to them never block (dara drains them), so they are
+    /// not network descriptors; every other pipe is.
+    pub output_pipes: [AtomicU64; 2],
     pub processes: [ProcessEntry; MAX_PROCESSES],
 }
 

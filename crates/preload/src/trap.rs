@@ -4,8 +4,8 @@
 //! Symbol hooks cannot see libc-internal calls (glibc's own futex waits, `arc4random`'s
 //! `getrandom`) or raw `syscall` instructions; the trap does. The filter
 //! lets everything from [`sys::return_address`] through, traps the calls listed in [`TRAPPED`]
-//! (and `clone` without `CLONE_THREAD`, i.e. a new process), refuses `clone3` with ENOSYS, and
-//! allows the rest.
+//! (and `clone` without `CLONE_THREAD`, i.e. a new process, and `read`/`readv` of descriptor 0),
+//! refuses `clone3` with ENOSYS, and allows the rest.
 //!
 //! The handler runs in signal context on the trapping thread: it uses only raw syscalls through
 //! the trampoline, thread-local `Cell`s and atomics. A thread without a slot, or one already inside
@@ -83,17 +83,17 @@ const fn jump(code: u32, k: u32, jt: u8, jf: u8) -> sock_filter {
     }
 }
 
-const PROGRAM_LEN: usize = TRAPPED.len() + 15;
+const PROGRAM_LEN: usize = TRAPPED.len() + 20;
 
 /// The BPF program; see the module doc. Jump offsets are relative to the next instruction.
 fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
-    use libc::{BPF_ABS, BPF_JEQ, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_RET, BPF_W};
+    use libc::{BPF_ABS, BPF_JA, BPF_JEQ, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_RET, BPF_W};
     let ld = BPF_LD | BPF_W | BPF_ABS;
     let jeq = BPF_JMP | BPF_JEQ | BPF_K;
     let n = TRAPPED.len();
     // Fixed positions of the shared tails.
-    let trap_at = n + 13;
-    let allow_at = n + 14;
+    let trap_at = n + 18;
+    let allow_at = n + 19;
     let to = |from: usize, target: usize| (target - from - 1) as u8;
 
     let mut p = [stmt(0, 0); PROGRAM_LEN];
@@ -113,12 +113,20 @@ fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
         BPF_RET | BPF_K,
         libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
     );
-    p[10 + n] = jump(jeq, libc::SYS_clone as u32, 0, to(10 + n, allow_at));
-    p[11 + n] = stmt(ld, DATA_ARG0_LO);
-    p[12 + n] = jump(
+    // read/readv of descriptor 0 (a pipeline's stdin, read by stdio inside libc where no symbol
+    // hook sees it). Only descriptor 0: the dynamic loader of an exec'd program reads its
+    // libraries (other descriptors) before the SIGSYS handler exists again.
+    p[10 + n] = jump(jeq, libc::SYS_read as u32, to(10 + n, 13 + n), 0);
+    p[11 + n] = jump(jeq, libc::SYS_readv as u32, to(11 + n, 13 + n), 0);
+    p[12 + n] = stmt(BPF_JMP | BPF_JA, (15 + n - 12 - n - 1) as u32);
+    p[13 + n] = stmt(ld, DATA_ARG0_LO);
+    p[14 + n] = jump(jeq, 0, to(14 + n, trap_at), to(14 + n, allow_at));
+    p[15 + n] = jump(jeq, libc::SYS_clone as u32, 0, to(15 + n, allow_at));
+    p[16 + n] = stmt(ld, DATA_ARG0_LO);
+    p[17 + n] = jump(
         BPF_JMP | BPF_JSET | BPF_K,
         libc::CLONE_THREAD as u32,
-        to(12 + n, allow_at),
+        to(17 + n, allow_at),
         0,
     );
     p[trap_at] = stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_TRAP);
@@ -287,6 +295,7 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
         }
         libc::SYS_execve | libc::SYS_execveat => crate::process::exec(gate, nr, a),
         libc::SYS_wait4 | libc::SYS_waitid => crate::process::wait(gate, nr, a),
+        libc::SYS_read | libc::SYS_readv => crate::hooks::net::trapped_read(gate, nr, a).unwrap_or_else(|| passthrough(nr, a)),
         // pause, futex_waitv, and raw fork, vfork or clone without CLONE_THREAD (glibc's fork()
         // goes through the `fork` hook, whose own clone reaches `ungated`).
         _ => unsupported(gate, nr, a),

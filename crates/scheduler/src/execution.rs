@@ -18,7 +18,8 @@ use dara_tracer::{LaunchSpec, ProcessTree};
 use crate::choice::{Decide, ProcessId, ThreadId};
 use crate::coverage::{self, Module, ProcessCoverage};
 use crate::memory::TargetMemory;
-use crate::model::{Effect, Model, Request};
+use crate::model::{Effect, Model, Request, ThreadStatus};
+use crate::netprobe::NetProbe;
 use crate::outcome::Outcome;
 use crate::preempt::{AccessProfile, Preemption};
 use crate::region::Region;
@@ -101,6 +102,9 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     };
     let waker = Arc::clone(&region);
     let tree = ProcessTree::spawn(&spec, move || waker.wake_scheduler())?;
+    for (word, inode) in region.header().output_pipes.iter().zip(tree.output_pipe_inodes()) {
+        word.store(inode, Ordering::Release);
+    }
     let mut run = Execution::new(cfg, region, tree);
     let mut outcome = run.drive(decide, stop);
     run.region.header().shutdown.store(1, Ordering::Release);
@@ -204,6 +208,10 @@ struct Execution<'a> {
     modules: BTreeMap<ProcessId, Vec<Module>>,
     /// Posts ingested per process while its module map was not read yet (paces the checks).
     coverage_checks: Vec<u32>,
+    /// Probes and settles the target's sockets, pipes and eventfds (see `netprobe`).
+    net: NetProbe,
+    /// A network operation ran or a process died since the model's readiness views were taken.
+    net_dirty: bool,
 }
 
 impl<'a> Execution<'a> {
@@ -228,6 +236,8 @@ impl<'a> Execution<'a> {
             exiting: Vec::new(),
             modules: BTreeMap::new(),
             coverage_checks: vec![0; MAX_PROCESSES],
+            net: NetProbe::default(),
+            net_dirty: false,
         }
     }
 
@@ -241,6 +251,9 @@ impl<'a> Execution<'a> {
             }
             if self.model.now() > self.cfg.max_vtime_ns {
                 return Outcome::Hang { reason: format!("virtual-time bound exceeded ({} s); raise --max-vtime if the program legitimately runs longer", self.cfg.max_vtime_ns / 1_000_000_000) };
+            }
+            if let Some(outcome) = self.refresh_net() {
+                return outcome;
             }
             let choices = self.model.choices();
             if choices.is_empty() {
@@ -260,7 +273,16 @@ impl<'a> Execution<'a> {
                 Err(d) => return Outcome::Diverged { step: d.step, expected: d.expected, seen: d.seen },
             };
             let choice = choices[index];
+            let pending = match self.model.status(choice.thread) {
+                Some(ThreadStatus::Pending(r)) if r.op.is_net() => Some(r),
+                _ => None,
+            };
             let effect = self.model.apply(&choice, &mut self.memory);
+            if let (Some(request), Effect::Grant { .. }) = (pending, effect) {
+                let pid = self.pid_of(choice.thread);
+                self.net.granted(pid, request, choice.kind == crate::choice::ChoiceKind::Timeout);
+                self.net_dirty = true;
+            }
             let result = match effect {
                 Effect::Grant { result } => Some(result),
                 Effect::Blocked => None,
@@ -270,6 +292,36 @@ impl<'a> Execution<'a> {
                 self.grant(choice.thread, choice.op, result);
             }
         }
+    }
+
+    /// Kernel pid of `thread`'s process (0 if unknown).
+    fn pid_of(&self, thread: ThreadId) -> u32 {
+        self.thread_process.get(&thread).and_then(|p| self.processes.get(p)).map_or(0, |p| p.pid)
+    }
+
+    /// Brings the model's readiness views up to date: settles what granted network operations
+    /// left in flight, then probes every thread parked on a network request that has no view
+    /// (all of them after a network operation or a process exit). Runs while every thread is
+    /// parked.
+    fn refresh_net(&mut self) -> Option<Outcome> {
+        if let Err(e) = self.net.settle() {
+            return Some(Outcome::Uncontrolled { thread: 0, syscall: "loopback delivery".into(), detail: e.0 });
+        }
+        if std::mem::take(&mut self.net_dirty) {
+            self.model.forget_net_views();
+        }
+        for (thread, request) in self.model.net_requests() {
+            if self.model.has_net_view(thread) {
+                continue;
+            }
+            let process = self.thread_process.get(&thread).copied().unwrap_or(0);
+            let pid = self.pid_of(thread);
+            match self.net.view(process, pid, &request) {
+                Ok(view) => self.model.set_net_view(thread, view),
+                Err(e) => return Some(Outcome::Uncontrolled { thread, syscall: request.op.name().into(), detail: e.0 }),
+            }
+        }
+        None
     }
 
     /// Hands the token to `thread` with `result`.
@@ -575,6 +627,7 @@ impl<'a> Execution<'a> {
         record.exit = status;
         self.exiting.retain(|&p| p != process);
         self.model.process_exited(process);
+        self.net_dirty = true;
         if self.holder.as_ref().is_some_and(|h| self.thread_process.get(&h.thread) == Some(&process)) {
             self.holder = None;
         }

@@ -22,6 +22,7 @@ pub use outcome::Outcome;
 pub mod futex;
 pub mod region;
 pub mod memory;
+pub mod netprobe;
 pub mod procfs;
 pub mod symbols;
 pub mod execution;

@@ -43,12 +43,42 @@ fn describe_object(obj: u64, op: dara_abi::Op, symbols: &BTreeMap<u64, String>) 
         ProcessWait => return format!("process {obj}"),
         ProcessFork | ProcessExec => return String::new(),
         ProcessStart | ThreadStart | ThreadCreate | ThreadExit | ProcessExit | Yield | EdgeQuantum | ClockRead => return String::new(),
+        op if op.is_net() => return describe_net(obj),
         _ => {}
     }
     match symbols.get(&obj) {
         Some(name) => format!("{name} ({obj:#x})"),
         None => format!("{obj:#x}"),
     }
+}
+
+/// A network step's object: kind, logical endpoint, peer and the first bytes, e.g.
+/// `tcp e2->e1 "GET "` (see `dara_scheduler::model::net::describe`).
+fn describe_net(obj: u64) -> String {
+    use dara_scheduler::model::net::{kind, undescribe};
+    let (ep, peer, k, preview) = undescribe(obj);
+    let name = match k {
+        kind::TCP => "tcp",
+        kind::UDP => "udp",
+        kind::UNIX_STREAM => "unix",
+        kind::UNIX_DGRAM => "unix-dgram",
+        kind::PIPE => "pipe",
+        kind::EVENTFD => "eventfd",
+        kind::EPOLL => "epoll",
+        kind::POLL => "poll",
+        _ => "fd",
+    };
+    let mut out = match (ep, peer) {
+        (Some(e), Some(p)) => format!("{name} e{e}<->e{p}"),
+        (Some(e), None) if k == kind::POLL => format!("{name} first ready e{e}"),
+        (Some(e), None) => format!("{name} e{e}"),
+        (None, _) => name.to_string(),
+    };
+    if !preview.is_empty() {
+        let text: String = preview.iter().map(|&b| if (0x20..0x7f).contains(&b) && b != b'"' { b as char } else { '.' }).collect();
+        let _ = write!(out, " \"{text}\"");
+    }
+    out
 }
 
 /// Virtual time as seconds with millisecond precision.

@@ -52,6 +52,7 @@ pub struct ProcessTree {
     /// The last [`STDERR_TAIL_BYTES`] the target wrote to stderr (assertion messages, panics and
     /// sanitizer reports locate a bug).
     stderr_tail: Arc<Mutex<Vec<u8>>>,
+    output_pipes: [u64; 2],
 }
 
 /// How much of the target's stderr [`ProcessTree::stderr_tail`] keeps.
@@ -121,6 +122,8 @@ impl ProcessTree {
         let root = child.id();
         let mut forwarders = Vec::new();
         let stderr_tail = Arc::new(Mutex::new(Vec::new()));
+        let inode = |f: Option<&dyn std::os::fd::AsRawFd>| f.and_then(|f| fd_inode(f.as_raw_fd())).unwrap_or(0);
+        let output_pipes = [inode(child.stdout.as_ref().map(|f| f as _)), inode(child.stderr.as_ref().map(|f| f as _))];
         if let Some(out) = child.stdout.take() {
             forwarders.push(if spec.discard_output { forward(out, std::io::sink, None) } else { forward(out, std::io::stdout, None) });
         }
@@ -131,12 +134,17 @@ impl ProcessTree {
         // The reaper owns waiting from now on; std's handle is dropped without waiting.
         drop(child);
         let (exits, reaper_done) = reaper::start(root, on_exit);
-        Ok(ProcessTree { root, exits, reaper_done, finished: false, forwarders, stderr_tail })
+        Ok(ProcessTree { root, exits, reaper_done, finished: false, forwarders, stderr_tail, output_pipes })
     }
 
     /// Kernel pid of the command itself (also its process group id).
     pub fn root_pid(&self) -> u32 {
         self.root
+    }
+
+    /// Inodes of the pipes the target's stdout and stderr write into (0 where there is none).
+    pub fn output_pipe_inodes(&self) -> [u64; 2] {
+        self.output_pipes
     }
 
     /// The end of what the target wrote to stderr so far; complete once [`kill_all`](Self::kill_all)
@@ -182,6 +190,14 @@ impl ProcessTree {
             }
         }
     }
+}
+
+/// The inode behind a descriptor.
+fn fd_inode(fd: i32) -> Option<u64> {
+    // SAFETY: an all-zero stat is a valid out-buffer for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes into the live local.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
 }
 
 /// Copies `from` to `to()` until end of file, keeping the last [`STDERR_TAIL_BYTES`] in `tail`;

@@ -283,6 +283,11 @@ pub fn dependent(a: &Choice, b: &Choice) -> bool {
     if joins(a, b) || joins(b, a) {
         return true;
     }
+    // Network operations act on kernel objects whose peers the choice does not name: any two
+    // are treated as dependent (sound, coarse).
+    if a.op.is_net() && b.op.is_net() {
+        return true;
+    }
     if is_memory_access(a.op) || is_memory_access(b.op) {
         return is_memory_access(a.op)
             && is_memory_access(b.op)

@@ -13,6 +13,8 @@
 pub mod cond;
 pub mod cpu;
 pub mod files;
+pub mod net;
+pub mod poll;
 pub mod process;
 pub mod random;
 pub mod sem;

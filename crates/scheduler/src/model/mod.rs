@@ -10,6 +10,7 @@
 //!   `Timeout` changes and returns.
 //! * `report.rs`: the deadlock report (who waits for what, held by whom).
 //! * `clock.rs`: the virtual clock.
+//! * `net.rs`: readiness of sockets, pipes and poll/epoll as probed by the driver.
 //!
 //! Timers are choices: a thread whose request has a deadline offers `Timeout` next to (or instead
 //! of) `Run`, so a strategy can let a timeout win any race, and when nothing else can move the
@@ -25,6 +26,7 @@ use crate::choice::{Choice, ChoiceKind, ProcessId, ThreadId};
 use crate::outcome::BlockedThread;
 
 mod clock;
+pub mod net;
 mod objects;
 mod ops;
 mod process;
@@ -72,6 +74,8 @@ pub struct Model {
     objects: Objects,
     /// Every process registered, for `wait`.
     processes: BTreeMap<ProcessId, process::ProcessInfo>,
+    /// What the driver saw for each thread parked on a network request (see `net.rs`).
+    net: BTreeMap<ThreadId, net::NetView>,
 }
 
 impl Model {
@@ -177,7 +181,8 @@ impl Model {
     /// Appends `thread`'s enabled choices: its `Run` alternatives, then its `Timeout`.
     fn thread_choices(&self, id: ThreadId, thread: &Thread, out: &mut Vec<Choice>) {
         let Some(request) = thread.request() else { return };
-        let choice = |kind, alt| Choice { thread: id, kind, alt, op: request.op, obj: request.args[0] };
+        let obj = if request.op.is_net() { self.net_obj(id) } else { request.args[0] };
+        let choice = |kind, alt| Choice { thread: id, kind, alt, op: request.op, obj };
         for alt in 0..self.run_alternatives(id, thread) {
             out.push(choice(ChoiceKind::Run, alt));
         }

@@ -70,6 +70,9 @@ impl Model {
     pub(super) fn run_alternatives(&self, me: ThreadId, thread: &Thread) -> u32 {
         let enabled = match thread.phase {
             Phase::Pending(r) => {
+                if r.op.is_net() {
+                    return self.net_alternatives(me, &r);
+                }
                 if r.op == Op::CondSignal {
                     let waiters = self.objects.conds.get(&key(thread.process, r.args[0])).map_or(0, |c| c.waiters.len());
                     return waiters.max(1) as u32;
@@ -142,6 +145,9 @@ impl Model {
     }
 
     fn run_pending(&mut self, me: ThreadId, process: ProcessId, r: Request, alt: u32, mem: &mut dyn MemoryReader) -> Step {
+        if r.op.is_net() {
+            return Step::Grant(self.net_run(me, &r, alt));
+        }
         let k = key(process, r.args[0]);
         let obj = &mut self.objects;
         match r.op {
@@ -290,8 +296,9 @@ impl Model {
                 Step::Grant(woken.len() as i64)
             }
 
-            // Never enabled.
+            // Never enabled; network ops were handled above.
             Op::Sleep | Op::Unsupported => Step::StayPending,
+            Op::NetRecv | Op::NetSend | Op::NetAccept | Op::NetConnect | Op::NetPoll | Op::NetEpollWait | Op::NetClose => Step::StayPending,
         }
     }
 
@@ -302,6 +309,7 @@ impl Model {
             self.clock.advance_to(deadline);
         }
         match self.thread_parts(me) {
+            Some((_, Phase::Pending(r))) if r.op.is_net() => Step::Grant(self.net_timeout(me, &r)),
             Some((process, Phase::Pending(r))) => match r.op {
                 Op::Sleep => Step::Grant(0),
                 Op::CondWait => {

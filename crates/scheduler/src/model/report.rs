@@ -61,6 +61,21 @@ impl Model {
                 Some(d) => format!("sleeps until virtual time {d} ns"),
             },
             Op::Unsupported => format!("stopped at uncontrolled syscall {a}"),
+            Op::NetRecv | Op::NetAccept | Op::NetPoll | Op::NetEpollWait | Op::NetSend => {
+                let (ep, peer, _, _) = super::net::undescribe(self.net_obj(me));
+                let on = match (ep, peer) {
+                    (Some(e), Some(p)) => format!(" on endpoint e{e} (peer e{p})"),
+                    (Some(e), None) => format!(" on endpoint e{e}"),
+                    _ => String::new(),
+                };
+                let what = match r.op {
+                    Op::NetAccept => "a connection",
+                    Op::NetSend => "room to send",
+                    Op::NetRecv => "data",
+                    _ => "a ready descriptor",
+                };
+                format!("waits for {what}{on}, which no other thread can still provide")
+            }
             op => format!("waits to {}", op.name()),
         }
     }

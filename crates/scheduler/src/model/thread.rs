@@ -84,6 +84,11 @@ impl Thread {
         }
     }
 
+    /// Posted and not applied yet.
+    pub(crate) fn is_pending(&self) -> bool {
+        matches!(self.phase, Phase::Pending(_))
+    }
+
     pub(crate) fn is_live(&self) -> bool {
         self.phase != Phase::Exited
     }
@@ -100,6 +105,7 @@ impl Request {
             Op::Sleep => self.args[0],
             Op::RwReadLock | Op::RwWriteLock | Op::SemWait => self.args[1],
             Op::MutexLock | Op::CondWait | Op::FutexWait => self.args[2],
+            Op::NetRecv | Op::NetAccept | Op::NetPoll | Op::NetEpollWait => self.args[2],
             _ => return None,
         };
         (arg != dara_abi::NO_DEADLINE).then_some(arg)
@@ -147,7 +153,14 @@ impl Request {
             | Op::ProcessWait
             | Op::Sleep
             | Op::ClockRead
-            | Op::Unsupported => 0,
+            | Op::Unsupported
+            | Op::NetRecv
+            | Op::NetSend
+            | Op::NetAccept
+            | Op::NetConnect
+            | Op::NetPoll
+            | Op::NetEpollWait
+            | Op::NetClose => 0,
         }
     }
 }

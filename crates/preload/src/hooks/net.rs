@@ -1,0 +1,487 @@
+//! Sockets, pipes and eventfds: every call that may block (receive, send, accept) or that changes
+//! what a peer sees (connect, close, shutdown) is a scheduling point. The scheduler decides when a
+//! blocking call may go on (it probes the descriptor from outside, see the scheduler's `netprobe`);
+//! once granted, the hook performs the real call without blocking (`MSG_DONTWAIT`, or a pipe the
+//! scheduler saw ready). A blocking call that still finds nothing posts again instead of
+//! returning EAGAIN; a non-blocking one returns what the kernel says.
+//!
+//! Which descriptors count: those created by the hooked `socket`/`socketpair`/`accept`/`pipe`/
+//! `eventfd` (remembered in [`FD_NET`], no allocation), and any other descriptor that `fstat` says
+//! is a socket or a pipe (a pipeline's stdin, inherited across `execve`), except the pipes dara
+//! forwards the program's stdout and stderr through (their inodes are in the region header; dara
+//! drains them, so writes never block). Regular files are left alone.
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use dara_abi::{net_flags, Op, NO_DEADLINE};
+use libc::{c_int, c_uint, c_void, size_t, socklen_t, ssize_t};
+
+use super::set_errno;
+use crate::gate::Gated;
+use crate::{real, sys};
+
+/// Descriptors below this are remembered in [`FD_NET`]; higher ones are asked with `fstat`.
+const TRACKED_FDS: usize = 4096;
+const UNKNOWN: u8 = 0;
+const NET: u8 = 1;
+const OTHER: u8 = 2;
+/// What we know about each descriptor number (reset on close).
+static FD_NET: [AtomicU8; TRACKED_FDS] = [const { AtomicU8::new(UNKNOWN) }; TRACKED_FDS];
+
+/// Remembers that `fd` is a socket, pipe end or eventfd.
+pub fn mark_net(fd: c_int) {
+    if let Some(e) = FD_NET.get(fd as usize) {
+        e.store(NET, Ordering::Relaxed);
+    }
+}
+
+fn forget(fd: c_int) {
+    if let Some(e) = FD_NET.get(fd as usize) {
+        e.store(UNKNOWN, Ordering::Relaxed);
+    }
+}
+
+/// Whether `inode` is one of the pipes dara forwards the program's output through.
+fn is_output_pipe(inode: u64) -> bool {
+    crate::region::header().is_some_and(|h| h.output_pipes.iter().any(|p| p.load(Ordering::Relaxed) == inode))
+}
+
+/// Whether calls on `fd` are network scheduling points.
+pub fn is_net(fd: c_int) -> bool {
+    if fd < 0 {
+        return false;
+    }
+    let known = FD_NET.get(fd as usize).map_or(UNKNOWN, |e| e.load(Ordering::Relaxed));
+    if known != UNKNOWN {
+        return known == NET;
+    }
+    // SAFETY: an all-zero stat is a valid out-buffer; fstat writes at most its size.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: fstat on a descriptor number with a live out-buffer.
+    let rc = unsafe { sys::syscall(libc::SYS_fstat, &[fd as u64, &mut st as *mut libc::stat as u64]) };
+    let net = rc == 0
+        && match st.st_mode & libc::S_IFMT {
+            libc::S_IFSOCK => true,
+            libc::S_IFIFO => !is_output_pipe(st.st_ino),
+            _ => false,
+        };
+    if rc == 0 {
+        if let Some(e) = FD_NET.get(fd as usize) {
+            e.store(if net { NET } else { OTHER }, Ordering::Relaxed);
+        }
+    }
+    net
+}
+
+/// Whether the descriptor itself is non-blocking.
+fn fd_nonblocking(fd: c_int) -> bool {
+    // SAFETY: F_GETFL takes no pointer.
+    let fl = unsafe { sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_GETFL as u64]) };
+    fl >= 0 && fl as c_int & libc::O_NONBLOCK != 0
+}
+
+fn flag(nonblock: bool) -> u64 {
+    if nonblock {
+        net_flags::NONBLOCK
+    } else {
+        0
+    }
+}
+
+/// The receive timeout (SO_RCVTIMEO) of a blocking socket as a virtual deadline.
+fn recv_deadline(gate: &Gated, fd: c_int) -> u64 {
+    let mut tv = libc::timeval { tv_sec: 0, tv_usec: 0 };
+    let mut len = core::mem::size_of::<libc::timeval>() as socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `tv`.
+    let rc = unsafe {
+        sys::syscall(
+            libc::SYS_getsockopt,
+            &[fd as u64, libc::SOL_SOCKET as u64, libc::SO_RCVTIMEO as u64, &mut tv as *mut _ as u64, &mut len as *mut _ as u64],
+        )
+    };
+    if rc != 0 || (tv.tv_sec == 0 && tv.tv_usec == 0) {
+        return NO_DEADLINE;
+    }
+    gate.deadline_after(tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1_000)
+}
+
+/// Sets errno from a `-errno` result and returns -1, or returns the count.
+fn ret(r: i64) -> ssize_t {
+    if r < 0 {
+        set_errno(-r as c_int);
+        -1
+    } else {
+        r as ssize_t
+    }
+}
+
+fn errno() -> i64 {
+    // SAFETY: this thread's errno.
+    i64::from(unsafe { *libc::__errno_location() })
+}
+
+/// The real call's result as `-errno` on failure.
+fn raw(n: ssize_t) -> i64 {
+    if n < 0 {
+        -errno()
+    } else {
+        n as i64
+    }
+}
+
+/// A receive: waits (in the model) until data, EOF or an error is there, then performs `call`
+/// (which must not block) and returns its result. `call` gets whether to add MSG_DONTWAIT.
+pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, call: &mut dyn FnMut() -> ssize_t) -> ssize_t {
+    let nonblock = dontwait || fd_nonblocking(fd);
+    let deadline = if nonblock { NO_DEADLINE } else { recv_deadline(gate, fd) };
+    loop {
+        let g = gate.post(Op::NetRecv, [fd as u64, flag(nonblock), deadline, len as u64]);
+        if !nonblock && g.result == -(libc::EAGAIN as i64) {
+            return ret(g.result); // SO_RCVTIMEO fired
+        }
+        let r = raw(call());
+        if r == -(libc::EAGAIN as i64) && !nonblock {
+            continue; // not there after all: wait again, never leak EAGAIN
+        }
+        return ret(r);
+    }
+}
+
+/// A send: waits until there is room, then sends without blocking; a blocking caller gets all of
+/// `len` sent (posting again for the rest), as the kernel would.
+fn transmit(gate: &Gated, fd: c_int, buf: *const u8, len: usize, dontwait: bool, dest_port: u16, call: &mut dyn FnMut(*const u8, usize) -> ssize_t) -> ssize_t {
+    let nonblock = dontwait || fd_nonblocking(fd);
+    let mut done = 0usize;
+    loop {
+        let rest = len - done;
+        let mut first = [0u8; 8];
+        if !buf.is_null() {
+            let n = rest.min(8);
+            // SAFETY: `buf` holds `len` readable bytes (the caller's contract); we copy at most 8
+            // from offset `done < len`.
+            unsafe { core::ptr::copy_nonoverlapping(buf.add(done), first.as_mut_ptr(), n) };
+        }
+        let arg1 = (rest as u64 & ((1 << net_flags::SEND_SHIFT) - 1)) | (flag(nonblock) << net_flags::SEND_SHIFT);
+        gate.post(Op::NetSend, [fd as u64, arg1, u64::from_le_bytes(first), u64::from(dest_port)]);
+        // SAFETY: in bounds of the caller's buffer.
+        let r = raw(call(unsafe { buf.add(done) }, rest));
+        if nonblock || r < 0 && r != -(libc::EAGAIN as i64) {
+            return if done > 0 && r < 0 { done as ssize_t } else { ret(r) };
+        }
+        if r > 0 {
+            done += r as usize;
+        }
+        if done >= len {
+            return done as ssize_t;
+        }
+    }
+}
+
+fn sockaddr_port(addr: *const libc::sockaddr, len: socklen_t) -> u16 {
+    if addr.is_null() || (len as usize) < core::mem::size_of::<libc::sockaddr_in>() {
+        return 0;
+    }
+    // SAFETY: a non-null address of at least sockaddr_in's size; sin_port and sin6_port share
+    // offset 2.
+    let sin = unsafe { &*(addr as *const libc::sockaddr_in) };
+    if sin.sin_family as c_int == libc::AF_INET || sin.sin_family as c_int == libc::AF_INET6 {
+        u16::from_be(sin.sin_port)
+    } else {
+        0
+    }
+}
+
+/// First bytes of an iovec array (at most 8, from the first entry) and the total length.
+fn iov_preview(iov: *const libc::iovec, n: c_int) -> (u64, usize) {
+    if iov.is_null() || n <= 0 {
+        return (0, 0);
+    }
+    // SAFETY: the caller's iovec array of `n` entries; we read at most 8 bytes of the first.
+    unsafe {
+        let first = &*iov;
+        let mut bytes = [0u8; 8];
+        let k = first.iov_len.min(8);
+        if !first.iov_base.is_null() {
+            core::ptr::copy_nonoverlapping(first.iov_base as *const u8, bytes.as_mut_ptr(), k);
+        }
+        (u64::from_le_bytes(bytes), iov_total(iov, n))
+    }
+}
+
+/// A vectored send (`sendmsg`, `writev`): one post, then one real call. Not split: a message is
+/// sent whole or not at all.
+fn transmit_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, dontwait: bool, dest_port: u16, call: &mut dyn FnMut() -> ssize_t) -> ssize_t {
+    let nonblock = dontwait || fd_nonblocking(fd);
+    let (first, total) = iov_preview(iov, n);
+    loop {
+        let arg1 = (total as u64 & ((1 << net_flags::SEND_SHIFT) - 1)) | (flag(nonblock) << net_flags::SEND_SHIFT);
+        gate.post(Op::NetSend, [fd as u64, arg1, first, u64::from(dest_port)]);
+        let r = raw(call());
+        if r == -(libc::EAGAIN as i64) && !nonblock {
+            continue;
+        }
+        return ret(r);
+    }
+}
+
+fn iov_total(iov: *const libc::iovec, n: c_int) -> usize {
+    // SAFETY: the caller's iovec array of `n` entries.
+    (0..n.max(0) as usize).map(|i| unsafe { (*iov.add(i)).iov_len }).sum()
+}
+
+// ---- descriptor creation: remembered, not scheduling points -------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+    // SAFETY: plain integers.
+    let fd = unsafe { real::socket(domain, ty, protocol) };
+    mark_net(fd);
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn socketpair(domain: c_int, ty: c_int, protocol: c_int, sv: *mut c_int) -> c_int {
+    // SAFETY: the program's own out-array of two ints.
+    let rc = unsafe { real::socketpair(domain, ty, protocol, sv) };
+    if rc == 0 {
+        // SAFETY: filled by a successful socketpair.
+        unsafe { (mark_net(*sv), mark_net(*sv.add(1))) };
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pipe(fds: *mut c_int) -> c_int {
+    // SAFETY: the program's own out-array of two ints.
+    unsafe { pipe2(fds, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pipe2(fds: *mut c_int, flags: c_int) -> c_int {
+    // SAFETY: the program's own out-array of two ints.
+    let rc = unsafe { real::pipe2(fds, flags) };
+    if rc == 0 {
+        // SAFETY: filled by a successful pipe2.
+        unsafe { (mark_net(*fds), mark_net(*fds.add(1))) };
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn eventfd(initval: c_uint, flags: c_int) -> c_int {
+    // SAFETY: plain integers.
+    let fd = unsafe { real::eventfd(initval, flags) };
+    mark_net(fd);
+    fd
+}
+
+// ---- connections -------------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn accept(fd: c_int, addr: *mut libc::sockaddr, len: *mut socklen_t) -> c_int {
+    // SAFETY: the program's own arguments.
+    unsafe { accept4(fd, addr, len, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut socklen_t, flags: c_int) -> c_int {
+    let gate = match Gated::enter() {
+        Some(g) if is_net(fd) => g,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => return unsafe { real::accept4(fd, addr, len, flags) },
+    };
+    let nonblock = fd_nonblocking(fd);
+    let deadline = if nonblock { NO_DEADLINE } else { recv_deadline(&gate, fd) };
+    loop {
+        let g = gate.post(Op::NetAccept, [fd as u64, flag(nonblock), deadline, 0]);
+        if !nonblock && g.result == -(libc::EAGAIN as i64) {
+            return ret(g.result) as c_int;
+        }
+        // The listener is ready (or the caller is non-blocking): accept4 does not block.
+        // SAFETY: the program's own arguments.
+        let r = raw(unsafe { real::accept4(fd, addr, len, flags) } as ssize_t);
+        if r == -(libc::EAGAIN as i64) && !nonblock {
+            continue;
+        }
+        if r >= 0 {
+            mark_net(r as c_int);
+        }
+        return ret(r) as c_int;
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn connect(fd: c_int, addr: *const libc::sockaddr, len: socklen_t) -> c_int {
+    let gate = match Gated::enter() {
+        Some(g) if is_net(fd) => g,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => return unsafe { real::connect(fd, addr, len) },
+    };
+    gate.post(Op::NetConnect, [fd as u64, flag(fd_nonblocking(fd)), 0, 0]);
+    // Loopback connects complete or fail without waiting; the scheduler settles the handshake.
+    // SAFETY: the program's own arguments.
+    unsafe { real::connect(fd, addr, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    if let (Some(gate), true) = (Gated::enter(), is_net(fd)) {
+        gate.post(Op::NetClose, [fd as u64, 1 + how as u64, 0, 0]);
+    }
+    // SAFETY: plain integers.
+    unsafe { real::shutdown(fd, how) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if let (Some(gate), true) = (Gated::enter(), is_net(fd)) {
+        gate.post(Op::NetClose, [fd as u64, 0, 0, 0]);
+    }
+    forget(fd);
+    // SAFETY: plain integer.
+    unsafe { real::close(fd) }
+}
+
+// ---- receiving -----------------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+    let gate = match Gated::enter() {
+        Some(g) if is_net(fd) => g,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => return unsafe { real::recv(fd, buf, len, flags) },
+    };
+    // SAFETY: the program's own arguments; MSG_DONTWAIT only makes the call non-blocking.
+    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, &mut || unsafe { real::recv(fd, buf, len, flags | libc::MSG_DONTWAIT) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut libc::sockaddr, alen: *mut socklen_t) -> ssize_t {
+    let gate = match Gated::enter() {
+        Some(g) if is_net(fd) => g,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => return unsafe { real::recvfrom(fd, buf, len, flags, addr, alen) },
+    };
+    // SAFETY: as for `recv`.
+    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, &mut || unsafe { real::recvfrom(fd, buf, len, flags | libc::MSG_DONTWAIT, addr, alen) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
+    let gate = match Gated::enter() {
+        Some(g) if is_net(fd) => g,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => return unsafe { real::recvmsg(fd, msg, flags) },
+    };
+    // SAFETY: the caller's msghdr is valid for the call.
+    let len = unsafe { msg.as_ref().map_or(0, |m| iov_total(m.msg_iov, m.msg_iovlen as c_int)) };
+    // SAFETY: as for `recv`.
+    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, &mut || unsafe { real::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
+    let gate = match Gated::enter() {
+        Some(g) if is_net(fd) => g,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => return unsafe { real::read(fd, buf, len) },
+    };
+    // A pipe or eventfd cannot take MSG_DONTWAIT; the scheduler grants a blocking read only when
+    // the descriptor is readable, so the real read returns at once.
+    // SAFETY: the program's own arguments.
+    receive(&gate, fd, len, false, &mut || unsafe { real::read(fd, buf, len) })
+}
+
+/// A `read`/`readv` the syscall trap caught (libc's own reads of descriptor 0, e.g. stdio reading
+/// a pipeline's stdin): a receive when the descriptor is a pipe or socket, `None` otherwise (the
+/// caller runs it for real). Returns the raw result (`-errno`).
+pub fn trapped_read(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64> {
+    let fd = a[0] as c_int;
+    if !is_net(fd) {
+        return None;
+    }
+    let len = if nr == libc::SYS_read { a[2] as usize } else { iov_total(a[1] as *const libc::iovec, a[2] as c_int) };
+    let mut call = || {
+        // SAFETY: the syscall the program made, with its own arguments.
+        let r = unsafe { sys::syscall6(nr, a) };
+        if r < 0 {
+            set_errno(-r as c_int);
+            -1
+        } else {
+            r as ssize_t
+        }
+    };
+    let r = receive(gate, fd, len, false, &mut call);
+    Some(if r < 0 { -errno() } else { r as i64 })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    let gate = match Gated::enter() {
+        Some(g) if is_net(fd) => g,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => return unsafe { real::readv(fd, iov, n) },
+    };
+    let len = iov_total(iov, n);
+    // SAFETY: the program's own arguments.
+    receive(&gate, fd, len, false, &mut || unsafe { real::readv(fd, iov, n) })
+}
+
+// ---- sending -------------------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t {
+    let gate = match Gated::enter() {
+        Some(g) if is_net(fd) => g,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => return unsafe { real::send(fd, buf, len, flags) },
+    };
+    // SAFETY: the program's buffer, in bounds by `transmit`'s construction.
+    transmit(&gate, fd, buf.cast(), len, flags & libc::MSG_DONTWAIT != 0, 0, &mut |b, l| unsafe { real::send(fd, b.cast(), l, flags | libc::MSG_DONTWAIT) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flags: c_int, addr: *const libc::sockaddr, alen: socklen_t) -> ssize_t {
+    let gate = match Gated::enter() {
+        Some(g) if is_net(fd) => g,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => return unsafe { real::sendto(fd, buf, len, flags, addr, alen) },
+    };
+    let port = sockaddr_port(addr, alen);
+    // SAFETY: as for `send`.
+    transmit(&gate, fd, buf.cast(), len, flags & libc::MSG_DONTWAIT != 0, port, &mut |b, l| unsafe { real::sendto(fd, b.cast(), l, flags | libc::MSG_DONTWAIT, addr, alen) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
+    let gate = match Gated::enter() {
+        Some(g) if is_net(fd) => g,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => return unsafe { real::sendmsg(fd, msg, flags) },
+    };
+    // SAFETY: the caller's msghdr is valid for the call.
+    let (port, iov, n) = unsafe { msg.as_ref().map_or((0, core::ptr::null(), 0), |m| (sockaddr_port(m.msg_name as *const libc::sockaddr, m.msg_namelen), m.msg_iov as *const libc::iovec, m.msg_iovlen as c_int)) };
+    // SAFETY: the program's own arguments; MSG_DONTWAIT only makes the call non-blocking.
+    transmit_vector(&gate, fd, iov, n, flags & libc::MSG_DONTWAIT != 0, port, &mut || unsafe { real::sendmsg(fd, msg, flags | libc::MSG_DONTWAIT) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
+    let gate = match Gated::enter() {
+        Some(g) if is_net(fd) => g,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => return unsafe { real::write(fd, buf, len) },
+    };
+    // SAFETY: as for `send`; granted writes find room (pipes) or are sockets written as send.
+    transmit(&gate, fd, buf.cast(), len, false, 0, &mut |b, l| unsafe { real::write(fd, b.cast(), l) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    let gate = match Gated::enter() {
+        Some(g) if is_net(fd) => g,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => return unsafe { real::writev(fd, iov, n) },
+    };
+    // SAFETY: the program's own arguments; granted only when the descriptor has room.
+    transmit_vector(&gate, fd, iov, n, false, 0, &mut || unsafe { real::writev(fd, iov, n) })
+}

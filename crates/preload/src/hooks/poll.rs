@@ -1,0 +1,210 @@
+//! poll, ppoll, select, pselect, epoll_wait, epoll_pwait: a `NetPoll`/`NetEpollWait` scheduling
+//! point each. The scheduler reads the `pollfd` array (or the epoll set) from outside, enables the
+//! call when an entry is ready, offers its timeout as a timer (which may fire although data is on
+//! its way), and may choose to let the program see only one of several ready entries. Once
+//! granted, the hook runs the real call with a zero timeout.
+//!
+//! `select` is turned into a `pollfd` array on this thread's stack (no allocation) and back. The
+//! signal masks of `ppoll`/`pselect`/`epoll_pwait` are not applied: dara delivers no signals
+//! while a thread waits in the model.
+use dara_abi::{net_flags, Op, NO_DEADLINE};
+use libc::{c_int, nfds_t, pollfd, sigset_t, timespec, timeval};
+
+use super::set_errno;
+use crate::gate::Gated;
+use crate::{real, vclock};
+
+/// `select` handles descriptors below this (glibc's FD_SETSIZE).
+const FD_SETSIZE: usize = 1024;
+
+fn deadline(gate: &Gated, timeout_ns: Option<u64>) -> u64 {
+    timeout_ns.map_or(NO_DEADLINE, |t| gate.deadline_after(t))
+}
+
+fn ms_timeout(ms: c_int) -> Option<u64> {
+    (ms >= 0).then(|| ms as u64 * 1_000_000)
+}
+
+/// The model-driven poll of `n` entries at `fds`; `timeout_ns` `None` waits forever.
+fn poll_entries(gate: &Gated, fds: *mut pollfd, n: nfds_t, timeout_ns: Option<u64>) -> c_int {
+    let nonblock = timeout_ns == Some(0);
+    let flags = if nonblock { net_flags::NONBLOCK } else { 0 };
+    let deadline = if nonblock { NO_DEADLINE } else { deadline(gate, timeout_ns) };
+    loop {
+        let g = gate.post(Op::NetPoll, [fds as u64, n, deadline, flags]);
+        if g.result == 0 && !nonblock {
+            for i in 0..n as usize {
+                // SAFETY: the caller's array of `n` entries.
+                unsafe { (*fds.add(i)).revents = 0 };
+            }
+            return 0; // the timer fired
+        }
+        // SAFETY: the caller's array; zero timeout, so the call does not block.
+        let r = unsafe { real::poll(fds, n, 0) };
+        if r == 0 && !nonblock {
+            continue;
+        }
+        if r > 0 && g.result >= 2 {
+            keep_only(fds, n, (g.result - 2) as usize);
+            return 1;
+        }
+        return r;
+    }
+}
+
+/// Clears the `revents` of every ready entry but the `keep`-th ready one.
+fn keep_only(fds: *mut pollfd, n: nfds_t, keep: usize) {
+    let mut seen = 0;
+    for i in 0..n as usize {
+        // SAFETY: the caller's array of `n` entries.
+        let e = unsafe { &mut *fds.add(i) };
+        if e.revents != 0 {
+            if seen != keep {
+                e.revents = 0;
+            }
+            seen += 1;
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int {
+    match Gated::enter() {
+        Some(gate) => poll_entries(&gate, fds, n, ms_timeout(timeout)),
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        None => unsafe { real::poll(fds, n, timeout) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ppoll(fds: *mut pollfd, n: nfds_t, timeout: *const timespec, mask: *const sigset_t) -> c_int {
+    let Some(gate) = Gated::enter() else {
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        return unsafe { real::ppoll(fds, n, timeout, mask) };
+    };
+    // SAFETY: null or the caller's timespec.
+    let t = unsafe { timeout.as_ref() }.map(|t| vclock::timespec_ns(t).unwrap_or(0));
+    poll_entries(&gate, fds, n, t)
+}
+
+/// `select` on `n` descriptors through a `pollfd` array on the stack.
+fn select_sets(gate: &Gated, n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, timeout_ns: Option<u64>) -> c_int {
+    let n = (n.max(0) as usize).min(FD_SETSIZE);
+    let mut entries = [pollfd { fd: -1, events: 0, revents: 0 }; FD_SETSIZE];
+    let mut count = 0usize;
+    let isset = |set: *mut libc::fd_set, fd: usize| -> bool {
+        // SAFETY: null or the caller's fd_set; fd < FD_SETSIZE.
+        !set.is_null() && unsafe { libc::FD_ISSET(fd as c_int, set) }
+    };
+    for fd in 0..n {
+        let mut events = 0;
+        if isset(r, fd) {
+            events |= libc::POLLIN;
+        }
+        if isset(w, fd) {
+            events |= libc::POLLOUT;
+        }
+        if isset(e, fd) {
+            events |= libc::POLLPRI;
+        }
+        if events != 0 {
+            entries[count] = pollfd { fd: fd as c_int, events, revents: 0 };
+            count += 1;
+        }
+    }
+    let rc = poll_entries(gate, entries.as_mut_ptr(), count as nfds_t, timeout_ns);
+    if rc < 0 {
+        return rc;
+    }
+    for set in [r, w, e] {
+        if !set.is_null() {
+            // SAFETY: the caller's fd_set.
+            unsafe { libc::FD_ZERO(set) };
+        }
+    }
+    let mut ready = 0;
+    for p in &entries[..count] {
+        let hits = [
+            (r, libc::POLLIN | libc::POLLHUP | libc::POLLERR),
+            (w, libc::POLLOUT | libc::POLLERR),
+            (e, libc::POLLPRI),
+        ];
+        for (set, mask) in hits {
+            if !set.is_null() && p.events & mask != 0 && p.revents & mask != 0 {
+                // SAFETY: the caller's fd_set; fd < FD_SETSIZE.
+                unsafe { libc::FD_SET(p.fd, set) };
+                ready += 1;
+            }
+        }
+    }
+    ready
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, timeout: *mut timeval) -> c_int {
+    let Some(gate) = Gated::enter() else {
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        return unsafe { real::select(n, r, w, e, timeout) };
+    };
+    // SAFETY: null or the caller's timeval.
+    let t = unsafe { timeout.as_ref() }.map(|t| t.tv_sec.max(0) as u64 * 1_000_000_000 + t.tv_usec.max(0) as u64 * 1_000);
+    let rc = select_sets(&gate, n, r, w, e, t);
+    if rc == 0 {
+        // SAFETY: null or the caller's timeval; Linux leaves the time not slept, here none.
+        if let Some(t) = unsafe { timeout.as_mut() } {
+            *t = timeval { tv_sec: 0, tv_usec: 0 };
+        }
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, timeout: *const timespec, mask: *const sigset_t) -> c_int {
+    let Some(gate) = Gated::enter() else {
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        return unsafe { real::pselect(n, r, w, e, timeout, mask) };
+    };
+    // SAFETY: null or the caller's timespec.
+    let t = unsafe { timeout.as_ref() }.map(|t| vclock::timespec_ns(t).unwrap_or(0));
+    select_sets(&gate, n, r, w, e, t)
+}
+
+fn epoll_entries(gate: &Gated, ep: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int {
+    let nonblock = timeout == 0;
+    let flags = if nonblock { net_flags::NONBLOCK } else { 0 };
+    let deadline = if nonblock { NO_DEADLINE } else { deadline(gate, ms_timeout(timeout)) };
+    loop {
+        let g = gate.post(Op::NetEpollWait, [ep as u64, 0, deadline, flags]);
+        if g.result == 0 && !nonblock {
+            return 0; // the timer fired
+        }
+        // SAFETY: the caller's event array; zero timeout, so the call does not block.
+        let r = unsafe { real::epoll_wait(ep, events, max, 0) };
+        if r == 0 && !nonblock {
+            continue;
+        }
+        if r < 0 {
+            // SAFETY: this thread's errno, set by the real call.
+            set_errno(unsafe { *libc::__errno_location() });
+        }
+        return r;
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn epoll_wait(ep: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int {
+    match Gated::enter() {
+        Some(gate) => epoll_entries(&gate, ep, events, max, timeout),
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        None => unsafe { real::epoll_wait(ep, events, max, timeout) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn epoll_pwait(ep: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int, mask: *const sigset_t) -> c_int {
+    match Gated::enter() {
+        Some(gate) => epoll_entries(&gate, ep, events, max, timeout),
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        None => unsafe { real::epoll_pwait(ep, events, max, timeout, mask) },
+    }
+}

@@ -1,0 +1,168 @@
+//! Readiness of network operations (sockets, pipes, eventfds, poll/epoll/select) in the model.
+//!
+//! The model does not simulate a network stack. The kernel's loopback objects are the state; the
+//! driver (`crate::netprobe`) probes them without blocking while every thread is parked and tells
+//! the model what it saw as a [`NetView`] per waiting thread. The model turns views into enabled
+//! choices, timers and results:
+//!
+//! * a blocking `NetRecv`/`NetAccept`/`NetSend`/`NetPoll`/`NetEpollWait` is enabled only while its
+//!   view says ready; a non-blocking one (flag [`net_flags::NONBLOCK`]) always is (the preload then
+//!   returns EAGAIN when the kernel has nothing, as the program expects);
+//! * `NetConnect` and `NetClose` are always enabled (loopback connects complete or fail at once);
+//! * a request with a deadline (poll/epoll/select timeouts, SO_RCVTIMEO) offers `Timeout` whether
+//!   or not it is ready: the strategy may let the timer win against data that is on its way;
+//! * a ready `NetPoll` with several ready entries offers one `Run` alternative per entry next to
+//!   "report all": which ready peer the program sees first is a choice.
+//!
+//! Views are facts about kernel state at this step. The driver drops them all whenever a thread
+//! performed a network operation or a process exited ([`Model::forget_net_views`]) and probes again,
+//! so a thread disabled on a descriptor is re-examined exactly when another thread's operation could
+//! have changed it. Determinism rests on the probes: the driver makes the kernel state settled
+//! before it probes (see `netprobe`), so the same history gives the same views.
+use dara_abi::{net_flags, Op};
+
+use super::{Model, Request};
+use crate::choice::ThreadId;
+
+/// What the driver saw for one thread's pending network request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetView {
+    /// The operation can complete now without blocking.
+    pub ready: bool,
+    /// For `NetPoll`: how many entries are ready (0 when not ready).
+    pub ready_entries: u32,
+    /// The predicted result recorded in the trace: bytes a receive will get, bytes a send offers,
+    /// ready entries of a poll.
+    pub size: i64,
+    /// The readable description of the operation that stands in the choice's `obj`
+    /// (see [`describe`]).
+    pub obj: u64,
+}
+
+/// Kinds of endpoint in a described `obj`.
+pub mod kind {
+    pub const UNKNOWN: u64 = 0;
+    pub const TCP: u64 = 1;
+    pub const UDP: u64 = 2;
+    pub const UNIX_STREAM: u64 = 3;
+    pub const UNIX_DGRAM: u64 = 4;
+    pub const PIPE: u64 = 5;
+    pub const EVENTFD: u64 = 6;
+    pub const EPOLL: u64 = 7;
+    pub const POLL: u64 = 8;
+}
+
+/// "No endpoint" in a described `obj`.
+pub const NO_ENDPOINT: u64 = 0xFFF;
+
+/// Packs what the listing shows about a network step into the choice's 64-bit `obj`:
+/// bits 0–11 the logical endpoint, 12–23 its peer ([`NO_ENDPOINT`] when unknown), 24–27 the
+/// [`kind`], 28–31 how many preview bytes follow, 32–63 up to four first bytes of the data.
+pub fn describe(endpoint: u64, peer: u64, kind: u64, preview: &[u8]) -> u64 {
+    let n = preview.len().min(4);
+    let mut bytes = [0u8; 4];
+    bytes[..n].copy_from_slice(&preview[..n]);
+    (endpoint.min(NO_ENDPOINT))
+        | (peer.min(NO_ENDPOINT) << 12)
+        | ((kind & 0xF) << 24)
+        | ((n as u64) << 28)
+        | (u64::from(u32::from_le_bytes(bytes)) << 32)
+}
+
+/// The parts of a described `obj`: (endpoint, peer, kind, preview bytes).
+pub fn undescribe(obj: u64) -> (Option<u64>, Option<u64>, u64, Vec<u8>) {
+    let id = |v: u64| (v != NO_ENDPOINT).then_some(v);
+    let n = ((obj >> 28) & 0xF).min(4) as usize;
+    let bytes = ((obj >> 32) as u32).to_le_bytes();
+    (id(obj & 0xFFF), id((obj >> 12) & 0xFFF), (obj >> 24) & 0xF, bytes[..n].to_vec())
+}
+
+/// Whether a network request must not block (its `Run` is always enabled).
+pub(crate) fn nonblocking(r: &Request) -> bool {
+    let flags = match r.op {
+        Op::NetSend => r.args[1] >> net_flags::SEND_SHIFT,
+        Op::NetRecv | Op::NetAccept | Op::NetConnect => r.args[1],
+        Op::NetPoll | Op::NetEpollWait => r.args[3],
+        _ => 0,
+    };
+    flags & net_flags::NONBLOCK != 0
+}
+
+impl Model {
+    /// Threads parked on a network request, with the request, in thread order: what the driver
+    /// must probe before asking for choices.
+    pub fn net_requests(&self) -> Vec<(ThreadId, Request)> {
+        self.threads
+            .iter()
+            .filter_map(|(&id, t)| t.request().filter(|r| r.op.is_net() && t.is_pending()).map(|r| (id, r)))
+            .collect()
+    }
+
+    /// Whether `thread` has a view for its current request.
+    pub fn has_net_view(&self, thread: ThreadId) -> bool {
+        self.net.contains_key(&thread)
+    }
+
+    /// Records what the driver saw for `thread`'s pending network request.
+    pub fn set_net_view(&mut self, thread: ThreadId, view: NetView) {
+        self.net.insert(thread, view);
+    }
+
+    /// Drops every view: kernel state may have changed (a network operation ran, a process died).
+    pub fn forget_net_views(&mut self) {
+        self.net.clear();
+    }
+
+    pub(super) fn net_view(&self, thread: ThreadId) -> NetView {
+        self.net.get(&thread).copied().unwrap_or_default()
+    }
+
+    /// Whether a pending network request's `Run` can be taken now.
+    pub(super) fn net_enabled(&self, me: ThreadId, r: &Request) -> bool {
+        match r.op {
+            Op::NetConnect | Op::NetClose => true,
+            _ => nonblocking(r) || self.net_view(me).ready,
+        }
+    }
+
+    /// `Run` alternatives of a network request: a ready poll with several ready entries offers
+    /// "report all" plus "report only entry i" for each.
+    pub(super) fn net_alternatives(&self, me: ThreadId, r: &Request) -> u32 {
+        if !self.net_enabled(me, r) {
+            return 0;
+        }
+        let view = self.net_view(me);
+        if r.op == Op::NetPoll && view.ready_entries >= 2 {
+            1 + view.ready_entries
+        } else {
+            1
+        }
+    }
+
+    /// Result of `Run` alternative `alt` (see `Op::NetPoll` for the poll encoding).
+    pub(super) fn net_run(&mut self, me: ThreadId, r: &Request, alt: u32) -> i64 {
+        let view = self.net.remove(&me).unwrap_or_default();
+        match r.op {
+            Op::NetPoll if !view.ready => 0,
+            Op::NetPoll if alt == 0 => 1,
+            Op::NetPoll => 1 + i64::from(alt),
+            Op::NetEpollWait => i64::from(view.ready),
+            _ => view.size,
+        }
+    }
+
+    /// Result of a fired timer: poll/epoll report nothing, a receive or accept with SO_RCVTIMEO
+    /// fails with EAGAIN (what Linux returns).
+    pub(super) fn net_timeout(&mut self, me: ThreadId, r: &Request) -> i64 {
+        self.net.remove(&me);
+        match r.op {
+            Op::NetPoll | Op::NetEpollWait => 0,
+            _ => -(libc::EAGAIN as i64),
+        }
+    }
+
+    /// The `obj` a network choice carries: the driver's description, else the raw first argument.
+    pub(super) fn net_obj(&self, me: ThreadId) -> u64 {
+        self.net.get(&me).map_or(describe(NO_ENDPOINT, NO_ENDPOINT, kind::UNKNOWN, &[]), |v| v.obj)
+    }
+}

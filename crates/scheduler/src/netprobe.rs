@@ -1,0 +1,418 @@
+//! The driver's window on the target's sockets, pipes and eventfds: it looks at them while every
+//! thread is parked, settles loopback delivery after a network operation, and gives the model
+//! deterministic [`NetView`]s.
+//!
+//! # Probing from outside
+//! The scheduler duplicates the target's descriptor into its own process with `pidfd_getfd`
+//! (Linux 5.6; the same permission as `process_vm_readv`, which dara already needs), looks at it
+//! (`poll` with a zero timeout, `FIONREAD`, a 4-byte `MSG_PEEK`, `getsockname`/`getpeername`) and
+//! closes the duplicate at once, so it never keeps a socket alive after the program closed it.
+//! Nothing here consumes data, and nothing runs while a target thread runs.
+//!
+//! # Identities
+//! An endpoint's logical id is given on first sight, in the order the scheduler meets it: kernel
+//! socket and pipe inode numbers are global (not per process), so two processes talking over
+//! loopback need nothing new. Both ends of a pipe share an inode and so one id ("the pipe").
+//! Anonymous inodes (eventfd, epoll) all share one inode, so they are named by (process, fd).
+//! The peer of a TCP or connected UDP endpoint is found through its address pair: the endpoint
+//! whose (local, remote) ports are this one's (remote, local). Kernel ports never reach a
+//! decision or the trace: only the logical ids do.
+//!
+//! # Settling delivery (why a probe is never racy)
+//! Unix-domain sockets, pipes and eventfds deliver inside the sender's system call: once the
+//! sender is parked again, the data is there. Loopback TCP and UDP pass through the network
+//! softirq, which normally runs before the sender's call returns but may be deferred to
+//! `ksoftirqd`. So the driver, at the first quiet point after a granted operation:
+//! * after a TCP send waits until every transmitted byte is acknowledged (`SIOCOUTQ` equals
+//!   `SIOCOUTQNSD`): the bytes are in the peer's receive queue;
+//! * after a connect waits until the socket is writable or failed (handshake done), then counts
+//!   one connection *owed* to the listener's address;
+//! * after a UDP send counts one datagram owed to the destination port.
+//! A probe of an endpoint that is owed something and does not show it yet is retried (yielding
+//! the CPU, up to [`SETTLE_LIMIT`]) until the kernel shows it; an accept or datagram receive pays
+//! one back. A delivery that never shows ends the run as uncontrolled rather than deciding from a
+//! racy answer.
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use dara_abi::{net_flags, Op};
+
+use crate::choice::ProcessId;
+use crate::model::net::{describe, kind, NetView, NO_ENDPOINT};
+use crate::model::Request;
+
+/// How long a delivery dara knows is on its way may take to show before the run is stopped.
+pub const SETTLE_LIMIT: Duration = Duration::from_secs(2);
+/// Most `pollfd` entries read from a target's poll/select.
+const MAX_POLL_ENTRIES: usize = 4096;
+const SIOCOUTQ: libc::c_ulong = 0x5411;
+const SIOCOUTQNSD: libc::c_ulong = 0x894B;
+const ANON_INODE_KEY: u64 = 1 << 63;
+
+/// An address pair of an INET socket: (protocol kind, local port, remote port or 0).
+type PortKey = (u64, u16, u16);
+
+/// What the driver learnt about one descriptor.
+#[derive(Clone, Copy, Debug, Default)]
+struct Endpoint {
+    id: u64,
+    kind: u64,
+    key: Option<PortKey>,
+}
+
+/// Work left by a granted network operation, done at the next quiet point.
+#[derive(Clone, Copy, Debug)]
+struct Settle {
+    pid: u32,
+    request: Request,
+    timed_out: bool,
+}
+
+/// A delivery the kernel never showed, or a probe that failed: ends the run.
+#[derive(Debug)]
+pub struct ProbeError(pub String);
+
+#[derive(Default)]
+pub struct NetProbe {
+    pidfds: BTreeMap<u32, OwnedFd>,
+    ids: BTreeMap<u64, u64>,
+    by_key: BTreeMap<PortKey, u64>,
+    owed: BTreeMap<PortKey, u32>,
+    settles: Vec<Settle>,
+}
+
+impl NetProbe {
+    /// A network request of a thread of process `pid` was granted (or timed out).
+    pub fn granted(&mut self, pid: u32, request: Request, timed_out: bool) {
+        self.settles.push(Settle { pid, request, timed_out });
+    }
+
+    /// Settles what the operations granted since the last call left in flight.
+    pub fn settle(&mut self) -> Result<(), ProbeError> {
+        for s in std::mem::take(&mut self.settles) {
+            let fd = s.request.args[0] as i32;
+            match (s.request.op, s.timed_out) {
+                (Op::NetSend, false) => self.settle_send(s.pid, fd, s.request.args[3] as u16)?,
+                (Op::NetConnect, false) => self.settle_connect(s.pid, fd)?,
+                (Op::NetAccept, false) => self.pay_back(s.pid, fd, kind::TCP)?,
+                (Op::NetRecv, false) => self.pay_back(s.pid, fd, kind::UDP)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Looks at `request` (pending in process `pid`) and says whether it can go on now.
+    pub fn view(&mut self, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
+        let fd = request.args[0] as i32;
+        match request.op {
+            Op::NetRecv | Op::NetAccept => {
+                let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
+                let ep = self.endpoint(process, fd, &dup);
+                let revents = self.settled_poll(&dup, ep, libc::POLLIN)?;
+                let ready = revents != 0;
+                let mut preview = [0u8; 4];
+                let peeked = if ready && request.op == Op::NetRecv { peek(&dup, &mut preview) } else { 0 };
+                let avail = if ready { inq(&dup).max(peeked as i64) } else { -(libc::EAGAIN as i64) };
+                let size = if request.op == Op::NetRecv && avail >= 0 { avail.min(request.args[3] as i64) } else { i64::from(ready) };
+                Ok(NetView { ready, ready_entries: u32::from(ready), size, obj: describe(ep.id, self.peer(ep), ep.kind, &preview[..peeked]) })
+            }
+            Op::NetSend => {
+                let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
+                let ep = self.endpoint(process, fd, &dup);
+                let ready = poll_now(&dup, libc::POLLOUT) != 0;
+                let len = request.args[1] & ((1 << net_flags::SEND_SHIFT) - 1);
+                let first = request.args[2].to_le_bytes();
+                let peer = match (request.args[3], ep.key) {
+                    (0, _) | (_, None) => self.peer(ep),
+                    (port, Some((k, local, _))) => self.lookup(&[(k, port as u16, local), (k, port as u16, 0)]),
+                };
+                Ok(NetView { ready, ready_entries: u32::from(ready), size: len as i64, obj: describe(ep.id, peer, ep.kind, &first[..(len as usize).min(4)]) })
+            }
+            Op::NetConnect | Op::NetClose => {
+                let Some(dup) = self.dup(pid, fd)? else { return Ok(NetView { ready: true, ..closed_view() }) };
+                let ep = self.endpoint(process, fd, &dup);
+                Ok(NetView { ready: true, ready_entries: 1, size: 0, obj: describe(ep.id, self.peer(ep), ep.kind, &[]) })
+            }
+            Op::NetEpollWait => {
+                let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
+                let ep = self.endpoint(process, fd, &dup);
+                // Wait for what the interest list is owed before asking the epoll set.
+                for target in epoll_targets(pid, fd) {
+                    if let Some(t) = self.dup(pid, target)? {
+                        let tep = self.endpoint(process, target, &t);
+                        self.settled_poll(&t, tep, libc::POLLIN)?;
+                    }
+                }
+                let ready = poll_now(&dup, libc::POLLIN) != 0;
+                Ok(NetView { ready, ready_entries: u32::from(ready), size: i64::from(ready), obj: describe(ep.id, NO_ENDPOINT, kind::EPOLL, &[]) })
+            }
+            Op::NetPoll => self.poll_view(process, pid, request),
+            _ => Ok(NetView::default()),
+        }
+    }
+
+    /// A poll/select: reads the `pollfd` array from the target and probes every entry.
+    fn poll_view(&mut self, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
+        let n = (request.args[1] as usize).min(MAX_POLL_ENTRIES);
+        let entries = read_pollfds(pid, request.args[0], n).ok_or_else(|| ProbeError("cannot read the pollfd array of a poll call from the target".into()))?;
+        let mut ready = 0u32;
+        let mut first = NO_ENDPOINT;
+        for e in entries.iter().filter(|e| e.fd >= 0) {
+            let Some(dup) = self.dup(pid, e.fd)? else {
+                ready += 1; // POLLNVAL
+                continue;
+            };
+            let ep = self.endpoint(process, e.fd, &dup);
+            let revents = if e.events & libc::POLLIN != 0 { self.settled_poll(&dup, ep, e.events)? } else { poll_now(&dup, e.events) };
+            if revents != 0 {
+                ready += 1;
+                if first == NO_ENDPOINT {
+                    first = ep.id;
+                }
+            }
+        }
+        Ok(NetView { ready: ready > 0, ready_entries: ready, size: i64::from(ready), obj: describe(first, NO_ENDPOINT, kind::POLL, &[]) })
+    }
+
+    /// `poll` that first waits for anything owed to `ep` to show.
+    fn settled_poll(&self, fd: &OwnedFd, ep: Endpoint, events: libc::c_short) -> Result<libc::c_short, ProbeError> {
+        let owed = ep.key.and_then(|k| self.owed.get(&k)).copied().unwrap_or(0);
+        let revents = poll_now(fd, events);
+        if owed == 0 || revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+            return Ok(revents);
+        }
+        let started = Instant::now();
+        while started.elapsed() < SETTLE_LIMIT {
+            std::thread::yield_now();
+            let revents = poll_now(fd, events);
+            if revents != 0 {
+                return Ok(revents);
+            }
+        }
+        Err(ProbeError(format!("loopback delivery to endpoint e{} did not arrive within {} ms although a traced thread sent it; the run was stopped rather than decided on a racy probe", ep.id, SETTLE_LIMIT.as_millis())))
+    }
+
+    fn settle_send(&mut self, pid: u32, fd: i32, dest_port: u16) -> Result<(), ProbeError> {
+        let Some(dup) = self.dup(pid, fd)? else { return Ok(()) };
+        let ep = self.endpoint(0, fd, &dup);
+        match (ep.kind, ep.key) {
+            (kind::TCP, _) => {
+                let started = Instant::now();
+                while ioctl_int(&dup, SIOCOUTQ) != ioctl_int(&dup, SIOCOUTQNSD) {
+                    if started.elapsed() > SETTLE_LIMIT {
+                        return Err(ProbeError(format!("bytes sent on endpoint e{} were not acknowledged by the loopback peer within {} ms; the run was stopped", ep.id, SETTLE_LIMIT.as_millis())));
+                    }
+                    std::thread::yield_now();
+                }
+            }
+            (kind::UDP, Some((_, _, remote))) => {
+                let port = if dest_port != 0 { dest_port } else { remote };
+                if port != 0 {
+                    *self.owed.entry((kind::UDP, port, 0)).or_default() += 1;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn settle_connect(&mut self, pid: u32, fd: i32) -> Result<(), ProbeError> {
+        let Some(dup) = self.dup(pid, fd)? else { return Ok(()) };
+        let ep = self.endpoint(0, fd, &dup);
+        if ep.kind != kind::TCP {
+            return Ok(());
+        }
+        let started = Instant::now();
+        loop {
+            let revents = poll_now(&dup, libc::POLLOUT);
+            if revents & libc::POLLERR != 0 {
+                return Ok(()); // refused: nothing owed
+            }
+            if revents & libc::POLLOUT != 0 {
+                break;
+            }
+            if started.elapsed() > SETTLE_LIMIT {
+                return Err(ProbeError(format!("the loopback TCP handshake of endpoint e{} did not complete within {} ms; the run was stopped", ep.id, SETTLE_LIMIT.as_millis())));
+            }
+            std::thread::yield_now();
+        }
+        if let Some((_, _, remote)) = ep.key.or_else(|| inet_key(&dup, kind::TCP)) {
+            *self.owed.entry((kind::TCP, remote, 0)).or_default() += 1;
+        }
+        Ok(())
+    }
+
+    /// An accept (TCP listener) or a datagram receive took one owed item.
+    fn pay_back(&mut self, pid: u32, fd: i32, want: u64) -> Result<(), ProbeError> {
+        let Some(dup) = self.dup(pid, fd)? else { return Ok(()) };
+        let ep = self.endpoint(0, fd, &dup);
+        if let (true, Some(key)) = (ep.kind == want, ep.key) {
+            if let Some(n) = self.owed.get_mut(&key) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// The target's descriptor `fd` as our own, `None` if the target has no such descriptor.
+    fn dup(&mut self, pid: u32, fd: i32) -> Result<Option<OwnedFd>, ProbeError> {
+        if !self.pidfds.contains_key(&pid) {
+            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+            let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
+            if pidfd < 0 {
+                return Err(ProbeError(format!("pidfd_open of pid {pid} failed ({}); dara needs Linux 5.6+ to look at the target's sockets", std::io::Error::last_os_error())));
+            }
+            // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
+            self.pidfds.insert(pid, unsafe { OwnedFd::from_raw_fd(pidfd as i32) });
+        }
+        let pidfd = self.pidfds[&pid].as_raw_fd();
+        // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags; returns a new fd.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd as libc::c_long, fd as libc::c_long, 0 as libc::c_long) };
+        if fd < 0 {
+            let err = std::io::Error::last_os_error();
+            return match err.raw_os_error() {
+                Some(libc::EBADF) | Some(libc::ESRCH) => Ok(None),
+                _ => Err(ProbeError(format!("cannot look at a descriptor of pid {pid} (pidfd_getfd: {err})"))),
+            };
+        }
+        // SAFETY: a descriptor pidfd_getfd just returned, owned by nobody else.
+        Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+    }
+
+    /// Identifies the endpoint behind `dup` (descriptor `fd` of `process`), naming it on first sight.
+    fn endpoint(&mut self, process: ProcessId, fd: i32, dup: &OwnedFd) -> Endpoint {
+        // SAFETY: fstat fills a plain struct for a descriptor we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let rc = unsafe { libc::fstat(dup.as_raw_fd(), &mut st) };
+        let (inode_key, k) = match st.st_mode & libc::S_IFMT {
+            _ if rc != 0 => (ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64, kind::UNKNOWN),
+            libc::S_IFSOCK => (st.st_ino, socket_kind(dup)),
+            libc::S_IFIFO => (st.st_ino, kind::PIPE),
+            _ => (ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64, anon_kind(dup)),
+        };
+        let next = self.ids.len() as u64;
+        let id = *self.ids.entry(inode_key).or_insert(next);
+        let key = if k == kind::TCP || k == kind::UDP { inet_key(dup, k) } else { None };
+        if let Some(key) = key {
+            self.by_key.insert(key, id);
+            if k == kind::UDP {
+                self.by_key.insert((k, key.1, 0), id);
+            }
+        }
+        Endpoint { id, kind: k, key: key.map(|(k, l, r)| if k == kind::UDP { (k, l, 0) } else { (k, l, r) }) }
+    }
+
+    fn peer(&self, ep: Endpoint) -> u64 {
+        match ep.key {
+            Some((k, l, r)) if r != 0 => self.lookup(&[(k, r, l), (k, r, 0)]),
+            _ => NO_ENDPOINT,
+        }
+    }
+
+    fn lookup(&self, keys: &[PortKey]) -> u64 {
+        keys.iter().find_map(|k| self.by_key.get(k)).copied().unwrap_or(NO_ENDPOINT)
+    }
+}
+
+fn closed_view() -> NetView {
+    // A descriptor the target does not have: the real call fails at once (EBADF).
+    NetView { ready: true, ready_entries: 1, size: -(libc::EBADF as i64), obj: describe(NO_ENDPOINT, NO_ENDPOINT, kind::UNKNOWN, &[]) }
+}
+
+fn poll_now(fd: &OwnedFd, events: libc::c_short) -> libc::c_short {
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    if n > 0 { p.revents } else { 0 }
+}
+
+fn ioctl_int(fd: &OwnedFd, request: libc::c_ulong) -> i64 {
+    let mut v: libc::c_int = 0;
+    // SAFETY: the request writes one int.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request, &mut v) };
+    if rc == 0 { i64::from(v) } else { 0 }
+}
+
+/// Bytes queued for reading (FIONREAD), 0 where the descriptor does not say.
+fn inq(fd: &OwnedFd) -> i64 {
+    ioctl_int(fd, libc::FIONREAD)
+}
+
+/// Copies up to 4 queued bytes without consuming them; how many.
+fn peek(fd: &OwnedFd, buf: &mut [u8; 4]) -> usize {
+    // SAFETY: `buf` is 4 writable bytes; MSG_PEEK leaves the queue as it was.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 4, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    n.max(0) as usize
+}
+
+fn sockopt(fd: &OwnedFd, opt: libc::c_int) -> Option<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: reads one int option into `v`.
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
+    (rc == 0).then_some(v)
+}
+
+fn socket_kind(fd: &OwnedFd) -> u64 {
+    match (sockopt(fd, libc::SO_DOMAIN), sockopt(fd, libc::SO_TYPE)) {
+        (Some(libc::AF_INET | libc::AF_INET6), Some(libc::SOCK_STREAM)) => kind::TCP,
+        (Some(libc::AF_INET | libc::AF_INET6), Some(libc::SOCK_DGRAM)) => kind::UDP,
+        (Some(libc::AF_UNIX), Some(libc::SOCK_STREAM | libc::SOCK_SEQPACKET)) => kind::UNIX_STREAM,
+        (Some(libc::AF_UNIX), Some(libc::SOCK_DGRAM)) => kind::UNIX_DGRAM,
+        _ => kind::UNKNOWN,
+    }
+}
+
+fn anon_kind(fd: &OwnedFd) -> u64 {
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default();
+    let link = link.to_string_lossy();
+    if link.contains("eventfd") {
+        kind::EVENTFD
+    } else if link.contains("eventpoll") {
+        kind::EPOLL
+    } else {
+        kind::UNKNOWN
+    }
+}
+
+/// (kind, local port, remote port or 0) of an INET socket.
+fn inet_key(fd: &OwnedFd, k: u64) -> Option<PortKey> {
+    let port = |peer: bool| -> Option<u16> {
+        // SAFETY: sockaddr_storage is plain data large enough for any address.
+        let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let p = (&mut addr as *mut libc::sockaddr_storage).cast();
+        // SAFETY: the kernel writes at most `len` bytes into `addr`.
+        let rc = unsafe { if peer { libc::getpeername(fd.as_raw_fd(), p, &mut len) } else { libc::getsockname(fd.as_raw_fd(), p, &mut len) } };
+        if rc != 0 {
+            return None;
+        }
+        // sin_port and sin6_port sit at the same offset.
+        // SAFETY: the storage holds a sockaddr_in or sockaddr_in6, both with the port at offset 2.
+        let sin: libc::sockaddr_in = unsafe { std::ptr::read((&addr as *const libc::sockaddr_storage).cast()) };
+        Some(u16::from_be(sin.sin_port))
+    };
+    Some((k, port(false)?, port(true).unwrap_or(0)))
+}
+
+/// Descriptors in an epoll set, from /proc/<pid>/fdinfo/<epfd> ("tfd: N events: ...").
+fn epoll_targets(pid: u32, epfd: i32) -> Vec<i32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{epfd}")).unwrap_or_default();
+    text.lines().filter_map(|l| l.strip_prefix("tfd:")).filter_map(|r| r.split_whitespace().next()?.parse().ok()).collect()
+}
+
+fn read_pollfds(pid: u32, addr: u64, n: usize) -> Option<Vec<libc::pollfd>> {
+    let mut out = vec![libc::pollfd { fd: -1, events: 0, revents: 0 }; n];
+    if n == 0 {
+        return Some(out);
+    }
+    let bytes = n * std::mem::size_of::<libc::pollfd>();
+    let local = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: bytes };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: bytes };
+    // SAFETY: the local iovec covers our own vector; the remote one is interpreted in the target.
+    let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    (got == bytes as isize).then_some(out)
+}

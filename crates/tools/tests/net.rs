@@ -1,0 +1,132 @@
+//! Loopback networking under dara (docs/networking.md): the message-order and timeout fixtures'
+//! bugs are found within a stated number of runs (strategy, seed), replay 20/20, `--verify` holds,
+//! the same seed gives identical decisions; their twins and the non-bug fixtures (non-blocking
+//! connect + poll, UDP ping-pong, a pipe, blocking recv/epoll on a socketpair and eventfd) run
+//! clean, replay, show their network steps in the listing, and leave no process behind.
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use dara_scheduler::trace;
+
+fn same_decisions(a: &Path, b: &Path) {
+    let ta = trace::read_file(a).unwrap();
+    let tb = trace::read_file(b).unwrap();
+    assert_eq!(ta.header.execution, tb.header.execution, "same seed found the bug in a different execution");
+    assert!(trace::decision_bytes(&ta) == trace::decision_bytes(&tb), "decision lists of {} and {} differ", a.display(), b.display());
+}
+
+fn finds_and_replays(name: &str, shows: &str, strategy: &str, seed: u64, runs: u64) {
+    let tag = format!("{name}-{}", strategy.replace(':', ""));
+    let program = private_copy(&fixture(name), &tag);
+    let out = out_dir(&tag);
+    let run = search(&out, strategy, seed, runs, &program);
+    assert_eq!(run.code, 1, "{name}: expected a bug within {runs} {strategy} executions (seed {seed})\n{}", run.text());
+    assert!(run.stdout.contains(shows), "{name}: expected {shows:?}\n{}", run.text());
+    let bug = out.join("bug-0001/trace.bin");
+    for i in 0..20 {
+        let replay = dara_replay(&["-q", bug.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(replay.code, 1, "{name}: replay {i} did not reproduce the bug\n{}", replay.text());
+        assert!(replay.stdout.contains(shows), "{name}: replay {i} shows a different outcome\n{}", replay.text());
+    }
+    let verify = dara_replay(&["-q", "--verify", bug.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 1, "{name}: --verify\n{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    let again = out_dir(&format!("{tag}-again"));
+    let run2 = search(&again, strategy, seed, runs, &program);
+    assert_eq!(run2.code, 1, "{name}: the same seed did not find the bug again\n{}", run2.text());
+    same_decisions(&bug, &again.join("bug-0001/trace.bin"));
+    assert_no_survivors(&program);
+}
+
+/// Clean over `runs` executions of pct:3 and random; the last one replays clean and verifies,
+/// the same seed twice gives identical decisions, and the listing shows each of `listing`.
+fn stays_clean(name: &str, runs: u64, listing: &[&str]) {
+    let program = private_copy(&fixture(name), name);
+    for (strategy, seed) in [("pct:3", 11u64), ("random", 12)] {
+        let tag = format!("{name}-{}", strategy.replace(':', ""));
+        let out = out_dir(&tag);
+        let run = search(&out, strategy, seed, runs, &program);
+        assert_eq!(run.code, 0, "{name}: reported a bug under {strategy}\n{}", run.text());
+        assert!(run.stdout.contains(&format!("no bug found in {runs} executions")), "{}", run.text());
+        let last = out.join("trace.bin");
+        let verify = dara_replay(&["--verify", last.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(verify.code, 0, "{name}: clean run did not replay clean\n{}", verify.text());
+        assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+        for needle in listing {
+            assert!(verify.stdout.contains(needle), "{name}: listing lacks {needle:?}\n{}", verify.stdout);
+        }
+        let again = out_dir(&format!("{tag}-again"));
+        let run2 = search(&again, strategy, seed, runs, &program);
+        assert_eq!(run2.code, 0, "{}", run2.text());
+        same_decisions(&last, &again.join("trace.bin"));
+    }
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn net_order_pct() {
+    finds_and_replays("net_order", "Assertion `strcmp(reply, \"OK\") == 0' failed", "pct:3", 1, 300);
+}
+
+#[test]
+fn net_order_random() {
+    finds_and_replays("net_order", "Assertion `strcmp(reply, \"OK\") == 0' failed", "random", 1, 100);
+}
+
+#[test]
+fn net_timeout_pct() {
+    finds_and_replays("net_timeout", "Assertion `done == applied' failed", "pct:3", 1, 300);
+}
+
+#[test]
+fn net_timeout_random() {
+    finds_and_replays("net_timeout", "Assertion `done == applied' failed", "random", 1, 100);
+}
+
+#[test]
+fn net_order_ok() {
+    stays_clean("net_order_ok", 300, &["accept ", "poll ", "send             tcp e", "\"DEP\""]);
+}
+
+#[test]
+fn net_timeout_ok() {
+    stays_clean("net_timeout_ok", 300, &["recv             unix e"]);
+}
+
+#[test]
+fn net_nbconnect() {
+    stays_clean("net_nbconnect", 100, &["connect", "\"ping\"", "\"pong\""]);
+}
+
+#[test]
+fn net_udp() {
+    stays_clean("net_udp", 100, &["send             udp e", "\"one.", "\"two."]);
+}
+
+#[test]
+fn net_pipe() {
+    stays_clean("net_pipe", 100, &["pipe e", "\"rec!\""]);
+}
+
+#[test]
+fn net_blocking_recv() {
+    stays_clean("net_blocking_recv", 100, &["epoll-wait", "eventfd e", "\"hell\""]);
+}
+
+/// A blocking recv nobody will ever answer is a deadlock naming the endpoint, never a hang or an
+/// "uncontrolled blocking" stop.
+#[test]
+fn recv_without_sender_is_a_deadlock() {
+    let src = std::env::temp_dir().join("dara-net-lonely.c");
+    std::fs::write(&src, "#include <sys/socket.h>\nint main(void){int sv[2];char c;socketpair(AF_UNIX,SOCK_STREAM,0,sv);return recv(sv[0],&c,1,0);}\n").unwrap();
+    let bin = std::env::temp_dir().join("dara-net-lonely");
+    assert!(std::process::Command::new("cc").arg("-o").arg(&bin).arg(&src).status().unwrap().success());
+    let out = out_dir("net-lonely");
+    let run = search(&out, "random", 1, 1, &bin);
+    assert_eq!(run.code, 1, "{}", run.text());
+    assert!(run.stdout.contains("deadlock"), "{}", run.text());
+    assert!(run.stdout.contains("waits for data on endpoint e0"), "{}", run.text());
+}
