@@ -193,6 +193,12 @@ pub enum Op {
     /// (which one, when several have exited, is a choice), 0 for `WNOHANG` with none exited,
     /// `-ECHILD` when no child matches. Pids never appear: they differ from run to run.
     ProcessWait = 112,
+    /// `kill`. args: [logical target process, [`ANY_PROCESS`] for a process group or every
+    /// process, `ANY_PROCESS - 1` for a pid dara does not trace; signal; the raw pid argument as
+    /// i64 (for the scheduler's /proc checks only, never part of a decision); 0]. Granted at
+    /// once; the thread then sends the signal for real, and the scheduler does not decide again
+    /// until every traced process the signal terminates is gone.
+    ProcessKill = 113,
 
     /// A syscall dara cannot control was about to run. args: [syscall number, arg0, arg1, arg2].
     /// Ends the execution with an "uncontrolled" outcome; never granted.
@@ -275,6 +281,7 @@ impl Op {
             110 => ProcessFork,
             111 => ProcessExec,
             112 => ProcessWait,
+            113 => ProcessKill,
             90 => Unsupported,
             120 => NetRecv,
             121 => NetSend,
@@ -329,6 +336,7 @@ impl Op {
             ProcessFork => "fork",
             ProcessExec => "exec",
             ProcessWait => "wait",
+            ProcessKill => "kill",
             Unsupported => "unsupported-syscall",
             NetRecv => "recv",
             NetSend => "send",

@@ -42,8 +42,8 @@ thread_local! {
 /// Bytes below the stack pointer that code may use without moving it (the x86-64 red zone).
 const RED_ZONE: u64 = 128;
 
-/// Signals blocked while a thread is parked: all but SIGSYS (the trap) and the signals a fault
-/// raises synchronously.
+/// Signals that may be blocked while a thread is parked (those the program catches): all but
+/// SIGSYS (the trap) and the signals a fault raises synchronously.
 const PARKED_MASK: u64 = !((1 << (libc::SIGSYS - 1)) | (1 << (libc::SIGSEGV - 1)) | (1 << (libc::SIGBUS - 1)) | (1 << (libc::SIGFPE - 1)) | (1 << (libc::SIGILL - 1)) | (1 << (libc::SIGTRAP - 1)));
 
 /// Exit status of a target whose scheduler disappeared while a thread waited for a grant.
@@ -201,13 +201,15 @@ fn handoff(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
         slot.posts.load(Ordering::Relaxed).wrapping_add(1),
         Ordering::Relaxed,
     );
-    // Signals wait while the thread is parked: a handler must not run user code beside the
-    // token holder, and a signal pending at the grant (a child's SIGCHLD: the scheduler lets the
-    // next thread go only once an exiting child is a zombie) is delivered right after it, at the
-    // same point of every run. SIGSYS and the synchronous fault signals stay open.
+    // Caught signals wait while the thread is parked: a handler must not run user code beside
+    // the token holder, and a signal pending at the grant (a child's SIGCHLD: the scheduler lets
+    // the next thread go only once an exiting child is a zombie) is delivered right after it, at
+    // the same point of every run. SIGSYS and the synchronous fault signals stay open; signals at
+    // their default action too (a terminated process dies at once, and the scheduler waits).
     let mut saved_mask: u64 = 0;
+    let parked = crate::hooks::signal::caught() & PARKED_MASK;
     // SAFETY: rt_sigprocmask reads and writes one 8-byte signal set each, both live locals.
-    unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_BLOCK as u64, &PARKED_MASK as *const u64 as u64, &mut saved_mask as *mut u64 as u64, 8]) };
+    unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_BLOCK as u64, &parked as *const u64 as u64, &mut saved_mask as *mut u64 as u64, 8]) };
     slot.state.store(state::POSTED, Ordering::Release);
     wake_scheduler();
     let timeout = timespec {

@@ -195,8 +195,55 @@ pub fn wait(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
     }
 }
 
+/// Waits (bounded, about two seconds) until process `pid` has died: its /proc/<pid>/stat says
+/// zombie, or it is gone.
+pub fn wait_until_dead(pid: u32) {
+    let mut path = [0u8; 32];
+    let prefix = b"/proc/";
+    path[..prefix.len()].copy_from_slice(prefix);
+    let mut digits = [0u8; 10];
+    let mut n = pid;
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        path[prefix.len() + i] = digits[len - 1 - i];
+    }
+    let end = prefix.len() + len;
+    path[end..end + 5].copy_from_slice(b"/stat");
+    let pause = libc::timespec { tv_sec: 0, tv_nsec: 50_000 };
+    for _ in 0..40_000 {
+        // SAFETY: a NUL-terminated path in a local buffer (zero-filled past its end).
+        let fd = unsafe { sys::syscall(libc::SYS_open, &[path.as_ptr() as u64, (libc::O_RDONLY | libc::O_CLOEXEC) as u64]) };
+        if fd < 0 {
+            return; // gone
+        }
+        let mut buf = [0u8; 256];
+        // SAFETY: reading into a local buffer of its size.
+        let got = unsafe { sys::syscall(libc::SYS_read, &[fd as u64, buf.as_mut_ptr() as u64, buf.len() as u64]) };
+        sys::close(fd as i32);
+        if got > 0 {
+            let text = &buf[..got as usize];
+            if let Some(close) = text.iter().rposition(|&b| b == b')') {
+                if text.get(close + 2) == Some(&b'Z') {
+                    return;
+                }
+            }
+        }
+        // SAFETY: nanosleep through the syscall page with a live timespec (never trapped: the
+        // page's address is the filter's exception).
+        unsafe { sys::syscall(libc::SYS_nanosleep, &[&pause as *const libc::timespec as u64, 0]) };
+    }
+}
+
 /// The logical process whose kernel pid is `pid`, if it is traced.
-fn logical_process(pid: u32) -> Option<u32> {
+pub fn logical_process(pid: u32) -> Option<u32> {
     let header = region::header()?;
     let known = header.next_process.load(Ordering::Acquire).min(dara_abi::MAX_PROCESSES as u32);
     (0..known).find(|&p| header.processes[p as usize].pid.load(Ordering::Acquire) == pid)

@@ -204,6 +204,9 @@ struct Execution<'a> {
     /// Processes known to be on their way out (granted `ProcessExit`, or took a fault): checked
     /// often until they are zombies.
     exiting: Vec<ProcessId>,
+    /// Processes a granted `kill` will terminate, and since when: no decision is taken until
+    /// they are gone (bounded), so a killed process never takes part in one by accident.
+    dying: Vec<(ProcessId, Instant)>,
     /// Executable mappings of each process that has shown coverage, read while it was alive.
     modules: BTreeMap<ProcessId, Vec<Module>>,
     /// Posts ingested per process while its module map was not read yet (paces the checks).
@@ -234,6 +237,7 @@ impl<'a> Execution<'a> {
             symbols: BTreeMap::new(),
             faults: BTreeMap::new(),
             exiting: Vec::new(),
+            dying: Vec::new(),
             modules: BTreeMap::new(),
             coverage_checks: vec![0; MAX_PROCESSES],
             net: NetProbe::default(),
@@ -325,7 +329,14 @@ impl<'a> Execution<'a> {
     }
 
     /// Hands the token to `thread` with `result`.
-    fn grant(&mut self, thread: ThreadId, op: Op, result: i64) {
+    fn grant(&mut self, thread: ThreadId, op: Op, mut result: i64) {
+        if op == Op::ProcessKill {
+            // Before the thread goes on to send it: the targets are still there to look at. The
+            // result tells the sender how many processes the signal ends (it waits for them).
+            let region = Arc::clone(&self.region);
+            let args = &region.slot(thread as usize).args;
+            result = self.note_kill(thread, args[1].load(Ordering::Relaxed) as i32, args[2].load(Ordering::Relaxed) as i64) as i64;
+        }
         let slot = self.region.slot(thread as usize);
         // Edges this thread reaches first are stamped with the step that granted it.
         self.region.header().step.store(self.steps.len().saturating_sub(1) as u32, Ordering::Relaxed);
@@ -409,7 +420,7 @@ impl<'a> Execution<'a> {
                     _ => false,
                 }
             });
-            if quiet {
+            if quiet && !self.awaiting_deaths() {
                 return Wait::Quiet;
             }
             if self.tree.all_gone() {
@@ -563,6 +574,37 @@ impl<'a> Execution<'a> {
         if let Some(name) = symbolizer.name(addr) {
             self.symbols.insert(addr, name);
         }
+    }
+
+    /// `thread` was granted `kill(pid, sig)` and sends it next: note every traced process the
+    /// signal will terminate (it is not caught, ignored or blocked there).
+    fn note_kill(&mut self, thread: ThreadId, sig: i32, pid: i64) -> usize {
+        let sender = self.thread_process.get(&thread).copied();
+        let sender_group = sender.and_then(|p| self.processes.get(&p)).and_then(|r| procfs::process_group(r.pid));
+        let now = Instant::now();
+        for (&process, record) in &self.processes {
+            if !record.alive {
+                continue;
+            }
+            let hit = match pid {
+                p if p > 0 => record.pid as i64 == p,
+                0 => sender_group.is_some() && procfs::process_group(record.pid) == sender_group,
+                -1 => Some(process) != sender,
+                g => procfs::process_group(record.pid) == Some((-g) as u32),
+            };
+            if hit && procfs::signal_terminates(record.pid, sig) {
+                self.dying.push((process, now));
+                self.exiting.push(process);
+            }
+        }
+        self.dying.iter().filter(|(_, since)| *since == now).count()
+    }
+
+    /// Whether a killed process is still on its way out (the next decision waits for it).
+    fn awaiting_deaths(&mut self) -> bool {
+        let processes = &self.processes;
+        self.dying.retain(|(p, since)| processes.get(p).is_some_and(|r| r.alive) && since.elapsed() < DYING_LIMIT);
+        !self.dying.is_empty()
     }
 
     /// Process `process` exec'd a new program whose main thread is `thread`: the old image's
@@ -773,6 +815,9 @@ const STATIC_EXEC: u64 = 1;
 
 /// Exit status of a target whose preload found a region of another layout version.
 const PRELOAD_REFUSED: i32 = 125;
+
+/// How long the scheduler waits for a process a `kill` terminates before deciding anyway.
+const DYING_LIMIT: Duration = Duration::from_secs(2);
 
 /// How long a token holder runs before the watchdog starts sampling its /proc state.
 const WATCHDOG_GRACE: Duration = Duration::from_millis(20);

@@ -35,6 +35,27 @@ pub fn c_string_of(pid: u32, addr: u64) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
+/// Whether `sig` sent now would terminate process `pid`: not caught, not ignored, not blocked
+/// (/proc/<pid>/status), and terminating by default.
+pub fn signal_terminates(pid: u32, sig: i32) -> bool {
+    if sig == libc::SIGKILL {
+        return true;
+    }
+    if !(1..=64).contains(&sig) || matches!(sig, libc::SIGCHLD | libc::SIGCONT | libc::SIGURG | libc::SIGWINCH | libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU) {
+        return false;
+    }
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
+    let mask = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
+    let bit = 1u64 << (sig - 1);
+    (mask("SigCgt:") | mask("SigIgn:") | mask("SigBlk:")) & bit == 0
+}
+
+/// The process group of `pid`.
+pub fn process_group(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split_whitespace().nth(2)?.parse().ok()
+}
+
 /// Whether a process has ended, as /proc tells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProcessEnd {

@@ -42,6 +42,9 @@ fn describe_object(obj: u64, op: dara_abi::Op, symbols: &BTreeMap<u64, String>) 
         ProcessWait if obj == dara_abi::ANY_PROCESS - 1 => return "a process dara does not trace".to_string(),
         ProcessWait => return format!("process {obj}"),
         ProcessFork | ProcessExec => return String::new(),
+        ProcessKill if obj == dara_abi::ANY_PROCESS => return "a process group".to_string(),
+        ProcessKill if obj == dara_abi::ANY_PROCESS - 1 => return "a process dara does not trace".to_string(),
+        ProcessKill => return format!("process {obj}"),
         ProcessStart | ThreadStart | ThreadCreate | ThreadExit | ProcessExit | Yield | EdgeQuantum | ClockRead => return String::new(),
         op if op.is_net() => return describe_net(obj),
         _ => {}

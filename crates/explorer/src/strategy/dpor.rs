@@ -304,7 +304,9 @@ fn is_memory_access(op: Op) -> bool {
 }
 
 fn ends_everything(op: Op) -> bool {
-    matches!(op, Op::ProcessExit | Op::Unsupported)
+    // Process operations touch other processes' lives (a wait sees exits, a kill ends a
+    // process): treated as dependent on everything, which is safe, not minimal.
+    matches!(op, Op::ProcessExit | Op::Unsupported | Op::ProcessFork | Op::ProcessExec | Op::ProcessWait | Op::ProcessKill)
 }
 
 fn on_sync_object(op: Op) -> bool {

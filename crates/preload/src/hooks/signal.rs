@@ -1,11 +1,19 @@
+//! Signals. Which ones the program catches is tracked here ([`caught`]): a parked thread blocks
+//! those, so a handler never runs beside the token holder and a pending one runs right after the
+//! thread's next grant, at the same point of every run (see `gate`). Signals left at their
+//! default action are not blocked: a process told to terminate dies at once, as it would
+//! without dara, and the scheduler waits for it (see `kill`).
+//!
 //! Keeping the syscall trap alive. A seccomp trap whose SIGSYS is blocked or has a foreign handler
 //! kills the process, so once the trap is installed the program may neither block SIGSYS (it is
 //! silently left out of any mask it sets; servers commonly block "all" signals in worker threads)
 //! nor replace its handler (the call succeeds and changes nothing).
+use core::sync::atomic::{AtomicU64, Ordering};
+
 use libc::{c_int, sigset_t};
 
 use super::Obj;
-use crate::{real, trap};
+use crate::{real, sys, trap};
 
 /// `set` without SIGSYS, if it needed changing.
 fn without_sigsys(how: c_int, set: Obj<sigset_t>) -> Option<sigset_t> {
@@ -61,5 +69,75 @@ pub unsafe extern "C" fn sigaction(
         return 0;
     }
     // SAFETY: the program's own arguments, forwarded unchanged.
-    unsafe { real::sigaction(sig, act, old) }
+    let rc = unsafe { real::sigaction(sig, act, old) };
+    if rc == 0 {
+        // SAFETY: the program passed a valid sigaction (or null).
+        if let Some(act) = unsafe { act.as_ref() } {
+            note_disposition(sig, act.sa_sigaction);
+        }
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    if sig == libc::SIGSYS && trap::installed() {
+        return libc::SIG_DFL;
+    }
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let old = unsafe { real::signal(sig, handler) };
+    if old != libc::SIG_ERR {
+        note_disposition(sig, handler);
+    }
+    old
+}
+
+/// Signals the program has a handler for, as a kernel signal-set word (bit `sig - 1`).
+static CAUGHT: AtomicU64 = AtomicU64::new(0);
+
+/// The signals the program currently catches.
+pub fn caught() -> u64 {
+    CAUGHT.load(Ordering::Relaxed)
+}
+
+fn note_disposition(sig: c_int, handler: libc::sighandler_t) {
+    if !(1..=64).contains(&sig) {
+        return;
+    }
+    let bit = 1u64 << (sig - 1);
+    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        CAUGHT.fetch_and(!bit, Ordering::Relaxed);
+    } else {
+        CAUGHT.fetch_or(bit, Ordering::Relaxed);
+    }
+}
+
+/// `kill` by a traced thread: a scheduling point naming the target by logical process (pids
+/// differ from run to run), then the real `kill`. The grant says how many traced processes the
+/// signal terminates; for a single target the sender waits until it is dead, with its caught
+/// signals blocked, so the SIGCHLD that follows is handled when `kill` returns, in every run.
+/// `None` when the thread is not gated.
+fn kill_gated(pid: libc::pid_t, sig: c_int) -> Option<c_int> {
+    let gate = crate::gate::Gated::enter()?;
+    let target = if pid > 0 { crate::process::logical_process(pid as u32).map_or(dara_abi::ANY_PROCESS - 1, u64::from) } else { dara_abi::ANY_PROCESS };
+    let dies = gate.post(dara_abi::Op::ProcessKill, [target, sig as u64, pid as i64 as u64, 0]).result > 0;
+    let blocked = caught();
+    let mut saved: u64 = 0;
+    // SAFETY: rt_sigprocmask with two live 8-byte sets.
+    unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_BLOCK as u64, &blocked as *const u64 as u64, &mut saved as *mut u64 as u64, 8]) };
+    // SAFETY: the program's own arguments.
+    let rc = unsafe { real::kill(pid, sig) };
+    if rc == 0 && dies && pid > 0 {
+        crate::process::wait_until_dead(pid as u32);
+    }
+    drop(gate);
+    // SAFETY: restores the mask saved above; pending caught signals are delivered now.
+    unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &saved as *const u64 as u64, 0, 8]) };
+    Some(rc)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn kill(pid: libc::pid_t, sig: c_int) -> c_int {
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    kill_gated(pid, sig).unwrap_or_else(|| unsafe { real::kill(pid, sig) })
 }

@@ -162,6 +162,7 @@ impl Model {
             | Op::Fault
             | Op::ProcessFork
             | Op::ProcessExec
+            | Op::ProcessKill
             | Op::MemoryRead
             | Op::MemoryWrite
             | Op::ClockRead => Step::Grant(0),

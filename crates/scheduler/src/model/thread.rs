@@ -151,6 +151,7 @@ impl Request {
             | Op::ProcessFork
             | Op::ProcessExec
             | Op::ProcessWait
+            | Op::ProcessKill
             | Op::Sleep
             | Op::ClockRead
             | Op::Unsupported
