@@ -32,6 +32,11 @@ thread_local! {
     static LAST_NOW: Cell<u64> = const { Cell::new(0) };
     /// Reentrancy guard: set while the thread runs preload code.
     static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// The signal mask to restore when the thread leaves the preload after a post (the post
+    /// blocked the caught signals).
+    static PARKED_SAVED: Cell<Option<u64>> = const { Cell::new(None) };
+    /// Set while the thread runs the SIGSYS handler.
+    static IN_TRAP: Cell<bool> = const { Cell::new(false) };
     /// Highest address of this thread's own stack that its code uses (noted when it was gated;
     /// 0 = unknown). See [`on_own_stack`].
     static STACK_TOP: Cell<usize> = const { Cell::new(0) };
@@ -122,6 +127,16 @@ impl Gated {
 impl Drop for Gated {
     fn drop(&mut self) {
         INSIDE.with(|g| g.set(false));
+        // Caught signals that arrived while the thread was parked are delivered now, as it
+        // returns to the program: not inside the preload, where a handler's own hooked calls
+        // would run unseen. In the SIGSYS handler the kernel restores the program's mask on
+        // return from it, which delivers them then.
+        if let Some(mask) = PARKED_SAVED.with(|m| m.take()) {
+            if !IN_TRAP.with(|t| t.get()) {
+                // SAFETY: rt_sigprocmask reads one live 8-byte set.
+                unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &mask as *const u64 as u64, 0, 8]) };
+            }
+        }
     }
 }
 
@@ -177,6 +192,11 @@ pub fn edge_quantum_due(quantum: u32) -> bool {
     })
 }
 
+/// Marks the current thread as inside (or out of) the SIGSYS handler.
+pub fn set_in_trap(inside: bool) {
+    IN_TRAP.with(|t| t.set(inside));
+}
+
 /// Whether the current thread owns a slot (whatever the guard says).
 pub fn has_slot() -> bool {
     SLOT.with(|s| s.get()) != NO_SLOT
@@ -206,10 +226,14 @@ fn handoff(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
     // the next thread go only once an exiting child is a zombie) is delivered right after it, at
     // the same point of every run. SIGSYS and the synchronous fault signals stay open; signals at
     // their default action too (a terminated process dies at once, and the scheduler waits).
-    let mut saved_mask: u64 = 0;
-    let parked = crate::hooks::signal::caught() & PARKED_MASK;
-    // SAFETY: rt_sigprocmask reads and writes one 8-byte signal set each, both live locals.
-    unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_BLOCK as u64, &parked as *const u64 as u64, &mut saved_mask as *mut u64 as u64, 8]) };
+    // The mask stays so until the thread leaves the preload (see `Gated::drop`).
+    if PARKED_SAVED.with(|m| m.get()).is_none() {
+        let mut saved_mask: u64 = 0;
+        let parked = crate::hooks::signal::caught() & PARKED_MASK;
+        // SAFETY: rt_sigprocmask reads and writes one 8-byte signal set each, both live locals.
+        unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_BLOCK as u64, &parked as *const u64 as u64, &mut saved_mask as *mut u64 as u64, 8]) };
+        PARKED_SAVED.with(|m| m.set(Some(saved_mask)));
+    }
     slot.state.store(state::POSTED, Ordering::Release);
     wake_scheduler();
     let timeout = timespec {
@@ -231,8 +255,6 @@ fn handoff(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
         result: slot.result.load(Ordering::Relaxed) as i64,
         now_ns: slot.now_ns.load(Ordering::Relaxed),
     };
-    // SAFETY: as above; restores the mask the thread had before it posted.
-    unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &saved_mask as *const u64 as u64, 0, 8]) };
     LAST_NOW.with(|n| n.set(grant.now_ns));
     grant
 }

@@ -76,6 +76,9 @@ real_functions! {
     fn pthread_self() -> pthread_t;
     fn exit(status: c_int) -> !;
     fn fork() -> pid_t;
+    fn posix_spawn(pid: *mut pid_t, path: *const c_char, actions: *const libc::posix_spawn_file_actions_t, attr: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
+    fn posix_spawnp(pid: *mut pid_t, file: *const c_char, actions: *const libc::posix_spawn_file_actions_t, attr: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
+    fn system(command: *const c_char) -> c_int;
     fn __libc_start_main(main: MainFn, argc: c_int, argv: *mut *mut c_char, init: usize, fini: usize, rtld_fini: usize, stack_end: *mut c_void) -> c_int;
     fn _exit(status: c_int) -> !;
     fn _Exit(status: c_int) -> !;

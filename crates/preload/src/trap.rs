@@ -199,7 +199,9 @@ extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_void
         regs[libc::REG_R8 as usize] as u64,
         regs[libc::REG_R9 as usize] as u64,
     ];
+    crate::gate::set_in_trap(true);
     regs[libc::REG_RAX as usize] = emulate(nr, args);
+    crate::gate::set_in_trap(false);
 }
 
 /// Performs the trapped syscall for real, through the trampoline.

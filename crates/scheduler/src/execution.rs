@@ -695,10 +695,12 @@ impl<'a> Execution<'a> {
     /// other whose pid is a zombie or gone. The zombie's exit status is read from /proc.
     fn check_exits(&mut self, all: bool) -> Option<Outcome> {
         let root = self.tree.root_pid();
+        // The launched command is dara's own child: its reaper reports it, but an exiting root
+        // is read from /proc as well, so its end never waits on the reaper thread's timing.
         let candidates: Vec<(ProcessId, u32)> = self
             .processes
             .iter()
-            .filter(|(p, r)| r.alive && r.pid != root && (all || self.exiting.contains(p)))
+            .filter(|(p, r)| r.alive && (all || self.exiting.contains(p)) && (r.pid != root || self.exiting.contains(p)))
             .map(|(&p, r)| (p, r.pid))
             .collect();
         for (process, pid) in candidates {
@@ -710,6 +712,7 @@ impl<'a> Execution<'a> {
                         return Some(outcome);
                     }
                 }
+                procfs::ProcessEnd::Gone if pid == root => {} // reaped: the reaper's event has its status
                 procfs::ProcessEnd::Gone => {
                     if let Some(outcome) = self.process_ended(process, None) {
                         return Some(outcome);
@@ -784,8 +787,12 @@ impl<'a> Execution<'a> {
             _ => holder.asleep_since = None,
         }
         if now - holder.since >= self.cfg.busy_limit {
+            let seen = match procfs::thread_state(pid, tid) {
+                Some(state) => format!("kernel state {state}"),
+                None => "thread gone".to_string(),
+            };
             return Some(Outcome::Hang {
-                reason: format!("thread {} ran for {} s without reaching a scheduling point (a busy loop with no yield, sleep or lock?)", holder.thread, self.cfg.busy_limit.as_secs()),
+                reason: format!("thread {} ran for {} s without reaching a scheduling point (a busy loop with no yield, sleep or lock?; {seen})", holder.thread, self.cfg.busy_limit.as_secs()),
             });
         }
         None

@@ -131,3 +131,42 @@ fn exec_of_a_static_binary_is_refused_clearly() {
     assert!(run.stderr.contains("statically linked"), "{}", run.text());
     assert_no_survivors(&static_bin);
 }
+
+/// posix_spawn (with a file action), posix_spawnp, system and a missing program, under dara.
+#[test]
+fn posix_spawn_and_system_run_traced_children() {
+    let program = private_copy(&fixture("proc_spawn"), "proc_spawn");
+    let work = out_dir("proc-spawn-work");
+    let redirected = work.join("redirected.txt");
+    let out = out_dir("proc-spawn");
+    let run = trace_search(&out, "random", 3, 20, &[program.to_str().unwrap(), redirected.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("spawn checks passed"), "{}", run.text());
+    assert_eq!(std::fs::read_to_string(&redirected).unwrap(), "redirected\n");
+    let t = trace::read_file(&out.join("trace.bin")).unwrap();
+    assert!(t.steps.iter().filter(|s| s.choice.op.name() == "process-start").count() >= 5, "every spawned program is traced");
+    let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert_no_survivors(&program);
+}
+
+/// Command substitution, pipelines, a background process stopped with kill, and wait: the
+/// script's own checks hold in every schedule, and runs replay exactly.
+#[test]
+fn a_script_with_pipes_and_kill_runs_clean_and_replays() {
+    let test = script("pipeline_kill.sh");
+    for (strategy, seed) in [("random", 4u64), ("pct:3", 5)] {
+        let tag = format!("pipeline-kill-{}", strategy.replace(':', ""));
+        let out = out_dir(&tag);
+        let run = trace_search(&out, strategy, seed, 30, &[test.to_str().unwrap()]);
+        assert_eq!(run.code, 0, "{}", run.text());
+        assert!(run.stdout.contains("shout=HELLO lines=5 top=a"), "{}", run.text());
+        let last = out.join("trace.bin");
+        let verify = dara_replay(&["-q", "--verify", last.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(verify.code, 0, "{}", verify.text());
+        let again = out_dir(&format!("{tag}-again"));
+        assert_eq!(trace_search(&again, strategy, seed, 30, &[test.to_str().unwrap()]).code, 0);
+        same_decisions(&last, &again.join("trace.bin"));
+    }
+    assert!(processes_mentioning("sleep 1000").is_empty(), "the killed server is gone");
+}

@@ -19,6 +19,7 @@ pub mod process;
 pub mod random;
 pub mod sem;
 pub mod signal;
+pub mod spawn;
 pub mod sync;
 pub mod thread;
 pub mod time;
