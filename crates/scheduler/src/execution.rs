@@ -108,6 +108,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     let mut run = Execution::new(cfg, region, tree);
     let mut outcome = run.drive(decide, stop);
     run.region.header().shutdown.store(1, Ordering::Release);
+    run.kill_strays();
     if !run.tree.kill_all() {
         return Err(ExecutionError::Teardown);
     }
@@ -162,6 +163,9 @@ struct ProcessRecord {
     pid: u32,
     alive: bool,
     exit: Option<ExitStatus>,
+    /// A pidfd, so the process can be killed at the end even if it left dara's process group
+    /// (setsid), without ever signalling a recycled pid.
+    pidfd: Option<std::os::fd::OwnedFd>,
 }
 
 /// Who holds the run token, since when, and whether the watchdog has seen it asleep.
@@ -490,7 +494,7 @@ impl<'a> Execution<'a> {
                     let parent = (args[1] == start_kind::FORK).then_some(args[0] as ProcessId);
                     let entry = &self.region.header().processes[process as usize];
                     entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
-                    self.processes.insert(process, ProcessRecord { pid, alive: true, exit: None });
+                    self.processes.insert(process, ProcessRecord { pid, alive: true, exit: None, pidfd: procfs::pidfd_open(pid) });
                     self.model.add_process(process, parent);
                     self.memory.set_pid(process, pid);
                 }
@@ -573,6 +577,27 @@ impl<'a> Execution<'a> {
         let symbolizer = self.symbolizers.entry(process).or_insert_with(|| Symbolizer::for_process(pid));
         if let Some(name) = symbolizer.name(addr) {
             self.symbols.insert(addr, name);
+        }
+    }
+
+    /// SIGKILLs every traced process still alive through its pidfd: those that left the process
+    /// group (which `kill_all` reaches) included. Orphans among them are dara's children (it is
+    /// the subreaper) and are reaped here; the others are reaped by their own dying parents.
+    fn kill_strays(&mut self) {
+        let root = self.tree.root_pid();
+        let mut strays = Vec::new();
+        for record in self.processes.values().filter(|r| r.alive && r.pid != root) {
+            if let Some(fd) = &record.pidfd {
+                procfs::pidfd_kill(fd);
+                strays.push(record.pid);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_millis(200);
+        while !strays.is_empty() && Instant::now() < deadline {
+            strays.retain(|&pid| procfs::process_end(pid) == procfs::ProcessEnd::Running || !procfs::reap_if_child(pid));
+            if !strays.is_empty() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
     }
 

@@ -50,6 +50,30 @@ pub fn signal_terminates(pid: u32, sig: i32) -> bool {
     (mask("SigCgt:") | mask("SigIgn:") | mask("SigBlk:")) & bit == 0
 }
 
+/// A pidfd for `pid` (None if it is already gone).
+pub fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
+    // SAFETY: a fresh descriptor nothing else owns.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// SIGKILLs the process behind a pidfd (never a recycled pid).
+pub fn pidfd_kill(fd: &std::os::fd::OwnedFd) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: pidfd_send_signal with a live pidfd and no siginfo.
+    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32) };
+}
+
+/// Reaps `pid` if it is an exited child of dara; true when it is reaped or not dara's to reap.
+pub fn reap_if_child(pid: u32) -> bool {
+    let mut status = 0;
+    // SAFETY: waitpid writes the status into a local.
+    let rc = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG | libc::__WALL) };
+    rc != 0
+}
+
 /// The process group of `pid`.
 pub fn process_group(pid: u32) -> Option<u32> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
