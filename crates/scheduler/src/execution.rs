@@ -417,9 +417,10 @@ impl<'a> Execution<'a> {
             quiet = quiet || self.active.iter().all(|&i| {
                 let slot = self.region.slot(i);
                 let pid = slot.pid.load(Ordering::Acquire);
-                let ingested = slot.posts.load(Ordering::Acquire) == self.seen_posts[i];
+                // State first, then the post count, as the thread publishes them in the other
+                // order: a POSTED seen here makes the count of that post visible.
                 self.finished[i] || (pid != 0 && self.pid_is_dead(pid)) || match slot.state.load(Ordering::Acquire) {
-                    state::POSTED => ingested,
+                    state::POSTED => slot.posts.load(Ordering::Acquire) == self.seen_posts[i],
                     state::EXITED => true,
                     _ => false,
                 }
