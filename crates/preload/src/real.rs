@@ -79,6 +79,8 @@ real_functions! {
     fn posix_spawn(pid: *mut pid_t, path: *const c_char, actions: *const libc::posix_spawn_file_actions_t, attr: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     fn posix_spawnp(pid: *mut pid_t, file: *const c_char, actions: *const libc::posix_spawn_file_actions_t, attr: *const libc::posix_spawnattr_t, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     fn system(command: *const c_char) -> c_int;
+    fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE;
+    fn pclose(stream: *mut libc::FILE) -> c_int;
     fn __libc_start_main(main: MainFn, argc: c_int, argv: *mut *mut c_char, init: usize, fini: usize, rtld_fini: usize, stack_end: *mut c_void) -> c_int;
     fn _exit(status: c_int) -> !;
     fn _Exit(status: c_int) -> !;

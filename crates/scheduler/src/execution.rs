@@ -706,7 +706,7 @@ impl<'a> Execution<'a> {
                 Some(Outcome::Uncontrolled {
                     thread: 0,
                     syscall: "a trapped system call".into(),
-                    detail: format!("process {process} made a system call dara intercepts while SIGSYS was blocked (posix_spawn, system and similar are not supported yet), so the kernel killed it"),
+                    detail: format!("process {process} made a system call dara intercepts while SIGSYS was blocked (a library that starts processes or runs code with every signal blocked, outside the hooks for fork, posix_spawn, system and popen), so the kernel killed it"),
                 })
             }
             ExitStatus::Signal(signal) if process == 0 || is_crash_signal(signal) => {

@@ -15,6 +15,7 @@ pub mod cpu;
 pub mod files;
 pub mod net;
 pub mod poll;
+pub mod popen;
 pub mod process;
 pub mod random;
 pub mod sem;
