@@ -67,6 +67,9 @@ pub struct ExecutionReport {
     pub threads: BTreeMap<ThreadId, ProcessId>,
     /// Names of object addresses seen (when `symbolize`).
     pub symbols: BTreeMap<u64, String>,
+    /// The program each `ProcessStart` began (its file name), by the posting thread (when
+    /// `symbolize`): a process that execs starts again under a new name.
+    pub programs: BTreeMap<ThreadId, String>,
     /// Coverage of sancov-instrumented processes. Empty for programs built without coverage.
     pub coverage: BTreeMap<ProcessId, ProcessCoverage>,
     /// What the profiling run's accesses were (`cfg.profile` only).
@@ -126,7 +129,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         })
         .collect();
     let access_profile = cfg.profile.then(|| AccessProfile::read(run.region.access_table()));
-    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, coverage, access_profile, wall: started.elapsed() })
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, programs: run.programs, coverage, access_profile, wall: started.elapsed() })
 }
 
 /// The recorded environment plus dara's variables; the preload goes first in LD_PRELOAD.
@@ -205,6 +208,8 @@ struct Execution<'a> {
     symbols: BTreeMap<u64, String>,
     /// Where each process took a fatal fault, named while it still existed (`Op::Fault`).
     faults: BTreeMap<ProcessId, String>,
+    /// Program names by `ProcessStart` thread (see `ExecutionReport::programs`).
+    programs: BTreeMap<ThreadId, String>,
     /// Processes known to be on their way out (granted `ProcessExit`, or took a fault): checked
     /// often until they are zombies.
     exiting: Vec<ProcessId>,
@@ -240,6 +245,7 @@ impl<'a> Execution<'a> {
             symbolizers: BTreeMap::new(),
             symbols: BTreeMap::new(),
             faults: BTreeMap::new(),
+            programs: BTreeMap::new(),
             exiting: Vec::new(),
             dying: Vec::new(),
             modules: BTreeMap::new(),
@@ -501,6 +507,11 @@ impl<'a> Execution<'a> {
                 }
                 if coverage::executable_is_instrumented(pid) {
                     self.modules.insert(process, coverage::executable_modules(pid));
+                }
+                if self.cfg.symbolize {
+                    if let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) {
+                        self.programs.insert(thread, exe.file_name().map_or_else(|| exe.display().to_string(), |n| n.to_string_lossy().into_owned()));
+                    }
                 }
                 self.thread_process.insert(thread, process);
                 self.model.add_thread(thread, process);

@@ -3,28 +3,46 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use dara_scheduler::choice::{ProcessId, ThreadId};
 use dara_scheduler::trace::Step;
 use dara_scheduler::ChoiceKind;
 
-/// Formats `steps` as a listing. `symbols` names object addresses where known; steps whose
-/// `preempted` entry is true are marked `>>` (another thread could have gone on instead).
-pub fn interleaving(steps: &[Step], symbols: &BTreeMap<u64, String>, preempted: &[bool]) -> String {
+/// What the listing knows besides the steps: object names, the process of each thread, the
+/// program each process start began.
+pub struct Names<'a> {
+    pub symbols: &'a BTreeMap<u64, String>,
+    pub threads: &'a BTreeMap<ThreadId, ProcessId>,
+    pub programs: &'a BTreeMap<ThreadId, String>,
+}
+
+/// Formats `steps` as a listing. Steps whose `preempted` entry is true are marked `>>` (another
+/// thread could have gone on instead). With several processes, threads are shown as
+/// `p<process>/t<thread>`.
+pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "   {:>6}  {:>8}  {:<7} {:<16} {:<34} result", "step", "vtime", "thread", "operation", "object");
+    let several = names.threads.values().collect::<std::collections::BTreeSet<_>>().len() > 1;
+    let who = |t: ThreadId| match names.threads.get(&t) {
+        Some(p) if several => format!("p{p}/t{t}"),
+        _ => format!("t{t}"),
+    };
+    let _ = writeln!(out, "   {:>6}  {:>8}  {:<8} {:<16} {:<34} result", "step", "vtime", "thread", "operation", "object");
     for (i, step) in steps.iter().enumerate() {
         let c = &step.choice;
         let op = match c.kind {
             ChoiceKind::Run => c.op.name().to_string(),
             ChoiceKind::Timeout => format!("{} (timeout)", c.op.name()),
         };
-        let object = describe_object(c.obj, c.op, symbols);
+        let object = match names.programs.get(&c.thread) {
+            Some(program) if c.op == dara_abi::Op::ProcessStart => program.clone(),
+            _ => describe_object(c.obj, c.op, names.symbols),
+        };
         let result = match step.result {
             Some(r) => format!("-> {r}"),
             None => "blocks".to_string(),
         };
         let alt = if c.alt != 0 { format!(" [alt {}]", c.alt) } else { String::new() };
         let mark = if preempted.get(i).copied().unwrap_or(false) { ">> " } else { "   " };
-        let _ = writeln!(out, "{mark}{:>6}  {:>8}  t{:<6} {:<16} {:<34} {result}{alt}", i, format_vtime(step.now_ns), c.thread, op, object);
+        let _ = writeln!(out, "{mark}{:>6}  {:>8}  {:<8} {:<16} {:<34} {result}{alt}", i, format_vtime(step.now_ns), who(c.thread), op, object);
     }
     let n = preempted.iter().filter(|p| **p).count();
     if n > 0 {

@@ -55,7 +55,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     println!("replaying {} ({} steps): {}", cli.trace.display(), recorded.steps.len(), recorded.header.command.join(" "));
     let (report, preempted) = reproduce_observed(&recorded, &base, &STOP).context("replay failed to run")?;
     if !cli.quiet {
-        print!("{}", listing::interleaving(&report.steps, &report.symbols, &preempted));
+        let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs };
+        print!("{}", listing::interleaving(&report.steps, &names, &preempted));
     }
     if let Some(code) = judge(&recorded, &report) {
         return Ok(code);
