@@ -72,6 +72,17 @@ cov_clang_ms=$(best_ms "$out/cov_clang" 100000)
 cov_gcc_ratio=$(awk "BEGIN{printf \"%.2f\", $cov_gcc_ms / $cov_plain_ms}")
 cov_clang_ratio=$(awk "BEGIN{printf \"%.2f\", $cov_clang_ms / $cov_plain_ms}")
 
+# 6. A bash test script of three processes (tests/fixtures/scripts/counter_test_ok.sh: two
+#    background workers that nap 1 ms each, a wait, a check), natively vs under dara.
+cc -O1 -g -pthread tests/fixtures/counter_incr.c -o "$out/counter_incr"
+mkdir -p "$out/work"
+script=tests/fixtures/scripts/counter_test_ok.sh
+start=$(date +%s.%N)
+for _ in $(seq 1 100); do "$script" "$out/counter_incr" "$out/work" >/dev/null; done
+native_rate=$(awk "BEGIN{printf \"%.0f\", 100 / ($(date +%s.%N) - $start)}")
+script_rate=$("$trace" -o "$out/script-run" --runs 100 --pin-cpu "$cpu" -- "$script" "$out/counter_incr" "$out/work" | grep -E '^executions +100 in' | sed -E 's/.*\(([0-9.]+)\/s\).*/\1/')
+script_ratio=$(awk "BEGIN{printf \"%.2f\", $script_rate / $native_rate}")
+
 printf '%-48s %12s\n' "measurement" "value"
 printf '%-48s %12s\n' "futex round trip, 2 threads on one core (ns)" "$floor"
 printf '%-48s %12s\n' "dara scheduling point, lock ping-pong (ns)" "$best"
@@ -86,3 +97,6 @@ printf '%-48s %12s\n' "  gcc trace-pc build (ms)" "$cov_gcc_ms"
 printf '%-48s %12s\n' "  clang trace-pc-guard build (ms)" "$cov_clang_ms"
 printf '%-48s %12s\n' "ratio coverage / plain, gcc trace-pc" "$cov_gcc_ratio"
 printf '%-48s %12s\n' "ratio coverage / plain, clang trace-pc-guard" "$cov_clang_ratio"
+printf '%-48s %12s\n' "counter_test_ok.sh natively (runs/s)" "$native_rate"
+printf '%-48s %12s\n' "counter_test_ok.sh under dara (executions/s)" "$script_rate"
+printf '%-48s %12s\n' "ratio dara / native" "$script_ratio"

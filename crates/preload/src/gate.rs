@@ -227,9 +227,10 @@ fn handoff(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
     // the same point of every run. SIGSYS and the synchronous fault signals stay open; signals at
     // their default action too (a terminated process dies at once, and the scheduler waits).
     // The mask stays so until the thread leaves the preload (see `Gated::drop`).
-    if PARKED_SAVED.with(|m| m.get()).is_none() {
+    // A program that catches no signal (most) pays nothing for this.
+    let parked = crate::hooks::signal::caught() & PARKED_MASK;
+    if parked != 0 && PARKED_SAVED.with(|m| m.get()).is_none() {
         let mut saved_mask: u64 = 0;
-        let parked = crate::hooks::signal::caught() & PARKED_MASK;
         // SAFETY: rt_sigprocmask reads and writes one 8-byte signal set each, both live locals.
         unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_BLOCK as u64, &parked as *const u64 as u64, &mut saved_mask as *mut u64 as u64, 8]) };
         PARKED_SAVED.with(|m| m.set(Some(saved_mask)));
