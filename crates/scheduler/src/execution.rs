@@ -176,6 +176,9 @@ struct TokenHolder {
     thread: ThreadId,
     since: Instant,
     asleep_since: Option<Instant>,
+    /// The thread's CPU time (clock ticks) when the watchdog first looked at it: a hang is a
+    /// thread that computes, not one a loaded machine did not run.
+    cpu_at_first_look: Option<u64>,
 }
 
 enum Wait {
@@ -354,7 +357,7 @@ impl<'a> Execution<'a> {
         slot.now_ns.store(self.model.now(), Ordering::Relaxed);
         slot.state.store(state::GRANTED, Ordering::Release);
         futex::wake(&slot.state, 1);
-        self.holder = Some(TokenHolder { thread, since: Instant::now(), asleep_since: None });
+        self.holder = Some(TokenHolder { thread, since: Instant::now(), asleep_since: None, cpu_at_first_look: None });
         if op == Op::ProcessExit {
             if let Some(&process) = self.thread_process.get(&thread) {
                 self.exiting.push(process);
@@ -796,15 +799,22 @@ impl<'a> Execution<'a> {
 
     /// Checks the token holder: asleep in the kernel → uncontrolled; computing too long → hang.
     fn watchdog(&mut self) -> Option<Outcome> {
-        let holder = self.holder.as_mut()?;
         let now = Instant::now();
         // Reading /proc costs more than a whole handoff: only look at threads that have held the
         // token for a while.
-        if now - holder.since < WATCHDOG_GRACE {
+        if self.holder.as_ref().is_none_or(|h| now - h.since < WATCHDOG_GRACE) {
             return None;
         }
+        // An exit that arrived while this thread was not running (a loaded machine) is not a
+        // hang of the exited process.
+        if let Some(outcome) = self.drain_exits() {
+            return Some(outcome);
+        }
+        let holder = self.holder.as_mut()?;
         let slot = self.region.slot(holder.thread as usize);
         let (pid, tid) = (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed));
+        let cpu_now = procfs::thread_cpu_ticks(pid, tid);
+        let cpu_first = *holder.cpu_at_first_look.get_or_insert(cpu_now.unwrap_or(0));
         match procfs::thread_state(pid, tid) {
             Some('S') | Some('D') => {
                 let since = *holder.asleep_since.get_or_insert(now);
@@ -823,7 +833,14 @@ impl<'a> Execution<'a> {
             }
             _ => holder.asleep_since = None,
         }
-        if now - holder.since >= self.cfg.busy_limit {
+        // Busy: held the token for the limit and computed for a quarter of it since the first
+        // look (or, failing a reading, held it four times as long).
+        let computed = cpu_now.map(|c| procfs::ticks_to_duration(c.saturating_sub(cpu_first)));
+        let busy = match computed {
+            Some(cpu) => cpu >= self.cfg.busy_limit / 4,
+            None => now - holder.since >= self.cfg.busy_limit * 4,
+        };
+        if now - holder.since >= self.cfg.busy_limit && busy {
             let seen = match procfs::thread_state(pid, tid) {
                 Some(state) => format!("kernel state {state}"),
                 None => "thread gone".to_string(),

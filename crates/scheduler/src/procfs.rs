@@ -80,6 +80,23 @@ pub fn process_group(pid: u32) -> Option<u32> {
     stat[stat.rfind(')')? + 2..].split_whitespace().nth(2)?.parse().ok()
 }
 
+/// CPU time (user + system, in clock ticks) a thread has used, from /proc/<pid>/task/<tid>/stat.
+pub fn thread_cpu_ticks(pid: u32, tid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    // utime and stime are fields 14 and 15 (1-based), counted from the state (field 3).
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Clock ticks as a duration.
+pub fn ticks_to_duration(ticks: u64) -> std::time::Duration {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    std::time::Duration::from_millis(ticks * 1000 / hz)
+}
+
 /// Whether a process has ended, as /proc tells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProcessEnd {
