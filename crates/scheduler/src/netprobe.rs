@@ -24,7 +24,9 @@
 //! softirq, which normally runs before the sender's call returns but may be deferred to
 //! `ksoftirqd`. So the driver, at the first quiet point after a granted operation:
 //! * after a TCP send waits until every transmitted byte is acknowledged (`SIOCOUTQ` equals
-//!   `SIOCOUTQNSD`): the bytes are in the peer's receive queue;
+//!   `SIOCOUTQNSD`): the bytes are in the peer's receive queue; or until the connection is
+//!   closed (`TCP_CLOSE`): the peer had already closed, answered the bytes with a reset, and they
+//!   will never be acknowledged;
 //! * after a connect waits until the socket is writable or failed (handshake done), then counts
 //!   one connection *owed* to the listener's address;
 //! * after a UDP send counts one datagram owed to the destination port.
@@ -48,6 +50,8 @@ pub const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 const MAX_POLL_ENTRIES: usize = 4096;
 const SIOCOUTQ: libc::c_ulong = 0x5411;
 const SIOCOUTQNSD: libc::c_ulong = 0x894B;
+/// `tcpi_state` of a connection that is over (reset, or both sides closed).
+const TCP_CLOSE: u8 = 7;
 const ANON_INODE_KEY: u64 = 1 << 63;
 
 /// An address pair of an INET socket: (protocol kind, local port, remote port or 0).
@@ -200,7 +204,7 @@ impl NetProbe {
         match (ep.kind, ep.key) {
             (kind::TCP, _) => {
                 let started = Instant::now();
-                while ioctl_int(&dup, SIOCOUTQ) != ioctl_int(&dup, SIOCOUTQNSD) {
+                while ioctl_int(&dup, SIOCOUTQ) != ioctl_int(&dup, SIOCOUTQNSD) && tcp_state(&dup) != Some(TCP_CLOSE) {
                     if started.elapsed() > SETTLE_LIMIT {
                         return Err(ProbeError(format!("bytes sent on endpoint e{} were not acknowledged by the loopback peer within {} ms; the run was stopped", ep.id, SETTLE_LIMIT.as_millis())));
                     }
@@ -336,6 +340,15 @@ fn ioctl_int(fd: &OwnedFd, request: libc::c_ulong) -> i64 {
     if rc == 0 { i64::from(v) } else { 0 }
 }
 
+/// The kernel's TCP state of a socket (`tcpi_state`, the first byte of `struct tcp_info`).
+fn tcp_state(fd: &OwnedFd) -> Option<u8> {
+    let mut info = [0u8; 8];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `info` and updates `len`.
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len) };
+    (rc == 0 && len >= 1).then_some(info[0])
+}
+
 /// Bytes queued for reading (FIONREAD), 0 where the descriptor does not say.
 fn inq(fd: &OwnedFd) -> i64 {
     ioctl_int(fd, libc::FIONREAD)
@@ -415,4 +428,29 @@ fn read_pollfds(pid: u32, addr: u64, n: usize) -> Option<Vec<libc::pollfd>> {
     // SAFETY: the local iovec covers our own vector; the remote one is interpreted in the target.
     let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
     (got == bytes as isize).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+
+    /// Bytes sent to a peer that already closed are never acknowledged (the queues stay apart)
+    /// but the reset closes the connection: that is what ends a send's settling.
+    #[test]
+    fn a_send_to_a_closed_peer_settles_on_the_reset() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        drop(listener.accept().unwrap().0);
+        let fd = OwnedFd::from(sender.try_clone().unwrap());
+        assert_ne!(tcp_state(&fd), Some(TCP_CLOSE), "only the peer closed so far");
+        sender.write_all(b"OK\n").unwrap();
+        let started = Instant::now();
+        while tcp_state(&fd) != Some(TCP_CLOSE) {
+            assert!(started.elapsed() < SETTLE_LIMIT, "no reset from the closed peer");
+            std::thread::yield_now();
+        }
+        assert_ne!(ioctl_int(&fd, SIOCOUTQ), ioctl_int(&fd, SIOCOUTQNSD), "the reset bytes stay unacknowledged");
+    }
 }
