@@ -354,6 +354,9 @@ impl Op {
     }
 }
 
+/// `Unsupported` args[2] of an `execve` of a statically linked program (args[1]: its path).
+pub const UNSUPPORTED_STATIC_EXEC: u64 = 1;
+
 /// `ProcessWait` target meaning "any child".
 pub const ANY_PROCESS: u64 = u64::MAX;
 

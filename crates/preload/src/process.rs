@@ -109,7 +109,7 @@ pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
     // SAFETY: the program passed a NUL-terminated path to execve (or a bad pointer, which the
     // probe treats as "not an ELF we can read" and the kernel then refuses).
     if nr == libc::SYS_execve && unsafe { is_static_elf(a[path_arg] as *const c_char) } {
-        gate.post(Op::Unsupported, [nr as u64, a[path_arg], STATIC_EXEC, 0]);
+        gate.post(Op::Unsupported, [nr as u64, a[path_arg], dara_abi::UNSUPPORTED_STATIC_EXEC, 0]);
         return -(libc::ENOEXEC as i64);
     }
     gate.post(Op::ProcessExec, [0; 4]);
@@ -138,9 +138,6 @@ pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
     gate::wake_scheduler();
     rc
 }
-
-/// `Unsupported` arg[2] marking an exec of a statically linked program.
-pub const STATIC_EXEC: u64 = 1;
 
 /// A trapped `wait4` (pid a0, status a1, options a2, rusage a3) or `waitid` (idtype a0, id a1,
 /// infop a2, options a3, rusage a4).

@@ -531,7 +531,7 @@ impl<'a> Execution<'a> {
                 let name = procfs::syscall_name(args[0] as i64);
                 let detail = match args[0] as i64 {
                     56 | 57 | 58 | 435 => "a raw clone/fork system call that bypasses libc's fork() is not supported; the run was stopped rather than left with an untraced process".to_string(),
-                    59 if args[2] == STATIC_EXEC => format!("{} is statically linked, so dara's preload cannot enter it; statically linked programs are not supported yet", procfs::c_string_of(self.processes.get(&process).map_or(0, |p| p.pid), args[1]).unwrap_or_else(|| "the program to run".into())),
+                    59 if args[2] == dara_abi::UNSUPPORTED_STATIC_EXEC => format!("{} is statically linked, so dara's preload cannot enter it; statically linked programs are not supported yet", procfs::c_string_of(self.processes.get(&process).map_or(0, |p| p.pid), args[1]).unwrap_or_else(|| "the program to run".into())),
                     _ => format!("{name} cannot be modelled by dara (arguments {:#x}, {:#x}); the run was stopped rather than left uncontrolled", args[1], args[2]),
                 };
                 return Some(Outcome::Uncontrolled { thread, syscall: name, detail });
@@ -869,10 +869,6 @@ impl<'a> Execution<'a> {
         report
     }
 }
-
-/// `Unsupported` args[2] of an `execve` of a statically linked program (the preload's
-/// `process::STATIC_EXEC`).
-const STATIC_EXEC: u64 = 1;
 
 /// Exit status of a target whose preload found a region of another layout version.
 const PRELOAD_REFUSED: i32 = 125;

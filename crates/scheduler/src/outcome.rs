@@ -39,13 +39,6 @@ pub enum Outcome {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         location: Option<String>,
     },
-    /// A process other than the root exited with a non-zero status.
-    ChildFailed {
-        process: u32,
-        code: i32,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        location: Option<String>,
-    },
     /// No choice enabled while some threads have not finished.
     Deadlock { threads: Vec<BlockedThread> },
     /// Step bound, virtual-time bound, or a thread that ran too long without reaching a
@@ -66,7 +59,7 @@ impl Outcome {
     pub fn is_bug(&self) -> bool {
         match self {
             Outcome::Exited { code, .. } => *code != 0,
-            Outcome::Crashed { .. } | Outcome::ChildFailed { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
+            Outcome::Crashed { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
             Outcome::Uncontrolled { .. } | Outcome::Interrupted | Outcome::Diverged { .. } => false,
         }
     }
@@ -78,7 +71,6 @@ impl Outcome {
         match self {
             Outcome::Exited { code, location } => format!("exit:{code}{}", at(location)),
             Outcome::Crashed { name, location, .. } => format!("signal:{name}{}", at(location)),
-            Outcome::ChildFailed { code, location, .. } => format!("child-exit:{code}{}", at(location)),
             Outcome::Deadlock { threads } => {
                 let mut parts: Vec<String> = threads
                     .iter()
@@ -96,7 +88,7 @@ impl Outcome {
 
     /// Attaches a location to an outcome that can carry one and has none yet.
     pub fn locate(&mut self, found: Option<String>) {
-        if let Outcome::Exited { location, .. } | Outcome::Crashed { location, .. } | Outcome::ChildFailed { location, .. } = self {
+        if let Outcome::Exited { location, .. } | Outcome::Crashed { location, .. } = self {
             if location.is_none() {
                 *location = found;
             }
@@ -110,7 +102,6 @@ impl Outcome {
             Outcome::Exited { code: 0, .. } => "exited normally (status 0)".to_string(),
             Outcome::Exited { code, location } => format!("BUG: exited with status {code}{}", at(location)),
             Outcome::Crashed { process, name, location, .. } => format!("BUG: process {process} killed by {name}{}", at(location)),
-            Outcome::ChildFailed { process, code, location } => format!("BUG: process {process} exited with status {code}{}", at(location)),
             Outcome::Deadlock { threads } => {
                 let who: Vec<String> = threads.iter().map(|t| format!("thread {} {}", t.thread, t.detail)).collect();
                 format!("BUG: deadlock: {}", who.join("; "))
