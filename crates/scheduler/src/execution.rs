@@ -834,8 +834,11 @@ impl<'a> Execution<'a> {
             _ => holder.asleep_since = None,
         }
         // Busy: held the token for the limit and computed for a quarter of it since the first
-        // look (or, failing a reading, held it four times as long).
-        let computed = cpu_now.map(|c| procfs::ticks_to_duration(c.saturating_sub(cpu_first)));
+        // look. A thread that is gone computes nothing: its process is on its way out and its
+        // end is being reported; it only counts as hung after four times the limit (as does a
+        // thread whose CPU time cannot be read).
+        let alive = procfs::thread_state(pid, tid).is_some();
+        let computed = cpu_now.filter(|_| alive).map(|c| procfs::ticks_to_duration(c.saturating_sub(cpu_first)));
         let busy = match computed {
             Some(cpu) => cpu >= self.cfg.busy_limit / 4,
             None => now - holder.since >= self.cfg.busy_limit * 4,
@@ -843,7 +846,7 @@ impl<'a> Execution<'a> {
         if now - holder.since >= self.cfg.busy_limit && busy {
             let seen = match procfs::thread_state(pid, tid) {
                 Some(state) => format!("kernel state {state}"),
-                None => "thread gone".to_string(),
+                None => format!("thread gone, process {:?}, reaper done: {}", procfs::process_end(pid), self.tree.all_gone()),
             };
             return Some(Outcome::Hang {
                 reason: format!("thread {} ran for {} s without reaching a scheduling point (a busy loop with no yield, sleep or lock?; {seen})", holder.thread, self.cfg.busy_limit.as_secs()),
