@@ -435,6 +435,12 @@ impl<'a> Execution<'a> {
                 }
             });
             if quiet && !self.awaiting_deaths() {
+                // A creator claims its child's slot before it posts again, so a post seen in the
+                // scan makes that claim visible here: a slot claimed during the scan (the child
+                // has not posted yet) means look again, or a decision would leave the child out.
+                if self.region.header().next_slot.load(Ordering::Acquire) as usize > self.known_slots {
+                    continue;
+                }
                 return Wait::Quiet;
             }
             if self.tree.all_gone() {
