@@ -47,12 +47,6 @@ fn search_script(out: &Path, name: &str, kv_node: &Path, base: u16) -> Run {
     dara_trace(&args, Duration::from_secs(120))
 }
 
-fn same_decisions(a: &Path, b: &Path) {
-    let (ta, tb) = (trace::read_file(a).unwrap(), trace::read_file(b).unwrap());
-    assert_eq!(ta.header.execution, tb.header.execution, "same seed, different execution");
-    assert!(trace::decision_bytes(&ta) == trace::decision_bytes(&tb), "decision lists of {} and {} differ", a.display(), b.display());
-}
-
 #[test]
 fn a_stale_read_from_a_backup_is_found_and_replays() {
     let kv = private_copy(&fixture("kv_node"), "kv-stale-read");
@@ -73,14 +67,7 @@ fn a_stale_read_from_a_backup_is_found_and_replays() {
     let forwards = listing.stdout.lines().filter(|l| l.contains(" recv ") && l.contains("\"PUT ")).count();
     assert!(forwards >= 2, "the client's PUT and at least one forward are received by nodes\n{}", listing.stdout);
 
-    for i in 0..20 {
-        let replay = dara_replay(&["-q", bug.to_str().unwrap()], Duration::from_secs(60));
-        assert_eq!(replay.code, 1, "replay {i}\n{}", replay.text());
-        assert!(replay.stdout.contains(SHOWS), "replay {i} shows another outcome\n{}", replay.text());
-    }
-    let verify = dara_replay(&["-q", "--verify", bug.to_str().unwrap()], Duration::from_secs(60));
-    assert_eq!(verify.code, 1, "{}", verify.text());
-    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    replays(&bug, SHOWS);
 
     let again = out_dir("kv-stale-read-again");
     let run2 = search_script(&again, "kv_test.sh", &kv, base);

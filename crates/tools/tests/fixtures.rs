@@ -4,11 +4,9 @@
 //! executions of each strategy.
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use dara_scheduler::trace;
 
 /// Runs the full check for one buggy fixture under one strategy.
 fn finds_and_replays(name: &str, shows: &str, strategy: &str, seed: u64, runs: u64) {
@@ -22,27 +20,13 @@ fn finds_and_replays(name: &str, shows: &str, strategy: &str, seed: u64, runs: u
     let bug = out.join("bug-0001/trace.bin");
     assert!(out.join("bug-0001/summary.txt").is_file());
 
-    for i in 0..20 {
-        let replay = dara_replay(&["-q", bug.to_str().unwrap()], Duration::from_secs(60));
-        assert_eq!(replay.code, 1, "{name}: replay {i} did not reproduce the bug\n{}", replay.text());
-        assert!(replay.stdout.contains(shows), "{name}: replay {i} shows a different outcome\n{}", replay.text());
-    }
-    let verify = dara_replay(&["-q", "--verify", bug.to_str().unwrap()], Duration::from_secs(60));
-    assert_eq!(verify.code, 1, "{name}: --verify\n{}", verify.text());
-    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    replays(&bug, shows);
 
     let again = out_dir(&format!("{tag}-again"));
     let run2 = search(&again, strategy, seed, runs, &program);
     assert_eq!(run2.code, 1, "{name}: the same seed did not find the bug again\n{}", run2.text());
     same_decisions(&bug, &again.join("bug-0001/trace.bin"));
     assert_no_survivors(&program);
-}
-
-fn same_decisions(a: &Path, b: &Path) {
-    let ta = trace::read_file(a).unwrap();
-    let tb = trace::read_file(b).unwrap();
-    assert_eq!(ta.header.execution, tb.header.execution, "same seed found the bug in a different execution");
-    assert!(trace::decision_bytes(&ta) == trace::decision_bytes(&tb), "decision lists of {} and {} differ", a.display(), b.display());
 }
 
 /// A correct twin: no bug over 300 executions of each strategy; the last (clean) execution

@@ -5,18 +5,9 @@
 //! clean, replay, show their network steps in the listing, and leave no process behind.
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use dara_scheduler::trace;
-
-fn same_decisions(a: &Path, b: &Path) {
-    let ta = trace::read_file(a).unwrap();
-    let tb = trace::read_file(b).unwrap();
-    assert_eq!(ta.header.execution, tb.header.execution, "same seed found the bug in a different execution");
-    assert!(trace::decision_bytes(&ta) == trace::decision_bytes(&tb), "decision lists of {} and {} differ", a.display(), b.display());
-}
 
 fn finds_and_replays(name: &str, shows: &str, strategy: &str, seed: u64, runs: u64) {
     let tag = format!("{name}-{}", strategy.replace(':', ""));
@@ -26,14 +17,7 @@ fn finds_and_replays(name: &str, shows: &str, strategy: &str, seed: u64, runs: u
     assert_eq!(run.code, 1, "{name}: expected a bug within {runs} {strategy} executions (seed {seed})\n{}", run.text());
     assert!(run.stdout.contains(shows), "{name}: expected {shows:?}\n{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
-    for i in 0..20 {
-        let replay = dara_replay(&["-q", bug.to_str().unwrap()], Duration::from_secs(60));
-        assert_eq!(replay.code, 1, "{name}: replay {i} did not reproduce the bug\n{}", replay.text());
-        assert!(replay.stdout.contains(shows), "{name}: replay {i} shows a different outcome\n{}", replay.text());
-    }
-    let verify = dara_replay(&["-q", "--verify", bug.to_str().unwrap()], Duration::from_secs(60));
-    assert_eq!(verify.code, 1, "{name}: --verify\n{}", verify.text());
-    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    replays(&bug, shows);
     let again = out_dir(&format!("{tag}-again"));
     let run2 = search(&again, strategy, seed, runs, &program);
     assert_eq!(run2.code, 1, "{name}: the same seed did not find the bug again\n{}", run2.text());

@@ -23,24 +23,6 @@ fn trace_search(out: &Path, strategy: &str, seed: u64, runs: u64, command: &[&st
     dara_trace(&args, Duration::from_secs(300))
 }
 
-fn same_decisions(a: &Path, b: &Path) {
-    let (ta, tb) = (trace::read_file(a).unwrap(), trace::read_file(b).unwrap());
-    assert_eq!(ta.header.execution, tb.header.execution, "same seed, different execution");
-    assert!(trace::decision_bytes(&ta) == trace::decision_bytes(&tb), "decision lists of {} and {} differ", a.display(), b.display());
-}
-
-/// The bug replays 20 times and verifies.
-fn replays(bug: &Path, shows: &str) {
-    for i in 0..20 {
-        let replay = dara_replay(&["-q", bug.to_str().unwrap()], Duration::from_secs(60));
-        assert_eq!(replay.code, 1, "replay {i}\n{}", replay.text());
-        assert!(replay.stdout.contains(shows), "replay {i} shows another outcome\n{}", replay.text());
-    }
-    let verify = dara_replay(&["-q", "--verify", bug.to_str().unwrap()], Duration::from_secs(60));
-    assert_eq!(verify.code, 1, "{}", verify.text());
-    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
-}
-
 #[test]
 fn fork_exec_and_wait_stay_controlled_and_replay() {
     let program = private_copy(&fixture("proc_fork_exec"), "proc_fork_exec");

@@ -60,39 +60,31 @@ const DO_CLOSEFROM: c_int = 5;
 /// Exit status of a spawned child that could not run the program.
 const CANNOT_EXEC: c_int = 127;
 
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawn(
-    pid: *mut pid_t,
-    path: *const c_char,
-    actions: *const posix_spawn_file_actions_t,
-    attr: *const posix_spawnattr_t,
-    argv: *const *mut c_char,
-    envp: *const *mut c_char,
-) -> c_int {
-    if Gated::enter().is_none() {
-        // SAFETY: the program's own arguments, forwarded unchanged.
-        return unsafe { real::posix_spawn(pid, path, actions, attr, argv, envp) };
-    }
-    // SAFETY: the program's own arguments.
-    unsafe { spawn(pid, path, actions, attr, argv, envp, false) }
+/// `posix_spawn` and `posix_spawnp` (which searches PATH): the real one outside dara, else
+/// [`spawn`].
+macro_rules! spawn_hook {
+    ($name:ident, $search:literal) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            pid: *mut pid_t,
+            path: *const c_char,
+            actions: *const posix_spawn_file_actions_t,
+            attr: *const posix_spawnattr_t,
+            argv: *const *mut c_char,
+            envp: *const *mut c_char,
+        ) -> c_int {
+            if Gated::enter().is_none() {
+                // SAFETY: the program's own arguments, forwarded unchanged.
+                return unsafe { real::$name(pid, path, actions, attr, argv, envp) };
+            }
+            // SAFETY: the program's own arguments.
+            unsafe { spawn(pid, path, actions, attr, argv, envp, $search) }
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawnp(
-    pid: *mut pid_t,
-    file: *const c_char,
-    actions: *const posix_spawn_file_actions_t,
-    attr: *const posix_spawnattr_t,
-    argv: *const *mut c_char,
-    envp: *const *mut c_char,
-) -> c_int {
-    if Gated::enter().is_none() {
-        // SAFETY: the program's own arguments, forwarded unchanged.
-        return unsafe { real::posix_spawnp(pid, file, actions, attr, argv, envp) };
-    }
-    // SAFETY: the program's own arguments.
-    unsafe { spawn(pid, file, actions, attr, argv, envp, true) }
-}
+spawn_hook!(posix_spawn, false);
+spawn_hook!(posix_spawnp, true);
 
 /// `system(command)`: `/bin/sh -c command` in a traced child, waited for (SIGINT and SIGQUIT
 /// ignored meanwhile, as POSIX asks).

@@ -194,3 +194,26 @@ pub fn dara_shm_files() -> Vec<String> {
         .map(|d| d.flatten().filter_map(|e| e.file_name().into_string().ok()).filter(|n| n.to_lowercase().contains("dara")).collect())
         .unwrap_or_default()
 }
+
+/// Two runs of one seed found the bug in the same execution with byte-identical decision lists.
+#[allow(dead_code)]
+pub fn same_decisions(a: &Path, b: &Path) {
+    let ta = dara_scheduler::trace::read_file(a).unwrap();
+    let tb = dara_scheduler::trace::read_file(b).unwrap();
+    assert_eq!(ta.header.execution, tb.header.execution, "same seed found the bug in a different execution");
+    assert!(dara_scheduler::trace::decision_bytes(&ta) == dara_scheduler::trace::decision_bytes(&tb), "decision lists of {} and {} differ", a.display(), b.display());
+}
+
+/// The bug in `bug` replays 20 times in a row showing `shows`, and `--verify` holds.
+#[allow(dead_code)]
+pub fn replays(bug: &Path, shows: &str) {
+    for i in 0..20 {
+        let replay = dara_replay(&["-q", bug.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(replay.code, 1, "replay {i} did not reproduce the bug\n{}", replay.text());
+        assert!(replay.stdout.contains(shows), "replay {i} shows a different outcome\n{}", replay.text());
+    }
+    let verify = dara_replay(&["-q", "--verify", bug.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 1, "--verify\n{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+}
+
