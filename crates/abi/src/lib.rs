@@ -160,7 +160,8 @@ pub enum Op {
     Yield = 80,
     /// `nanosleep`, `clock_nanosleep`, `usleep`, `sleep`. args: [deadline]
     Sleep = 81,
-    /// A clock read. The grant's `now_ns` is the answer.
+    /// A clock read. The grant's `now_ns` is the answer; its result is the reading process's
+    /// wall-clock skew in ns (0 unless a `ClockSkew` fault set one), added to realtime clocks.
     ClockRead = 82,
 
     /// Memory-level scheduling points (`--preempt-on memory`, sancov `trace-loads`/`trace-stores`
@@ -228,6 +229,26 @@ pub enum Op {
     NetEpollWait = 125,
     /// close/shutdown of a socket or pipe end. args: [fd, how (0 close, 1 + SHUT_*), 0, 0]
     NetClose = 126,
+
+    // Injected faults (130–139): never posted by the preload. They are the scheduler's own
+    // choices in a cluster run (`Choice::kind` is `Fault`), recorded and replayed like any
+    // other decision. See docs/cluster.md.
+    /// SIGKILL every process of a node. obj: node index.
+    NodeCrash = 130,
+    /// Start a crashed node again with its restart command. obj: node index.
+    NodeRestart = 131,
+    /// Cut two nodes apart: their connections are reset, new ones are reset once established,
+    /// datagrams between them are dropped. obj: `a << 32 | b`.
+    Partition = 132,
+    /// End a partition. obj: `a << 32 | b`.
+    Heal = 133,
+    /// Drop the datagram a thread's receive would get next (the thread's own choice). obj: the
+    /// receive's described endpoint.
+    DropDatagram = 134,
+    /// Reset every TCP connection between two nodes (both ends see ECONNRESET). obj: `a << 32 | b`.
+    ConnReset = 135,
+    /// Set a node's wall clock off by the configured skew. obj: node index.
+    ClockSkew = 136,
 }
 
 /// Bits of the `flags` argument of the networking ops.
@@ -290,6 +311,13 @@ impl Op {
             124 => NetPoll,
             125 => NetEpollWait,
             126 => NetClose,
+            130 => NodeCrash,
+            131 => NodeRestart,
+            132 => Partition,
+            133 => Heal,
+            134 => DropDatagram,
+            135 => ConnReset,
+            136 => ClockSkew,
             _ => return None,
         })
     }
@@ -345,7 +373,19 @@ impl Op {
             NetPoll => "poll",
             NetEpollWait => "epoll-wait",
             NetClose => "close",
+            NodeCrash => "crash",
+            NodeRestart => "restart",
+            Partition => "partition",
+            Heal => "heal",
+            DropDatagram => "drop",
+            ConnReset => "reset",
+            ClockSkew => "skew",
         }
+    }
+
+    /// Whether this is an injected fault (130–139), a choice of the scheduler's own.
+    pub fn is_fault(self) -> bool {
+        (130..140).contains(&(self as u32))
     }
 
     /// Whether this is one of the networking ops (120–159).

@@ -129,6 +129,9 @@ pub enum MinimizeError {
     Execution(#[from] ExecutionError),
 }
 
+/// How much longer (virtual time, steps) than the failing run a candidate may run.
+const CANDIDATE_STRETCH: u64 = 4;
+
 /// Minimizes `trace` under its own settings on top of `base` (see [`config_for`]), running at
 /// most `max_tries` candidate executions. `on_attempt` sees every candidate.
 pub fn minimize(trace: &Trace, base: &ExecutionConfig, max_tries: u64, stop: &AtomicBool, on_attempt: &mut dyn FnMut(&Attempt)) -> Result<Minimized, MinimizeError> {
@@ -138,6 +141,14 @@ pub fn minimize(trace: &Trace, base: &ExecutionConfig, max_tries: u64, stop: &At
     let mut cfg = config_for(trace, base);
     // Candidates' output would only bury the result; the final replay check shows nothing either.
     cfg.discard_output = true;
+    if !matches!(trace.outcome, Outcome::Hang { .. }) {
+        // A candidate is meant to be smaller: one that runs far longer than the failing run (a
+        // fallback that keeps taking a server's poll timeouts) is cut short instead of running
+        // to the hour-long default bound.
+        let end = trace.steps.last().map_or(0, |s| s.now_ns);
+        cfg.max_vtime_ns = cfg.max_vtime_ns.min(end.saturating_mul(CANDIDATE_STRETCH).saturating_add(1_000_000_000));
+        cfg.max_steps = cfg.max_steps.min((trace.steps.len() as u64).saturating_mul(CANDIDATE_STRETCH).saturating_add(1000));
+    }
     let quiet_base = ExecutionConfig { discard_output: true, ..base.clone() };
     let mut search = Search::new(cfg, stop, trace.outcome.signature(), max_tries, on_attempt);
     let original = search.execute(trace.steps.iter().map(|s| s.choice).collect())?;

@@ -27,6 +27,9 @@ pub fn config_for(trace: &Trace, base: &ExecutionConfig) -> ExecutionConfig {
         max_steps: h.max_steps,
         max_vtime_ns: h.max_vtime_ns,
         preempt: h.preempt.clone(),
+        cluster: h.cluster.clone(),
+        setup: h.setup.clone(),
+        cleanup: h.cleanup.clone(),
         profile: false,
         ..base.clone()
     }

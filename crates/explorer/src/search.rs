@@ -391,6 +391,9 @@ fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: Stri
         max_vtime_ns: exec.max_vtime_ns,
         build_ids: cfg.build_ids.clone(),
         preempt: exec.preempt.clone(),
+        cluster: exec.cluster.clone(),
+        setup: exec.setup.clone(),
+        cleanup: exec.cleanup.clone(),
     }
 }
 

@@ -90,9 +90,15 @@ pub fn optional_deadline(base: ClockBase, abstime: Option<&timespec>) -> Option<
     }
 }
 
-/// Reads `base` at the current virtual time: a `ClockRead` scheduling point.
+/// Reads `base` at the current virtual time: a `ClockRead` scheduling point. The grant's result
+/// is the node's wall-clock skew (a `ClockSkew` fault), which only realtime clocks show.
 pub fn read(gate: &Gated, base: ClockBase) -> u64 {
-    base.reading(gate.post(Op::ClockRead, [0; 4]).now_ns)
+    let grant = gate.post(Op::ClockRead, [0; 4]);
+    let reading = base.reading(grant.now_ns);
+    match base {
+        ClockBase::Realtime => reading.saturating_add_signed(grant.result),
+        ClockBase::Monotonic | ClockBase::CpuTime => reading,
+    }
 }
 
 /// Sleeps until the virtual `deadline`: a `Sleep` scheduling point.

@@ -20,7 +20,14 @@ pub enum ChoiceKind {
     /// the timed wait returns ETIMEDOUT. Offered whenever the thread has a deadline, so a strategy
     /// can make a timeout win a race against other threads' work.
     Timeout,
+    /// Inject a fault (`op` is one of the fault ops: crash, restart, partition, ...). Node-level
+    /// faults carry [`FAULT_THREAD`] as their thread; a dropped datagram carries the receiving
+    /// thread. Offered only in cluster runs, within the fault budgets.
+    Fault,
 }
+
+/// The `thread` of a fault choice that no thread makes (crash, restart, partition, ...).
+pub const FAULT_THREAD: ThreadId = u32::MAX;
 
 /// One enabled way the system can move on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -10,6 +10,7 @@
 //!
 //! The parts that touch processes (shared memory, the handoff loop) build on these.
 pub mod choice;
+pub mod cluster;
 pub mod coverage;
 pub mod crash_site;
 pub mod model;

@@ -260,6 +260,61 @@ impl NetProbe {
         Ok(())
     }
 
+    /// A process was killed (a crash fault): what was owed to a port nobody listens on or is
+    /// bound to any more died with its socket, and a node restarted on the same port must not
+    /// wait for it.
+    pub fn forget_owed_to_closed_ports(&mut self) {
+        self.owed.retain(|&(k, port, _), _| port_bound(k, port));
+    }
+
+    /// Resets every TCP connection between a process of `a` and a process of `b` (a `ConnReset`
+    /// or `Partition` fault): `connect(AF_UNSPEC)` on one end sends a reset, so both ends see
+    /// ECONNRESET, as when a middlebox or a rebooted peer kills the connection. Waits until the
+    /// other end has taken the reset in, so the next probe sees it. Returns how many.
+    pub fn reset_between(&mut self, a: &[u32], b: &[u32]) -> Result<usize, ProbeError> {
+        let theirs = self.connections(b)?;
+        let mut count = 0;
+        for (key, mine) in self.connections(a)? {
+            let Some((_, other)) = theirs.iter().find(|(k, _)| *k == (key.0, key.2, key.1)) else { continue };
+            let unspec = libc::sockaddr { sa_family: libc::AF_UNSPEC as libc::sa_family_t, sa_data: [0; 14] };
+            // SAFETY: connect reads a sockaddr of the given length from a live local.
+            unsafe { libc::connect(mine.as_raw_fd(), &unspec, std::mem::size_of::<libc::sockaddr>() as libc::socklen_t) };
+            let started = Instant::now();
+            while tcp_state(other).is_some_and(|s| s != TCP_CLOSE) {
+                if started.elapsed() > SETTLE_LIMIT {
+                    return Err(ProbeError(format!("a reset connection (ports {} and {}) did not close within {} s", key.1, key.2, SETTLE_LIMIT.as_secs())));
+                }
+                std::thread::yield_now();
+            }
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// Established TCP connections of the processes `pids`: their address pair and our duplicate.
+    fn connections(&mut self, pids: &[u32]) -> Result<Vec<(PortKey, OwnedFd)>, ProbeError> {
+        let mut found = Vec::new();
+        for &pid in pids {
+            let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+            let mut fds: Vec<i32> = dir
+                .flatten()
+                .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:")))
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect();
+            fds.sort_unstable();
+            for fd in fds {
+                let Some(dup) = self.dup(pid, fd)? else { continue };
+                if socket_kind(&dup) != kind::TCP {
+                    continue;
+                }
+                if let Some(key) = inet_key(&dup, kind::TCP).filter(|k| k.2 != 0 && tcp_state(&dup) != Some(TCP_CLOSE)) {
+                    found.push((key, dup));
+                }
+            }
+        }
+        Ok(found)
+    }
+
     /// The target's descriptor `fd` as our own, `None` if the target has no such descriptor.
     fn dup(&mut self, pid: u32, fd: i32) -> Result<Option<OwnedFd>, ProbeError> {
         if !self.pidfds.contains_key(&pid) {
@@ -409,6 +464,20 @@ fn inet_key(fd: &OwnedFd, k: u64) -> Option<PortKey> {
         Some(u16::from_be(sin.sin_port))
     };
     Some((k, port(false)?, port(true).unwrap_or(0)))
+}
+
+/// Whether some socket of kind `k` (TCP: listening) has local port `port`, from /proc/net.
+fn port_bound(k: u64, port: u16) -> bool {
+    let (files, listen_only) = if k == kind::TCP { (["/proc/net/tcp", "/proc/net/tcp6"], true) } else { (["/proc/net/udp", "/proc/net/udp6"], false) };
+    let wanted = format!(":{port:04X}");
+    files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).any(|table| {
+        table.lines().skip(1).any(|line| {
+            let mut cols = line.split_whitespace();
+            let local = cols.nth(1).unwrap_or("");
+            let state = cols.nth(1).unwrap_or("");
+            local.ends_with(&wanted) && (!listen_only || state == "0A")
+        })
+    })
 }
 
 /// Descriptors in an epoll set, from /proc/<pid>/fdinfo/<epfd> ("tfd: N events: ...").

@@ -39,6 +39,11 @@ pub enum Outcome {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         location: Option<String>,
     },
+    /// A cluster node's own process exited with a failure status while nobody told it to stop
+    /// (a crash fault's SIGKILL is not this).
+    NodeExited { node: String, code: i32 },
+    /// The workload exited 0 but the check command (`--check`) failed.
+    CheckFailed { code: i32 },
     /// No choice enabled while some threads have not finished.
     Deadlock { threads: Vec<BlockedThread> },
     /// Step bound, virtual-time bound, or a thread that ran too long without reaching a
@@ -59,7 +64,7 @@ impl Outcome {
     pub fn is_bug(&self) -> bool {
         match self {
             Outcome::Exited { code, .. } => *code != 0,
-            Outcome::Crashed { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
+            Outcome::Crashed { .. } | Outcome::NodeExited { .. } | Outcome::CheckFailed { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
             Outcome::Uncontrolled { .. } | Outcome::Interrupted | Outcome::Diverged { .. } => false,
         }
     }
@@ -71,6 +76,8 @@ impl Outcome {
         match self {
             Outcome::Exited { code, location } => format!("exit:{code}{}", at(location)),
             Outcome::Crashed { name, location, .. } => format!("signal:{name}{}", at(location)),
+            Outcome::NodeExited { node, code } => format!("node-exit:{node}:{code}"),
+            Outcome::CheckFailed { code } => format!("check:{code}"),
             Outcome::Deadlock { threads } => {
                 let mut parts: Vec<String> = threads
                     .iter()
@@ -102,6 +109,8 @@ impl Outcome {
             Outcome::Exited { code: 0, .. } => "exited normally (status 0)".to_string(),
             Outcome::Exited { code, location } => format!("BUG: exited with status {code}{}", at(location)),
             Outcome::Crashed { process, name, location, .. } => format!("BUG: process {process} killed by {name}{}", at(location)),
+            Outcome::NodeExited { node, code } => format!("BUG: node {node} exited with status {code}"),
+            Outcome::CheckFailed { code } => format!("BUG: the check command failed (status {code})"),
             Outcome::Deadlock { threads } => {
                 let who: Vec<String> = threads.iter().map(|t| format!("thread {} {}", t.thread, t.detail)).collect();
                 format!("BUG: deadlock: {}", who.join("; "))

@@ -5,3 +5,4 @@ pub mod coverage;
 pub mod listing;
 pub mod minimize;
 pub mod setup;
+pub mod cluster_config;

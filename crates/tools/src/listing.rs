@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use dara_scheduler::choice::{ProcessId, ThreadId};
+use dara_scheduler::choice::{ProcessId, ThreadId, FAULT_THREAD};
+use dara_scheduler::cluster::Nodes;
 use dara_scheduler::trace::Step;
 use dara_scheduler::ChoiceKind;
 
@@ -13,26 +14,36 @@ pub struct Names<'a> {
     pub symbols: &'a BTreeMap<u64, String>,
     pub threads: &'a BTreeMap<ThreadId, ProcessId>,
     pub programs: &'a BTreeMap<ThreadId, String>,
+    /// A cluster run's node of each node process, and its spec (fault descriptions).
+    pub nodes: &'a BTreeMap<ProcessId, String>,
+    pub cluster: Option<&'a dara_scheduler::cluster::ClusterSpec>,
 }
 
 /// Formats `steps` as a listing. Steps whose `preempted` entry is true are marked `>>` (another
 /// thread could have gone on instead). With several processes, threads are shown as
-/// `p<process>/t<thread>`.
+/// `p<process>/t<thread>`, prefixed with the node's name in a cluster run (`kv1:p2/t4`); faults
+/// dara injected are shown as thread `dara`.
 pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> String {
     let mut out = String::new();
     let several = names.threads.values().collect::<std::collections::BTreeSet<_>>().len() > 1;
     let who = |t: ThreadId| match names.threads.get(&t) {
-        Some(p) if several => format!("p{p}/t{t}"),
+        _ if t == FAULT_THREAD => "dara".to_string(),
+        Some(p) if several => match names.nodes.get(p) {
+            Some(node) => format!("{node}:p{p}/t{t}"),
+            None => format!("p{p}/t{t}"),
+        },
         _ => format!("t{t}"),
     };
-    let _ = writeln!(out, "   {:>6}  {:>8}  {:<8} {:<16} {:<34} result", "step", "vtime", "thread", "operation", "object");
+    let _ = writeln!(out, "   {:>6}  {:>8}  {:<12} {:<16} {:<34} result", "step", "vtime", "thread", "operation", "object");
     for (i, step) in steps.iter().enumerate() {
         let c = &step.choice;
         let op = match c.kind {
             ChoiceKind::Run => c.op.name().to_string(),
             ChoiceKind::Timeout => format!("{} (timeout)", c.op.name()),
+            ChoiceKind::Fault => format!("FAULT {}", c.op.name()),
         };
         let object = match names.programs.get(&c.thread) {
+            _ if c.kind == ChoiceKind::Fault => names.cluster.map_or_else(|| c.op.name().to_string(), |spec| Nodes::describe(spec, c)),
             Some(program) if c.op == dara_abi::Op::ProcessStart => program.clone(),
             _ => describe_object(c.obj, c.op, names.symbols),
         };
@@ -42,7 +53,7 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
         };
         let alt = if c.alt != 0 { format!(" [alt {}]", c.alt) } else { String::new() };
         let mark = if preempted.get(i).copied().unwrap_or(false) { ">> " } else { "   " };
-        let _ = writeln!(out, "{mark}{:>6}  {:>8}  {:<8} {:<16} {:<34} {result}{alt}", i, format_vtime(step.now_ns), who(c.thread), op, object);
+        let _ = writeln!(out, "{mark}{:>6}  {:>8}  {:<12} {:<16} {:<34} {result}{alt}", i, format_vtime(step.now_ns), who(c.thread), op, object);
     }
     let n = preempted.iter().filter(|p| **p).count();
     if n > 0 {

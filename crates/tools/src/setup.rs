@@ -96,6 +96,9 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         symbolize: false,
         discard_output: false,
         preempt: Default::default(),
+        cluster: None,
+        setup: None,
+        cleanup: None,
         profile: false,
     })
 }

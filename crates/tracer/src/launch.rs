@@ -7,6 +7,7 @@
 //! is the child subreaper, so orphaned grandchildren are reparented to it and reaped (and killed)
 //! too.
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -43,12 +44,20 @@ pub enum LaunchError {
 
 /// A running target tree. Dropping it kills every process in it.
 pub struct ProcessTree {
+    /// The process group every launched command joins (the command's own pid in a plain run,
+    /// the placeholder's in a cluster run).
+    pgid: u32,
+    /// The first launched command (0 until one is launched).
     root: u32,
+    spec: LaunchSpec,
     exits: Receiver<ExitEvent>,
     reaper_done: Receiver<()>,
     finished: bool,
     /// Threads copying the target's stdout/stderr pipes to dara's own.
     forwarders: Vec<std::thread::JoinHandle<()>>,
+    /// Write ends of those pipes, handed to every launched command; closed at teardown so the
+    /// forwarders see end of file.
+    output_writers: Vec<OwnedFd>,
     /// The last [`STDERR_TAIL_BYTES`] the target wrote to stderr (assertion messages, panics and
     /// sanitizer reports locate a bug).
     stderr_tail: Arc<Mutex<Vec<u8>>>,
@@ -70,10 +79,70 @@ pub fn become_subreaper() -> std::io::Result<()> {
 }
 
 impl ProcessTree {
-    /// Starts `spec.command`. `on_exit` is called (from the reaper thread) after each exit event
-    /// is queued, so the scheduler can be woken from its futex wait.
+    /// Starts `spec.command` as the leader of a new process group. `on_exit` is called (from the
+    /// reaper thread) after each exit event is queued, so the scheduler can be woken from its
+    /// futex wait.
     pub fn spawn(spec: &LaunchSpec, on_exit: impl Fn() + Send + 'static) -> Result<ProcessTree, LaunchError> {
-        let (program, args) = spec.command.split_first().ok_or(LaunchError::Empty)?;
+        let mut tree = ProcessTree::prepare(spec)?;
+        let root = tree.start(&spec.command, None)?;
+        tree.pgid = root;
+        tree.root = root;
+        tree.start_reaper(on_exit);
+        Ok(tree)
+    }
+
+    /// A group for several commands started one by one with [`launch`](Self::launch) (a
+    /// cluster's nodes, its workload, its check): an untraced placeholder process that only
+    /// waits leads the group, so the group outlives any of its members and a node can be
+    /// restarted into it after every other member has died. `spec.command` is not run.
+    pub fn spawn_group(spec: &LaunchSpec, on_exit: impl Fn() + Send + 'static) -> Result<ProcessTree, LaunchError> {
+        let mut tree = ProcessTree::prepare(spec)?;
+        tree.pgid = placeholder().map_err(|source| LaunchError::Spawn { program: "dara's process-group placeholder".into(), source })?;
+        tree.start_reaper(on_exit);
+        Ok(tree)
+    }
+
+    /// Starts `command` in the tree's process group with the tree's environment, directory,
+    /// descriptor and output pipes. Returns its pid. The first command launched is the root.
+    pub fn launch(&mut self, command: &[String]) -> Result<u32, LaunchError> {
+        let pid = self.start(command, Some(self.pgid))?;
+        if self.root == 0 {
+            self.root = pid;
+        }
+        Ok(pid)
+    }
+
+    /// The output pipes and their forwarders; nothing started yet.
+    fn prepare(spec: &LaunchSpec) -> Result<ProcessTree, LaunchError> {
+        let pipe_error = |source| LaunchError::Spawn { program: "the output pipes".into(), source };
+        let (out_r, out_w) = cloexec_pipe().map_err(pipe_error)?;
+        let (err_r, err_w) = cloexec_pipe().map_err(pipe_error)?;
+        let output_pipes = [fd_inode(out_w.as_raw_fd()).unwrap_or(0), fd_inode(err_w.as_raw_fd()).unwrap_or(0)];
+        let stderr_tail = Arc::new(Mutex::new(Vec::new()));
+        let tail = Some(Arc::clone(&stderr_tail));
+        let (out_r, err_r) = (std::fs::File::from(out_r), std::fs::File::from(err_r));
+        let forwarders = if spec.discard_output {
+            vec![forward(out_r, std::io::sink, None), forward(err_r, std::io::sink, tail)]
+        } else {
+            vec![forward(out_r, std::io::stdout, None), forward(err_r, std::io::stderr, tail)]
+        };
+        // Until the reaper starts these stand in; `start_reaper` replaces them.
+        let (_, exits) = std::sync::mpsc::channel();
+        let (_, reaper_done) = std::sync::mpsc::channel();
+        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, finished: false, forwarders, output_writers: vec![out_w, err_w], stderr_tail, output_pipes })
+    }
+
+    fn start_reaper(&mut self, on_exit: impl Fn() + Send + 'static) {
+        let (exits, reaper_done) = reaper::start(self.pgid, on_exit);
+        self.exits = exits;
+        self.reaper_done = reaper_done;
+    }
+
+    /// Forks and execs `command` set up for dara: in process group `pgid` (a new one if `None`).
+    fn start(&self, command: &[String], pgid: Option<u32>) -> Result<u32, LaunchError> {
+        let (program, args) = command.split_first().ok_or(LaunchError::Empty)?;
+        let spawn_error = |source| LaunchError::Spawn { program: program.clone(), source };
+        let spec = &self.spec;
         let mut cmd = Command::new(program);
         cmd.args(args);
         if let Some(cwd) = &spec.cwd {
@@ -85,12 +154,13 @@ impl ProcessTree {
         }
         let cpu = spec.cpu;
         let pass_fd = spec.pass_fd;
+        let group = pgid.map_or(0, |g| g as libc::pid_t);
         // SAFETY: the closure runs in the forked child before exec and only makes
         // async-signal-safe system calls (setpgid, personality, prctl, dup2, sched_setaffinity); it
         // allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::setpgid(0, 0) != 0 {
+                if libc::setpgid(0, group) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 let persona = libc::personality(0xffff_ffff);
@@ -117,27 +187,14 @@ impl ProcessTree {
         // behaves the same when recorded in CI and replayed at a terminal.
         // stdin is /dev/null for the same reason: its kind and content would be an input dara does
         // not record yet.
-        cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-        let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn { program: program.clone(), source })?;
-        let root = child.id();
-        let mut forwarders = Vec::new();
-        let stderr_tail = Arc::new(Mutex::new(Vec::new()));
-        let inode = |f: Option<&dyn std::os::fd::AsRawFd>| f.and_then(|f| fd_inode(f.as_raw_fd())).unwrap_or(0);
-        let output_pipes = [inode(child.stdout.as_ref().map(|f| f as _)), inode(child.stderr.as_ref().map(|f| f as _))];
-        if let Some(out) = child.stdout.take() {
-            forwarders.push(if spec.discard_output { forward(out, std::io::sink, None) } else { forward(out, std::io::stdout, None) });
-        }
-        if let Some(err) = child.stderr.take() {
-            let tail = Some(Arc::clone(&stderr_tail));
-            forwarders.push(if spec.discard_output { forward(err, std::io::sink, tail) } else { forward(err, std::io::stderr, tail) });
-        }
-        // The reaper owns waiting from now on; std's handle is dropped without waiting.
-        drop(child);
-        let (exits, reaper_done) = reaper::start(root, on_exit);
-        Ok(ProcessTree { root, exits, reaper_done, finished: false, forwarders, stderr_tail, output_pipes })
+        let writer = |i: usize| self.output_writers[i].try_clone().map(std::process::Stdio::from);
+        cmd.stdin(std::process::Stdio::null()).stdout(writer(0).map_err(spawn_error)?).stderr(writer(1).map_err(spawn_error)?);
+        let child = cmd.spawn().map_err(spawn_error)?;
+        // The reaper owns waiting; std's handle is dropped without waiting.
+        Ok(child.id())
     }
 
-    /// Kernel pid of the command itself (also its process group id).
+    /// Kernel pid of the first launched command (0 before one is).
     pub fn root_pid(&self) -> u32 {
         self.root
     }
@@ -174,10 +231,11 @@ impl ProcessTree {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             // SAFETY: kill with a negative pid signals a process group; no memory is involved.
-            unsafe { libc::kill(-(self.root as i32), libc::SIGKILL) };
+            unsafe { libc::kill(-(self.pgid as i32), libc::SIGKILL) };
             match self.reaper_done.recv_timeout(Duration::from_millis(20)) {
                 Ok(()) | Err(RecvTimeoutError::Disconnected) => {
                     self.finished = true;
+                    self.output_writers.clear();
                     // Every writer is dead, so the pipes are at end of file: drain them fully
                     // before the caller prints its verdict.
                     for f in self.forwarders.drain(..) {
@@ -188,6 +246,40 @@ impl ProcessTree {
                 Err(RecvTimeoutError::Timeout) if Instant::now() > deadline => return false,
                 Err(RecvTimeoutError::Timeout) => {}
             }
+        }
+    }
+}
+
+/// A pipe whose ends are closed on exec (a launched command gets its own copy of the write end).
+fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the live array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Forks the process that leads a cluster run's process group: it only waits, untraced, until
+/// teardown kills the group (or dara dies).
+fn placeholder() -> std::io::Result<u32> {
+    // SAFETY: the child makes only async-signal-safe calls (setpgid, prctl, pause, _exit) and
+    // never returns into Rust code, so forking a multithreaded process is sound here.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => unsafe {
+            libc::setpgid(0, 0);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            loop {
+                libc::pause();
+            }
+        },
+        pid => {
+            // Also from the parent, so the group exists before anything is launched into it.
+            // SAFETY: plain integers.
+            unsafe { libc::setpgid(pid, pid) };
+            Ok(pid as u32)
         }
     }
 }

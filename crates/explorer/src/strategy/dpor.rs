@@ -34,6 +34,7 @@
 //! * a `Timeout` with every step: it moves the shared virtual clock, which every later step can
 //!   observe. Conservative;
 //! * `ProcessExit` (it ends every thread of the process) with every step;
+//! * an injected fault (crash, partition, ...) with every step. Conservative;
 //! * two memory accesses (`MemoryRead`/`MemoryWrite`, `--preempt-on memory`) to the same 8-byte
 //!   granule, at least one a write. A memory access is independent of every synchronisation
 //!   operation: the sync object's own memory is never watched (it is touched by libc, which is
@@ -271,7 +272,7 @@ impl Strategy for Dpor {
 
 /// Whether two steps may not commute (see the module doc). Steps of one thread always depend.
 pub fn dependent(a: &Choice, b: &Choice) -> bool {
-    if a.thread == b.thread || a.kind == ChoiceKind::Timeout || b.kind == ChoiceKind::Timeout {
+    if a.thread == b.thread || matches!(a.kind, ChoiceKind::Timeout | ChoiceKind::Fault) || matches!(b.kind, ChoiceKind::Timeout | ChoiceKind::Fault) {
         return true;
     }
     if ends_everything(a.op) || ends_everything(b.op) {

@@ -15,7 +15,9 @@
 //! * [`coverage`]: coverage-guided search (`coverage:unique`, `coverage:frequency`,
 //!   `coverage:node-frequency`) learning which actions reach new code from earlier executions
 //!   ([`Strategy::observe`]);
-//! * [`seeded`]: a wrapper starting execution 0 from a recorded schedule (`--seed-trace`).
+//! * [`seeded`]: a wrapper starting execution 0 from a recorded schedule (`--seed-trace`);
+//! * [`faults`]: a wrapper that gives the sampling strategies fault points (when to crash,
+//!   partition, ...), so their own choices stay among threads and timers.
 //!
 //! The systematic strategies (`dfs`, `dpor`) choose each execution from the ones before it, so
 //! they run sequentially, and say when the whole space has been explored
@@ -36,6 +38,7 @@ use dara_scheduler::{Choice, ChoiceKind, Decide};
 pub mod coverage;
 pub mod dfs;
 pub mod dpor;
+pub mod faults;
 pub mod pct;
 pub mod random;
 pub mod replay;
@@ -127,8 +130,8 @@ pub enum StrategyError {
 pub fn parse(spec: &str, seed: u64) -> Result<Box<dyn Strategy + Send>, StrategyError> {
     let spec = spec.trim();
     match spec {
-        "random" => return Ok(Box::new(Random::new(seed))),
-        "pct" => return Ok(Box::new(Pct::new(pct::DEFAULT_DEPTH, seed))),
+        "random" => return Ok(Box::new(faults::Faults::new(Random::new(seed), seed))),
+        "pct" => return Ok(Box::new(faults::Faults::new(Pct::new(pct::DEFAULT_DEPTH, seed), seed))),
         "replay" => return Err(StrategyError::ReplayNeedsTrace),
         "dfs" => return Ok(Box::new(Dfs::unbounded())),
         "dfs:preempt" => return Ok(Box::new(Dfs::iterative(dfs::Bound::Preemptions))),
@@ -138,7 +141,7 @@ pub fn parse(spec: &str, seed: u64) -> Result<Box<dyn Strategy + Send>, Strategy
     }
     if let Some(name) = spec.strip_prefix("coverage:") {
         return match coverage::Coverage::parse_objective(name) {
-            Some(objective) => Ok(Box::new(coverage::Coverage::new(objective, seed))),
+            Some(objective) => Ok(Box::new(faults::Faults::new(coverage::Coverage::new(objective, seed), seed))),
             None => Err(StrategyError::CoverageObjective { spec: spec.to_string() }),
         };
     }
@@ -155,7 +158,7 @@ pub fn parse(spec: &str, seed: u64) -> Result<Box<dyn Strategy + Send>, Strategy
     }
     if let Some(depth) = spec.strip_prefix("pct:") {
         return match depth.parse::<u32>() {
-            Ok(d) if (1..=pct::MAX_DEPTH).contains(&d) => Ok(Box::new(Pct::new(d, seed))),
+            Ok(d) if (1..=pct::MAX_DEPTH).contains(&d) => Ok(Box::new(faults::Faults::new(Pct::new(d, seed), seed))),
             _ => Err(StrategyError::PctDepth { spec: spec.to_string() }),
         };
     }
@@ -168,6 +171,7 @@ pub fn choice_label(c: &Choice) -> String {
     let kind = match c.kind {
         ChoiceKind::Run => "run",
         ChoiceKind::Timeout => "timeout",
+        ChoiceKind::Fault => "fault",
     };
     let alt = if c.alt != 0 {
         format!(" alt {}", c.alt)

@@ -125,6 +125,8 @@ impl Model {
         let step = match choice.kind {
             ChoiceKind::Run => self.run(choice.thread, choice.alt, mem),
             ChoiceKind::Timeout => self.time_out(choice.thread, mem),
+            // Faults are the driver's choices, never the model's (`offers` refused it above).
+            ChoiceKind::Fault => return Effect::Blocked,
         };
         self.finish(choice.thread, step)
     }

@@ -155,6 +155,13 @@ impl Request {
             | Op::Sleep
             | Op::ClockRead
             | Op::Unsupported
+            | Op::NodeCrash
+            | Op::NodeRestart
+            | Op::Partition
+            | Op::Heal
+            | Op::DropDatagram
+            | Op::ConnReset
+            | Op::ClockSkew
             | Op::NetRecv
             | Op::NetSend
             | Op::NetAccept

@@ -31,7 +31,7 @@ pub use writer::{decision_bytes, encode, write_file};
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"DARATRC\0";
 /// Version of the layout described in docs/trace-format.md.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Largest header JSON a reader accepts (and a writer produces).
 pub const MAX_HEADER_BYTES: u32 = 1 << 20;
 /// Largest outcome JSON a reader accepts (and a writer produces).
@@ -45,6 +45,7 @@ pub const MAX_MODULES: usize = 4096;
 /// Choice kind codes in a step.
 pub(crate) const KIND_RUN: u8 = 0;
 pub(crate) const KIND_TIMEOUT: u8 = 1;
+pub(crate) const KIND_FAULT: u8 = 2;
 /// Result tags in a step: blocked (no result follows) or granted (a zigzag varint follows).
 pub(crate) const RESULT_BLOCKED: u8 = 0;
 pub(crate) const RESULT_GRANTED: u8 = 1;
@@ -103,6 +104,15 @@ pub struct TraceHeader {
     /// exist. Absent in traces written before memory-level preemption (= none).
     #[serde(default)]
     pub preempt: crate::preempt::Preemption,
+    /// The cluster run's nodes, check command and fault budgets (`--config`, `--check`,
+    /// `--faults`); absent for a plain run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::cluster::ClusterSpec>,
+    /// Shell commands run (outside dara) before and after every execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleanup: Option<String>,
 }
 
 /// One decision and what was observed when it was applied.

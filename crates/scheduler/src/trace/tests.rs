@@ -41,6 +41,13 @@ fn header() -> TraceHeader {
         max_vtime_ns: 3_600_000_000_000,
         build_ids: vec![("/work/fixtures/server".into(), "8e5d1b0c".into())],
         preempt: crate::preempt::Preemption { memory: true, all_accesses: false, edges: 1000, watch: vec![0x80_1234, 0x80_1235] },
+        cluster: Some(crate::cluster::ClusterSpec {
+            nodes: vec![crate::cluster::NodeSpec { name: "kv1".into(), start: vec!["sh".into(), "-c".into(), "./kv 1".into()], restart: vec![] }],
+            check: Some(vec!["./check.sh".into()]),
+            faults: crate::cluster::FaultBudget { crashes: 2, restarts: 1, skew_ms: 250, ..Default::default() },
+        }),
+        setup: Some("rm -rf /tmp/kv".into()),
+        cleanup: None,
     }
 }
 
@@ -333,21 +340,23 @@ fn every_single_bit_flip_is_rejected() {
 #[test]
 fn foreign_and_future_files() {
     let mut b = encode(&sample_trace());
-    b[8..12].copy_from_slice(&3u32.to_le_bytes());
+    b[8..12].copy_from_slice(&4u32.to_le_bytes());
     assert!(matches!(
         decode(&b, "f"),
         Err(TraceError::Version {
-            found: 3,
-            expected: 2,
+            found: 4,
+            expected: 3,
             ..
         })
     ));
     assert!(matches!(
         decode(&b[..12], "f"),
-        Err(TraceError::Version { found: 3, .. })
+        Err(TraceError::Version { found: 4, .. })
     ));
     b[8..12].copy_from_slice(&1u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 1, expected: 2, .. })), "version 1 (no coverage) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 1, expected: 3, .. })), "version 1 (no coverage) is refused");
+    b[8..12].copy_from_slice(&2u32.to_le_bytes());
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 2, expected: 3, .. })), "version 2 (no faults) is refused");
     b[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 0, .. })));
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::varint::{put_u64, zigzag};
 use super::{
-    fnv1a64, ProcessCoverage, ProcessId, Step, Trace, TraceError, FORMAT_VERSION, KIND_RUN, KIND_TIMEOUT, MAGIC, MAX_HEADER_BYTES,
+    fnv1a64, ProcessCoverage, ProcessId, Step, Trace, TraceError, FORMAT_VERSION, KIND_FAULT, KIND_RUN, KIND_TIMEOUT, MAGIC, MAX_HEADER_BYTES,
     MAX_OUTCOME_BYTES, RESULT_BLOCKED, RESULT_GRANTED,
 };
 use crate::choice::ChoiceKind;
@@ -166,6 +166,7 @@ fn put_steps(out: &mut Vec<u8>, steps: &[Step]) {
         out.push(match c.kind {
             ChoiceKind::Run => KIND_RUN,
             ChoiceKind::Timeout => KIND_TIMEOUT,
+            ChoiceKind::Fault => KIND_FAULT,
         });
         put_u64(out, c.alt.into());
         put_u64(out, c.op as u32 as u64);

@@ -55,7 +55,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     println!("replaying {} ({} steps): {}", cli.trace.display(), recorded.steps.len(), recorded.header.command.join(" "));
     let (report, preempted) = reproduce_observed(&recorded, &base, &STOP).context("replay failed to run")?;
     if !cli.quiet {
-        let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs };
+        let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref() };
         print!("{}", listing::interleaving(&report.steps, &names, &preempted));
     }
     if let Some(code) = judge(&recorded, &report) {

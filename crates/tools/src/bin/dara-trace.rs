@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::Parser;
 use dara_explorer::search::{search, Progress, SavedBug, SearchConfig, SearchEnd, SearchSummary};
+use dara_tools::cluster_config::{self, ClusterOptions};
 use dara_tools::minimize::size_line;
 use dara_tools::setup::{self, MachineOptions, STOP};
 use dara_tracer::binary::{self, BinaryKind};
@@ -66,6 +67,30 @@ struct Cli {
     /// both: `memory,edges:N`. See docs/memory-preemption.md.
     #[arg(long, value_name = "SPEC")]
     preempt_on: Option<String>,
+    /// A cluster to run: nodes dara starts (and restarts) itself, the workload, a check, setup,
+    /// cleanup and fault budgets, in TOML (docs/cluster.md). A command after `--` replaces the
+    /// file's workload.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// A shell command run under control after the workload exited 0, while the nodes are still
+    /// up; a non-zero status is a bug.
+    #[arg(long, value_name = "CMD")]
+    check: Option<String>,
+    /// A shell command run (outside dara) before every execution, e.g. to empty a data
+    /// directory; its failure stops the search.
+    #[arg(long, value_name = "CMD")]
+    setup: Option<String>,
+    /// A shell command run (outside dara) after every execution.
+    #[arg(long, value_name = "CMD")]
+    cleanup: Option<String>,
+    /// Faults to inject, each kind with a budget per execution: KIND[:N],... with KIND one of
+    /// crash, restart, partition, reset, drop, skew (N defaults to 1), or `none`. Needs nodes
+    /// (--config).
+    #[arg(long, value_name = "LIST")]
+    faults: Option<String>,
+    /// Most nodes crashed per execution (same as crash:N in --faults).
+    #[arg(long, value_name = "N")]
+    max_crashes: Option<u32>,
     #[command(flatten)]
     machine: MachineOptions,
     /// The program and its arguments.
@@ -86,6 +111,21 @@ fn main() -> ExitCode {
 
 fn run(mut cli: Cli) -> anyhow::Result<u8> {
     setup::init_process()?;
+    let cluster = cluster_config::resolve(&ClusterOptions {
+        config: cli.config.as_deref(),
+        check: cli.check.as_deref(),
+        setup: cli.setup.as_deref(),
+        cleanup: cli.cleanup.as_deref(),
+        faults: cli.faults.as_deref(),
+        max_crashes: cli.max_crashes,
+    })?;
+    if cli.command.is_empty() {
+        if let Some(workload) = &cluster.workload {
+            cli.command = workload.clone();
+        } else if cluster.spec.is_some() {
+            bail!("no workload: give the command after `--`, or `workload = ...` in the config file");
+        }
+    }
     let demo = cli.command.is_empty();
     if demo {
         let program = write_demo(&cli.out)?;
@@ -99,8 +139,20 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
         println!("dara demo: {} — a bank with two tellers and an atomicity bug.", program.display());
         println!("Searching up to {} schedules with {} (seed {})...", cli.runs, cli.strategy, cli.seed);
     }
-    let build_ids = check_program(&cli.command[0])?;
+    let mut build_ids = check_program(&cli.command[0])?;
+    if let Some(spec) = &cluster.spec {
+        for command in spec.nodes.iter().flat_map(|n| [&n.start, &n.restart]).chain(spec.check.as_ref()) {
+            if let Some(program) = command.first() {
+                build_ids.extend(check_program(program)?);
+            }
+        }
+        build_ids.sort();
+        build_ids.dedup();
+    }
     let mut execution = setup::base_config(&cli.machine, cli.command.clone())?;
+    execution.cluster = cluster.spec;
+    execution.setup = cluster.setup;
+    execution.cleanup = cluster.cleanup;
     execution.max_steps = cli.max_steps;
     execution.max_vtime_ns = cli.max_vtime.saturating_mul(1_000_000_000);
     execution.cpus = cli.cpus;

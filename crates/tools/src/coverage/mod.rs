@@ -257,6 +257,9 @@ mod tests {
             max_vtime_ns: 1,
             build_ids: vec![],
             preempt: Default::default(),
+            cluster: None,
+            setup: None,
+            cleanup: None,
         };
         let edges = pcs.iter().enumerate().map(|(i, &pc)| EdgeHit { edge: i as u32, pc, count: 2, first_step: 0 }).collect();
         Trace { header, steps: vec![], outcome: Outcome::Exited { code: 0, location: None }, coverage: [(0, ProcessCoverage { guards: 0, edges, modules })].into() }

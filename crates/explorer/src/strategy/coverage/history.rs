@@ -29,6 +29,7 @@ pub(crate) fn action(c: &Choice) -> u64 {
     let kind = match c.kind {
         ChoiceKind::Run => 1,
         ChoiceKind::Timeout => 2,
+        ChoiceKind::Fault => 3,
     };
     let head = (u64::from(c.thread) << 32) | (kind << 24) | u64::from(c.alt & 0xff_ffff);
     mix(mix(head, c.op as u64), c.obj)

@@ -4,7 +4,10 @@
 //! blocking). Every exit path tears the process tree down before returning.
 //!
 //! Only this module touches both the model and the live processes; the model stays pure and the
-//! tracer stays ignorant of scheduling.
+//! tracer stays ignorant of scheduling. Cluster runs (nodes, workload, check, faults) are in
+//! [`cluster`].
+mod cluster;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,6 +59,12 @@ pub struct ExecutionConfig {
     pub preempt: Preemption,
     /// This is the profiling run of memory-level preemption: record accesses, post none.
     pub profile: bool,
+    /// A cluster run: nodes started by dara, a check command, fault budgets. `command` is then
+    /// the workload.
+    pub cluster: Option<crate::cluster::ClusterSpec>,
+    /// Shell commands run outside dara (`sh -c`) before and after every execution.
+    pub setup: Option<String>,
+    pub cleanup: Option<String>,
 }
 
 /// What happened in one execution.
@@ -70,6 +79,8 @@ pub struct ExecutionReport {
     /// The program each `ProcessStart` began (its file name), by the posting thread (when
     /// `symbolize`): a process that execs starts again under a new name.
     pub programs: BTreeMap<ThreadId, String>,
+    /// In a cluster run, each node process's node name, and `workload`/`check` for those.
+    pub nodes: BTreeMap<ProcessId, String>,
     /// Coverage of sancov-instrumented processes. Empty for programs built without coverage.
     pub coverage: BTreeMap<ProcessId, ProcessCoverage>,
     /// What the profiling run's accesses were (`cfg.profile` only).
@@ -85,6 +96,8 @@ pub enum ExecutionError {
     Launch(#[from] dara_tracer::LaunchError),
     #[error("the target's processes could not all be killed (a process is stuck in the kernel)")]
     Teardown,
+    #[error("the {which} command `{command}` failed: {detail}")]
+    Harness { which: &'static str, command: String, detail: String },
 }
 
 /// Runs one execution of `cfg.command` under `decide`. `stop` (set by a signal handler) ends it
@@ -93,6 +106,9 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     let started = Instant::now();
     if let Some(cpu) = cfg.pin_cpu {
         pin_current_thread(cpu);
+    }
+    if let Some(setup) = &cfg.setup {
+        run_harness("setup", setup, cfg)?;
     }
     let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, cfg.profile).map_err(ExecutionError::Region)?);
     let spec = LaunchSpec {
@@ -104,16 +120,23 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         discard_output: cfg.discard_output,
     };
     let waker = Arc::clone(&region);
-    let tree = ProcessTree::spawn(&spec, move || waker.wake_scheduler())?;
+    let tree = match cfg.cluster {
+        Some(_) => ProcessTree::spawn_group(&spec, move || waker.wake_scheduler())?,
+        None => ProcessTree::spawn(&spec, move || waker.wake_scheduler())?,
+    };
     for (word, inode) in region.header().output_pipes.iter().zip(tree.output_pipe_inodes()) {
         word.store(inode, Ordering::Release);
     }
     let mut run = Execution::new(cfg, region, tree);
+    run.launched.push(run.tree.root_pid());
     let mut outcome = run.drive(decide, stop);
     run.region.header().shutdown.store(1, Ordering::Release);
     run.kill_strays();
     if !run.tree.kill_all() {
         return Err(ExecutionError::Teardown);
+    }
+    if let Some(cleanup) = &cfg.cleanup {
+        run_harness("cleanup", cleanup, cfg)?;
     }
     if outcome.is_bug() {
         outcome.locate(crate::crash_site::stderr_location(&run.tree.stderr_tail()));
@@ -129,7 +152,26 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         })
         .collect();
     let access_profile = cfg.profile.then(|| AccessProfile::read(run.region.access_table()));
-    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, programs: run.programs, coverage, access_profile, wall: started.elapsed() })
+    let nodes = run.nodes.as_ref().map(|n| n.node_of.iter().map(|(&p, &node)| (p, n.name(node).to_string())).chain(n.others.iter().map(|(&p, &r)| (p, r.to_string()))).collect()).unwrap_or_default();
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, programs: run.programs, nodes, coverage, access_profile, wall: started.elapsed() })
+}
+
+/// Runs a setup or cleanup command with `sh -c`, outside dara, in the program's directory and
+/// environment; a failure stops the search (the executions would not start from the same state).
+fn run_harness(which: &'static str, command: &str, cfg: &ExecutionConfig) -> Result<(), ExecutionError> {
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.arg("-c").arg(command).env_clear().envs(cfg.env.iter().map(|(k, v)| (k, v))).stdin(std::process::Stdio::null());
+    if let Some(cwd) = &cfg.cwd {
+        cmd.current_dir(cwd);
+    }
+    let failed = |detail: String| ExecutionError::Harness { which, command: command.to_string(), detail };
+    let out = cmd.output().map_err(|e| failed(e.to_string()))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or("").trim();
+    Err(failed(format!("{}{}", out.status, if last.is_empty() { String::new() } else { format!(" ({last})") })))
 }
 
 /// The recorded environment plus dara's variables; the preload goes first in LD_PRELOAD.
@@ -227,6 +269,19 @@ struct Execution<'a> {
     net: NetProbe,
     /// A network operation ran or a process died since the model's readiness views were taken.
     net_dirty: bool,
+    /// The process whose exit status is the run's verdict: the launched command (process 0) in a
+    /// plain run; the workload, then the check, in a cluster run (`None` while one is starting).
+    verdict: Option<ProcessId>,
+    /// Pids dara launched itself: its reaper reports their exits with their status.
+    launched: Vec<u32>,
+    /// A cluster run's nodes and phase.
+    nodes: Option<crate::cluster::Nodes>,
+    /// A command dara launched whose `ProcessStart` has not come yet: no decision until it does.
+    arriving: Option<cluster::Arrival>,
+    /// Processes a crash fault killed: their end is not judged.
+    crashing: Vec<ProcessId>,
+    /// A connect or accept ran since partitions were last enforced.
+    new_connections: bool,
 }
 
 impl<'a> Execution<'a> {
@@ -255,6 +310,12 @@ impl<'a> Execution<'a> {
             coverage_checks: vec![0; MAX_PROCESSES],
             net: NetProbe::default(),
             net_dirty: false,
+            verdict: if cfg.cluster.is_some() { None } else { Some(0) },
+            launched: Vec::new(),
+            nodes: cfg.cluster.clone().map(crate::cluster::Nodes::new),
+            arriving: None,
+            crashing: Vec::new(),
+            new_connections: false,
         }
     }
 
@@ -272,7 +333,13 @@ impl<'a> Execution<'a> {
             if let Some(outcome) = self.refresh_net() {
                 return outcome;
             }
-            let choices = self.model.choices();
+            match self.advance_cluster() {
+                cluster::Advance::Launched => continue,
+                cluster::Advance::End(outcome) => return outcome,
+                cluster::Advance::Decide => {}
+            }
+            let mut choices = self.model.choices();
+            self.add_fault_choices(&mut choices);
             if choices.is_empty() {
                 if self.model.live_threads().is_empty() {
                     // Everyone finished; only process exits are still to come.
@@ -290,6 +357,13 @@ impl<'a> Execution<'a> {
                 Err(d) => return Outcome::Diverged { step: d.step, expected: d.expected, seen: d.seen },
             };
             let choice = choices[index];
+            if choice.kind == crate::choice::ChoiceKind::Fault {
+                if let Some(outcome) = self.inject(&choice) {
+                    return outcome;
+                }
+                self.steps.push(Step { choice, result: Some(0), now_ns: self.model.now() });
+                continue;
+            }
             let pending = match self.model.status(choice.thread) {
                 Some(ThreadStatus::Pending(r)) if r.op.is_net() => Some(r),
                 _ => None,
@@ -299,6 +373,7 @@ impl<'a> Execution<'a> {
                 let pid = self.pid_of(choice.thread);
                 self.net.granted(pid, request, choice.kind == crate::choice::ChoiceKind::Timeout);
                 self.net_dirty = true;
+                self.new_connections |= matches!(request.op, Op::NetConnect | Op::NetAccept);
             }
             let result = match effect {
                 Effect::Grant { result } => Some(result),
@@ -349,6 +424,9 @@ impl<'a> Execution<'a> {
             let region = Arc::clone(&self.region);
             let args = &region.slot(thread as usize).args;
             result = self.note_kill(thread, args[1].load(Ordering::Relaxed) as i32, args[2].load(Ordering::Relaxed) as i64) as i64;
+        }
+        if op == Op::ClockRead {
+            result = self.clock_skew(thread);
         }
         let slot = self.region.slot(thread as usize);
         // Edges this thread reaches first are stamped with the step that granted it.
@@ -434,7 +512,7 @@ impl<'a> Execution<'a> {
                     _ => false,
                 }
             });
-            if quiet && !self.awaiting_deaths() {
+            if quiet && !self.awaiting_deaths() && !self.awaiting_arrival() {
                 // A creator claims its child's slot before it posts again, so a post seen in the
                 // scan makes that claim visible here: a slot claimed during the scan (the child
                 // has not posted yet) means look again, or a decision would leave the child out.
@@ -508,6 +586,7 @@ impl<'a> Execution<'a> {
                     self.image_replaced(process, thread);
                 } else {
                     let parent = (args[1] == start_kind::FORK).then_some(args[0] as ProcessId);
+                    self.place_process(process, pid, parent);
                     let entry = &self.region.header().processes[process as usize];
                     entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
                     self.processes.insert(process, ProcessRecord { pid, alive: true, exit: None, pidfd: procfs::pidfd_open(pid) });
@@ -678,6 +757,9 @@ impl<'a> Execution<'a> {
         while let Some(event) = self.tree.try_exit() {
             let known = self.processes.iter().find(|(_, p)| p.pid == event.pid && p.alive).map(|(&p, _)| p);
             let Some(process) = known else {
+                if let Some(outcome) = self.arrival_failed(event.pid, event.status) {
+                    return Some(outcome);
+                }
                 if event.pid == self.tree.root_pid() && self.processes.is_empty() && event.status == ExitStatus::Code(PRELOAD_REFUSED) {
                     return Some(Outcome::Uncontrolled {
                         thread: 0,
@@ -719,7 +801,18 @@ impl<'a> Execution<'a> {
         if self.holder.as_ref().is_some_and(|h| self.thread_process.get(&h.thread) == Some(&process)) {
             self.holder = None;
         }
-        match status? {
+        if let Some(at) = self.crashing.iter().position(|&p| p == process) {
+            self.crashing.swap_remove(at);
+            self.net.forget_owed_to_closed_ports();
+            return None; // killed by a crash fault: not the program's doing
+        }
+        let status = status?;
+        if self.nodes.is_some() {
+            if let Some(outcome) = self.cluster_process_ended(process, status) {
+                return Some(outcome);
+            }
+        }
+        match status {
             ExitStatus::Signal(libc::SIGSYS) => {
                 // The preload's syscall trap could not run (SIGSYS was blocked, e.g. inside
                 // posix_spawn or system): dara lost control, the program did not crash.
@@ -729,7 +822,7 @@ impl<'a> Execution<'a> {
                     detail: format!("process {process} made a system call dara intercepts while SIGSYS was blocked (a library that starts processes or runs code with every signal blocked, outside the hooks for fork, posix_spawn, system and popen), so the kernel killed it"),
                 })
             }
-            ExitStatus::Signal(signal) if process == 0 || is_crash_signal(signal) => {
+            ExitStatus::Signal(signal) if self.verdict == Some(process) || is_crash_signal(signal) => {
                 Some(Outcome::Crashed { process, signal, name: signal_name(signal), location: self.faults.remove(&process) })
             }
             ExitStatus::Signal(_) | ExitStatus::Code(_) => None,
@@ -740,13 +833,12 @@ impl<'a> Execution<'a> {
     /// processes are reaped by their parents): an exiting process once it is a zombie, and any
     /// other whose pid is a zombie or gone. The zombie's exit status is read from /proc.
     fn check_exits(&mut self, all: bool) -> Option<Outcome> {
-        let root = self.tree.root_pid();
-        // The launched command is dara's own child: its reaper reports it, but an exiting root
+        // Launched commands are dara's own children: its reaper reports them, but an exiting one
         // is read from /proc as well, so its end never waits on the reaper thread's timing.
         let candidates: Vec<(ProcessId, u32)> = self
             .processes
             .iter()
-            .filter(|(p, r)| r.alive && (all || self.exiting.contains(p)) && (r.pid != root || self.exiting.contains(p)))
+            .filter(|(p, r)| r.alive && (all || self.exiting.contains(p)) && (!self.launched.contains(&r.pid) || self.exiting.contains(p)))
             .map(|(&p, r)| (p, r.pid))
             .collect();
         for (process, pid) in candidates {
@@ -758,7 +850,7 @@ impl<'a> Execution<'a> {
                         return Some(outcome);
                     }
                 }
-                procfs::ProcessEnd::Gone if pid == root => {} // reaped: the reaper's event has its status
+                procfs::ProcessEnd::Gone if self.launched.contains(&pid) => {} // reaped: the reaper's event has its status
                 procfs::ProcessEnd::Gone => {
                     if let Some(outcome) = self.process_ended(process, None) {
                         return Some(outcome);
@@ -770,9 +862,12 @@ impl<'a> Execution<'a> {
     }
 
     fn final_outcome(&self) -> Outcome {
-        match self.processes.get(&0).and_then(|p| p.exit) {
+        match self.verdict.and_then(|v| self.processes.get(&v)).and_then(|p| p.exit) {
             Some(ExitStatus::Code(code)) => Outcome::Exited { code, location: None },
-            Some(ExitStatus::Signal(signal)) => Outcome::Crashed { process: 0, signal, name: signal_name(signal), location: self.faults.get(&0).cloned() },
+            Some(ExitStatus::Signal(signal)) => {
+                let process = self.verdict.unwrap_or(0);
+                Outcome::Crashed { process, signal, name: signal_name(signal), location: self.faults.get(&process).cloned() }
+            }
             None => Outcome::Uncontrolled {
                 thread: 0,
                 syscall: "exec".into(),

@@ -1,0 +1,300 @@
+//! Cluster runs (docs/cluster.md): the nodes dara starts and restarts itself, the check command
+//! that judges the end state, the fault budgets, and the bookkeeping of one execution's nodes —
+//! which process belongs to which node, which nodes are up, crashed, cut apart or skewed — from
+//! which the fault choices of each step are listed.
+//!
+//! Pure: no processes are touched here. `execution::faults` applies a chosen fault.
+use std::collections::{BTreeMap, BTreeSet};
+
+use dara_abi::Op;
+use serde::{Deserialize, Serialize};
+
+use crate::choice::{Choice, ChoiceKind, ProcessId, FAULT_THREAD};
+
+/// What a cluster run starts and may break. Recorded in the trace header, so a replay starts the
+/// same nodes and offers the same faults.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSpec {
+    /// Started in this order, each under control, before the workload.
+    pub nodes: Vec<NodeSpec>,
+    /// Run under control once the workload exited 0, while the nodes are still up; its exit
+    /// status is the verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<Vec<String>>,
+    #[serde(default)]
+    pub faults: FaultBudget,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSpec {
+    pub name: String,
+    /// The command (program and arguments) that starts the node.
+    pub start: Vec<String>,
+    /// The command that starts it again after a crash; empty means `start`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restart: Vec<String>,
+}
+
+/// How many faults of each kind one execution may inject (0: that kind is off).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FaultBudget {
+    pub crashes: u32,
+    pub restarts: u32,
+    pub partitions: u32,
+    pub resets: u32,
+    pub drops: u32,
+    pub skews: u32,
+    /// How far a skewed node's wall clock is off, in milliseconds (ahead or behind: a choice).
+    pub skew_ms: u32,
+}
+
+/// Fault kinds by name, as `--faults` and the config file spell them.
+pub const FAULT_KINDS: &str = "crash, restart, partition, reset, drop, skew";
+
+impl FaultBudget {
+    /// The budget field of kind `name` (see [`FAULT_KINDS`]).
+    pub fn kind_mut(&mut self, name: &str) -> Option<&mut u32> {
+        Some(match name {
+            "crash" => &mut self.crashes,
+            "restart" => &mut self.restarts,
+            "partition" => &mut self.partitions,
+            "reset" => &mut self.resets,
+            "drop" => &mut self.drops,
+            "skew" => &mut self.skews,
+            _ => return None,
+        })
+    }
+
+    pub fn any(&self) -> bool {
+        self.crashes + self.restarts + self.partitions + self.resets + self.drops + self.skews > 0
+    }
+}
+
+/// The skew of a node ahead of (alt 0) or behind (alt 1) the shared clock, in ns.
+pub fn skew_ns(budget: &FaultBudget, alt: u32) -> i64 {
+    let ns = i64::from(budget.skew_ms) * 1_000_000;
+    if alt == 0 {
+        ns
+    } else {
+        -ns
+    }
+}
+
+/// A node pair as a fault choice's `obj`.
+pub fn pair_obj(a: usize, b: usize) -> u64 {
+    (a as u64) << 32 | b as u64
+}
+
+/// The node pair of a fault choice's `obj`.
+pub fn obj_pair(obj: u64) -> (usize, usize) {
+    ((obj >> 32) as usize, (obj & 0xffff_ffff) as usize)
+}
+
+/// Where a cluster execution is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Starting node `n` (the next to launch, or the one on its way).
+    StartingNodes,
+    /// Every node launched; the workload starts once no node has anything to do but wait.
+    Settling,
+    Workload,
+    Check,
+}
+
+/// What a launched command is in the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Node(usize),
+    Workload,
+    Check,
+}
+
+/// One execution's nodes.
+#[derive(Debug)]
+pub struct Nodes {
+    pub spec: ClusterSpec,
+    pub phase: Phase,
+    /// Nodes launched so far (in `StartingNodes`).
+    pub launched: usize,
+    /// The node of each process (a node's forks and execs belong to it).
+    pub node_of: BTreeMap<ProcessId, usize>,
+    /// The workload's and the check's process, by role name (for listings).
+    pub others: BTreeMap<ProcessId, &'static str>,
+    /// Killed by a crash fault and not restarted.
+    pub crashed: Vec<bool>,
+    pub partitions: BTreeSet<(usize, usize)>,
+    /// Each node's wall-clock skew in ns.
+    pub skew: Vec<i64>,
+    used: FaultBudget,
+}
+
+impl Nodes {
+    pub fn new(spec: ClusterSpec) -> Nodes {
+        let n = spec.nodes.len();
+        let phase = if n == 0 { Phase::Settling } else { Phase::StartingNodes };
+        Nodes { spec, phase, launched: 0, node_of: BTreeMap::new(), others: BTreeMap::new(), crashed: vec![false; n], partitions: BTreeSet::new(), skew: vec![0; n], used: FaultBudget::default() }
+    }
+
+    pub fn name(&self, node: usize) -> &str {
+        self.spec.nodes.get(node).map_or("?", |n| n.name.as_str())
+    }
+
+    /// The command that (re)starts `node`.
+    pub fn command(&self, node: usize, restart: bool) -> Vec<String> {
+        let spec = &self.spec.nodes[node];
+        if restart && !spec.restart.is_empty() {
+            spec.restart.clone()
+        } else {
+            spec.start.clone()
+        }
+    }
+
+    /// Processes of `node` among `live`.
+    pub fn processes_of(&self, node: usize, live: impl Iterator<Item = ProcessId>) -> Vec<ProcessId> {
+        live.filter(|p| self.node_of.get(p) == Some(&node)).collect()
+    }
+
+    pub fn partitioned(&self, a: usize, b: usize) -> bool {
+        self.partitions.contains(&(a.min(b), a.max(b)))
+    }
+
+    /// Appends the fault choices this step offers: only while the workload runs, within the
+    /// budgets. `up(n)`: node `n` has a live process.
+    pub fn fault_choices(&self, up: impl Fn(usize) -> bool, out: &mut Vec<Choice>) {
+        if self.phase != Phase::Workload {
+            return;
+        }
+        let b = &self.spec.faults;
+        let left = |budget: u32, used: u32| used < budget;
+        let fault = |op: Op, obj: u64, alt: u32| Choice { thread: FAULT_THREAD, kind: ChoiceKind::Fault, alt, op, obj };
+        let n = self.spec.nodes.len();
+        for node in 0..n {
+            if left(b.crashes, self.used.crashes) && up(node) {
+                out.push(fault(Op::NodeCrash, node as u64, 0));
+            }
+            if left(b.restarts, self.used.restarts) && self.crashed[node] && !up(node) {
+                out.push(fault(Op::NodeRestart, node as u64, 0));
+            }
+        }
+        for a in 0..n {
+            for b_node in a + 1..n {
+                let obj = pair_obj(a, b_node);
+                if self.partitioned(a, b_node) {
+                    out.push(fault(Op::Heal, obj, 0));
+                } else if left(b.partitions, self.used.partitions) {
+                    out.push(fault(Op::Partition, obj, 0));
+                }
+                if left(b.resets, self.used.resets) && up(a) && up(b_node) {
+                    out.push(fault(Op::ConnReset, obj, 0));
+                }
+            }
+        }
+        if left(b.skews, self.used.skews) && b.skew_ms > 0 {
+            for node in (0..n).filter(|&node| self.skew[node] == 0 && up(node)) {
+                out.push(fault(Op::ClockSkew, node as u64, 0));
+                out.push(fault(Op::ClockSkew, node as u64, 1));
+            }
+        }
+    }
+
+    /// Whether a dropped-datagram alternative may be offered now.
+    pub fn may_drop(&self) -> bool {
+        self.phase == Phase::Workload && self.used.drops < self.spec.faults.drops
+    }
+
+    /// Books a chosen fault against its budget and updates the node states (the execution does
+    /// the deed).
+    pub fn note_fault(&mut self, choice: &Choice) {
+        match choice.op {
+            Op::NodeCrash => {
+                self.used.crashes += 1;
+                self.crashed[choice.obj as usize] = true;
+            }
+            Op::NodeRestart => {
+                self.used.restarts += 1;
+                self.crashed[choice.obj as usize] = false;
+            }
+            Op::Partition => {
+                self.used.partitions += 1;
+                self.partitions.insert(obj_pair(choice.obj));
+            }
+            Op::Heal => {
+                self.partitions.remove(&obj_pair(choice.obj));
+            }
+            Op::ConnReset => self.used.resets += 1,
+            Op::DropDatagram => self.used.drops += 1,
+            Op::ClockSkew => {
+                self.used.skews += 1;
+                self.skew[choice.obj as usize] = skew_ns(&self.spec.faults, choice.alt);
+            }
+            _ => {}
+        }
+    }
+
+    /// Readable form of a fault choice for listings: "crash kv1", "partition kv1 | kv2".
+    pub fn describe(spec: &ClusterSpec, choice: &Choice) -> String {
+        let name = |n: usize| spec.nodes.get(n).map_or_else(|| format!("node {n}"), |s| s.name.clone());
+        match choice.op {
+            Op::NodeCrash | Op::NodeRestart => format!("{} {}", choice.op.name(), name(choice.obj as usize)),
+            Op::Partition | Op::Heal | Op::ConnReset => {
+                let (a, b) = obj_pair(choice.obj);
+                let what = if choice.op == Op::ConnReset { "reset connections" } else { choice.op.name() };
+                format!("{what} {} | {}", name(a), name(b))
+            }
+            Op::ClockSkew => format!("skew {} {:+} ms", name(choice.obj as usize), skew_ns(&spec.faults, choice.alt) / 1_000_000),
+            Op::DropDatagram => format!("drop a datagram for thread {}", choice.thread),
+            op => op.name().to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(nodes: usize, faults: FaultBudget) -> ClusterSpec {
+        ClusterSpec { nodes: (0..nodes).map(|i| NodeSpec { name: format!("n{i}"), start: vec!["./n".into()], restart: vec![] }).collect(), check: None, faults }
+    }
+
+    fn offered(nodes: &Nodes, up: &[bool]) -> Vec<(Op, u64, u32)> {
+        let mut out = Vec::new();
+        nodes.fault_choices(|n| up[n], &mut out);
+        out.iter().map(|c| (c.op, c.obj, c.alt)).collect()
+    }
+
+    #[test]
+    fn faults_are_offered_only_during_the_workload_and_within_budget() {
+        let mut nodes = Nodes::new(spec(2, FaultBudget { crashes: 1, restarts: 1, ..Default::default() }));
+        assert!(offered(&nodes, &[true, true]).is_empty(), "nothing while nodes start");
+        nodes.phase = Phase::Workload;
+        assert_eq!(offered(&nodes, &[true, true]), vec![(Op::NodeCrash, 0, 0), (Op::NodeCrash, 1, 0)]);
+        let crash = Choice { thread: FAULT_THREAD, kind: ChoiceKind::Fault, alt: 0, op: Op::NodeCrash, obj: 1 };
+        nodes.note_fault(&crash);
+        assert_eq!(offered(&nodes, &[true, false]), vec![(Op::NodeRestart, 1, 0)], "crash budget spent; the crashed node may restart");
+        nodes.note_fault(&Choice { op: Op::NodeRestart, ..crash });
+        assert!(offered(&nodes, &[true, true]).is_empty(), "every budget spent");
+    }
+
+    #[test]
+    fn a_partition_is_offered_per_pair_and_healed_for_free() {
+        let mut nodes = Nodes::new(spec(3, FaultBudget { partitions: 1, ..Default::default() }));
+        nodes.phase = Phase::Workload;
+        let pairs: Vec<_> = offered(&nodes, &[true; 3]).into_iter().map(|(op, obj, _)| (op, obj_pair(obj))).collect();
+        assert_eq!(pairs, vec![(Op::Partition, (0, 1)), (Op::Partition, (0, 2)), (Op::Partition, (1, 2))]);
+        nodes.note_fault(&Choice { thread: FAULT_THREAD, kind: ChoiceKind::Fault, alt: 0, op: Op::Partition, obj: pair_obj(0, 2) });
+        assert!(nodes.partitioned(2, 0));
+        assert_eq!(offered(&nodes, &[true; 3]).into_iter().map(|(op, obj, _)| (op, obj_pair(obj))).collect::<Vec<_>>(), vec![(Op::Heal, (0, 2))]);
+    }
+
+    #[test]
+    fn a_skew_is_ahead_or_behind() {
+        let budget = FaultBudget { skews: 1, skew_ms: 300, ..Default::default() };
+        let mut nodes = Nodes::new(spec(1, budget));
+        nodes.phase = Phase::Workload;
+        assert_eq!(offered(&nodes, &[true]), vec![(Op::ClockSkew, 0, 0), (Op::ClockSkew, 0, 1)]);
+        nodes.note_fault(&Choice { thread: FAULT_THREAD, kind: ChoiceKind::Fault, alt: 1, op: Op::ClockSkew, obj: 0 });
+        assert_eq!(nodes.skew[0], -300_000_000);
+        assert!(offered(&nodes, &[true]).is_empty());
+    }
+}

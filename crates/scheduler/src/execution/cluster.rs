@@ -1,0 +1,253 @@
+//! The cluster side of an execution (docs/cluster.md): launching the nodes one by one, then the
+//! workload once the nodes have settled, then the check; knowing which process is which node;
+//! judging their exits; and injecting the faults a strategy chose (crash, restart, partition,
+//! heal, connection reset, clock skew).
+//!
+//! Launches are deterministic: dara starts one command at a time and takes no decision until its
+//! `ProcessStart` has arrived, so logical process ids follow the launch order on every run.
+use std::time::{Duration, Instant};
+
+use dara_abi::Op;
+use dara_tracer::reaper::ExitStatus;
+
+use super::{Execution, ProcessRecord};
+use crate::choice::{Choice, ChoiceKind, ProcessId, ThreadId};
+use crate::cluster::{obj_pair, Phase, Role};
+use crate::outcome::Outcome;
+use crate::procfs;
+
+/// How long a launched command may take to reach dara's preload.
+const ARRIVAL_LIMIT: Duration = Duration::from_secs(10);
+
+/// A command dara launched that has not posted its `ProcessStart` yet.
+#[derive(Debug)]
+pub(super) struct Arrival {
+    pid: u32,
+    role: Role,
+    command: Vec<String>,
+    since: Instant,
+}
+
+/// What the cluster wants before the next decision.
+pub(super) enum Advance {
+    /// Nothing: decide.
+    Decide,
+    /// A command was launched: wait for it.
+    Launched,
+    End(Outcome),
+}
+
+impl Execution<'_> {
+    /// Starts the next node once the ones before it are idle (no choice but timers: listening,
+    /// waiting for input), and the workload once every node is, so the start order means what
+    /// it says and the workload meets a cluster that came up as far as it can by itself.
+    pub(super) fn advance_cluster(&mut self) -> Advance {
+        let Some(nodes) = &self.nodes else { return Advance::Decide };
+        if let Some(arrival) = &self.arriving {
+            // Still on its way after the limit (quiet checks stopped waiting for it).
+            let who = self.role_name(arrival.role);
+            return Advance::End(Outcome::Uncontrolled {
+                thread: 0,
+                syscall: "exec".into(),
+                detail: format!("{who} (`{}`) did not reach dara's preload within {} s (a static binary, or a launcher that clears LD_PRELOAD?)", arrival.command.join(" "), ARRIVAL_LIMIT.as_secs()),
+            });
+        }
+        let idle = || self.model.choices().iter().all(|c| c.kind == ChoiceKind::Timeout);
+        let role = match nodes.phase {
+            Phase::StartingNodes if nodes.launched < nodes.spec.nodes.len() => Role::Node(nodes.launched),
+            Phase::Settling => Role::Workload,
+            _ => return self.enforce_partitions(),
+        };
+        if nodes.launched > 0 && !idle() {
+            return Advance::Decide;
+        }
+        match self.launch(role, false) {
+            Ok(()) => Advance::Launched,
+            Err(outcome) => Advance::End(outcome),
+        }
+    }
+
+    /// A connection made across a partition is reset as soon as it is established.
+    fn enforce_partitions(&mut self) -> Advance {
+        let partitioned = self.nodes.as_ref().is_some_and(|n| !n.partitions.is_empty());
+        if !partitioned || !std::mem::take(&mut self.new_connections) {
+            return Advance::Decide;
+        }
+        match self.reset_partitioned() {
+            Ok(()) => Advance::Decide,
+            Err(outcome) => Advance::End(outcome),
+        }
+    }
+
+    /// Launches `role`'s command into the tree and waits for it before the next decision.
+    fn launch(&mut self, role: Role, restart: bool) -> Result<(), Outcome> {
+        let nodes = self.nodes.as_mut().expect("cluster");
+        let command = match role {
+            Role::Node(n) => nodes.command(n, restart),
+            Role::Workload => self.cfg.command.clone(),
+            Role::Check => nodes.spec.check.clone().unwrap_or_default(),
+        };
+        match role {
+            Role::Node(_) if !restart => {
+                nodes.launched += 1;
+                if nodes.launched == nodes.spec.nodes.len() {
+                    nodes.phase = Phase::Settling;
+                }
+            }
+            Role::Workload => nodes.phase = Phase::Workload,
+            Role::Check => nodes.phase = Phase::Check,
+            Role::Node(_) => {}
+        }
+        match self.tree.launch(&command) {
+            Ok(pid) => {
+                self.launched.push(pid);
+                self.arriving = Some(Arrival { pid, role, command, since: Instant::now() });
+                Ok(())
+            }
+            Err(e) => Err(Outcome::Uncontrolled { thread: 0, syscall: "exec".into(), detail: format!("cannot start {}: {e}", self.role_name(role)) }),
+        }
+    }
+
+    fn role_name(&self, role: Role) -> String {
+        match role {
+            Role::Node(n) => format!("node {}", self.nodes.as_ref().map_or("?", |c| c.name(n))),
+            Role::Workload => "the workload".into(),
+            Role::Check => "the check command".into(),
+        }
+    }
+
+    /// Whether a launched command is still due (bounded by [`ARRIVAL_LIMIT`]).
+    pub(super) fn awaiting_arrival(&self) -> bool {
+        self.arriving.as_ref().is_some_and(|a| a.since.elapsed() < ARRIVAL_LIMIT)
+    }
+
+    /// An unknown pid exited: if it is the command on its way, it ended before reaching dara.
+    pub(super) fn arrival_failed(&mut self, pid: u32, status: ExitStatus) -> Option<Outcome> {
+        let arrival = self.arriving.take_if(|a| a.pid == pid)?;
+        let how = match status {
+            ExitStatus::Code(code) => format!("exited with status {code}"),
+            ExitStatus::Signal(signal) => format!("was killed by {}", super::signal_name(signal)),
+        };
+        Some(Outcome::Uncontrolled {
+            thread: 0,
+            syscall: "exec".into(),
+            detail: format!("{} (`{}`) {how} before reaching dara's preload: check the command (status 127 means not found)", self.role_name(arrival.role), arrival.command.join(" ")),
+        })
+    }
+
+    /// A process registered: the command on its way takes its role; a fork joins its parent's node.
+    pub(super) fn place_process(&mut self, process: ProcessId, pid: u32, parent: Option<ProcessId>) {
+        let Some(nodes) = &mut self.nodes else { return };
+        let role = match self.arriving.take_if(|a| a.pid == pid) {
+            Some(arrival) => Some(arrival.role),
+            None => None,
+        };
+        match (role, parent) {
+            (Some(Role::Node(n)), _) => {
+                nodes.node_of.insert(process, n);
+            }
+            (Some(role @ (Role::Workload | Role::Check)), _) => {
+                self.verdict = Some(process);
+                nodes.others.insert(process, if role == Role::Workload { "workload" } else { "check" });
+            }
+            (None, Some(parent)) => {
+                if let Some(&n) = nodes.node_of.get(&parent) {
+                    nodes.node_of.insert(process, n);
+                } else if let Some(&label) = nodes.others.get(&parent) {
+                    nodes.others.insert(process, label);
+                }
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// Judges the end of a process of a cluster run: the workload's status launches the check or
+    /// ends the run, the check's is the verdict, and a node's own process failing is a bug.
+    pub(super) fn cluster_process_ended(&mut self, process: ProcessId, status: ExitStatus) -> Option<Outcome> {
+        let nodes = self.nodes.as_ref()?;
+        let code = match status {
+            ExitStatus::Code(code) => code,
+            ExitStatus::Signal(_) => return None, // judged like any process's signal
+        };
+        if self.verdict == Some(process) {
+            return match nodes.phase {
+                Phase::Workload if code == 0 && nodes.spec.check.is_some() => {
+                    self.verdict = None;
+                    self.launch(Role::Check, false).err()
+                }
+                Phase::Check if code != 0 => Some(Outcome::CheckFailed { code }),
+                _ => Some(Outcome::Exited { code, location: None }),
+            };
+        }
+        let node = *nodes.node_of.get(&process)?;
+        let is_node_root = self.processes.get(&process).is_some_and(|r| self.launched.contains(&r.pid));
+        (code != 0 && is_node_root).then(|| Outcome::NodeExited { node: nodes.name(node).to_string(), code })
+    }
+
+    /// Appends this step's fault choices (cluster runs with a fault budget only).
+    pub(super) fn add_fault_choices(&self, choices: &mut Vec<Choice>) {
+        let Some(nodes) = &self.nodes else { return };
+        let up = |n: usize| self.processes.iter().any(|(p, r)| r.alive && nodes.node_of.get(p) == Some(&n));
+        nodes.fault_choices(up, choices);
+    }
+
+    /// Does what a fault choice says. The step is recorded by the caller.
+    pub(super) fn inject(&mut self, choice: &Choice) -> Option<Outcome> {
+        let nodes = self.nodes.as_mut()?;
+        nodes.note_fault(choice);
+        self.net_dirty = true;
+        match choice.op {
+            Op::NodeCrash => {
+                let node = choice.obj as usize;
+                let now = Instant::now();
+                let live: Vec<ProcessId> = self.processes.iter().filter(|(_, r)| r.alive).map(|(&p, _)| p).collect();
+                for process in nodes.processes_of(node, live.into_iter()) {
+                    if let Some(pidfd) = self.processes.get(&process).and_then(|r| r.pidfd.as_ref()) {
+                        procfs::pidfd_kill(pidfd);
+                    }
+                    self.crashing.push(process);
+                    self.dying.push((process, now));
+                    self.exiting.push(process);
+                }
+                None
+            }
+            Op::NodeRestart => self.launch(Role::Node(choice.obj as usize), true).err(),
+            Op::Partition | Op::ConnReset => {
+                let (a, b) = obj_pair(choice.obj);
+                self.reset_between(a, b).err()
+            }
+            _ => None, // heal and skew only change the books
+        }
+    }
+
+    /// Resets every connection between the nodes of a partition (after new connections).
+    fn reset_partitioned(&mut self) -> Result<(), Outcome> {
+        let pairs: Vec<(usize, usize)> = self.nodes.as_ref().map(|n| n.partitions.iter().copied().collect()).unwrap_or_default();
+        for (a, b) in pairs {
+            self.reset_between(a, b)?;
+        }
+        Ok(())
+    }
+
+    fn reset_between(&mut self, a: usize, b: usize) -> Result<(), Outcome> {
+        let pids = |node: usize| -> Vec<u32> {
+            let nodes = self.nodes.as_ref().expect("cluster");
+            self.processes.iter().filter(|(p, r)| r.alive && nodes.node_of.get(p) == Some(&node)).map(|(_, r): (_, &ProcessRecord)| r.pid).collect()
+        };
+        let (pa, pb) = (pids(a), pids(b));
+        match self.net.reset_between(&pa, &pb) {
+            Ok(0) => Ok(()),
+            Ok(_) => {
+                self.net_dirty = true;
+                Ok(())
+            }
+            Err(e) => Err(Outcome::Uncontrolled { thread: 0, syscall: "connection reset".into(), detail: e.0 }),
+        }
+    }
+
+    /// The wall-clock skew a `ClockRead` of `thread` shows (its node's, if skewed).
+    pub(super) fn clock_skew(&self, thread: ThreadId) -> i64 {
+        let Some(nodes) = &self.nodes else { return 0 };
+        self.thread_process.get(&thread).and_then(|p| nodes.node_of.get(p)).map_or(0, |&n| nodes.skew[n])
+    }
+}
