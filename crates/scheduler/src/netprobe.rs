@@ -248,6 +248,20 @@ impl NetProbe {
         Ok(())
     }
 
+    /// Drops the datagram at the head of `fd`'s receive queue in process `pid` (a `DropDatagram`
+    /// fault), as if the network had lost it.
+    pub fn drop_datagram(&mut self, pid: u32, fd: i32) -> Result<(), ProbeError> {
+        let Some(dup) = self.dup(pid, fd)? else { return Ok(()) };
+        let mut byte = 0u8;
+        // SAFETY: reads at most one byte into a live local; MSG_TRUNC discards the rest of the
+        // datagram, MSG_DONTWAIT never blocks.
+        let n = unsafe { libc::recv(dup.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
+        if n >= 0 {
+            self.pay_back(pid, fd, kind::UDP)?;
+        }
+        Ok(())
+    }
+
     /// An accept (TCP listener) or a datagram receive took one owed item.
     fn pay_back(&mut self, pid: u32, fd: i32, want: u64) -> Result<(), ProbeError> {
         let Some(dup) = self.dup(pid, fd)? else { return Ok(()) };

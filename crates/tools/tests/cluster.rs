@@ -6,9 +6,7 @@
 //! backups' acks stays clean over as many executions, and no node survives.
 mod common;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use common::*;
@@ -24,21 +22,6 @@ fn script(name: &str) -> PathBuf {
     repo_root().join("tests/fixtures/scripts").join(name)
 }
 
-/// A base port whose three ports are free now, different for every call in this test binary (the
-/// two tests run in parallel) and for concurrent test binaries (by pid). Below the ephemeral
-/// range, so no client connection takes one of them between executions.
-fn base_port() -> u16 {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let start = 20000 + (std::process::id() % 400) as u16 * 30;
-    loop {
-        let base = start + NEXT.fetch_add(3, Ordering::Relaxed);
-        assert!(base < 32000, "no three free ports below 32000");
-        if (base..base + 3).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
-            return base;
-        }
-    }
-}
-
 /// `dara-trace` over the test script `name` with the node binary `kv_node` on ports from `base`.
 fn search_script(out: &Path, name: &str, kv_node: &Path, base: u16) -> Run {
     let (seed, runs, base) = (SEED.to_string(), RUNS.to_string(), base.to_string());
@@ -50,7 +33,7 @@ fn search_script(out: &Path, name: &str, kv_node: &Path, base: u16) -> Run {
 #[test]
 fn a_stale_read_from_a_backup_is_found_and_replays() {
     let kv = private_copy(&fixture("kv_node"), "kv-stale-read");
-    let base = base_port();
+    let base = free_ports(3);
     let out = out_dir("kv-stale-read");
     let run = search_script(&out, "kv_test.sh", &kv, base);
     assert_eq!(run.code, 1, "expected the stale read within {RUNS} random executions (seed {SEED})\n{}", run.text());
@@ -80,7 +63,7 @@ fn a_stale_read_from_a_backup_is_found_and_replays() {
 fn a_primary_that_waits_for_the_backups_never_serves_a_stale_read() {
     let kv = private_copy(&fixture("kv_node_ok"), "kv-stale-read-ok");
     let out = out_dir("kv-stale-read-ok");
-    let run = search_script(&out, "kv_test_ok.sh", &kv, base_port());
+    let run = search_script(&out, "kv_test_ok.sh", &kv, free_ports(3));
     assert_eq!(run.code, 0, "the twin reported a bug\n{}", run.text());
     assert!(run.stdout.contains(&format!("no bug found in {RUNS} executions")), "{}", run.text());
     assert_eq!(run.stdout.matches("client: read x=1 from the backup").count() as u64, RUNS, "every execution read its write\n{}", run.text());

@@ -13,6 +13,7 @@ use dara_tracer::reaper::ExitStatus;
 use super::{Execution, ProcessRecord};
 use crate::choice::{Choice, ChoiceKind, ProcessId, ThreadId};
 use crate::cluster::{obj_pair, Phase, Role};
+use crate::model::net::{kind as net_kind, undescribe};
 use crate::outcome::Outcome;
 use crate::procfs;
 
@@ -189,6 +190,15 @@ impl Execution<'_> {
         let Some(nodes) = &self.nodes else { return };
         let up = |n: usize| self.processes.iter().any(|(p, r)| r.alive && nodes.node_of.get(p) == Some(&n));
         nodes.fault_choices(up, choices);
+        if nodes.may_drop() {
+            // A ready datagram receive may instead lose the datagram it would get.
+            for (thread, request) in self.model.net_requests() {
+                let view = self.model.probed_view(thread).filter(|v| v.ready && request.op == Op::NetRecv && undescribe(v.obj).2 == net_kind::UDP);
+                if let Some(view) = view {
+                    choices.push(Choice { thread, kind: ChoiceKind::Fault, alt: 0, op: Op::DropDatagram, obj: view.obj });
+                }
+            }
+        }
     }
 
     /// Does what a fault choice says. The step is recorded by the caller.
@@ -212,6 +222,11 @@ impl Execution<'_> {
                 None
             }
             Op::NodeRestart => self.launch(Role::Node(choice.obj as usize), true).err(),
+            Op::DropDatagram => {
+                let request = self.model.net_requests().into_iter().find(|(t, _)| *t == choice.thread).map(|(_, r)| r)?;
+                let pid = self.pid_of(choice.thread);
+                self.net.drop_datagram(pid, request.args[0] as i32).err().map(|e| Outcome::Uncontrolled { thread: choice.thread, syscall: "drop".into(), detail: e.0 })
+            }
             Op::Partition | Op::ConnReset => {
                 let (a, b) = obj_pair(choice.obj);
                 self.reset_between(a, b).err()

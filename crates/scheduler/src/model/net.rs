@@ -103,6 +103,11 @@ impl Model {
         self.net.contains_key(&thread)
     }
 
+    /// What the driver saw for `thread`'s pending network request, if it looked.
+    pub fn probed_view(&self, thread: ThreadId) -> Option<NetView> {
+        self.net.get(&thread).copied()
+    }
+
     /// Records what the driver saw for `thread`'s pending network request.
     pub fn set_net_view(&mut self, thread: ThreadId, view: NetView) {
         self.net.insert(thread, view);

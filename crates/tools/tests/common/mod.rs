@@ -217,3 +217,20 @@ pub fn replays(bug: &Path, shows: &str) {
     assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
 }
 
+
+/// A base port whose `count` ports are free now, different for every call in this test binary
+/// (tests run in parallel) and for concurrent test binaries (by pid). Below the ephemeral range,
+/// so no client connection takes one of them between executions.
+#[allow(dead_code)]
+pub fn free_ports(count: u16) -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = 20000 + (std::process::id() % 400) as u16 * 30;
+    loop {
+        let base = start + NEXT.fetch_add(count, Ordering::Relaxed);
+        assert!(base < 32000, "no {count} free ports below 32000");
+        if (base..base + count).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return base;
+        }
+    }
+}
