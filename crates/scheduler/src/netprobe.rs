@@ -29,7 +29,12 @@
 //!   will never be acknowledged;
 //! * after a connect waits until the socket is writable or failed (handshake done), then counts
 //!   one connection *owed* to the listener's address;
-//! * after a UDP send counts one datagram owed to the destination port.
+//! * after a UDP send counts one datagram owed to the destination port, if a socket was bound
+//!   to that port when the send was granted (the kernel drops a datagram nobody can receive, as
+//!   when a node writes to a peer that is not up yet or has stopped). Looked at before the sender
+//!   runs, so the sender's own later `bind` of that port cannot pass for a receiver; only a
+//!   delivery deferred to `ksoftirqd` while the sender binds or closes the destination port
+//!   itself could still disagree.
 //! A probe of an endpoint that is owed something and does not show it yet is retried (yielding
 //! the CPU, up to [`SETTLE_LIMIT`]) until the kernel shows it; an accept or datagram receive pays
 //! one back. A delivery that never shows ends the run as uncontrolled rather than deciding from a
@@ -71,6 +76,8 @@ struct Settle {
     pid: u32,
     request: Request,
     timed_out: bool,
+    /// A UDP send whose destination port had a socket bound when it was granted: that port.
+    datagram_to: Option<u16>,
 }
 
 /// A delivery the kernel never showed, or a probe that failed: ends the run.
@@ -88,8 +95,24 @@ pub struct NetProbe {
 
 impl NetProbe {
     /// A network request of a thread of process `pid` was granted (or timed out).
+    /// Called before the thread runs: a UDP send's receiver is looked up now.
     pub fn granted(&mut self, pid: u32, request: Request, timed_out: bool) {
-        self.settles.push(Settle { pid, request, timed_out });
+        let datagram_to = match (request.op, timed_out) {
+            (Op::NetSend, false) => self.datagram_receiver(pid, request.args[0] as i32, request.args[3] as u16),
+            _ => None,
+        };
+        self.settles.push(Settle { pid, request, timed_out, datagram_to });
+    }
+
+    /// The destination port of a UDP send on `fd` (`dest_port`, or the connected peer's), if a
+    /// socket is bound to it now; None for other sockets and for a datagram the kernel will drop.
+    fn datagram_receiver(&mut self, pid: u32, fd: i32, dest_port: u16) -> Option<u16> {
+        let dup = self.dup(pid, fd).ok()??;
+        if socket_kind(&dup) != kind::UDP {
+            return None;
+        }
+        let port = if dest_port != 0 { dest_port } else { inet_key(&dup, kind::UDP)?.2 };
+        (port != 0 && crate::procfs::udp_port_bound(pid, port)).then_some(port)
     }
 
     /// Settles what the operations granted since the last call left in flight.
@@ -97,7 +120,7 @@ impl NetProbe {
         for s in std::mem::take(&mut self.settles) {
             let fd = s.request.args[0] as i32;
             match (s.request.op, s.timed_out) {
-                (Op::NetSend, false) => self.settle_send(s.pid, fd, s.request.args[3] as u16)?,
+                (Op::NetSend, false) => self.settle_send(s.pid, fd, s.datagram_to)?,
                 (Op::NetConnect, false) => self.settle_connect(s.pid, fd)?,
                 (Op::NetAccept, false) => self.pay_back(s.pid, fd, kind::TCP)?,
                 (Op::NetRecv, false) => self.pay_back(s.pid, fd, kind::UDP)?,
@@ -198,26 +221,22 @@ impl NetProbe {
         Err(ProbeError(format!("loopback delivery to endpoint e{} did not arrive within {} ms although a traced thread sent it; the run was stopped rather than decided on a racy probe", ep.id, SETTLE_LIMIT.as_millis())))
     }
 
-    fn settle_send(&mut self, pid: u32, fd: i32, dest_port: u16) -> Result<(), ProbeError> {
+    fn settle_send(&mut self, pid: u32, fd: i32, datagram_to: Option<u16>) -> Result<(), ProbeError> {
+        if let Some(port) = datagram_to {
+            *self.owed.entry((kind::UDP, port, 0)).or_default() += 1;
+            return Ok(());
+        }
         let Some(dup) = self.dup(pid, fd)? else { return Ok(()) };
         let ep = self.endpoint(0, fd, &dup);
-        match (ep.kind, ep.key) {
-            (kind::TCP, _) => {
-                let started = Instant::now();
-                while ioctl_int(&dup, SIOCOUTQ) != ioctl_int(&dup, SIOCOUTQNSD) && tcp_state(&dup) != Some(TCP_CLOSE) {
-                    if started.elapsed() > SETTLE_LIMIT {
-                        return Err(ProbeError(format!("bytes sent on endpoint e{} were not acknowledged by the loopback peer within {} ms; the run was stopped", ep.id, SETTLE_LIMIT.as_millis())));
-                    }
-                    std::thread::yield_now();
-                }
+        if ep.kind != kind::TCP {
+            return Ok(());
+        }
+        let started = Instant::now();
+        while ioctl_int(&dup, SIOCOUTQ) != ioctl_int(&dup, SIOCOUTQNSD) && tcp_state(&dup) != Some(TCP_CLOSE) {
+            if started.elapsed() > SETTLE_LIMIT {
+                return Err(ProbeError(format!("bytes sent on endpoint e{} were not acknowledged by the loopback peer within {} ms; the run was stopped", ep.id, SETTLE_LIMIT.as_millis())));
             }
-            (kind::UDP, Some((_, _, remote))) => {
-                let port = if dest_port != 0 { dest_port } else { remote };
-                if port != 0 {
-                    *self.owed.entry((kind::UDP, port, 0)).or_default() += 1;
-                }
-            }
-            _ => {}
+            std::thread::yield_now();
         }
         Ok(())
     }

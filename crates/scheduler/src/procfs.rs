@@ -1,5 +1,6 @@
-//! What /proc says about a target thread: its scheduler state and the syscall it sits in. Used by
-//! the watchdog to tell "computing" from "blocked in the kernel outside dara's control".
+//! What /proc says about a target thread: its scheduler state and the syscall it sits in (used by
+//! the watchdog to tell "computing" from "blocked in the kernel outside dara's control"), about
+//! its process (end, group, signals), and about the UDP ports bound in its network namespace.
 use std::fs;
 
 /// State letter from /proc/<pid>/task/<tid>/stat (`R`, `S`, `D`, `Z`, ...), None if gone.
@@ -126,6 +127,19 @@ pub fn thread_exists(pid: u32, tid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
 }
 
+/// Whether a UDP socket (IPv4 or IPv6) is bound to local `port` in the network namespace of
+/// process `pid`, from /proc/<pid>/net/udp and udp6. True when neither table can be read.
+pub fn udp_port_bound(pid: u32, port: u16) -> bool {
+    let tables: Vec<String> = ["udp", "udp6"].iter().filter_map(|t| fs::read_to_string(format!("/proc/{pid}/net/{t}")).ok()).collect();
+    tables.is_empty() || tables.iter().any(|t| udp_table_has_port(t, port))
+}
+
+/// Whether a /proc/net/udp{,6} table lists a socket whose local address ("ADDR:PORT", hex) has
+/// `port`.
+fn udp_table_has_port(table: &str, port: u16) -> bool {
+    table.lines().skip(1).filter_map(|l| l.split_whitespace().nth(1)?.rsplit_once(':')).any(|(_, p)| u16::from_str_radix(p, 16) == Ok(port))
+}
+
 /// Name of an x86_64 syscall number, for diagnostics.
 pub fn syscall_name(nr: i64) -> String {
     let name = match nr {
@@ -168,4 +182,29 @@ pub fn syscall_name(nr: i64) -> String {
         _ => return format!("syscall {nr}"),
     };
     name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_udp_table_names_its_bound_ports() {
+        let table = concat!(
+            "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n",
+            " 12: 0100007F:5DC1 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 0\n",
+        );
+        assert!(udp_table_has_port(table, 0x5DC1));
+        assert!(!udp_table_has_port(table, 0x5DC2));
+        assert!(!udp_table_has_port(table, 0), "the remote port 0 is not a bound one");
+    }
+
+    #[test]
+    fn a_port_is_bound_while_a_socket_holds_it() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = socket.local_addr().unwrap().port();
+        assert!(udp_port_bound(std::process::id(), port));
+        drop(socket);
+        assert!(!udp_port_bound(std::process::id(), port));
+    }
 }

@@ -44,7 +44,7 @@ pub fn fixture_built_by(name: &str, compiler: Option<&str>, flags: &[&str]) -> P
         suffix = format!("{}_{:016x}", compiler.unwrap_or("default"), h.finish());
     }
     let exe = dir.join(if suffix.is_empty() { name.to_string() } else { format!("{name}.{suffix}") });
-    let fresh = exe.metadata().and_then(|m| m.modified()).ok() > src.metadata().and_then(|m| m.modified()).ok();
+    let fresh = exe.metadata().and_then(|m| m.modified()).ok() > newest_source(&src);
     if !fresh {
         let tmp = exe.with_extension("tmp");
         let mut build = match src.extension().and_then(|e| e.to_str()) {
@@ -70,6 +70,14 @@ pub fn fixture_built_by(name: &str, compiler: Option<&str>, flags: &[&str]) -> P
         std::fs::rename(&tmp, &exe).unwrap();
     }
     exe
+}
+
+/// Modification time of `src` or of a fixture it includes (`#include "name.c"`: a twin built
+/// from its buggy sibling), whichever is newest.
+fn newest_source(src: &Path) -> Option<std::time::SystemTime> {
+    let text = std::fs::read_to_string(src).unwrap_or_default();
+    let included = text.lines().filter_map(|l| l.trim().strip_prefix("#include \"")?.strip_suffix('"')).map(|name| src.with_file_name(name));
+    std::iter::once(src.to_path_buf()).chain(included).filter_map(|p| p.metadata().and_then(|m| m.modified()).ok()).max()
 }
 
 /// A copy of `program` private to one test, so the test can check afterwards that no process
