@@ -32,6 +32,11 @@
 //!   for, turning every such execution into a hang until a change point happens to hit it. The
 //!   demotions are extra priority changes on top of the d−1 random ones, so the paper's bound
 //!   does not strictly apply to programs that yield.
+//! * **Timer demotion.** Likewise, firing a thread's timer (`Timeout`) while another thread is
+//!   enabled demotes it: the time it waited out is time every other enabled thread would have
+//!   run. Without this, a high-priority server polling with a timeout fires its timer again and
+//!   again and starves everyone else until the virtual-time bound calls it a hang that is not
+//!   the program's. The timer still wins its race when PCT first picks it.
 //!
 //! Reproducibility: execution `e` draws everything from `Rng::for_execution(seed, e)`, so it
 //! depends only on the seed, `e`, and the calibrated step estimate.
@@ -39,7 +44,7 @@ use std::collections::BTreeMap;
 
 use dara_abi::Op;
 use dara_scheduler::choice::ThreadId;
-use dara_scheduler::{Choice, Decide, Divergence};
+use dara_scheduler::{Choice, ChoiceKind, Decide, Divergence};
 
 use super::Strategy;
 use crate::rng::Rng;
@@ -142,7 +147,7 @@ impl Decide for Pct {
         let thread = self.top_thread(choices);
         let own: Vec<usize> = (0..choices.len()).filter(|&i| choices[i].thread == thread).collect();
         let pick = own.get(self.rng.index(own.len())).copied().unwrap_or(0);
-        if choices.get(pick).is_some_and(|c| c.op == Op::Yield) {
+        if choices.get(pick).is_some_and(|c| c.op == Op::Yield || (c.kind == ChoiceKind::Timeout && choices.iter().any(|o| o.thread != thread))) {
             self.demote(thread);
         }
         Ok(pick)
@@ -192,6 +197,19 @@ mod tests {
 
     fn two_threads() -> Straight {
         Straight::new(vec![vec![Op::MutexLock; 6], vec![Op::MutexUnlock; 6]])
+    }
+
+    #[test]
+    fn a_server_whose_timer_keeps_firing_does_not_starve_its_client() {
+        // Thread 0 polls with a timeout forever (only its Timeout is offered); thread 1 has work.
+        let server = Choice { thread: 0, kind: ChoiceKind::Timeout, alt: 0, op: Op::NetPoll, obj: 0 };
+        let client = Choice { thread: 1, kind: ChoiceKind::Run, alt: 0, op: Op::MutexLock, obj: 0x40 };
+        for seed in 0..20 {
+            let mut pct = Pct::new(3, seed);
+            pct.begin_execution(1);
+            let client_steps = (0..100).filter(|&step| pct.choose(step, &[server, client]).unwrap() == 1).count();
+            assert!(client_steps >= 40, "seed {seed}: the client ran {client_steps} of 100 steps");
+        }
     }
 
     #[test]
