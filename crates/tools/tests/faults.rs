@@ -205,3 +205,57 @@ fn a_broken_config_is_refused_with_a_clear_error() {
     assert_eq!(run.code, 2, "{}", run.text());
     assert!(run.stderr.contains("/no/such/node"), "{}", run.text());
 }
+
+#[test]
+fn a_skewed_clock_is_seen_by_the_node_and_replays() {
+    // A node that reads the wall clock every second (`date`) and fails when it jumps: a skew
+    // fault of 100 s is what it sees, and the run replays with the same jump.
+    let dir = out_dir("skew-config");
+    let done = dir.join("done");
+    let text = format!(
+        "workload = \"until [ -e {done} ]; do sleep 0.5; done\"\nsetup = \"rm -f {done}\"\n\
+         [[node]]\nname = \"clock\"\n\
+         start = \"prev=$(date +%s); for i in 1 2 3 4 5; do sleep 1; now=$(date +%s); if [ $((now - prev)) -gt 50 ]; then echo clock: jumped $((now - prev)) s; exit 3; fi; prev=$now; done; touch {done}; sleep 1000\"\n\
+         [faults]\nskew = 1\nskew_ms = 100000\n",
+        done = done.display()
+    );
+    let cfg = dir.join("dara.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let out = out_dir("skew");
+    let run = search_config(&out, &cfg, 40, &[]);
+    assert_eq!(run.code, 1, "{}", run.text());
+    assert!(run.stdout.contains("BUG: node clock exited with status 3") && run.stdout.contains("clock: jumped 10"), "{}", run.text());
+    let bug = out.join("bug-0001/trace.bin");
+    let listing = dara_replay(&[bug.to_str().unwrap()], Duration::from_secs(60));
+    assert!(listing.stdout.contains("FAULT skew") && listing.stdout.contains("skew clock +100000 ms"), "{}", listing.stdout);
+    replays(&bug, "node clock exited with status 3");
+}
+
+#[test]
+fn dropped_datagrams_are_injected_into_udp_receives_and_replay() {
+    // The election's correct twin over UDP, with up to three datagrams lost per execution.
+    let node = private_copy(&fixture("election_node_ok"), "election-drop");
+    let base = free_ports(3);
+    let n = node.display();
+    let text = format!(
+        "workload = \"sleep 5\"\n\
+         [[node]]\nname = \"n0\"\nstart = [\"{n}\", \"0\", \"{base}\"]\n\
+         [[node]]\nname = \"n1\"\nstart = [\"{n}\", \"1\", \"{base}\"]\n\
+         [[node]]\nname = \"n2\"\nstart = [\"{n}\", \"2\", \"{base}\"]\n\
+         [faults]\ndrop = 3\n"
+    );
+    let dir = out_dir("election-drop-config");
+    let cfg = dir.join("dara.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let out = out_dir("election-drop");
+    // Random, seed 2: execution 0 draws fault points that meet ready receives.
+    let run = search_config(&out, &cfg, 1, &[]);
+    assert_eq!(run.code, 0, "{}", run.text());
+    let t = trace::read_file(&out.join("trace.bin")).unwrap();
+    let drops = t.steps.iter().filter(|s| s.choice.op == dara_abi::Op::DropDatagram).count();
+    assert!((1..=3).contains(&drops), "expected 1-3 drops within the budget, saw {drops}");
+    let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    assert_no_survivors(&node);
+}

@@ -14,6 +14,7 @@ use super::{Execution, ProcessRecord};
 use crate::choice::{Choice, ChoiceKind, ProcessId, ThreadId};
 use crate::cluster::{obj_pair, Phase, Role};
 use crate::model::net::{kind as net_kind, undescribe};
+use crate::model::ThreadStatus;
 use crate::outcome::Outcome;
 use crate::procfs;
 
@@ -39,9 +40,10 @@ pub(super) enum Advance {
 }
 
 impl Execution<'_> {
-    /// Starts the next node once the ones before it are idle (no choice but timers: listening,
-    /// waiting for input), and the workload once every node is, so the start order means what
-    /// it says and the workload meets a cluster that came up as far as it can by itself.
+    /// Starts the next node once the one before it first waits (no choice but timers: listening,
+    /// waiting for input), and the workload once the last node does, so the start order means
+    /// what it says (a node is listening before the next one starts) without waiting for a busy
+    /// cluster to fall silent.
     pub(super) fn advance_cluster(&mut self) -> Advance {
         let Some(nodes) = &self.nodes else { return Advance::Decide };
         if let Some(arrival) = &self.arriving {
@@ -53,13 +55,12 @@ impl Execution<'_> {
                 detail: format!("{who} (`{}`) did not reach dara's preload within {} s (a static binary, or a launcher that clears LD_PRELOAD?)", arrival.command.join(" "), ARRIVAL_LIMIT.as_secs()),
             });
         }
-        let idle = || self.model.choices().iter().all(|c| c.kind == ChoiceKind::Timeout);
         let role = match nodes.phase {
             Phase::StartingNodes if nodes.launched < nodes.spec.nodes.len() => Role::Node(nodes.launched),
             Phase::Settling => Role::Workload,
             _ => return self.enforce_partitions(),
         };
-        if nodes.launched > 0 && !idle() {
+        if nodes.launched > 0 && !self.node_waits(nodes.launched - 1) {
             return Advance::Decide;
         }
         match self.launch(role, false) {
@@ -78,6 +79,19 @@ impl Execution<'_> {
             Ok(()) => Advance::Decide,
             Err(outcome) => Advance::End(outcome),
         }
+    }
+
+    /// Whether `node` has reached the point where it serves: each of its live threads waits for
+    /// input, a connection, a timer or a child (a receive, accept, poll, sleep or wait, whether
+    /// or not something is ready for it), or is blocked on a lock or condition.
+    fn node_waits(&self, node: usize) -> bool {
+        let Some(nodes) = &self.nodes else { return true };
+        let serving = |op: Op| matches!(op, Op::NetRecv | Op::NetAccept | Op::NetPoll | Op::NetEpollWait | Op::Sleep | Op::ProcessWait);
+        self.model.live_threads().into_iter().filter(|t| self.thread_process.get(t).and_then(|p| nodes.node_of.get(p)) == Some(&node)).all(|t| match self.model.status(t) {
+            Some(ThreadStatus::Pending(r)) => serving(r.op),
+            Some(ThreadStatus::Blocked(_)) => true,
+            _ => false,
+        })
     }
 
     /// Launches `role`'s command into the tree and waits for it before the next decision.
