@@ -23,6 +23,7 @@ pub mod futex;
 pub mod region;
 pub mod memory;
 pub mod netprobe;
+pub mod sockdiag;
 pub mod procfs;
 pub mod symbols;
 pub mod execution;

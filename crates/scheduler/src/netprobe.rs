@@ -29,7 +29,10 @@
 //!   will never be acknowledged;
 //! * after a connect waits until the socket is writable or failed (handshake done), then counts
 //!   one connection *owed* to the listener's address;
-//! * after a UDP send counts one datagram owed to the destination port.
+//! * after a UDP send counts one datagram owed to the destination port, if a socket is bound to
+//!   that port (asked through [`crate::sockdiag`]): the kernel drops a datagram to a port nobody
+//!   has bound, and a receiver that binds the port later must not wait for it.
+//!
 //! A probe of an endpoint that is owed something and does not show it yet is retried (yielding
 //! the CPU, up to [`SETTLE_LIMIT`]) until the kernel shows it; an accept or datagram receive pays
 //! one back. A delivery that never shows ends the run as uncontrolled rather than deciding from a
@@ -43,6 +46,7 @@ use dara_abi::{net_flags, Op};
 use crate::choice::ProcessId;
 use crate::model::net::{describe, kind, NetView, NO_ENDPOINT};
 use crate::model::Request;
+use crate::sockdiag::SockDiag;
 
 /// How long a delivery dara knows is on its way may take to show before the run is stopped.
 pub const SETTLE_LIMIT: Duration = Duration::from_secs(2);
@@ -84,6 +88,9 @@ pub struct NetProbe {
     by_key: BTreeMap<PortKey, u64>,
     owed: BTreeMap<PortKey, u32>,
     settles: Vec<Settle>,
+    /// Opened on the first UDP send; `None` inside when the kernel refused (every datagram is
+    /// then counted as owed, as if its port were bound).
+    diag: std::cell::OnceCell<Option<SockDiag>>,
 }
 
 impl NetProbe {
@@ -211,9 +218,10 @@ impl NetProbe {
                     std::thread::yield_now();
                 }
             }
-            (kind::UDP, Some((_, _, remote))) => {
+            (kind::UDP, Some((_, local, remote))) => {
                 let port = if dest_port != 0 { dest_port } else { remote };
-                if port != 0 {
+                let family = sockopt(&dup, libc::SO_DOMAIN).unwrap_or(libc::AF_INET);
+                if port != 0 && self.udp_receiver(family, local, port) {
                     *self.owed.entry((kind::UDP, port, 0)).or_default() += 1;
                 }
             }
@@ -246,6 +254,15 @@ impl NetProbe {
             *self.owed.entry((kind::TCP, remote, 0)).or_default() += 1;
         }
         Ok(())
+    }
+
+    /// Whether a datagram from local port `from` to port `to` reaches a socket (true when the
+    /// kernel cannot say).
+    fn udp_receiver(&self, family: i32, from: u16, to: u16) -> bool {
+        match self.diag.get_or_init(|| SockDiag::open().ok()) {
+            Some(diag) => diag.udp_receiver(family, from, to).unwrap_or(true),
+            None => true,
+        }
     }
 
     /// An accept (TCP listener) or a datagram receive took one owed item.
