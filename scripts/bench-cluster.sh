@@ -65,7 +65,7 @@ now() { date +%s.%N; }
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
 # 1. kv_test_ok.sh: RUNS native runs vs RUNS dara executions, TRIALS times alternately.
-native_rates=() dara_rates=()
+native_rates=() dara_rates=() kv_ratios=()
 for _ in $(seq 1 "$trials"); do
     start=$(now)
     if ! in_group bash -c 'for _ in $(seq 1 "$1"); do "$2" "$3" "$4" >/dev/null || exit 1; done' loop "$runs" "$kv_script" "$out/kv_node_ok" "$base"; then
@@ -82,6 +82,7 @@ for _ in $(seq 1 "$trials"); do
         exit 1
     fi
     dara_rates+=("$(awk "BEGIN{printf \"%.1f\", $runs / ($(now) - $start)}")")
+    kv_ratios+=("$(awk "BEGIN{printf \"%.2f\", ${dara_rates[-1]} / ${native_rates[-1]}}")")
 done
 kv_native=$(printf '%s\n' "${native_rates[@]}" | median)
 kv_dara=$(printf '%s\n' "${dara_rates[@]}" | median)
@@ -125,6 +126,7 @@ printf '%-52s %14s\n' "kv_test_ok.sh under dara, random (executions/s)" "$kv_dar
 printf '%-52s %14s\n' "ratio dara / native" "$kv_ratio"
 printf '%-52s %14s\n' "  per trial, native (runs/s)" "${native_rates[*]}"
 printf '%-52s %14s\n' "  per trial, dara (executions/s)" "${dara_rates[*]}"
+printf '%-52s %14s\n' "  per trial, ratio" "${kv_ratios[*]}"
 printf '%-52s %14s\n' "heartbeat_test.sh natively, wall (s)" "$hb_native"
 printf '%-52s %14s\n' "heartbeat_test.sh, one dara execution, wall (ms)" "$hb_dara"
 printf '%-52s %14s\n' "speed-up native wall / dara wall" "${hb_speedup}x"
