@@ -3,7 +3,9 @@
 # ratio to a bare futex round trip between two threads pinned to one core, both measured now, on
 # this machine. Also: executions per second against a plain fork+exec loop, the wall time
 # of ten virtual minutes of sleep, and the cost of coverage collection (a sancov build against
-# the plain build of the same program, both under dara).
+# the plain build of the same program, both under dara). At the end, the cluster benchmarks
+# (scripts/bench-cluster.sh: the 3-node kv test script's executions per second and a timeout-bound
+# heartbeat workload, natively and under dara; about half a minute, BENCH_CLUSTER=0 skips them).
 #
 #   scripts/bench.sh [ITERATIONS]        (default 50000 ping-pong rounds)
 #
@@ -100,3 +102,9 @@ printf '%-48s %12s\n' "ratio coverage / plain, clang trace-pc-guard" "$cov_clang
 printf '%-48s %12s\n' "counter_test_ok.sh natively (runs/s)" "$native_rate"
 printf '%-48s %12s\n' "counter_test_ok.sh under dara (executions/s)" "$script_rate"
 printf '%-48s %12s\n' "ratio dara / native" "$script_ratio"
+
+# 7. Multi-process test scripts over loopback (scripts/bench-cluster.sh).
+if [ "${BENCH_CLUSTER:-1}" != 0 ]; then
+    echo
+    ./scripts/bench-cluster.sh
+fi

@@ -37,8 +37,9 @@
 //!   itself could still disagree.
 //! A probe of an endpoint that is owed something and does not show it yet is retried (yielding
 //! the CPU, up to [`SETTLE_LIMIT`]) until the kernel shows it; an accept or datagram receive pays
-//! one back. A delivery that never shows ends the run as uncontrolled rather than deciding from a
-//! racy answer.
+//! one back, and so does a datagram the receiving socket dropped because its buffer was full
+//! (its drop count, read while the probe waits). A delivery that never shows ends the run as
+//! uncontrolled rather than deciding from a racy answer.
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -57,6 +58,8 @@ const SIOCOUTQ: libc::c_ulong = 0x5411;
 const SIOCOUTQNSD: libc::c_ulong = 0x894B;
 /// `tcpi_state` of a connection that is over (reset, or both sides closed).
 const TCP_CLOSE: u8 = 7;
+/// `SO_MEMINFO` from `<asm-generic/socket.h>`: a socket's memory counters, drops included.
+const SO_MEMINFO: libc::c_int = 55;
 const ANON_INODE_KEY: u64 = 1 << 63;
 
 /// An address pair of an INET socket: (protocol kind, local port, remote port or 0).
@@ -91,6 +94,8 @@ pub struct NetProbe {
     by_key: BTreeMap<PortKey, u64>,
     owed: BTreeMap<PortKey, u32>,
     settles: Vec<Settle>,
+    /// Per UDP endpoint id: the receive-buffer drops already paid back against `owed`.
+    paid_drops: BTreeMap<u64, u32>,
 }
 
 impl NetProbe {
@@ -204,14 +209,20 @@ impl NetProbe {
     }
 
     /// `poll` that first waits for anything owed to `ep` to show.
-    fn settled_poll(&self, fd: &OwnedFd, ep: Endpoint, events: libc::c_short) -> Result<libc::c_short, ProbeError> {
-        let owed = ep.key.and_then(|k| self.owed.get(&k)).copied().unwrap_or(0);
+    fn settled_poll(&mut self, fd: &OwnedFd, ep: Endpoint, events: libc::c_short) -> Result<libc::c_short, ProbeError> {
+        let owed = |me: &Self| ep.key.and_then(|k| me.owed.get(&k)).copied().unwrap_or(0);
         let revents = poll_now(fd, events);
-        if owed == 0 || revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+        if owed(self) == 0 || revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
             return Ok(revents);
         }
         let started = Instant::now();
         while started.elapsed() < SETTLE_LIMIT {
+            if ep.kind == kind::UDP {
+                self.pay_back_drops(fd, ep);
+                if owed(self) == 0 {
+                    return Ok(poll_now(fd, events));
+                }
+            }
             std::thread::yield_now();
             let revents = poll_now(fd, events);
             if revents != 0 {
@@ -279,6 +290,26 @@ impl NetProbe {
             self.pay_back(pid, fd, kind::UDP)?;
         }
         Ok(())
+    }
+
+    /// Datagrams the UDP socket `fd` dropped because its receive buffer was full (the kernel's
+    /// per-socket drop count, `SO_MEMINFO`) will never show: each one pays back an owed datagram.
+    fn pay_back_drops(&mut self, fd: &OwnedFd, ep: Endpoint) {
+        let Some(key) = ep.key else { return };
+        let mut meminfo = [0u32; libc::SK_MEMINFO_DROPS as usize + 1];
+        let mut len = std::mem::size_of_val(&meminfo) as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` bytes into `meminfo` and updates `len`.
+        let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, SO_MEMINFO, meminfo.as_mut_ptr().cast(), &mut len) };
+        if rc != 0 || (len as usize) < std::mem::size_of_val(&meminfo) {
+            return;
+        }
+        let drops = meminfo[libc::SK_MEMINFO_DROPS as usize];
+        let paid = self.paid_drops.entry(ep.id).or_default();
+        let new = drops.saturating_sub(*paid);
+        *paid = drops;
+        if let Some(n) = self.owed.get_mut(&key) {
+            *n = n.saturating_sub(new);
+        }
     }
 
     /// An accept (TCP listener) or a datagram receive took one owed item.

@@ -7,9 +7,7 @@
 //! clean over as many executions, and no node survives.
 mod common;
 
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use common::*;
@@ -29,21 +27,6 @@ fn script(name: &str) -> PathBuf {
     repo_root().join("tests/fixtures/scripts").join(name)
 }
 
-/// A base port whose three UDP ports are free now, different for every call in this test binary
-/// (the two tests run in parallel) and for concurrent test binaries (by pid). Below the ephemeral
-/// range, so no other program's socket takes one of them between executions.
-fn base_port() -> u16 {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let start = 20000 + (std::process::id() % 400) as u16 * 30;
-    loop {
-        let base = start + NEXT.fetch_add(3, Ordering::Relaxed);
-        assert!(base < 32000, "no three free UDP ports below 32000");
-        if (base..base + 3).all(|p| UdpSocket::bind(("127.0.0.1", p)).is_ok()) {
-            return base;
-        }
-    }
-}
-
 /// `dara-trace` over the test script `name` with the node binary `node` on ports from `base`.
 fn search_script(out: &Path, name: &str, node: &Path, base: u16) -> Run {
     let (seed, runs, base) = (SEED.to_string(), RUNS.to_string(), base.to_string());
@@ -55,7 +38,7 @@ fn search_script(out: &Path, name: &str, node: &Path, base: u16) -> Run {
 #[test]
 fn two_leaders_after_a_timeout_beats_a_vote_are_found_and_replay() {
     let node = private_copy(&fixture("election_node"), "election-two-leaders");
-    let base = base_port();
+    let base = free_ports(3);
     let out = out_dir("election-two-leaders");
     let run = search_script(&out, "election_test.sh", &node, base);
     assert_eq!(run.code, 1, "expected two leaders in one term within {RUNS} random executions (seed {SEED})\n{}", run.text());
@@ -89,7 +72,7 @@ fn two_leaders_after_a_timeout_beats_a_vote_are_found_and_replay() {
 fn a_candidate_that_checks_the_vote_term_never_makes_two_leaders() {
     let node = private_copy(&fixture("election_node_ok"), "election-two-leaders-ok");
     let out = out_dir("election-two-leaders-ok");
-    let run = search_script(&out, "election_test_ok.sh", &node, base_port());
+    let run = search_script(&out, "election_test_ok.sh", &node, free_ports(3));
     assert_eq!(run.code, 0, "the twin reported a bug\n{}", run.text());
     assert!(run.stdout.contains(&format!("no bug found in {RUNS} executions")), "{}", run.text());
     let verdicts: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with(CLEAN)).collect();

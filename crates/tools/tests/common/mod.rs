@@ -226,7 +226,7 @@ pub fn replays(bug: &Path, shows: &str) {
 }
 
 
-/// A base port whose `count` ports are free now, different for every call in this test binary
+/// A base port whose `count` ports are free now (TCP and UDP), different for every call in this test binary
 /// (tests run in parallel) and for concurrent test binaries (by pid). Below the ephemeral range,
 /// so no client connection takes one of them between executions.
 #[allow(dead_code)]
@@ -237,7 +237,7 @@ pub fn free_ports(count: u16) -> u16 {
     loop {
         let base = start + NEXT.fetch_add(count, Ordering::Relaxed);
         assert!(base < 32000, "no {count} free ports below 32000");
-        if (base..base + count).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+        if (base..base + count).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() && std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok()) {
             return base;
         }
     }

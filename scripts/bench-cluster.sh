@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Cluster benchmarks (issue 4): multi-process test scripts over loopback, natively and under dara,
+# measured in the same run.
+#
+#  1. Executions per second of the 3-node key-value store's test script
+#     (tests/fixtures/scripts/kv_test_ok.sh with kv_node_ok: two backups and a primary over TCP,
+#     started in the background by bash, a client, QUIT, wait): RUNS runs of the script in a
+#     native loop against `dara-trace --runs RUNS --strategy random --seed 1`, both from wall
+#     time, TRIALS times alternately; medians and their ratio.
+#  2. Wall time of a workload dominated by timeouts (tests/fixtures/scripts/heartbeat_test.sh:
+#     a UDP heartbeat server and 3 clients waiting in poll/select/epoll_wait timeouts, about 3 s
+#     natively): one native run against one `dara-trace` execution (seeds 1..TRIALS), medians
+#     of wall time, and the virtual time and steps the dara execution covered (`dara info`).
+#
+#   scripts/bench-cluster.sh [RUNS [TRIALS]]      (default 100 executions, 3 trials)
+#
+# Prints a table; numbers are recorded in docs/performance.md. Exits non-zero if any run fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs="${1:-100}"
+trials="${2:-3}"
+cpu="${BENCH_CPU:-0}"
+
+./scripts/install-deps.sh
+cargo build --release --workspace -q
+trace=target/release/dara-trace
+info=target/release/dara
+
+out=$(mktemp -d)
+group=""
+# Native runs go in their own process group (setsid), killed whole on the way out, so an
+# interrupted benchmark leaves no node behind; dara-trace tears down what it traced itself.
+cleanup() {
+    if [ -n "$group" ]; then kill -- -"$group" 2>/dev/null || true; fi
+    rm -rf "$out"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+cc -O1 -g -pthread -Wall tests/fixtures/kv_node_ok.c -o "$out/kv_node_ok"
+cc -O1 -g -pthread -Wall tests/fixtures/heartbeat.c -o "$out/heartbeat"
+kv_script=tests/fixtures/scripts/kv_test_ok.sh
+hb_script=tests/fixtures/scripts/heartbeat_test.sh
+
+# A base port whose four ports (TCP and UDP) nobody uses now, below the ephemeral range.
+port_in_use() { command -v ss >/dev/null && [ -n "$(ss -Htuan "sport = :$1")" ]; }
+base=$((21000 + ($$ % 300) * 10))
+while port_in_use "$base" || port_in_use $((base + 1)) || port_in_use $((base + 2)) || port_in_use $((base + 3)); do
+    base=$((base + 10))
+    [ "$base" -lt 32000 ] || { echo "bench-cluster: no four free ports below 32000" >&2; exit 1; }
+done
+
+# Runs "$@" in a new process group and waits for it; kills whatever of the group is left.
+in_group() {
+    setsid "$@" &
+    group=$!
+    local status=0
+    wait "$group" || status=$?
+    kill -- -"$group" 2>/dev/null || true
+    group=""
+    return "$status"
+}
+
+now() { date +%s.%N; }
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+# 1. kv_test_ok.sh: RUNS native runs vs RUNS dara executions, TRIALS times alternately.
+native_rates=() dara_rates=() kv_ratios=()
+for _ in $(seq 1 "$trials"); do
+    start=$(now)
+    if ! in_group bash -c 'for _ in $(seq 1 "$1"); do "$2" "$3" "$4" >/dev/null || exit 1; done' loop "$runs" "$kv_script" "$out/kv_node_ok" "$base"; then
+        echo "bench-cluster: $kv_script failed natively" >&2
+        exit 1
+    fi
+    native_rates+=("$(awk "BEGIN{printf \"%.1f\", $runs / ($(now) - $start)}")")
+
+    rm -rf "$out/kv-run"
+    start=$(now)
+    if ! "$trace" -q -o "$out/kv-run" --runs "$runs" --strategy random --seed 1 --pin-cpu "$cpu" -- "$kv_script" "$out/kv_node_ok" "$base" >"$out/kv.log" 2>&1; then
+        echo "bench-cluster: dara-trace on $kv_script failed:" >&2
+        tail -5 "$out/kv.log" >&2
+        exit 1
+    fi
+    dara_rates+=("$(awk "BEGIN{printf \"%.1f\", $runs / ($(now) - $start)}")")
+    kv_ratios+=("$(awk "BEGIN{printf \"%.2f\", ${dara_rates[-1]} / ${native_rates[-1]}}")")
+done
+kv_native=$(printf '%s\n' "${native_rates[@]}" | median)
+kv_dara=$(printf '%s\n' "${dara_rates[@]}" | median)
+kv_ratio=$(awk "BEGIN{printf \"%.2f\", $kv_dara / $kv_native}")
+
+# 2. heartbeat_test.sh: one native run vs one dara execution (seed t), TRIALS times alternately.
+native_s=() dara_ms=() vtime_s=() steps=() native_retries="" dara_retries=()
+for t in $(seq 1 "$trials"); do
+    start=$(now)
+    if ! in_group "$hb_script" "$out/heartbeat" "$base" >"$out/hb-native.log"; then
+        echo "bench-cluster: $hb_script failed natively:" >&2
+        cat "$out/hb-native.log" >&2
+        exit 1
+    fi
+    native_s+=("$(awk "BEGIN{printf \"%.3f\", $(now) - $start}")")
+    native_retries=$(awk '/^client/ {r += $5} END {print r}' "$out/hb-native.log")
+
+    rm -rf "$out/hb-run"
+    start=$(now)
+    if ! "$trace" -o "$out/hb-run" --strategy random --seed "$t" --pin-cpu "$cpu" -- "$hb_script" "$out/heartbeat" "$base" >"$out/hb-dara.log" 2>&1; then
+        echo "bench-cluster: dara-trace on $hb_script failed:" >&2
+        tail -5 "$out/hb-dara.log" >&2
+        exit 1
+    fi
+    dara_ms+=("$(awk "BEGIN{printf \"%.1f\", ($(now) - $start) * 1000}")")
+    json=$("$info" info --json "$out/hb-run/trace.bin")
+    vtime_s+=("$(sed -nE 's/.*"virtual_time_ns": ([0-9]+).*/\1/p' <<<"$json" | awk '{printf "%.2f", $1 / 1e9}')")
+    steps+=("$(sed -nE 's/.*"steps": ([0-9]+).*/\1/p' <<<"$json")")
+    dara_retries+=("$(awk '/^client/ {r += $5} END {print r}' "$out/hb-dara.log")")
+done
+hb_native=$(printf '%s\n' "${native_s[@]}" | median)
+hb_dara=$(printf '%s\n' "${dara_ms[@]}" | median)
+hb_speedup=$(awk "BEGIN{printf \"%.0f\", $hb_native * 1000 / $hb_dara}")
+hb_vtime=$(printf '%s\n' "${vtime_s[@]}" | median)
+hb_steps=$(printf '%s\n' "${steps[@]}" | median)
+hb_dara_retries=$(printf '%s\n' "${dara_retries[@]}" | median)
+
+printf '%-52s %14s\n' "measurement (median of $trials)" "value"
+printf '%-52s %14s\n' "kv_test_ok.sh natively (runs/s)" "$kv_native"
+printf '%-52s %14s\n' "kv_test_ok.sh under dara, random (executions/s)" "$kv_dara"
+printf '%-52s %14s\n' "ratio dara / native" "$kv_ratio"
+printf '%-52s %14s\n' "  per trial, native (runs/s)" "${native_rates[*]}"
+printf '%-52s %14s\n' "  per trial, dara (executions/s)" "${dara_rates[*]}"
+printf '%-52s %14s\n' "  per trial, ratio" "${kv_ratios[*]}"
+printf '%-52s %14s\n' "heartbeat_test.sh natively, wall (s)" "$hb_native"
+printf '%-52s %14s\n' "heartbeat_test.sh, one dara execution, wall (ms)" "$hb_dara"
+printf '%-52s %14s\n' "speed-up native wall / dara wall" "${hb_speedup}x"
+printf '%-52s %14s\n' "  virtual time of the dara execution (s)" "$hb_vtime"
+printf '%-52s %14s\n' "  scheduling steps of the dara execution" "$hb_steps"
+printf '%-52s %14s\n' "  client retries, native / dara" "$native_retries / $hb_dara_retries"
+printf '%-52s %14s\n' "  per trial, native (s)" "${native_s[*]}"
+printf '%-52s %14s\n' "  per trial, dara (ms)" "${dara_ms[*]}"
+printf '%-52s %14s\n' "  per trial, virtual (s)" "${vtime_s[*]}"
