@@ -24,26 +24,29 @@
 //! * At a change point we lower the thread the strategy *would* pick and then pick again (as
 //!   shuttle does); the paper lowers the thread after it ran step k_i. This only shifts each
 //!   change point by one step.
-//! * A choice is a thread *plus* how it proceeds. When the chosen thread offers several choices
-//!   (Run or Timeout, several `CondSignal` waiters) one is picked uniformly at random.
+//! * A choice is a thread *plus* how it proceeds. A thread's timer (its `Timeout`) is ranked as an
+//!   entity of its own, with its own priority, so a timeout wins against the thread's `Run`
+//!   exactly when PCT ranks it higher. When the chosen entity offers several choices (several
+//!   `CondSignal` waiters) one is picked uniformly at random.
 //! * **Yield demotion.** Granting a thread's `Op::Yield` drops it to a priority below every
 //!   priority handed out so far (and below all change-point priorities). Plain PCT would let a
 //!   high-priority thread spinning on `sched_yield` run forever and starve the thread it waits
 //!   for, turning every such execution into a hang until a change point happens to hit it. The
 //!   demotions are extra priority changes on top of the d−1 random ones, so the paper's bound
 //!   does not strictly apply to programs that yield.
-//! * **Timer demotion.** Likewise, firing a thread's timer (`Timeout`) while another thread is
-//!   enabled demotes it: the time it waited out is time every other enabled thread would have
-//!   run. Without this, a high-priority server polling with a timeout fires its timer again and
-//!   again and starves everyone else until the virtual-time bound calls it a hang that is not
-//!   the program's. The timer still wins its race when PCT first picks it.
+//! * **Timer demotion.** Likewise, firing a thread's timer (`Timeout`) while anything else is
+//!   enabled demotes the thread, and its timer below it: the time it waited out is time every
+//!   other enabled thread would have run, and what arrived for the thread meanwhile comes before
+//!   its next timeout. Without this, a high-priority server polling with a timeout fires its
+//!   timer again and again and starves everyone else until the virtual-time bound calls it a
+//!   hang that is not the program's. The timer still wins its race when PCT first ranks it
+//!   higher.
 //!
 //! Reproducibility: execution `e` draws everything from `Rng::for_execution(seed, e)`, so it
 //! depends only on the seed, `e`, and the calibrated step estimate.
 use std::collections::BTreeMap;
 
 use dara_abi::Op;
-use dara_scheduler::choice::ThreadId;
 use dara_scheduler::{Choice, ChoiceKind, Decide, Divergence};
 
 use super::Strategy;
@@ -69,10 +72,10 @@ pub struct Pct {
     /// thread about to be picked gets priority `i`. d−1 entries, distinct whenever the estimate
     /// allows (k ≥ d−1).
     change_points: Vec<u64>,
-    /// Priority of every thread seen in this execution; higher runs first. Invariant: all values
-    /// distinct, with three bands: initial priorities ≥ depth, change-point priorities in
-    /// 1..depth, yield demotions ≤ 0 (each below all others).
-    priorities: BTreeMap<ThreadId, i64>,
+    /// Priority of every scheduling entity seen in this execution (see [`entity`]); higher runs
+    /// first. Invariant: all values distinct, with three bands: initial priorities ≥ depth,
+    /// change-point priorities in 1..depth, demotions ≤ 0 (each below all others).
+    priorities: BTreeMap<u64, i64>,
     /// Decisions taken in this execution.
     steps: u64,
 }
@@ -98,33 +101,41 @@ impl Pct {
         self.max_steps_seen.unwrap_or(INITIAL_STEP_ESTIMATE).max(1)
     }
 
-    fn assign_initial_priority(&mut self, thread: ThreadId) {
+    fn assign_initial_priority(&mut self, entity: u64) {
         loop {
             let p = i64::from(self.depth) + self.rng.below(INITIAL_PRIORITY_SPAN) as i64;
             if !self.priorities.values().any(|&q| q == p) {
-                self.priorities.insert(thread, p);
+                self.priorities.insert(entity, p);
                 return;
             }
         }
     }
 
-    fn priority(&self, thread: ThreadId) -> i64 {
-        self.priorities.get(&thread).copied().unwrap_or(i64::MIN)
+    fn priority(&self, entity: u64) -> i64 {
+        self.priorities.get(&entity).copied().unwrap_or(i64::MIN)
     }
 
-    /// The enabled thread with the highest priority.
-    fn top_thread(&self, choices: &[Choice]) -> ThreadId {
-        choices
-            .iter()
-            .map(|c| c.thread)
-            .max_by_key(|&t| self.priority(t))
-            .unwrap_or_default()
+    /// The enabled entity with the highest priority.
+    fn top_entity(&self, choices: &[Choice]) -> u64 {
+        choices.iter().map(entity).max_by_key(|&e| self.priority(e)).unwrap_or_default()
     }
 
     /// Below everything handed out so far, and below every change-point priority.
-    fn demote(&mut self, thread: ThreadId) {
+    fn demote(&mut self, entity: u64) {
         let lowest = self.priorities.values().copied().min().unwrap_or(0).min(1);
-        self.priorities.insert(thread, lowest - 1);
+        self.priorities.insert(entity, lowest - 1);
+    }
+}
+
+/// What PCT ranks: a thread, or a thread's timer. A timer is an entity of its own, with its own
+/// priority, so whether a thread's timeout beats the data it could receive instead is decided by
+/// priorities like any race, consistently within an execution, rather than by a coin at every
+/// step (which made a polling node time out half of the times it had a message waiting).
+fn entity(c: &Choice) -> u64 {
+    const TIMER: u64 = 1 << 32;
+    match c.kind {
+        ChoiceKind::Timeout => TIMER | u64::from(c.thread),
+        _ => u64::from(c.thread),
     }
 }
 
@@ -133,22 +144,30 @@ impl Decide for Pct {
         debug_assert!(!choices.is_empty(), "the model offers at least one choice");
         self.steps += 1;
         for c in choices {
-            if !self.priorities.contains_key(&c.thread) {
-                self.assign_initial_priority(c.thread);
+            if !self.priorities.contains_key(&entity(c)) {
+                self.assign_initial_priority(entity(c));
             }
         }
         for i in 0..self.change_points.len() {
             if self.change_points[i] == self.steps {
-                let t = self.top_thread(choices);
-                self.priorities.insert(t, i as i64 + 1);
+                let e = self.top_entity(choices);
+                self.priorities.insert(e, i as i64 + 1);
             }
         }
 
-        let thread = self.top_thread(choices);
-        let own: Vec<usize> = (0..choices.len()).filter(|&i| choices[i].thread == thread).collect();
+        let top = self.top_entity(choices);
+        let own: Vec<usize> = (0..choices.len()).filter(|&i| entity(&choices[i]) == top).collect();
         let pick = own.get(self.rng.index(own.len())).copied().unwrap_or(0);
-        if choices.get(pick).is_some_and(|c| c.op == Op::Yield || (c.kind == ChoiceKind::Timeout && choices.iter().any(|o| o.thread != thread))) {
-            self.demote(thread);
+        let others_enabled = choices.iter().any(|c| entity(c) != top);
+        match choices.get(pick) {
+            Some(c) if c.op == Op::Yield => self.demote(top),
+            Some(c) if c.kind == ChoiceKind::Timeout && others_enabled => {
+                // The thread waited its timeout out: it goes below everyone else, and its timer
+                // below it (what arrived meanwhile is taken before the next timeout).
+                self.demote(u64::from(c.thread));
+                self.demote(top);
+            }
+            _ => {}
         }
         Ok(pick)
     }
