@@ -63,17 +63,7 @@ fn sigint_stops_cleanly_and_leaves_nothing_behind() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    // SAFETY: sending a signal to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "dara-trace did not stop after SIGINT");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = interrupt_after(&mut child, Duration::from_millis(700));
     assert_eq!(status.code(), Some(130));
     assert!(processes_mentioning(program.to_str().unwrap()).is_empty(), "a target process survived SIGINT");
     assert!(dara_shm_files().is_empty(), "shared memory left in /dev/shm");

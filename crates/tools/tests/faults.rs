@@ -8,7 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use dara_scheduler::trace;
@@ -170,17 +170,7 @@ fn nothing_of_a_cluster_run_survives_ctrl_c_in_the_middle_of_crashes_and_restart
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    // SAFETY: sending a signal to our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "dara-trace did not stop after SIGINT");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = interrupt_after(&mut child, Duration::from_millis(1500));
     assert_eq!(status.code(), Some(130));
     assert_no_survivors(&node);
     assert!(dara_shm_files().is_empty(), "shared memory left in /dev/shm");

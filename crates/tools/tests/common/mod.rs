@@ -242,3 +242,19 @@ pub fn free_ports(count: u16) -> u16 {
         }
     }
 }
+
+/// Sends SIGINT to `child` after `delay` and waits (at most 20 s) for it to exit.
+#[allow(dead_code)]
+pub fn interrupt_after(child: &mut std::process::Child, delay: Duration) -> std::process::ExitStatus {
+    std::thread::sleep(delay);
+    // SAFETY: sending a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "dara-trace did not stop after SIGINT");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
