@@ -228,6 +228,15 @@ impl ProcessTree {
         if self.finished {
             return true;
         }
+        if self.pgid == 0 {
+            // Nothing was started (spawning failed): `kill(-0)` would signal dara's own group.
+            self.finished = true;
+            self.output_writers.clear();
+            for f in self.forwarders.drain(..) {
+                let _ = f.join();
+            }
+            return true;
+        }
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             // SAFETY: kill with a negative pid signals a process group; no memory is involved.
@@ -324,5 +333,39 @@ where
 impl Drop for ProcessTree {
     fn drop(&mut self) {
         self.kill_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(command: &[&str]) -> LaunchSpec {
+        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true }
+    }
+
+    #[test]
+    fn a_command_that_cannot_start_is_an_error_and_kills_nothing() {
+        // Before the fix, the half-built tree's teardown sent SIGKILL to process group 0: the
+        // test runner's own. Surviving this test is the assertion that matters.
+        let err = ProcessTree::spawn(&spec(&["/no/such/program"]), || {}).err().expect("spawning a missing program fails");
+        assert!(err.to_string().contains("/no/such/program"), "{err}");
+    }
+
+    #[test]
+    fn a_group_outlives_its_members_and_takes_new_ones() {
+        let mut tree = ProcessTree::spawn_group(&spec(&[]), || {}).unwrap();
+        let first = tree.launch(&["/bin/true".to_string()]).unwrap();
+        assert_eq!(tree.root_pid(), first);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while tree.try_exit().is_none_or(|e| e.pid != first) {
+            assert!(Instant::now() < deadline, "the first member's exit was not reported");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!tree.all_gone(), "the placeholder keeps the group alive");
+        let second = tree.launch(&["/bin/true".to_string()]).unwrap();
+        assert_ne!(second, first);
+        assert!(tree.kill_all(), "teardown reaps the group");
+        assert!(tree.all_gone());
     }
 }
