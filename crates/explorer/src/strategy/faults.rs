@@ -202,6 +202,52 @@ mod tests {
         }
     }
 
+    /// Two threads of three steps each, thread 1 on a node that a budget of one crash may kill
+    /// (its remaining steps then vanish).
+    struct CrashableNode {
+        pc: [usize; 2],
+        crashed: bool,
+    }
+
+    impl crate::strategy::testkit::Program for CrashableNode {
+        fn choices(&self) -> Vec<Choice> {
+            let mut out: Vec<Choice> = (0..2u32).filter(|&t| self.pc[t as usize] < 3 && !(t == 1 && self.crashed)).map(thread).collect();
+            if !self.crashed && self.pc[1] < 3 && !out.is_empty() {
+                out.push(crash(1));
+            }
+            out
+        }
+
+        fn apply(&mut self, c: &Choice) {
+            match c.kind {
+                ChoiceKind::Fault => self.crashed = true,
+                _ => self.pc[c.thread as usize] += 1,
+            }
+        }
+    }
+
+    #[test]
+    fn systematic_strategies_try_the_crash_at_every_point() {
+        use crate::strategy::testkit::run;
+        use crate::strategy::{Dfs, Dpor};
+        let strategies: Vec<(&str, Box<dyn Strategy>)> = vec![("dfs", Box::new(Dfs::unbounded())), ("dpor", Box::new(Dpor::new()))];
+        for (name, mut s) in strategies {
+            let mut crash_after = std::collections::BTreeSet::new();
+            for k in 0..10_000 {
+                if s.exhausted() {
+                    break;
+                }
+                let (taken, _) = run(s.as_mut(), k, &mut CrashableNode { pc: [0; 2], crashed: false }, 100);
+                if let Some(at) = taken.iter().position(|c| c.kind == ChoiceKind::Fault) {
+                    // How far thread 1 had got when its node was crashed.
+                    crash_after.insert(taken[..at].iter().filter(|c| c.thread == 1).count());
+                }
+            }
+            assert!(s.exhausted(), "{name} did not finish the space");
+            assert_eq!(crash_after.into_iter().collect::<Vec<_>>(), vec![0, 1, 2], "{name}: the crash before each of thread 1's steps");
+        }
+    }
+
     #[test]
     fn only_faults_offered_means_a_fault_is_taken() {
         let mut s = Faults::new(Random::new(1), 1);

@@ -7,22 +7,32 @@
 use std::collections::BTreeMap;
 
 use dara_abi::Op;
-use dara_scheduler::choice::ThreadId;
+use dara_scheduler::choice::{ThreadId, FAULT_THREAD};
 use dara_scheduler::{Choice, ChoiceKind};
 
 use super::{dependent, Node};
 
-/// A vector clock: entry t is how many of thread t's steps happened before.
+/// A vector clock: entry `index(t)` is how many of thread t's steps happened before.
 #[derive(Clone, Debug, Default)]
 struct Clock(Vec<u32>);
 
+/// A thread's entry in a clock: injected faults (thread [`FAULT_THREAD`], `u32::MAX`) count as
+/// one more thread, at entry 0, so a clock stays as long as the number of threads.
+fn index(t: ThreadId) -> usize {
+    if t == FAULT_THREAD {
+        0
+    } else {
+        t as usize + 1
+    }
+}
+
 impl Clock {
     fn get(&self, t: ThreadId) -> u32 {
-        self.0.get(t as usize).copied().unwrap_or(0)
+        self.0.get(index(t)).copied().unwrap_or(0)
     }
 
     fn set(&mut self, t: ThreadId, n: u32) {
-        let t = t as usize;
+        let t = index(t);
         if self.0.len() <= t {
             self.0.resize(t + 1, 0);
         }
