@@ -94,9 +94,9 @@ pub fn obj_pair(obj: u64) -> (usize, usize) {
 /// Where a cluster execution is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
-    /// Starting node `n` (the next to launch, or the one on its way).
+    /// Launching the nodes in order, each once the one before it serves.
     StartingNodes,
-    /// Every node launched; the workload starts once no node has anything to do but wait.
+    /// Every node launched; the workload starts once the last one serves.
     Settling,
     Workload,
     Check,
@@ -148,11 +148,6 @@ impl Nodes {
         } else {
             spec.start.clone()
         }
-    }
-
-    /// Processes of `node` among `live`.
-    pub fn processes_of(&self, node: usize, live: impl Iterator<Item = ProcessId>) -> Vec<ProcessId> {
-        live.filter(|p| self.node_of.get(p) == Some(&node)).collect()
     }
 
     pub fn partitioned(&self, a: usize, b: usize) -> bool {

@@ -153,10 +153,7 @@ impl Execution<'_> {
     /// A process registered: the command on its way takes its role; a fork joins its parent's node.
     pub(super) fn place_process(&mut self, process: ProcessId, pid: u32, parent: Option<ProcessId>) {
         let Some(nodes) = &mut self.nodes else { return };
-        let role = match self.arriving.take_if(|a| a.pid == pid) {
-            Some(arrival) => Some(arrival.role),
-            None => None,
-        };
+        let role = self.arriving.take_if(|a| a.pid == pid).map(|a| a.role);
         match (role, parent) {
             (Some(Role::Node(n)), _) => {
                 nodes.node_of.insert(process, n);
@@ -202,8 +199,7 @@ impl Execution<'_> {
     /// Appends this step's fault choices (cluster runs with a fault budget only).
     pub(super) fn add_fault_choices(&self, choices: &mut Vec<Choice>) {
         let Some(nodes) = &self.nodes else { return };
-        let up = |n: usize| self.processes.iter().any(|(p, r)| r.alive && nodes.node_of.get(p) == Some(&n));
-        nodes.fault_choices(up, choices);
+        nodes.fault_choices(|n| self.live_processes_of(n).next().is_some(), choices);
         if nodes.may_drop() {
             // A ready datagram receive may instead lose the datagram it would get.
             for (thread, request) in self.model.net_requests() {
@@ -224,8 +220,8 @@ impl Execution<'_> {
             Op::NodeCrash => {
                 let node = choice.obj as usize;
                 let now = Instant::now();
-                let live: Vec<ProcessId> = self.processes.iter().filter(|(_, r)| r.alive).map(|(&p, _)| p).collect();
-                for process in nodes.processes_of(node, live.into_iter()) {
+                let victims: Vec<ProcessId> = self.live_processes_of(node).map(|(p, _)| p).collect();
+                for process in victims {
                     if let Some(pidfd) = self.processes.get(&process).and_then(|r| r.pidfd.as_ref()) {
                         procfs::pidfd_kill(pidfd);
                     }
@@ -259,10 +255,7 @@ impl Execution<'_> {
     }
 
     fn reset_between(&mut self, a: usize, b: usize) -> Result<(), Outcome> {
-        let pids = |node: usize| -> Vec<u32> {
-            let nodes = self.nodes.as_ref().expect("cluster");
-            self.processes.iter().filter(|(p, r)| r.alive && nodes.node_of.get(p) == Some(&node)).map(|(_, r): (_, &ProcessRecord)| r.pid).collect()
-        };
+        let pids = |node: usize| -> Vec<u32> { self.live_processes_of(node).map(|(_, r)| r.pid).collect() };
         let (pa, pb) = (pids(a), pids(b));
         match self.net.reset_between(&pa, &pb) {
             Ok(0) => Ok(()),
@@ -272,6 +265,12 @@ impl Execution<'_> {
             }
             Err(e) => Err(Outcome::Uncontrolled { thread: 0, syscall: "connection reset".into(), detail: e.0 }),
         }
+    }
+
+    /// The live processes of `node` (none outside a cluster run).
+    fn live_processes_of(&self, node: usize) -> impl Iterator<Item = (ProcessId, &ProcessRecord)> + '_ {
+        let nodes = self.nodes.as_ref();
+        self.processes.iter().filter(move |(p, r)| r.alive && nodes.and_then(|n| n.node_of.get(p)) == Some(&node)).map(|(&p, r)| (p, r))
     }
 
     /// The wall-clock skew a `ClockRead` of `thread` shows (its node's, if skewed).
