@@ -34,7 +34,7 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -229,6 +229,13 @@ pub enum Op {
     NetEpollWait = 125,
     /// close/shutdown of a socket or pipe end. args: [fd, how (0 close, 1 + SHUT_*), 0, 0]
     NetClose = 126,
+    /// A TCP socket started listening while dara keeps outside peers apart ([`Header::outside`]).
+    /// args: [the program's descriptor, listening on its own (public) address; a private twin
+    /// listening on the same address with a port of the kernel's choice; 0; 0]. Granted at once:
+    /// the scheduler keeps a duplicate of the public socket (it accepts outside clients itself and
+    /// hands each one over as a connection to the twin), then the preload puts the twin in place
+    /// of the program's descriptor. See docs/outside.md.
+    NetListen = 127,
 
     // Injected faults (130–139): never posted by the preload. They are the scheduler's own
     // choices in a cluster run (`Choice::kind` is `Fault`), recorded and replayed like any
@@ -311,6 +318,7 @@ impl Op {
             124 => NetPoll,
             125 => NetEpollWait,
             126 => NetClose,
+            127 => NetListen,
             130 => NodeCrash,
             131 => NodeRestart,
             132 => Partition,
@@ -373,6 +381,7 @@ impl Op {
             NetPoll => "poll",
             NetEpollWait => "epoll-wait",
             NetClose => "close",
+            NetListen => "listen",
             NodeCrash => "crash",
             NodeRestart => "restart",
             Partition => "partition",
@@ -489,6 +498,10 @@ pub struct Header {
     pub preempt_flags: u32,
     /// `--preempt-on edges:N`: post [`Op::EdgeQuantum`] every this many coverage edges (0 = off).
     pub preempt_edges: u32,
+    /// Non-zero when peers outside dara may talk to the program (a recording run, or the replay
+    /// of one): a TCP `listen` then posts [`Op::NetListen`] and swaps in a private twin, so only
+    /// dara can make a connection reach the program's accept.
+    pub outside: u32,
     /// Inodes of the pipes dara reads the target's stdout and stderr from (written right after
     /// the launch, before any grant). Writes to them never block (dara drains them), so they are
     /// not network descriptors; every other pipe is.

@@ -125,6 +125,8 @@ pub enum MinimizeError {
     ReplayMismatch(String),
     #[error("interrupted")]
     Interrupted,
+    #[error("the trace records input from peers outside dara, which is tied to its schedule: a recording is replayed, not minimized")]
+    Outside,
     #[error(transparent)]
     Execution(#[from] ExecutionError),
 }
@@ -137,6 +139,9 @@ const CANDIDATE_STRETCH: u64 = 4;
 pub fn minimize(trace: &Trace, base: &ExecutionConfig, max_tries: u64, stop: &AtomicBool, on_attempt: &mut dyn FnMut(&Attempt)) -> Result<Minimized, MinimizeError> {
     if !trace.outcome.is_bug() {
         return Err(MinimizeError::NoBug(trace.outcome.summary()));
+    }
+    if !trace.outside.is_empty() {
+        return Err(MinimizeError::Outside);
     }
     let mut cfg = config_for(trace, base);
     // Candidates' output would only bury the result; the final replay check shows nothing either.
@@ -156,7 +161,7 @@ pub fn minimize(trace: &Trace, base: &ExecutionConfig, max_tries: u64, stop: &At
     let before = original.size();
     search.run(original)?;
     let best = &search.best;
-    let out = Trace { header: trace.header.clone(), steps: best.steps.clone(), outcome: best.outcome.clone(), coverage: best.coverage.clone() };
+    let out = Trace { header: trace.header.clone(), steps: best.steps.clone(), outcome: best.outcome.clone(), coverage: best.coverage.clone(), outside: Vec::new() };
     check_replays(&out, &quiet_base, stop)?;
     Ok(Minimized { trace: out, before, after: best.size(), tries: search.tries, accepted: search.accepted, out_of_tries: search.out_of_tries() })
 }

@@ -4,6 +4,7 @@
 use std::sync::atomic::AtomicBool;
 
 use dara_scheduler::execution::{self, ExecutionConfig, ExecutionError, ExecutionReport};
+use dara_scheduler::outside::OutsideMode;
 use dara_scheduler::trace::{Step, Trace};
 
 use std::collections::BTreeMap;
@@ -31,6 +32,9 @@ pub fn config_for(trace: &Trace, base: &ExecutionConfig) -> ExecutionConfig {
         setup: h.setup.clone(),
         cleanup: h.cleanup.clone(),
         profile: false,
+        outside: if h.outside { OutsideMode::Replay(std::sync::Arc::new(trace.outside.clone())) } else { OutsideMode::Closed },
+        // A recording stopped by the user is reproduced up to where it was stopped.
+        stop_at_step: (trace.outcome == dara_scheduler::Outcome::Interrupted).then_some(trace.steps.len() as u64),
         ..base.clone()
     }
 }

@@ -24,6 +24,7 @@ pub mod futex;
 pub mod region;
 pub mod memory;
 pub mod netprobe;
+pub mod outside;
 pub mod procfs;
 pub mod symbols;
 pub mod execution;

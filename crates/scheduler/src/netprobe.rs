@@ -162,7 +162,7 @@ impl NetProbe {
                 };
                 Ok(NetView { ready, ready_entries: u32::from(ready), size: len as i64, obj: describe(ep.id, peer, ep.kind, &first[..(len as usize).min(4)]) })
             }
-            Op::NetConnect | Op::NetClose => {
+            Op::NetConnect | Op::NetClose | Op::NetListen => {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(NetView { ready: true, ..closed_view() }) };
                 let ep = self.endpoint(process, fd, &dup);
                 Ok(NetView { ready: true, ready_entries: 1, size: 0, obj: describe(ep.id, self.peer(ep), ep.kind, &[]) })
@@ -379,6 +379,31 @@ impl NetProbe {
         Ok(found)
     }
 
+    /// Whether a traced process has a TCP endpoint with local port `local` connected to port
+    /// `remote` (seen when its connect was settled): a client dara accepted on a public socket
+    /// with that address pair is traced, not outside.
+    pub fn is_traced_endpoint(&self, local: u16, remote: u16) -> bool {
+        self.by_key.contains_key(&(kind::TCP, local, remote))
+    }
+
+    /// dara connected to a listening socket on `port` itself: one connection is owed to it.
+    pub fn expect_connection(&mut self, port: u16) {
+        *self.owed.entry((kind::TCP, port, 0)).or_default() += 1;
+    }
+
+    /// dara accepted a connection a traced client made to `port`: it is no longer owed there.
+    pub fn connection_taken(&mut self, port: u16) {
+        if let Some(n) = self.owed.get_mut(&(kind::TCP, port, 0)) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// The target's descriptor `fd` (process `pid`) as dara's own; `None` if it has no such
+    /// descriptor. The caller decides how long to keep it.
+    pub fn duplicate(&mut self, pid: u32, fd: i32) -> Result<Option<OwnedFd>, ProbeError> {
+        self.dup(pid, fd)
+    }
+
     /// The target's descriptor `fd` as our own, `None` if the target has no such descriptor.
     fn dup(&mut self, pid: u32, fd: i32) -> Result<Option<OwnedFd>, ProbeError> {
         if !self.pidfds.contains_key(&pid) {
@@ -528,6 +553,54 @@ fn inet_key(fd: &OwnedFd, k: u64) -> Option<PortKey> {
         Some(u16::from_be(sin.sin_port))
     };
     Some((k, port(false)?, port(true).unwrap_or(0)))
+}
+
+/// Whether some TCP socket listens on port `port`.
+pub(crate) fn port_listening(port: u16) -> bool {
+    port_bound(kind::TCP, port)
+}
+
+/// (local port, remote port or 0) of an INET socket.
+pub(crate) fn socket_ports(fd: &OwnedFd) -> Option<(u16, u16)> {
+    inet_key(fd, kind::TCP).map(|(_, local, remote)| (local, remote))
+}
+
+/// `tcpi_snd_wnd` sits at this offset of `struct tcp_info` (Linux 5.4 and later).
+const TCPI_SND_WND_OFFSET: usize = 228;
+/// What a send may offer when the window is not known.
+const DEFAULT_SEND_ROOM: usize = 16 * 1024;
+
+/// Bytes a TCP socket can send now without waiting for its peer to read: the peer's advertised
+/// window less what is already in flight.
+pub(crate) fn send_window(fd: &OwnedFd) -> usize {
+    let mut info = [0u8; TCPI_SND_WND_OFFSET + 4];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `info` and updates `len`.
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 || (len as usize) < info.len() {
+        return DEFAULT_SEND_ROOM;
+    }
+    let window = u32::from_ne_bytes(info[TCPI_SND_WND_OFFSET..].try_into().unwrap_or([0; 4])) as usize;
+    window.saturating_sub(ioctl_int(fd, SIOCOUTQ).max(0) as usize)
+}
+
+/// TCP states in which a FIN we sent is not acknowledged yet.
+const FIN_IN_FLIGHT: [u8; 3] = [4 /* FIN_WAIT1 */, 9 /* LAST_ACK */, 11 /* CLOSING */];
+
+/// Waits until everything sent on `fd` (bytes and a FIN) is acknowledged by the loopback peer,
+/// so it is in the peer's receive queue, or the connection is over; bounded by [`SETTLE_LIMIT`]
+/// from `started`.
+pub(crate) fn wait_acknowledged(fd: &OwnedFd, started: Instant) -> Result<(), ProbeError> {
+    loop {
+        let state = tcp_state(fd);
+        if state == Some(TCP_CLOSE) || (ioctl_int(fd, SIOCOUTQ) == 0 && !state.is_some_and(|s| FIN_IN_FLIGHT.contains(&s))) {
+            return Ok(());
+        }
+        if started.elapsed() > SETTLE_LIMIT {
+            return Err(ProbeError(format!("bytes dara relayed from an outside peer were not acknowledged by the program's socket within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
+        }
+        std::thread::yield_now();
+    }
 }
 
 /// Whether some socket of kind `k` (TCP: listening) has local port `port`, from /proc/net.

@@ -81,14 +81,18 @@ pub fn process_group(pid: u32) -> Option<u32> {
     stat[stat.rfind(')')? + 2..].split_whitespace().nth(2)?.parse().ok()
 }
 
-/// CPU time (user + system, in clock ticks) a thread has used, from /proc/<pid>/task/<tid>/stat.
-pub fn thread_cpu_ticks(pid: u32, tid: u32) -> Option<u64> {
+/// CPU time (user + system, in clock ticks) a thread has used, and its start time (clock ticks
+/// after boot: with the tid, the thread's identity, since tids are reused once pid_max wraps),
+/// from /proc/<pid>/task/<tid>/stat.
+pub fn thread_cpu_ticks(pid: u32, tid: u32) -> Option<(u64, u64)> {
     let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
-    // utime and stime are fields 14 and 15 (1-based), counted from the state (field 3).
+    // utime, stime and starttime are fields 14, 15 and 22 (1-based), counted from the state
+    // (field 3).
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
+    let start: u64 = fields.get(19)?.parse().ok()?;
+    Some((utime + stime, start))
 }
 
 /// Clock ticks as a duration.

@@ -17,9 +17,10 @@ pub struct Region {
 }
 
 impl Region {
-    /// Creates a zeroed region with a valid header, the `--preempt-on` settings and (for memory
+    /// Creates a zeroed region with a valid header, the `--preempt-on` settings, whether outside
+    /// peers are kept apart (`outside`), and (for memory
     /// points outside the profiling run) the watch set in the access table.
-    pub fn create(cpus: u32, random_seed: u64, preempt: &Preemption, profile: bool) -> std::io::Result<Region> {
+    pub fn create(cpus: u32, random_seed: u64, preempt: &Preemption, profile: bool, outside: bool) -> std::io::Result<Region> {
         // SAFETY: memfd_create reads a NUL-terminated name and returns a new descriptor or -1.
         let fd = unsafe { libc::memfd_create(c"dara-region".as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
@@ -43,6 +44,7 @@ impl Region {
         header.scheduler_pid = std::process::id();
         header.preempt_flags = preempt.flags(profile);
         header.preempt_edges = preempt.edges;
+        header.outside = u32::from(outside);
         if header.preempt_flags & dara_abi::preempt::MEMORY != 0 {
             // A set of at most MAX_WATCHED granules in a table four times larger, probed up to
             // 64 entries deep, always fits.
@@ -134,7 +136,7 @@ mod tests {
     #[test]
     fn coverage_touched_sees_a_counter_on_any_page() {
         for (process, edge) in [(0, 3), (1, 5000), (5, dara_abi::COV_MAP_SIZE - 1), (63, 40_000)] {
-            let region = Region::create(2, 1, &Default::default(), false).unwrap();
+            let region = Region::create(2, 1, &Default::default(), false, false).unwrap();
             // Every preload writes `guards` (0 here), which must not count as coverage.
             region.coverage(process).guards.store(0, Ordering::Relaxed);
             assert!(!region.coverage_touched(process), "process {process}: nothing counted yet");

@@ -17,6 +17,9 @@ pub struct Names<'a> {
     /// A cluster run's node of each node process, and its spec (fault descriptions).
     pub nodes: &'a BTreeMap<ProcessId, String>,
     pub cluster: Option<&'a dara_scheduler::cluster::ClusterSpec>,
+    /// Inputs from outside peers and the program's outputs to them, shown before the step they
+    /// preceded.
+    pub outside: &'a [dara_scheduler::outside::OutsideEvent],
 }
 
 /// Formats `steps` as a listing. Steps whose `preempted` entry is true are marked `>>` (another
@@ -35,7 +38,11 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
         _ => format!("t{t}"),
     };
     let _ = writeln!(out, "   {:>6}  {:>8}  {:<12} {:<16} {:<34} result", "step", "vtime", "thread", "operation", "object");
+    let mut outside = names.outside.iter().peekable();
     for (i, step) in steps.iter().enumerate() {
+        while let Some(e) = outside.next_if(|e| e.step <= i as u64) {
+            let _ = writeln!(out, "   {:>6}  {:>8}  {:<12} {}", "", "", "outside", outside_line(e));
+        }
         let c = &step.choice;
         let op = match c.kind {
             ChoiceKind::Run => c.op.name().to_string(),
@@ -55,11 +62,31 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
         let mark = if preempted.get(i).copied().unwrap_or(false) { ">> " } else { "   " };
         let _ = writeln!(out, "{mark}{:>6}  {:>8}  {:<12} {:<16} {:<34} {result}{alt}", i, format_vtime(step.now_ns), who(c.thread), op, object);
     }
+    for e in outside {
+        let _ = writeln!(out, "   {:>6}  {:>8}  {:<12} {}", "", "", "outside", outside_line(e));
+    }
     let n = preempted.iter().filter(|p| **p).count();
     if n > 0 {
         let _ = writeln!(out, "{n} preemption(s), marked >>: there another thread could have continued, and the schedule switched instead.");
     }
     out
+}
+
+/// One outside event for the listing: what crossed the boundary, with its first bytes.
+fn outside_line(e: &dara_scheduler::outside::OutsideEvent) -> String {
+    use dara_scheduler::outside::OutsideWhat::*;
+    let bytes = |b: &[u8]| {
+        let head: String = b.iter().take(48).flat_map(|&c| std::ascii::escape_default(c)).map(char::from).collect();
+        format!("{} bytes \"{head}{}\"", b.len(), if b.len() > 48 { "…" } else { "" })
+    };
+    match &e.what {
+        Connect { listener } => format!("c{} connects to listening socket {listener}", e.stream),
+        Data(b) => format!("c{} sends {}", e.stream, bytes(b)),
+        Close => format!("c{} closes", e.stream),
+        Output(b) => format!("c{} receives {}", e.stream, bytes(b)),
+        OutputClosed => format!("c{} sees the program close", e.stream),
+        Signal(s) => format!("signal {} to every process", dara_scheduler::execution::signal_name(*s)),
+    }
 }
 
 fn describe_object(obj: u64, op: dara_abi::Op, symbols: &BTreeMap<u64, String>) -> String {

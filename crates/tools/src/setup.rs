@@ -11,14 +11,18 @@ use dara_scheduler::execution::ExecutionConfig;
 /// Set by SIGINT/SIGTERM; the scheduler polls it and ends the execution cleanly.
 pub static STOP: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_stop_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
+/// During a recording the first SIGINT or SIGTERM is passed on to the program (it is an input,
+/// as from the terminal); otherwise, and the second time, dara stops.
+extern "C" fn on_stop_signal(sig: libc::c_int) {
+    if !dara_scheduler::outside::pass_on_signal(sig) {
+        STOP.store(true, Ordering::SeqCst);
+    }
 }
 
 /// Installs the stop handlers and makes dara the subreaper of everything it launches.
 pub fn init_process() -> anyhow::Result<()> {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        // SAFETY: the handler only touches atomics, which is async-signal-safe.
         unsafe { libc::signal(sig, on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
     }
     end_quietly_on_closed_pipe();
@@ -100,5 +104,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         setup: None,
         cleanup: None,
         profile: false,
+        outside: Default::default(),
+        stop_at_step: None,
     })
 }

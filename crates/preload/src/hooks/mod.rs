@@ -14,6 +14,7 @@ pub mod cond;
 pub mod cpu;
 pub mod files;
 pub mod net;
+pub mod outside;
 pub mod poll;
 pub mod popen;
 pub mod process;

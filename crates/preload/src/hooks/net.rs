@@ -337,6 +337,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         gate.post(Op::NetClose, [fd as u64, 0, 0, 0]);
     }
     forget(fd);
+    super::outside::forget(fd);
     // SAFETY: plain integer.
     unsafe { real::close(fd) }
 }

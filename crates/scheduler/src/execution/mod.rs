@@ -10,6 +10,7 @@ mod cluster;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +25,7 @@ use crate::memory::TargetMemory;
 use crate::model::{Effect, Model, Request, ThreadStatus};
 use crate::netprobe::NetProbe;
 use crate::outcome::Outcome;
+use crate::outside::{Outside, OutsideEvent, OutsideMode, RelayError};
 use crate::preempt::{AccessProfile, Preemption};
 use crate::region::Region;
 use crate::symbols::Symbolizer;
@@ -65,6 +67,12 @@ pub struct ExecutionConfig {
     /// Shell commands run outside dara (`sh -c`) before and after every execution.
     pub setup: Option<String>,
     pub cleanup: Option<String>,
+    /// Whether peers outside dara may talk to the program: a recording run takes their inputs,
+    /// a replay feeds recorded ones back (see [`crate::outside`]).
+    pub outside: OutsideMode,
+    /// The recording this replays was stopped (Ctrl-C) after this many steps: end there, as
+    /// `Interrupted`, rather than run on.
+    pub stop_at_step: Option<u64>,
 }
 
 /// What happened in one execution.
@@ -85,6 +93,9 @@ pub struct ExecutionReport {
     pub coverage: BTreeMap<ProcessId, ProcessCoverage>,
     /// What the profiling run's accesses were (`cfg.profile` only).
     pub access_profile: Option<AccessProfile>,
+    /// Inputs from outside peers and the program's outputs to them, by step (recording and
+    /// replay runs; empty in a closed world).
+    pub outside: Vec<OutsideEvent>,
     pub wall: Duration,
 }
 
@@ -110,7 +121,8 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     if let Some(setup) = &cfg.setup {
         run_harness("setup", setup, cfg)?;
     }
-    let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, cfg.profile).map_err(ExecutionError::Region)?);
+    let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, cfg.profile, !cfg.outside.is_closed()).map_err(ExecutionError::Region)?);
+    let outside = Outside::new(&cfg.outside).map_err(|e| ExecutionError::Region(std::io::Error::other(format!("{e:?}"))))?;
     let spec = LaunchSpec {
         command: cfg.command.clone(),
         cwd: cfg.cwd.clone(),
@@ -128,8 +140,16 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         word.store(inode, Ordering::Release);
     }
     let mut run = Execution::new(cfg, region, tree);
+    run.outside = outside;
     run.launched.push(run.tree.root_pid());
     let mut outcome = run.drive(decide, stop);
+    if let (false, Some((step, expected, seen))) = (matches!(outcome, Outcome::Diverged { .. }), run.outside.as_ref().and_then(|o| o.finish(run.steps.len() as u64))) {
+        if outcome != Outcome::Interrupted || cfg.stop_at_step.is_none() {
+            outcome = Outcome::Diverged { step, expected, seen };
+        }
+    }
+    let outside_events = run.outside.take().map(|o| o.events().to_vec()).unwrap_or_default();
+    crate::outside::end_recording();
     run.region.header().shutdown.store(1, Ordering::Release);
     run.kill_strays();
     if !run.tree.kill_all() {
@@ -153,7 +173,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         .collect();
     let access_profile = cfg.profile.then(|| AccessProfile::read(run.region.access_table()));
     let nodes = run.nodes.as_ref().map(|n| n.node_of.iter().map(|(&p, &node)| (p, n.name(node).to_string())).chain(n.others.iter().map(|(&p, &r)| (p, r.to_string()))).collect()).unwrap_or_default();
-    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, programs: run.programs, nodes, coverage, access_profile, wall: started.elapsed() })
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, programs: run.programs, nodes, coverage, access_profile, outside: outside_events, wall: started.elapsed() })
 }
 
 /// Runs a setup or cleanup command with `sh -c`, outside dara, in the program's directory and
@@ -218,9 +238,9 @@ struct TokenHolder {
     thread: ThreadId,
     since: Instant,
     asleep_since: Option<Instant>,
-    /// The thread's CPU time (clock ticks) when the watchdog first looked at it: a hang is a
-    /// thread that computes, not one a loaded machine did not run.
-    cpu_at_first_look: Option<u64>,
+    /// The thread's CPU time and start time (clock ticks) when the watchdog first looked at it:
+    /// a hang is a thread that computes, not one a loaded machine did not run.
+    cpu_at_first_look: Option<(u64, u64)>,
 }
 
 enum Wait {
@@ -282,6 +302,13 @@ struct Execution<'a> {
     crashing: Vec<ProcessId>,
     /// A connect or accept ran since partitions were last enforced.
     new_connections: bool,
+    /// The relay to peers outside dara (recording and replay runs).
+    outside: Option<Outside>,
+    /// Something that went wrong while granting, ending the run at the next decision.
+    pending_end: Option<Outcome>,
+    /// Since when the run has been waiting for outside input with nothing else to do, and
+    /// whether the user was told.
+    idle_since: Option<(Instant, bool)>,
 }
 
 impl<'a> Execution<'a> {
@@ -316,6 +343,9 @@ impl<'a> Execution<'a> {
             arriving: None,
             crashing: Vec::new(),
             new_connections: false,
+            outside: None,
+            pending_end: None,
+            idle_since: None,
         }
     }
 
@@ -330,8 +360,17 @@ impl<'a> Execution<'a> {
             if self.model.now() > self.cfg.max_vtime_ns {
                 return Outcome::Hang { reason: format!("virtual-time bound exceeded ({} s); raise --max-vtime if the program legitimately runs longer", self.cfg.max_vtime_ns / 1_000_000_000) };
             }
+            if let Some(outcome) = self.pending_end.take() {
+                return outcome;
+            }
+            if self.cfg.stop_at_step == Some(self.steps.len() as u64) {
+                return Outcome::Interrupted; // where the recording was stopped
+            }
             if let Some(outcome) = self.refresh_net() {
                 return outcome;
+            }
+            if self.pass_on_signals() {
+                continue; // wait for the processes the signals end
             }
             match self.advance_cluster() {
                 cluster::Advance::Launched => continue,
@@ -340,6 +379,11 @@ impl<'a> Execution<'a> {
             }
             let mut choices = self.model.choices();
             self.add_fault_choices(&mut choices);
+            match self.await_outside(&choices, stop) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(outcome) => return outcome,
+            }
             if choices.is_empty() {
                 if self.model.live_threads().is_empty() {
                     // Everyone finished; only process exits are still to come.
@@ -374,6 +418,9 @@ impl<'a> Execution<'a> {
                 self.net.granted(pid, request, choice.kind == crate::choice::ChoiceKind::Timeout);
                 self.net_dirty = true;
                 self.new_connections |= matches!(request.op, Op::NetConnect | Op::NetAccept);
+                if let (Op::NetClose, Some(outside)) = (request.op, self.outside.as_mut()) {
+                    outside.note_close(self.thread_process.get(&choice.thread).copied().unwrap_or(0), request.args[0] as i32);
+                }
             }
             let result = match effect {
                 Effect::Grant { result } => Some(result),
@@ -384,6 +431,91 @@ impl<'a> Execution<'a> {
                 self.grant(choice.thread, choice.op, result);
             }
         }
+    }
+
+    /// A listening socket was split (`NetListen`, before its grant: both descriptors are still
+    /// the program's): dara takes a duplicate of the public one and notes the twin's address.
+    fn note_listener(&mut self, thread: ThreadId) {
+        let slot = self.region.slot(thread as usize);
+        let (fd, twin_fd) = (slot.args[0].load(Ordering::Relaxed) as i32, slot.args[1].load(Ordering::Relaxed) as i32);
+        let process = self.thread_process.get(&thread).copied().unwrap_or(0);
+        let pid = self.pid_of(thread);
+        let taken = (|| {
+            let public = self.net.duplicate(pid, fd).map_err(|e| e.0)?.ok_or("the listening socket is gone")?;
+            let twin = self.net.duplicate(pid, twin_fd).map_err(|e| e.0)?.ok_or("the twin socket is gone")?;
+            let addr = crate::outside::loopback_address(&twin).ok_or("the twin has no INET address")?;
+            let outside = self.outside.as_mut().ok_or("no relay in a closed world")?;
+            outside.add_listener(process, fd, public, addr).map_err(|e| format!("{e:?}"))
+        })();
+        if let Err(detail) = taken {
+            self.pending_end.get_or_insert(Outcome::Uncontrolled { thread, syscall: "listen".into(), detail: format!("dara could not take over a listening socket: {detail}") });
+        }
+    }
+
+    /// Recording: when nothing can run but an outside peer may still bring input (or only timers
+    /// are left, which fire at their real time), waits for it. Ok(true) when something came (look
+    /// again), Ok(false) to decide now.
+    fn await_outside(&mut self, choices: &[crate::choice::Choice], stop: &AtomicBool) -> Result<bool, Outcome> {
+        if !self.outside.as_ref().is_some_and(|o| o.may_receive()) {
+            return Ok(false);
+        }
+        let only_timers = choices.iter().all(|c| c.kind == crate::choice::ChoiceKind::Timeout);
+        if !only_timers || (choices.is_empty() && self.model.net_requests().is_empty()) {
+            self.idle_since = None;
+            return Ok(false);
+        }
+        // Virtual time follows real time while the program idles: its next timer fires when it
+        // would have without dara, unless a client comes first.
+        let next_timer = choices.iter().filter_map(|c| self.model.timer_deadline(c.thread)).min();
+        let limit = next_timer.map(|t| Duration::from_nanos(t.saturating_sub(self.model.now())).min(IDLE_TIMER_CAP));
+        let (since, told) = *self.idle_since.get_or_insert((Instant::now(), false));
+        if !told && choices.is_empty() && since.elapsed() >= IDLE_NOTICE {
+            eprintln!("dara: waiting for outside input ({}); Ctrl-C passes SIGINT on to the program, a second one stops dara and keeps the trace", self.waiting_for());
+            self.idle_since = Some((since, true));
+        }
+        let outside = self.outside.as_mut().expect("checked above");
+        match outside.wait(limit.or(Some(IDLE_NOTICE)), stop) {
+            Ok(true) => {
+                self.idle_since = None;
+                Ok(true)
+            }
+            Ok(false) if stop.load(Ordering::Relaxed) => Err(Outcome::Interrupted),
+            Ok(false) => Ok(choices.is_empty()),
+            Err(e) => Err(relay_outcome(self.steps.len() as u64, e)),
+        }
+    }
+
+    /// What the idle threads wait for, for the waiting notice.
+    fn waiting_for(&mut self) -> String {
+        let report = self.deadlock_report();
+        report.iter().take(3).map(|t| format!("thread {} {}", t.thread, t.detail)).collect::<Vec<_>>().join("; ")
+    }
+
+    /// Passes the signals dara-trace received (recording) or the recorded ones (replay) on to every
+    /// traced process. True when some process will die of it: the next decision waits for that.
+    fn pass_on_signals(&mut self) -> bool {
+        let step = self.steps.len() as u64;
+        let Some(signals) = self.outside.as_mut().map(|o| o.signals(step)) else { return false };
+        let mut dies = false;
+        for sig in signals {
+            let now = Instant::now();
+            for (&process, record) in &self.processes {
+                if !record.alive {
+                    continue;
+                }
+                let terminates = procfs::signal_terminates(record.pid, sig);
+                if let Some(pidfd) = &record.pidfd {
+                    // SAFETY: pidfd_send_signal with a pidfd we own, no siginfo, no flags.
+                    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0) };
+                }
+                if terminates {
+                    self.dying.push((process, now));
+                    self.exiting.push(process);
+                    dies = true;
+                }
+            }
+        }
+        dies
     }
 
     /// Kernel pid of `thread`'s process (0 if unknown).
@@ -398,6 +530,13 @@ impl<'a> Execution<'a> {
     fn refresh_net(&mut self) -> Option<Outcome> {
         if let Err(e) = self.net.settle() {
             return Some(Outcome::Uncontrolled { thread: 0, syscall: "loopback delivery".into(), detail: e.0 });
+        }
+        if let Some(outside) = self.outside.as_mut() {
+            match outside.pump(self.steps.len() as u64, &mut self.net) {
+                // New bytes or connections change what the program's sockets show.
+                Ok(changed) => self.net_dirty |= changed,
+                Err(e) => return Some(relay_outcome(self.steps.len() as u64, e)),
+            }
         }
         if std::mem::take(&mut self.net_dirty) {
             self.model.forget_net_views();
@@ -427,6 +566,9 @@ impl<'a> Execution<'a> {
         }
         if op == Op::ClockRead {
             result = self.clock_skew(thread);
+        }
+        if op == Op::NetListen {
+            self.note_listener(thread);
         }
         let slot = self.region.slot(thread as usize);
         // Edges this thread reaches first are stamped with the step that granted it.
@@ -798,6 +940,9 @@ impl<'a> Execution<'a> {
         self.exiting.retain(|&p| p != process);
         self.model.process_exited(process);
         self.net_dirty = true;
+        if let Some(outside) = self.outside.as_mut() {
+            outside.forget_closed_listeners();
+        }
         if self.holder.as_ref().is_some_and(|h| self.thread_process.get(&h.thread) == Some(&process)) {
             self.holder = None;
         }
@@ -914,8 +1059,10 @@ impl<'a> Execution<'a> {
         let holder = self.holder.as_mut()?;
         let slot = self.region.slot(holder.thread as usize);
         let (pid, tid) = (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed));
-        let cpu_now = procfs::thread_cpu_ticks(pid, tid);
-        let cpu_first = *holder.cpu_at_first_look.get_or_insert(cpu_now.unwrap_or(0));
+        let sample = procfs::thread_cpu_ticks(pid, tid);
+        let (cpu_first, started) = *holder.cpu_at_first_look.get_or_insert(sample.unwrap_or((0, 0)));
+        // A thread that started at another time is another thread with a recycled tid.
+        let cpu_now = sample.filter(|&(_, start)| started == 0 || start == started).map(|(cpu, _)| cpu);
         match procfs::thread_state(pid, tid) {
             Some('S') | Some('D') => {
                 let since = *holder.asleep_since.get_or_insert(now);
@@ -973,6 +1120,19 @@ impl<'a> Execution<'a> {
         report
     }
 }
+
+/// The outcome a relay failure ends the run with.
+fn relay_outcome(step: u64, e: RelayError) -> Outcome {
+    match e {
+        RelayError::Diverged { expected, seen } => Outcome::Diverged { step, expected, seen },
+        RelayError::Broken(detail) => Outcome::Uncontrolled { thread: 0, syscall: "outside relay".into(), detail },
+    }
+}
+
+/// Longest real wait for outside input before a pending timer fires anyway.
+const IDLE_TIMER_CAP: Duration = Duration::from_secs(10);
+/// How long the run waits for outside input before it says so.
+const IDLE_NOTICE: Duration = Duration::from_secs(2);
 
 /// Exit status of a target whose preload found a region of another layout version.
 const PRELOAD_REFUSED: i32 = 125;

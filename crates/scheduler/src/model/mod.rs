@@ -112,6 +112,11 @@ impl Model {
         out
     }
 
+    /// The deadline of `thread`'s timer (the one its `Timeout` choice fires), if it has one.
+    pub fn timer_deadline(&self, thread: ThreadId) -> Option<u64> {
+        self.threads.get(&thread).and_then(ops::timer)
+    }
+
     /// Applies a choice previously returned by `choices()`; advances the clock.
     ///
     /// A choice that is not currently enabled changes nothing and yields `Blocked` (and trips a

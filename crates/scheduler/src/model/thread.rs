@@ -168,7 +168,8 @@ impl Request {
             | Op::NetConnect
             | Op::NetPoll
             | Op::NetEpollWait
-            | Op::NetClose => 0,
+            | Op::NetClose
+            | Op::NetListen => 0,
         }
     }
 }

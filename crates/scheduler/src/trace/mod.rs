@@ -31,7 +31,7 @@ pub use writer::{decision_bytes, encode, write_file};
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"DARATRC\0";
 /// Version of the layout described in docs/trace-format.md.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// Largest header JSON a reader accepts (and a writer produces).
 pub const MAX_HEADER_BYTES: u32 = 1 << 20;
 /// Largest outcome JSON a reader accepts (and a writer produces).
@@ -46,6 +46,16 @@ pub const MAX_MODULES: usize = 4096;
 pub(crate) const KIND_RUN: u8 = 0;
 pub(crate) const KIND_TIMEOUT: u8 = 1;
 pub(crate) const KIND_FAULT: u8 = 2;
+/// Kinds of an outside event (the outside section).
+pub(crate) const OUTSIDE_CONNECT: u8 = 0;
+pub(crate) const OUTSIDE_DATA: u8 = 1;
+pub(crate) const OUTSIDE_CLOSE: u8 = 2;
+pub(crate) const OUTSIDE_OUTPUT: u8 = 3;
+pub(crate) const OUTSIDE_OUTPUT_CLOSED: u8 = 4;
+pub(crate) const OUTSIDE_SIGNAL: u8 = 5;
+/// The smallest encoded outside event (step delta, kind, stream), and the most bytes one carries.
+pub(crate) const MIN_OUTSIDE_BYTES: usize = 3;
+pub(crate) const MAX_OUTSIDE_BYTES: usize = 64 << 20;
 /// Result tags in a step: blocked (no result follows) or granted (a zigzag varint follows).
 pub(crate) const RESULT_BLOCKED: u8 = 0;
 pub(crate) const RESULT_GRANTED: u8 = 1;
@@ -57,9 +67,9 @@ pub(crate) const MIN_STEP_BYTES: usize = 7;
 pub(crate) const MIN_MODULE_BYTES: usize = 4;
 pub(crate) const MIN_EDGE_BYTES: usize = 4;
 /// Bytes of the fixed-size parts: magic, version, header length, step count, outcome length,
-/// process count of the coverage section (one varint byte when empty), checksum. No valid file is
-/// shorter.
-pub(crate) const FIXED_BYTES: usize = 8 + 4 + 4 + 8 + 4 + 1 + 8;
+/// process count of the coverage section and event count of the outside section (one varint byte
+/// each when empty), checksum. No valid file is shorter.
+pub(crate) const FIXED_BYTES: usize = 8 + 4 + 4 + 8 + 4 + 1 + 1 + 8;
 
 /// FNV-1a, 64-bit: the file checksum. Not cryptographic; it catches truncation, bit rot and
 /// accidental edits. Every single-byte change to the covered bytes changes the result (each
@@ -113,6 +123,10 @@ pub struct TraceHeader {
     pub setup: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cleanup: Option<String>,
+    /// Peers outside dara could talk to the program (a recording run): listeners were split and
+    /// the outside section holds the inputs a replay feeds back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub outside: bool,
 }
 
 /// One decision and what was observed when it was applied.
@@ -133,6 +147,9 @@ pub struct Trace {
     /// Coverage of the instrumented processes, by logical process (empty for programs built
     /// without sancov). Not part of [`decision_bytes`].
     pub coverage: BTreeMap<ProcessId, ProcessCoverage>,
+    /// Inputs from peers outside dara and the program's outputs to them (a recording run; empty
+    /// otherwise). Part of [`decision_bytes`].
+    pub outside: Vec<crate::outside::OutsideEvent>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -29,6 +29,8 @@ use crate::coverage::{EdgeHit, Module, ProcessCoverage};
 use std::collections::BTreeMap;
 use crate::choice::{Choice, ChoiceKind};
 use crate::outcome::Outcome;
+use crate::outside::{OutsideEvent, OutsideWhat};
+use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL};
 
 /// Reads and decodes the trace at `path`.
 pub fn read_file(path: &Path) -> Result<Trace, TraceError> {
@@ -107,7 +109,39 @@ fn decode_content(c: &mut Cursor<'_>) -> Result<Trace, TraceError> {
     let outcome: Outcome = serde_json::from_slice(outcome_json)
         .map_err(|e| c.damaged(outcome_at + 4, format!("the outcome is not valid JSON: {e}")))?;
     let coverage = decode_coverage(c)?;
-    Ok(Trace { header, steps, outcome, coverage })
+    let outside = decode_outside(c)?;
+    Ok(Trace { header, steps, outcome, coverage, outside })
+}
+
+/// The outside section. A stream names a connection that exists: an event of stream `s` follows
+/// a `Connect` of stream `s`, and connections are numbered in order.
+fn decode_outside(c: &mut Cursor<'_>) -> Result<Vec<OutsideEvent>, TraceError> {
+    let count = c.varint("outside: event count")?;
+    // As for steps: the bytes left bound the allocation; each event consumes bytes or fails.
+    let mut events = Vec::with_capacity(count.min((c.remaining() / MIN_OUTSIDE_BYTES) as u64) as usize);
+    let mut step = 0u64;
+    for i in 0..count {
+        let field = |f: &str| format!("outside: event {i} {f}");
+        step = step.saturating_add(c.varint(&field("step"))?);
+        let kind_at = c.pos;
+        let kind = c.u8(&field("kind"))?;
+        let stream = c.varint_u32(&field("stream"))?;
+        let bytes = |c: &mut Cursor<'_>| -> Result<Vec<u8>, TraceError> {
+            let len = c.counted(&field("length"), MAX_OUTSIDE_BYTES)?;
+            Ok(c.take(len, &field("bytes"))?.to_vec())
+        };
+        let what = match kind {
+            OUTSIDE_CONNECT => OutsideWhat::Connect { listener: c.varint_u32(&field("listener"))? },
+            OUTSIDE_DATA => OutsideWhat::Data(bytes(c)?),
+            OUTSIDE_CLOSE => OutsideWhat::Close,
+            OUTSIDE_OUTPUT => OutsideWhat::Output(bytes(c)?),
+            OUTSIDE_OUTPUT_CLOSED => OutsideWhat::OutputClosed,
+            OUTSIDE_SIGNAL => OutsideWhat::Signal(c.varint_u32(&field("signal"))? as i32),
+            k => return Err(c.damaged(kind_at, field(&format!("has unknown kind {k}")))),
+        };
+        events.push(OutsideEvent { step, stream, what });
+    }
+    Ok(events)
 }
 
 /// The coverage section. Counts are checked against their ABI limits and, before anything is

@@ -48,6 +48,7 @@ fn header() -> TraceHeader {
         }),
         setup: Some("rm -rf /tmp/kv".into()),
         cleanup: None,
+        outside: true,
     }
 }
 
@@ -120,7 +121,20 @@ fn sample_trace() -> Trace {
             }],
         },
         coverage: sample_coverage(),
+        outside: sample_outside(),
     }
+}
+
+fn sample_outside() -> Vec<crate::outside::OutsideEvent> {
+    use crate::outside::{OutsideEvent, OutsideWhat::*};
+    vec![
+        OutsideEvent { step: 0, stream: 0, what: Signal(2) },
+        OutsideEvent { step: 3, stream: 0, what: Connect { listener: 1 } },
+        OutsideEvent { step: 3, stream: 0, what: Data(b"GET /\r\n\r\n".to_vec()) },
+        OutsideEvent { step: 9, stream: 0, what: Output(vec![0, 255, 10, 13]) },
+        OutsideEvent { step: 9, stream: 0, what: OutputClosed },
+        OutsideEvent { step: 40, stream: 0, what: Close },
+    ]
 }
 
 /// Two processes: one `trace-pc-guard` process with a module map, one `trace-pc` process (no
@@ -157,6 +171,7 @@ fn build(count: u64, step_bytes: &[u8]) -> Vec<u8> {
     b.extend_from_slice(&(outcome.len() as u32).to_le_bytes());
     b.extend_from_slice(&outcome);
     b.push(0); // no coverage
+    b.push(0); // no outside events
     b.extend_from_slice(&[0; 8]);
     reseal(&mut b);
     b
@@ -206,6 +221,7 @@ fn round_trip_without_steps() {
         steps: vec![],
         outcome: Outcome::Interrupted,
         coverage: Default::default(),
+        outside: Vec::new(),
     };
     let bytes = encode(&t);
     assert_eq!(
@@ -340,23 +356,25 @@ fn every_single_bit_flip_is_rejected() {
 #[test]
 fn foreign_and_future_files() {
     let mut b = encode(&sample_trace());
-    b[8..12].copy_from_slice(&4u32.to_le_bytes());
+    b[8..12].copy_from_slice(&5u32.to_le_bytes());
     assert!(matches!(
         decode(&b, "f"),
         Err(TraceError::Version {
-            found: 4,
-            expected: 3,
+            found: 5,
+            expected: 4,
             ..
         })
     ));
     assert!(matches!(
         decode(&b[..12], "f"),
-        Err(TraceError::Version { found: 4, .. })
+        Err(TraceError::Version { found: 5, .. })
     ));
     b[8..12].copy_from_slice(&1u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 1, expected: 3, .. })), "version 1 (no coverage) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 1, expected: 4, .. })), "version 1 (no coverage) is refused");
     b[8..12].copy_from_slice(&2u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 2, expected: 3, .. })), "version 2 (no faults) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 2, expected: 4, .. })), "version 2 (no faults) is refused");
+    b[8..12].copy_from_slice(&3u32.to_le_bytes());
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 3, expected: 4, .. })), "version 3 (no outside section) is refused");
     b[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 0, .. })));
 
@@ -487,7 +505,7 @@ fn bad_json_trailing_bytes_and_checksum() {
 /// A file whose coverage section is `section` (header and outcome as in `build`, no steps).
 fn build_with_coverage(section: &[u8]) -> Vec<u8> {
     let mut b = build(0, &[]);
-    let at = b.len() - 9;
+    let at = b.len() - 10;
     b.splice(at..at + 1, section.iter().copied()).for_each(drop);
     reseal(&mut b);
     b
@@ -573,7 +591,8 @@ fn truncation_inside_the_coverage_section_names_the_field() {
     let bytes = encode(&sample_trace());
     let mut bare = sample_trace();
     bare.coverage.clear();
-    let start = encode(&bare).len() - 9; // where the section begins
+    bare.outside.clear();
+    let start = encode(&bare).len() - 10; // where the section begins
     let cut = start + 4; // process count, then process 0: id, guards, module count; the path length is next
     let err = decode(&bytes[..cut], "cut.bin").unwrap_err().to_string();
     assert!(err.contains("coverage: process 0 module 0 path length") && err.contains("truncated"), "{err}");

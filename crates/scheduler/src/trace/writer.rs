@@ -1,8 +1,9 @@
 //! Writing `trace.bin`: [`encode`] builds the bytes, [`write_file`] puts them on disk atomically
 //! (a temp file in the same directory, then rename), so a reader never sees half a trace under
 //! the final name. No fsync: a search writes a trace per execution, and two syncs per execution
-//! cost more than the execution itself; surviving a power cut is not what a trace is for. [`decision_bytes`] is the step section alone, the canonical form two runs are
-//! compared by.
+//! cost more than the execution itself; surviving a power cut is not what a trace is for.
+//! [`decision_bytes`] is the step section and the outside section, the canonical form two runs
+//! are compared by.
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,7 +14,9 @@ use super::{
     fnv1a64, ProcessCoverage, ProcessId, Step, Trace, TraceError, FORMAT_VERSION, KIND_FAULT, KIND_RUN, KIND_TIMEOUT, MAGIC, MAX_HEADER_BYTES,
     MAX_OUTCOME_BYTES, RESULT_BLOCKED, RESULT_GRANTED,
 };
+use super::{MAX_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL};
 use crate::choice::ChoiceKind;
+use crate::outside::{OutsideEvent, OutsideWhat};
 
 /// The whole file. A header or outcome over its limit ([`MAX_HEADER_BYTES`],
 /// [`MAX_OUTCOME_BYTES`]) is still encoded, and readers will reject it; [`write_file`] refuses to
@@ -22,12 +25,13 @@ pub fn encode(trace: &Trace) -> Vec<u8> {
     Encoded::new(trace).bytes
 }
 
-/// The canonical encoding of the step list only (count, then every step, exactly as in the file):
-/// two executions made the same decisions and observed the same results and times iff their
-/// decision bytes are equal.
+/// The canonical encoding of the step list and the outside events (exactly as in the file): two
+/// executions made the same decisions, observed the same results and times, and exchanged the
+/// same bytes with outside peers iff their decision bytes are equal.
 pub fn decision_bytes(trace: &Trace) -> Vec<u8> {
     let mut out = Vec::with_capacity(8 + trace.steps.len() * 12);
     put_steps(&mut out, &trace.steps);
+    put_outside(&mut out, &trace.outside);
     out
 }
 
@@ -108,6 +112,7 @@ impl Encoded {
         put_steps(&mut out, &trace.steps);
         put_blob(&mut out, &outcome);
         put_coverage(&mut out, &trace.coverage);
+        put_outside(&mut out, &trace.outside);
         let checksum = fnv1a64(&out);
         out.extend_from_slice(&checksum.to_le_bytes());
         Encoded {
@@ -153,6 +158,35 @@ fn put_coverage(out: &mut Vec<u8>, coverage: &std::collections::BTreeMap<Process
             put_u64(out, e.pc);
             out.push(e.count);
             put_u64(out, e.first_step.into());
+        }
+    }
+}
+
+/// The outside section: per event the step (as a delta from the previous event's), its kind,
+/// stream and payload (see docs/trace-format.md). A payload over MAX_OUTSIDE_BYTES is clipped.
+fn put_outside(out: &mut Vec<u8>, events: &[OutsideEvent]) {
+    put_u64(out, events.len() as u64);
+    let mut prev = 0u64;
+    for e in events {
+        put_u64(out, e.step.saturating_sub(prev));
+        prev = prev.max(e.step);
+        let (kind, arg, bytes): (u8, Option<u64>, Option<&[u8]>) = match &e.what {
+            OutsideWhat::Connect { listener } => (OUTSIDE_CONNECT, Some((*listener).into()), None),
+            OutsideWhat::Data(b) => (OUTSIDE_DATA, None, Some(b)),
+            OutsideWhat::Close => (OUTSIDE_CLOSE, None, None),
+            OutsideWhat::Output(b) => (OUTSIDE_OUTPUT, None, Some(b)),
+            OutsideWhat::OutputClosed => (OUTSIDE_OUTPUT_CLOSED, None, None),
+            OutsideWhat::Signal(s) => (OUTSIDE_SIGNAL, Some(*s as u64), None),
+        };
+        out.push(kind);
+        put_u64(out, e.stream.into());
+        if let Some(arg) = arg {
+            put_u64(out, arg);
+        }
+        if let Some(bytes) = bytes {
+            let bytes = &bytes[..bytes.len().min(MAX_OUTSIDE_BYTES)];
+            put_u64(out, bytes.len() as u64);
+            out.extend_from_slice(bytes);
         }
     }
 }

@@ -55,7 +55,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     println!("replaying {} ({} steps): {}", cli.trace.display(), recorded.steps.len(), recorded.header.command.join(" "));
     let (report, preempted) = reproduce_observed(&recorded, &base, &STOP).context("replay failed to run")?;
     if !cli.quiet {
-        let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref() };
+        let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside };
         print!("{}", listing::interleaving(&report.steps, &names, &preempted));
     }
     if let Some(code) = judge(&recorded, &report) {
@@ -71,6 +71,10 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             let again = reproduce(&recorded, &base, &STOP).context("verification run failed")?;
             if let Some((step, what)) = first_difference(&report.steps, &again.steps) {
                 println!("verify: run {round} differs from the first replay at step {step}: {what}");
+                return Ok(3);
+            }
+            if again.outside != report.outside {
+                println!("verify: run {round} exchanged different bytes with outside peers than the first replay");
                 return Ok(3);
             }
             if again.outcome != report.outcome {
@@ -94,13 +98,23 @@ fn judge(recorded: &Trace, report: &ExecutionReport) -> Option<u8> {
         println!("DIVERGED at step {step}: the trace expected {expected}; the run offered {seen}");
         return Some(3);
     }
-    if report.outcome == Outcome::Interrupted {
+    let stopped_there = recorded.outcome == Outcome::Interrupted && report.steps.len() == recorded.steps.len();
+    if report.outcome == Outcome::Interrupted && !stopped_there {
         println!("interrupted");
         return Some(130);
     }
     if let Some((step, what)) = first_difference(&recorded.steps, &report.steps) {
         println!("DIVERGED at step {step}: {what}");
         return Some(3);
+    }
+    if report.outside != recorded.outside {
+        let at = recorded.outside.iter().zip(&report.outside).position(|(a, b)| a != b).unwrap_or(recorded.outside.len().min(report.outside.len()));
+        println!("DIVERGED: outside event {at} differs: the trace has {}, the replay {}", recorded.outside.get(at).map_or("nothing".into(), dara_scheduler::outside::describe_event), report.outside.get(at).map_or("nothing".into(), dara_scheduler::outside::describe_event));
+        return Some(3);
+    }
+    if stopped_there {
+        println!("outcome: the recording was stopped here (Ctrl-C); the replay reproduced it up to that point");
+        return None;
     }
     if report.outcome.signature() != recorded.outcome.signature() {
         println!("DIVERGED: the trace ended with \"{}\" but the replay ended with \"{}\"", recorded.outcome.summary(), report.outcome.summary());

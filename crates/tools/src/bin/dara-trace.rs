@@ -47,12 +47,18 @@ struct Cli {
     /// Stop starting new executions after this many seconds.
     #[arg(long)]
     time_budget: Option<f64>,
-    /// Scheduling decisions after which an execution counts as hung.
-    #[arg(long, default_value_t = 500_000)]
-    max_steps: u64,
-    /// Virtual seconds after which an execution counts as hung.
-    #[arg(long, default_value_t = 3600)]
-    max_vtime: u64,
+    /// Scheduling decisions after which an execution counts as hung (default 500000 when
+    /// searching; a recording runs until the program ends or Ctrl-C).
+    #[arg(long)]
+    max_steps: Option<u64>,
+    /// Virtual seconds after which an execution counts as hung (default 3600 when searching;
+    /// a recording runs until the program ends or Ctrl-C).
+    #[arg(long)]
+    max_vtime: Option<u64>,
+    /// A closed world even for a single recording run: no peer outside dara may connect, and a
+    /// thread that waits for one is deadlocked (searches, --runs > 1, always are closed).
+    #[arg(long)]
+    closed: bool,
     /// CPU count the program sees (sysconf, sched_getaffinity, get_nprocs).
     #[arg(long, default_value_t = 4)]
     cpus: u32,
@@ -153,8 +159,15 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
     execution.cluster = cluster.spec;
     execution.setup = cluster.setup;
     execution.cleanup = cluster.cleanup;
-    execution.max_steps = cli.max_steps;
-    execution.max_vtime_ns = cli.max_vtime.saturating_mul(1_000_000_000);
+    // A single run of a program (not the demo, not a cluster) is a recording: clients outside dara
+    // may talk to it, and it runs as long as they do.
+    let recording = cli.runs == 1 && !demo && !cli.closed && execution.cluster.is_none() && cli.seed_trace.is_none();
+    if recording {
+        execution.outside = dara_scheduler::outside::OutsideMode::Live;
+    }
+    let (default_steps, default_vtime) = if recording { (u64::MAX, u64::MAX / 1_000_000_000) } else { (500_000, 3600) };
+    execution.max_steps = cli.max_steps.unwrap_or(default_steps);
+    execution.max_vtime_ns = cli.max_vtime.unwrap_or(default_vtime).saturating_mul(1_000_000_000);
     execution.cpus = cli.cpus;
     if let Some(spec) = &cli.preempt_on {
         execution.preempt = dara_scheduler::preempt::Preemption::parse(spec).map_err(anyhow::Error::msg)?;

@@ -1,0 +1,164 @@
+//! Keeping outside peers apart: when peers outside dara may talk to the program (a recording run
+//! or its replay, [`Header::outside`](dara_abi::Header)), a TCP listener is split in two.
+//!
+//! The program's `listen` makes its socket listen on its own address as usual (the *public*
+//! socket, the one outside clients reach). The hook then opens a *twin*: a second socket of the
+//! same family bound to the same address with a port of the kernel's choice, listening too. It
+//! posts [`Op::NetListen`] with both descriptors; the scheduler keeps a duplicate of the public
+//! socket, and after the grant the hook puts the twin in place of the program's descriptor
+//! (`dup3`) and closes its own copies. From then on the program accepts only what dara connects
+//! to the twin: outside clients are accepted by dara, recorded, and handed over at a decision
+//! point; in a replay dara makes the same connections from the recording, with nobody outside.
+//!
+//! `getsockname` on a swapped listener answers with the public port, so a program that binds
+//! port 0 and prints the port it got tells its clients the address they can actually reach.
+//!
+//! Not a hot path: a listen happens a few times per program. No allocation; raw syscalls only.
+use core::sync::atomic::{AtomicU16, Ordering};
+
+use dara_abi::Op;
+use libc::{c_int, socklen_t};
+
+use crate::gate::Gated;
+use crate::{real, sys};
+
+/// Descriptors below this can be swapped listeners (the same bound as the network table).
+const TRACKED_FDS: usize = 4096;
+/// Public port of each swapped listener by descriptor number; 0 = not swapped.
+static PUBLIC_PORT: [AtomicU16; TRACKED_FDS] = [const { AtomicU16::new(0) }; TRACKED_FDS];
+
+/// Forgets that `fd` was a swapped listener (it was closed).
+pub fn forget(fd: c_int) {
+    if let Some(p) = PUBLIC_PORT.get(fd as usize) {
+        p.store(0, Ordering::Relaxed);
+    }
+}
+
+fn outside_apart() -> bool {
+    crate::region::header().is_some_and(|h| h.outside != 0)
+}
+
+/// `getsockopt(fd, SOL_SOCKET, opt)` as an int, None on failure.
+fn sockopt(fd: c_int, opt: c_int) -> Option<c_int> {
+    let mut v: c_int = 0;
+    let mut len = core::mem::size_of::<c_int>() as socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `v`.
+    let rc = unsafe { sys::syscall(libc::SYS_getsockopt, &[fd as u64, libc::SOL_SOCKET as u64, opt as u64, &mut v as *mut c_int as u64, &mut len as *mut socklen_t as u64]) };
+    (rc == 0).then_some(v)
+}
+
+/// The socket's own address, and its length.
+fn local_address(fd: c_int) -> Option<(libc::sockaddr_storage, socklen_t)> {
+    // SAFETY: sockaddr_storage is plain data; all-zero is valid.
+    let mut addr: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+    let mut len = core::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `addr`.
+    let rc = unsafe { sys::syscall(libc::SYS_getsockname, &[fd as u64, &mut addr as *mut _ as u64, &mut len as *mut socklen_t as u64]) };
+    (rc == 0).then_some((addr, len))
+}
+
+/// The port of an AF_INET/AF_INET6 address (both keep it at offset 2).
+fn port_of(addr: &libc::sockaddr_storage) -> u16 {
+    // SAFETY: sockaddr_in and sockaddr_in6 both start with family then port, and the storage is
+    // large enough for either.
+    u16::from_be(unsafe { (*(addr as *const libc::sockaddr_storage as *const libc::sockaddr_in)).sin_port })
+}
+
+fn set_port(addr: &mut libc::sockaddr_storage, port: u16) {
+    // SAFETY: as in `port_of`.
+    unsafe { (*(addr as *mut libc::sockaddr_storage as *mut libc::sockaddr_in)).sin_port = port.to_be() };
+}
+
+/// Opens the twin of listening socket `fd`: same family and address, port 0, listening, with the
+/// same non-blocking mode. Returns its descriptor.
+fn open_twin(fd: c_int, backlog: c_int) -> Option<c_int> {
+    let (mut addr, len) = local_address(fd)?;
+    let family = c_int::from(addr.ss_family);
+    if family != libc::AF_INET && family != libc::AF_INET6 {
+        return None;
+    }
+    // SAFETY: F_GETFL takes no pointer.
+    let status = unsafe { sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_GETFL as u64]) };
+    // SAFETY: plain integers.
+    let twin = unsafe { sys::syscall(libc::SYS_socket, &[family as u64, (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64, 0]) } as c_int;
+    if twin < 0 {
+        return None;
+    }
+    if family == libc::AF_INET6 {
+        if let Some(v6only) = sockopt_ipv6_only(fd) {
+            // SAFETY: setsockopt reads one int.
+            unsafe { sys::syscall(libc::SYS_setsockopt, &[twin as u64, libc::IPPROTO_IPV6 as u64, libc::IPV6_V6ONLY as u64, &v6only as *const c_int as u64, 4]) };
+        }
+    }
+    set_port(&mut addr, 0);
+    // SAFETY: bind reads `len` bytes of `addr`; listen and fcntl take integers.
+    let ok = unsafe {
+        sys::syscall(libc::SYS_bind, &[twin as u64, &addr as *const _ as u64, len as u64]) == 0
+            && sys::syscall(libc::SYS_listen, &[twin as u64, backlog as u64]) == 0
+            && (status < 0 || sys::syscall(libc::SYS_fcntl, &[twin as u64, libc::F_SETFL as u64, status as u64]) == 0)
+    };
+    if !ok {
+        sys::close(twin);
+        return None;
+    }
+    Some(twin)
+}
+
+fn sockopt_ipv6_only(fd: c_int) -> Option<c_int> {
+    let mut v: c_int = 0;
+    let mut len = core::mem::size_of::<c_int>() as socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `v`.
+    let rc = unsafe { sys::syscall(libc::SYS_getsockopt, &[fd as u64, libc::IPPROTO_IPV6 as u64, libc::IPV6_V6ONLY as u64, &mut v as *mut c_int as u64, &mut len as *mut socklen_t as u64]) };
+    (rc == 0).then_some(v)
+}
+
+/// After the program's socket `fd` listens: swap in a twin (see the module doc).
+fn swap_in_twin(gate: &Gated, fd: c_int, backlog: c_int) {
+    if sockopt(fd, libc::SO_TYPE) != Some(libc::SOCK_STREAM) {
+        return;
+    }
+    let Some((public, _)) = local_address(fd) else { return };
+    let Some(twin) = open_twin(fd, backlog) else { return };
+    gate.post(Op::NetListen, [fd as u64, twin as u64, 0, 0]);
+    // SAFETY: F_GETFD takes no pointer.
+    let cloexec = unsafe { sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_GETFD as u64]) } & i64::from(libc::FD_CLOEXEC) != 0;
+    // SAFETY: dup3 of two descriptors this process owns; it atomically replaces `fd`.
+    let rc = unsafe { sys::syscall(libc::SYS_dup3, &[twin as u64, fd as u64, if cloexec { libc::O_CLOEXEC as u64 } else { 0 }]) };
+    sys::close(twin);
+    if rc >= 0 {
+        if let Some(p) = PUBLIC_PORT.get(fd as usize) {
+            p.store(port_of(&public), Ordering::Relaxed);
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+    // SAFETY: plain integers.
+    let rc = unsafe { real::listen(fd, backlog) };
+    if rc == 0 && outside_apart() {
+        if let Some(gate) = Gated::enter() {
+            swap_in_twin(&gate, fd, backlog);
+        }
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut libc::sockaddr, len: *mut socklen_t) -> c_int {
+    // SAFETY: the program's length argument, read before the call overwrites it.
+    let room = if len.is_null() { 0 } else { (unsafe { *len }) as usize };
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let rc = unsafe { real::getsockname(fd, addr, len) };
+    let public = PUBLIC_PORT.get(fd as usize).map_or(0, |p| p.load(Ordering::Relaxed));
+    if rc == 0 && public != 0 && !addr.is_null() && room >= 4 {
+        let port = public.to_be_bytes();
+        // SAFETY: the caller's buffer holds at least `room >= 4` bytes, and a successful
+        // getsockname of an INET socket put its port at offset 2 (both families).
+        unsafe {
+            *(addr as *mut u8).add(2) = port[0];
+            *(addr as *mut u8).add(3) = port[1];
+        }
+    }
+    rc
+}

@@ -1,0 +1,156 @@
+//! Peers outside dara: clients that are not traced processes (a load generator, a browser, `nc`)
+//! talking to a traced server, and the signals a user sends `dara-trace` from the terminal.
+//!
+//! What reaches the program from outside is an *input*, like a clock reading: it is recorded in a
+//! recording run and fed back in a replay, where nobody outside is needed. dara keeps the program
+//! and its outside peers apart so that every input arrives at a decision point:
+//!
+//! * **Listeners.** A traced TCP `listen` posts `NetListen`; the preload swaps a private *twin*
+//!   in place of the program's socket (see the preload's `hooks/outside.rs`) and dara keeps the
+//!   public socket. dara accepts outside clients on the public socket itself and, at a quiet
+//!   point, connects a socket of its own to the twin: the program accepts that connection.
+//! * **Streams.** dara relays between the outside client and its own socket to the program. Bytes
+//!   from outside are written to the program's side at a quiet point, and settled (acknowledged,
+//!   so in the program's receive queue) before any probe; bytes the program sends are read from
+//!   dara's side once the send settled. Each relayed piece is an [`OutsideEvent`] stamped with
+//!   the step it preceded.
+//! * **Signals.** SIGINT or SIGTERM to `dara-trace` during a recording is passed on to the traced
+//!   processes at the next quiet point, as the terminal would have sent it to them (a second one
+//!   stops dara; the trace up to there is kept).
+//!
+//! In a replay the recorded inputs are applied before the decision of the same step, the
+//! connections to the twin are made by dara from the recording, and whatever the program sends to
+//! an outside peer is compared with what it sent in the recording: the first difference ends the
+//! replay as a divergence naming the step and the bytes.
+//!
+//! A client that is itself traced (a test script's `curl`) reaches the public socket too: dara
+//! recognises it by its port (netprobe knows every traced endpoint) and relays it without
+//! recording, in the recording and the replay alike. See docs/outside.md.
+mod relay;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub use relay::{describe_event, Outside, RelayError};
+
+/// Whether peers outside dara may talk to the program.
+#[derive(Clone, Debug, Default)]
+pub enum OutsideMode {
+    /// A closed world (searches, cluster runs): every peer is traced; a thread that waits for
+    /// anything else is deadlocked.
+    #[default]
+    Closed,
+    /// A recording run: outside clients may connect; their inputs are recorded.
+    Live,
+    /// The replay of a recording: its inputs are fed back and its outputs compared.
+    Replay(Arc<Vec<OutsideEvent>>),
+}
+
+impl OutsideMode {
+    pub fn is_closed(&self) -> bool {
+        matches!(self, OutsideMode::Closed)
+    }
+}
+
+/// One input from outside, or one output to an outside peer, at a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutsideEvent {
+    /// The decision it came before (the step index the next decision gets).
+    pub step: u64,
+    /// The connection (outside streams numbered from 0 in the order they connected); 0 for
+    /// signals.
+    pub stream: u32,
+    pub what: OutsideWhat,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutsideWhat {
+    /// An outside client connected to the program's `listener`-th listening socket (in the order
+    /// of their `listen`); the stream is new.
+    Connect { listener: u32 },
+    /// Bytes the outside peer sent, now in the program's receive queue.
+    Data(Vec<u8>),
+    /// The outside peer closed its side (the program reads end-of-file).
+    Close,
+    /// Bytes the program sent to the outside peer (compared in a replay).
+    Output(Vec<u8>),
+    /// The program closed or shut down its sending side (compared in a replay).
+    OutputClosed,
+    /// A signal `dara-trace` received and passed on to every traced process.
+    Signal(i32),
+}
+
+impl OutsideWhat {
+    /// Whether this is something the program did (checked in a replay) rather than an input.
+    pub fn is_output(&self) -> bool {
+        matches!(self, OutsideWhat::Output(_) | OutsideWhat::OutputClosed)
+    }
+}
+
+/// A recording run is going on: signals to dara-trace are passed on rather than stopping it.
+static RECORDING: AtomicBool = AtomicBool::new(false);
+/// Signals (bit `sig`) received and not yet passed on.
+static PENDING: AtomicU64 = AtomicU64::new(0);
+/// Signals (bit `sig`) passed on at least once during this recording.
+static PASSED: AtomicU64 = AtomicU64::new(0);
+
+/// Called from `dara-trace`'s SIGINT/SIGTERM handler (async-signal-safe: atomics only). During a
+/// recording the first signal of each kind is taken, to be passed on to the program at the next
+/// quiet point: returns true. Otherwise (no recording, or the same signal a second time) returns
+/// false: the caller stops dara.
+pub fn pass_on_signal(sig: i32) -> bool {
+    if !(1..64).contains(&sig) || !RECORDING.load(Ordering::SeqCst) {
+        return false;
+    }
+    let bit = 1u64 << sig;
+    if PASSED.fetch_or(bit, Ordering::SeqCst) & bit != 0 {
+        return false;
+    }
+    PENDING.fetch_or(bit, Ordering::SeqCst);
+    true
+}
+
+/// Starts or ends the window in which [`pass_on_signal`] takes signals.
+fn set_recording(on: bool) {
+    PENDING.store(0, Ordering::SeqCst);
+    PASSED.store(0, Ordering::SeqCst);
+    RECORDING.store(on, Ordering::SeqCst);
+}
+
+/// Ends the window of [`pass_on_signal`] (the run is over).
+pub fn end_recording() {
+    RECORDING.store(false, Ordering::SeqCst);
+}
+
+/// The address dara connects to for a socket listening on `fd`'s address: the same port, on
+/// loopback when it listens on every address.
+pub fn loopback_address(fd: &std::os::fd::OwnedFd) -> Option<std::net::SocketAddr> {
+    let (local, _) = crate::netprobe::socket_ports(fd)?;
+    // SAFETY: sockaddr_storage is plain data large enough for any address.
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `addr`.
+    let rc = unsafe { libc::getsockname(std::os::fd::AsRawFd::as_raw_fd(fd), (&mut addr as *mut libc::sockaddr_storage).cast(), &mut len) };
+    if rc != 0 {
+        return None;
+    }
+    let ip: std::net::IpAddr = match i32::from(addr.ss_family) {
+        // SAFETY: the family says the storage holds a sockaddr_in.
+        libc::AF_INET => std::net::Ipv4Addr::from(u32::from_be(unsafe { (*(&addr as *const _ as *const libc::sockaddr_in)).sin_addr.s_addr })).into(),
+        // SAFETY: the family says the storage holds a sockaddr_in6.
+        libc::AF_INET6 => std::net::Ipv6Addr::from(unsafe { (*(&addr as *const _ as *const libc::sockaddr_in6)).sin6_addr.s6_addr }).into(),
+        _ => return None,
+    };
+    let ip = match ip {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        other => other,
+    };
+    Some(std::net::SocketAddr::new(ip, local))
+}
+
+/// Signals received since the last call, in signal-number order.
+fn take_pending_signals() -> Vec<i32> {
+    let bits = PENDING.swap(0, Ordering::SeqCst);
+    (1..64).filter(|s| bits & (1u64 << s) != 0).collect()
+}

@@ -1,0 +1,599 @@
+//! The relay between outside peers and the program: the public listening sockets dara holds, one
+//! [`Stream`] per accepted connection (dara's socket to the program's twin, and in a recording the
+//! outside client's socket), and the pump that moves bytes at quiet points. Runs on the scheduler
+//! thread while every target thread is parked; nothing here blocks (all sockets are non-blocking,
+//! and every wait is bounded).
+//!
+//! One epoll set holds every socket dara relays, so a quiet point where nothing happened costs a
+//! single `epoll_wait` with a zero timeout however many clients are connected.
+use std::collections::VecDeque;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{OutsideEvent, OutsideMode, OutsideWhat};
+use crate::choice::ProcessId;
+use crate::netprobe::{self, NetProbe};
+
+/// Most bytes taken from one outside client and not yet delivered to the program.
+const INBOUND_BUFFER: usize = 256 * 1024;
+/// Bytes read in one call.
+const CHUNK: usize = 64 * 1024;
+/// epoll tokens: the low bits say what the high bits index.
+const TAG_LISTENER: u64 = 0;
+const TAG_INNER: u64 = 1;
+const TAG_OUTER: u64 = 2;
+
+/// Why the relay stopped the run.
+#[derive(Debug)]
+pub enum RelayError {
+    /// Replay: the program did not do what the recording says (or the recording asks for a
+    /// listener the program does not have).
+    Diverged { expected: String, seen: String },
+    /// A relay socket failed or a delivery did not settle: dara cannot go on deterministically.
+    Broken(String),
+}
+
+/// A listening socket the program made, split by the preload into the public socket dara holds
+/// and the twin the program accepts from.
+struct Listener {
+    process: ProcessId,
+    fd: i32,
+    public: Option<OwnedFd>,
+    public_port: u16,
+    twin: SocketAddr,
+}
+
+/// One connection relayed to the program.
+struct Stream {
+    /// dara's socket connected to the program's twin; None once both directions are over.
+    inner: Option<OwnedFd>,
+    /// The client's socket (an outside client in a recording, or a traced client); None in a
+    /// replay of an outside stream, and once gone.
+    outer: Option<OwnedFd>,
+    /// An outside peer: its traffic is recorded (recording) or fed back and checked (replay).
+    recorded: bool,
+    /// Bytes from the client not yet written to the program's side.
+    to_inner: Vec<u8>,
+    /// Bytes from the program not yet written to the client.
+    to_outer: Vec<u8>,
+    /// The client closed its side; `closed_inner`: the program has been told (FIN).
+    outer_eof: bool,
+    closed_inner: bool,
+    /// The program closed its side.
+    inner_eof: bool,
+}
+
+pub struct Outside {
+    /// Replay: the recording's inputs (applied) and outputs (checked), and how far each got.
+    replay: Option<Replaying>,
+    listeners: Vec<Listener>,
+    streams: Vec<Stream>,
+    epoll: OwnedFd,
+    /// What happened at the outside boundary in this run (the recording, or what the replay saw).
+    events: Vec<OutsideEvent>,
+    /// The program's side changed during this pump (a connection, bytes or a FIN arrived).
+    changed: bool,
+    /// The program closed a listening socket: look at which ones are still there.
+    listener_closed: bool,
+}
+
+struct Replaying {
+    inputs: VecDeque<OutsideEvent>,
+    outputs: VecDeque<OutsideEvent>,
+}
+
+impl Outside {
+    /// The relay of a recording (`Live`) or replay run; None for a closed world.
+    pub fn new(mode: &OutsideMode) -> Result<Option<Outside>, RelayError> {
+        let replay = match mode {
+            OutsideMode::Closed => return Ok(None),
+            OutsideMode::Live => None,
+            OutsideMode::Replay(events) => Some(Replaying::new(events)),
+        };
+        // SAFETY: epoll_create1 takes flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(RelayError::Broken(format!("epoll_create1: {}", std::io::Error::last_os_error())));
+        }
+        super::set_recording(replay.is_none());
+        // SAFETY: a descriptor epoll_create1 just returned, owned by nobody else.
+        let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, listener_closed: false }))
+    }
+
+    /// Whether this is a recording (outside peers may come at any time).
+    pub fn live(&self) -> bool {
+        self.replay.is_none()
+    }
+
+    /// What happened at the outside boundary so far.
+    pub fn events(&self) -> &[OutsideEvent] {
+        &self.events
+    }
+
+    /// Whether an outside peer could still bring input: a listener dara holds or an open outside
+    /// stream (recording only; a replay's inputs are all in the recording).
+    pub fn may_receive(&self) -> bool {
+        self.live() && (self.listeners.iter().any(|l| l.public.is_some()) || self.streams.iter().any(|s| s.recorded && s.outer.is_some() && !s.outer_eof))
+    }
+
+    /// A traced `listen` was swapped (`NetListen`): `public` is dara's duplicate of the program's
+    /// listening socket, `twin` the address of the twin it will accept from.
+    pub fn add_listener(&mut self, process: ProcessId, fd: i32, public: OwnedFd, twin: SocketAddr) -> Result<(), RelayError> {
+        set_nonblocking(&public)?;
+        let public_port = local_port(&public).unwrap_or(0);
+        let index = self.listeners.len() as u64;
+        self.watch(&public, token(TAG_LISTENER, index), libc::EPOLLIN as u32)?;
+        self.listeners.push(Listener { process, fd, public: Some(public), public_port, twin });
+        Ok(())
+    }
+
+    /// Closes the public sockets of listeners whose twin nobody listens on any more (the program
+    /// closed it, or its process is gone), so the port is free again as it would be without dara.
+    pub fn forget_closed_listeners(&mut self) {
+        for l in &mut self.listeners {
+            if l.public.is_some() && !netprobe::port_listening(l.twin.port()) {
+                l.public = None;
+            }
+        }
+    }
+
+    /// A thread of `process` was granted a close of `fd`: if it was a listener, the next pump
+    /// checks which listeners are still there.
+    pub fn note_close(&mut self, process: ProcessId, fd: i32) {
+        self.listener_closed |= self.listeners.iter().any(|l| l.process == process && l.fd == fd && l.public.is_some());
+    }
+
+    /// Signals to pass on to every traced process before the decision of `step`: those
+    /// `dara-trace` received (recording) or the recorded ones (replay).
+    pub fn signals(&mut self, step: u64) -> Vec<i32> {
+        let signals = match &mut self.replay {
+            None => super::take_pending_signals(),
+            Some(r) => {
+                let mut found = Vec::new();
+                while let Some(e) = r.inputs.front().filter(|e| e.step <= step && matches!(e.what, OutsideWhat::Signal(_))) {
+                    if let OutsideWhat::Signal(s) = e.what {
+                        found.push(s);
+                    }
+                    r.inputs.pop_front();
+                }
+                found
+            }
+        };
+        for &s in &signals {
+            self.events.push(OutsideEvent { step, stream: 0, what: OutsideWhat::Signal(s) });
+        }
+        signals
+    }
+
+    /// Moves what is waiting at the boundary, before the decision of `step`: first what the
+    /// program sent (its sends are settled: the bytes are in dara's sockets), then new clients
+    /// and their bytes (written to the program's side and settled before anything is probed).
+    /// Returns whether the program's side changed.
+    pub fn pump(&mut self, step: u64, net: &mut NetProbe) -> Result<bool, RelayError> {
+        self.changed = false;
+        if std::mem::take(&mut self.listener_closed) {
+            self.forget_closed_listeners();
+        }
+        let ready = self.ready_tokens(0)?;
+        for &(tag, index) in &ready {
+            if tag == TAG_INNER {
+                self.from_program(step, index)?;
+            }
+        }
+        self.check_missing_outputs(step)?;
+        match self.replay.is_some() {
+            true => self.apply_recorded(step, net)?,
+            false => {
+                for &(tag, index) in &ready {
+                    if tag == TAG_LISTENER {
+                        self.accept_clients(step, index, net)?;
+                    }
+                }
+            }
+        }
+        // Traced clients are relayed in a replay too; outside ones only in a recording.
+        for &(tag, index) in &ready {
+            if tag == TAG_OUTER {
+                self.from_client(index)?;
+            }
+        }
+        for index in 0..self.streams.len() {
+            self.to_program(step, index)?;
+            self.flush_to_client(index);
+        }
+        Ok(self.changed)
+    }
+
+    /// Waits (up to `limit`, forever if None) until an outside peer or a signal brings something;
+    /// true if something came, false on timeout or when `stop` was set.
+    pub fn wait(&mut self, limit: Option<Duration>, stop: &std::sync::atomic::AtomicBool) -> Result<bool, RelayError> {
+        let started = Instant::now();
+        loop {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(false);
+            }
+            if super::PENDING.load(std::sync::atomic::Ordering::SeqCst) != 0 {
+                return Ok(true);
+            }
+            let left = limit.map(|l| l.saturating_sub(started.elapsed()));
+            if left == Some(Duration::ZERO) {
+                return Ok(false);
+            }
+            let slice = left.unwrap_or(Duration::MAX).min(Duration::from_millis(50));
+            for index in 0..self.streams.len() {
+                self.flush_to_client(index);
+            }
+            let ready = self.ready_tokens(slice.as_millis() as i32)?;
+            // A client whose bytes cannot be delivered yet (the program is not reading) stays
+            // readable: that is not news.
+            if ready.iter().any(|&(tag, index)| tag != TAG_OUTER || self.streams.get(index).is_some_and(|s| s.to_inner.len() < INBOUND_BUFFER)) {
+                return Ok(true);
+            }
+            if !ready.is_empty() {
+                std::thread::sleep(slice);
+            }
+        }
+    }
+
+    /// Replay: recorded outputs nobody produced, once the run is over.
+    pub fn finish(&self, steps: u64) -> Option<(u64, String, String)> {
+        let r = self.replay.as_ref()?;
+        let e = r.outputs.front().or_else(|| r.inputs.front())?;
+        let what = if e.what.is_output() { "did not send it" } else { "ended before it was delivered" };
+        Some((e.step.min(steps), describe_event(e), format!("the run {what}")))
+    }
+
+    fn watch(&self, fd: &OwnedFd, token: u64, events: u32) -> Result<(), RelayError> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: epoll_ctl reads one live epoll_event.
+        let rc = unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
+        if rc != 0 {
+            return Err(RelayError::Broken(format!("epoll_ctl: {}", std::io::Error::last_os_error())));
+        }
+        Ok(())
+    }
+
+    /// (tag, index) of the relay sockets that are ready, in a deterministic order.
+    fn ready_tokens(&self, timeout_ms: i32) -> Result<Vec<(u64, usize)>, RelayError> {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 256];
+        // SAFETY: the kernel writes at most `events.len()` entries into the array.
+        let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, timeout_ms) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            return if err.kind() == std::io::ErrorKind::Interrupted { Ok(Vec::new()) } else { Err(RelayError::Broken(format!("epoll_wait: {err}"))) };
+        }
+        let mut ready: Vec<(u64, usize)> = events[..n as usize].iter().map(|e| (e.u64 & 3, (e.u64 >> 2) as usize)).collect();
+        if n as usize == events.len() {
+            // More may be ready than one call returns: look at every socket instead.
+            ready = (0..self.listeners.len()).map(|i| (TAG_LISTENER, i)).chain((0..self.streams.len()).flat_map(|i| [(TAG_INNER, i), (TAG_OUTER, i)])).collect();
+        }
+        ready.sort_unstable_by_key(|&(tag, index)| (index, tag));
+        ready.dedup();
+        Ok(ready)
+    }
+
+    /// Recording: takes every client waiting on listener `index`'s public socket.
+    fn accept_clients(&mut self, step: u64, index: usize, net: &mut NetProbe) -> Result<(), RelayError> {
+        loop {
+            let Some(public) = self.listeners[index].public.as_ref() else { return Ok(()) };
+            let Some(client) = accept(public) else { return Ok(()) };
+            let traced = peer_port(&client).is_some_and(|p| net.is_traced_endpoint(p, self.listeners[index].public_port));
+            if traced {
+                net.connection_taken(self.listeners[index].public_port);
+            }
+            self.open_stream(step, index, Some(client), !traced, net)?;
+        }
+    }
+
+    /// A new stream through listener `index`: dara connects to the twin (the program's accept
+    /// will take it once the connection shows, which netprobe settles).
+    fn open_stream(&mut self, step: u64, index: usize, outer: Option<OwnedFd>, recorded: bool, net: &mut NetProbe) -> Result<(), RelayError> {
+        let twin = self.listeners[index].twin;
+        let inner = TcpStream::connect(twin).map_err(|e| RelayError::Broken(format!("cannot connect to the program's listening socket ({twin}): {e}")))?;
+        inner.set_nodelay(true).ok();
+        let inner = OwnedFd::from(inner);
+        set_nonblocking(&inner)?;
+        net.expect_connection(twin.port());
+        let stream = self.streams.len() as u64;
+        self.watch(&inner, token(TAG_INNER, stream), libc::EPOLLIN as u32)?;
+        if let Some(outer) = &outer {
+            set_nonblocking(outer)?;
+            self.watch(outer, token(TAG_OUTER, stream), libc::EPOLLIN as u32)?;
+        }
+        if recorded {
+            self.events.push(OutsideEvent { step, stream: stream as u32, what: OutsideWhat::Connect { listener: index as u32 } });
+        }
+        self.changed = true;
+        self.streams.push(Stream { inner: Some(inner), outer, recorded, to_inner: Vec::new(), to_outer: Vec::new(), outer_eof: false, closed_inner: false, inner_eof: false });
+        Ok(())
+    }
+
+    /// Reads what the client sent into the stream's buffer (up to its bound); notes its EOF.
+    fn from_client(&mut self, index: usize) -> Result<(), RelayError> {
+        let s = &mut self.streams[index];
+        let Some(outer) = &s.outer else { return Ok(()) };
+        while !s.outer_eof && s.to_inner.len() < INBOUND_BUFFER {
+            let mut buf = vec![0u8; CHUNK.min(INBOUND_BUFFER - s.to_inner.len())];
+            match read_some(outer, &mut buf) {
+                Some(0) => s.outer_eof = true,
+                Some(n) => s.to_inner.extend_from_slice(&buf[..n]),
+                None => break,
+            }
+        }
+        if s.outer_eof && s.to_outer.is_empty() && s.inner_eof {
+            s.outer = None;
+        }
+        Ok(())
+    }
+
+    /// Writes what the stream holds for the program (as much as its receive window takes), settles
+    /// it, and records it; then, once the client's EOF is all that is left, tells the program.
+    fn to_program(&mut self, step: u64, index: usize) -> Result<(), RelayError> {
+        let s = &mut self.streams[index];
+        let Some(inner) = &s.inner else { return Ok(()) };
+        if !s.to_inner.is_empty() && !s.inner_eof {
+            let n = deliver(inner, &s.to_inner, false)?;
+            if n > 0 {
+                self.changed = true;
+                let data: Vec<u8> = s.to_inner.drain(..n).collect();
+                if s.recorded {
+                    self.events.push(OutsideEvent { step, stream: index as u32, what: OutsideWhat::Data(data) });
+                }
+            }
+        }
+        let s = &mut self.streams[index];
+        if s.outer_eof && s.to_inner.is_empty() && !s.closed_inner {
+            s.closed_inner = true;
+            if let Some(inner) = &s.inner {
+                close_sending_side(inner)?;
+            }
+            self.changed = true;
+            if s.recorded {
+                self.events.push(OutsideEvent { step, stream: index as u32, what: OutsideWhat::Close });
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what the program sent on stream `index`: recorded (recording), checked against the
+    /// recording (replay), and queued for the client.
+    fn from_program(&mut self, step: u64, index: usize) -> Result<(), RelayError> {
+        let s = &mut self.streams[index];
+        let Some(inner) = &s.inner else { return Ok(()) };
+        let mut sent = Vec::new();
+        let mut eof = false;
+        loop {
+            let mut buf = vec![0u8; CHUNK];
+            match read_some(inner, &mut buf) {
+                Some(0) => {
+                    eof = !s.inner_eof;
+                    s.inner_eof = true;
+                    break;
+                }
+                Some(n) => sent.extend_from_slice(&buf[..n]),
+                None => break,
+            }
+        }
+        if s.outer.is_some() {
+            s.to_outer.extend_from_slice(&sent);
+        }
+        let recorded = s.recorded;
+        if s.inner_eof && (s.outer_eof || s.outer.is_none()) {
+            s.inner = None;
+        }
+        if !recorded {
+            return Ok(());
+        }
+        if !sent.is_empty() {
+            self.observed(OutsideEvent { step, stream: index as u32, what: OutsideWhat::Output(sent) })?;
+        }
+        if eof {
+            self.observed(OutsideEvent { step, stream: index as u32, what: OutsideWhat::OutputClosed })?;
+        }
+        Ok(())
+    }
+
+    /// Something the program did at the boundary: recorded, and in a replay compared with the
+    /// recording's next output.
+    fn observed(&mut self, event: OutsideEvent) -> Result<(), RelayError> {
+        if let Some(r) = &mut self.replay {
+            let expected = r.outputs.pop_front();
+            if expected.as_ref() != Some(&event) {
+                return Err(RelayError::Diverged {
+                    expected: expected.map_or_else(|| "the program to send nothing more to outside peers".to_string(), |e| describe_event(&e)),
+                    seen: describe_event(&event),
+                });
+            }
+        }
+        self.events.push(event);
+        Ok(())
+    }
+
+    /// Replay: a recorded output whose step has passed without the program producing it.
+    fn check_missing_outputs(&self, step: u64) -> Result<(), RelayError> {
+        match self.replay.as_ref().and_then(|r| r.outputs.front()) {
+            Some(e) if e.step < step => Err(RelayError::Diverged { expected: describe_event(e), seen: format!("nothing sent by step {step}") }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Replay: the recording's inputs of this step (new clients, their bytes, their EOF).
+    fn apply_recorded(&mut self, step: u64, net: &mut NetProbe) -> Result<(), RelayError> {
+        // Traced clients reach the public sockets in a replay too; anyone else is turned away.
+        for index in 0..self.listeners.len() {
+            while let Some(client) = self.listeners[index].public.as_ref().and_then(accept) {
+                let port = self.listeners[index].public_port;
+                if peer_port(&client).is_some_and(|p| net.is_traced_endpoint(p, port)) {
+                    net.connection_taken(port);
+                    self.open_stream(step, index, Some(client), false, net)?;
+                }
+            }
+        }
+        loop {
+            let Some(r) = &mut self.replay else { return Ok(()) };
+            let Some(e) = r.inputs.front().filter(|e| e.step <= step && !matches!(e.what, OutsideWhat::Signal(_))).cloned() else { return Ok(()) };
+            r.inputs.pop_front();
+            match &e.what {
+                OutsideWhat::Connect { listener } => {
+                    let index = *listener as usize;
+                    if index >= self.listeners.len() || e.stream as usize != self.streams.len() {
+                        return Err(RelayError::Diverged {
+                            expected: describe_event(&e),
+                            seen: format!("{} listening socket(s) and {} connection(s)", self.listeners.len(), self.streams.len()),
+                        });
+                    }
+                    self.open_stream(step, index, None, true, net)?;
+                }
+                OutsideWhat::Data(bytes) => {
+                    let inner = self.streams.get(e.stream as usize).and_then(|s| s.inner.as_ref());
+                    let Some(inner) = inner else { return Err(RelayError::Diverged { expected: describe_event(&e), seen: "that connection closed".into() }) };
+                    deliver(inner, bytes, true)?;
+                    self.changed = true;
+                    self.events.push(e);
+                }
+                OutsideWhat::Close => {
+                    if let Some(s) = self.streams.get_mut(e.stream as usize) {
+                        s.outer_eof = true;
+                        s.closed_inner = true;
+                        if let Some(inner) = &s.inner {
+                            close_sending_side(inner)?;
+                        }
+                    }
+                    self.changed = true;
+                    self.events.push(e);
+                }
+                OutsideWhat::Signal(_) | OutsideWhat::Output(_) | OutsideWhat::OutputClosed => {}
+            }
+        }
+    }
+
+    /// Writes what the program sent to the client, as much as it takes now (recording, or a traced
+    /// client); a client that went away gets nothing more.
+    fn flush_to_client(&mut self, index: usize) {
+        let s = &mut self.streams[index];
+        let Some(outer) = &s.outer else { return };
+        while !s.to_outer.is_empty() {
+            // SAFETY: writes from a live buffer of the given length.
+            let n = unsafe { libc::send(outer.as_raw_fd(), s.to_outer.as_ptr().cast(), s.to_outer.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+            if n > 0 {
+                s.to_outer.drain(..n as usize);
+                continue;
+            }
+            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
+                return;
+            }
+            s.to_outer.clear(); // the client is gone
+            s.outer = None;
+            return;
+        }
+        if s.inner_eof {
+            // SAFETY: shutdown of a socket we own.
+            unsafe { libc::shutdown(outer.as_raw_fd(), libc::SHUT_WR) };
+            if s.outer_eof {
+                s.outer = None;
+            }
+        }
+    }
+}
+
+impl Replaying {
+    fn new(events: &Arc<Vec<OutsideEvent>>) -> Replaying {
+        let (outputs, inputs): (Vec<_>, Vec<_>) = events.iter().cloned().partition(|e| e.what.is_output());
+        Replaying { inputs: inputs.into(), outputs: outputs.into() }
+    }
+}
+
+/// One line for an event, with the bytes shown escaped (at most 80 of them).
+pub fn describe_event(e: &OutsideEvent) -> String {
+    let at = format!("at step {} on outside connection {}", e.step, e.stream);
+    match &e.what {
+        OutsideWhat::Connect { listener } => format!("an outside client to connect to listening socket {listener} ({at})"),
+        OutsideWhat::Data(b) => format!("{} bytes from outside {} ({at})", b.len(), shown(b)),
+        OutsideWhat::Close => format!("the outside peer to close ({at})"),
+        OutsideWhat::Output(b) => format!("the program to send {} bytes {} ({at})", b.len(), shown(b)),
+        OutsideWhat::OutputClosed => format!("the program to close its side ({at})"),
+        OutsideWhat::Signal(s) => format!("signal {s} passed on at step {}", e.step),
+    }
+}
+
+fn shown(bytes: &[u8]) -> String {
+    let head: String = bytes.iter().take(80).flat_map(|&b| std::ascii::escape_default(b)).map(char::from).collect();
+    format!("\"{head}{}\"", if bytes.len() > 80 { "…" } else { "" })
+}
+
+fn token(tag: u64, index: u64) -> u64 {
+    (index << 2) | tag
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> Result<(), RelayError> {
+    // SAFETY: F_GETFL/F_SETFL take integers.
+    let ok = unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    };
+    ok.then_some(()).ok_or_else(|| RelayError::Broken(format!("fcntl O_NONBLOCK: {}", std::io::Error::last_os_error())))
+}
+
+fn accept(listener: &OwnedFd) -> Option<OwnedFd> {
+    // SAFETY: accept4 without an address buffer; returns a new descriptor or -1.
+    let fd = unsafe { libc::accept4(listener.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) };
+    // SAFETY: a descriptor accept4 just returned, owned by nobody else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Some(0) at end-of-file (or a reset), Some(n) bytes read, None when nothing is there now.
+fn read_some(fd: &OwnedFd, buf: &mut [u8]) -> Option<usize> {
+    // SAFETY: reads into a live buffer of the given length.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+    if n >= 0 {
+        return Some(n as usize);
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EINTR) => None,
+        _ => Some(0),
+    }
+}
+
+/// Writes `bytes` (all of them when `all`, else what the peer's receive window takes now) to
+/// dara's socket toward the program, and waits until the program's side acknowledged them: they
+/// are in its receive queue before anything is probed. Returns how many were written.
+fn deliver(fd: &OwnedFd, bytes: &[u8], all: bool) -> Result<usize, RelayError> {
+    let started = Instant::now();
+    let mut done = 0;
+    while done < bytes.len() {
+        let room = if all { bytes.len() - done } else { netprobe::send_window(fd).min(bytes.len() - done) };
+        if room == 0 {
+            break;
+        }
+        // SAFETY: writes from a live buffer of the given length.
+        let n = unsafe { libc::send(fd.as_raw_fd(), bytes[done..].as_ptr().cast(), room, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if n > 0 {
+            done += n as usize;
+        } else if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
+            return Ok(done); // the program closed: what was written is what it could get
+        }
+        netprobe::wait_acknowledged(fd, started).map_err(|e| RelayError::Broken(e.0))?;
+        if !all {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// Shuts dara's sending side toward the program and waits until the program's side has the FIN.
+fn close_sending_side(fd: &OwnedFd) -> Result<(), RelayError> {
+    // SAFETY: shutdown of a socket we own.
+    unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_WR) };
+    netprobe::wait_acknowledged(fd, Instant::now()).map_err(|e| RelayError::Broken(e.0))
+}
+
+fn local_port(fd: &OwnedFd) -> Option<u16> {
+    netprobe::socket_ports(fd).map(|(local, _)| local)
+}
+
+fn peer_port(fd: &OwnedFd) -> Option<u16> {
+    netprobe::socket_ports(fd).map(|(_, remote)| remote)
+}

@@ -1,0 +1,212 @@
+//! Peers outside dara: `dara-trace -- outside_kv` records a run while this test talks to the
+//! server as an outside client; `dara-replay` replays it with nobody outside, 20 times alike; an
+//! edited input in a copy of the trace is a divergence naming its step; Ctrl-C is passed on to
+//! the program (recorded, replayed), and a second one stops dara keeping the trace.
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use dara_scheduler::outside::OutsideWhat;
+
+/// `dara-trace` recording `outside_kv` (port 0), and the port it listens on.
+struct Recording {
+    child: Child,
+    port: u16,
+    out: PathBuf,
+    stdout: std::thread::JoinHandle<String>,
+}
+
+impl Recording {
+    fn start(test: &str, program: &Path, extra: &[&str]) -> Recording {
+        let out = out_dir(test);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+            .args(["-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), "0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        lines.read_line(&mut first).unwrap();
+        let port = first.trim().strip_prefix("listening on ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no port from the server: {first:?}"));
+        let stdout = std::thread::spawn(move || {
+            let mut rest = first;
+            std::io::Read::read_to_string(&mut lines, &mut rest).ok();
+            rest
+        });
+        Recording { child, port, out, stdout }
+    }
+
+    fn client(&self) -> Client {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Client { reader: BufReader::new(stream.try_clone().unwrap()), stream }
+    }
+
+    /// Waits (bounded) for dara-trace to end; its exit code and stdout.
+    fn finish(mut self) -> (i32, String, PathBuf) {
+        let stdout = std::mem::replace(&mut self.stdout, std::thread::spawn(String::new));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("dara-trace did not end");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        (status.code().unwrap_or(-1), stdout.join().unwrap(), self.out.join("trace.bin"))
+    }
+}
+
+impl Drop for Recording {
+    /// A failed test must not leave dara-trace (and the server) running for the next test.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            // SAFETY: signalling our own child; two SIGINTs stop a recording.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+            std::thread::sleep(Duration::from_millis(100));
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+            let _ = self.child.wait();
+        }
+    }
+}
+
+struct Client {
+    stream: TcpStream,
+    reader: BufReader<TcpStream>,
+}
+
+impl Client {
+    fn ask(&mut self, request: &str) -> String {
+        self.stream.write_all(format!("{request}\n").as_bytes()).unwrap();
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        line.trim_end().to_string()
+    }
+}
+
+/// Two outside clients, one after the other and then side by side, and a shutdown.
+fn converse(rec: &Recording) {
+    let mut a = rec.client();
+    assert_eq!(a.ask("SET a 1"), "OK");
+    assert_eq!(a.ask("GET a"), "VAL 1");
+    let mut b = rec.client();
+    assert_eq!(b.ask("GET a"), "VAL 1");
+    assert_eq!(b.ask("SET b 22"), "OK");
+    assert_eq!(a.ask("GET b"), "VAL 22");
+    assert_eq!(b.ask("COUNT"), "6");
+    assert_eq!(b.ask("BYE"), "BYE");
+    assert_eq!(a.ask("SHUTDOWN"), "DOWN");
+}
+
+#[test]
+fn an_outside_client_is_recorded_and_replays_offline() {
+    let program = private_copy(&fixture("outside_kv"), "outside_record");
+    let rec = Recording::start("outside_record", &program, &[]);
+    converse(&rec);
+    let (code, stdout, trace_path) = rec.finish();
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("served 8 requests"), "{stdout}");
+    let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    let connects = trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Connect { .. })).count();
+    let sent: Vec<u8> = trace.outside.iter().filter(|e| e.stream == 0).filter_map(|e| if let OutsideWhat::Data(b) = &e.what { Some(b.clone()) } else { None }).flatten().collect();
+    let answered: Vec<u8> = trace.outside.iter().filter(|e| e.stream == 0).filter_map(|e| if let OutsideWhat::Output(b) = &e.what { Some(b.clone()) } else { None }).flatten().collect();
+    assert_eq!(connects, 2, "{:?}", trace.outside);
+    assert_eq!(sent, b"SET a 1\nGET a\nGET b\nSHUTDOWN\n");
+    assert_eq!(answered, b"OK\nVAL 1\nVAL 22\nDOWN\n");
+    assert_no_survivors(&program);
+
+    for i in 0..20 {
+        let replay = dara_replay(&["-q", trace_path.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(replay.code, 0, "replay {i}\n{}", replay.text());
+        assert!(replay.stdout.contains("(same as recorded)"), "replay {i}\n{}", replay.text());
+        assert!(replay.stdout.contains("served 8 requests"), "replay {i}: the server saw the same requests\n{}", replay.text());
+    }
+    let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    assert!(verify.stdout.contains("c0 sends 8 bytes \"SET a 1\\n\""), "the listing shows outside input\n{}", verify.stdout);
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty());
+}
+
+#[test]
+fn an_edited_input_is_a_divergence_at_its_step() {
+    let program = private_copy(&fixture("outside_kv"), "outside_edit");
+    let rec = Recording::start("outside_edit", &program, &[]);
+    converse(&rec);
+    let (code, stdout, trace_path) = rec.finish();
+    assert_eq!(code, 0, "{stdout}");
+    let mut trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    // The client asked "GET a" and the server answered "VAL 1"; ask for another key instead.
+    let edited = trace.outside.iter_mut().find(|e| e.what == OutsideWhat::Data(b"GET a\n".to_vec())).expect("the recorded request");
+    edited.what = OutsideWhat::Data(b"GET c\n".to_vec());
+    let (stream, asked_at) = (edited.stream, edited.step);
+    let answer_step = trace.outside.iter().find(|e| e.stream == stream && e.step > asked_at && matches!(e.what, OutsideWhat::Output(_))).unwrap().step;
+    let copy = trace_path.with_file_name("edited.bin");
+    dara_scheduler::trace::write_file(&copy, &trace).unwrap();
+
+    let replay = dara_replay(&["-q", copy.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(replay.code, 3, "{}", replay.text());
+    let line = replay.stdout.lines().find(|l| l.starts_with("DIVERGED at step")).unwrap_or_else(|| panic!("{}", replay.text()));
+    // The server's send of the answer (the step before the answer reaches the client) is where
+    // the run first differs: its first bytes are part of the recorded choice.
+    let step: u64 = line["DIVERGED at step ".len()..].split(':').next().unwrap().parse().unwrap();
+    assert!(step + 1 == answer_step || step == answer_step, "the divergence names the step of the answer ({answer_step})\n{line}");
+    assert!(line.contains("\"VAL ") && line.contains("\"NONE"), "and the bytes expected and seen\n{line}");
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn ctrl_c_is_passed_on_recorded_and_replayed() {
+    let program = private_copy(&fixture("outside_kv"), "outside_sigint");
+    let rec = Recording::start("outside_sigint", &program, &[]);
+    let mut a = rec.client();
+    assert_eq!(a.ask("SET x 7"), "OK");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(rec.child.id() as i32, libc::SIGINT) };
+    let (code, stdout, trace_path) = rec.finish();
+    assert_eq!(code, 0, "the program stopped by itself on SIGINT\n{stdout}");
+    assert!(stdout.contains("signal 2"), "{stdout}");
+    let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    assert!(trace.outside.iter().any(|e| e.what == OutsideWhat::Signal(libc::SIGINT)), "{:?}", trace.outside);
+    let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("signal 2"), "the replayed program got the signal too\n{}", verify.text());
+    assert!(verify.stdout.contains("signal SIGINT to every process"), "{}", verify.stdout);
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty());
+}
+
+#[test]
+fn a_second_ctrl_c_stops_and_the_trace_replays_to_there() {
+    let program = private_copy(&fixture("outside_kv"), "outside_stop");
+    let rec = Recording::start("outside_stop", &program, &["deaf"]);
+    let mut a = rec.client();
+    assert_eq!(a.ask("SET x 7"), "OK");
+    for _ in 0..2 {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(rec.child.id() as i32, libc::SIGINT) };
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (code, stdout, trace_path) = rec.finish();
+    assert_eq!(code, 130, "{stdout}");
+    let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    assert_eq!(trace.outcome, dara_scheduler::Outcome::Interrupted);
+    let replay = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert!(replay.stdout.contains("the recording was stopped here"), "{}", replay.text());
+    assert!(replay.stdout.contains("verify: 2 more executions identical"), "{}", replay.text());
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty());
+}
