@@ -32,7 +32,7 @@ pub fn config_for(trace: &Trace, base: &ExecutionConfig) -> ExecutionConfig {
         setup: h.setup.clone(),
         cleanup: h.cleanup.clone(),
         profile: false,
-        outside: if h.outside { OutsideMode::Replay(std::sync::Arc::new(trace.outside.clone())) } else { OutsideMode::Closed },
+        outside: if h.outside { OutsideMode::Replay { events: std::sync::Arc::new(trace.outside.clone()), stdin: h.stdin } } else { OutsideMode::Closed },
         // A recording stopped by the user is reproduced up to where it was stopped.
         stop_at_step: (trace.outcome == dara_scheduler::Outcome::Interrupted).then_some(trace.steps.len() as u64),
         ..base.clone()

@@ -395,6 +395,7 @@ fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: Stri
         setup: exec.setup.clone(),
         cleanup: exec.cleanup.clone(),
         outside: !exec.outside.is_closed(),
+        stdin: exec.outside.stdin(),
     }
 }
 

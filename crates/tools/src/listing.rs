@@ -86,6 +86,8 @@ fn outside_line(e: &dara_scheduler::outside::OutsideEvent) -> String {
         Output(b) => format!("c{} receives {}", e.stream, bytes(b)),
         OutputClosed => format!("c{} sees the program close", e.stream),
         Signal(s) => format!("signal {} to every process", dara_scheduler::execution::signal_name(*s)),
+        Stdin(b) => format!("stdin {}", bytes(b)),
+        StdinClosed => "stdin ends".to_string(),
     }
 }
 

@@ -210,3 +210,33 @@ fn a_second_ctrl_c_stops_and_the_trace_replays_to_there() {
     assert_no_survivors(&program);
     assert!(dara_shm_files().is_empty());
 }
+
+#[test]
+fn stdin_is_an_input_too() {
+    let out = out_dir("outside_stdin");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-q", "-o", out.to_str().unwrap(), "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(b"one\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    input.write_all(b"two\n").unwrap();
+    drop(input);
+    let done = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    assert_eq!(done.status.code(), Some(0), "{stdout}");
+    assert!(stdout.starts_with("one\ntwo\n"), "{stdout}");
+    let trace_path = out.join("trace.bin");
+    let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    let fed: Vec<u8> = trace.outside.iter().filter_map(|e| if let OutsideWhat::Stdin(b) = &e.what { Some(b.clone()) } else { None }).flatten().collect();
+    assert_eq!(fed, b"one\ntwo\n");
+    assert!(trace.outside.iter().any(|e| e.what == OutsideWhat::StdinClosed));
+    // Replayed with nothing on stdin: the recorded input is what cat reads.
+    let replay = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert!(replay.stdout.contains("one\ntwo\n") && replay.stdout.contains("verify: 2 more executions identical"), "{}", replay.text());
+}

@@ -32,6 +32,9 @@ pub struct LaunchSpec {
     /// Drop the target's stdout/stderr instead of copying them to dara's (the pipes are still
     /// drained, so the target behaves the same).
     pub discard_output: bool,
+    /// A descriptor of dara's to give the first launched command as its stdin (a pipe dara writes
+    /// recorded input into); None: /dev/null.
+    pub stdin_fd: Option<i32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -185,10 +188,19 @@ impl ProcessTree {
         // The target writes into pipes that dara copies to its own stdout/stderr, whatever those
         // are: a program that checks isatty() or fstat() on its output (Python, most CLIs) then
         // behaves the same when recorded in CI and replayed at a terminal.
-        // stdin is /dev/null for the same reason: its kind and content would be an input dara does
-        // not record yet.
+        // stdin is /dev/null for the same reason, or a pipe dara writes what it records into (a
+        // recording's stdin, see the scheduler's `outside`), for the first command only.
         let writer = |i: usize| self.output_writers[i].try_clone().map(std::process::Stdio::from);
-        cmd.stdin(std::process::Stdio::null()).stdout(writer(0).map_err(spawn_error)?).stderr(writer(1).map_err(spawn_error)?);
+        let stdin = match spec.stdin_fd.filter(|_| self.root == 0) {
+            // SAFETY: dup of a descriptor the caller owns; the duplicate becomes the child's stdin.
+            Some(fd) => match unsafe { libc::dup(fd) } {
+                -1 => return Err(spawn_error(std::io::Error::last_os_error())),
+                // SAFETY: a descriptor dup just returned, owned by nobody else.
+                dup => std::process::Stdio::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(dup) }),
+            },
+            None => std::process::Stdio::null(),
+        };
+        cmd.stdin(stdin).stdout(writer(0).map_err(spawn_error)?).stderr(writer(1).map_err(spawn_error)?);
         let child = cmd.spawn().map_err(spawn_error)?;
         // The reaper owns waiting; std's handle is dropped without waiting.
         Ok(child.id())
@@ -341,7 +353,7 @@ mod tests {
     use super::*;
 
     fn spec(command: &[&str]) -> LaunchSpec {
-        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true }
+        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true, stdin_fd: None }
     }
 
     #[test]

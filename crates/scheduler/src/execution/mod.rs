@@ -130,6 +130,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         pass_fd: Some((region.fd(), dara_abi::SHM_FD)),
         cpu: cfg.pin_cpu,
         discard_output: cfg.discard_output,
+        stdin_fd: outside.as_ref().and_then(|o| o.stdin_for_program()),
     };
     let waker = Arc::clone(&region);
     let tree = match cfg.cluster {
@@ -141,6 +142,9 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     }
     let mut run = Execution::new(cfg, region, tree);
     run.outside = outside;
+    if let Some(o) = run.outside.as_mut() {
+        o.launched();
+    }
     run.launched.push(run.tree.root_pid());
     let mut outcome = run.drive(decide, stop);
     if let (false, Some((step, expected, seen))) = (matches!(outcome, Outcome::Diverged { .. }), run.outside.as_ref().and_then(|o| o.finish(run.steps.len() as u64))) {

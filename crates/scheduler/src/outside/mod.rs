@@ -40,16 +40,35 @@ pub enum OutsideMode {
     /// anything else is deadlocked.
     #[default]
     Closed,
-    /// A recording run: outside clients may connect; their inputs are recorded.
-    Live,
+    /// A recording run: outside clients may connect; their inputs are recorded. With `stdin`,
+    /// what dara-trace reads on its own stdin is passed to the program (through a pipe) and
+    /// recorded too; without, the program's stdin is /dev/null.
+    Live { stdin: bool },
     /// The replay of a recording: its inputs are fed back and its outputs compared.
-    Replay(Arc<Vec<OutsideEvent>>),
+    Replay { events: Arc<Vec<OutsideEvent>>, stdin: bool },
 }
 
 impl OutsideMode {
     pub fn is_closed(&self) -> bool {
         matches!(self, OutsideMode::Closed)
     }
+
+    /// Whether the program's stdin is a pipe dara feeds.
+    pub fn stdin(&self) -> bool {
+        matches!(self, OutsideMode::Live { stdin: true } | OutsideMode::Replay { stdin: true, .. })
+    }
+}
+
+/// Whether dara's own stdin carries input worth passing on: open, and not /dev/null.
+pub fn stdin_has_input() -> bool {
+    // SAFETY: fstat fills a plain struct for descriptor 0.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(0, &mut st) } != 0 {
+        return false;
+    }
+    let null = std::fs::metadata("/dev/null").map(|m| std::os::unix::fs::MetadataExt::rdev(&m)).ok();
+    !(st.st_mode & libc::S_IFMT == libc::S_IFCHR && Some(st.st_rdev) == null)
 }
 
 /// One input from outside, or one output to an outside peer, at a step.
@@ -78,6 +97,10 @@ pub enum OutsideWhat {
     OutputClosed,
     /// A signal `dara-trace` received and passed on to every traced process.
     Signal(i32),
+    /// Bytes dara-trace read on its stdin, now in the program's stdin pipe.
+    Stdin(Vec<u8>),
+    /// dara-trace's stdin ended: the program reads end-of-file once the pipe is empty.
+    StdinClosed,
 }
 
 impl OutsideWhat {

@@ -77,10 +77,26 @@ pub struct Outside {
     changed: bool,
     /// The program closed a listening socket: look at which ones are still there.
     listener_closed: bool,
+    /// The program's stdin, when dara feeds it.
+    stdin: Option<StdinPipe>,
+}
+
+/// The pipe that is the program's stdin: dara writes what it reads on its own stdin (recording)
+/// or what the recording says (replay).
+struct StdinPipe {
+    /// dara's end; None once the program was told the input ended.
+    write: Option<OwnedFd>,
+    /// The program's end, until it is launched.
+    read: Option<OwnedFd>,
+    /// Read from dara's stdin, not yet in the pipe (the program has not read enough).
+    pending: Vec<u8>,
+    /// dara's stdin ended.
+    eof: bool,
 }
 
 struct Replaying {
     inputs: VecDeque<OutsideEvent>,
+    signals: VecDeque<OutsideEvent>,
     outputs: VecDeque<OutsideEvent>,
 }
 
@@ -89,8 +105,8 @@ impl Outside {
     pub fn new(mode: &OutsideMode) -> Result<Option<Outside>, RelayError> {
         let replay = match mode {
             OutsideMode::Closed => return Ok(None),
-            OutsideMode::Live => None,
-            OutsideMode::Replay(events) => Some(Replaying::new(events)),
+            OutsideMode::Live { .. } => None,
+            OutsideMode::Replay { events, .. } => Some(Replaying::new(events)),
         };
         // SAFETY: epoll_create1 takes flags and returns a new descriptor or -1.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -100,7 +116,21 @@ impl Outside {
         super::set_recording(replay.is_none());
         // SAFETY: a descriptor epoll_create1 just returned, owned by nobody else.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, listener_closed: false }))
+        let stdin = if mode.stdin() { Some(StdinPipe::new()?) } else { None };
+        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, listener_closed: false, stdin }))
+    }
+
+    /// The descriptor to launch the program with as its stdin (None: /dev/null).
+    pub fn stdin_for_program(&self) -> Option<i32> {
+        self.stdin.as_ref().and_then(|s| s.read.as_ref()).map(|fd| fd.as_raw_fd())
+    }
+
+    /// The program is launched: dara closes its copy of the program's end of the stdin pipe, so
+    /// the program sees end-of-file once dara closes its own end.
+    pub fn launched(&mut self) {
+        if let Some(s) = &mut self.stdin {
+            s.read = None;
+        }
     }
 
     /// Whether this is a recording (outside peers may come at any time).
@@ -116,7 +146,10 @@ impl Outside {
     /// Whether an outside peer could still bring input: a listener dara holds or an open outside
     /// stream (recording only; a replay's inputs are all in the recording).
     pub fn may_receive(&self) -> bool {
-        self.live() && (self.listeners.iter().any(|l| l.public.is_some()) || self.streams.iter().any(|s| s.recorded && s.outer.is_some() && !s.outer_eof))
+        self.live()
+            && (self.listeners.iter().any(|l| l.public.is_some())
+                || self.streams.iter().any(|s| s.recorded && s.outer.is_some() && !s.outer_eof)
+                || self.stdin.as_ref().is_some_and(|s| !s.eof))
     }
 
     /// A traced `listen` was swapped (`NetListen`): `public` is dara's duplicate of the program's
@@ -153,11 +186,11 @@ impl Outside {
             None => super::take_pending_signals(),
             Some(r) => {
                 let mut found = Vec::new();
-                while let Some(e) = r.inputs.front().filter(|e| e.step <= step && matches!(e.what, OutsideWhat::Signal(_))) {
+                while let Some(e) = r.signals.front().filter(|e| e.step <= step) {
                     if let OutsideWhat::Signal(s) = e.what {
                         found.push(s);
                     }
-                    r.inputs.pop_front();
+                    r.signals.pop_front();
                 }
                 found
             }
@@ -204,7 +237,41 @@ impl Outside {
             self.to_program(step, index)?;
             self.flush_to_client(index);
         }
+        if self.live() {
+            self.pump_stdin(step)?;
+        }
         Ok(self.changed)
+    }
+
+    /// Recording: passes what arrived on dara's stdin into the program's stdin pipe (as much as
+    /// the pipe takes), and its end once everything is in.
+    fn pump_stdin(&mut self, step: u64) -> Result<(), RelayError> {
+        let Some(s) = &mut self.stdin else { return Ok(()) };
+        if !s.eof && s.pending.len() < INBOUND_BUFFER && stdin_readable(0) {
+            let mut buf = vec![0u8; CHUNK];
+            // SAFETY: reads into a live buffer; poll said it will not block.
+            let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+            match n {
+                n if n > 0 => s.pending.extend_from_slice(&buf[..n as usize]),
+                _ => s.eof = true,
+            }
+        }
+        let Some(write) = &s.write else { return Ok(()) };
+        if !s.pending.is_empty() {
+            // SAFETY: writes from a live buffer to our non-blocking pipe end.
+            let n = unsafe { libc::write(write.as_raw_fd(), s.pending.as_ptr().cast(), s.pending.len()) };
+            if n > 0 {
+                let data: Vec<u8> = s.pending.drain(..n as usize).collect();
+                self.events.push(OutsideEvent { step, stream: 0, what: OutsideWhat::Stdin(data) });
+                self.changed = true;
+            }
+        }
+        if s.eof && s.pending.is_empty() {
+            s.write = None;
+            self.events.push(OutsideEvent { step, stream: 0, what: OutsideWhat::StdinClosed });
+            self.changed = true;
+        }
+        Ok(())
     }
 
     /// Waits (up to `limit`, forever if None) until an outside peer or a signal brings something;
@@ -226,7 +293,11 @@ impl Outside {
             for index in 0..self.streams.len() {
                 self.flush_to_client(index);
             }
-            let ready = self.ready_tokens(slice.as_millis() as i32)?;
+            let stdin_open = self.stdin.as_ref().is_some_and(|s| !s.eof && s.pending.len() < INBOUND_BUFFER);
+            if stdin_open && wait_readable(&[self.epoll.as_raw_fd(), 0], slice) == Some(1) {
+                return Ok(true);
+            }
+            let ready = self.ready_tokens(if stdin_open { 0 } else { slice.as_millis() as i32 })?;
             // A client whose bytes cannot be delivered yet (the program is not reading) stays
             // readable: that is not news.
             if ready.iter().any(|&(tag, index)| tag != TAG_OUTER || self.streams.get(index).is_some_and(|s| s.to_inner.len() < INBOUND_BUFFER)) {
@@ -241,7 +312,7 @@ impl Outside {
     /// Replay: recorded outputs nobody produced, once the run is over.
     pub fn finish(&self, steps: u64) -> Option<(u64, String, String)> {
         let r = self.replay.as_ref()?;
-        let e = r.outputs.front().or_else(|| r.inputs.front())?;
+        let e = r.outputs.front().or_else(|| r.inputs.front()).or_else(|| r.signals.front())?;
         let what = if e.what.is_output() { "did not send it" } else { "ended before it was delivered" };
         Some((e.step.min(steps), describe_event(e), format!("the run {what}")))
     }
@@ -434,7 +505,7 @@ impl Outside {
         }
         loop {
             let Some(r) = &mut self.replay else { return Ok(()) };
-            let Some(e) = r.inputs.front().filter(|e| e.step <= step && !matches!(e.what, OutsideWhat::Signal(_))).cloned() else { return Ok(()) };
+            let Some(e) = r.inputs.front().filter(|e| e.step <= step).cloned() else { return Ok(()) };
             r.inputs.pop_front();
             match &e.what {
                 OutsideWhat::Connect { listener } => {
@@ -461,6 +532,20 @@ impl Outside {
                         if let Some(inner) = &s.inner {
                             close_sending_side(inner)?;
                         }
+                    }
+                    self.changed = true;
+                    self.events.push(e);
+                }
+                OutsideWhat::Stdin(bytes) => {
+                    let write = self.stdin.as_ref().and_then(|s| s.write.as_ref());
+                    let Some(write) = write else { return Err(RelayError::Diverged { expected: describe_event(&e), seen: "no stdin pipe".into() }) };
+                    write_all_bounded(write, bytes)?;
+                    self.changed = true;
+                    self.events.push(e);
+                }
+                OutsideWhat::StdinClosed => {
+                    if let Some(s) = &mut self.stdin {
+                        s.write = None;
                     }
                     self.changed = true;
                     self.events.push(e);
@@ -501,8 +586,9 @@ impl Outside {
 
 impl Replaying {
     fn new(events: &Arc<Vec<OutsideEvent>>) -> Replaying {
-        let (outputs, inputs): (Vec<_>, Vec<_>) = events.iter().cloned().partition(|e| e.what.is_output());
-        Replaying { inputs: inputs.into(), outputs: outputs.into() }
+        let (outputs, rest): (Vec<_>, Vec<_>) = events.iter().cloned().partition(|e| e.what.is_output());
+        let (signals, inputs): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::Signal(_)));
+        Replaying { inputs: inputs.into(), signals: signals.into(), outputs: outputs.into() }
     }
 }
 
@@ -516,7 +602,58 @@ pub fn describe_event(e: &OutsideEvent) -> String {
         OutsideWhat::Output(b) => format!("the program to send {} bytes {} ({at})", b.len(), shown(b)),
         OutsideWhat::OutputClosed => format!("the program to close its side ({at})"),
         OutsideWhat::Signal(s) => format!("signal {s} passed on at step {}", e.step),
+        OutsideWhat::Stdin(b) => format!("{} bytes {} on stdin at step {}", b.len(), shown(b), e.step),
+        OutsideWhat::StdinClosed => format!("stdin to end at step {}", e.step),
     }
+}
+
+impl StdinPipe {
+    fn new() -> Result<StdinPipe, RelayError> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two descriptors.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(RelayError::Broken(format!("pipe2: {}", std::io::Error::last_os_error())));
+        }
+        // SAFETY: descriptors pipe2 just returned, owned by nobody else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        set_nonblocking(&write)?;
+        Ok(StdinPipe { write: Some(write), read: Some(read), pending: Vec::new(), eof: false })
+    }
+}
+
+/// Whether `fd` has something to read (or its end) now.
+fn stdin_readable(fd: i32) -> bool {
+    wait_readable(&[fd], Duration::ZERO) == Some(0)
+}
+
+/// Waits up to `limit` until one of `fds` is readable; the index of the first that is.
+fn wait_readable(fds: &[i32], limit: Duration) -> Option<usize> {
+    let mut polls: Vec<libc::pollfd> = fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    // SAFETY: a live array of pollfds of the given length.
+    let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, limit.as_millis().min(i32::MAX as u128) as i32) };
+    if n <= 0 {
+        return None;
+    }
+    polls.iter().position(|p| p.revents != 0)
+}
+
+/// Writes all of `bytes` to a non-blocking pipe the program reads, waiting (bounded) while it is
+/// full: in a replay the program's reads free the room they freed in the recording.
+fn write_all_bounded(fd: &OwnedFd, bytes: &[u8]) -> Result<(), RelayError> {
+    let started = Instant::now();
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: writes from a live buffer.
+        let n = unsafe { libc::write(fd.as_raw_fd(), bytes[done..].as_ptr().cast(), bytes.len() - done) };
+        if n > 0 {
+            done += n as usize;
+        } else if started.elapsed() > netprobe::SETTLE_LIMIT {
+            return Err(RelayError::Broken("the program's stdin pipe did not take the recorded input".into()));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
 }
 
 fn shown(bytes: &[u8]) -> String {

@@ -53,6 +53,8 @@ pub(crate) const OUTSIDE_CLOSE: u8 = 2;
 pub(crate) const OUTSIDE_OUTPUT: u8 = 3;
 pub(crate) const OUTSIDE_OUTPUT_CLOSED: u8 = 4;
 pub(crate) const OUTSIDE_SIGNAL: u8 = 5;
+pub(crate) const OUTSIDE_STDIN: u8 = 6;
+pub(crate) const OUTSIDE_STDIN_CLOSED: u8 = 7;
 /// The smallest encoded outside event (step delta, kind, stream), and the most bytes one carries.
 pub(crate) const MIN_OUTSIDE_BYTES: usize = 3;
 pub(crate) const MAX_OUTSIDE_BYTES: usize = 64 << 20;
@@ -127,6 +129,10 @@ pub struct TraceHeader {
     /// the outside section holds the inputs a replay feeds back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub outside: bool,
+    /// The program's stdin was a pipe dara fed from its own stdin (recorded in the outside
+    /// section); otherwise /dev/null.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stdin: bool,
 }
 
 /// One decision and what was observed when it was applied.

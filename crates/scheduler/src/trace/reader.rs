@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use crate::choice::{Choice, ChoiceKind};
 use crate::outcome::Outcome;
 use crate::outside::{OutsideEvent, OutsideWhat};
-use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL};
+use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED};
 
 /// Reads and decodes the trace at `path`.
 pub fn read_file(path: &Path) -> Result<Trace, TraceError> {
@@ -137,6 +137,8 @@ fn decode_outside(c: &mut Cursor<'_>) -> Result<Vec<OutsideEvent>, TraceError> {
             OUTSIDE_OUTPUT => OutsideWhat::Output(bytes(c)?),
             OUTSIDE_OUTPUT_CLOSED => OutsideWhat::OutputClosed,
             OUTSIDE_SIGNAL => OutsideWhat::Signal(c.varint_u32(&field("signal"))? as i32),
+            OUTSIDE_STDIN => OutsideWhat::Stdin(bytes(c)?),
+            OUTSIDE_STDIN_CLOSED => OutsideWhat::StdinClosed,
             k => return Err(c.damaged(kind_at, field(&format!("has unknown kind {k}")))),
         };
         events.push(OutsideEvent { step, stream, what });

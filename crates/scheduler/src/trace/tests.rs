@@ -49,6 +49,7 @@ fn header() -> TraceHeader {
         setup: Some("rm -rf /tmp/kv".into()),
         cleanup: None,
         outside: true,
+        stdin: true,
     }
 }
 
@@ -134,6 +135,8 @@ fn sample_outside() -> Vec<crate::outside::OutsideEvent> {
         OutsideEvent { step: 9, stream: 0, what: Output(vec![0, 255, 10, 13]) },
         OutsideEvent { step: 9, stream: 0, what: OutputClosed },
         OutsideEvent { step: 40, stream: 0, what: Close },
+        OutsideEvent { step: 41, stream: 0, what: Stdin(b"yes\n".to_vec()) },
+        OutsideEvent { step: 41, stream: 0, what: StdinClosed },
     ]
 }
 
