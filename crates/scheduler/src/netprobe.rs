@@ -544,10 +544,14 @@ fn port_bound(k: u64, port: u16) -> bool {
     })
 }
 
-/// Descriptors in an epoll set, from /proc/<pid>/fdinfo/<epfd> ("tfd: N events: ...").
+/// Descriptors in an epoll set, from /proc/<pid>/fdinfo/<epfd> ("tfd: N events: ..."), in
+/// descriptor order: the kernel lists them in the order of its own object addresses, which
+/// differ from run to run, and the first probe of a descriptor names its endpoint.
 fn epoll_targets(pid: u32, epfd: i32) -> Vec<i32> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{epfd}")).unwrap_or_default();
-    text.lines().filter_map(|l| l.strip_prefix("tfd:")).filter_map(|r| r.split_whitespace().next()?.parse().ok()).collect()
+    let mut fds: Vec<i32> = text.lines().filter_map(|l| l.strip_prefix("tfd:")).filter_map(|r| r.split_whitespace().next()?.parse().ok()).collect();
+    fds.sort_unstable();
+    fds
 }
 
 fn read_pollfds(pid: u32, addr: u64, n: usize) -> Option<Vec<libc::pollfd>> {
