@@ -5,7 +5,9 @@
 # of ten virtual minutes of sleep, and the cost of coverage collection (a sancov build against
 # the plain build of the same program, both under dara). At the end, the cluster benchmarks
 # (scripts/bench-cluster.sh: the 3-node kv test script's executions per second and a timeout-bound
-# heartbeat workload, natively and under dara; about half a minute, BENCH_CLUSTER=0 skips them).
+# heartbeat workload, natively and under dara; about half a minute, BENCH_CLUSTER=0 skips them)
+# and the real-server benchmark (scripts/bench-redis.sh: redis-server's smoke test natively and
+# under dara, native redis-benchmark, one request's steps; about 20 s, BENCH_REDIS=0 skips it).
 #
 #   scripts/bench.sh [ITERATIONS]        (default 50000 ping-pong rounds)
 #
@@ -107,4 +109,10 @@ printf '%-48s %12s\n' "ratio dara / native" "$script_ratio"
 if [ "${BENCH_CLUSTER:-1}" != 0 ]; then
     echo
     ./scripts/bench-cluster.sh
+fi
+
+# 8. A real server: Debian's redis-server (scripts/bench-redis.sh).
+if [ "${BENCH_REDIS:-1}" != 0 ]; then
+    echo
+    ./scripts/bench-redis.sh
 fi

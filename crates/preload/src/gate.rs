@@ -20,7 +20,7 @@ use core::sync::atomic::Ordering;
 use dara_abi::{state, Op, Slot};
 use libc::timespec;
 
-use crate::{region, sys};
+use crate::{region, solo, sys};
 
 const NO_SLOT: u32 = u32::MAX;
 
@@ -106,8 +106,10 @@ impl Gated {
         self.now().saturating_add(duration_ns)
     }
 
-    /// Posts `op` and parks until the scheduler grants it.
+    /// Posts `op` and parks until the scheduler grants it. Locks a solo thread took without a
+    /// post are handed to the model first (`solo::flush`).
     pub fn post(&self, op: Op, args: [u64; 4]) -> Grant {
+        self.flush_solo();
         let grant = handoff(self.slot, op, args);
         self.slot.state.store(state::RUNNING, Ordering::Release);
         grant
@@ -117,10 +119,22 @@ impl Gated {
     /// the scheduler is woken to see it, and the thread is no longer gated (glibc's teardown and
     /// TLS destructors that follow run as uncontrolled code).
     pub fn exit_thread(self) {
+        self.flush_solo();
         handoff(self.slot, Op::ThreadExit, [0; 4]);
         self.slot.state.store(state::EXITED, Ordering::Release);
         wake_scheduler();
         SLOT.with(|s| s.set(NO_SLOT));
+    }
+}
+
+impl Gated {
+    /// Posts the acquisitions the solo fast path made without a post (see [`solo`]).
+    #[inline]
+    fn flush_solo(&self) {
+        solo::flush(|op, args| {
+            handoff(self.slot, op, args);
+            self.slot.state.store(state::RUNNING, Ordering::Release);
+        });
     }
 }
 

@@ -15,6 +15,8 @@
 //! callbacks into memory-level scheduling points (`--preempt-on memory`); [`fault`] names the
 //! faulting function of a crash.
 //!
+//! [`solo`] lets a single-threaded process take and release its private locks without a post.
+//!
 //! The plumbing: [`init`] (the constructor and start barrier), [`gate`] (per-thread state, the
 //! reentrancy guard and the handoff), [`region`] (the mapping), [`sys`] (the one syscall
 //! trampoline every raw syscall goes through), [`real`] (the libc functions behind the hooks),
@@ -42,6 +44,7 @@ pub mod init;
 pub mod process;
 pub mod real;
 pub mod region;
+pub mod solo;
 pub mod sys;
 pub mod trap;
 pub mod vclock;

@@ -52,6 +52,7 @@ pub fn become_main_thread(slot: &Slot, index: u32, process: u32, stack_top: usiz
     // SAFETY: pthread_self has no preconditions.
     slot.handle.store(unsafe { real::pthread_self() } as u64, Ordering::Relaxed);
     slot.state.store(state::RUNNING, Ordering::Release);
+    crate::solo::become_sole_thread();
     gate::adopt(index, stack_top);
 }
 

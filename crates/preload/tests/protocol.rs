@@ -291,7 +291,12 @@ fn protocol_threads_clocks_and_randomness() {
     assert_eq!(line(&stdout, "sem"), "0 -1 1");
     assert_eq!(line(&stdout, "futex-wait"), "-1 1");
 
-    // The ops, in order (clock reads included).
+    // The ops, in order (clock reads included). After the join the main thread is alone again
+    // (crates/preload/src/solo.rs): its private locks take no post of their own. The mutex it
+    // took before the condition wait is handed to the model by the CondWait post (the MutexLock
+    // just before it); the trylock of the mutex it holds fails without a post and asks the model
+    // (EBUSY); the rwlock is taken and released without a post; the second pthread_once finds
+    // the object done and returns without a post.
     let ops: Vec<(u32, Op)> = seen.iter().map(|s| (s.slot, s.op)).collect();
     use Op::*;
     assert_eq!(
@@ -314,11 +319,8 @@ fn protocol_threads_clocks_and_randomness() {
             (0, CondWait),
             (0, MutexTryLock),
             (0, MutexUnlock),
-            (0, RwReadLock),
-            (0, RwUnlock),
             (0, OnceBegin),
             (0, OnceDone),
-            (0, OnceBegin),
             (0, SemInit),
             (0, SemWait),
             (0, SemTryWait),

@@ -28,7 +28,8 @@
 //!   closed (`TCP_CLOSE`): the peer had already closed, answered the bytes with a reset, and they
 //!   will never be acknowledged;
 //! * after a connect waits until the socket is writable or failed (handshake done), then counts
-//!   one connection *owed* to the listener's address;
+//!   one connection *owed* to the listener's address (once per socket: a non-blocking connect
+//!   that the program completes by calling `connect` again owes one, and a refused one none);
 //! * after a UDP send counts one datagram owed to the destination port, if a socket was bound
 //!   to that port when the send was granted (the kernel drops a datagram nobody can receive, as
 //!   when a node writes to a peer that is not up yet or has stopped). Looked at before the sender
@@ -40,7 +41,7 @@
 //! one back, and so does a datagram the receiving socket dropped because its buffer was full
 //! (its drop count, read while the probe waits). A delivery that never shows ends the run as
 //! uncontrolled rather than deciding from a racy answer.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
@@ -96,6 +97,9 @@ pub struct NetProbe {
     settles: Vec<Settle>,
     /// Per UDP endpoint id: the receive-buffer drops already paid back against `owed`.
     paid_drops: BTreeMap<u64, u32>,
+    /// TCP endpoints whose connection is already owed to a listener: a non-blocking connect
+    /// that is completed by calling `connect` again (hiredis, and most event loops) owes one.
+    connected: BTreeSet<u64>,
 }
 
 impl NetProbe {
@@ -272,8 +276,12 @@ impl NetProbe {
             }
             std::thread::yield_now();
         }
-        if let Some((_, _, remote)) = ep.key.or_else(|| inet_key(&dup, kind::TCP)) {
-            *self.owed.entry((kind::TCP, remote, 0)).or_default() += 1;
+        // A socket with no peer was refused (its error already taken by a second connect call);
+        // one already counted is being checked again by a second connect call.
+        if let Some((_, _, remote)) = ep.key.or_else(|| inet_key(&dup, kind::TCP)).filter(|k| k.2 != 0) {
+            if self.connected.insert(ep.id) {
+                *self.owed.entry((kind::TCP, remote, 0)).or_default() += 1;
+            }
         }
         Ok(())
     }
@@ -617,10 +625,14 @@ fn port_bound(k: u64, port: u16) -> bool {
     })
 }
 
-/// Descriptors in an epoll set, from /proc/<pid>/fdinfo/<epfd> ("tfd: N events: ...").
+/// Descriptors in an epoll set, from /proc/<pid>/fdinfo/<epfd> ("tfd: N events: ..."), in
+/// descriptor order: the kernel lists them in the order of its own object addresses, which
+/// differ from run to run, and the first probe of a descriptor names its endpoint.
 fn epoll_targets(pid: u32, epfd: i32) -> Vec<i32> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{epfd}")).unwrap_or_default();
-    text.lines().filter_map(|l| l.strip_prefix("tfd:")).filter_map(|r| r.split_whitespace().next()?.parse().ok()).collect()
+    let mut fds: Vec<i32> = text.lines().filter_map(|l| l.strip_prefix("tfd:")).filter_map(|r| r.split_whitespace().next()?.parse().ok()).collect();
+    fds.sort_unstable();
+    fds
 }
 
 fn read_pollfds(pid: u32, addr: u64, n: usize) -> Option<Vec<libc::pollfd>> {

@@ -1,7 +1,7 @@
 //! Condition variables, barriers and `pthread_once`: entirely modelled. The real wait functions
 //! are never called (they would block in the kernel); the real mutex of a condition wait is
 //! released before the post and re-taken after the grant, when the model says it is free.
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use dara_abi::{Op, NO_DEADLINE};
 use libc::{
@@ -169,9 +169,29 @@ pub unsafe extern "C" fn pthread_barrier_wait(b: *mut pthread_barrier_t) -> c_in
     }
 }
 
+/// glibc's `__PTHREAD_ONCE_DONE`: the bit of a `pthread_once_t` set once its routine has run.
+const ONCE_DONE: i32 = 2;
+
+/// The `pthread_once_t` word, read and written atomically (`None` for null).
+fn once_word<'a>(o: Obj<pthread_once_t>) -> Option<&'a AtomicI32> {
+    let word = o.get()?;
+    // SAFETY: `pthread_once_t` is a 4-aligned int that glibc itself accesses atomically.
+    Some(unsafe { &*(word as *const pthread_once_t as *const AtomicI32) })
+}
+
 /// `pthread_once`: the model picks the one caller that runs `init`; the others wait in the model
 /// until `OnceDone`. The init routine runs outside the preload (it is user code).
+///
+/// Once the routine has run, the hook marks the object done the way glibc does, and a call that
+/// finds it done returns at once without a post: it only reads a value nobody changes again, so
+/// it commutes with everything (OpenSSL calls `pthread_once` on every entry to its init
+/// functions: about a thousand times while redis-server starts). Marking it done also keeps
+/// glibc's own `pthread_once` (uncontrolled code, a forked child) from running it again, and a
+/// routine that ran before dara took control counts as done.
 pub fn once(gate: Gated, o: Obj<pthread_once_t>, init: InitRoutine) -> c_int {
+    if once_word(o).is_some_and(|w| w.load(Ordering::Acquire) & ONCE_DONE != 0) {
+        return 0;
+    }
     if gate.post(Op::OnceBegin, [o.addr(), 0, 0, 0]).result != 1 {
         return 0;
     }
@@ -179,6 +199,9 @@ pub fn once(gate: Gated, o: Obj<pthread_once_t>, init: InitRoutine) -> c_int {
     init();
     if let Some(gate) = Gated::enter() {
         gate.post(Op::OnceDone, [o.addr(), 0, 0, 0]);
+    }
+    if let Some(w) = once_word(o) {
+        w.store(ONCE_DONE, Ordering::Release);
     }
     0
 }

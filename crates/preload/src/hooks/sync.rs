@@ -1,6 +1,10 @@
 //! Mutexes and reader-writer locks. The model decides who gets the lock (and whether a timed
 //! acquisition times out); the real object is then taken or released so it stays consistent,
 //! which never blocks because the model only grants an acquisition of a free lock.
+//!
+//! A single-threaded process's private locks are taken and released without a post (see
+//! [`solo`](crate::solo)): the real try-variant runs, and the table of held objects remembers
+//! what the model must learn at the thread's next post.
 use core::sync::atomic::{AtomicI32, Ordering};
 
 use dara_abi::{mutex_kind, Op, NO_DEADLINE};
@@ -9,6 +13,7 @@ use libc::{c_int, clockid_t, pthread_mutex_t, pthread_rwlock_t, timespec};
 use super::Obj;
 use crate::gate::Gated;
 use crate::real;
+use crate::solo::{self, Held};
 use crate::vclock::{self, ClockBase};
 
 /// Byte offset of glibc's `__kind` in `pthread_mutex_t` (x86_64).
@@ -16,11 +21,17 @@ const MUTEX_KIND_OFFSET: usize = 16;
 /// glibc's PTHREAD_MUTEX_KIND_MASK_NP.
 const MUTEX_KIND_MASK: i32 = 3;
 const GLIBC_ADAPTIVE: i32 = 3;
+/// glibc's `__kind` bits of robust (16), priority-inheritance (32), priority-protect (64) and
+/// process-shared (128) mutexes: such mutexes always take the posted path.
+const MUTEX_SPECIAL_BITS: i32 = 16 | 32 | 64 | 128;
+/// Byte offset of glibc's `__shared` in `pthread_rwlock_t` (x86_64); non-zero when the rwlock
+/// is process-shared.
+const RWLOCK_SHARED_OFFSET: usize = 28;
 
-/// The model's kind of a glibc mutex: `__kind & 3`, adaptive folded into normal.
-pub fn kind(m: Obj<pthread_mutex_t>) -> u64 {
+/// glibc's `__kind` word of a mutex (0, a default mutex, for null).
+fn raw_kind(m: Obj<pthread_mutex_t>) -> i32 {
     let Some(mutex) = m.get() else {
-        return mutex_kind::NORMAL;
+        return 0;
     };
     // SAFETY: `pthread_mutex_t` is 40 bytes on x86_64 and 4-aligned at offset 16; reading it
     // through an atomic tolerates any concurrent (uncontrolled) writer.
@@ -28,10 +39,67 @@ pub fn kind(m: Obj<pthread_mutex_t>) -> u64 {
         &*((mutex as *const pthread_mutex_t as *const u8).add(MUTEX_KIND_OFFSET)
             as *const AtomicI32)
     };
-    match word.load(Ordering::Relaxed) & MUTEX_KIND_MASK {
+    word.load(Ordering::Relaxed)
+}
+
+/// The model's kind of a glibc mutex: `__kind & 3`, adaptive folded into normal.
+pub fn kind(m: Obj<pthread_mutex_t>) -> u64 {
+    match raw_kind(m) & MUTEX_KIND_MASK {
         GLIBC_ADAPTIVE => mutex_kind::NORMAL,
         k => k as u64,
     }
+}
+
+/// Whether `m` may be taken without a post: the process is solo, the table has room, and the
+/// mutex is an ordinary process-private one.
+fn solo_mutex(m: Obj<pthread_mutex_t>) -> bool {
+    solo::is_solo() && solo::has_room() && !m.ptr().is_null() && raw_kind(m) & MUTEX_SPECIAL_BITS == 0
+}
+
+/// Whether `l` may be taken without a post: the process is solo, the table has room, and the
+/// rwlock is process-private.
+fn solo_rwlock(l: Obj<pthread_rwlock_t>) -> bool {
+    let Some(lock) = l.get() else {
+        return false;
+    };
+    if !solo::is_solo() || !solo::has_room() {
+        return false;
+    }
+    // SAFETY: `pthread_rwlock_t` is 56 bytes on x86_64, 4-aligned at offset 28; read atomically.
+    let shared = unsafe {
+        &*((lock as *const pthread_rwlock_t as *const u8).add(RWLOCK_SHARED_OFFSET)
+            as *const AtomicI32)
+    };
+    shared.load(Ordering::Relaxed) == 0
+}
+
+/// The solo fast path of a mutex acquisition: true if the mutex was taken without a post.
+fn solo_mutex_acquire(m: Obj<pthread_mutex_t>) -> bool {
+    // SAFETY: the program's mutex; trylock never blocks.
+    if solo_mutex(m) && unsafe { real::pthread_mutex_trylock(m.ptr()) } == 0 {
+        solo::acquired(m.addr(), Held::Mutex(kind(m)));
+        return true;
+    }
+    false
+}
+
+/// The solo fast path of a rwlock acquisition: true if the lock was taken without a post.
+fn solo_rw_acquire(l: Obj<pthread_rwlock_t>, side: Side) -> bool {
+    if !solo_rwlock(l) {
+        return false;
+    }
+    // SAFETY: the program's rwlock; the try-variants never block.
+    let rc = unsafe {
+        match side {
+            Side::Read => real::pthread_rwlock_tryrdlock(l.ptr()),
+            Side::Write => real::pthread_rwlock_trywrlock(l.ptr()),
+        }
+    };
+    if rc != 0 {
+        return false;
+    }
+    solo::acquired(l.addr(), if side == Side::Read { Held::Read } else { Held::Write });
+    true
 }
 
 /// The virtual deadline of a `clock`-based absolute timeout, or the errno to return.
@@ -42,6 +110,9 @@ pub fn deadline_on(clock: clockid_t, abstime: Obj<timespec>) -> Result<u64, c_in
 
 /// `pthread_mutex_lock` / `timedlock` / `clocklock` (deadline already virtual).
 pub fn mutex_lock(gate: &Gated, m: Obj<pthread_mutex_t>, deadline: u64) -> c_int {
+    if deadline == NO_DEADLINE && solo_mutex_acquire(m) {
+        return 0;
+    }
     let grant = gate.post(Op::MutexLock, [m.addr(), kind(m), deadline, 0]);
     if grant.result != 0 {
         return grant.result as c_int;
@@ -64,6 +135,9 @@ pub fn mutex_timedlock(
 }
 
 pub fn mutex_trylock(gate: &Gated, m: Obj<pthread_mutex_t>) -> c_int {
+    if solo_mutex_acquire(m) {
+        return 0;
+    }
     let grant = gate.post(Op::MutexTryLock, [m.addr(), kind(m), 0, 0]);
     if grant.result != 0 {
         return grant.result as c_int;
@@ -73,6 +147,10 @@ pub fn mutex_trylock(gate: &Gated, m: Obj<pthread_mutex_t>) -> c_int {
 }
 
 pub fn mutex_unlock(gate: &Gated, m: Obj<pthread_mutex_t>) -> c_int {
+    if solo::released(m.addr()) {
+        // SAFETY: the program's mutex, taken by this thread on the solo fast path.
+        return unsafe { real::pthread_mutex_unlock(m.ptr()) };
+    }
     let grant = gate.post(Op::MutexUnlock, [m.addr(), kind(m), 0, 0]);
     if grant.result != 0 {
         return grant.result as c_int;
@@ -89,6 +167,9 @@ pub enum Side {
 }
 
 pub fn rw_lock(gate: &Gated, l: Obj<pthread_rwlock_t>, side: Side, deadline: u64) -> c_int {
+    if deadline == NO_DEADLINE && solo_rw_acquire(l, side) {
+        return 0;
+    }
     let op = if side == Side::Read {
         Op::RwReadLock
     } else {
@@ -121,6 +202,9 @@ pub fn rw_timedlock(
 }
 
 pub fn rw_trylock(gate: &Gated, l: Obj<pthread_rwlock_t>, side: Side) -> c_int {
+    if solo_rw_acquire(l, side) {
+        return 0;
+    }
     let op = if side == Side::Read {
         Op::RwTryReadLock
     } else {
@@ -140,6 +224,10 @@ pub fn rw_trylock(gate: &Gated, l: Obj<pthread_rwlock_t>, side: Side) -> c_int {
 }
 
 pub fn rw_unlock(gate: &Gated, l: Obj<pthread_rwlock_t>) -> c_int {
+    if solo::released(l.addr()) {
+        // SAFETY: the program's rwlock, taken by this thread on the solo fast path.
+        return unsafe { real::pthread_rwlock_unlock(l.ptr()) };
+    }
     let grant = gate.post(Op::RwUnlock, [l.addr(), 0, 0, 0]);
     if grant.result != 0 {
         return grant.result as c_int;

@@ -13,7 +13,7 @@ use libc::{c_int, c_void, pthread_attr_t, pthread_t};
 use super::Obj;
 use crate::gate::{self, Gated};
 use crate::real::{self, StartRoutine};
-use crate::{region, sys};
+use crate::{region, solo, sys};
 
 /// What a new thread will run, parked here by its creator.
 struct StartRecord {
@@ -59,6 +59,7 @@ pub fn create(
     slot.process.store(region::process(), Ordering::Relaxed);
     slot.pid.store(sys::getpid(), Ordering::Relaxed);
     slot.state.store(state::STARTING, Ordering::Release);
+    solo::thread_created();
     // SAFETY: `thread` and `attr` are the program's arguments; `thread_main` has the start
     // routine's signature and takes the slot index as its argument.
     let rc = unsafe {
@@ -71,6 +72,7 @@ pub fn create(
     };
     if rc != 0 {
         slot.state.store(state::EXITED, Ordering::Release);
+        solo::thread_gone();
         return rc;
     }
     if let Some(t) = thread.get() {
@@ -141,6 +143,9 @@ pub fn join(gate: &Gated, thread: pthread_t, retval: Obj<*mut c_void>) -> Option
         // `retval` is the program's out-parameter (or null).
         let rc = unsafe { real::pthread_tryjoin_np(thread, retval.ptr()) };
         if rc != libc::EBUSY {
+            if rc == 0 {
+                solo::thread_gone();
+            }
             return Some(rc);
         }
         sys::sched_yield();
