@@ -25,6 +25,7 @@ pub mod region;
 pub mod memory;
 pub mod netprobe;
 pub mod outside;
+pub mod sockdiag;
 pub mod procfs;
 pub mod symbols;
 pub mod execution;

@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 use dara_abi::{net_flags, Op};
 
 use crate::choice::ProcessId;
+use crate::sockdiag::SockDiag;
 use crate::model::net::{describe, kind, NetView, NO_ENDPOINT};
 use crate::model::Request;
 
@@ -100,6 +101,8 @@ pub struct NetProbe {
     /// TCP endpoints whose connection is already owed to a listener: a non-blocking connect
     /// that is completed by calling `connect` again (hiredis, and most event loops) owes one.
     connected: BTreeSet<u64>,
+    /// Asks a send's peer how much it received (opened on first use).
+    diag: Option<SockDiag>,
 }
 
 impl NetProbe {
@@ -247,7 +250,10 @@ impl NetProbe {
             return Ok(());
         }
         let started = Instant::now();
-        while ioctl_int(&dup, SIOCOUTQ) != ioctl_int(&dup, SIOCOUTQNSD) && tcp_state(&dup) != Some(TCP_CLOSE) {
+        if self.diag.is_none() {
+            self.diag = SockDiag::open();
+        }
+        while ioctl_int(&dup, SIOCOUTQ) != ioctl_int(&dup, SIOCOUTQNSD) && tcp_state(&dup) != Some(TCP_CLOSE) && !self.diag.as_ref().is_some_and(|d| delivered(&dup, d, false)) {
             if started.elapsed() > SETTLE_LIMIT {
                 return Err(ProbeError(format!("bytes sent on endpoint e{} were not acknowledged by the loopback peer within {} ms; the run was stopped", ep.id, SETTLE_LIMIT.as_millis())));
             }
@@ -392,11 +398,6 @@ impl NetProbe {
     /// with that address pair is traced, not outside.
     pub fn is_traced_endpoint(&self, local: u16, remote: u16) -> bool {
         self.by_key.contains_key(&(kind::TCP, local, remote))
-    }
-
-    /// dara connected to a listening socket on `port` itself: one connection is owed to it.
-    pub fn expect_connection(&mut self, port: u16) {
-        *self.owed.entry((kind::TCP, port, 0)).or_default() += 1;
     }
 
     /// dara accepted a connection a traced client made to `port`: it is no longer owed there.
@@ -563,11 +564,6 @@ fn inet_key(fd: &OwnedFd, k: u64) -> Option<PortKey> {
     Some((k, port(false)?, port(true).unwrap_or(0)))
 }
 
-/// Whether some TCP socket listens on port `port`.
-pub(crate) fn port_listening(port: u16) -> bool {
-    port_bound(kind::TCP, port)
-}
-
 /// (local port, remote port or 0) of an INET socket.
 pub(crate) fn socket_ports(fd: &OwnedFd) -> Option<(u16, u16)> {
     inet_key(fd, kind::TCP).map(|(_, local, remote)| (local, remote))
@@ -592,16 +588,98 @@ pub(crate) fn send_window(fd: &OwnedFd) -> usize {
     window.saturating_sub(ioctl_int(fd, SIOCOUTQ).max(0) as usize)
 }
 
+/// `tcpi_unacked` (the accept queue's length, for a listening socket) sits at this offset of
+/// `struct tcp_info`.
+const TCPI_UNACKED_OFFSET: usize = 24;
+
+/// Connections waiting in a listening socket's accept queue.
+pub(crate) fn accept_queue(fd: &OwnedFd) -> u32 {
+    let mut info = [0u8; TCPI_UNACKED_OFFSET + 4];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `info` and updates `len`.
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 || (len as usize) < info.len() {
+        return 0;
+    }
+    u32::from_ne_bytes(info[TCPI_UNACKED_OFFSET..].try_into().unwrap_or([0; 4]))
+}
+
+/// Waits until listening socket `fd` holds at least `count` connections, bounded by
+/// [`SETTLE_LIMIT`].
+pub(crate) fn wait_queued(fd: &OwnedFd, count: u32) -> Result<(), ProbeError> {
+    let started = Instant::now();
+    while accept_queue(fd) < count {
+        if started.elapsed() > SETTLE_LIMIT {
+            return Err(ProbeError(format!("a connection dara made to the program's listening socket did not reach its accept queue within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
+        }
+        std::thread::yield_now();
+    }
+    Ok(())
+}
+
 /// TCP states in which a FIN we sent is not acknowledged yet.
 const FIN_IN_FLIGHT: [u8; 3] = [4 /* FIN_WAIT1 */, 9 /* LAST_ACK */, 11 /* CLOSING */];
+/// TCP states of a peer that has not received our FIN.
+const FIN_NOT_SEEN: [u8; 3] = [1 /* ESTABLISHED */, 4 /* FIN_WAIT1 */, 5 /* FIN_WAIT2 */];
 
-/// Waits until everything sent on `fd` (bytes and a FIN) is acknowledged by the loopback peer,
-/// so it is in the peer's receive queue, or the connection is over; bounded by [`SETTLE_LIMIT`]
-/// from `started`.
-pub(crate) fn wait_acknowledged(fd: &OwnedFd, started: Instant) -> Result<(), ProbeError> {
+/// A `u64` field of the socket's `struct tcp_info`.
+fn tcp_info_u64(fd: &OwnedFd, offset: usize) -> Option<u64> {
+    let mut info = [0u8; 232];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `info` and updates `len`.
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 || (len as usize) < offset + 8 {
+        return None;
+    }
+    info[offset..offset + 8].try_into().ok().map(u64::from_ne_bytes)
+}
+
+/// The full (local, remote) addresses of a connected INET socket.
+fn addresses(fd: &OwnedFd) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
+    let get = |peer: bool| -> Option<std::net::SocketAddr> {
+        // SAFETY: sockaddr_storage is plain data large enough for any address.
+        let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let p = (&mut addr as *mut libc::sockaddr_storage).cast();
+        // SAFETY: the kernel writes at most `len` bytes into `addr`.
+        let rc = unsafe { if peer { libc::getpeername(fd.as_raw_fd(), p, &mut len) } else { libc::getsockname(fd.as_raw_fd(), p, &mut len) } };
+        if rc != 0 {
+            return None;
+        }
+        match i32::from(addr.ss_family) {
+            libc::AF_INET => {
+                // SAFETY: the family says the storage holds a sockaddr_in.
+                let sin: libc::sockaddr_in = unsafe { std::ptr::read((&addr as *const libc::sockaddr_storage).cast()) };
+                Some(std::net::SocketAddr::from((u32::from_be(sin.sin_addr.s_addr).to_be_bytes(), u16::from_be(sin.sin_port))))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says the storage holds a sockaddr_in6.
+                let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read((&addr as *const libc::sockaddr_storage).cast()) };
+                Some(std::net::SocketAddr::from((sin6.sin6_addr.s6_addr, u16::from_be(sin6.sin6_port))))
+            }
+            _ => None,
+        }
+    };
+    Some((get(false)?, get(true)?))
+}
+
+/// Whether everything sent on the loopback TCP socket `fd` (and a FIN, once `fin`) is in the
+/// peer's receive queue, as the peer itself counts it (sock_diag): no waiting for an ACK the
+/// peer may delay by 40 ms.
+pub(crate) fn delivered(fd: &OwnedFd, diag: &SockDiag, fin: bool) -> bool {
+    let Some((local, remote)) = addresses(fd) else { return false };
+    let sent = tcp_info_u64(fd, crate::sockdiag::TCPI_BYTES_SENT).unwrap_or(u64::MAX).saturating_sub(tcp_info_u64(fd, crate::sockdiag::TCPI_BYTES_RETRANS).unwrap_or(0));
+    diag.received(remote, local).is_some_and(|(state, received)| received >= sent && !(fin && FIN_NOT_SEEN.contains(&state)))
+}
+
+/// Waits until everything sent on `fd` (bytes and a FIN) is in the loopback peer's receive
+/// queue (acknowledged, or counted by the peer), or the connection is over; bounded by
+/// [`SETTLE_LIMIT`] from `started`.
+pub(crate) fn wait_acknowledged(fd: &OwnedFd, diag: Option<&SockDiag>, started: Instant) -> Result<(), ProbeError> {
     loop {
         let state = tcp_state(fd);
-        if state == Some(TCP_CLOSE) || (ioctl_int(fd, SIOCOUTQ) == 0 && !state.is_some_and(|s| FIN_IN_FLIGHT.contains(&s))) {
+        let fin = state.is_some_and(|s| FIN_IN_FLIGHT.contains(&s));
+        if state == Some(TCP_CLOSE) || (ioctl_int(fd, SIOCOUTQ) == 0 && !fin) || diag.is_some_and(|d| delivered(fd, d, fin)) {
             return Ok(());
         }
         if started.elapsed() > SETTLE_LIMIT {

@@ -187,7 +187,26 @@ fn epoll_entries(gate: &Gated, ep: c_int, events: *mut libc::epoll_event, max: c
             // SAFETY: this thread's errno, set by the real call.
             set_errno(unsafe { *libc::__errno_location() });
         }
+        if r > 1 {
+            // SAFETY: the kernel filled the first `r` entries of the caller's array.
+            sort_events(unsafe { core::slice::from_raw_parts_mut(events, r as usize) });
+        }
         return r;
+    }
+}
+
+/// Puts ready events in the order of their `data` (the program's cookie: a descriptor or, with
+/// ASLR off, an address that is the same in every run). The kernel reports them in the order
+/// their readiness callbacks ran, which two descriptors made ready at one quiet point (a new
+/// connection and a closing client) can take in either order from run to run; any order is one
+/// epoll may give. Insertion sort: few entries, no allocation.
+fn sort_events(events: &mut [libc::epoll_event]) {
+    for i in 1..events.len() {
+        let mut j = i;
+        while j > 0 && { events[j - 1].u64 } > { events[j].u64 } {
+            events.swap(j - 1, j);
+            j -= 1;
+        }
     }
 }
 

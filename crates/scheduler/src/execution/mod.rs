@@ -422,8 +422,8 @@ impl<'a> Execution<'a> {
                 self.net.granted(pid, request, choice.kind == crate::choice::ChoiceKind::Timeout);
                 self.net_dirty = true;
                 self.new_connections |= matches!(request.op, Op::NetConnect | Op::NetAccept);
-                if let (Op::NetClose, Some(outside)) = (request.op, self.outside.as_mut()) {
-                    outside.note_close(self.thread_process.get(&choice.thread).copied().unwrap_or(0), request.args[0] as i32);
+                if let (Op::NetClose, 0, Some(outside)) = (request.op, request.args[1], self.outside.as_mut()) {
+                    outside.forget_listeners(self.thread_process.get(&choice.thread).copied().unwrap_or(0), Some(request.args[0] as i32));
                 }
             }
             let result = match effect {
@@ -449,7 +449,7 @@ impl<'a> Execution<'a> {
             let twin = self.net.duplicate(pid, twin_fd).map_err(|e| e.0)?.ok_or("the twin socket is gone")?;
             let addr = crate::outside::loopback_address(&twin).ok_or("the twin has no INET address")?;
             let outside = self.outside.as_mut().ok_or("no relay in a closed world")?;
-            outside.add_listener(process, fd, public, addr).map_err(|e| format!("{e:?}"))
+            outside.add_listener(process, fd, public, twin, addr).map_err(|e| format!("{e:?}"))
         })();
         if let Err(detail) = taken {
             self.pending_end.get_or_insert(Outcome::Uncontrolled { thread, syscall: "listen".into(), detail: format!("dara could not take over a listening socket: {detail}") });
@@ -945,7 +945,7 @@ impl<'a> Execution<'a> {
         self.model.process_exited(process);
         self.net_dirty = true;
         if let Some(outside) = self.outside.as_mut() {
-            outside.forget_closed_listeners();
+            outside.forget_listeners(process, None);
         }
         if self.holder.as_ref().is_some_and(|h| self.thread_process.get(&h.thread) == Some(&process)) {
             self.holder = None;

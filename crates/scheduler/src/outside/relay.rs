@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use super::{OutsideEvent, OutsideMode, OutsideWhat};
 use crate::choice::ProcessId;
 use crate::netprobe::{self, NetProbe};
+use crate::sockdiag::SockDiag;
 
 /// Most bytes taken from one outside client and not yet delivered to the program.
 const INBOUND_BUFFER: usize = 256 * 1024;
@@ -42,6 +43,8 @@ struct Listener {
     fd: i32,
     public: Option<OwnedFd>,
     public_port: u16,
+    /// dara's duplicate of the twin, to see each connection it makes land in the accept queue.
+    twin_socket: Option<OwnedFd>,
     twin: SocketAddr,
 }
 
@@ -75,10 +78,10 @@ pub struct Outside {
     events: Vec<OutsideEvent>,
     /// The program's side changed during this pump (a connection, bytes or a FIN arrived).
     changed: bool,
-    /// The program closed a listening socket: look at which ones are still there.
-    listener_closed: bool,
     /// The program's stdin, when dara feeds it.
     stdin: Option<StdinPipe>,
+    /// Tells when the program's socket has what dara sent (see `netprobe::delivered`).
+    diag: Option<SockDiag>,
 }
 
 /// The pipe that is the program's stdin: dara writes what it reads on its own stdin (recording)
@@ -117,7 +120,7 @@ impl Outside {
         // SAFETY: a descriptor epoll_create1 just returned, owned by nobody else.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
         let stdin = if mode.stdin() { Some(StdinPipe::new()?) } else { None };
-        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, listener_closed: false, stdin }))
+        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, diag: SockDiag::open() }))
     }
 
     /// The descriptor to launch the program with as its stdin (None: /dev/null).
@@ -153,31 +156,28 @@ impl Outside {
     }
 
     /// A traced `listen` was swapped (`NetListen`): `public` is dara's duplicate of the program's
-    /// listening socket, `twin` the address of the twin it will accept from.
-    pub fn add_listener(&mut self, process: ProcessId, fd: i32, public: OwnedFd, twin: SocketAddr) -> Result<(), RelayError> {
+    /// listening socket, `twin` of the twin it will accept from (at address `addr`).
+    pub fn add_listener(&mut self, process: ProcessId, fd: i32, public: OwnedFd, twin: OwnedFd, addr: SocketAddr) -> Result<(), RelayError> {
         set_nonblocking(&public)?;
         let public_port = local_port(&public).unwrap_or(0);
         let index = self.listeners.len() as u64;
         self.watch(&public, token(TAG_LISTENER, index), libc::EPOLLIN as u32)?;
-        self.listeners.push(Listener { process, fd, public: Some(public), public_port, twin });
+        self.listeners.push(Listener { process, fd, public: Some(public), public_port, twin_socket: Some(twin), twin: addr });
         Ok(())
     }
 
-    /// Closes the public sockets of listeners whose twin nobody listens on any more (the program
-    /// closed it, or its process is gone), so the port is free again as it would be without dara.
-    pub fn forget_closed_listeners(&mut self) {
+    /// Closes the sockets dara holds for the listeners of `process` (it closed descriptor `fd`,
+    /// or any when None: it is gone), so the port is free again as it would be without dara.
+    pub fn forget_listeners(&mut self, process: ProcessId, fd: Option<i32>) {
         for l in &mut self.listeners {
-            if l.public.is_some() && !netprobe::port_listening(l.twin.port()) {
+            if l.process == process && fd.is_none_or(|fd| fd == l.fd) {
                 l.public = None;
+                l.twin_socket = None;
             }
         }
     }
 
-    /// A thread of `process` was granted a close of `fd`: if it was a listener, the next pump
-    /// checks which listeners are still there.
-    pub fn note_close(&mut self, process: ProcessId, fd: i32) {
-        self.listener_closed |= self.listeners.iter().any(|l| l.process == process && l.fd == fd && l.public.is_some());
-    }
+
 
     /// Signals to pass on to every traced process before the decision of `step`: those
     /// `dara-trace` received (recording) or the recorded ones (replay).
@@ -207,9 +207,6 @@ impl Outside {
     /// Returns whether the program's side changed.
     pub fn pump(&mut self, step: u64, net: &mut NetProbe) -> Result<bool, RelayError> {
         self.changed = false;
-        if std::mem::take(&mut self.listener_closed) {
-            self.forget_closed_listeners();
-        }
         let ready = self.ready_tokens(0)?;
         for &(tag, index) in &ready {
             if tag == TAG_INNER {
@@ -355,19 +352,23 @@ impl Outside {
             if traced {
                 net.connection_taken(self.listeners[index].public_port);
             }
-            self.open_stream(step, index, Some(client), !traced, net)?;
+            self.open_stream(step, index, Some(client), !traced)?;
         }
     }
 
-    /// A new stream through listener `index`: dara connects to the twin (the program's accept
-    /// will take it once the connection shows, which netprobe settles).
-    fn open_stream(&mut self, step: u64, index: usize, outer: Option<OwnedFd>, recorded: bool, net: &mut NetProbe) -> Result<(), RelayError> {
+    /// A new stream through listener `index`: dara connects to the twin and waits until the
+    /// connection is in its accept queue, so it shows before anything that comes after it.
+    fn open_stream(&mut self, step: u64, index: usize, outer: Option<OwnedFd>, recorded: bool) -> Result<(), RelayError> {
         let twin = self.listeners[index].twin;
+        let Some(twin_socket) = &self.listeners[index].twin_socket else {
+            return Err(RelayError::Broken(format!("listening socket {index} is closed")));
+        };
+        let queued = netprobe::accept_queue(twin_socket);
         let inner = TcpStream::connect(twin).map_err(|e| RelayError::Broken(format!("cannot connect to the program's listening socket ({twin}): {e}")))?;
         inner.set_nodelay(true).ok();
         let inner = OwnedFd::from(inner);
         set_nonblocking(&inner)?;
-        net.expect_connection(twin.port());
+        netprobe::wait_queued(twin_socket, queued + 1).map_err(|e| RelayError::Broken(e.0))?;
         let stream = self.streams.len() as u64;
         self.watch(&inner, token(TAG_INNER, stream), libc::EPOLLIN as u32)?;
         if let Some(outer) = &outer {
@@ -406,7 +407,7 @@ impl Outside {
         let s = &mut self.streams[index];
         let Some(inner) = &s.inner else { return Ok(()) };
         if !s.to_inner.is_empty() && !s.inner_eof {
-            let n = deliver(inner, &s.to_inner, false)?;
+            let n = deliver(inner, &s.to_inner, false, self.diag.as_ref())?;
             if n > 0 {
                 self.changed = true;
                 let data: Vec<u8> = s.to_inner.drain(..n).collect();
@@ -419,7 +420,7 @@ impl Outside {
         if s.outer_eof && s.to_inner.is_empty() && !s.closed_inner {
             s.closed_inner = true;
             if let Some(inner) = &s.inner {
-                close_sending_side(inner)?;
+                close_sending_side(inner, self.diag.as_ref())?;
             }
             self.changed = true;
             if s.recorded {
@@ -499,7 +500,7 @@ impl Outside {
                 let port = self.listeners[index].public_port;
                 if peer_port(&client).is_some_and(|p| net.is_traced_endpoint(p, port)) {
                     net.connection_taken(port);
-                    self.open_stream(step, index, Some(client), false, net)?;
+                    self.open_stream(step, index, Some(client), false)?;
                 }
             }
         }
@@ -516,12 +517,12 @@ impl Outside {
                             seen: format!("{} listening socket(s) and {} connection(s)", self.listeners.len(), self.streams.len()),
                         });
                     }
-                    self.open_stream(step, index, None, true, net)?;
+                    self.open_stream(step, index, None, true)?;
                 }
                 OutsideWhat::Data(bytes) => {
                     let inner = self.streams.get(e.stream as usize).and_then(|s| s.inner.as_ref());
                     let Some(inner) = inner else { return Err(RelayError::Diverged { expected: describe_event(&e), seen: "that connection closed".into() }) };
-                    deliver(inner, bytes, true)?;
+                    deliver(inner, bytes, true, self.diag.as_ref())?;
                     self.changed = true;
                     self.events.push(e);
                 }
@@ -530,7 +531,7 @@ impl Outside {
                         s.outer_eof = true;
                         s.closed_inner = true;
                         if let Some(inner) = &s.inner {
-                            close_sending_side(inner)?;
+                            close_sending_side(inner, self.diag.as_ref())?;
                         }
                     }
                     self.changed = true;
@@ -697,7 +698,7 @@ fn read_some(fd: &OwnedFd, buf: &mut [u8]) -> Option<usize> {
 /// Writes `bytes` (all of them when `all`, else what the peer's receive window takes now) to
 /// dara's socket toward the program, and waits until the program's side acknowledged them: they
 /// are in its receive queue before anything is probed. Returns how many were written.
-fn deliver(fd: &OwnedFd, bytes: &[u8], all: bool) -> Result<usize, RelayError> {
+fn deliver(fd: &OwnedFd, bytes: &[u8], all: bool, diag: Option<&SockDiag>) -> Result<usize, RelayError> {
     let started = Instant::now();
     let mut done = 0;
     while done < bytes.len() {
@@ -712,7 +713,7 @@ fn deliver(fd: &OwnedFd, bytes: &[u8], all: bool) -> Result<usize, RelayError> {
         } else if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
             return Ok(done); // the program closed: what was written is what it could get
         }
-        netprobe::wait_acknowledged(fd, started).map_err(|e| RelayError::Broken(e.0))?;
+        netprobe::wait_acknowledged(fd, diag, started).map_err(|e| RelayError::Broken(e.0))?;
         if !all {
             break;
         }
@@ -721,10 +722,10 @@ fn deliver(fd: &OwnedFd, bytes: &[u8], all: bool) -> Result<usize, RelayError> {
 }
 
 /// Shuts dara's sending side toward the program and waits until the program's side has the FIN.
-fn close_sending_side(fd: &OwnedFd) -> Result<(), RelayError> {
+fn close_sending_side(fd: &OwnedFd, diag: Option<&SockDiag>) -> Result<(), RelayError> {
     // SAFETY: shutdown of a socket we own.
     unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_WR) };
-    netprobe::wait_acknowledged(fd, Instant::now()).map_err(|e| RelayError::Broken(e.0))
+    netprobe::wait_acknowledged(fd, diag, Instant::now()).map_err(|e| RelayError::Broken(e.0))
 }
 
 fn local_port(fd: &OwnedFd) -> Option<u16> {

@@ -1,0 +1,63 @@
+//! A real server recorded under a load generator outside dara: Debian's redis-server runs under
+//! `dara-trace` (a recording), redis-benchmark and redis-cli talk to it from outside, and
+//! `dara-replay --verify` reproduces the run with nobody outside: every answer the server sent is
+//! compared byte for byte with the recording (a difference would be a divergence, exit 3).
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use dara_scheduler::outside::OutsideWhat;
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli").arg("-p").arg(port.to_string()).args(args).output().expect("redis-cli (run ./scripts/install-deps.sh)");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn redis_recorded_under_redis_benchmark_replays_offline() {
+    let port = free_ports(1);
+    let out = out_dir("redis_outside");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-q", "-o", out.to_str().unwrap(), "--", "redis-server", "--port", &port.to_string(), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while redis_cli(port, &["ping"]) != "PONG" {
+        assert!(started.elapsed() < Duration::from_secs(30), "redis-server under dara-trace did not answer");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let bench = Command::new("redis-benchmark").args(["-p", &port.to_string(), "-n", "300", "-c", "4", "-t", "set,get,incr,lpush", "-q"]).output().unwrap();
+    assert!(bench.status.success(), "{}", String::from_utf8_lossy(&bench.stderr));
+    assert_eq!(redis_cli(port, &["set", "dara", "recorded"]), "OK");
+    assert_eq!(redis_cli(port, &["get", "dara"]), "recorded");
+    redis_cli(port, &["shutdown", "nosave"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = server.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = server.kill();
+            panic!("dara-trace did not end after SHUTDOWN");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+
+    let trace_path = out.join("trace.bin");
+    let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    let connects = trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Connect { .. })).count();
+    let answers = trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Output(_))).count();
+    assert!(connects >= 4 + 3, "redis-benchmark's clients and the redis-cli calls were recorded ({connects} connections)");
+    assert!(answers >= 1200 / 16, "{answers} answers recorded");
+    let replay = dara_replay(&["-q", "--verify", trace_path.to_str().unwrap()], Duration::from_secs(300));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert!(replay.stdout.contains("verify: 2 more executions identical"), "{}", replay.text());
+    assert!(processes_mentioning(&format!("--port {port}")).is_empty() && processes_mentioning(&port.to_string()).is_empty(), "a redis-server survived");
+    assert!(dara_shm_files().is_empty());
+}
