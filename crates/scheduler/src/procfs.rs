@@ -95,6 +95,14 @@ pub fn thread_cpu_ticks(pid: u32, tid: u32) -> Option<(u64, u64)> {
     Some((utime + stime, start))
 }
 
+/// Whether the process behind `pidfd` has ended (its pidfd is readable), whatever /proc now
+/// says about the pid.
+pub fn pidfd_exited(pidfd: &std::os::fd::OwnedFd) -> bool {
+    let mut p = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(pidfd), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+}
+
 /// Clock ticks as a duration.
 pub fn ticks_to_duration(ticks: u64) -> std::time::Duration {
     // SAFETY: sysconf has no preconditions.

@@ -1089,7 +1089,10 @@ impl<'a> Execution<'a> {
         // look. A thread that is gone computes nothing: its process is on its way out and its
         // end is being reported; it only counts as hung after four times the limit (as does a
         // thread whose CPU time cannot be read).
-        let alive = procfs::thread_state(pid, tid).is_some();
+        // /proc answers for whoever has the pid now, and pids are recycled within seconds in a
+        // busy search: the process's pidfd says whether *it* has ended.
+        let ended = self.thread_process.get(&holder.thread).and_then(|p| self.processes.get(p)).and_then(|r| r.pidfd.as_ref()).is_some_and(procfs::pidfd_exited);
+        let alive = !ended && procfs::thread_state(pid, tid).is_some();
         let computed = cpu_now.filter(|_| alive).map(|c| procfs::ticks_to_duration(c.saturating_sub(cpu_first)));
         let busy = match computed {
             Some(cpu) => cpu >= self.cfg.busy_limit / 4,
@@ -1098,7 +1101,7 @@ impl<'a> Execution<'a> {
         if now - holder.since >= self.cfg.busy_limit && busy {
             let seen = match procfs::thread_state(pid, tid) {
                 Some(state) => format!("kernel state {state}"),
-                None => format!("thread gone, process {:?}, reaper done: {}", procfs::process_end(pid), self.tree.all_gone()),
+                None => format!("thread gone, process {:?}, ended by its pidfd: {ended}, reaper done: {}", procfs::process_end(pid), self.tree.all_gone()),
             };
             return Some(Outcome::Hang {
                 reason: format!("thread {} ran for {} s without reaching a scheduling point (a busy loop with no yield, sleep or lock?; {seen})", holder.thread, self.cfg.busy_limit.as_secs()),
