@@ -8,6 +8,8 @@
 # heartbeat workload, natively and under dara; about half a minute, BENCH_CLUSTER=0 skips them)
 # and the real-server benchmark (scripts/bench-redis.sh: redis-server's smoke test natively and
 # under dara, native redis-benchmark, one request's steps; about 20 s, BENCH_REDIS=0 skips it).
+# and redis-server recorded under redis-benchmark from outside vs native (scripts/bench-outside.sh;
+# about 2 min, BENCH_OUTSIDE=0 skips it).
 #
 #   scripts/bench.sh [ITERATIONS]        (default 50000 ping-pong rounds)
 #
@@ -115,4 +117,10 @@ fi
 if [ "${BENCH_REDIS:-1}" != 0 ]; then
     echo
     ./scripts/bench-redis.sh
+fi
+
+# 9. The same server recorded under outside load (scripts/bench-outside.sh).
+if [ "${BENCH_OUTSIDE:-1}" != 0 ]; then
+    echo
+    ./scripts/bench-outside.sh
 fi
