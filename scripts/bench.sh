@@ -7,7 +7,7 @@
 # (scripts/bench-cluster.sh: the 3-node kv test script's executions per second and a timeout-bound
 # heartbeat workload, natively and under dara; about half a minute, BENCH_CLUSTER=0 skips them)
 # and the real-server benchmark (scripts/bench-redis.sh: redis-server's smoke test natively and
-# under dara, native redis-benchmark, one request's steps; about 20 s, BENCH_REDIS=0 skips it).
+# under dara, native redis-benchmark, one request's steps; about 20 s, BENCH_REDIS=0 skips it),
 # and redis-server recorded under redis-benchmark from outside vs native (scripts/bench-outside.sh;
 # about 2 min, BENCH_OUTSIDE=0 skips it).
 #
