@@ -109,3 +109,22 @@ twin!(random_draw_ok, "random_draw_ok");
 twin!(rust_lost_update_ok, "rust_lost_update_ok");
 twin!(cpp_lost_wakeup_ok, "cpp_lost_wakeup_ok");
 twin!(crowd_order_ok, "crowd_order_ok");
+
+// Locks a single-threaded process took without a post (crates/preload/src/solo.rs) are known to
+// the model before anything can depend on them: a worker created while main holds them waits in
+// the model, not in the kernel, whatever the schedule.
+twin!(solo_locks, "solo_locks");
+
+/// A lone thread relocking its normal mutex on the solo fast path is still a deadlock the model
+/// reports (glibc would hang), naming the mutex, and it replays.
+#[test]
+fn a_lone_thread_relocking_its_mutex_is_a_reported_deadlock() {
+    let program = private_copy(&fixture("solo_locks"), "solo-self-deadlock");
+    let out = out_dir("solo-self-deadlock");
+    let run = dara_trace(&["-q", "--no-minimize", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), "self-deadlock"], Duration::from_secs(60));
+    assert_eq!(run.code, 1, "{}", run.text());
+    let shows = "deadlock: thread 0 waits for mutex plain";
+    assert!(run.stdout.contains(shows) && run.stdout.contains("that it already holds"), "{}", run.text());
+    replays(&out.join("bug-0001/trace.bin"), shows);
+    assert_no_survivors(&program);
+}
