@@ -495,11 +495,19 @@ fn ioctl_int(fd: &OwnedFd, request: libc::c_ulong) -> i64 {
 
 /// The kernel's TCP state of a socket (`tcpi_state`, the first byte of `struct tcp_info`).
 fn tcp_state(fd: &OwnedFd) -> Option<u8> {
-    let mut info = [0u8; 8];
+    tcp_info_field::<1>(fd, 0).map(|b| b[0])
+}
+
+/// `N` bytes at `offset` of the socket's `struct tcp_info`; None when the kernel gives fewer.
+fn tcp_info_field<const N: usize>(fd: &OwnedFd, offset: usize) -> Option<[u8; N]> {
+    let mut info = [0u8; 256];
     let mut len = info.len() as libc::socklen_t;
     // SAFETY: the kernel writes at most `len` bytes into `info` and updates `len`.
     let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len) };
-    (rc == 0 && len >= 1).then_some(info[0])
+    if rc != 0 || (len as usize) < offset + N {
+        return None;
+    }
+    info[offset..offset + N].try_into().ok()
 }
 
 /// Bytes queued for reading (FIONREAD), 0 where the descriptor does not say.
@@ -546,22 +554,7 @@ fn anon_kind(fd: &OwnedFd) -> u64 {
 
 /// (kind, local port, remote port or 0) of an INET socket.
 fn inet_key(fd: &OwnedFd, k: u64) -> Option<PortKey> {
-    let port = |peer: bool| -> Option<u16> {
-        // SAFETY: sockaddr_storage is plain data large enough for any address.
-        let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        let p = (&mut addr as *mut libc::sockaddr_storage).cast();
-        // SAFETY: the kernel writes at most `len` bytes into `addr`.
-        let rc = unsafe { if peer { libc::getpeername(fd.as_raw_fd(), p, &mut len) } else { libc::getsockname(fd.as_raw_fd(), p, &mut len) } };
-        if rc != 0 {
-            return None;
-        }
-        // sin_port and sin6_port sit at the same offset.
-        // SAFETY: the storage holds a sockaddr_in or sockaddr_in6, both with the port at offset 2.
-        let sin: libc::sockaddr_in = unsafe { std::ptr::read((&addr as *const libc::sockaddr_storage).cast()) };
-        Some(u16::from_be(sin.sin_port))
-    };
-    Some((k, port(false)?, port(true).unwrap_or(0)))
+    Some((k, socket_address(fd, false)?.port(), socket_address(fd, true).map_or(0, |a| a.port())))
 }
 
 /// (local port, remote port or 0) of an INET socket.
@@ -577,15 +570,8 @@ const DEFAULT_SEND_ROOM: usize = 16 * 1024;
 /// Bytes a TCP socket can send now without waiting for its peer to read: the peer's advertised
 /// window less what is already in flight.
 pub(crate) fn send_window(fd: &OwnedFd) -> usize {
-    let mut info = [0u8; TCPI_SND_WND_OFFSET + 4];
-    let mut len = info.len() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `info` and updates `len`.
-    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len) };
-    if rc != 0 || (len as usize) < info.len() {
-        return DEFAULT_SEND_ROOM;
-    }
-    let window = u32::from_ne_bytes(info[TCPI_SND_WND_OFFSET..].try_into().unwrap_or([0; 4])) as usize;
-    window.saturating_sub(ioctl_int(fd, SIOCOUTQ).max(0) as usize)
+    let Some(window) = tcp_info_field::<4>(fd, TCPI_SND_WND_OFFSET) else { return DEFAULT_SEND_ROOM };
+    (u32::from_ne_bytes(window) as usize).saturating_sub(ioctl_int(fd, SIOCOUTQ).max(0) as usize)
 }
 
 /// `tcpi_unacked` (the accept queue's length, for a listening socket) sits at this offset of
@@ -594,14 +580,7 @@ const TCPI_UNACKED_OFFSET: usize = 24;
 
 /// Connections waiting in a listening socket's accept queue.
 pub(crate) fn accept_queue(fd: &OwnedFd) -> u32 {
-    let mut info = [0u8; TCPI_UNACKED_OFFSET + 4];
-    let mut len = info.len() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `info` and updates `len`.
-    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len) };
-    if rc != 0 || (len as usize) < info.len() {
-        return 0;
-    }
-    u32::from_ne_bytes(info[TCPI_UNACKED_OFFSET..].try_into().unwrap_or([0; 4]))
+    tcp_info_field::<4>(fd, TCPI_UNACKED_OFFSET).map_or(0, u32::from_ne_bytes)
 }
 
 /// Waits until listening socket `fd` holds at least `count` connections, bounded by
@@ -624,43 +603,39 @@ const FIN_NOT_SEEN: [u8; 3] = [1 /* ESTABLISHED */, 4 /* FIN_WAIT1 */, 5 /* FIN_
 
 /// A `u64` field of the socket's `struct tcp_info`.
 fn tcp_info_u64(fd: &OwnedFd, offset: usize) -> Option<u64> {
-    let mut info = [0u8; 232];
-    let mut len = info.len() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `info` and updates `len`.
-    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len) };
-    if rc != 0 || (len as usize) < offset + 8 {
-        return None;
-    }
-    info[offset..offset + 8].try_into().ok().map(u64::from_ne_bytes)
+    tcp_info_field::<8>(fd, offset).map(u64::from_ne_bytes)
 }
 
 /// The full (local, remote) addresses of a connected INET socket.
 fn addresses(fd: &OwnedFd) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
-    let get = |peer: bool| -> Option<std::net::SocketAddr> {
-        // SAFETY: sockaddr_storage is plain data large enough for any address.
-        let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        let p = (&mut addr as *mut libc::sockaddr_storage).cast();
-        // SAFETY: the kernel writes at most `len` bytes into `addr`.
-        let rc = unsafe { if peer { libc::getpeername(fd.as_raw_fd(), p, &mut len) } else { libc::getsockname(fd.as_raw_fd(), p, &mut len) } };
-        if rc != 0 {
-            return None;
+    Some((socket_address(fd, false)?, socket_address(fd, true)?))
+}
+
+/// The socket's own address (`getsockname`), or its peer's (`getpeername`); None for a socket
+/// that is not INET or not connected.
+pub(crate) fn socket_address(fd: &OwnedFd, peer: bool) -> Option<std::net::SocketAddr> {
+    // SAFETY: sockaddr_storage is plain data large enough for any address.
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let p = (&mut addr as *mut libc::sockaddr_storage).cast();
+    // SAFETY: the kernel writes at most `len` bytes into `addr`.
+    let rc = unsafe { if peer { libc::getpeername(fd.as_raw_fd(), p, &mut len) } else { libc::getsockname(fd.as_raw_fd(), p, &mut len) } };
+    if rc != 0 {
+        return None;
+    }
+    match i32::from(addr.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin: libc::sockaddr_in = unsafe { std::ptr::read((&addr as *const libc::sockaddr_storage).cast()) };
+            Some(std::net::SocketAddr::from((u32::from_be(sin.sin_addr.s_addr).to_be_bytes(), u16::from_be(sin.sin_port))))
         }
-        match i32::from(addr.ss_family) {
-            libc::AF_INET => {
-                // SAFETY: the family says the storage holds a sockaddr_in.
-                let sin: libc::sockaddr_in = unsafe { std::ptr::read((&addr as *const libc::sockaddr_storage).cast()) };
-                Some(std::net::SocketAddr::from((u32::from_be(sin.sin_addr.s_addr).to_be_bytes(), u16::from_be(sin.sin_port))))
-            }
-            libc::AF_INET6 => {
-                // SAFETY: the family says the storage holds a sockaddr_in6.
-                let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read((&addr as *const libc::sockaddr_storage).cast()) };
-                Some(std::net::SocketAddr::from((sin6.sin6_addr.s6_addr, u16::from_be(sin6.sin6_port))))
-            }
-            _ => None,
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read((&addr as *const libc::sockaddr_storage).cast()) };
+            Some(std::net::SocketAddr::from((sin6.sin6_addr.s6_addr, u16::from_be(sin6.sin6_port))))
         }
-    };
-    Some((get(false)?, get(true)?))
+        _ => None,
+    }
 }
 
 /// Whether everything sent on the loopback TCP socket `fd` (and a FIN, once `fin`) is in the

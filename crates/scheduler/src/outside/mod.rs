@@ -148,28 +148,13 @@ pub fn end_recording() {
 /// The address dara connects to for a socket listening on `fd`'s address: the same port, on
 /// loopback when it listens on every address.
 pub fn loopback_address(fd: &std::os::fd::OwnedFd) -> Option<std::net::SocketAddr> {
-    let (local, _) = crate::netprobe::socket_ports(fd)?;
-    // SAFETY: sockaddr_storage is plain data large enough for any address.
-    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `addr`.
-    let rc = unsafe { libc::getsockname(std::os::fd::AsRawFd::as_raw_fd(fd), (&mut addr as *mut libc::sockaddr_storage).cast(), &mut len) };
-    if rc != 0 {
-        return None;
+    let mut addr = crate::netprobe::socket_address(fd, false)?;
+    match addr.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into()),
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => addr.set_ip(std::net::Ipv6Addr::LOCALHOST.into()),
+        _ => {}
     }
-    let ip: std::net::IpAddr = match i32::from(addr.ss_family) {
-        // SAFETY: the family says the storage holds a sockaddr_in.
-        libc::AF_INET => std::net::Ipv4Addr::from(u32::from_be(unsafe { (*(&addr as *const _ as *const libc::sockaddr_in)).sin_addr.s_addr })).into(),
-        // SAFETY: the family says the storage holds a sockaddr_in6.
-        libc::AF_INET6 => std::net::Ipv6Addr::from(unsafe { (*(&addr as *const _ as *const libc::sockaddr_in6)).sin6_addr.s6_addr }).into(),
-        _ => return None,
-    };
-    let ip = match ip {
-        std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
-        std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
-        other => other,
-    };
-    Some(std::net::SocketAddr::new(ip, local))
+    Some(addr)
 }
 
 /// Signals received since the last call, in signal-number order.
