@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use dara_abi::{net_flags, Op};
 
 use crate::choice::ProcessId;
-use crate::sockdiag::SockDiag;
+use crate::sockdiag::{tcpi, SockDiag};
 use crate::model::net::{describe, kind, NetView, NO_ENDPOINT};
 use crate::model::Request;
 
@@ -557,30 +557,19 @@ fn inet_key(fd: &OwnedFd, k: u64) -> Option<PortKey> {
     Some((k, socket_address(fd, false)?.port(), socket_address(fd, true).map_or(0, |a| a.port())))
 }
 
-/// (local port, remote port or 0) of an INET socket.
-pub(crate) fn socket_ports(fd: &OwnedFd) -> Option<(u16, u16)> {
-    inet_key(fd, kind::TCP).map(|(_, local, remote)| (local, remote))
-}
-
-/// `tcpi_snd_wnd` sits at this offset of `struct tcp_info` (Linux 5.4 and later).
-const TCPI_SND_WND_OFFSET: usize = 228;
 /// What a send may offer when the window is not known.
 const DEFAULT_SEND_ROOM: usize = 16 * 1024;
 
 /// Bytes a TCP socket can send now without waiting for its peer to read: the peer's advertised
 /// window less what is already in flight.
 pub(crate) fn send_window(fd: &OwnedFd) -> usize {
-    let Some(window) = tcp_info_field::<4>(fd, TCPI_SND_WND_OFFSET) else { return DEFAULT_SEND_ROOM };
+    let Some(window) = tcp_info_field::<4>(fd, tcpi::SND_WND) else { return DEFAULT_SEND_ROOM };
     (u32::from_ne_bytes(window) as usize).saturating_sub(ioctl_int(fd, SIOCOUTQ).max(0) as usize)
 }
 
-/// `tcpi_unacked` (the accept queue's length, for a listening socket) sits at this offset of
-/// `struct tcp_info`.
-const TCPI_UNACKED_OFFSET: usize = 24;
-
 /// Connections waiting in a listening socket's accept queue.
 pub(crate) fn accept_queue(fd: &OwnedFd) -> u32 {
-    tcp_info_field::<4>(fd, TCPI_UNACKED_OFFSET).map_or(0, u32::from_ne_bytes)
+    tcp_info_field::<4>(fd, tcpi::UNACKED).map_or(0, u32::from_ne_bytes)
 }
 
 /// Waits until listening socket `fd` holds at least `count` connections, bounded by
@@ -643,7 +632,7 @@ pub(crate) fn socket_address(fd: &OwnedFd, peer: bool) -> Option<std::net::Socke
 /// peer may delay by 40 ms.
 pub(crate) fn delivered(fd: &OwnedFd, diag: &SockDiag, fin: bool) -> bool {
     let Some((local, remote)) = addresses(fd) else { return false };
-    let sent = tcp_info_u64(fd, crate::sockdiag::TCPI_BYTES_SENT).unwrap_or(u64::MAX).saturating_sub(tcp_info_u64(fd, crate::sockdiag::TCPI_BYTES_RETRANS).unwrap_or(0));
+    let sent = tcp_info_u64(fd, tcpi::BYTES_SENT).unwrap_or(u64::MAX).saturating_sub(tcp_info_u64(fd, tcpi::BYTES_RETRANS).unwrap_or(0));
     diag.received(remote, local).is_some_and(|(state, received)| received >= sent && !(fin && FIN_NOT_SEEN.contains(&state)))
 }
 

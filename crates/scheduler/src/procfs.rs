@@ -62,9 +62,14 @@ pub fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
 
 /// SIGKILLs the process behind a pidfd (never a recycled pid).
 pub fn pidfd_kill(fd: &std::os::fd::OwnedFd) {
+    pidfd_signal(fd, libc::SIGKILL);
+}
+
+/// Sends `sig` to the process behind a pidfd (never a recycled pid).
+pub fn pidfd_signal(fd: &std::os::fd::OwnedFd, sig: i32) {
     use std::os::fd::AsRawFd;
     // SAFETY: pidfd_send_signal with a live pidfd and no siginfo.
-    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32) };
+    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig, 0usize, 0u32) };
 }
 
 /// Reaps `pid` if it is an exited child of dara; true when it is reaped or not dara's to reap.

@@ -14,10 +14,17 @@ const SOCK_DIAG_BY_FAMILY: u16 = 20;
 /// `INET_DIAG_INFO`: the attribute carrying `struct tcp_info`, and its request bit.
 const INET_DIAG_INFO: u16 = 2;
 const NLMSG_ERROR: u16 = 2;
-/// Offsets in `struct tcp_info` (Linux 4.19+; checked against the C headers).
-pub(crate) const TCPI_BYTES_RECEIVED: usize = 128;
-pub(crate) const TCPI_BYTES_SENT: usize = 200;
-pub(crate) const TCPI_BYTES_RETRANS: usize = 208;
+/// Offsets of the fields dara reads in `struct tcp_info` (from `getsockopt(TCP_INFO)` or a
+/// sock_diag answer; checked against the C headers of Linux 6).
+pub(crate) mod tcpi {
+    /// For a listening socket: the length of its accept queue.
+    pub const UNACKED: usize = 24;
+    pub const BYTES_RECEIVED: usize = 128;
+    pub const BYTES_SENT: usize = 200;
+    pub const BYTES_RETRANS: usize = 208;
+    /// The peer's advertised receive window (Linux 5.4 and later).
+    pub const SND_WND: usize = 228;
+}
 /// Size of `struct inet_diag_msg`, which precedes the attributes of an answer.
 const DIAG_MSG_LEN: usize = 72;
 
@@ -113,7 +120,7 @@ impl SockDiag {
             if kind == INET_DIAG_INFO {
                 let info = answer.get(at + 4..at + len)?;
                 let state = *info.first()?;
-                return Some((state, u64::from_ne_bytes(info.get(TCPI_BYTES_RECEIVED..TCPI_BYTES_RECEIVED + 8)?.try_into().ok()?)));
+                return Some((state, u64::from_ne_bytes(info.get(tcpi::BYTES_RECEIVED..tcpi::BYTES_RECEIVED + 8)?.try_into().ok()?)));
             }
             at += (len + 3) & !3;
         }

@@ -75,10 +75,7 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
 /// One outside event for the listing: what crossed the boundary, with its first bytes.
 fn outside_line(e: &dara_scheduler::outside::OutsideEvent) -> String {
     use dara_scheduler::outside::OutsideWhat::*;
-    let bytes = |b: &[u8]| {
-        let head: String = b.iter().take(48).flat_map(|&c| std::ascii::escape_default(c)).map(char::from).collect();
-        format!("{} bytes \"{head}{}\"", b.len(), if b.len() > 48 { "…" } else { "" })
-    };
+    let bytes = |b: &[u8]| format!("{} bytes {}", b.len(), dara_scheduler::outside::quoted(b, 48));
     match &e.what {
         Connect { listener } => format!("c{} connects to listening socket {listener}", e.stream),
         Data(b) => format!("c{} sends {}", e.stream, bytes(b)),

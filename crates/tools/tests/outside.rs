@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use dara_scheduler::outside::OutsideWhat;
@@ -53,17 +53,7 @@ impl Recording {
     /// Waits (bounded) for dara-trace to end; its exit code and stdout.
     fn finish(mut self) -> (i32, String, PathBuf) {
         let stdout = std::mem::replace(&mut self.stdout, std::thread::spawn(String::new));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("dara-trace did not end");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let status = wait_at_most(&mut self.child, Duration::from_secs(30)).expect("dara-trace did not end");
         (status.code().unwrap_or(-1), stdout.join().unwrap(), self.out.join("trace.bin"))
     }
 }

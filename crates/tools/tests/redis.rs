@@ -38,22 +38,6 @@ fn smoke(out: &Path, port: u16) -> Run {
     dara_trace(&args, Duration::from_secs(180))
 }
 
-/// Live processes whose command line has every one of `needles` (NUL separators read as spaces).
-fn processes_with(needles: &[&str]) -> Vec<u32> {
-    let me = std::process::id();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| *pid != me)
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            needles.iter().all(|n| cmdline.contains(n))
-        })
-        .collect()
-}
-
 #[test]
 fn redis_server_answers_every_command_under_dara_and_replays() {
     require_redis();

@@ -36,16 +36,9 @@ fn redis_recorded_under_redis_benchmark_replays_offline() {
     assert_eq!(redis_cli(port, &["set", "dara", "recorded"]), "OK");
     assert_eq!(redis_cli(port, &["get", "dara"]), "recorded");
     redis_cli(port, &["shutdown", "nosave"]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = server.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = server.kill();
-            panic!("dara-trace did not end after SHUTDOWN");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(status) = wait_at_most(&mut server, Duration::from_secs(30)) else {
+        let _ = server.kill();
+        panic!("dara-trace did not end after SHUTDOWN");
     };
     assert_eq!(status.code(), Some(0));
 
@@ -58,6 +51,6 @@ fn redis_recorded_under_redis_benchmark_replays_offline() {
     let replay = dara_replay(&["-q", "--verify", trace_path.to_str().unwrap()], Duration::from_secs(300));
     assert_eq!(replay.code, 0, "{}", replay.text());
     assert!(replay.stdout.contains("verify: 2 more executions identical"), "{}", replay.text());
-    assert!(processes_mentioning(&format!("--port {port}")).is_empty() && processes_mentioning(&port.to_string()).is_empty(), "a redis-server survived");
+    assert!(processes_with(&["redis-server", &port.to_string()]).is_empty(), "a redis-server survived");
     assert!(dara_shm_files().is_empty());
 }

@@ -182,8 +182,7 @@ pub fn choice_label(c: &Choice) -> String {
         // The object is a description (endpoints and first bytes): show it readably.
         let (endpoint, peer, _, bytes) = dara_scheduler::model::net::undescribe(c.obj);
         let ep = |e: Option<u64>| e.map_or("?".to_string(), |e| format!("e{e}"));
-        let shown: String = bytes.iter().flat_map(|&b| std::ascii::escape_default(b)).map(char::from).collect();
-        let data = if bytes.is_empty() { String::new() } else { format!(" \"{shown}\"") };
+        let data = if bytes.is_empty() { String::new() } else { format!(" {}", dara_scheduler::outside::quoted(&bytes, 4)) };
         return format!("<thread {} {kind} {} {}<->{}{data}{alt}>", c.thread, c.op.name(), ep(endpoint), ep(peer));
     }
     format!("<thread {} {kind} {} {:#x}{alt}>", c.thread, c.op.name(), c.obj)

@@ -38,12 +38,12 @@ fn outside_apart() -> bool {
     crate::region::header().is_some_and(|h| h.outside != 0)
 }
 
-/// `getsockopt(fd, SOL_SOCKET, opt)` as an int, None on failure.
-fn sockopt(fd: c_int, opt: c_int) -> Option<c_int> {
+/// `getsockopt(fd, level, opt)` as an int, None on failure.
+fn sockopt(fd: c_int, level: c_int, opt: c_int) -> Option<c_int> {
     let mut v: c_int = 0;
     let mut len = core::mem::size_of::<c_int>() as socklen_t;
     // SAFETY: the kernel writes at most `len` bytes into `v`.
-    let rc = unsafe { sys::syscall(libc::SYS_getsockopt, &[fd as u64, libc::SOL_SOCKET as u64, opt as u64, &mut v as *mut c_int as u64, &mut len as *mut socklen_t as u64]) };
+    let rc = unsafe { sys::syscall(libc::SYS_getsockopt, &[fd as u64, level as u64, opt as u64, &mut v as *mut c_int as u64, &mut len as *mut socklen_t as u64]) };
     (rc == 0).then_some(v)
 }
 
@@ -85,7 +85,7 @@ fn open_twin(fd: c_int, backlog: c_int) -> Option<c_int> {
         return None;
     }
     if family == libc::AF_INET6 {
-        if let Some(v6only) = sockopt_ipv6_only(fd) {
+        if let Some(v6only) = sockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) {
             // SAFETY: setsockopt reads one int.
             unsafe { sys::syscall(libc::SYS_setsockopt, &[twin as u64, libc::IPPROTO_IPV6 as u64, libc::IPV6_V6ONLY as u64, &v6only as *const c_int as u64, 4]) };
         }
@@ -104,17 +104,9 @@ fn open_twin(fd: c_int, backlog: c_int) -> Option<c_int> {
     Some(twin)
 }
 
-fn sockopt_ipv6_only(fd: c_int) -> Option<c_int> {
-    let mut v: c_int = 0;
-    let mut len = core::mem::size_of::<c_int>() as socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `v`.
-    let rc = unsafe { sys::syscall(libc::SYS_getsockopt, &[fd as u64, libc::IPPROTO_IPV6 as u64, libc::IPV6_V6ONLY as u64, &mut v as *mut c_int as u64, &mut len as *mut socklen_t as u64]) };
-    (rc == 0).then_some(v)
-}
-
 /// After the program's socket `fd` listens: swap in a twin (see the module doc).
 fn swap_in_twin(gate: &Gated, fd: c_int, backlog: c_int) {
-    if sockopt(fd, libc::SO_TYPE) != Some(libc::SOCK_STREAM) {
+    if sockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE) != Some(libc::SOCK_STREAM) {
         return;
     }
     let Some((public, _)) = local_address(fd) else { return };

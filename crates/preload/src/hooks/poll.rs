@@ -199,15 +199,9 @@ fn epoll_entries(gate: &Gated, ep: c_int, events: *mut libc::epoll_event, max: c
 /// ASLR off, an address that is the same in every run). The kernel reports them in the order
 /// their readiness callbacks ran, which two descriptors made ready at one quiet point (a new
 /// connection and a closing client) can take in either order from run to run; any order is one
-/// epoll may give. Insertion sort: few entries, no allocation.
+/// epoll may give. `sort_unstable` is in core and sorts in place: no allocation.
 fn sort_events(events: &mut [libc::epoll_event]) {
-    for i in 1..events.len() {
-        let mut j = i;
-        while j > 0 && { events[j - 1].u64 } > { events[j].u64 } {
-            events.swap(j - 1, j);
-            j -= 1;
-        }
-    }
+    events.sort_unstable_by_key(|e| e.u64);
 }
 
 #[no_mangle]

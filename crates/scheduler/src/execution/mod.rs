@@ -10,7 +10,6 @@ mod cluster;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -107,6 +106,8 @@ pub enum ExecutionError {
     Launch(#[from] dara_tracer::LaunchError),
     #[error("the target's processes could not all be killed (a process is stuck in the kernel)")]
     Teardown,
+    #[error("cannot set up the relay to outside peers: {0}")]
+    Outside(RelayError),
     #[error("the {which} command `{command}` failed: {detail}")]
     Harness { which: &'static str, command: String, detail: String },
 }
@@ -122,7 +123,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         run_harness("setup", setup, cfg)?;
     }
     let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, cfg.profile, !cfg.outside.is_closed()).map_err(ExecutionError::Region)?);
-    let outside = Outside::new(&cfg.outside).map_err(|e| ExecutionError::Region(std::io::Error::other(format!("{e:?}"))))?;
+    let outside = Outside::new(&cfg.outside).map_err(ExecutionError::Outside)?;
     let spec = LaunchSpec {
         command: cfg.command.clone(),
         cwd: cfg.cwd.clone(),
@@ -147,8 +148,11 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     }
     run.launched.push(run.tree.root_pid());
     let mut outcome = run.drive(decide, stop);
-    if let (false, Some((step, expected, seen))) = (matches!(outcome, Outcome::Diverged { .. }), run.outside.as_ref().and_then(|o| o.finish(run.steps.len() as u64))) {
-        if outcome != Outcome::Interrupted || cfg.stop_at_step.is_none() {
+    // A replay that ended before the recording's outside events were all used diverged, unless
+    // it ended where the recording was stopped.
+    let stopped_as_recorded = outcome == Outcome::Interrupted && cfg.stop_at_step.is_some();
+    if !matches!(outcome, Outcome::Diverged { .. }) && !stopped_as_recorded {
+        if let Some((step, expected, seen)) = run.outside.as_ref().and_then(|o| o.finish(run.steps.len() as u64)) {
             outcome = Outcome::Diverged { step, expected, seen };
         }
     }
@@ -449,7 +453,7 @@ impl<'a> Execution<'a> {
             let twin = self.net.duplicate(pid, twin_fd).map_err(|e| e.0)?.ok_or("the twin socket is gone")?;
             let addr = crate::outside::loopback_address(&twin).ok_or("the twin has no INET address")?;
             let outside = self.outside.as_mut().ok_or("no relay in a closed world")?;
-            outside.add_listener(process, fd, public, twin, addr).map_err(|e| format!("{e:?}"))
+            outside.add_listener(process, fd, public, twin, addr).map_err(|e| e.to_string())
         })();
         if let Err(detail) = taken {
             self.pending_end.get_or_insert(Outcome::Uncontrolled { thread, syscall: "listen".into(), detail: format!("dara could not take over a listening socket: {detail}") });
@@ -509,8 +513,7 @@ impl<'a> Execution<'a> {
                 }
                 let terminates = procfs::signal_terminates(record.pid, sig);
                 if let Some(pidfd) = &record.pidfd {
-                    // SAFETY: pidfd_send_signal with a pidfd we own, no siginfo, no flags.
-                    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0) };
+                    procfs::pidfd_signal(pidfd, sig);
                 }
                 if terminates {
                     self.dying.push((process, now));

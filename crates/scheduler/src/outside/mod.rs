@@ -31,7 +31,7 @@ mod relay;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-pub use relay::{describe_event, Outside, RelayError};
+pub use relay::{describe_event, quoted, Outside, RelayError};
 
 /// Whether peers outside dara may talk to the program.
 #[derive(Clone, Debug, Default)]

@@ -27,12 +27,14 @@ const TAG_INNER: u64 = 1;
 const TAG_OUTER: u64 = 2;
 
 /// Why the relay stopped the run.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum RelayError {
     /// Replay: the program did not do what the recording says (or the recording asks for a
     /// listener the program does not have).
+    #[error("the replay expected {expected}, the run did {seen}")]
     Diverged { expected: String, seen: String },
     /// A relay socket failed or a delivery did not settle: dara cannot go on deterministically.
+    #[error("{0}")]
     Broken(String),
 }
 
@@ -177,8 +179,6 @@ impl Outside {
         }
     }
 
-
-
     /// Signals to pass on to every traced process before the decision of `step`: those
     /// `dara-trace` received (recording) or the recorded ones (replay).
     pub fn signals(&mut self, step: u64) -> Vec<i32> {
@@ -214,15 +214,13 @@ impl Outside {
             }
         }
         self.check_missing_outputs(step)?;
-        match self.replay.is_some() {
-            true => self.apply_recorded(step, net)?,
-            false => {
-                for &(tag, index) in &ready {
-                    if tag == TAG_LISTENER {
-                        self.accept_clients(step, index, net)?;
-                    }
-                }
+        for &(tag, index) in &ready {
+            if tag == TAG_LISTENER {
+                self.accept_clients(step, index, net)?;
             }
+        }
+        if self.replay.is_some() {
+            self.apply_recorded(step)?;
         }
         // Traced clients are relayed in a replay too; outside ones only in a recording.
         for &(tag, index) in &ready {
@@ -343,14 +341,18 @@ impl Outside {
         Ok(ready)
     }
 
-    /// Recording: takes every client waiting on listener `index`'s public socket.
+    /// Takes every client waiting on listener `index`'s public socket: traced clients are relayed
+    /// (recording and replay), outside ones recorded (recording) or turned away (replay).
     fn accept_clients(&mut self, step: u64, index: usize, net: &mut NetProbe) -> Result<(), RelayError> {
         loop {
             let Some(public) = self.listeners[index].public.as_ref() else { return Ok(()) };
             let Some(client) = accept(public) else { return Ok(()) };
-            let traced = peer_port(&client).is_some_and(|p| net.is_traced_endpoint(p, self.listeners[index].public_port));
+            let port = self.listeners[index].public_port;
+            let traced = peer_port(&client).is_some_and(|p| net.is_traced_endpoint(p, port));
             if traced {
-                net.connection_taken(self.listeners[index].public_port);
+                net.connection_taken(port);
+            } else if self.replay.is_some() {
+                continue; // nobody outside takes part in a replay: turned away
             }
             self.open_stream(step, index, Some(client), !traced)?;
         }
@@ -493,17 +495,7 @@ impl Outside {
     }
 
     /// Replay: the recording's inputs of this step (new clients, their bytes, their EOF).
-    fn apply_recorded(&mut self, step: u64, net: &mut NetProbe) -> Result<(), RelayError> {
-        // Traced clients reach the public sockets in a replay too; anyone else is turned away.
-        for index in 0..self.listeners.len() {
-            while let Some(client) = self.listeners[index].public.as_ref().and_then(accept) {
-                let port = self.listeners[index].public_port;
-                if peer_port(&client).is_some_and(|p| net.is_traced_endpoint(p, port)) {
-                    net.connection_taken(port);
-                    self.open_stream(step, index, Some(client), false)?;
-                }
-            }
-        }
+    fn apply_recorded(&mut self, step: u64) -> Result<(), RelayError> {
         loop {
             let Some(r) = &mut self.replay else { return Ok(()) };
             let Some(e) = r.inputs.front().filter(|e| e.step <= step).cloned() else { return Ok(()) };
@@ -658,8 +650,14 @@ fn write_all_bounded(fd: &OwnedFd, bytes: &[u8]) -> Result<(), RelayError> {
 }
 
 fn shown(bytes: &[u8]) -> String {
-    let head: String = bytes.iter().take(80).flat_map(|&b| std::ascii::escape_default(b)).map(char::from).collect();
-    format!("\"{head}{}\"", if bytes.len() > 80 { "…" } else { "" })
+    quoted(bytes, 80)
+}
+
+/// `bytes` (at most `max` of them) escaped and in quotes, with `…` when cut: how network data
+/// is shown to people (listings, divergences).
+pub fn quoted(bytes: &[u8], max: usize) -> String {
+    let head: String = bytes.iter().take(max).flat_map(|&b| std::ascii::escape_default(b)).map(char::from).collect();
+    format!("\"{head}{}\"", if bytes.len() > max { "…" } else { "" })
 }
 
 fn token(tag: u64, index: u64) -> u64 {
@@ -729,9 +727,9 @@ fn close_sending_side(fd: &OwnedFd, diag: Option<&SockDiag>) -> Result<(), Relay
 }
 
 fn local_port(fd: &OwnedFd) -> Option<u16> {
-    netprobe::socket_ports(fd).map(|(local, _)| local)
+    netprobe::socket_address(fd, false).map(|a| a.port())
 }
 
 fn peer_port(fd: &OwnedFd) -> Option<u16> {
-    netprobe::socket_ports(fd).map(|(_, remote)| remote)
+    netprobe::socket_address(fd, true).map(|a| a.port())
 }

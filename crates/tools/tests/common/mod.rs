@@ -182,6 +182,11 @@ pub fn search(out: &Path, strategy: &str, seed: u64, runs: u64, program: &Path) 
 
 /// Processes still alive whose command line mentions `needle` (a fixture path).
 pub fn processes_mentioning(needle: &str) -> Vec<u32> {
+    processes_with(&[needle])
+}
+
+/// Live processes whose command line has every one of `needles` (NUL separators read as spaces).
+pub fn processes_with(needles: &[&str]) -> Vec<u32> {
     let me = std::process::id();
     std::fs::read_dir("/proc")
         .unwrap()
@@ -189,9 +194,9 @@ pub fn processes_mentioning(needle: &str) -> Vec<u32> {
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| *pid != me)
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains(needle))
-                .unwrap_or(false)
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            needles.iter().all(|n| cmdline.contains(n))
         })
         .collect()
 }
@@ -249,12 +254,20 @@ pub fn interrupt_after(child: &mut std::process::Child, delay: Duration) -> std:
     std::thread::sleep(delay);
     // SAFETY: sending a signal to our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let deadline = Instant::now() + Duration::from_secs(20);
+    wait_at_most(child, Duration::from_secs(20)).expect("dara-trace did not stop after SIGINT")
+}
+
+/// Waits for `child` to exit, at most `limit`; None (the child still running) when it did not.
+#[allow(dead_code)]
+pub fn wait_at_most(child: &mut std::process::Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
     loop {
         if let Some(s) = child.try_wait().unwrap() {
-            return s;
+            return Some(s);
         }
-        assert!(Instant::now() < deadline, "dara-trace did not stop after SIGINT");
+        if Instant::now() > deadline {
+            return None;
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
 }
