@@ -34,7 +34,7 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -119,6 +119,11 @@ pub enum Op {
     RwTryWriteLock = 23,
     /// args: [rwlock addr]
     RwUnlock = 24,
+    /// A lock the thread took without a post ([`held`] says how; see the preload's `solo`
+    /// module): the model records it as the thread's, as if each acquisition had been granted.
+    /// args: [lock addr, [`held`] kind, depth, mutex kind]. Granted at once, without a decision
+    /// and without a step.
+    Held = 25,
 
     /// The preload has already released the real mutex. args: [cond addr, mutex addr, deadline,
     /// mutex kind]. Completes (result 0 or ETIMEDOUT) once signalled or timed out *and* the
@@ -286,6 +291,7 @@ impl Op {
             22 => RwTryReadLock,
             23 => RwTryWriteLock,
             24 => RwUnlock,
+            25 => Held,
             30 => CondWait,
             31 => CondSignal,
             32 => CondBroadcast,
@@ -365,6 +371,7 @@ impl Op {
             Yield => "yield",
             Sleep => "sleep",
             ClockRead => "clock-read",
+            Held => "held",
             MemoryRead => "read",
             MemoryWrite => "write",
             EdgeQuantum => "edge-quantum",
@@ -516,6 +523,17 @@ pub mod preempt {
     /// Profiling run: load/store callbacks record which threads touch which granules in the
     /// [`AccessTable`](super::AccessTable) and never post.
     pub const PROFILE: u32 = 2;
+    /// Coarse steps (a recording): every thread takes process-private locks without a post, as a
+    /// single-threaded process always does, and answers most clock reads from its last grant's
+    /// virtual time. Only decisions that could matter remain scheduling points.
+    pub const COARSE: u32 = 4;
+}
+
+/// What an [`Op::Held`] lock is (args[1]).
+pub mod held {
+    pub const MUTEX: u64 = 0;
+    pub const READ: u64 = 1;
+    pub const WRITE: u64 = 2;
 }
 
 /// Edges per process in the coverage area (a power of two). An edge's index is its

@@ -42,7 +42,14 @@ thread_local! {
     static STACK_TOP: Cell<usize> = const { Cell::new(0) };
     /// Coverage edges since this thread's last `EdgeQuantum` (`--preempt-on edges:N`).
     static EDGES: Cell<u32> = const { Cell::new(0) };
+    /// Clock reads answered without a post since this thread's last post (coarse steps).
+    static UNPOSTED_CLOCK_READS: Cell<u32> = const { Cell::new(0) };
 }
+
+/// In coarse mode, how many clock reads in a row a thread answers from its last grant's virtual
+/// time before the next one posts (so a thread spinning on the clock still yields, and sees time
+/// move, every this many reads).
+const CLOCK_READS_PER_POST: u32 = 8;
 
 /// Bytes below the stack pointer that code may use without moving it (the x86-64 red zone).
 const RED_ZONE: u64 = 128;
@@ -271,7 +278,23 @@ fn handoff(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
         now_ns: slot.now_ns.load(Ordering::Relaxed),
     };
     LAST_NOW.with(|n| n.set(grant.now_ns));
+    UNPOSTED_CLOCK_READS.with(|n| n.set(0));
     grant
+}
+
+/// Coarse steps: whether the current thread's next clock read may be answered without a post,
+/// from its last grant's virtual time (the clock does not move while a thread holds the token);
+/// counts the read if so.
+#[inline]
+pub fn clock_read_unposted() -> bool {
+    if !crate::solo::coarse() {
+        return false;
+    }
+    UNPOSTED_CLOCK_READS.with(|n| {
+        let reads = n.get();
+        n.set(reads + 1);
+        reads < CLOCK_READS_PER_POST
+    })
 }
 
 /// Ends the process if the execution is over or the scheduler is gone: a parked thread must not

@@ -1,4 +1,5 @@
-//! Lock operations of a single-threaded process, which need no scheduling point.
+//! Lock operations that need no scheduling point: those of a single-threaded process, and in
+//! *coarse* mode (a recording, [`dara_abi::preempt::COARSE`]) those of every thread.
 //!
 //! In a process with one thread, a process-private mutex or rwlock can only ever be taken by that
 //! thread: its lock and unlock operations commute with every operation of every other thread in
@@ -8,27 +9,34 @@
 //! mutex and rwlock operations, and a test script's server that takes that many steps to come up
 //! lets the script's retry loop spawn processes without end.
 //!
-//! While the process is *solo* (one gated thread: the main thread before its first
-//! `pthread_create`, or again once every other thread was joined), such an operation runs for
-//! real without a post, through the try-variant so it can never block, and an acquisition is
-//! remembered in a small table of held objects ([`HELD`]). The model learns of them before it
-//! could matter: every post of the thread first *flushes* the table, posting each held object as
-//! the acquisition it was (`MutexLock`, `RwReadLock`, `RwWriteLock`; the model grants them at
-//! once, since nobody else can hold them), so at each of the thread's scheduling points the
-//! model's lock owners are exact — in particular when it creates a thread (the `ThreadCreate`
-//! post), waits on a condition variable, forks or exits.
+//! A recording needs no decision at a lock operation either: it runs one schedule, and any
+//! schedule will do as long as it is recorded. Since only the token holder runs, a lock it takes
+//! between two of its posts is taken atomically with respect to every other thread; what must
+//! hold is only that the model knows every owner before another thread can run. So in coarse
+//! mode every thread uses the same fast path (redis-server under load: jemalloc's arena locks,
+//! seven lock steps per request, are gone).
+//!
+//! On the fast path an operation runs for real without a post, through the try-variant so it can
+//! never block, and an acquisition is remembered in the thread's small table of held objects ([`TABLE`]). The
+//! model learns of them before it could matter: every post of the thread first *flushes* the
+//! table, posting each held object as [`Op::Held`], which the scheduler applies at once with no
+//! decision (nobody else can have taken the object meanwhile), so at each of the thread's
+//! scheduling points the model's lock owners are exact — in particular when it creates a thread,
+//! waits on a condition variable, blocks on the network, forks or exits.
 //!
 //! Anything unusual takes the ordinary, posted path (after a flush): a process-shared object, a
 //! timed lock, a try-acquisition that fails (the object is held: by this thread, which the model
-//! then reports as a self-deadlock or `EDEADLK`, or by a thread that exited holding it), an
-//! unlock of an object the table does not hold, a full table.
+//! then reports as a self-deadlock or `EDEADLK`, by another thread, whose acquisition the model
+//! knows, or by a thread that exited holding it), an unlock of an object the table does not
+//! hold, a full table.
 //!
-//! Only the solo thread touches the table (a process becomes multi-threaded only through the
-//! `ThreadCreate` post, which empties it first), so relaxed atomics suffice; they only make the
-//! statics `Sync` without `unsafe`. No allocation, no lock, no syscall.
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+//! The table is per thread (a thread just created posts its `ThreadStart` while the token holder
+//! runs) and is emptied before the thread gives the token up; threads that are not gated, such
+//! as an exiting thread's teardown, never reach it. No allocation, no lock, no syscall.
+use core::cell::Cell;
+use core::sync::atomic::{AtomicU32, Ordering};
 
-use dara_abi::{Op, NO_DEADLINE};
+use dara_abi::{held, preempt, Op};
 
 /// Gated threads of this process that exist or may still run (created and not yet joined).
 /// A new image (exec) starts at 1; a forked child is set back to 1 by [`become_sole_thread`].
@@ -64,15 +72,19 @@ impl Held {
     }
 }
 
-/// One held object: its address, and `Held::encode() | depth` (depth in the low 32 bits: a
-/// recursive mutex or a read lock may be taken several times).
-struct Entry {
-    addr: AtomicU64,
-    meta: AtomicU64,
+/// The objects a thread took on the fast path and has not handed to the model yet: per entry its
+/// address and `Held::encode() | depth` (depth in the low 32 bits: a recursive mutex or a read
+/// lock may be taken several times).
+struct Table {
+    len: Cell<usize>,
+    entries: [Cell<(u64, u64)>; HELD_MAX],
 }
 
-static HELD: [Entry; HELD_MAX] = [const { Entry { addr: AtomicU64::new(0), meta: AtomicU64::new(0) } }; HELD_MAX];
-static HELD_LEN: AtomicU32 = AtomicU32::new(0);
+thread_local! {
+    /// Per thread: in coarse mode a thread that was just created may post its `ThreadStart`
+    /// while the token holder runs with objects in its own table.
+    static TABLE: Table = const { Table { len: Cell::new(0), entries: [const { Cell::new((0, 0)) }; HELD_MAX] } };
+}
 
 const DEPTH_MASK: u64 = 0xffff_ffff;
 
@@ -82,16 +94,29 @@ pub fn is_solo() -> bool {
     THREADS.load(Ordering::Relaxed) == 1
 }
 
+/// Whether this execution takes coarse steps ([`preempt::COARSE`]: a recording).
+#[inline]
+pub fn coarse() -> bool {
+    crate::region::header().is_some_and(|h| h.preempt_flags & preempt::COARSE != 0)
+}
+
+/// Whether the calling thread may take private locks without a post: it is alone in its
+/// process, or the execution takes coarse steps.
+#[inline]
+pub fn fast_path() -> bool {
+    is_solo() || coarse()
+}
+
 /// The calling thread is now the process's only one (a new image's or a forked child's main
 /// thread): nothing is held on its behalf.
 pub fn become_sole_thread() {
     THREADS.store(1, Ordering::Relaxed);
-    HELD_LEN.store(0, Ordering::Relaxed);
+    TABLE.with(|t| t.len.set(0));
 }
 
 /// A thread is about to be created (after the `ThreadCreate` grant, which flushed the table).
 pub fn thread_created() {
-    debug_assert_eq!(HELD_LEN.load(Ordering::Relaxed), 0);
+    debug_assert_eq!(TABLE.with(|t| t.len.get()), 0);
     THREADS.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -103,65 +128,60 @@ pub fn thread_gone() {
 /// Whether the table has room for one more object (else the caller takes the posted path).
 #[inline]
 pub fn has_room() -> bool {
-    (HELD_LEN.load(Ordering::Relaxed) as usize) < HELD_MAX
+    TABLE.with(|t| t.len.get() < HELD_MAX)
 }
 
 /// Records one acquisition of `addr` as `what`. Only after [`has_room`] (or for an object held
 /// already); a full table is left as it is, which the caller prevents.
 pub fn acquired(addr: u64, what: Held) {
-    let len = HELD_LEN.load(Ordering::Relaxed) as usize;
-    if let Some(e) = HELD[..len].iter().find(|e| e.addr.load(Ordering::Relaxed) == addr && Held::decode(e.meta.load(Ordering::Relaxed)) == what) {
-        e.meta.store(e.meta.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        return;
-    }
-    if len < HELD_MAX {
-        HELD[len].addr.store(addr, Ordering::Relaxed);
-        HELD[len].meta.store(what.encode() | 1, Ordering::Relaxed);
-        HELD_LEN.store(len as u32 + 1, Ordering::Relaxed);
-    }
+    TABLE.with(|t| {
+        let len = t.len.get();
+        let held = t.entries[..len].iter().find(|e| e.get().0 == addr && Held::decode(e.get().1) == what);
+        if let Some(e) = held {
+            e.set((addr, e.get().1 + 1));
+        } else if len < HELD_MAX {
+            t.entries[len].set((addr, what.encode() | 1));
+            t.len.set(len + 1);
+        }
+    })
 }
 
 /// Forgets one acquisition of `addr` (any kind) if the table holds it; false if it does not
 /// (the model knows who holds the object: the caller posts the release).
 pub fn released(addr: u64) -> bool {
-    let len = HELD_LEN.load(Ordering::Relaxed) as usize;
-    let Some(i) = HELD[..len].iter().position(|e| e.addr.load(Ordering::Relaxed) == addr) else {
-        return false;
-    };
-    let meta = HELD[i].meta.load(Ordering::Relaxed);
-    if meta & DEPTH_MASK > 1 {
-        HELD[i].meta.store(meta - 1, Ordering::Relaxed);
-    } else {
-        let last = len - 1;
-        HELD[i].addr.store(HELD[last].addr.load(Ordering::Relaxed), Ordering::Relaxed);
-        HELD[i].meta.store(HELD[last].meta.load(Ordering::Relaxed), Ordering::Relaxed);
-        HELD_LEN.store(last as u32, Ordering::Relaxed);
-    }
-    true
+    TABLE.with(|t| {
+        let len = t.len.get();
+        let Some(i) = t.entries[..len].iter().position(|e| e.get().0 == addr) else {
+            return false;
+        };
+        let (_, meta) = t.entries[i].get();
+        if meta & DEPTH_MASK > 1 {
+            t.entries[i].set((addr, meta - 1));
+        } else {
+            t.entries[i].set(t.entries[len - 1].get());
+            t.len.set(len - 1);
+        }
+        true
+    })
 }
 
 /// Hands every remembered acquisition to the model, through `post` (the raw handoff: the caller
-/// is inside the preload), and empties the table. Called before each post of the thread; costs
-/// one relaxed load when nothing is held.
+/// is inside the preload), as one [`Op::Held`] per object, and empties the table. Called before
+/// each post of the thread; costs a thread-local load when nothing is held.
 #[inline]
 pub fn flush(mut post: impl FnMut(Op, [u64; 4])) {
-    let len = HELD_LEN.load(Ordering::Relaxed) as usize;
-    if len == 0 {
+    if TABLE.with(|t| t.len.get()) == 0 {
         return;
     }
-    // Emptied first: the posts below must not flush again.
-    HELD_LEN.store(0, Ordering::Relaxed);
-    for e in &HELD[..len] {
-        let addr = e.addr.load(Ordering::Relaxed);
-        let meta = e.meta.load(Ordering::Relaxed);
-        let (op, args) = match Held::decode(meta) {
-            Held::Mutex(kind) => (Op::MutexLock, [addr, kind, NO_DEADLINE, 0]),
-            Held::Read => (Op::RwReadLock, [addr, NO_DEADLINE, 0, 0]),
-            Held::Write => (Op::RwWriteLock, [addr, NO_DEADLINE, 0, 0]),
+    // Taken out first: the posts below must not flush again.
+    let (entries, len): ([(u64, u64); HELD_MAX], usize) = TABLE.with(|t| (core::array::from_fn(|i| t.entries[i].get()), t.len.replace(0)));
+    for &(addr, meta) in &entries[..len] {
+        let (what, kind) = match Held::decode(meta) {
+            Held::Mutex(kind) => (held::MUTEX, kind),
+            Held::Read => (held::READ, 0),
+            Held::Write => (held::WRITE, 0),
         };
-        for _ in 0..(meta & DEPTH_MASK) {
-            post(op, args);
-        }
+        post(Op::Held, [addr, what, meta & DEPTH_MASK, kind]);
     }
 }
 
@@ -181,8 +201,8 @@ mod tests {
         assert!(released(0x30));
         assert!(!released(0x40));
         let mut posts = std::vec::Vec::new();
-        flush(|op, args| posts.push((op, args[0], args[1])));
-        assert_eq!(posts, [(Op::MutexLock, 0x10, 1), (Op::MutexLock, 0x10, 1), (Op::RwReadLock, 0x20, NO_DEADLINE)]);
+        flush(|op, args| posts.push((op, args)));
+        assert_eq!(posts, [(Op::Held, [0x10, held::MUTEX, 2, dara_abi::mutex_kind::RECURSIVE]), (Op::Held, [0x20, held::READ, 1, 0])]);
         let mut again = 0;
         flush(|_, _| again += 1);
         assert_eq!(again, 0, "a flush empties the table");

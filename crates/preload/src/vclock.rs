@@ -91,8 +91,13 @@ pub fn optional_deadline(base: ClockBase, abstime: Option<&timespec>) -> Option<
 }
 
 /// Reads `base` at the current virtual time: a `ClockRead` scheduling point. The grant's result
-/// is the node's wall-clock skew (a `ClockSkew` fault), which only realtime clocks show.
+/// is the node's wall-clock skew (a `ClockSkew` fault), which only realtime clocks show. With
+/// coarse steps (a recording, never a cluster: no skew) most reads are answered from the
+/// thread's last grant instead ([`crate::gate::clock_read_unposted`]).
 pub fn read(gate: &Gated, base: ClockBase) -> u64 {
+    if crate::gate::clock_read_unposted() {
+        return base.reading(gate.now());
+    }
     let grant = gate.post(Op::ClockRead, [0; 4]);
     let reading = base.reading(grant.now_ns);
     match base {

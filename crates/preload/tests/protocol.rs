@@ -293,9 +293,9 @@ fn protocol_threads_clocks_and_randomness() {
 
     // The ops, in order (clock reads included). After the join the main thread is alone again
     // (crates/preload/src/solo.rs): its private locks take no post of their own. The mutex it
-    // took before the condition wait is handed to the model by the CondWait post (the MutexLock
-    // just before it); the trylock of the mutex it holds fails without a post and asks the model
-    // (EBUSY); the rwlock is taken and released without a post; the second pthread_once finds
+    // took before the condition wait is handed to the model before the wait's first post (the
+    // `Held` just before it); the trylock of the mutex it holds fails without a post and asks
+    // the model (EBUSY); the rwlock is taken and released without a post; the second pthread_once finds
     // the object done and returns without a post.
     let ops: Vec<(u32, Op)> = seen.iter().map(|s| (s.slot, s.op)).collect();
     use Op::*;
@@ -314,7 +314,7 @@ fn protocol_threads_clocks_and_randomness() {
             (0, Sleep),
             (0, ClockRead),
             (0, ClockRead),
-            (0, MutexLock),
+            (0, Held),
             (0, ClockRead),
             (0, CondWait),
             (0, MutexTryLock),

@@ -30,6 +30,10 @@ pub struct Preemption {
     /// Granules (`addr >> 3`) whose accesses are scheduling points, sorted.
     #[serde(default)]
     pub watch: Vec<u64>,
+    /// Coarse steps (a recording, which needs no decision there): private lock operations and
+    /// most clock reads are not scheduling points (`dara_abi::preempt::COARSE`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub coarse: bool,
 }
 
 impl Preemption {
@@ -61,6 +65,9 @@ impl Preemption {
         if self.edges > 0 {
             parts.push(format!("edges:{}", self.edges));
         }
+        if self.coarse {
+            parts.push("coarse".into());
+        }
         if parts.is_empty() {
             "none".into()
         } else {
@@ -70,11 +77,12 @@ impl Preemption {
 
     /// Header flags for an execution with these settings (`profile`: the profiling run).
     pub fn flags(&self, profile: bool) -> u32 {
-        match (self.memory, profile) {
+        let memory = match (self.memory, profile) {
             (true, true) => preempt::PROFILE,
             (true, false) => preempt::MEMORY,
             (false, _) => 0,
-        }
+        };
+        memory | if self.coarse { preempt::COARSE } else { 0 }
     }
 
     /// Writes the watch set into a fresh table. Returns how many granules did not fit (0 unless

@@ -2,9 +2,9 @@
 //! acquisition times out); the real object is then taken or released so it stays consistent,
 //! which never blocks because the model only grants an acquisition of a free lock.
 //!
-//! A single-threaded process's private locks are taken and released without a post (see
-//! [`solo`](crate::solo)): the real try-variant runs, and the table of held objects remembers
-//! what the model must learn at the thread's next post.
+//! A single-threaded process's private locks (every thread's, in a recording) are taken and
+//! released without a post (see [`solo`](crate::solo)): the real try-variant runs, and the table
+//! of held objects remembers what the model must learn at the thread's next post.
 use core::sync::atomic::{AtomicI32, Ordering};
 
 use dara_abi::{mutex_kind, Op, NO_DEADLINE};
@@ -50,19 +50,19 @@ pub fn kind(m: Obj<pthread_mutex_t>) -> u64 {
     }
 }
 
-/// Whether `m` may be taken without a post: the process is solo, the table has room, and the
-/// mutex is an ordinary process-private one.
+/// Whether `m` may be taken without a post: the thread is on the fast path, the table has room,
+/// and the mutex is an ordinary process-private one.
 fn solo_mutex(m: Obj<pthread_mutex_t>) -> bool {
-    solo::is_solo() && solo::has_room() && !m.ptr().is_null() && raw_kind(m) & MUTEX_SPECIAL_BITS == 0
+    solo::fast_path() && solo::has_room() && !m.ptr().is_null() && raw_kind(m) & MUTEX_SPECIAL_BITS == 0
 }
 
-/// Whether `l` may be taken without a post: the process is solo, the table has room, and the
-/// rwlock is process-private.
+/// Whether `l` may be taken without a post: the thread is on the fast path, the table has room,
+/// and the rwlock is process-private.
 fn solo_rwlock(l: Obj<pthread_rwlock_t>) -> bool {
     let Some(lock) = l.get() else {
         return false;
     };
-    if !solo::is_solo() || !solo::has_room() {
+    if !solo::fast_path() || !solo::has_room() {
         return false;
     }
     // SAFETY: `pthread_rwlock_t` is 56 bytes on x86_64, 4-aligned at offset 28; read atomically.

@@ -642,6 +642,11 @@ impl<'a> Execution<'a> {
                             if let Some(outcome) = self.ingest(i as ThreadId) {
                                 return Wait::End(outcome);
                             }
+                            // Some posts are granted at once, without a decision (`Held`,
+                            // `Fault`): the thread runs on.
+                            if self.holder.as_ref().is_some_and(|h| h.thread == i as ThreadId) {
+                                quiet = false;
+                            }
                         }
                     }
                     state::EXITED => self.finished[i] = true,
@@ -759,6 +764,15 @@ impl<'a> Execution<'a> {
             }
             Op::Fault => {
                 self.note_fault(thread, process, args);
+                return None;
+            }
+            Op::Held => {
+                // A lock taken without a post (see the preload's `solo`): the model learns its
+                // owner, and the thread goes on, with no decision and no step.
+                if let Err(detail) = self.model.adopt(thread, args[0], args[1], args[2]) {
+                    return Some(Outcome::Uncontrolled { thread, syscall: "a lock taken without a scheduling point".into(), detail });
+                }
+                self.grant(thread, Op::Held, 0);
                 return None;
             }
             Op::Unsupported => {

@@ -15,7 +15,7 @@
 //! by a process the model did not watch) are read from target memory when first applied, which is
 //! why `Run` of a `SemWait` on an unknown semaphore is enabled: applying it learns the value, and
 //! if that is 0 the thread stays pending (`Effect::Blocked`) until a post.
-use dara_abi::Op;
+use dara_abi::{held, Op};
 
 use super::objects::{Barrier, FutexWaiter, ObjKey, Once, RwLock};
 use super::thread::{Phase, Thread, Wait};
@@ -127,6 +127,47 @@ impl Model {
         self.objects.rwlocks.get(&k).map_or(Some(0), query)
     }
 
+    /// `me` took a lock without a post (`Op::Held`: a solo process, or coarse steps): record it
+    /// as `me`'s, `depth` times. Only the token holder runs, so the lock must be free in the
+    /// model or already `me`'s; anything else means the model and the program disagree.
+    pub fn adopt(&mut self, me: ThreadId, addr: u64, what: u64, depth: u64) -> Result<(), String> {
+        let Some((process, _)) = self.thread_parts(me) else { return Err(format!("thread {me} is not known")) };
+        let k = key(process, addr);
+        for _ in 0..depth {
+            let free = match what {
+                held::MUTEX => {
+                    let m = self.objects.mutexes.entry(k).or_default();
+                    let free = m.owner.is_none_or(|o| o == me);
+                    if free {
+                        m.acquire(me);
+                    }
+                    free
+                }
+                held::READ => {
+                    let l = self.objects.rwlocks.entry(k).or_default();
+                    let free = l.writer.is_none();
+                    if free {
+                        l.acquire_read(me);
+                    }
+                    free
+                }
+                held::WRITE => {
+                    let l = self.objects.rwlocks.entry(k).or_default();
+                    let free = l.writer.is_none() && l.readers.is_empty();
+                    if free {
+                        l.acquire_write(me);
+                    }
+                    free
+                }
+                other => return Err(format!("unknown held-lock kind {other}")),
+            };
+            if !free {
+                return Err(format!("thread {me} took the lock at {addr:#x} without a scheduling point, but dara's model has it held by another thread"));
+            }
+        }
+        Ok(())
+    }
+
     fn thread_parts(&self, me: ThreadId) -> Option<(ProcessId, Phase)> {
         self.threads.get(&me).map(|t| (t.process, t.phase))
     }
@@ -160,6 +201,7 @@ impl Model {
             | Op::Yield
             | Op::EdgeQuantum
             | Op::Fault
+            | Op::Held
             | Op::ProcessFork
             | Op::ProcessExec
             | Op::ProcessKill

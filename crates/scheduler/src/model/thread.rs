@@ -123,6 +123,7 @@ impl Request {
             | Op::RwTryReadLock
             | Op::RwTryWriteLock
             | Op::RwUnlock
+            | Op::Held
             | Op::CondWait
             | Op::CondSignal
             | Op::CondBroadcast

@@ -181,6 +181,8 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
             }
         }
     }
+    // A recording runs one schedule: lock operations and clock reads need no decision.
+    execution.preempt.coarse = recording;
     let cfg = SearchConfig {
         execution,
         runs: cli.runs,
