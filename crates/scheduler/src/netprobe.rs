@@ -16,17 +16,20 @@
 //! Anonymous inodes (eventfd, epoll) all share one inode, so they are named by (process, fd).
 //! The peer of a TCP or connected UDP endpoint is found through its address pair: the endpoint
 //! whose (local, remote) ports are this one's (remote, local). Kernel ports never reach a
-//! decision or the trace: only the logical ids do.
+//! decision or the trace: only the logical ids do. What cannot change while an endpoint lives (a
+//! connected TCP socket's addresses; a pipe or Unix socket) is kept by inode, so looking at it
+//! again costs one `fstat`; and a granted request is settled with the endpoint its probe saw.
 //!
 //! # Settling delivery (why a probe is never racy)
 //! Unix-domain sockets, pipes and eventfds deliver inside the sender's system call: once the
 //! sender is parked again, the data is there. Loopback TCP and UDP pass through the network
 //! softirq, which normally runs before the sender's call returns but may be deferred to
 //! `ksoftirqd`. So the driver, at the first quiet point after a granted operation:
-//! * after a TCP send waits until every transmitted byte is acknowledged (`SIOCOUTQ` equals
-//!   `SIOCOUTQNSD`): the bytes are in the peer's receive queue; or until the connection is
-//!   closed (`TCP_CLOSE`): the peer had already closed, answered the bytes with a reset, and they
-//!   will never be acknowledged;
+//! * after a TCP send waits until every transmitted byte is acknowledged (`tcpi_bytes_acked`),
+//!   or counted received by the peer itself (sock_diag: the peer may delay its ACK by 40 ms):
+//!   the bytes are in the peer's receive queue; or until the connection is closed (`TCP_CLOSE`):
+//!   the peer had already closed, answered the bytes with a reset, and they will never be
+//!   acknowledged;
 //! * after a connect waits until the socket is writable or failed (handshake done), then counts
 //!   one connection *owed* to the listener's address (once per socket: a non-blocking connect
 //!   that the program completes by calling `connect` again owes one, and a refused one none);
@@ -56,8 +59,6 @@ use crate::model::Request;
 pub const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 /// Most `pollfd` entries read from a target's poll/select.
 const MAX_POLL_ENTRIES: usize = 4096;
-const SIOCOUTQ: libc::c_ulong = 0x5411;
-const SIOCOUTQNSD: libc::c_ulong = 0x894B;
 /// `tcpi_state` of a connection that is over (reset, or both sides closed).
 const TCP_CLOSE: u8 = 7;
 /// `SO_MEMINFO` from `<asm-generic/socket.h>`: a socket's memory counters, drops included.
@@ -73,6 +74,20 @@ struct Endpoint {
     id: u64,
     kind: u64,
     key: Option<PortKey>,
+    /// (local, remote) addresses of a connected TCP socket (what sock_diag is asked about).
+    addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>,
+}
+
+impl Endpoint {
+    /// Whether what is known of it stays true as long as the socket or pipe lives: a connected
+    /// TCP socket's addresses never change, a Unix socket and a pipe have none.
+    fn is_stable(&self) -> bool {
+        match self.kind {
+            kind::TCP => self.addrs.is_some(),
+            kind::UNIX_STREAM | kind::UNIX_DGRAM | kind::PIPE => true,
+            _ => false,
+        }
+    }
 }
 
 /// Work left by a granted network operation, done at the next quiet point.
@@ -103,6 +118,13 @@ pub struct NetProbe {
     connected: BTreeSet<u64>,
     /// Asks a send's peer how much it received (opened on first use).
     diag: Option<SockDiag>,
+    /// Endpoints whose identity cannot change while they live ([`Endpoint::is_stable`]), by
+    /// inode: recognising one again costs a single `fstat`.
+    stable: BTreeMap<u64, Endpoint>,
+    /// The endpoint behind (pid, fd) when a thread's request on it was last probed: a grant of
+    /// that request is settled without identifying it again (the descriptor cannot change while
+    /// the thread is parked on it).
+    probed: BTreeMap<(u32, i32), Endpoint>,
 }
 
 impl NetProbe {
@@ -119,6 +141,9 @@ impl NetProbe {
     /// The destination port of a UDP send on `fd` (`dest_port`, or the connected peer's), if a
     /// socket is bound to it now; None for other sockets and for a datagram the kernel will drop.
     fn datagram_receiver(&mut self, pid: u32, fd: i32, dest_port: u16) -> Option<u16> {
+        if self.probed.get(&(pid, fd)).is_some_and(|ep| ep.kind != kind::UDP) {
+            return None;
+        }
         let dup = self.dup(pid, fd).ok()??;
         if socket_kind(&dup) != kind::UDP {
             return None;
@@ -135,7 +160,8 @@ impl NetProbe {
                 (Op::NetSend, false) => self.settle_send(s.pid, fd, s.datagram_to)?,
                 (Op::NetConnect, false) => self.settle_connect(s.pid, fd)?,
                 (Op::NetAccept, false) => self.pay_back(s.pid, fd, kind::TCP)?,
-                (Op::NetRecv, false) => self.pay_back(s.pid, fd, kind::UDP)?,
+                // Only a datagram pays something back: a stream receive is settled already.
+                (Op::NetRecv, false) if self.probed.get(&(s.pid, fd)).is_none_or(|ep| ep.kind == kind::UDP) => self.pay_back(s.pid, fd, kind::UDP)?,
                 _ => {}
             }
         }
@@ -149,6 +175,7 @@ impl NetProbe {
             Op::NetRecv | Op::NetAccept => {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
                 let ep = self.endpoint(process, fd, &dup);
+                self.probed.insert((pid, fd), ep);
                 let revents = self.settled_poll(&dup, ep, libc::POLLIN)?;
                 let ready = revents != 0;
                 let mut preview = [0u8; 4];
@@ -160,6 +187,7 @@ impl NetProbe {
             Op::NetSend => {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
                 let ep = self.endpoint(process, fd, &dup);
+                self.probed.insert((pid, fd), ep);
                 let ready = poll_now(&dup, libc::POLLOUT) != 0;
                 let len = request.args[1] & ((1 << net_flags::SEND_SHIFT) - 1);
                 let first = request.args[2].to_le_bytes();
@@ -178,7 +206,8 @@ impl NetProbe {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
                 let ep = self.endpoint(process, fd, &dup);
                 // Wait for what the interest list is owed before asking the epoll set.
-                for target in epoll_targets(pid, fd) {
+                let owed = self.owed.values().any(|&n| n > 0);
+                for target in epoll_targets(pid, fd).into_iter().filter(|_| owed) {
                     if let Some(t) = self.dup(pid, target)? {
                         let tep = self.endpoint(process, target, &t);
                         self.settled_poll(&t, tep, libc::POLLIN)?;
@@ -244,8 +273,14 @@ impl NetProbe {
             *self.owed.entry((kind::UDP, port, 0)).or_default() += 1;
             return Ok(());
         }
+        if self.probed.get(&(pid, fd)).is_some_and(|ep| ep.kind != kind::TCP) {
+            return Ok(());
+        }
         let Some(dup) = self.dup(pid, fd)? else { return Ok(()) };
-        let ep = self.endpoint(0, fd, &dup);
+        let ep = match self.probed.get(&(pid, fd)) {
+            Some(ep) => *ep,
+            None => self.endpoint(0, fd, &dup),
+        };
         if ep.kind != kind::TCP {
             return Ok(());
         }
@@ -253,7 +288,7 @@ impl NetProbe {
         if self.diag.is_none() {
             self.diag = SockDiag::open();
         }
-        while ioctl_int(&dup, SIOCOUTQ) != ioctl_int(&dup, SIOCOUTQNSD) && tcp_state(&dup) != Some(TCP_CLOSE) && !self.diag.as_ref().is_some_and(|d| delivered(&dup, d, false)) {
+        while !sent_bytes_arrived(&dup, ep.addrs, self.diag.as_ref()) {
             if started.elapsed() > SETTLE_LIMIT {
                 return Err(ProbeError(format!("bytes sent on endpoint e{} were not acknowledged by the loopback peer within {} ms; the run was stopped", ep.id, SETTLE_LIMIT.as_millis())));
             }
@@ -444,6 +479,11 @@ impl NetProbe {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
         let rc = unsafe { libc::fstat(dup.as_raw_fd(), &mut st) };
+        if rc == 0 && matches!(st.st_mode & libc::S_IFMT, libc::S_IFSOCK | libc::S_IFIFO) {
+            if let Some(ep) = self.stable.get(&st.st_ino) {
+                return *ep;
+            }
+        }
         let (inode_key, k) = match st.st_mode & libc::S_IFMT {
             _ if rc != 0 => (ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64, kind::UNKNOWN),
             libc::S_IFSOCK => (st.st_ino, socket_kind(dup)),
@@ -459,7 +499,12 @@ impl NetProbe {
                 self.by_key.insert((k, key.1, 0), id);
             }
         }
-        Endpoint { id, kind: k, key: key.map(|(k, l, r)| if k == kind::UDP { (k, l, 0) } else { (k, l, r) }) }
+        let addrs = if k == kind::TCP && key.is_some_and(|k| k.2 != 0) { addresses(dup) } else { None };
+        let ep = Endpoint { id, kind: k, key: key.map(|(k, l, r)| if k == kind::UDP { (k, l, 0) } else { (k, l, r) }), addrs };
+        if rc == 0 && ep.is_stable() {
+            self.stable.insert(st.st_ino, ep);
+        }
+        ep
     }
 
     fn peer(&self, ep: Endpoint) -> u64 {
@@ -560,11 +605,49 @@ fn inet_key(fd: &OwnedFd, k: u64) -> Option<PortKey> {
 /// What a send may offer when the window is not known.
 const DEFAULT_SEND_ROOM: usize = 16 * 1024;
 
+/// The fields of one `TCP_INFO` read that settling uses.
+#[derive(Clone, Copy, Debug)]
+struct TcpSnapshot {
+    state: u8,
+    /// Bytes sent once (retransmissions not counted twice), acknowledged, and not sent yet.
+    sent: u64,
+    acked: u64,
+    not_sent: u64,
+    /// The peer's advertised receive window (0 where the kernel does not say).
+    window: u64,
+}
+
+impl TcpSnapshot {
+    fn of(fd: &OwnedFd) -> Option<TcpSnapshot> {
+        let info = tcp_info_field::<{ tcpi::SND_WND + 4 }>(fd, 0).or_else(|| tcp_info_field::<{ tcpi::BYTES_RETRANS + 8 }>(fd, 0).map(|short| {
+            let mut info = [0u8; tcpi::SND_WND + 4];
+            info[..short.len()].copy_from_slice(&short);
+            info
+        }))?;
+        let u64_at = |offset: usize| u64::from_ne_bytes(info[offset..offset + 8].try_into().expect("8 bytes"));
+        let u32_at = |offset: usize| u64::from(u32::from_ne_bytes(info[offset..offset + 4].try_into().expect("4 bytes")));
+        Some(TcpSnapshot {
+            state: info[0],
+            sent: u64_at(tcpi::BYTES_SENT).saturating_sub(u64_at(tcpi::BYTES_RETRANS)),
+            acked: u64_at(tcpi::BYTES_ACKED),
+            not_sent: u32_at(tcpi::NOTSENT_BYTES),
+            window: u32_at(tcpi::SND_WND),
+        })
+    }
+
+    /// Bytes written and not acknowledged (in flight or not sent yet): `SIOCOUTQ`.
+    fn queued(&self) -> u64 {
+        self.sent.saturating_sub(self.acked) + self.not_sent
+    }
+}
+
 /// Bytes a TCP socket can send now without waiting for its peer to read: the peer's advertised
 /// window less what is already in flight.
 pub(crate) fn send_window(fd: &OwnedFd) -> usize {
-    let Some(window) = tcp_info_field::<4>(fd, tcpi::SND_WND) else { return DEFAULT_SEND_ROOM };
-    (u32::from_ne_bytes(window) as usize).saturating_sub(ioctl_int(fd, SIOCOUTQ).max(0) as usize)
+    match TcpSnapshot::of(fd) {
+        Some(t) if t.window > 0 => t.window.saturating_sub(t.queued()) as usize,
+        _ => DEFAULT_SEND_ROOM,
+    }
 }
 
 /// Connections waiting in a listening socket's accept queue.
@@ -590,13 +673,8 @@ const FIN_IN_FLIGHT: [u8; 3] = [4 /* FIN_WAIT1 */, 9 /* LAST_ACK */, 11 /* CLOSI
 /// TCP states of a peer that has not received our FIN.
 const FIN_NOT_SEEN: [u8; 3] = [1 /* ESTABLISHED */, 4 /* FIN_WAIT1 */, 5 /* FIN_WAIT2 */];
 
-/// A `u64` field of the socket's `struct tcp_info`.
-fn tcp_info_u64(fd: &OwnedFd, offset: usize) -> Option<u64> {
-    tcp_info_field::<8>(fd, offset).map(u64::from_ne_bytes)
-}
-
 /// The full (local, remote) addresses of a connected INET socket.
-fn addresses(fd: &OwnedFd) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
+pub(crate) fn addresses(fd: &OwnedFd) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
     Some((socket_address(fd, false)?, socket_address(fd, true)?))
 }
 
@@ -627,30 +705,32 @@ pub(crate) fn socket_address(fd: &OwnedFd, peer: bool) -> Option<std::net::Socke
     }
 }
 
-/// Whether everything sent on the loopback TCP socket `fd` (and a FIN, once `fin`) is in the
-/// peer's receive queue, as the peer itself counts it (sock_diag): no waiting for an ACK the
-/// peer may delay by 40 ms.
-pub(crate) fn delivered(fd: &OwnedFd, diag: &SockDiag, fin: bool) -> bool {
-    let Some((local, remote)) = addresses(fd) else { return false };
-    let sent = tcp_info_u64(fd, tcpi::BYTES_SENT).unwrap_or(u64::MAX).saturating_sub(tcp_info_u64(fd, tcpi::BYTES_RETRANS).unwrap_or(0));
-    diag.received(remote, local).is_some_and(|(state, received)| received >= sent && !(fin && FIN_NOT_SEEN.contains(&state)))
+/// Whether every byte sent on the loopback TCP socket `fd` (addresses `addrs`, looked up when
+/// not given), and its FIN once one was sent, is in the peer's receive queue: acknowledged, or
+/// counted by the peer itself (sock_diag: no waiting for an ACK the peer may delay by 40 ms), or
+/// the connection is over (a peer that had closed answers with a reset). One `TCP_INFO` read
+/// when everything is acknowledged.
+fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>, diag: Option<&SockDiag>) -> bool {
+    let Some(t) = TcpSnapshot::of(fd) else { return true };
+    let fin = FIN_IN_FLIGHT.contains(&t.state);
+    if t.state == TCP_CLOSE || (t.queued() == 0 && !fin) {
+        return true;
+    }
+    let (Some((local, remote)), Some(diag)) = (addrs.or_else(|| addresses(fd)), diag) else { return false };
+    diag.received(remote, local).is_some_and(|(state, received)| received >= t.sent && !(fin && FIN_NOT_SEEN.contains(&state)))
 }
 
-/// Waits until everything sent on `fd` (bytes and a FIN) is in the loopback peer's receive
-/// queue (acknowledged, or counted by the peer), or the connection is over; bounded by
-/// [`SETTLE_LIMIT`] from `started`.
-pub(crate) fn wait_acknowledged(fd: &OwnedFd, diag: Option<&SockDiag>, started: Instant) -> Result<(), ProbeError> {
-    loop {
-        let state = tcp_state(fd);
-        let fin = state.is_some_and(|s| FIN_IN_FLIGHT.contains(&s));
-        if state == Some(TCP_CLOSE) || (ioctl_int(fd, SIOCOUTQ) == 0 && !fin) || diag.is_some_and(|d| delivered(fd, d, fin)) {
-            return Ok(());
-        }
+/// Waits until everything sent on dara's relay socket `fd` (addresses `addrs`; bytes and a FIN)
+/// is in the program's receive queue, or the connection is over; bounded by [`SETTLE_LIMIT`]
+/// from `started`.
+pub(crate) fn wait_acknowledged(fd: &OwnedFd, addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>, diag: Option<&SockDiag>, started: Instant) -> Result<(), ProbeError> {
+    while !sent_bytes_arrived(fd, addrs, diag) {
         if started.elapsed() > SETTLE_LIMIT {
             return Err(ProbeError(format!("bytes dara relayed from an outside peer were not acknowledged by the program's socket within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
         }
         std::thread::yield_now();
     }
+    Ok(())
 }
 
 /// Whether some socket of kind `k` (TCP: listening) has local port `port`, from /proc/net.
@@ -695,6 +775,29 @@ mod tests {
     use super::*;
     use std::io::Write;
     use std::net::{TcpListener, TcpStream};
+
+    const SIOCOUTQ: libc::c_ulong = 0x5411;
+    const SIOCOUTQNSD: libc::c_ulong = 0x894B;
+
+    /// A send on loopback settles by one `TCP_INFO` read (acknowledged) or by asking the peer
+    /// (sock_diag) when it delays its ACK; either way the bytes are then in its receive queue.
+    #[test]
+    fn loopback_bytes_settle_into_the_peers_queue() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let receiver = OwnedFd::from(listener.accept().unwrap().0);
+        let fd = OwnedFd::from(sender.try_clone().unwrap());
+        assert!(send_window(&fd) > 1000, "an idle connection has room");
+        sender.write_all(&[7u8; 1000]).unwrap();
+        let diag = SockDiag::open();
+        let started = Instant::now();
+        while !sent_bytes_arrived(&fd, addresses(&fd), diag.as_ref()) {
+            assert!(started.elapsed() < SETTLE_LIMIT, "1000 bytes never reached the peer");
+            std::thread::yield_now();
+        }
+        assert_eq!(inq(&receiver), 1000);
+        assert_eq!(TcpSnapshot::of(&fd).unwrap().sent, 1000);
+    }
 
     /// Bytes sent to a peer that already closed are never acknowledged (the queues stay apart)
     /// but the reset closes the connection: that is what ends a send's settling.

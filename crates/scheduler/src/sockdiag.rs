@@ -19,7 +19,9 @@ const NLMSG_ERROR: u16 = 2;
 pub(crate) mod tcpi {
     /// For a listening socket: the length of its accept queue.
     pub const UNACKED: usize = 24;
+    pub const BYTES_ACKED: usize = 120;
     pub const BYTES_RECEIVED: usize = 128;
+    pub const NOTSENT_BYTES: usize = 144;
     pub const BYTES_SENT: usize = 200;
     pub const BYTES_RETRANS: usize = 208;
     /// The peer's advertised receive window (Linux 5.4 and later).

@@ -54,6 +54,8 @@ struct Listener {
 struct Stream {
     /// dara's socket connected to the program's twin; None once both directions are over.
     inner: Option<OwnedFd>,
+    /// Its (local, remote) addresses: what sock_diag is asked about when a delivery settles.
+    inner_addrs: Option<(SocketAddr, SocketAddr)>,
     /// The client's socket (an outside client in a recording, or a traced client); None in a
     /// replay of an outside stream, and once gone.
     outer: Option<OwnedFd>,
@@ -370,6 +372,7 @@ impl Outside {
         inner.set_nodelay(true).ok();
         let inner = OwnedFd::from(inner);
         set_nonblocking(&inner)?;
+        let inner_addrs = netprobe::addresses(&inner);
         netprobe::wait_queued(twin_socket, queued + 1).map_err(|e| RelayError::Broken(e.0))?;
         let stream = self.streams.len() as u64;
         self.watch(&inner, token(TAG_INNER, stream), libc::EPOLLIN as u32)?;
@@ -381,7 +384,7 @@ impl Outside {
             self.events.push(OutsideEvent { step, stream: stream as u32, what: OutsideWhat::Connect { listener: index as u32 } });
         }
         self.changed = true;
-        self.streams.push(Stream { inner: Some(inner), outer, recorded, to_inner: Vec::new(), to_outer: Vec::new(), outer_eof: false, closed_inner: false, inner_eof: false });
+        self.streams.push(Stream { inner: Some(inner), inner_addrs, outer, recorded, to_inner: Vec::new(), to_outer: Vec::new(), outer_eof: false, closed_inner: false, inner_eof: false });
         Ok(())
     }
 
@@ -390,10 +393,11 @@ impl Outside {
         let s = &mut self.streams[index];
         let Some(outer) = &s.outer else { return Ok(()) };
         while !s.outer_eof && s.to_inner.len() < INBOUND_BUFFER {
-            let mut buf = vec![0u8; CHUNK.min(INBOUND_BUFFER - s.to_inner.len())];
-            match read_some(outer, &mut buf) {
+            let max = CHUNK.min(INBOUND_BUFFER - s.to_inner.len());
+            match read_some(outer, &mut s.to_inner, max) {
                 Some(0) => s.outer_eof = true,
-                Some(n) => s.to_inner.extend_from_slice(&buf[..n]),
+                Some(n) if n < max => break, // drained for now: the next pump hears of more
+                Some(_) => {}
                 None => break,
             }
         }
@@ -409,7 +413,7 @@ impl Outside {
         let s = &mut self.streams[index];
         let Some(inner) = &s.inner else { return Ok(()) };
         if !s.to_inner.is_empty() && !s.inner_eof {
-            let n = deliver(inner, &s.to_inner, false, self.diag.as_ref())?;
+            let n = deliver(inner, s.inner_addrs, &s.to_inner, false, self.diag.as_ref())?;
             if n > 0 {
                 self.changed = true;
                 let data: Vec<u8> = s.to_inner.drain(..n).collect();
@@ -422,7 +426,7 @@ impl Outside {
         if s.outer_eof && s.to_inner.is_empty() && !s.closed_inner {
             s.closed_inner = true;
             if let Some(inner) = &s.inner {
-                close_sending_side(inner, self.diag.as_ref())?;
+                close_sending_side(inner, s.inner_addrs, self.diag.as_ref())?;
             }
             self.changed = true;
             if s.recorded {
@@ -440,14 +444,16 @@ impl Outside {
         let mut sent = Vec::new();
         let mut eof = false;
         loop {
-            let mut buf = vec![0u8; CHUNK];
-            match read_some(inner, &mut buf) {
+            match read_some(inner, &mut sent, CHUNK) {
                 Some(0) => {
                     eof = !s.inner_eof;
                     s.inner_eof = true;
                     break;
                 }
-                Some(n) => sent.extend_from_slice(&buf[..n]),
+                // The program's sends are settled: a short read took all there is, and an end
+                // of file behind the bytes shows at the next pump.
+                Some(n) if n < CHUNK => break,
+                Some(_) => {}
                 None => break,
             }
         }
@@ -512,9 +518,11 @@ impl Outside {
                     self.open_stream(step, index, None, true)?;
                 }
                 OutsideWhat::Data(bytes) => {
-                    let inner = self.streams.get(e.stream as usize).and_then(|s| s.inner.as_ref());
-                    let Some(inner) = inner else { return Err(RelayError::Diverged { expected: describe_event(&e), seen: "that connection closed".into() }) };
-                    deliver(inner, bytes, true, self.diag.as_ref())?;
+                    let stream = self.streams.get(e.stream as usize);
+                    let Some((inner, addrs)) = stream.and_then(|s| Some((s.inner.as_ref()?, s.inner_addrs))) else {
+                        return Err(RelayError::Diverged { expected: describe_event(&e), seen: "that connection closed".into() });
+                    };
+                    deliver(inner, addrs, bytes, true, self.diag.as_ref())?;
                     self.changed = true;
                     self.events.push(e);
                 }
@@ -523,7 +531,7 @@ impl Outside {
                         s.outer_eof = true;
                         s.closed_inner = true;
                         if let Some(inner) = &s.inner {
-                            close_sending_side(inner, self.diag.as_ref())?;
+                            close_sending_side(inner, s.inner_addrs, self.diag.as_ref())?;
                         }
                     }
                     self.changed = true;
@@ -680,11 +688,16 @@ fn accept(listener: &OwnedFd) -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Some(0) at end-of-file (or a reset), Some(n) bytes read, None when nothing is there now.
-fn read_some(fd: &OwnedFd, buf: &mut [u8]) -> Option<usize> {
-    // SAFETY: reads into a live buffer of the given length.
-    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+/// Appends up to `max` bytes read from `fd` to `out`. Some(0) at end-of-file (or a reset),
+/// Some(n) bytes read, None when nothing is there now.
+fn read_some(fd: &OwnedFd, out: &mut Vec<u8>, max: usize) -> Option<usize> {
+    out.reserve(max);
+    let spare = &mut out.spare_capacity_mut()[..max];
+    // SAFETY: reads at most `max` bytes into the vector's reserved, unused capacity.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), spare.as_mut_ptr().cast(), max, libc::MSG_DONTWAIT) };
     if n >= 0 {
+        // SAFETY: the kernel initialised the first `n` bytes of the spare capacity.
+        unsafe { out.set_len(out.len() + n as usize) };
         return Some(n as usize);
     }
     match std::io::Error::last_os_error().raw_os_error() {
@@ -696,7 +709,7 @@ fn read_some(fd: &OwnedFd, buf: &mut [u8]) -> Option<usize> {
 /// Writes `bytes` (all of them when `all`, else what the peer's receive window takes now) to
 /// dara's socket toward the program, and waits until the program's side acknowledged them: they
 /// are in its receive queue before anything is probed. Returns how many were written.
-fn deliver(fd: &OwnedFd, bytes: &[u8], all: bool, diag: Option<&SockDiag>) -> Result<usize, RelayError> {
+fn deliver(fd: &OwnedFd, addrs: Option<(SocketAddr, SocketAddr)>, bytes: &[u8], all: bool, diag: Option<&SockDiag>) -> Result<usize, RelayError> {
     let started = Instant::now();
     let mut done = 0;
     while done < bytes.len() {
@@ -711,7 +724,7 @@ fn deliver(fd: &OwnedFd, bytes: &[u8], all: bool, diag: Option<&SockDiag>) -> Re
         } else if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
             return Ok(done); // the program closed: what was written is what it could get
         }
-        netprobe::wait_acknowledged(fd, diag, started).map_err(|e| RelayError::Broken(e.0))?;
+        netprobe::wait_acknowledged(fd, addrs, diag, started).map_err(|e| RelayError::Broken(e.0))?;
         if !all {
             break;
         }
@@ -720,10 +733,10 @@ fn deliver(fd: &OwnedFd, bytes: &[u8], all: bool, diag: Option<&SockDiag>) -> Re
 }
 
 /// Shuts dara's sending side toward the program and waits until the program's side has the FIN.
-fn close_sending_side(fd: &OwnedFd, diag: Option<&SockDiag>) -> Result<(), RelayError> {
+fn close_sending_side(fd: &OwnedFd, addrs: Option<(SocketAddr, SocketAddr)>, diag: Option<&SockDiag>) -> Result<(), RelayError> {
     // SAFETY: shutdown of a socket we own.
     unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_WR) };
-    netprobe::wait_acknowledged(fd, diag, Instant::now()).map_err(|e| RelayError::Broken(e.0))
+    netprobe::wait_acknowledged(fd, addrs, diag, Instant::now()).map_err(|e| RelayError::Broken(e.0))
 }
 
 fn local_port(fd: &OwnedFd) -> Option<u16> {
