@@ -204,17 +204,18 @@ impl NetProbe {
             }
             Op::NetEpollWait => {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
-                let ep = self.endpoint(process, fd, &dup);
+                // An epoll set: named by (process, fd) like every anonymous inode.
+                let id = self.id_of(ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64);
                 // Wait for what the interest list is owed before asking the epoll set.
                 let owed = self.owed.values().any(|&n| n > 0);
-                for target in epoll_targets(pid, fd).into_iter().filter(|_| owed) {
+                for target in if owed { epoll_targets(pid, fd) } else { Vec::new() } {
                     if let Some(t) = self.dup(pid, target)? {
                         let tep = self.endpoint(process, target, &t);
                         self.settled_poll(&t, tep, libc::POLLIN)?;
                     }
                 }
                 let ready = poll_now(&dup, libc::POLLIN) != 0;
-                Ok(NetView { ready, ready_entries: u32::from(ready), size: i64::from(ready), obj: describe(ep.id, NO_ENDPOINT, kind::EPOLL, &[]) })
+                Ok(NetView { ready, ready_entries: u32::from(ready), size: i64::from(ready), obj: describe(id, NO_ENDPOINT, kind::EPOLL, &[]) })
             }
             Op::NetPoll => self.poll_view(process, pid, request),
             _ => Ok(NetView::default()),
@@ -288,7 +289,7 @@ impl NetProbe {
         if self.diag.is_none() {
             self.diag = SockDiag::open();
         }
-        while !sent_bytes_arrived(&dup, ep.addrs, self.diag.as_ref()) {
+        while !sent_bytes_arrived(&dup, ep.addrs, self.diag.as_ref(), false) {
             if started.elapsed() > SETTLE_LIMIT {
                 return Err(ProbeError(format!("bytes sent on endpoint e{} were not acknowledged by the loopback peer within {} ms; the run was stopped", ep.id, SETTLE_LIMIT.as_millis())));
             }
@@ -490,8 +491,7 @@ impl NetProbe {
             libc::S_IFIFO => (st.st_ino, kind::PIPE),
             _ => (ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64, anon_kind(dup)),
         };
-        let next = self.ids.len() as u64;
-        let id = *self.ids.entry(inode_key).or_insert(next);
+        let id = self.id_of(inode_key);
         let key = if k == kind::TCP || k == kind::UDP { inet_key(dup, k) } else { None };
         if let Some(key) = key {
             self.by_key.insert(key, id);
@@ -505,6 +505,13 @@ impl NetProbe {
             self.stable.insert(st.st_ino, ep);
         }
         ep
+    }
+
+    /// The logical id of the object with this key (an inode, or an anonymous inode's key), given
+    /// on first sight.
+    fn id_of(&mut self, key: u64) -> u64 {
+        let next = self.ids.len() as u64;
+        *self.ids.entry(key).or_insert(next)
     }
 
     fn peer(&self, ep: Endpoint) -> u64 {
@@ -706,13 +713,13 @@ pub(crate) fn socket_address(fd: &OwnedFd, peer: bool) -> Option<std::net::Socke
 }
 
 /// Whether every byte sent on the loopback TCP socket `fd` (addresses `addrs`, looked up when
-/// not given), and its FIN once one was sent, is in the peer's receive queue: acknowledged, or
+/// not given), and its FIN once one was sent if `with_fin`, is in the peer's receive queue: acknowledged, or
 /// counted by the peer itself (sock_diag: no waiting for an ACK the peer may delay by 40 ms), or
 /// the connection is over (a peer that had closed answers with a reset). One `TCP_INFO` read
 /// when everything is acknowledged.
-fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>, diag: Option<&SockDiag>) -> bool {
+fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>, diag: Option<&SockDiag>, with_fin: bool) -> bool {
     let Some(t) = TcpSnapshot::of(fd) else { return true };
-    let fin = FIN_IN_FLIGHT.contains(&t.state);
+    let fin = with_fin && FIN_IN_FLIGHT.contains(&t.state);
     if t.state == TCP_CLOSE || (t.queued() == 0 && !fin) {
         return true;
     }
@@ -724,7 +731,7 @@ fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<(std::net::SocketAddr, std::ne
 /// is in the program's receive queue, or the connection is over; bounded by [`SETTLE_LIMIT`]
 /// from `started`.
 pub(crate) fn wait_acknowledged(fd: &OwnedFd, addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>, diag: Option<&SockDiag>, started: Instant) -> Result<(), ProbeError> {
-    while !sent_bytes_arrived(fd, addrs, diag) {
+    while !sent_bytes_arrived(fd, addrs, diag, true) {
         if started.elapsed() > SETTLE_LIMIT {
             return Err(ProbeError(format!("bytes dara relayed from an outside peer were not acknowledged by the program's socket within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
         }
@@ -791,7 +798,7 @@ mod tests {
         sender.write_all(&[7u8; 1000]).unwrap();
         let diag = SockDiag::open();
         let started = Instant::now();
-        while !sent_bytes_arrived(&fd, addresses(&fd), diag.as_ref()) {
+        while !sent_bytes_arrived(&fd, addresses(&fd), diag.as_ref(), false) {
             assert!(started.elapsed() < SETTLE_LIMIT, "1000 bytes never reached the peer");
             std::thread::yield_now();
         }
