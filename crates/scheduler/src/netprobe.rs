@@ -125,6 +125,9 @@ pub struct NetProbe {
     /// that request is settled without identifying it again (the descriptor cannot change while
     /// the thread is parked on it).
     probed: BTreeMap<(u32, i32), Endpoint>,
+    /// Connections traced processes made since the last [`NetProbe::take_connections`]: the
+    /// connecting process's pid and the server's address.
+    connections: Vec<(u32, std::net::SocketAddr)>,
 }
 
 impl NetProbe {
@@ -323,9 +326,17 @@ impl NetProbe {
         if let Some((_, _, remote)) = ep.key.or_else(|| inet_key(&dup, kind::TCP)).filter(|k| k.2 != 0) {
             if self.connected.insert(ep.id) {
                 *self.owed.entry((kind::TCP, remote, 0)).or_default() += 1;
+                if let Some(server) = socket_address(&dup, true) {
+                    self.connections.push((pid, server));
+                }
             }
         }
         Ok(())
+    }
+
+    /// The connections made since the last call: (connecting pid, server address).
+    pub fn take_connections(&mut self) -> Vec<(u32, std::net::SocketAddr)> {
+        std::mem::take(&mut self.connections)
     }
 
     /// Drops the datagram at the head of `fd`'s receive queue in process `pid` (a `DropDatagram`

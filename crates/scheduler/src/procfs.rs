@@ -157,6 +157,32 @@ fn udp_table_has_port(table: &str, port: u16) -> bool {
     table.lines().skip(1).filter_map(|l| l.split_whitespace().nth(1)?.rsplit_once(':')).any(|(_, p)| u16::from_str_radix(p, 16) == Ok(port))
 }
 
+/// Inodes of the TCP sockets listening on local `port` in the network namespace of process
+/// `pid` (/proc/<pid>/net/tcp and tcp6: state 0A, inode in the tenth column).
+pub fn tcp_listener_inodes(pid: u32, port: u16) -> Vec<u64> {
+    let wanted = format!(":{port:04X}");
+    ["tcp", "tcp6"]
+        .iter()
+        .filter_map(|t| fs::read_to_string(format!("/proc/{pid}/net/{t}")).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let cols: Vec<&str> = line.split_whitespace().collect();
+                    (cols.get(1)?.ends_with(&wanted) && *cols.get(3)? == "0A").then(|| cols.get(9)?.parse().ok())?
+                })
+                .collect::<Vec<u64>>()
+        })
+        .collect()
+}
+
+/// Whether process `pid` holds a descriptor of the socket with inode `inode`.
+pub fn holds_socket(pid: u32, inode: u64) -> bool {
+    let wanted = format!("socket:[{inode}]");
+    fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|dir| dir.flatten().any(|e| fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == wanted.as_str())))
+}
+
 /// Name of an x86_64 syscall number, for diagnostics.
 pub fn syscall_name(nr: i64) -> String {
     let name = match nr {

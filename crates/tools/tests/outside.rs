@@ -267,3 +267,25 @@ fn a_recording_takes_uncontended_locks_without_steps() {
     assert!(coarse_locks < closed_locks, "recording: {coarse_locks} lock steps, closed run: {closed_locks}");
     assert!(coarse_blocked >= 1, "the worker's lock of a mutex main took without a step waited in the model");
 }
+
+/// A program that connects to a server outside dara would take its answers as input dara neither
+/// controls nor records (nor could bring back in a replay): the run stops as uncontrolled, naming
+/// the server, in a recording and in a search alike, and leaves nothing behind.
+#[test]
+fn a_connection_to_a_server_outside_dara_stops_the_run() {
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port().to_string();
+    let program = private_copy(&fixture("kv_node"), "outside-server");
+    for (name, extra) in [("recording", &[][..]), ("search", &["--runs", "3"][..])] {
+        let out = out_dir(&format!("outside-server-{name}"));
+        let mut args = vec!["-o", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", program.to_str().unwrap(), "ping", &port]);
+        let run = dara_trace(&args, Duration::from_secs(60));
+        assert_eq!(run.code, 2, "{name}\n{}", run.text());
+        assert!(run.text().contains(&format!("connected to 127.0.0.1:{port}, a server outside dara")), "{name}\n{}", run.text());
+    }
+    drop(server);
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}

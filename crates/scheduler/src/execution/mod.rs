@@ -297,6 +297,8 @@ struct Execution<'a> {
     net: NetProbe,
     /// A network operation ran or a process died since the model's readiness views were taken.
     net_dirty: bool,
+    /// Inodes of listening sockets found held by a traced process (see `is_traced_server`).
+    traced_listeners: std::collections::BTreeSet<u64>,
     /// The process whose exit status is the run's verdict: the launched command (process 0) in a
     /// plain run; the workload, then the check, in a cluster run (`None` while one is starting).
     verdict: Option<ProcessId>,
@@ -345,6 +347,7 @@ impl<'a> Execution<'a> {
             coverage_checks: vec![0; MAX_PROCESSES],
             net: NetProbe::default(),
             net_dirty: false,
+            traced_listeners: Default::default(),
             verdict: if cfg.cluster.is_some() { None } else { Some(0) },
             launched: Vec::new(),
             nodes: cfg.cluster.clone().map(crate::cluster::Nodes::new),
@@ -538,6 +541,16 @@ impl<'a> Execution<'a> {
         if let Err(e) = self.net.settle() {
             return Some(Outcome::Uncontrolled { thread: 0, syscall: "loopback delivery".into(), detail: e.0 });
         }
+        for (pid, server) in self.net.take_connections() {
+            if !self.is_traced_server(pid, server.port()) {
+                let process = self.processes.iter().find(|(_, r)| r.pid == pid).map_or(0, |(&p, _)| p);
+                return Some(Outcome::Uncontrolled {
+                    thread: 0,
+                    syscall: "connect".into(),
+                    detail: format!("process {process} connected to {server}, a server outside dara: what it answers would be input dara neither controls nor records; run that server under dara too (a test script that starts both)"),
+                });
+            }
+        }
         if let Some(outside) = self.outside.as_mut() {
             match outside.pump(self.steps.len() as u64, &mut self.net) {
                 // New bytes or connections change what the program's sockets show.
@@ -560,6 +573,22 @@ impl<'a> Execution<'a> {
             }
         }
         None
+    }
+
+    /// Whether the server a traced process (`pid`) connected to on `port` is traced too: a
+    /// program's listening socket dara relays for (a recording), or a listening socket some
+    /// traced process holds. Listeners found traced are remembered (connecting again is common).
+    fn is_traced_server(&mut self, pid: u32, port: u16) -> bool {
+        if self.outside.as_ref().is_some_and(|o| o.listens_on(port)) {
+            return true;
+        }
+        let listeners = procfs::tcp_listener_inodes(pid, port);
+        if listeners.iter().any(|inode| self.traced_listeners.contains(inode)) {
+            return true;
+        }
+        let traced: Vec<u32> = self.processes.values().filter(|r| r.alive).map(|r| r.pid).collect();
+        let found = listeners.into_iter().find(|&inode| traced.iter().any(|&p| procfs::holds_socket(p, inode)));
+        found.map(|inode| self.traced_listeners.insert(inode)).is_some()
     }
 
     /// Hands the token to `thread` with `result`.

@@ -159,6 +159,12 @@ impl Outside {
                 || self.stdin.as_ref().is_some_and(|s| !s.eof))
     }
 
+    /// Whether `port` is the public port of a listening socket the program made (dara accepts
+    /// there and relays to the program).
+    pub fn listens_on(&self, port: u16) -> bool {
+        self.listeners.iter().any(|l| l.public.is_some() && l.public_port == port)
+    }
+
     /// A traced `listen` was swapped (`NetListen`): `public` is dara's duplicate of the program's
     /// listening socket, `twin` of the twin it will accept from (at address `addr`).
     pub fn add_listener(&mut self, process: ProcessId, fd: i32, public: OwnedFd, twin: OwnedFd, addr: SocketAddr) -> Result<(), RelayError> {
