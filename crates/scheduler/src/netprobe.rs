@@ -68,6 +68,14 @@ const ANON_INODE_KEY: u64 = 1 << 63;
 /// An address pair of an INET socket: (protocol kind, local port, remote port or 0).
 type PortKey = (u64, u16, u16);
 
+/// (local, remote) addresses of a connected INET socket.
+pub(crate) type AddressPair = (std::net::SocketAddr, std::net::SocketAddr);
+
+/// How many bytes a socket of dara's own with these (local, remote) addresses has received, if
+/// dara has one (the relay's end of a connection it relays to the program): a send to it settles
+/// by one `TCP_INFO` read of dara's own socket instead of a sock_diag round trip.
+pub type OwnReceived<'a> = &'a dyn Fn(AddressPair) -> Option<u64>;
+
 /// What the driver learnt about one descriptor.
 #[derive(Clone, Copy, Debug, Default)]
 struct Endpoint {
@@ -125,6 +133,9 @@ pub struct NetProbe {
     /// that request is settled without identifying it again (the descriptor cannot change while
     /// the thread is parked on it).
     probed: BTreeMap<(u32, i32), Endpoint>,
+    /// The duplicates a send's probe took, kept until the next settle: a granted send is settled
+    /// on the same duplicate (what was not granted is dropped then).
+    send_dups: BTreeMap<(u32, i32), OwnedFd>,
     /// Connections traced processes made since the last [`NetProbe::take_connections`]: the
     /// connecting process's pid and the server's address.
     connections: Vec<(u32, std::net::SocketAddr)>,
@@ -156,11 +167,11 @@ impl NetProbe {
     }
 
     /// Settles what the operations granted since the last call left in flight.
-    pub fn settle(&mut self) -> Result<(), ProbeError> {
+    pub fn settle(&mut self, own: OwnReceived) -> Result<(), ProbeError> {
         for s in std::mem::take(&mut self.settles) {
             let fd = s.request.args[0] as i32;
             match (s.request.op, s.timed_out) {
-                (Op::NetSend, false) => self.settle_send(s.pid, fd, s.datagram_to)?,
+                (Op::NetSend, false) => self.settle_send(s.pid, fd, s.datagram_to, own)?,
                 (Op::NetConnect, false) => self.settle_connect(s.pid, fd)?,
                 (Op::NetAccept, false) => self.pay_back(s.pid, fd, kind::TCP)?,
                 // Only a datagram pays something back: a stream receive is settled already.
@@ -168,6 +179,7 @@ impl NetProbe {
                 _ => {}
             }
         }
+        self.send_dups.clear();
         Ok(())
     }
 
@@ -191,6 +203,7 @@ impl NetProbe {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
                 let ep = self.endpoint(process, fd, &dup);
                 self.probed.insert((pid, fd), ep);
+                let dup = &*self.send_dups.entry((pid, fd)).insert_entry(dup).into_mut();
                 let ready = poll_now(&dup, libc::POLLOUT) != 0;
                 let len = request.args[1] & ((1 << net_flags::SEND_SHIFT) - 1);
                 let first = request.args[2].to_le_bytes();
@@ -272,7 +285,7 @@ impl NetProbe {
         Err(ProbeError(format!("loopback delivery to endpoint e{} did not arrive within {} ms although a traced thread sent it; the run was stopped rather than decided on a racy probe", ep.id, SETTLE_LIMIT.as_millis())))
     }
 
-    fn settle_send(&mut self, pid: u32, fd: i32, datagram_to: Option<u16>) -> Result<(), ProbeError> {
+    fn settle_send(&mut self, pid: u32, fd: i32, datagram_to: Option<u16>, own: OwnReceived) -> Result<(), ProbeError> {
         if let Some(port) = datagram_to {
             *self.owed.entry((kind::UDP, port, 0)).or_default() += 1;
             return Ok(());
@@ -280,7 +293,13 @@ impl NetProbe {
         if self.probed.get(&(pid, fd)).is_some_and(|ep| ep.kind != kind::TCP) {
             return Ok(());
         }
-        let Some(dup) = self.dup(pid, fd)? else { return Ok(()) };
+        let dup = match self.send_dups.remove(&(pid, fd)) {
+            Some(dup) => dup,
+            None => match self.dup(pid, fd)? {
+                Some(dup) => dup,
+                None => return Ok(()),
+            },
+        };
         let ep = match self.probed.get(&(pid, fd)) {
             Some(ep) => *ep,
             None => self.endpoint(0, fd, &dup),
@@ -292,7 +311,7 @@ impl NetProbe {
         if self.diag.is_none() {
             self.diag = SockDiag::open();
         }
-        while !sent_bytes_arrived(&dup, ep.addrs, self.diag.as_ref(), false) {
+        while !sent_bytes_arrived(&dup, ep.addrs, self.diag.as_ref(), false, own) {
             if started.elapsed() > SETTLE_LIMIT {
                 return Err(ProbeError(format!("bytes sent on endpoint e{} were not acknowledged by the loopback peer within {} ms; the run was stopped", ep.id, SETTLE_LIMIT.as_millis())));
             }
@@ -659,6 +678,11 @@ impl TcpSnapshot {
     }
 }
 
+/// Bytes a TCP socket of dara's own has received (`tcpi_bytes_received`).
+pub(crate) fn bytes_received(fd: &OwnedFd) -> Option<u64> {
+    tcp_info_field::<8>(fd, tcpi::BYTES_RECEIVED).map(u64::from_ne_bytes)
+}
+
 /// Bytes a TCP socket can send now without waiting for its peer to read: the peer's advertised
 /// window less what is already in flight.
 pub(crate) fn send_window(fd: &OwnedFd) -> usize {
@@ -728,21 +752,25 @@ pub(crate) fn socket_address(fd: &OwnedFd, peer: bool) -> Option<std::net::Socke
 /// counted by the peer itself (sock_diag: no waiting for an ACK the peer may delay by 40 ms), or
 /// the connection is over (a peer that had closed answers with a reset). One `TCP_INFO` read
 /// when everything is acknowledged.
-fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>, diag: Option<&SockDiag>, with_fin: bool) -> bool {
+fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, with_fin: bool, own: OwnReceived) -> bool {
     let Some(t) = TcpSnapshot::of(fd) else { return true };
     let fin = with_fin && FIN_IN_FLIGHT.contains(&t.state);
     if t.state == TCP_CLOSE || (t.queued() == 0 && !fin) {
         return true;
     }
-    let (Some((local, remote)), Some(diag)) = (addrs.or_else(|| addresses(fd)), diag) else { return false };
+    let Some((local, remote)) = addrs.or_else(|| addresses(fd)) else { return false };
+    if let (false, Some(received)) = (fin, own((remote, local))) {
+        return received >= t.sent;
+    }
+    let Some(diag) = diag else { return false };
     diag.received(remote, local).is_some_and(|(state, received)| received >= t.sent && !(fin && FIN_NOT_SEEN.contains(&state)))
 }
 
 /// Waits until everything sent on dara's relay socket `fd` (addresses `addrs`; bytes and a FIN)
 /// is in the program's receive queue, or the connection is over; bounded by [`SETTLE_LIMIT`]
 /// from `started`.
-pub(crate) fn wait_acknowledged(fd: &OwnedFd, addrs: Option<(std::net::SocketAddr, std::net::SocketAddr)>, diag: Option<&SockDiag>, started: Instant) -> Result<(), ProbeError> {
-    while !sent_bytes_arrived(fd, addrs, diag, true) {
+pub(crate) fn wait_acknowledged(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, started: Instant) -> Result<(), ProbeError> {
+    while !sent_bytes_arrived(fd, addrs, diag, true, &|_| None) {
         if started.elapsed() > SETTLE_LIMIT {
             return Err(ProbeError(format!("bytes dara relayed from an outside peer were not acknowledged by the program's socket within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
         }
@@ -809,7 +837,7 @@ mod tests {
         sender.write_all(&[7u8; 1000]).unwrap();
         let diag = SockDiag::open();
         let started = Instant::now();
-        while !sent_bytes_arrived(&fd, addresses(&fd), diag.as_ref(), false) {
+        while !sent_bytes_arrived(&fd, addresses(&fd), diag.as_ref(), false, &|_| None) {
             assert!(started.elapsed() < SETTLE_LIMIT, "1000 bytes never reached the peer");
             std::thread::yield_now();
         }

@@ -538,7 +538,8 @@ impl<'a> Execution<'a> {
     /// (all of them after a network operation or a process exit). Runs while every thread is
     /// parked.
     fn refresh_net(&mut self) -> Option<Outcome> {
-        if let Err(e) = self.net.settle() {
+        let outside = self.outside.as_ref();
+        if let Err(e) = self.net.settle(&|pair| outside.and_then(|o| o.received_by(pair))) {
             return Some(Outcome::Uncontrolled { thread: 0, syscall: "loopback delivery".into(), detail: e.0 });
         }
         for (pid, server) in self.net.take_connections() {

@@ -84,8 +84,10 @@ pub struct Outside {
     changed: bool,
     /// The program's stdin, when dara feeds it.
     stdin: Option<StdinPipe>,
-    /// Tells when the program's socket has what dara sent (see `netprobe::delivered`).
+    /// Tells when the program's socket has what dara sent (see `netprobe::wait_acknowledged`).
     diag: Option<SockDiag>,
+    /// Streams by the (local, remote) addresses of dara's end.
+    by_inner_addrs: std::collections::BTreeMap<netprobe::AddressPair, usize>,
 }
 
 /// The pipe that is the program's stdin: dara writes what it reads on its own stdin (recording)
@@ -124,7 +126,7 @@ impl Outside {
         // SAFETY: a descriptor epoll_create1 just returned, owned by nobody else.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
         let stdin = if mode.stdin() { Some(StdinPipe::new()?) } else { None };
-        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, diag: SockDiag::open() }))
+        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, by_inner_addrs: Default::default(), diag: SockDiag::open() }))
     }
 
     /// The descriptor to launch the program with as its stdin (None: /dev/null).
@@ -157,6 +159,13 @@ impl Outside {
             && (self.listeners.iter().any(|l| l.public.is_some())
                 || self.streams.iter().any(|s| s.recorded && s.outer.is_some() && !s.outer_eof)
                 || self.stdin.as_ref().is_some_and(|s| !s.eof))
+    }
+
+    /// How many bytes dara's end of a relayed connection with these (local, remote) addresses has
+    /// received from the program, if it is one (see `netprobe::OwnReceived`).
+    pub fn received_by(&self, pair: netprobe::AddressPair) -> Option<u64> {
+        let stream = &self.streams[*self.by_inner_addrs.get(&pair)?];
+        netprobe::bytes_received(stream.inner.as_ref()?)
     }
 
     /// Whether `port` is the public port of a listening socket the program made (dara accepts
@@ -381,6 +390,9 @@ impl Outside {
         let inner_addrs = netprobe::addresses(&inner);
         netprobe::wait_queued(twin_socket, queued + 1).map_err(|e| RelayError::Broken(e.0))?;
         let stream = self.streams.len() as u64;
+        if let Some(pair) = inner_addrs {
+            self.by_inner_addrs.insert(pair, stream as usize);
+        }
         self.watch(&inner, token(TAG_INNER, stream), libc::EPOLLIN as u32)?;
         if let Some(outer) = &outer {
             set_nonblocking(outer)?;
