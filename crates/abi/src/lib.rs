@@ -34,7 +34,7 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -460,7 +460,16 @@ pub struct Slot {
     pub now_ns: AtomicU64,
     /// Number of posts this slot has made; lets the scheduler tell a new post from an old one.
     pub posts: AtomicU32,
+    /// Coarse steps: TCP sockets (descriptor numbers) the thread sent on without a post since its
+    /// previous post, the first [`SENT_MAX`]; written with every post (`sent_count` 0: none).
+    /// The scheduler settles those sends, as it does a granted one, before its next decision.
+    pub sent: [AtomicU32; SENT_MAX],
+    pub sent_count: AtomicU32,
 }
+
+/// Most descriptors a thread sends on without a post between two posts ([`Slot::sent`]); a send
+/// on one more takes the posted path.
+pub const SENT_MAX: usize = 6;
 
 /// Process table entry.
 #[repr(C)]
@@ -525,7 +534,9 @@ pub mod preempt {
     pub const PROFILE: u32 = 2;
     /// Coarse steps (a recording): every thread takes process-private locks without a post, as a
     /// single-threaded process always does, and answers most clock reads from its last grant's
-    /// virtual time. Only decisions that could matter remain scheduling points.
+    /// virtual time, and sends on TCP sockets that do not have to wait without a post (listed in
+    /// the next post's [`Slot::sent`](crate::Slot::sent)). Only decisions that could matter remain
+    /// scheduling points.
     pub const COARSE: u32 = 4;
 }
 

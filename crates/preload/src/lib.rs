@@ -15,7 +15,8 @@
 //! callbacks into memory-level scheduling points (`--preempt-on memory`); [`fault`] names the
 //! faulting function of a crash.
 //!
-//! [`solo`] lets a single-threaded process take and release its private locks without a post.
+//! [`solo`] lets a single-threaded process (and in a recording, every thread) take and release
+//! its private locks without a post; [`sent`] lets a recording send on TCP sockets without one.
 //!
 //! The plumbing: [`init`] (the constructor and start barrier), [`gate`] (per-thread state, the
 //! reentrancy guard and the handoff), [`region`] (the mapping), [`sys`] (the one syscall
@@ -44,6 +45,7 @@ pub mod init;
 pub mod process;
 pub mod real;
 pub mod region;
+pub mod sent;
 pub mod solo;
 pub mod sys;
 pub mod trap;

@@ -149,7 +149,18 @@ impl NetProbe {
             (Op::NetSend, false) => self.datagram_receiver(pid, request.args[0] as i32, request.args[3] as u16),
             _ => None,
         };
+        if request.op == Op::NetClose && request.args[1] == 0 {
+            // The descriptor number may name another socket next time.
+            self.probed.remove(&(pid, request.args[0] as i32));
+        }
         self.settles.push(Settle { pid, request, timed_out, datagram_to });
+    }
+
+    /// A thread of process `pid` sent on TCP socket `fd` without a post (coarse steps): settled
+    /// at the next quiet point like a granted send.
+    pub fn sent_unposted(&mut self, pid: u32, fd: i32) {
+        let request = Request { op: Op::NetSend, args: [fd as u64, 0, 0, 0] };
+        self.settles.push(Settle { pid, request, timed_out: false, datagram_to: None });
     }
 
     /// The destination port of a UDP send on `fd` (`dest_port`, or the connected peer's), if a

@@ -24,6 +24,9 @@ const TRACKED_FDS: usize = 4096;
 const UNKNOWN: u8 = 0;
 const NET: u8 = 1;
 const OTHER: u8 = 2;
+/// A network descriptor known to be a TCP socket, and one known not to be.
+const NET_TCP: u8 = 3;
+const NET_NOT_TCP: u8 = 4;
 /// What we know about each descriptor number (reset on close).
 static FD_NET: [AtomicU8; TRACKED_FDS] = [const { AtomicU8::new(UNKNOWN) }; TRACKED_FDS];
 
@@ -52,7 +55,7 @@ pub fn is_net(fd: c_int) -> bool {
     }
     let known = FD_NET.get(fd as usize).map_or(UNKNOWN, |e| e.load(Ordering::Relaxed));
     if known != UNKNOWN {
-        return known == NET;
+        return known != OTHER;
     }
     // SAFETY: an all-zero stat is a valid out-buffer; fstat writes at most its size.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
@@ -70,6 +73,27 @@ pub fn is_net(fd: c_int) -> bool {
         }
     }
     net
+}
+
+/// Whether network descriptor `fd` is a TCP socket (asked once per descriptor number, until it
+/// is closed).
+fn is_tcp(fd: c_int) -> bool {
+    let Some(entry) = FD_NET.get(fd as usize) else { return false };
+    match entry.load(Ordering::Relaxed) {
+        NET_TCP => return true,
+        NET => {}
+        _ => return false,
+    }
+    let option = |name: c_int| {
+        let mut value: c_int = 0;
+        let mut len = core::mem::size_of::<c_int>() as socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `value`.
+        let rc = unsafe { sys::syscall(libc::SYS_getsockopt, &[fd as u64, libc::SOL_SOCKET as u64, name as u64, &mut value as *mut c_int as u64, &mut len as *mut socklen_t as u64]) };
+        (rc == 0).then_some(value)
+    };
+    let tcp = matches!(option(libc::SO_DOMAIN), Some(libc::AF_INET | libc::AF_INET6)) && option(libc::SO_TYPE) == Some(libc::SOCK_STREAM);
+    entry.store(if tcp { NET_TCP } else { NET_NOT_TCP }, Ordering::Relaxed);
+    tcp
 }
 
 /// Whether the descriptor itself is non-blocking.
@@ -151,6 +175,12 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, call: &mut d
 fn transmit(gate: &Gated, fd: c_int, buf: *const u8, len: usize, dontwait: bool, dest_port: u16, call: &mut dyn FnMut(*const u8, usize) -> ssize_t) -> ssize_t {
     let nonblock = dontwait || fd_nonblocking(fd);
     let mut done = 0usize;
+    if let Some(r) = send_unposted(fd, nonblock, &mut || call(buf, len)) {
+        if r <= 0 || nonblock || r as usize >= len {
+            return ret(r);
+        }
+        done = r as usize; // a blocking caller: the rest waits for room the posted way
+    }
     loop {
         let rest = len - done;
         let mut first = [0u8; 8];
@@ -174,6 +204,24 @@ fn transmit(gate: &Gated, fd: c_int, buf: *const u8, len: usize, dontwait: bool,
             return done as ssize_t;
         }
     }
+}
+
+/// Coarse steps: a send on a TCP socket without a post (see [`crate::sent`]). Performs `call`
+/// (which adds `MSG_DONTWAIT`, or writes a non-blocking descriptor) and returns its raw result,
+/// or None when the send must take the posted path: not coarse mode, not a TCP socket, the
+/// thread's table is full, or a blocking caller found no room at all.
+fn send_unposted(fd: c_int, nonblock: bool, call: &mut dyn FnMut() -> ssize_t) -> Option<i64> {
+    if !crate::sent::may_skip_post(fd) || !is_tcp(fd) {
+        return None;
+    }
+    let r = raw(call());
+    if r == -(libc::EAGAIN as i64) && !nonblock {
+        return None;
+    }
+    if r > 0 {
+        crate::sent::sent(fd);
+    }
+    Some(r)
 }
 
 fn sockaddr_port(addr: *const libc::sockaddr, len: socklen_t) -> u16 {
@@ -212,6 +260,13 @@ fn iov_preview(iov: *const libc::iovec, n: c_int) -> (u64, usize) {
 fn transmit_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, dontwait: bool, dest_port: u16, call: &mut dyn FnMut() -> ssize_t) -> ssize_t {
     let nonblock = dontwait || fd_nonblocking(fd);
     let (first, total) = iov_preview(iov, n);
+    if nonblock {
+        // A blocking vectored send is not split (see above): only a non-blocking one goes
+        // without a post, as whatever the kernel takes.
+        if let Some(r) = send_unposted(fd, true, call) {
+            return ret(r);
+        }
+    }
     loop {
         let arg1 = (total as u64 & ((1 << net_flags::SEND_SHIFT) - 1)) | (flag(nonblock) << net_flags::SEND_SHIFT);
         gate.post(Op::NetSend, [fd as u64, arg1, first, u64::from(dest_port)]);
@@ -472,8 +527,11 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
         // SAFETY: the program's own arguments, forwarded unchanged.
         _ => return unsafe { real::write(fd, buf, len) },
     };
-    // SAFETY: as for `send`; granted writes find room (pipes) or are sockets written as send.
-    transmit(&gate, fd, buf.cast(), len, false, 0, &mut |b, l| unsafe { real::write(fd, b.cast(), l) })
+    // A TCP socket is written as `send` with MSG_DONTWAIT (the same call for a socket), so a write
+    // larger than the room there is never blocks: a blocking caller posts again for the rest.
+    let tcp = is_tcp(fd);
+    // SAFETY: as for `send`; granted writes to a pipe find room.
+    transmit(&gate, fd, buf.cast(), len, false, 0, &mut |b, l| unsafe { if tcp { real::send(fd, b.cast(), l, libc::MSG_DONTWAIT) } else { real::write(fd, b.cast(), l) } })
 }
 
 #[no_mangle]

@@ -156,7 +156,11 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
             outcome = Outcome::Diverged { step, expected, seen };
         }
     }
-    let outside_events = run.outside.take().map(|o| o.events().to_vec()).unwrap_or_default();
+    let outside_events = run.outside.take().map(|mut o| {
+        o.flush_clients();
+        o.events().to_vec()
+    });
+    let outside_events = outside_events.unwrap_or_default();
     crate::outside::end_recording();
     run.region.header().shutdown.store(1, Ordering::Release);
     run.kill_strays();
@@ -553,7 +557,8 @@ impl<'a> Execution<'a> {
             }
         }
         if let Some(outside) = self.outside.as_mut() {
-            match outside.pump(self.steps.len() as u64, &mut self.net) {
+            let sending = self.steps.last().is_some_and(|s| matches!(self.model.status(s.choice.thread), Some(ThreadStatus::Pending(r)) if r.op == Op::NetSend));
+            match outside.pump(self.steps.len() as u64, &mut self.net, sending) {
                 // New bytes or connections change what the program's sockets show.
                 Ok(changed) => self.net_dirty |= changed,
                 Err(e) => return Some(relay_outcome(self.steps.len() as u64, e)),
@@ -756,6 +761,16 @@ impl<'a> Execution<'a> {
         let process = slot.process.load(Ordering::Acquire);
         if self.holder.as_ref().is_some_and(|h| h.thread == thread) {
             self.holder = None;
+        }
+        // Sends the thread made without a post since its last one (coarse steps): settled before
+        // the next decision, like granted ones.
+        let sent = (slot.sent_count.load(Ordering::Acquire) as usize).min(dara_abi::SENT_MAX);
+        if sent > 0 {
+            let pid = slot.pid.load(Ordering::Acquire);
+            for fd in &slot.sent[..sent] {
+                self.net.sent_unposted(pid, fd.load(Ordering::Acquire) as i32);
+            }
+            self.net_dirty = true;
         }
         let Some(op) = Op::from_u32(raw_op) else {
             return Some(Outcome::Uncontrolled { thread, syscall: format!("op {raw_op}"), detail: "the preload posted an operation this dara does not know (version mismatch?)".into() });

@@ -21,6 +21,10 @@ use crate::sockdiag::SockDiag;
 const INBOUND_BUFFER: usize = 256 * 1024;
 /// Bytes read in one call.
 const CHUNK: usize = 64 * 1024;
+/// Most steps the program's output to outside clients is held back while the program keeps
+/// sending (see [`Outside::pump`]), and most bytes held.
+const HOLD_STEPS: u64 = 64;
+const HOLD_BYTES: usize = 256 * 1024;
 /// epoll tokens: the low bits say what the high bits index.
 const TAG_LISTENER: u64 = 0;
 const TAG_INNER: u64 = 1;
@@ -88,6 +92,11 @@ pub struct Outside {
     diag: Option<SockDiag>,
     /// Streams by the (local, remote) addresses of dara's end.
     by_inner_addrs: std::collections::BTreeMap<netprobe::AddressPair, usize>,
+    /// Output for clients is held back (since this step, this many bytes): see [`Outside::pump`].
+    held_since: Option<u64>,
+    held_bytes: usize,
+    /// Where the program's output is read first.
+    scratch: Vec<u8>,
 }
 
 /// The pipe that is the program's stdin: dara writes what it reads on its own stdin (recording)
@@ -126,7 +135,7 @@ impl Outside {
         // SAFETY: a descriptor epoll_create1 just returned, owned by nobody else.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
         let stdin = if mode.stdin() { Some(StdinPipe::new()?) } else { None };
-        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, by_inner_addrs: Default::default(), diag: SockDiag::open() }))
+        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, by_inner_addrs: Default::default(), diag: SockDiag::open(), held_since: None, held_bytes: 0, scratch: Vec::new() }))
     }
 
     /// The descriptor to launch the program with as its stdin (None: /dev/null).
@@ -222,7 +231,15 @@ impl Outside {
     /// program sent (its sends are settled: the bytes are in dara's sockets), then new clients
     /// and their bytes (written to the program's side and settled before anything is probed).
     /// Returns whether the program's side changed.
-    pub fn pump(&mut self, step: u64, net: &mut NetProbe) -> Result<bool, RelayError> {
+    ///
+    /// `sending`: the thread that ran last now waits to send again. What the program sent is then
+    /// held back from the clients (up to [`HOLD_STEPS`] steps and [`HOLD_BYTES`] bytes) and goes
+    /// out together once it waits for something else: a server answering a batch of requests
+    /// wakes each client once per batch instead of once per answer, as it does without dara
+    /// (which wakes a client on another CPU, the dearest thing dara does per request). Only
+    /// timing at the outside changes: what is recorded, and when it reaches the program, does
+    /// not.
+    pub fn pump(&mut self, step: u64, net: &mut NetProbe, sending: bool) -> Result<bool, RelayError> {
         self.changed = false;
         let ready = self.ready_tokens(0)?;
         for &(tag, index) in &ready {
@@ -245,9 +262,18 @@ impl Outside {
                 self.from_client(index)?;
             }
         }
+        let hold = sending && self.held_bytes < HOLD_BYTES && step < self.held_since.unwrap_or(step) + HOLD_STEPS;
         for index in 0..self.streams.len() {
             self.to_program(step, index)?;
-            self.flush_to_client(index);
+            if !hold {
+                self.flush_to_client(index);
+            }
+        }
+        if hold {
+            self.held_since.get_or_insert(step);
+        } else {
+            self.held_since = None;
+            self.held_bytes = 0;
         }
         if self.live() {
             self.pump_stdin(step)?;
@@ -302,9 +328,7 @@ impl Outside {
                 return Ok(false);
             }
             let slice = left.unwrap_or(Duration::MAX).min(Duration::from_millis(50));
-            for index in 0..self.streams.len() {
-                self.flush_to_client(index);
-            }
+            self.flush_clients();
             let stdin_open = self.stdin.as_ref().is_some_and(|s| !s.eof && s.pending.len() < INBOUND_BUFFER);
             if stdin_open && wait_readable(&[self.epoll.as_raw_fd(), 0], slice) == Some(1) {
                 return Ok(true);
@@ -319,6 +343,16 @@ impl Outside {
                 std::thread::sleep(slice);
             }
         }
+    }
+
+    /// Writes what the program sent to every client, as much as each takes now (output held back
+    /// by [`Outside::pump`] goes out here when the program waits, and when the run ends).
+    pub fn flush_clients(&mut self) {
+        for index in 0..self.streams.len() {
+            self.flush_to_client(index);
+        }
+        self.held_since = None;
+        self.held_bytes = 0;
     }
 
     /// Replay: recorded outputs nobody produced, once the run is over.
@@ -459,10 +493,13 @@ impl Outside {
     fn from_program(&mut self, step: u64, index: usize) -> Result<(), RelayError> {
         let s = &mut self.streams[index];
         let Some(inner) = &s.inner else { return Ok(()) };
-        let mut sent = Vec::new();
+        // Read into the reused buffer (a fresh 64 KiB per read costs page faults, and kept in
+        // the recording would hold that much per answer), kept in an exactly sized copy.
+        let scratch = &mut self.scratch;
+        scratch.clear();
         let mut eof = false;
         loop {
-            match read_some(inner, &mut sent, CHUNK) {
+            match read_some(inner, scratch, CHUNK) {
                 Some(0) => {
                     eof = !s.inner_eof;
                     s.inner_eof = true;
@@ -475,8 +512,10 @@ impl Outside {
                 None => break,
             }
         }
+        let sent = scratch.to_vec();
         if s.outer.is_some() {
             s.to_outer.extend_from_slice(&sent);
+            self.held_bytes += sent.len();
         }
         let recorded = s.recorded;
         if s.inner_eof && (s.outer_eof || s.outer.is_none()) {
