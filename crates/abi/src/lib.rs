@@ -460,16 +460,27 @@ pub struct Slot {
     pub now_ns: AtomicU64,
     /// Number of posts this slot has made; lets the scheduler tell a new post from an old one.
     pub posts: AtomicU32,
-    /// Coarse steps: TCP sockets (descriptor numbers) the thread sent on without a post since its
-    /// previous post, the first [`SENT_MAX`]; written with every post (`sent_count` 0: none).
-    /// The scheduler settles those sends, as it does a granted one, before its next decision.
-    pub sent: [AtomicU32; SENT_MAX],
+    /// Coarse steps: how many TCP sockets the thread sent on without a post since its previous
+    /// post (at most [`SENT_MAX`], listed in `sent`); written with every post (0: none). The
+    /// scheduler settles those sends, as it does a granted one, before its next decision.
     pub sent_count: AtomicU32,
+    pub sent: [SentOn; SENT_MAX],
+}
+
+/// A TCP socket a thread sent on without a post ([`Slot::sent`]).
+#[repr(C)]
+pub struct SentOn {
+    pub fd: AtomicU32,
+    /// The socket's local port (high 16 bits) and its peer's port (low 16 bits); 0 if unknown.
+    pub ports: AtomicU32,
+    /// Bytes the socket has sent in all (`tcpi_bytes_sent` less `tcpi_bytes_retrans`) when the
+    /// post was made; `u64::MAX` if unknown. A peer that has received that many has them all.
+    pub bytes_sent: AtomicU64,
 }
 
 /// Most descriptors a thread sends on without a post between two posts ([`Slot::sent`]); a send
 /// on one more takes the posted path.
-pub const SENT_MAX: usize = 6;
+pub const SENT_MAX: usize = 4;
 
 /// Process table entry.
 #[repr(C)]
@@ -600,7 +611,7 @@ pub const fn slot_offset(i: usize) -> usize {
     core::mem::size_of::<Header>() + i * core::mem::size_of::<Slot>()
 }
 
-const _: () = assert!(core::mem::size_of::<Slot>() == 128);
+const _: () = assert!(core::mem::size_of::<Slot>() == 192);
 const _: () = assert!(core::mem::align_of::<Slot>() == 64);
 const _: () = assert!(core::mem::size_of::<Header>() % 64 == 0);
 const _: () = assert!(REGION_SIZE % 64 == 0);

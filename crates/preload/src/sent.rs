@@ -15,12 +15,26 @@
 //! the rest (the scheduler decides when there is room, as always). A server answering requests
 //! (redis: one send per request) loses half of its steps.
 //!
-//! The table is per thread, emptied into the slot by every post; no allocation, no lock, no
-//! syscall.
+//! With each descriptor the post says how many bytes the socket has sent in all and its ports:
+//! when the peer is dara's own end of a connection it relays, the scheduler settles the send by
+//! reading its own socket's count, without looking into the program. That costs the thread one
+//! `TCP_INFO` read per socket and post (and, once per descriptor, its addresses).
+//!
+//! The table is per thread, emptied into the slot by every post; no allocation, no lock.
 use core::cell::Cell;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use dara_abi::{Slot, SENT_MAX};
+
+use crate::sys;
+
+/// Descriptors below this have their ports remembered in [`PORTS`].
+const TRACKED_FDS: usize = 4096;
+/// Per descriptor: local port << 16 | peer port, once both are known (0: not looked up yet).
+static PORTS: [AtomicU32; TRACKED_FDS] = [const { AtomicU32::new(0) }; TRACKED_FDS];
+/// `struct tcp_info` offsets: bytes sent and retransmitted (Linux 4.19 and later).
+const TCPI_BYTES_SENT: usize = 200;
+const TCPI_BYTES_RETRANS: usize = 208;
 
 struct Table {
     len: Cell<usize>,
@@ -57,8 +71,60 @@ pub fn sent(fd: i32) {
 #[inline]
 pub fn publish(slot: &Slot) {
     let len = TABLE.with(|t| t.len.replace(0));
-    for i in 0..len {
-        slot.sent[i].store(TABLE.with(|t| t.fds[i].get()), Ordering::Relaxed);
+    for (i, entry) in slot.sent[..len].iter().enumerate() {
+        let fd = TABLE.with(|t| t.fds[i].get()) as i32;
+        entry.fd.store(fd as u32, Ordering::Relaxed);
+        entry.ports.store(ports(fd), Ordering::Relaxed);
+        entry.bytes_sent.store(bytes_sent(fd), Ordering::Relaxed);
     }
     slot.sent_count.store(len as u32, Ordering::Relaxed);
+}
+
+/// Descriptor `fd` was closed or is new: its ports are to be looked up again.
+pub fn forget(fd: i32) {
+    if let Some(p) = PORTS.get(fd as usize) {
+        p.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The socket's local port << 16 | its peer's port (remembered per descriptor), 0 if unknown.
+fn ports(fd: i32) -> u32 {
+    let known = PORTS.get(fd as usize).map_or(0, |p| p.load(Ordering::Relaxed));
+    if known != 0 {
+        return known;
+    }
+    let port = |nr: libc::c_long| {
+        // SAFETY: an all-zero sockaddr_storage is valid; the kernel writes at most `len` bytes.
+        let mut addr: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+        let mut len = core::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: getsockname/getpeername with a live out-buffer and its length.
+        let rc = unsafe { sys::syscall(nr, &[fd as u64, &mut addr as *mut _ as u64, &mut len as *mut _ as u64]) };
+        let family = i32::from(addr.ss_family);
+        // sin_port and sin6_port share offset 2.
+        // SAFETY: the storage holds a sockaddr_in or sockaddr_in6 for these families.
+        (rc == 0 && (family == libc::AF_INET || family == libc::AF_INET6)).then(|| u16::from_be(unsafe { (*(&addr as *const _ as *const libc::sockaddr_in)).sin_port }))
+    };
+    let (Some(local), Some(peer)) = (port(libc::SYS_getsockname), port(libc::SYS_getpeername)) else { return 0 };
+    let value = u32::from(local) << 16 | u32::from(peer);
+    if local != 0 && peer != 0 {
+        if let Some(p) = PORTS.get(fd as usize) {
+            p.store(value, Ordering::Relaxed);
+        }
+        return value;
+    }
+    0
+}
+
+/// Bytes TCP socket `fd` has sent in all (retransmissions counted once), `u64::MAX` if the kernel
+/// does not say.
+fn bytes_sent(fd: i32) -> u64 {
+    let mut info = [0u8; TCPI_BYTES_RETRANS + 8];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `info`.
+    let rc = unsafe { sys::syscall(libc::SYS_getsockopt, &[fd as u64, libc::IPPROTO_TCP as u64, libc::TCP_INFO as u64, info.as_mut_ptr() as u64, &mut len as *mut _ as u64]) };
+    if rc != 0 || (len as usize) < info.len() {
+        return u64::MAX;
+    }
+    let at = |offset: usize| u64::from_ne_bytes(info[offset..offset + 8].try_into().unwrap_or([0; 8]));
+    at(TCPI_BYTES_SENT).saturating_sub(at(TCPI_BYTES_RETRANS))
 }

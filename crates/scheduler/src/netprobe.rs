@@ -71,10 +71,10 @@ type PortKey = (u64, u16, u16);
 /// (local, remote) addresses of a connected INET socket.
 pub(crate) type AddressPair = (std::net::SocketAddr, std::net::SocketAddr);
 
-/// How many bytes a socket of dara's own with these (local, remote) addresses has received, if
-/// dara has one (the relay's end of a connection it relays to the program): a send to it settles
-/// by one `TCP_INFO` read of dara's own socket instead of a sock_diag round trip.
-pub type OwnReceived<'a> = &'a dyn Fn(AddressPair) -> Option<u64>;
+/// How many bytes a loopback socket of dara's own with these (local, remote) ports has received,
+/// if dara has one (the relay's end of a connection it relays to the program): a send to it
+/// settles by one `TCP_INFO` read of dara's own socket instead of a sock_diag round trip.
+pub type OwnReceived<'a> = &'a dyn Fn(u16, u16) -> Option<u64>;
 
 /// What the driver learnt about one descriptor.
 #[derive(Clone, Copy, Debug, Default)]
@@ -106,6 +106,9 @@ struct Settle {
     timed_out: bool,
     /// A UDP send whose destination port had a socket bound when it was granted: that port.
     datagram_to: Option<u16>,
+    /// A send made without a post: the socket's (local port, peer port, bytes sent in all), as
+    /// the sending thread saw them.
+    sent_total: Option<(u16, u16, u64)>,
 }
 
 /// A delivery the kernel never showed, or a probe that failed: ends the run.
@@ -153,14 +156,15 @@ impl NetProbe {
             // The descriptor number may name another socket next time.
             self.probed.remove(&(pid, request.args[0] as i32));
         }
-        self.settles.push(Settle { pid, request, timed_out, datagram_to });
+        self.settles.push(Settle { pid, request, timed_out, datagram_to, sent_total: None });
     }
 
     /// A thread of process `pid` sent on TCP socket `fd` without a post (coarse steps): settled
-    /// at the next quiet point like a granted send.
-    pub fn sent_unposted(&mut self, pid: u32, fd: i32) {
+    /// at the next quiet point like a granted send. `total`: the socket's (local port, peer port,
+    /// bytes sent in all) if the thread could tell.
+    pub fn sent_unposted(&mut self, pid: u32, fd: i32, total: Option<(u16, u16, u64)>) {
         let request = Request { op: Op::NetSend, args: [fd as u64, 0, 0, 0] };
-        self.settles.push(Settle { pid, request, timed_out: false, datagram_to: None });
+        self.settles.push(Settle { pid, request, timed_out: false, datagram_to: None, sent_total: total });
     }
 
     /// The destination port of a UDP send on `fd` (`dest_port`, or the connected peer's), if a
@@ -182,7 +186,10 @@ impl NetProbe {
         for s in std::mem::take(&mut self.settles) {
             let fd = s.request.args[0] as i32;
             match (s.request.op, s.timed_out) {
-                (Op::NetSend, false) => self.settle_send(s.pid, fd, s.datagram_to, own)?,
+                (Op::NetSend, false) => match s.sent_total {
+                    Some(total) if own_received_all(total, own)? => {}
+                    _ => self.settle_send(s.pid, fd, s.datagram_to, own)?,
+                },
                 (Op::NetConnect, false) => self.settle_connect(s.pid, fd)?,
                 (Op::NetAccept, false) => self.pay_back(s.pid, fd, kind::TCP)?,
                 // Only a datagram pays something back: a stream receive is settled already.
@@ -770,18 +777,39 @@ fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&So
         return true;
     }
     let Some((local, remote)) = addrs.or_else(|| addresses(fd)) else { return false };
-    if let (false, Some(received)) = (fin, own((remote, local))) {
+    if let (false, Some(received)) = (fin, own(remote.port(), local.port())) {
         return received >= t.sent;
     }
     let Some(diag) = diag else { return false };
     diag.received(remote, local).is_some_and(|(state, received)| received >= t.sent && !(fin && FIN_NOT_SEEN.contains(&state)))
 }
 
+/// A send made without a post, to a peer that is dara's own socket (`total`: the sender's local
+/// port, peer port and bytes sent in all): waits, bounded by [`SETTLE_LIMIT`], until dara's
+/// socket has received them all; Ok(false) when the peer is not dara's or the count is unknown
+/// (the caller settles the send by looking at the sender).
+fn own_received_all((local, peer, sent): (u16, u16, u64), own: OwnReceived) -> Result<bool, ProbeError> {
+    if sent == u64::MAX {
+        return Ok(false);
+    }
+    let started = Instant::now();
+    loop {
+        match own(peer, local) {
+            None => return Ok(false),
+            Some(received) if received >= sent => return Ok(true),
+            Some(_) if started.elapsed() > SETTLE_LIMIT => {
+                return Err(ProbeError(format!("bytes a traced thread sent on port {local} did not reach dara's end of the connection (port {peer}) within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
+            }
+            Some(_) => std::thread::yield_now(),
+        }
+    }
+}
+
 /// Waits until everything sent on dara's relay socket `fd` (addresses `addrs`; bytes and a FIN)
 /// is in the program's receive queue, or the connection is over; bounded by [`SETTLE_LIMIT`]
 /// from `started`.
 pub(crate) fn wait_acknowledged(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, started: Instant) -> Result<(), ProbeError> {
-    while !sent_bytes_arrived(fd, addrs, diag, true, &|_| None) {
+    while !sent_bytes_arrived(fd, addrs, diag, true, &|_, _| None) {
         if started.elapsed() > SETTLE_LIMIT {
             return Err(ProbeError(format!("bytes dara relayed from an outside peer were not acknowledged by the program's socket within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
         }
@@ -848,7 +876,7 @@ mod tests {
         sender.write_all(&[7u8; 1000]).unwrap();
         let diag = SockDiag::open();
         let started = Instant::now();
-        while !sent_bytes_arrived(&fd, addresses(&fd), diag.as_ref(), false, &|_| None) {
+        while !sent_bytes_arrived(&fd, addresses(&fd), diag.as_ref(), false, &|_, _| None) {
             assert!(started.elapsed() < SETTLE_LIMIT, "1000 bytes never reached the peer");
             std::thread::yield_now();
         }

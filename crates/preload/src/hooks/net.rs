@@ -35,12 +35,14 @@ pub fn mark_net(fd: c_int) {
     if let Some(e) = FD_NET.get(fd as usize) {
         e.store(NET, Ordering::Relaxed);
     }
+    crate::sent::forget(fd);
 }
 
 fn forget(fd: c_int) {
     if let Some(e) = FD_NET.get(fd as usize) {
         e.store(UNKNOWN, Ordering::Relaxed);
     }
+    crate::sent::forget(fd);
 }
 
 /// Whether `inode` is one of the pipes dara forwards the program's output through.

@@ -543,7 +543,7 @@ impl<'a> Execution<'a> {
     /// parked.
     fn refresh_net(&mut self) -> Option<Outcome> {
         let outside = self.outside.as_ref();
-        if let Err(e) = self.net.settle(&|pair| outside.and_then(|o| o.received_by(pair))) {
+        if let Err(e) = self.net.settle(&|local, remote| outside.and_then(|o| o.received_by(local, remote))) {
             return Some(Outcome::Uncontrolled { thread: 0, syscall: "loopback delivery".into(), detail: e.0 });
         }
         for (pid, server) in self.net.take_connections() {
@@ -767,8 +767,10 @@ impl<'a> Execution<'a> {
         let sent = (slot.sent_count.load(Ordering::Acquire) as usize).min(dara_abi::SENT_MAX);
         if sent > 0 {
             let pid = slot.pid.load(Ordering::Acquire);
-            for fd in &slot.sent[..sent] {
-                self.net.sent_unposted(pid, fd.load(Ordering::Acquire) as i32);
+            for on in &slot.sent[..sent] {
+                let ports = on.ports.load(Ordering::Acquire);
+                let total = (ports != 0).then(|| ((ports >> 16) as u16, ports as u16, on.bytes_sent.load(Ordering::Acquire)));
+                self.net.sent_unposted(pid, on.fd.load(Ordering::Acquire) as i32, total);
             }
             self.net_dirty = true;
         }

@@ -90,8 +90,8 @@ pub struct Outside {
     stdin: Option<StdinPipe>,
     /// Tells when the program's socket has what dara sent (see `netprobe::wait_acknowledged`).
     diag: Option<SockDiag>,
-    /// Streams by the (local, remote) addresses of dara's end.
-    by_inner_addrs: std::collections::BTreeMap<netprobe::AddressPair, usize>,
+    /// Streams by the (local, remote) ports of dara's end (on loopback).
+    by_inner_ports: std::collections::BTreeMap<(u16, u16), usize>,
     /// Output for clients is held back (since this step, this many bytes): see [`Outside::pump`].
     held_since: Option<u64>,
     held_bytes: usize,
@@ -135,7 +135,7 @@ impl Outside {
         // SAFETY: a descriptor epoll_create1 just returned, owned by nobody else.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
         let stdin = if mode.stdin() { Some(StdinPipe::new()?) } else { None };
-        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, by_inner_addrs: Default::default(), diag: SockDiag::open(), held_since: None, held_bytes: 0, scratch: Vec::new() }))
+        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, by_inner_ports: Default::default(), diag: SockDiag::open(), held_since: None, held_bytes: 0, scratch: Vec::new() }))
     }
 
     /// The descriptor to launch the program with as its stdin (None: /dev/null).
@@ -170,10 +170,10 @@ impl Outside {
                 || self.stdin.as_ref().is_some_and(|s| !s.eof))
     }
 
-    /// How many bytes dara's end of a relayed connection with these (local, remote) addresses has
+    /// How many bytes dara's end of a relayed connection with these (local, remote) ports has
     /// received from the program, if it is one (see `netprobe::OwnReceived`).
-    pub fn received_by(&self, pair: netprobe::AddressPair) -> Option<u64> {
-        let stream = &self.streams[*self.by_inner_addrs.get(&pair)?];
+    pub fn received_by(&self, local: u16, remote: u16) -> Option<u64> {
+        let stream = &self.streams[*self.by_inner_ports.get(&(local, remote))?];
         netprobe::bytes_received(stream.inner.as_ref()?)
     }
 
@@ -424,8 +424,8 @@ impl Outside {
         let inner_addrs = netprobe::addresses(&inner);
         netprobe::wait_queued(twin_socket, queued + 1).map_err(|e| RelayError::Broken(e.0))?;
         let stream = self.streams.len() as u64;
-        if let Some(pair) = inner_addrs {
-            self.by_inner_addrs.insert(pair, stream as usize);
+        if let Some((local, remote)) = inner_addrs {
+            self.by_inner_ports.insert((local.port(), remote.port()), stream as usize);
         }
         self.watch(&inner, token(TAG_INNER, stream), libc::EPOLLIN as u32)?;
         if let Some(outer) = &outer {
