@@ -464,6 +464,9 @@ pub struct Slot {
     /// post (at most [`SENT_MAX`], listed in `sent`); written with every post (0: none). The
     /// scheduler settles those sends, as it does a granted one, before its next decision.
     pub sent_count: AtomicU32,
+    /// Coarse steps: receives on TCP sockets the thread made without a post since its previous
+    /// post (written with every post). Not zero: the readiness the scheduler saw is stale.
+    pub received_unposted: AtomicU32,
     pub sent: [SentOn; SENT_MAX],
 }
 
@@ -480,7 +483,7 @@ pub struct SentOn {
 
 /// Most descriptors a thread sends on without a post between two posts ([`Slot::sent`]); a send
 /// on one more takes the posted path.
-pub const SENT_MAX: usize = 4;
+pub const SENT_MAX: usize = 16;
 
 /// Process table entry.
 #[repr(C)]
@@ -545,9 +548,9 @@ pub mod preempt {
     pub const PROFILE: u32 = 2;
     /// Coarse steps (a recording): every thread takes process-private locks without a post, as a
     /// single-threaded process always does, and answers most clock reads from its last grant's
-    /// virtual time, and sends on TCP sockets that do not have to wait without a post (listed in
-    /// the next post's [`Slot::sent`](crate::Slot::sent)). Only decisions that could matter remain
-    /// scheduling points.
+    /// virtual time, and sends and receives on TCP sockets that do not have to wait without a
+    /// post (told in the next post: [`Slot::sent`](crate::Slot::sent)). Only decisions that could
+    /// matter remain scheduling points.
     pub const COARSE: u32 = 4;
 }
 
@@ -611,7 +614,7 @@ pub const fn slot_offset(i: usize) -> usize {
     core::mem::size_of::<Header>() + i * core::mem::size_of::<Slot>()
 }
 
-const _: () = assert!(core::mem::size_of::<Slot>() == 192);
+const _: () = assert!(core::mem::size_of::<Slot>() == 384);
 const _: () = assert!(core::mem::align_of::<Slot>() == 64);
 const _: () = assert!(core::mem::size_of::<Header>() % 64 == 0);
 const _: () = assert!(REGION_SIZE % 64 == 0);

@@ -238,7 +238,7 @@ fn handoff(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
     for (word, value) in slot.args.iter().zip(args) {
         word.store(value, Ordering::Relaxed);
     }
-    crate::sent::publish(slot);
+    crate::unposted::publish(slot);
     slot.posts.store(
         slot.posts.load(Ordering::Relaxed).wrapping_add(1),
         Ordering::Relaxed,

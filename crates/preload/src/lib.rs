@@ -16,7 +16,8 @@
 //! faulting function of a crash.
 //!
 //! [`solo`] lets a single-threaded process (and in a recording, every thread) take and release
-//! its private locks without a post; [`sent`] lets a recording send on TCP sockets without one.
+//! its private locks without a post; [`unposted`] lets a recording send and receive on TCP sockets
+//! without one.
 //!
 //! The plumbing: [`init`] (the constructor and start barrier), [`gate`] (per-thread state, the
 //! reentrancy guard and the handoff), [`region`] (the mapping), [`sys`] (the one syscall
@@ -45,8 +46,8 @@ pub mod init;
 pub mod process;
 pub mod real;
 pub mod region;
-pub mod sent;
 pub mod solo;
 pub mod sys;
 pub mod trap;
+pub mod unposted;
 pub mod vclock;

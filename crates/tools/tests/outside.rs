@@ -294,3 +294,43 @@ fn a_connection_to_a_server_outside_dara_stops_the_run() {
     assert_no_survivors(&program);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
+
+/// A recording sends and receives on TCP sockets without steps when the kernel can answer at
+/// once (the preload's `unposted`), yet stays deterministic and never spins: `net_poll_spin`'s
+/// main thread polls its socket in a busy loop while the worker that sends to it waits for the
+/// token; after a few fruitless polls each poll is a step again, so the worker runs. The run ends
+/// with every message, replays identically (20 times, and `--verify`), the same seed records the
+/// same decisions, and a closed run of the same program has more network steps.
+#[test]
+fn a_recording_sends_and_receives_without_steps_and_a_polling_loop_still_yields() {
+    let program = private_copy(&fixture("net_poll_spin"), "poll-spin");
+    let net_steps = |trace: &Path| {
+        let t = dara_scheduler::trace::read_file(trace).unwrap();
+        t.steps.iter().filter(|s| matches!(s.choice.op, dara_abi::Op::NetSend | dara_abi::Op::NetRecv)).count()
+    };
+    let mut recorded = Vec::new();
+    for attempt in 0..2 {
+        let out = out_dir(&format!("poll-spin-{attempt}"));
+        let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(run.code, 0, "{}", run.text());
+        assert!(run.stdout.contains("received m1m2m3 after"), "{}", run.text());
+        recorded.push(out.join("trace.bin"));
+    }
+    same_decisions(&recorded[0], &recorded[1]);
+    for i in 0..20 {
+        let replay = dara_replay(&["-q", recorded[0].to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(replay.code, 0, "replay {i}\n{}", replay.text());
+        assert!(replay.stdout.contains("(same as recorded)"), "replay {i}\n{}", replay.text());
+    }
+    let verify = dara_replay(&["-q", "--verify", recorded[0].to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+
+    let closed = out_dir("poll-spin-closed");
+    let run = dara_trace(&["-q", "--closed", "-o", closed.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(run.code, 0, "{}", run.text());
+    let (coarse, fine) = (net_steps(&recorded[0]), net_steps(&closed.join("trace.bin")));
+    assert!(coarse < fine, "recording: {coarse} send/recv steps, closed run: {fine}");
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}

@@ -35,14 +35,14 @@ pub fn mark_net(fd: c_int) {
     if let Some(e) = FD_NET.get(fd as usize) {
         e.store(NET, Ordering::Relaxed);
     }
-    crate::sent::forget(fd);
+    crate::unposted::forget(fd);
 }
 
 fn forget(fd: c_int) {
     if let Some(e) = FD_NET.get(fd as usize) {
         e.store(UNKNOWN, Ordering::Relaxed);
     }
-    crate::sent::forget(fd);
+    crate::unposted::forget(fd);
 }
 
 /// Whether `inode` is one of the pipes dara forwards the program's output through.
@@ -155,9 +155,15 @@ fn raw(n: ssize_t) -> i64 {
 }
 
 /// A receive: waits (in the model) until data, EOF or an error is there, then performs `call`
-/// (which must not block) and returns its result. `call` gets whether to add MSG_DONTWAIT.
-pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, call: &mut dyn FnMut() -> ssize_t) -> ssize_t {
+/// (which must not block once granted) and returns its result. `never_blocks`: `call` returns at
+/// once even when nothing is there (it adds MSG_DONTWAIT).
+pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks: bool, call: &mut dyn FnMut() -> ssize_t) -> ssize_t {
     let nonblock = dontwait || fd_nonblocking(fd);
+    if never_blocks || nonblock {
+        if let Some(r) = receive_unposted(fd, nonblock, call) {
+            return ret(r);
+        }
+    }
     let deadline = if nonblock { NO_DEADLINE } else { recv_deadline(gate, fd) };
     loop {
         let g = gate.post(Op::NetRecv, [fd as u64, flag(nonblock), deadline, len as u64]);
@@ -208,20 +214,40 @@ fn transmit(gate: &Gated, fd: c_int, buf: *const u8, len: usize, dontwait: bool,
     }
 }
 
-/// Coarse steps: a send on a TCP socket without a post (see [`crate::sent`]). Performs `call`
+/// Coarse steps: a receive on a TCP socket without a post (see [`crate::unposted`]). Performs
+/// `call` (which must not block: it adds `MSG_DONTWAIT`, or reads a non-blocking descriptor) and
+/// returns its raw result, or None when the receive must take the posted path: not coarse mode,
+/// not a TCP socket, a send of the thread not settled yet, or a blocking caller found nothing.
+fn receive_unposted(fd: c_int, nonblock: bool, call: &mut dyn FnMut() -> ssize_t) -> Option<i64> {
+    if !crate::unposted::may_receive() || !is_tcp(fd) {
+        return None;
+    }
+    let r = raw(call());
+    if r == -(libc::EAGAIN as i64) {
+        crate::unposted::fruitless();
+        return if nonblock { Some(r) } else { None };
+    }
+    crate::unposted::received();
+    Some(r)
+}
+
+/// Coarse steps: a send on a TCP socket without a post (see [`crate::unposted`]). Performs `call`
 /// (which adds `MSG_DONTWAIT`, or writes a non-blocking descriptor) and returns its raw result,
 /// or None when the send must take the posted path: not coarse mode, not a TCP socket, the
 /// thread's table is full, or a blocking caller found no room at all.
 fn send_unposted(fd: c_int, nonblock: bool, call: &mut dyn FnMut() -> ssize_t) -> Option<i64> {
-    if !crate::sent::may_skip_post(fd) || !is_tcp(fd) {
+    if !crate::unposted::may_send(fd) || !is_tcp(fd) {
         return None;
     }
     let r = raw(call());
-    if r == -(libc::EAGAIN as i64) && !nonblock {
-        return None;
+    if r == -(libc::EAGAIN as i64) {
+        crate::unposted::fruitless();
+        if !nonblock {
+            return None;
+        }
     }
     if r > 0 {
-        crate::sent::sent(fd);
+        crate::unposted::sent(fd);
     }
     Some(r)
 }
@@ -409,7 +435,7 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c
         _ => return unsafe { real::recv(fd, buf, len, flags) },
     };
     // SAFETY: the program's own arguments; MSG_DONTWAIT only makes the call non-blocking.
-    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, &mut || unsafe { real::recv(fd, buf, len, flags | libc::MSG_DONTWAIT) })
+    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut || unsafe { real::recv(fd, buf, len, flags | libc::MSG_DONTWAIT) })
 }
 
 #[no_mangle]
@@ -420,7 +446,7 @@ pub unsafe extern "C" fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flag
         _ => return unsafe { real::recvfrom(fd, buf, len, flags, addr, alen) },
     };
     // SAFETY: as for `recv`.
-    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, &mut || unsafe { real::recvfrom(fd, buf, len, flags | libc::MSG_DONTWAIT, addr, alen) })
+    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut || unsafe { real::recvfrom(fd, buf, len, flags | libc::MSG_DONTWAIT, addr, alen) })
 }
 
 #[no_mangle]
@@ -433,7 +459,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
     // SAFETY: the caller's msghdr is valid for the call.
     let len = unsafe { msg.as_ref().map_or(0, |m| iov_total(m.msg_iov, m.msg_iovlen as c_int)) };
     // SAFETY: as for `recv`.
-    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, &mut || unsafe { real::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) })
+    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut || unsafe { real::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) })
 }
 
 #[no_mangle]
@@ -444,9 +470,11 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize
         _ => return unsafe { real::read(fd, buf, len) },
     };
     // A pipe or eventfd cannot take MSG_DONTWAIT; the scheduler grants a blocking read only when
-    // the descriptor is readable, so the real read returns at once.
+    // the descriptor is readable, so the real read returns at once. A TCP socket is read as
+    // `recv` with MSG_DONTWAIT (the same call for a socket), so it never blocks.
+    let tcp = is_tcp(fd);
     // SAFETY: the program's own arguments.
-    receive(&gate, fd, len, false, &mut || unsafe { real::read(fd, buf, len) })
+    receive(&gate, fd, len, false, tcp, &mut || unsafe { if tcp { real::recv(fd, buf, len, libc::MSG_DONTWAIT) } else { real::read(fd, buf, len) } })
 }
 
 /// A `read`/`readv` the syscall trap caught (libc's own reads of descriptor 0, e.g. stdio reading
@@ -468,7 +496,7 @@ pub fn trapped_read(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64> 
             r as ssize_t
         }
     };
-    let r = receive(gate, fd, len, false, &mut call);
+    let r = receive(gate, fd, len, false, false, &mut call);
     Some(if r < 0 { -errno() } else { r as i64 })
 }
 
@@ -481,7 +509,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
     };
     let len = iov_total(iov, n);
     // SAFETY: the program's own arguments.
-    receive(&gate, fd, len, false, &mut || unsafe { real::readv(fd, iov, n) })
+    receive(&gate, fd, len, false, false, &mut || unsafe { real::readv(fd, iov, n) })
 }
 
 // ---- sending -------------------------------------------------------------------------------

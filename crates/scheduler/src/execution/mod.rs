@@ -762,8 +762,12 @@ impl<'a> Execution<'a> {
         if self.holder.as_ref().is_some_and(|h| h.thread == thread) {
             self.holder = None;
         }
-        // Sends the thread made without a post since its last one (coarse steps): settled before
-        // the next decision, like granted ones.
+        // Sends and receives the thread made without a post since its last one (coarse steps, the
+        // preload's `unposted`): the sends are settled before the next decision, like granted
+        // ones, and the readiness views are looked at again.
+        if slot.received_unposted.load(Ordering::Acquire) != 0 {
+            self.net_dirty = true;
+        }
         let sent = (slot.sent_count.load(Ordering::Acquire) as usize).min(dara_abi::SENT_MAX);
         if sent > 0 {
             let pid = slot.pid.load(Ordering::Acquire);

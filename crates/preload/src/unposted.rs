@@ -1,26 +1,31 @@
-//! Sends that need no scheduling point: in coarse mode (a recording,
-//! [`dara_abi::preempt::COARSE`]) a thread sends on a TCP socket without a post when the kernel
-//! takes the bytes at once.
+//! Network operations that need no scheduling point: in coarse mode (a recording,
+//! [`dara_abi::preempt::COARSE`]) a thread sends and receives on a TCP socket without a post when
+//! the kernel can answer at once.
 //!
-//! A recording runs one schedule, so a send needs no decision; what it needs is what a granted
-//! send gets: the scheduler must *settle* it (see the scheduler's `netprobe`: wait until the bytes
-//! are in the peer's receive queue) before it looks at any socket again, and must forget the
-//! readiness it saw, which the send may change. Between two of its posts only the sending thread
-//! runs, so it is enough that the scheduler hears of the send at the thread's next post: every
-//! post carries the descriptors sent on since the previous one ([`dara_abi::Slot::sent`]), and
-//! the scheduler settles them as it ingests the post, before any decision.
+//! A recording runs one schedule, so neither needs a decision. What they need is what a granted
+//! one gets. A send must be *settled* (see the scheduler's `netprobe`: its bytes are in the peer's
+//! receive queue) before the scheduler looks at any socket again; a receive changes what the
+//! socket shows. In both cases the readiness the scheduler saw is stale. Between two posts of a
+//! thread only that thread runs, so it is enough that the scheduler hears of them at the thread's
+//! next post, before any decision: every post carries the TCP sockets sent on since the previous
+//! one ([`dara_abi::Slot::sent`]) and how many receives went without a post.
 //!
-//! The send itself is the real call with `MSG_DONTWAIT`: a non-blocking caller gets what the
-//! kernel says; a blocking caller whose bytes did not all fit goes on with the posted path for
-//! the rest (the scheduler decides when there is room, as always). A server answering requests
-//! (redis: one send per request) loses half of its steps.
+//! A receive without a post is deterministic because everything that can put bytes into the
+//! socket is settled before the thread was granted: dara's deliveries from outside (at quiet
+//! points), and every other thread's sends. Only the thread's own sends since its last post are
+//! not: so it receives without a post only while it has none ([`may_receive`]).
 //!
-//! With each descriptor the post says how many bytes the socket has sent in all and its ports:
+//! The calls themselves are the real ones with `MSG_DONTWAIT`: a non-blocking caller gets what the
+//! kernel says; a blocking caller that finds nothing to receive, or no room for all its bytes,
+//! goes on with the posted path (the scheduler decides when it may go on, as always). A server
+//! answering requests over TCP (redis) is left with one step per batch of requests.
+//!
+//! With each socket sent on, the post says how many bytes it has sent in all and its ports:
 //! when the peer is dara's own end of a connection it relays, the scheduler settles the send by
 //! reading its own socket's count, without looking into the program. That costs the thread one
 //! `TCP_INFO` read per socket and post (and, once per descriptor, its addresses).
 //!
-//! The table is per thread, emptied into the slot by every post; no allocation, no lock.
+//! The tables are per thread, emptied into the slot by every post; no allocation, no lock.
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -43,16 +48,49 @@ struct Table {
 
 thread_local! {
     static TABLE: Table = const { Table { len: Cell::new(0), fds: [const { Cell::new(0) }; SENT_MAX] } };
+    /// Receives made without a post since the thread's last post.
+    static RECEIVED: Cell<u32> = const { Cell::new(0) };
+    /// Calls without a post since the thread's last post that found nothing to receive or no
+    /// room to send (see [`FRUITLESS_MAX`]).
+    static FRUITLESS: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Calls in a row that may find nothing (`EAGAIN`) without a post. Nothing arrives while the
+/// thread holds the token, so a thread polling a socket in a loop would spin for ever: after this
+/// many, its calls post again (and so yield), as every call does outside coarse mode.
+const FRUITLESS_MAX: u32 = 8;
+
+/// Notes a call without a post that found nothing (`EAGAIN`).
+pub fn fruitless() {
+    FRUITLESS.with(|f| f.set(f.get().saturating_add(1)));
+}
+
+#[inline]
+fn may_go_on() -> bool {
+    crate::solo::coarse() && FRUITLESS.with(|f| f.get()) < FRUITLESS_MAX
+}
+
+/// Whether a receive may go without a post: coarse mode, and no send of the thread waits to be
+/// settled (it could be on its way to this very socket). The caller checks that `fd` is a TCP
+/// socket.
+#[inline]
+pub fn may_receive() -> bool {
+    may_go_on() && TABLE.with(|t| t.len.get() == 0)
+}
+
+/// Notes a receive that went without a post (after [`may_receive`]).
+pub fn received() {
+    RECEIVED.with(|r| r.set(r.get().saturating_add(1)));
 }
 
 /// Whether a send on `fd` may go without a post: coarse mode and room in the table (or `fd` in
 /// it already). The caller checks that `fd` is a TCP socket.
 #[inline]
-pub fn may_skip_post(fd: i32) -> bool {
-    crate::solo::coarse() && TABLE.with(|t| t.len.get() < SENT_MAX || t.fds[..t.len.get()].iter().any(|f| f.get() == fd as u32))
+pub fn may_send(fd: i32) -> bool {
+    may_go_on() && TABLE.with(|t| t.len.get() < SENT_MAX || t.fds[..t.len.get()].iter().any(|f| f.get() == fd as u32))
 }
 
-/// Notes a send on `fd` that went without a post (after [`may_skip_post`]).
+/// Notes a send on `fd` that went without a post (after [`may_send`]).
 pub fn sent(fd: i32) {
     TABLE.with(|t| {
         let len = t.len.get();
@@ -78,6 +116,8 @@ pub fn publish(slot: &Slot) {
         entry.bytes_sent.store(bytes_sent(fd), Ordering::Relaxed);
     }
     slot.sent_count.store(len as u32, Ordering::Relaxed);
+    slot.received_unposted.store(RECEIVED.with(|r| r.replace(0)), Ordering::Relaxed);
+    FRUITLESS.with(|f| f.set(0));
 }
 
 /// Descriptor `fd` was closed or is new: its ports are to be looked up again.
