@@ -142,6 +142,10 @@ pub struct NetProbe {
     /// Connections traced processes made since the last [`NetProbe::take_connections`]: the
     /// connecting process's pid and the server's address.
     connections: Vec<(u32, std::net::SocketAddr)>,
+    /// Kernel pids of every process of the execution (alive or not).
+    traced: BTreeSet<u32>,
+    /// A peer outside dara found while identifying an endpoint: what the next view reports.
+    outside_peer: Option<String>,
 }
 
 impl NetProbe {
@@ -198,11 +202,46 @@ impl NetProbe {
             }
         }
         self.send_dups.clear();
-        Ok(())
+        self.no_outside_peer("a traced process")
     }
 
-    /// Looks at `request` (pending in process `pid`) and says whether it can go on now.
+    /// A process of the execution (kernel pid): its Unix sockets' peers are traced.
+    pub fn add_traced(&mut self, pid: u32) {
+        self.traced.insert(pid);
+    }
+
+    /// Looks at `request` (pending in process `pid`) and says whether it can go on now. A peer
+    /// outside dara behind the descriptor (a Unix socket connected by an untraced process, a
+    /// datagram no traced thread sent) is an error: what it sends would be input dara neither
+    /// controls nor records.
     pub fn view(&mut self, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
+        let view = self.look(process, pid, request);
+        self.no_outside_peer(&format!("process {process} (descriptor {})", request.args[0] as i32))?;
+        view
+    }
+
+    /// Whether epoll set `epfd` of process `pid` watches a socket only a peer dara does not relay
+    /// could wake: a UDP socket, or a Unix-domain listening socket.
+    pub fn epoll_watches_unrelayed(&mut self, pid: u32, epfd: i32) -> bool {
+        epoll_targets(pid, epfd).into_iter().any(|fd| {
+            let Ok(Some(dup)) = self.dup(pid, fd) else { return false };
+            match socket_kind(&dup) {
+                kind::UDP => true,
+                kind::UNIX_STREAM => sockopt(&dup, libc::SO_ACCEPTCONN) == Some(1),
+                _ => false,
+            }
+        })
+    }
+
+    /// An error if identifying an endpoint found a peer outside dara (see [`NetProbe::view`]).
+    fn no_outside_peer(&mut self, whom: &str) -> Result<(), ProbeError> {
+        match self.outside_peer.take() {
+            Some(peer) => Err(ProbeError(format!("{peer} reached {whom}: what it sends would be input dara neither controls nor records; only TCP clients of a recorded server are relayed and recorded (docs/outside.md)"))),
+            None => Ok(()),
+        }
+    }
+
+    fn look(&mut self, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
         let fd = request.args[0] as i32;
         match request.op {
             Op::NetRecv | Op::NetAccept => {
@@ -212,7 +251,18 @@ impl NetProbe {
                 let revents = self.settled_poll(&dup, ep, libc::POLLIN)?;
                 let ready = revents != 0;
                 let mut preview = [0u8; 4];
-                let peeked = if ready && request.op == Op::NetRecv { peek(&dup, &mut preview) } else { 0 };
+                let peeked = match (ready && request.op == Op::NetRecv, ep.kind) {
+                    (false, _) => 0,
+                    (true, kind::UDP) => {
+                        let (n, from) = peek_from(&dup, &mut preview);
+                        // Every traced sender's socket was looked at when its send was posted.
+                        if let Some(from) = from.filter(|f| !self.by_key.contains_key(&(kind::UDP, f.port(), 0))) {
+                            self.outside_peer = Some(format!("a datagram from {from}, which no traced thread sent (a peer outside dara, or a send dara does not see),"));
+                        }
+                        n
+                    }
+                    (true, _) => peek(&dup, &mut preview),
+                };
                 let avail = if ready { inq(&dup).max(peeked as i64) } else { -(libc::EAGAIN as i64) };
                 let size = if request.op == Op::NetRecv && avail >= 0 { avail.min(request.args[3] as i64) } else { i64::from(ready) };
                 Ok(NetView { ready, ready_entries: u32::from(ready), size, obj: describe(ep.id, self.peer(ep), ep.kind, &preview[..peeked]) })
@@ -306,6 +356,14 @@ impl NetProbe {
     fn settle_send(&mut self, pid: u32, fd: i32, datagram_to: Option<u16>, own: OwnReceived) -> Result<(), ProbeError> {
         if let Some(port) = datagram_to {
             *self.owed.entry((kind::UDP, port, 0)).or_default() += 1;
+            // A socket's first send binds it: learn its port, which the datagram comes from (a
+            // receiver's probe tells traced senders from outside ones by it).
+            if self.probed.get(&(pid, fd)).is_some_and(|ep| ep.key.is_some_and(|k| k.1 == 0)) {
+                if let Some(dup) = self.dup(pid, fd)? {
+                    let ep = self.endpoint(0, fd, &dup);
+                    self.probed.insert((pid, fd), ep);
+                }
+            }
             return Ok(());
         }
         if self.probed.get(&(pid, fd)).is_some_and(|ep| ep.kind != kind::TCP) {
@@ -547,6 +605,11 @@ impl NetProbe {
                 self.by_key.insert((k, key.1, 0), id);
             }
         }
+        if k == kind::UNIX_STREAM {
+            if let Some(peer) = unix_peer_pid(dup).filter(|p| !self.traced.contains(p) && *p != std::process::id()) {
+                self.outside_peer = Some(format!("a Unix-socket connection from process {peer}, which dara does not trace,"));
+            }
+        }
         let addrs = if k == kind::TCP && key.is_some_and(|k| k.2 != 0) { addresses(dup) } else { None };
         let ep = Endpoint { id, kind: k, key: key.map(|(k, l, r)| if k == kind::UDP { (k, l, 0) } else { (k, l, r) }), addrs };
         if rc == 0 && ep.is_stable() {
@@ -620,6 +683,31 @@ fn peek(fd: &OwnedFd, buf: &mut [u8; 4]) -> usize {
     // SAFETY: `buf` is 4 writable bytes; MSG_PEEK leaves the queue as it was.
     let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 4, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
     n.max(0) as usize
+}
+
+/// Like [`peek`] for a datagram socket, with the sender's address of the datagram at the head of
+/// the queue.
+fn peek_from(fd: &OwnedFd, buf: &mut [u8; 4]) -> (usize, Option<std::net::SocketAddr>) {
+    // SAFETY: sockaddr_storage is plain data large enough for any address.
+    let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `buf` is 4 writable bytes and `from` holds `len` bytes; MSG_PEEK leaves the queue.
+    let n = unsafe { libc::recvfrom(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 4, libc::MSG_PEEK | libc::MSG_DONTWAIT, (&mut from as *mut libc::sockaddr_storage).cast(), &mut len) };
+    if n < 0 {
+        return (0, None);
+    }
+    (n as usize, inet_address(&from))
+}
+
+/// The pid of the process that connected (or accepted) the other end of Unix socket `fd`
+/// (`SO_PEERCRED`); None when not connected or not known.
+fn unix_peer_pid(fd: &OwnedFd) -> Option<u32> {
+    // SAFETY: ucred is plain data.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `cred`.
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) };
+    (rc == 0 && cred.pid > 0).then_some(cred.pid as u32)
 }
 
 fn sockopt(fd: &OwnedFd, opt: libc::c_int) -> Option<libc::c_int> {
@@ -750,15 +838,20 @@ pub(crate) fn socket_address(fd: &OwnedFd, peer: bool) -> Option<std::net::Socke
     if rc != 0 {
         return None;
     }
+    inet_address(&addr)
+}
+
+/// An INET or INET6 address as the kernel wrote it; None for other families.
+fn inet_address(addr: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
     match i32::from(addr.ss_family) {
         libc::AF_INET => {
             // SAFETY: the family says the storage holds a sockaddr_in.
-            let sin: libc::sockaddr_in = unsafe { std::ptr::read((&addr as *const libc::sockaddr_storage).cast()) };
+            let sin: libc::sockaddr_in = unsafe { std::ptr::read((addr as *const libc::sockaddr_storage).cast()) };
             Some(std::net::SocketAddr::from((u32::from_be(sin.sin_addr.s_addr).to_be_bytes(), u16::from_be(sin.sin_port))))
         }
         libc::AF_INET6 => {
             // SAFETY: the family says the storage holds a sockaddr_in6.
-            let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read((&addr as *const libc::sockaddr_storage).cast()) };
+            let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read((addr as *const libc::sockaddr_storage).cast()) };
             Some(std::net::SocketAddr::from((sin6.sin6_addr.s6_addr, u16::from_be(sin6.sin6_port))))
         }
         _ => None,

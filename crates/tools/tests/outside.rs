@@ -334,3 +334,34 @@ fn a_recording_sends_and_receives_without_steps_and_a_polling_loop_still_yields(
     assert_no_survivors(&program);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
+
+/// dara relays and records TCP clients of a recorded server only. A datagram from outside dara,
+/// or a client of a Unix-domain listening socket that dara does not trace, would be input dara
+/// neither controls nor records: the run stops as uncontrolled, naming the peer, and leaves
+/// nothing behind.
+#[test]
+fn a_datagram_or_unix_client_from_outside_stops_the_run() {
+    let program = private_copy(&fixture("net_outside_peers"), "outside-peers");
+    for mode in ["udp", "udp-epoll"] {
+        let rec = Recording::start(&format!("outside-peers-{mode}"), &program, &[mode]);
+        // The server waits for its datagram (it is not a deadlock) until one comes.
+        std::thread::sleep(Duration::from_millis(300));
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.send_to(b"hello", ("127.0.0.1", rec.port)).unwrap();
+        let from = socket.local_addr().unwrap();
+        let (code, stdout, _) = rec.finish();
+        assert_eq!(code, 2, "{mode}\n{stdout}");
+        assert!(stdout.contains(&format!("a datagram from {from}, which no traced thread sent")), "{mode}\n{stdout}");
+    }
+
+    let path = out_dir("outside-peers-unix").join("server.sock");
+    let rec = Recording::start("outside-peers-unix", &program, &["unix", path.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    client.write_all(b"hello").unwrap();
+    let (code, stdout, _) = rec.finish();
+    assert_eq!(code, 2, "{stdout}");
+    assert!(stdout.contains(&format!("a Unix-socket connection from process {}, which dara does not trace", std::process::id())), "{stdout}");
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}

@@ -470,13 +470,20 @@ impl<'a> Execution<'a> {
     /// Recording: when nothing can run but an outside peer may still bring input (or only timers
     /// are left, which fire at their real time), waits for it. Ok(true) when something came (look
     /// again), Ok(false) to decide now.
+    ///
+    /// A thread waiting for a datagram, or for a client of a Unix-domain listening socket, waits for
+    /// an outside peer too (a UDP or Unix-socket server): dara relays neither, so it looks at the
+    /// program's sockets again every [`UNRELAYED_POLL`], and a peer from outside stops the run as
+    /// uncontrolled (see `NetProbe::view`) instead of the run calling it a deadlock.
     fn await_outside(&mut self, choices: &[crate::choice::Choice], stop: &AtomicBool) -> Result<bool, Outcome> {
-        if !self.outside.as_ref().is_some_and(|o| o.may_receive()) {
-            return Ok(false);
-        }
+        let Some((live, may_receive)) = self.outside.as_ref().map(|o| (o.live(), o.may_receive())) else { return Ok(false) };
         let only_timers = choices.iter().all(|c| c.kind == crate::choice::ChoiceKind::Timeout);
         if !only_timers || (choices.is_empty() && self.model.net_requests().is_empty()) {
             self.idle_since = None;
+            return Ok(false);
+        }
+        let unrelayed = live && self.waits_for_unrelayed_peers();
+        if !may_receive && !unrelayed {
             return Ok(false);
         }
         // Virtual time follows real time while the program idles: its next timer fires when it
@@ -489,15 +496,46 @@ impl<'a> Execution<'a> {
             self.idle_since = Some((since, true));
         }
         let outside = self.outside.as_mut().expect("checked above");
-        match outside.wait(limit.or(Some(IDLE_NOTICE)), stop) {
+        let slice = match (unrelayed, limit) {
+            (false, _) => limit.or(Some(IDLE_NOTICE)),
+            (true, None) => Some(UNRELAYED_POLL),
+            (true, Some(limit)) => Some(limit.saturating_sub(since.elapsed()).min(UNRELAYED_POLL)),
+        };
+        match outside.wait(slice, stop) {
             Ok(true) => {
                 self.idle_since = None;
                 Ok(true)
             }
             Ok(false) if stop.load(Ordering::Relaxed) => Err(Outcome::Interrupted),
+            Ok(false) if unrelayed && limit.is_none_or(|l| since.elapsed() < l) => {
+                self.net_dirty = true; // look at the sockets again
+                Ok(true)
+            }
             Ok(false) => Ok(choices.is_empty()),
             Err(e) => Err(relay_outcome(self.steps.len() as u64, e)),
         }
+    }
+
+    /// Whether some thread waits for what only a peer dara does not relay could bring: a datagram
+    /// on a UDP socket, or a connection to a Unix-domain listening socket (directly, or through an
+    /// epoll set that watches such a socket).
+    fn waits_for_unrelayed_peers(&mut self) -> bool {
+        use crate::model::net::{kind, undescribe};
+        for (thread, request) in self.model.net_requests() {
+            let waiting_on = self.model.probed_view(thread).filter(|v| !v.ready).map(|v| undescribe(v.obj).2);
+            let unrelayed = match (request.op, waiting_on) {
+                (Op::NetRecv, Some(kind::UDP)) | (Op::NetAccept, Some(kind::UNIX_STREAM)) => true,
+                (Op::NetEpollWait, Some(kind::EPOLL)) => {
+                    let pid = self.pid_of(thread);
+                    self.net.epoll_watches_unrelayed(pid, request.args[0] as i32)
+                }
+                _ => false,
+            };
+            if unrelayed {
+                return true;
+            }
+        }
+        false
     }
 
     /// What the idle threads wait for, for the waiting notice.
@@ -795,6 +833,7 @@ impl<'a> Execution<'a> {
                     let entry = &self.region.header().processes[process as usize];
                     entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
                     self.processes.insert(process, ProcessRecord { pid, alive: true, exit: None, pidfd: procfs::pidfd_open(pid) });
+                    self.net.add_traced(pid);
                     self.model.add_process(process, parent);
                     self.memory.set_pid(process, pid);
                 }
@@ -1206,6 +1245,9 @@ fn relay_outcome(step: u64, e: RelayError) -> Outcome {
 
 /// Longest real wait for outside input before a pending timer fires anyway.
 const IDLE_TIMER_CAP: Duration = Duration::from_secs(10);
+/// How often a recording that waits for a peer dara does not relay looks at the program's sockets
+/// again.
+const UNRELAYED_POLL: Duration = Duration::from_millis(20);
 /// How long the run waits for outside input before it says so.
 const IDLE_NOTICE: Duration = Duration::from_secs(2);
 
