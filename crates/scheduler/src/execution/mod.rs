@@ -482,7 +482,8 @@ impl<'a> Execution<'a> {
             self.idle_since = None;
             return Ok(false);
         }
-        let unrelayed = live && self.waits_for_unrelayed_peers();
+        // (Looked for only when no relayed peer may come: it reads epoll interest lists.)
+        let unrelayed = live && !may_receive && self.waits_for_unrelayed_peers();
         if !may_receive && !unrelayed {
             return Ok(false);
         }
