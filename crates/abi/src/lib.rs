@@ -34,7 +34,7 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -234,9 +234,10 @@ pub enum Op {
     NetEpollWait = 125,
     /// close/shutdown of a socket or pipe end. args: [fd, how (0 close, 1 + SHUT_*), 0, 0]
     NetClose = 126,
-    /// A TCP socket started listening while dara keeps outside peers apart ([`Header::outside`]).
-    /// args: [the program's descriptor, listening on its own (public) address; a private twin
-    /// listening on the same address with a port of the kernel's choice; 0; 0]. Granted at once:
+    /// A TCP socket started listening, or a UDP socket was bound, while dara keeps outside peers
+    /// apart ([`Header::outside`]). args: [the program's descriptor, listening on (bound to) its
+    /// own (public) address; a private twin listening on (bound to) the same address with a port
+    /// of the kernel's choice; 1 for a UDP socket, 0 for TCP; 0]. Granted at once:
     /// the scheduler keeps a duplicate of the public socket (it accepts outside clients itself and
     /// hands each one over as a connection to the twin), then the preload puts the twin in place
     /// of the program's descriptor. See docs/outside.md.
@@ -529,8 +530,9 @@ pub struct Header {
     /// `--preempt-on edges:N`: post [`Op::EdgeQuantum`] every this many coverage edges (0 = off).
     pub preempt_edges: u32,
     /// Non-zero when peers outside dara may talk to the program (a recording run, or the replay
-    /// of one): a TCP `listen` then posts [`Op::NetListen`] and swaps in a private twin, so only
-    /// dara can make a connection reach the program's accept.
+    /// of one): a TCP `listen` or a UDP `bind` then posts [`Op::NetListen`] and swaps in a private
+    /// twin, so only dara can make a connection reach the program's accept, or a datagram its
+    /// socket.
     pub outside: u32,
     /// Inodes of the pipes dara reads the target's stdout and stderr from (written right after
     /// the launch, before any grant). Writes to them never block (dara drains them), so they are

@@ -144,6 +144,8 @@ pub struct NetProbe {
     connections: Vec<(u32, std::net::SocketAddr)>,
     /// Kernel pids of every process of the execution (alive or not).
     traced: BTreeSet<u32>,
+    /// Ports of dara's own UDP sockets that relay datagrams to the program (known senders).
+    relay_ports: BTreeSet<u16>,
     /// A peer outside dara found while identifying an endpoint: what the next view reports.
     outside_peer: Option<String>,
 }
@@ -210,6 +212,28 @@ impl NetProbe {
         self.traced.insert(pid);
     }
 
+    /// dara sends datagrams to the program from a socket with this port (the relay).
+    pub fn add_relay_port(&mut self, port: u16) {
+        self.relay_ports.insert(port);
+    }
+
+    /// Whether a datagram from this port comes from a traced thread's socket (or from dara).
+    pub fn is_traced_datagram_source(&self, port: u16) -> bool {
+        self.by_key.contains_key(&(kind::UDP, port, 0)) || self.relay_ports.contains(&port)
+    }
+
+    /// dara sent a datagram to the UDP socket bound to `port`: the next probe of it waits until
+    /// the datagram shows.
+    pub fn owe_datagram(&mut self, port: u16) {
+        *self.owed.entry((kind::UDP, port, 0)).or_default() += 1;
+    }
+
+    /// Datagrams traced threads sent to dara's UDP socket bound to `port` that dara has not read
+    /// yet; the caller reads them (waiting for each) and so pays them back.
+    pub fn take_owed_datagrams(&mut self, port: u16) -> u32 {
+        self.owed.remove(&(kind::UDP, port, 0)).unwrap_or(0)
+    }
+
     /// Looks at `request` (pending in process `pid`) and says whether it can go on now. A peer
     /// outside dara behind the descriptor (a Unix socket connected by an untraced process, a
     /// datagram no traced thread sent) is an error: what it sends would be input dara neither
@@ -256,7 +280,7 @@ impl NetProbe {
                     (true, kind::UDP) => {
                         let (n, from) = peek_from(&dup, &mut preview);
                         // Every traced sender's socket was looked at when its send was posted.
-                        if let Some(from) = from.filter(|f| !self.by_key.contains_key(&(kind::UDP, f.port(), 0))) {
+                        if let Some(from) = from.filter(|f| !self.is_traced_datagram_source(f.port())) {
                             self.outside_peer = Some(format!("a datagram from {from}, which no traced thread sent (a peer outside dara, or a send dara does not see),"));
                         }
                         n

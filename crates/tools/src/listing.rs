@@ -85,6 +85,9 @@ fn outside_line(e: &dara_scheduler::outside::OutsideEvent) -> String {
         Signal(s) => format!("signal {} to every process", dara_scheduler::execution::signal_name(*s)),
         Stdin(b) => format!("stdin {}", bytes(b)),
         StdinClosed => "stdin ends".to_string(),
+        Peer { socket } => format!("d{} sends to UDP socket {socket}", e.stream),
+        Datagram(b) => format!("d{} sends a datagram of {}", e.stream, bytes(b)),
+        DatagramOutput(b) => format!("d{} receives a datagram of {}", e.stream, bytes(b)),
     }
 }
 

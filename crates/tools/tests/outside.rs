@@ -335,23 +335,30 @@ fn a_recording_sends_and_receives_without_steps_and_a_polling_loop_still_yields(
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
-/// dara relays and records TCP clients of a recorded server only. A datagram from outside dara,
-/// or a client of a Unix-domain listening socket that dara does not trace, would be input dara
-/// neither controls nor records: the run stops as uncontrolled, naming the peer, and leaves
-/// nothing behind.
+/// dara relays and records TCP clients and UDP senders to the program's bound sockets only. The
+/// answer of a UDP server outside dara to a traced client (its socket was never bound, so nothing
+/// stands between them), or a client of a Unix-domain listening socket that dara does not trace,
+/// would be input dara neither controls nor records: the run stops as uncontrolled, naming the
+/// peer, and leaves nothing behind. The recording waits for them meanwhile (it is no deadlock),
+/// also when the client waits in epoll_wait.
 #[test]
-fn a_datagram_or_unix_client_from_outside_stops_the_run() {
+fn an_outside_udp_server_or_unix_client_stops_the_run() {
     let program = private_copy(&fixture("net_outside_peers"), "outside-peers");
-    for mode in ["udp", "udp-epoll"] {
-        let rec = Recording::start(&format!("outside-peers-{mode}"), &program, &[mode]);
-        // The server waits for its datagram (it is not a deadlock) until one comes.
-        std::thread::sleep(Duration::from_millis(300));
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        socket.send_to(b"hello", ("127.0.0.1", rec.port)).unwrap();
-        let from = socket.local_addr().unwrap();
-        let (code, stdout, _) = rec.finish();
-        assert_eq!(code, 2, "{mode}\n{stdout}");
-        assert!(stdout.contains(&format!("a datagram from {from}, which no traced thread sent")), "{mode}\n{stdout}");
+    for mode in ["udp-client", "udp-client-epoll"] {
+        let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let from = server.local_addr().unwrap();
+        let answer = std::thread::spawn(move || {
+            server.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut buf = [0u8; 16];
+            let (_, client) = server.recv_from(&mut buf).unwrap();
+            std::thread::sleep(Duration::from_millis(300)); // the client waits meanwhile
+            server.send_to(b"pong", client).unwrap();
+        });
+        let out = out_dir(&format!("outside-peers-{mode}"));
+        let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), &from.port().to_string(), mode], Duration::from_secs(60));
+        answer.join().unwrap();
+        assert_eq!(run.code, 2, "{mode}\n{}", run.text());
+        assert!(run.text().contains(&format!("a datagram from {from}, which no traced thread sent")), "{mode}\n{}", run.text());
     }
 
     let path = out_dir("outside-peers-unix").join("server.sock");
@@ -362,6 +369,67 @@ fn a_datagram_or_unix_client_from_outside_stops_the_run() {
     let (code, stdout, _) = rec.finish();
     assert_eq!(code, 2, "{stdout}");
     assert!(stdout.contains(&format!("a Unix-socket connection from process {}, which dara does not trace", std::process::id())), "{stdout}");
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// A UDP server recorded with outside senders: `udp_echo` answers two senders (dara holds the
+/// public socket and passes each datagram on from a socket of its own per sender); the recording
+/// holds both peers, their datagrams and the answers; the replay, with nobody outside, serves the
+/// same datagrams 20 times alike and `--verify` holds; an edited datagram in a copy of the trace
+/// is a divergence naming its step and bytes.
+#[test]
+fn outside_udp_senders_are_recorded_and_replay_offline() {
+    let program = private_copy(&fixture("udp_echo"), "udp-echo");
+    let rec = Recording::start("udp-echo", &program, &[]);
+    let ask = |socket: &std::net::UdpSocket, what: &str| {
+        socket.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        socket.send_to(what.as_bytes(), ("127.0.0.1", rec.port)).unwrap();
+        let mut buf = [0u8; 64];
+        let (n, from) = socket.recv_from(&mut buf).unwrap();
+        assert_eq!(from.port(), rec.port, "the answer comes from the port the server bound");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    assert_eq!(ask(&a, "one"), "echo:one");
+    assert_eq!(ask(&b, "two"), "echo:two");
+    assert_eq!(ask(&a, "three"), "echo:three");
+    assert_eq!(ask(&b, "quit"), "bye");
+    let (code, stdout, trace_path) = rec.finish();
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("served 4 datagrams"), "{stdout}");
+    let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    let peers = trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Peer { socket: 0 })).count();
+    let of = |peer: u32, output: bool| -> Vec<Vec<u8>> {
+        trace.outside.iter().filter(|e| e.stream == peer).filter_map(|e| match (&e.what, output) {
+            (OutsideWhat::Datagram(d), false) | (OutsideWhat::DatagramOutput(d), true) => Some(d.clone()),
+            _ => None,
+        }).collect()
+    };
+    assert_eq!(peers, 2, "{:?}", trace.outside);
+    assert_eq!(of(0, false), [b"one".to_vec(), b"three".to_vec()]);
+    assert_eq!(of(1, true), [b"echo:two".to_vec(), b"bye".to_vec()]);
+
+    for i in 0..20 {
+        let replay = dara_replay(&["-q", trace_path.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(replay.code, 0, "replay {i}\n{}", replay.text());
+        assert!(replay.stdout.contains("(same as recorded)") && replay.stdout.contains("served 4 datagrams"), "replay {i}\n{}", replay.text());
+    }
+    let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    assert!(verify.stdout.contains("d0 sends a datagram of 3 bytes \"one\""), "the listing shows outside datagrams\n{}", verify.stdout);
+
+    let mut edited = trace.clone();
+    let datagram = edited.outside.iter_mut().find(|e| e.what == OutsideWhat::Datagram(b"three".to_vec())).unwrap();
+    datagram.what = OutsideWhat::Datagram(b"four!".to_vec());
+    let copy = trace_path.with_file_name("edited.bin");
+    dara_scheduler::trace::write_file(&copy, &edited).unwrap();
+    let replay = dara_replay(&["-q", copy.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(replay.code, 3, "{}", replay.text());
+    // The server's receive of it differs first: its first bytes are part of the recorded choice.
+    assert!(replay.stdout.contains("DIVERGED at step") && replay.stdout.contains("\"thre\"") && replay.stdout.contains("\"four\""), "{}", replay.text());
     assert_no_survivors(&program);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }

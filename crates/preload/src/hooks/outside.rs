@@ -10,7 +10,12 @@
 //! to the twin: outside clients are accepted by dara, recorded, and handed over at a decision
 //! point; in a replay dara makes the same connections from the recording, with nobody outside.
 //!
-//! `getsockname` on a swapped listener answers with the public port, so a program that binds
+//! A UDP socket is split the same way when it is bound (`bind`): dara keeps the public socket,
+//! the program gets a twin bound to the same address with a port of the kernel's choice, and
+//! every datagram reaches the program from a socket of dara's, one per peer (see the scheduler's
+//! `outside::relay`). The post says which kind it is (`NetListen` args[2]: 1 for datagrams).
+//!
+//! `getsockname` on a swapped socket answers with the public port, so a program that binds
 //! port 0 and prints the port it got tells its clients the address they can actually reach.
 //!
 //! Not a hot path: a listen happens a few times per program. No allocation; raw syscalls only.
@@ -69,9 +74,9 @@ fn set_port(addr: &mut libc::sockaddr_storage, port: u16) {
     unsafe { (*(addr as *mut libc::sockaddr_storage as *mut libc::sockaddr_in)).sin_port = port.to_be() };
 }
 
-/// Opens the twin of listening socket `fd`: same family and address, port 0, listening, with the
-/// same non-blocking mode. Returns its descriptor.
-fn open_twin(fd: c_int, backlog: c_int) -> Option<c_int> {
+/// Opens the twin of socket `fd` (`kind`: SOCK_STREAM, listening with `backlog`, or SOCK_DGRAM):
+/// same family and address, port 0, with the same non-blocking mode. Returns its descriptor.
+fn open_twin(fd: c_int, kind: c_int, backlog: c_int) -> Option<c_int> {
     let (mut addr, len) = local_address(fd)?;
     let family = c_int::from(addr.ss_family);
     if family != libc::AF_INET && family != libc::AF_INET6 {
@@ -80,7 +85,7 @@ fn open_twin(fd: c_int, backlog: c_int) -> Option<c_int> {
     // SAFETY: F_GETFL takes no pointer.
     let status = unsafe { sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_GETFL as u64]) };
     // SAFETY: plain integers.
-    let twin = unsafe { sys::syscall(libc::SYS_socket, &[family as u64, (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64, 0]) } as c_int;
+    let twin = unsafe { sys::syscall(libc::SYS_socket, &[family as u64, (kind | libc::SOCK_CLOEXEC) as u64, 0]) } as c_int;
     if twin < 0 {
         return None;
     }
@@ -94,7 +99,7 @@ fn open_twin(fd: c_int, backlog: c_int) -> Option<c_int> {
     // SAFETY: bind reads `len` bytes of `addr`; listen and fcntl take integers.
     let ok = unsafe {
         sys::syscall(libc::SYS_bind, &[twin as u64, &addr as *const _ as u64, len as u64]) == 0
-            && sys::syscall(libc::SYS_listen, &[twin as u64, backlog as u64]) == 0
+            && (kind != libc::SOCK_STREAM || sys::syscall(libc::SYS_listen, &[twin as u64, backlog as u64]) == 0)
             && (status < 0 || sys::syscall(libc::SYS_fcntl, &[twin as u64, libc::F_SETFL as u64, status as u64]) == 0)
     };
     if !ok {
@@ -104,14 +109,15 @@ fn open_twin(fd: c_int, backlog: c_int) -> Option<c_int> {
     Some(twin)
 }
 
-/// After the program's socket `fd` listens: swap in a twin (see the module doc).
-fn swap_in_twin(gate: &Gated, fd: c_int, backlog: c_int) {
-    if sockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE) != Some(libc::SOCK_STREAM) {
+/// After the program's socket `fd` listens (a stream socket) or is bound (a datagram socket):
+/// swap in a twin (see the module doc).
+fn swap_in_twin(gate: &Gated, fd: c_int, kind: c_int, backlog: c_int) {
+    if sockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE) != Some(kind) {
         return;
     }
     let Some((public, _)) = local_address(fd) else { return };
-    let Some(twin) = open_twin(fd, backlog) else { return };
-    gate.post(Op::NetListen, [fd as u64, twin as u64, 0, 0]);
+    let Some(twin) = open_twin(fd, kind, backlog) else { return };
+    gate.post(Op::NetListen, [fd as u64, twin as u64, u64::from(kind == libc::SOCK_DGRAM), 0]);
     // SAFETY: F_GETFD takes no pointer.
     let cloexec = unsafe { sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_GETFD as u64]) } & i64::from(libc::FD_CLOEXEC) != 0;
     // SAFETY: dup3 of two descriptors this process owns; it atomically replaces `fd`.
@@ -130,7 +136,19 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     let rc = unsafe { real::listen(fd, backlog) };
     if rc == 0 && outside_apart() {
         if let Some(gate) = Gated::enter() {
-            swap_in_twin(&gate, fd, backlog);
+            swap_in_twin(&gate, fd, libc::SOCK_STREAM, backlog);
+        }
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn bind(fd: c_int, addr: *const libc::sockaddr, len: socklen_t) -> c_int {
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let rc = unsafe { real::bind(fd, addr, len) };
+    if rc == 0 && outside_apart() {
+        if let Some(gate) = Gated::enter() {
+            swap_in_twin(&gate, fd, libc::SOCK_DGRAM, 0);
         }
     }
     rc

@@ -453,6 +453,7 @@ impl<'a> Execution<'a> {
     fn note_listener(&mut self, thread: ThreadId) {
         let slot = self.region.slot(thread as usize);
         let (fd, twin_fd) = (slot.args[0].load(Ordering::Relaxed) as i32, slot.args[1].load(Ordering::Relaxed) as i32);
+        let datagrams = slot.args[2].load(Ordering::Relaxed) == 1;
         let process = self.thread_process.get(&thread).copied().unwrap_or(0);
         let pid = self.pid_of(thread);
         let taken = (|| {
@@ -460,6 +461,9 @@ impl<'a> Execution<'a> {
             let twin = self.net.duplicate(pid, twin_fd).map_err(|e| e.0)?.ok_or("the twin socket is gone")?;
             let addr = crate::outside::loopback_address(&twin).ok_or("the twin has no INET address")?;
             let outside = self.outside.as_mut().ok_or("no relay in a closed world")?;
+            if datagrams {
+                return outside.add_datagram_socket(process, fd, public, addr).map_err(|e| e.to_string());
+            }
             outside.add_listener(process, fd, public, twin, addr).map_err(|e| e.to_string())
         })();
         if let Err(detail) = taken {

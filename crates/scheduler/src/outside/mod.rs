@@ -101,12 +101,19 @@ pub enum OutsideWhat {
     Stdin(Vec<u8>),
     /// dara-trace's stdin ended: the program reads end-of-file once the pipe is empty.
     StdinClosed,
+    /// A new outside peer sent datagrams to the program's `socket`-th bound UDP socket (in the
+    /// order of their `bind`); the event's `stream` numbers outside datagram peers from 0.
+    Peer { socket: u32 },
+    /// A datagram from the outside peer, now in the program's socket.
+    Datagram(Vec<u8>),
+    /// A datagram the program sent to the outside peer (compared in a replay).
+    DatagramOutput(Vec<u8>),
 }
 
 impl OutsideWhat {
     /// Whether this is something the program did (checked in a replay) rather than an input.
     pub fn is_output(&self) -> bool {
-        matches!(self, OutsideWhat::Output(_) | OutsideWhat::OutputClosed)
+        matches!(self, OutsideWhat::Output(_) | OutsideWhat::OutputClosed | OutsideWhat::DatagramOutput(_))
     }
 }
 

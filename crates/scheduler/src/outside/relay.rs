@@ -12,6 +12,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod datagrams;
+
 use super::{OutsideEvent, OutsideMode, OutsideWhat};
 use crate::choice::ProcessId;
 use crate::netprobe::{self, NetProbe};
@@ -29,6 +31,9 @@ const HOLD_BYTES: usize = 256 * 1024;
 const TAG_LISTENER: u64 = 0;
 const TAG_INNER: u64 = 1;
 const TAG_OUTER: u64 = 2;
+const TAG_DGRAM_PUBLIC: u64 = 3;
+const TAG_DGRAM_PEER: u64 = 4;
+const TAG_BITS: u32 = 3;
 
 /// Why the relay stopped the run.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +102,12 @@ pub struct Outside {
     held_bytes: usize,
     /// Where the program's output is read first.
     scratch: Vec<u8>,
+    /// The program's bound UDP sockets, and the peers that sent to them (see `datagrams`).
+    datagram_sockets: Vec<datagrams::DatagramSocket>,
+    peers: Vec<datagrams::Peer>,
+    peer_by_sender: std::collections::BTreeMap<(usize, SocketAddr), usize>,
+    /// Peers by the index their events carry (recorded peers only).
+    recorded_peers: Vec<usize>,
 }
 
 /// The pipe that is the program's stdin: dara writes what it reads on its own stdin (recording)
@@ -135,7 +146,7 @@ impl Outside {
         // SAFETY: a descriptor epoll_create1 just returned, owned by nobody else.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
         let stdin = if mode.stdin() { Some(StdinPipe::new()?) } else { None };
-        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, by_inner_ports: Default::default(), diag: SockDiag::open(), held_since: None, held_bytes: 0, scratch: Vec::new() }))
+        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, by_inner_ports: Default::default(), diag: SockDiag::open(), held_since: None, held_bytes: 0, scratch: Vec::new(), datagram_sockets: Vec::new(), peers: Vec::new(), peer_by_sender: Default::default(), recorded_peers: Vec::new() }))
     }
 
     /// The descriptor to launch the program with as its stdin (None: /dev/null).
@@ -166,6 +177,7 @@ impl Outside {
     pub fn may_receive(&self) -> bool {
         self.live()
             && (self.listeners.iter().any(|l| l.public.is_some())
+                || self.takes_datagrams()
                 || self.streams.iter().any(|s| s.recorded && s.outer.is_some() && !s.outer_eof)
                 || self.stdin.as_ref().is_some_and(|s| !s.eof))
     }
@@ -203,6 +215,7 @@ impl Outside {
                 l.twin_socket = None;
             }
         }
+        self.forget_datagram_sockets(process, fd);
     }
 
     /// Signals to pass on to every traced process before the decision of `step`: those
@@ -247,6 +260,7 @@ impl Outside {
                 self.from_program(step, index)?;
             }
         }
+        self.datagrams_from_program(step, &ready, net)?;
         self.check_missing_outputs(step)?;
         for &(tag, index) in &ready {
             if tag == TAG_LISTENER {
@@ -254,7 +268,7 @@ impl Outside {
             }
         }
         if self.replay.is_some() {
-            self.apply_recorded(step)?;
+            self.apply_recorded(step, net)?;
         }
         // Traced clients are relayed in a replay too; outside ones only in a recording.
         for &(tag, index) in &ready {
@@ -262,6 +276,7 @@ impl Outside {
                 self.from_client(index)?;
             }
         }
+        self.datagrams_from_senders(step, &ready, net)?;
         let hold = sending && self.held_bytes < HOLD_BYTES && step < self.held_since.unwrap_or(step) + HOLD_STEPS;
         for index in 0..self.streams.len() {
             self.to_program(step, index)?;
@@ -272,6 +287,7 @@ impl Outside {
         if hold {
             self.held_since.get_or_insert(step);
         } else {
+            self.flush_to_senders(net);
             self.held_since = None;
             self.held_bytes = 0;
         }
@@ -363,7 +379,7 @@ impl Outside {
         Some((e.step.min(steps), describe_event(e), format!("the run {what}")))
     }
 
-    fn watch(&self, fd: &OwnedFd, token: u64, events: u32) -> Result<(), RelayError> {
+    fn watch(&self, fd: &impl AsRawFd, token: u64, events: u32) -> Result<(), RelayError> {
         let mut ev = libc::epoll_event { events, u64: token };
         // SAFETY: epoll_ctl reads one live epoll_event.
         let rc = unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
@@ -382,10 +398,16 @@ impl Outside {
             let err = std::io::Error::last_os_error();
             return if err.kind() == std::io::ErrorKind::Interrupted { Ok(Vec::new()) } else { Err(RelayError::Broken(format!("epoll_wait: {err}"))) };
         }
-        let mut ready: Vec<(u64, usize)> = events[..n as usize].iter().map(|e| (e.u64 & 3, (e.u64 >> 2) as usize)).collect();
+        let tag_mask = (1 << TAG_BITS) - 1;
+        let mut ready: Vec<(u64, usize)> = events[..n as usize].iter().map(|e| (e.u64 & tag_mask, (e.u64 >> TAG_BITS) as usize)).collect();
         if n as usize == events.len() {
             // More may be ready than one call returns: look at every socket instead.
-            ready = (0..self.listeners.len()).map(|i| (TAG_LISTENER, i)).chain((0..self.streams.len()).flat_map(|i| [(TAG_INNER, i), (TAG_OUTER, i)])).collect();
+            ready = (0..self.listeners.len())
+                .map(|i| (TAG_LISTENER, i))
+                .chain((0..self.streams.len()).flat_map(|i| [(TAG_INNER, i), (TAG_OUTER, i)]))
+                .chain((0..self.datagram_sockets.len()).map(|i| (TAG_DGRAM_PUBLIC, i)))
+                .chain((0..self.peers.len()).map(|i| (TAG_DGRAM_PEER, i)))
+                .collect();
         }
         ready.sort_unstable_by_key(|&(tag, index)| (index, tag));
         ready.dedup();
@@ -558,7 +580,7 @@ impl Outside {
     }
 
     /// Replay: the recording's inputs of this step (new clients, their bytes, their EOF).
-    fn apply_recorded(&mut self, step: u64) -> Result<(), RelayError> {
+    fn apply_recorded(&mut self, step: u64, net: &mut NetProbe) -> Result<(), RelayError> {
         loop {
             let Some(r) = &mut self.replay else { return Ok(()) };
             let Some(e) = r.inputs.front().filter(|e| e.step <= step).cloned() else { return Ok(()) };
@@ -608,7 +630,22 @@ impl Outside {
                     self.changed = true;
                     self.events.push(e);
                 }
-                OutsideWhat::Signal(_) | OutsideWhat::Output(_) | OutsideWhat::OutputClosed => {}
+                OutsideWhat::Peer { socket } => {
+                    if *socket as usize >= self.datagram_sockets.len() || e.stream as usize != self.recorded_peers.len() {
+                        return Err(RelayError::Diverged {
+                            expected: describe_event(&e),
+                            seen: format!("{} UDP socket(s) and {} outside peer(s)", self.datagram_sockets.len(), self.recorded_peers.len()),
+                        });
+                    }
+                    self.open_peer(step, *socket as usize, None, true, net)?;
+                }
+                OutsideWhat::Datagram(bytes) => {
+                    let Some(peer) = self.recorded_peer(e.stream) else {
+                        return Err(RelayError::Diverged { expected: describe_event(&e), seen: "no such outside peer".into() });
+                    };
+                    self.to_program_datagram(step, peer, bytes.clone(), net);
+                }
+                OutsideWhat::Signal(_) | OutsideWhat::Output(_) | OutsideWhat::OutputClosed | OutsideWhat::DatagramOutput(_) => {}
             }
         }
     }
@@ -662,6 +699,9 @@ pub fn describe_event(e: &OutsideEvent) -> String {
         OutsideWhat::Signal(s) => format!("signal {s} passed on at step {}", e.step),
         OutsideWhat::Stdin(b) => format!("{} bytes {} on stdin at step {}", b.len(), shown(b), e.step),
         OutsideWhat::StdinClosed => format!("stdin to end at step {}", e.step),
+        OutsideWhat::Peer { socket } => format!("an outside peer to send to UDP socket {socket} (at step {}, outside peer {})", e.step, e.stream),
+        OutsideWhat::Datagram(b) => format!("a datagram of {} bytes {} from outside peer {} at step {}", b.len(), shown(b), e.stream, e.step),
+        OutsideWhat::DatagramOutput(b) => format!("the program to send a datagram of {} bytes {} to outside peer {} at step {}", b.len(), shown(b), e.stream, e.step),
     }
 }
 
@@ -726,7 +766,7 @@ pub fn quoted(bytes: &[u8], max: usize) -> String {
 }
 
 fn token(tag: u64, index: u64) -> u64 {
-    (index << 2) | tag
+    index << TAG_BITS | tag
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> Result<(), RelayError> {

@@ -31,7 +31,7 @@ pub use writer::{decision_bytes, encode, write_file};
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"DARATRC\0";
 /// Version of the layout described in docs/trace-format.md.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// Largest header JSON a reader accepts (and a writer produces).
 pub const MAX_HEADER_BYTES: u32 = 1 << 20;
 /// Largest outcome JSON a reader accepts (and a writer produces).
@@ -55,6 +55,9 @@ pub(crate) const OUTSIDE_OUTPUT_CLOSED: u8 = 4;
 pub(crate) const OUTSIDE_SIGNAL: u8 = 5;
 pub(crate) const OUTSIDE_STDIN: u8 = 6;
 pub(crate) const OUTSIDE_STDIN_CLOSED: u8 = 7;
+pub(crate) const OUTSIDE_PEER: u8 = 8;
+pub(crate) const OUTSIDE_DATAGRAM: u8 = 9;
+pub(crate) const OUTSIDE_DATAGRAM_OUTPUT: u8 = 10;
 /// The smallest encoded outside event (step delta, kind, stream), and the most bytes one carries.
 pub(crate) const MIN_OUTSIDE_BYTES: usize = 3;
 pub(crate) const MAX_OUTSIDE_BYTES: usize = 64 << 20;

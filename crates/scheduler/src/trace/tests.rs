@@ -137,6 +137,9 @@ fn sample_outside() -> Vec<crate::outside::OutsideEvent> {
         OutsideEvent { step: 40, stream: 0, what: Close },
         OutsideEvent { step: 41, stream: 0, what: Stdin(b"yes\n".to_vec()) },
         OutsideEvent { step: 41, stream: 0, what: StdinClosed },
+        OutsideEvent { step: 42, stream: 0, what: Peer { socket: 1 } },
+        OutsideEvent { step: 42, stream: 0, what: Datagram(b"ping".to_vec()) },
+        OutsideEvent { step: 45, stream: 0, what: DatagramOutput(b"pong".to_vec()) },
     ]
 }
 
@@ -359,25 +362,27 @@ fn every_single_bit_flip_is_rejected() {
 #[test]
 fn foreign_and_future_files() {
     let mut b = encode(&sample_trace());
-    b[8..12].copy_from_slice(&5u32.to_le_bytes());
+    b[8..12].copy_from_slice(&6u32.to_le_bytes());
     assert!(matches!(
         decode(&b, "f"),
         Err(TraceError::Version {
-            found: 5,
-            expected: 4,
+            found: 6,
+            expected: 5,
             ..
         })
     ));
     assert!(matches!(
         decode(&b[..12], "f"),
-        Err(TraceError::Version { found: 5, .. })
+        Err(TraceError::Version { found: 6, .. })
     ));
     b[8..12].copy_from_slice(&1u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 1, expected: 4, .. })), "version 1 (no coverage) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 1, expected: 5, .. })), "version 1 (no coverage) is refused");
     b[8..12].copy_from_slice(&2u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 2, expected: 4, .. })), "version 2 (no faults) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 2, expected: 5, .. })), "version 2 (no faults) is refused");
     b[8..12].copy_from_slice(&3u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 3, expected: 4, .. })), "version 3 (no outside section) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 3, expected: 5, .. })), "version 3 (no outside section) is refused");
+    b[8..12].copy_from_slice(&4u32.to_le_bytes());
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 4, expected: 5, .. })), "version 4 (no outside datagrams) is refused");
     b[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 0, .. })));
 
