@@ -60,7 +60,7 @@ pub const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 /// Most `pollfd` entries read from a target's poll/select.
 const MAX_POLL_ENTRIES: usize = 4096;
 /// `tcpi_state` of a connection that is over (reset, or both sides closed).
-const TCP_CLOSE: u8 = 7;
+pub(crate) const TCP_CLOSE: u8 = 7;
 /// `SO_MEMINFO` from `<asm-generic/socket.h>`: a socket's memory counters, drops included.
 const SO_MEMINFO: libc::c_int = 55;
 const ANON_INODE_KEY: u64 = 1 << 63;
@@ -275,7 +275,9 @@ impl NetProbe {
                 let revents = self.settled_poll(&dup, ep, libc::POLLIN)?;
                 let ready = revents != 0;
                 let mut preview = [0u8; 4];
-                let peeked = match (ready && request.op == Op::NetRecv, ep.kind) {
+                // A peek would consume a pending error (a reset) the program must read itself.
+                let peekable = ready && request.op == Op::NetRecv && revents & libc::POLLERR == 0;
+                let peeked = match (peekable, ep.kind) {
                     (false, _) => 0,
                     (true, kind::UDP) => {
                         let (n, from) = peek_from(&dup, &mut preview);

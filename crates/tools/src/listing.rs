@@ -80,6 +80,7 @@ fn outside_line(e: &dara_scheduler::outside::OutsideEvent) -> String {
         Connect { listener } => format!("c{} connects to listening socket {listener}", e.stream),
         Data(b) => format!("c{} sends {}", e.stream, bytes(b)),
         Close => format!("c{} closes", e.stream),
+        Reset => format!("c{} resets the connection", e.stream),
         Output(b) => format!("c{} receives {}", e.stream, bytes(b)),
         OutputClosed => format!("c{} sees the program close", e.stream),
         Signal(s) => format!("signal {} to every process", dara_scheduler::execution::signal_name(*s)),

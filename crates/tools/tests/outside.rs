@@ -433,3 +433,37 @@ fn outside_udp_senders_are_recorded_and_replay_offline() {
     assert_no_survivors(&program);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
+
+/// An outside client that resets its connection (SO_LINGER 0, then close) is recorded as a reset,
+/// and the program reads `ECONNRESET` from dara's end, in the recording and in every replay.
+#[test]
+fn an_outside_reset_is_recorded_and_replayed() {
+    let program = private_copy(&fixture("outside_kv"), "outside_reset");
+    let rec = Recording::start("outside_reset", &program, &[]);
+    let mut a = rec.client();
+    assert_eq!(a.ask("SET a 1"), "OK");
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: setsockopt reads one live linger struct from our own socket.
+    let rc = unsafe { libc::setsockopt(std::os::fd::AsRawFd::as_raw_fd(&a.stream), libc::SOL_SOCKET, libc::SO_LINGER, (&linger as *const libc::linger).cast(), std::mem::size_of::<libc::linger>() as libc::socklen_t) };
+    assert_eq!(rc, 0);
+    drop(a);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut b = rec.client();
+    assert_eq!(b.ask("SHUTDOWN"), "DOWN");
+    drop(b);
+    let (code, stdout, trace_path) = rec.finish();
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("a client reset its connection"), "{stdout}");
+    let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    let resets: Vec<u32> = trace.outside.iter().filter(|e| e.what == OutsideWhat::Reset).map(|e| e.stream).collect();
+    assert_eq!(resets, [0], "{:?}", trace.outside);
+    for i in 0..5 {
+        let replay = dara_replay(&["-q", trace_path.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(replay.code, 0, "replay {i}\n{}", replay.text());
+        assert!(replay.stdout.contains("(same as recorded)") && replay.stdout.contains("a client reset its connection"), "replay {i}\n{}", replay.text());
+    }
+    let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("c0 resets the connection"), "{}", verify.stdout);
+    assert_no_survivors(&program);
+}

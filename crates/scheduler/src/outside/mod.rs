@@ -91,6 +91,8 @@ pub enum OutsideWhat {
     Data(Vec<u8>),
     /// The outside peer closed its side (the program reads end-of-file).
     Close,
+    /// The outside peer reset the connection (the program reads `ECONNRESET`).
+    Reset,
     /// Bytes the program sent to the outside peer (compared in a replay).
     Output(Vec<u8>),
     /// The program closed or shut down its sending side (compared in a replay).

@@ -74,8 +74,10 @@ struct Stream {
     to_inner: Vec<u8>,
     /// Bytes from the program not yet written to the client.
     to_outer: Vec<u8>,
-    /// The client closed its side; `closed_inner`: the program has been told (FIN).
+    /// The client closed its side (`outer_reset`: with a reset); `closed_inner`: the program has
+    /// been told (FIN, or a reset).
     outer_eof: bool,
+    outer_reset: bool,
     closed_inner: bool,
     /// The program closed its side.
     inner_eof: bool,
@@ -458,7 +460,7 @@ impl Outside {
             self.events.push(OutsideEvent { step, stream: stream as u32, what: OutsideWhat::Connect { listener: index as u32 } });
         }
         self.changed = true;
-        self.streams.push(Stream { inner: Some(inner), inner_addrs, outer, recorded, to_inner: Vec::new(), to_outer: Vec::new(), outer_eof: false, closed_inner: false, inner_eof: false });
+        self.streams.push(Stream { inner: Some(inner), inner_addrs, outer, recorded, to_inner: Vec::new(), to_outer: Vec::new(), outer_eof: false, outer_reset: false, closed_inner: false, inner_eof: false });
         Ok(())
     }
 
@@ -469,10 +471,11 @@ impl Outside {
         while !s.outer_eof && s.to_inner.len() < INBOUND_BUFFER {
             let max = CHUNK.min(INBOUND_BUFFER - s.to_inner.len());
             match read_some(outer, &mut s.to_inner, max) {
-                Some(0) => s.outer_eof = true,
-                Some(n) if n < max => break, // drained for now: the next pump hears of more
-                Some(_) => {}
-                None => break,
+                Read::End => s.outer_eof = true,
+                Read::Reset => (s.outer_eof, s.outer_reset) = (true, true),
+                Read::Bytes(n) if n < max => break, // drained for now: the next pump hears of more
+                Read::Bytes(_) => {}
+                Read::Nothing => break,
             }
         }
         if s.outer_eof && s.to_outer.is_empty() && s.inner_eof {
@@ -499,13 +502,41 @@ impl Outside {
         let s = &mut self.streams[index];
         if s.outer_eof && s.to_inner.is_empty() && !s.closed_inner {
             s.closed_inner = true;
-            if let Some(inner) = &s.inner {
-                close_sending_side(inner, s.inner_addrs, self.diag.as_ref())?;
-            }
+            let reset = s.outer_reset;
+            let what = if reset { OutsideWhat::Reset } else { OutsideWhat::Close };
+            self.end_inner(index, reset)?;
             self.changed = true;
-            if s.recorded {
-                self.events.push(OutsideEvent { step, stream: index as u32, what: OutsideWhat::Close });
+            if self.streams[index].recorded {
+                self.events.push(OutsideEvent { step, stream: index as u32, what });
             }
+        }
+        Ok(())
+    }
+
+    /// Tells the program that the client is gone: a FIN after everything it sent, or (`reset`) a
+    /// reset, after which dara's end of the connection is closed. Settled either way: the
+    /// program's socket shows it before anything is probed.
+    fn end_inner(&mut self, index: usize, reset: bool) -> Result<(), RelayError> {
+        let s = &mut self.streams[index];
+        let Some(inner) = &s.inner else { return Ok(()) };
+        if !reset {
+            return close_sending_side(inner, s.inner_addrs, self.diag.as_ref());
+        }
+        let program_end = s.inner_addrs.map(|(local, remote)| (remote, local));
+        let unspec = libc::sockaddr { sa_family: libc::AF_UNSPEC as libc::sa_family_t, sa_data: [0; 14] };
+        // SAFETY: connect reads a sockaddr of the given length from a live local; with AF_UNSPEC
+        // it disconnects the socket, sending a reset.
+        unsafe { libc::connect(inner.as_raw_fd(), &unspec, std::mem::size_of::<libc::sockaddr>() as libc::socklen_t) };
+        (s.inner, s.inner_eof) = (None, true);
+        let (Some((local, remote)), Some(diag)) = (program_end, self.diag.as_ref()) else { return Ok(()) };
+        let started = Instant::now();
+        // Gone, closed, or (when the connection is gone) the listener the lookup falls back to.
+        const TCP_LISTEN: u8 = 10;
+        while diag.received(local, remote).is_some_and(|(state, _)| state != netprobe::TCP_CLOSE && state != TCP_LISTEN) {
+            if started.elapsed() > netprobe::SETTLE_LIMIT {
+                return Err(RelayError::Broken(format!("the program's end of a connection dara reset ({local}) did not see the reset within {} ms; the run was stopped", netprobe::SETTLE_LIMIT.as_millis())));
+            }
+            std::thread::yield_now();
         }
         Ok(())
     }
@@ -522,16 +553,16 @@ impl Outside {
         let mut eof = false;
         loop {
             match read_some(inner, scratch, CHUNK) {
-                Some(0) => {
+                Read::End | Read::Reset => {
                     eof = !s.inner_eof;
                     s.inner_eof = true;
                     break;
                 }
                 // The program's sends are settled: a short read took all there is, and an end
                 // of file behind the bytes shows at the next pump.
-                Some(n) if n < CHUNK => break,
-                Some(_) => {}
-                None => break,
+                Read::Bytes(n) if n < CHUNK => break,
+                Read::Bytes(_) => {}
+                Read::Nothing => break,
             }
         }
         let sent = scratch.to_vec();
@@ -605,13 +636,11 @@ impl Outside {
                     self.changed = true;
                     self.events.push(e);
                 }
-                OutsideWhat::Close => {
+                OutsideWhat::Close | OutsideWhat::Reset => {
                     if let Some(s) = self.streams.get_mut(e.stream as usize) {
                         s.outer_eof = true;
                         s.closed_inner = true;
-                        if let Some(inner) = &s.inner {
-                            close_sending_side(inner, s.inner_addrs, self.diag.as_ref())?;
-                        }
+                        self.end_inner(e.stream as usize, e.what == OutsideWhat::Reset)?;
                     }
                     self.changed = true;
                     self.events.push(e);
@@ -694,6 +723,7 @@ pub fn describe_event(e: &OutsideEvent) -> String {
         OutsideWhat::Connect { listener } => format!("an outside client to connect to listening socket {listener} ({at})"),
         OutsideWhat::Data(b) => format!("{} bytes from outside {} ({at})", b.len(), shown(b)),
         OutsideWhat::Close => format!("the outside peer to close ({at})"),
+        OutsideWhat::Reset => format!("the outside peer to reset the connection ({at})"),
         OutsideWhat::Output(b) => format!("the program to send {} bytes {} ({at})", b.len(), shown(b)),
         OutsideWhat::OutputClosed => format!("the program to close its side ({at})"),
         OutsideWhat::Signal(s) => format!("signal {s} passed on at step {}", e.step),
@@ -787,19 +817,35 @@ fn accept(listener: &OwnedFd) -> Option<OwnedFd> {
 
 /// Appends up to `max` bytes read from `fd` to `out`. Some(0) at end-of-file (or a reset),
 /// Some(n) bytes read, None when nothing is there now.
-fn read_some(fd: &OwnedFd, out: &mut Vec<u8>, max: usize) -> Option<usize> {
+/// What one read of a relay socket got.
+enum Read {
+    /// This many bytes (more than 0).
+    Bytes(usize),
+    /// End of file (or an error other than a reset: the connection is over).
+    End,
+    /// The peer reset the connection.
+    Reset,
+    /// Nothing now.
+    Nothing,
+}
+
+fn read_some(fd: &OwnedFd, out: &mut Vec<u8>, max: usize) -> Read {
     out.reserve(max);
     let spare = &mut out.spare_capacity_mut()[..max];
     // SAFETY: reads at most `max` bytes into the vector's reserved, unused capacity.
     let n = unsafe { libc::recv(fd.as_raw_fd(), spare.as_mut_ptr().cast(), max, libc::MSG_DONTWAIT) };
-    if n >= 0 {
+    if n > 0 {
         // SAFETY: the kernel initialised the first `n` bytes of the spare capacity.
         unsafe { out.set_len(out.len() + n as usize) };
-        return Some(n as usize);
+        return Read::Bytes(n as usize);
+    }
+    if n == 0 {
+        return Read::End;
     }
     match std::io::Error::last_os_error().raw_os_error() {
-        Some(libc::EAGAIN) | Some(libc::EINTR) => None,
-        _ => Some(0),
+        Some(libc::EAGAIN) | Some(libc::EINTR) => Read::Nothing,
+        Some(libc::ECONNRESET) => Read::Reset,
+        _ => Read::End,
     }
 }
 

@@ -58,6 +58,7 @@ pub(crate) const OUTSIDE_STDIN_CLOSED: u8 = 7;
 pub(crate) const OUTSIDE_PEER: u8 = 8;
 pub(crate) const OUTSIDE_DATAGRAM: u8 = 9;
 pub(crate) const OUTSIDE_DATAGRAM_OUTPUT: u8 = 10;
+pub(crate) const OUTSIDE_RESET: u8 = 11;
 /// The smallest encoded outside event (step delta, kind, stream), and the most bytes one carries.
 pub(crate) const MIN_OUTSIDE_BYTES: usize = 3;
 pub(crate) const MAX_OUTSIDE_BYTES: usize = 64 << 20;

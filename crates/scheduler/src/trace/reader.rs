@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use crate::choice::{Choice, ChoiceKind};
 use crate::outcome::Outcome;
 use crate::outside::{OutsideEvent, OutsideWhat};
-use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT};
+use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET};
 
 /// Reads and decodes the trace at `path`.
 pub fn read_file(path: &Path) -> Result<Trace, TraceError> {
@@ -142,6 +142,7 @@ fn decode_outside(c: &mut Cursor<'_>) -> Result<Vec<OutsideEvent>, TraceError> {
             OUTSIDE_PEER => OutsideWhat::Peer { socket: c.varint_u32(&field("socket"))? },
             OUTSIDE_DATAGRAM => OutsideWhat::Datagram(bytes(c)?),
             OUTSIDE_DATAGRAM_OUTPUT => OutsideWhat::DatagramOutput(bytes(c)?),
+            OUTSIDE_RESET => OutsideWhat::Reset,
             k => return Err(c.damaged(kind_at, field(&format!("has unknown kind {k}")))),
         };
         events.push(OutsideEvent { step, stream, what });

@@ -135,6 +135,7 @@ fn sample_outside() -> Vec<crate::outside::OutsideEvent> {
         OutsideEvent { step: 9, stream: 0, what: Output(vec![0, 255, 10, 13]) },
         OutsideEvent { step: 9, stream: 0, what: OutputClosed },
         OutsideEvent { step: 40, stream: 0, what: Close },
+        OutsideEvent { step: 40, stream: 1, what: Reset },
         OutsideEvent { step: 41, stream: 0, what: Stdin(b"yes\n".to_vec()) },
         OutsideEvent { step: 41, stream: 0, what: StdinClosed },
         OutsideEvent { step: 42, stream: 0, what: Peer { socket: 1 } },
