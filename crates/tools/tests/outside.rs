@@ -85,6 +85,16 @@ impl Client {
     }
 }
 
+/// Replays the recording `trace` `times` times with nobody outside: each ends as recorded (exit 0,
+/// "same as recorded") and prints `shows`.
+fn replays_as_recorded(trace: &Path, times: usize, shows: &str) {
+    for i in 0..times {
+        let replay = dara_replay(&["-q", trace.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(replay.code, 0, "replay {i}\n{}", replay.text());
+        assert!(replay.stdout.contains("(same as recorded)") && replay.stdout.contains(shows), "replay {i} (expected {shows:?})\n{}", replay.text());
+    }
+}
+
 /// Two outside clients, one after the other and then side by side, and a shutdown.
 fn converse(rec: &Recording) {
     let mut a = rec.client();
@@ -120,12 +130,7 @@ fn an_outside_client_is_recorded_and_replays_offline() {
     assert_eq!(send_steps, 0, "the server's sends were steps of the recording");
     assert_no_survivors(&program);
 
-    for i in 0..20 {
-        let replay = dara_replay(&["-q", trace_path.to_str().unwrap()], Duration::from_secs(60));
-        assert_eq!(replay.code, 0, "replay {i}\n{}", replay.text());
-        assert!(replay.stdout.contains("(same as recorded)"), "replay {i}\n{}", replay.text());
-        assert!(replay.stdout.contains("served 8 requests"), "replay {i}: the server saw the same requests\n{}", replay.text());
-    }
+    replays_as_recorded(&trace_path, 20, "served 8 requests");
     let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(verify.code, 0, "{}", verify.text());
     assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
@@ -317,11 +322,7 @@ fn a_recording_sends_and_receives_without_steps_and_a_polling_loop_still_yields(
         recorded.push(out.join("trace.bin"));
     }
     same_decisions(&recorded[0], &recorded[1]);
-    for i in 0..20 {
-        let replay = dara_replay(&["-q", recorded[0].to_str().unwrap()], Duration::from_secs(60));
-        assert_eq!(replay.code, 0, "replay {i}\n{}", replay.text());
-        assert!(replay.stdout.contains("(same as recorded)"), "replay {i}\n{}", replay.text());
-    }
+    replays_as_recorded(&recorded[0], 20, "received m1m2m3 after");
     let verify = dara_replay(&["-q", "--verify", recorded[0].to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(verify.code, 0, "{}", verify.text());
     assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
@@ -411,11 +412,7 @@ fn outside_udp_senders_are_recorded_and_replay_offline() {
     assert_eq!(of(0, false), [b"one".to_vec(), b"three".to_vec()]);
     assert_eq!(of(1, true), [b"echo:two".to_vec(), b"bye".to_vec()]);
 
-    for i in 0..20 {
-        let replay = dara_replay(&["-q", trace_path.to_str().unwrap()], Duration::from_secs(60));
-        assert_eq!(replay.code, 0, "replay {i}\n{}", replay.text());
-        assert!(replay.stdout.contains("(same as recorded)") && replay.stdout.contains("served 4 datagrams"), "replay {i}\n{}", replay.text());
-    }
+    replays_as_recorded(&trace_path, 20, "served 4 datagrams");
     let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(verify.code, 0, "{}", verify.text());
     assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
@@ -457,11 +454,7 @@ fn an_outside_reset_is_recorded_and_replayed() {
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
     let resets: Vec<u32> = trace.outside.iter().filter(|e| e.what == OutsideWhat::Reset).map(|e| e.stream).collect();
     assert_eq!(resets, [0], "{:?}", trace.outside);
-    for i in 0..5 {
-        let replay = dara_replay(&["-q", trace_path.to_str().unwrap()], Duration::from_secs(60));
-        assert_eq!(replay.code, 0, "replay {i}\n{}", replay.text());
-        assert!(replay.stdout.contains("(same as recorded)") && replay.stdout.contains("a client reset its connection"), "replay {i}\n{}", replay.text());
-    }
+    replays_as_recorded(&trace_path, 5, "a client reset its connection");
     let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(verify.code, 0, "{}", verify.text());
     assert!(verify.stdout.contains("c0 resets the connection"), "{}", verify.stdout);
