@@ -34,7 +34,7 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 9;
+pub const VERSION: u32 = 10;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -182,6 +182,12 @@ pub enum Op {
     /// function while the process still exists. args: [signal, pc, fault address]. Granted at
     /// once, without a decision.
     Fault = 86,
+    /// A caught signal was pending for the thread when it came back from a grant (blocked while
+    /// it was parked), sent by someone other than the kernel: args: [signal, sender pid,
+    /// `si_code`]. Posted before the thread lets the signal through, so the scheduler can tell
+    /// dara's and traced senders from outside ones (recorded in a recording, to be sent to the
+    /// same thread with the same grant in its replay). Granted at once, without a decision.
+    SignalArrived = 87,
 
     /// About to `fork` (also `vfork`, run as a fork). Granted at once; after the grant the
     /// parent claims the child's slot (STARTING) and process entry, forks, and the child posts
@@ -313,6 +319,7 @@ impl Op {
             84 => MemoryWrite,
             85 => EdgeQuantum,
             86 => Fault,
+            87 => SignalArrived,
             110 => ProcessFork,
             111 => ProcessExec,
             112 => ProcessWait,
@@ -377,6 +384,7 @@ impl Op {
             MemoryWrite => "write",
             EdgeQuantum => "edge-quantum",
             Fault => "fault",
+            SignalArrived => "signal-arrived",
             ProcessFork => "fork",
             ProcessExec => "exec",
             ProcessWait => "wait",

@@ -135,6 +135,41 @@ impl Gated {
 }
 
 impl Gated {
+    /// Tells the scheduler who sent the caught signals pending for this thread (blocked while it
+    /// was parked; about to be let through): each one is taken off the queue to read its sender,
+    /// posted as [`Op::SignalArrived`] unless the kernel raised it, and queued again to itself
+    /// as it was. One `rt_sigpending` when nothing is pending.
+    fn tell_signals(&self) {
+        let parked = crate::hooks::signal::caught() & PARKED_MASK;
+        let mut pending: u64 = 0;
+        // SAFETY: rt_sigpending writes one 8-byte set into a live local.
+        unsafe { sys::syscall(libc::SYS_rt_sigpending, &[&mut pending as *mut u64 as u64, 8]) };
+        let mut due = pending & parked;
+        while due != 0 {
+            let sig = due.trailing_zeros() as i32 + 1;
+            due &= due - 1;
+            let only: u64 = 1 << (sig - 1);
+            let mut info = [0u64; 16]; // a siginfo_t (128 bytes)
+            let zero = timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: rt_sigtimedwait reads one set and a timeout and writes one siginfo_t, all live
+            // locals; the signal is blocked, so this takes it off the queue.
+            let got = unsafe { sys::syscall(libc::SYS_rt_sigtimedwait, &[&only as *const u64 as u64, info.as_mut_ptr() as u64, &zero as *const timespec as u64, 8]) };
+            if got != i64::from(sig) {
+                continue;
+            }
+            // siginfo_t: si_signo, si_errno, si_code (ints at 0, 4, 8), then the sender's pid at 16.
+            let code = info[1] as u32 as i32;
+            let sender = info[2] as u32;
+            if code <= 0 {
+                // Sent by a process (kill, sigqueue, tgkill), not raised by the kernel.
+                handoff(self.slot, Op::SignalArrived, [sig as u64, u64::from(sender), code as u32 as u64, 0]);
+                self.slot.state.store(state::RUNNING, Ordering::Release);
+            }
+            // SAFETY: queues the same siginfo to this very thread (allowed for any si_code).
+            unsafe { sys::syscall(libc::SYS_rt_tgsigqueueinfo, &[sys::getpid() as u64, sys::gettid() as u64, sig as u64, info.as_ptr() as u64]) };
+        }
+    }
+
     /// Posts the acquisitions the solo fast path made without a post (see [`solo`]).
     #[inline]
     fn flush_solo(&self) {
@@ -147,11 +182,14 @@ impl Gated {
 
 impl Drop for Gated {
     fn drop(&mut self) {
-        INSIDE.with(|g| g.set(false));
         // Caught signals that arrived while the thread was parked are delivered now, as it
         // returns to the program: not inside the preload, where a handler's own hooked calls
         // would run unseen. In the SIGSYS handler the kernel restores the program's mask on
         // return from it, which delivers them then.
+        if PARKED_SAVED.with(|m| m.get()).is_some() && !IN_TRAP.with(|t| t.get()) {
+            self.tell_signals();
+        }
+        INSIDE.with(|g| g.set(false));
         if let Some(mask) = PARKED_SAVED.with(|m| m.take()) {
             if !IN_TRAP.with(|t| t.get()) {
                 // SAFETY: rt_sigprocmask reads one live 8-byte set.
@@ -249,7 +287,9 @@ fn handoff(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
     // the same point of every run. SIGSYS and the synchronous fault signals stay open; signals at
     // their default action too (a terminated process dies at once, and the scheduler waits).
     // The mask stays so until the thread leaves the preload (see `Gated::drop`).
-    // A program that catches no signal (most) pays nothing for this.
+    // Coming back, the thread tells the scheduler who sent any of them (`Gated::tell_signals`:
+    // dara records a signal from outside). A program that catches no signal (most) pays nothing
+    // for this; one that does pays an `rt_sigpending` per post besides the two mask changes.
     let parked = crate::hooks::signal::caught() & PARKED_MASK;
     if parked != 0 && PARKED_SAVED.with(|m| m.get()).is_none() {
         let mut saved_mask: u64 = 0;

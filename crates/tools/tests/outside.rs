@@ -460,3 +460,33 @@ fn an_outside_reset_is_recorded_and_replayed() {
     assert!(verify.stdout.contains("c0 resets the connection"), "{}", verify.stdout);
     assert_no_survivors(&program);
 }
+
+/// A signal sent straight to the server's pid (not to dara-trace) while it waits is recorded as
+/// reaching the thread that let it through, with that thread's grant; the replay sends it to the
+/// same thread with the same grant, so the server stops at the same point every time.
+#[test]
+fn a_signal_sent_straight_to_the_server_is_recorded_and_replayed() {
+    let program = private_copy(&fixture("outside_kv"), "outside_direct_signal");
+    let rec = Recording::start("outside_direct_signal", &program, &[]);
+    let mut a = rec.client();
+    assert_eq!(a.ask("SET a 1"), "OK");
+    let server: Vec<u32> = processes_mentioning(program.to_str().unwrap())
+        .into_iter()
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe == program))
+        .collect();
+    assert_eq!(server.len(), 1, "the server process: {server:?}");
+    // SAFETY: signalling the server process this test started (through dara-trace).
+    assert_eq!(unsafe { libc::kill(server[0] as i32, libc::SIGTERM) }, 0);
+    let (code, stdout, trace_path) = rec.finish();
+    drop(a);
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("signal 15"), "{stdout}");
+    let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    let direct = trace.outside.iter().filter(|e| e.what == OutsideWhat::Signal(libc::SIGTERM) && e.stream != 0).count();
+    assert_eq!(direct, 1, "{:?}", trace.outside);
+    replays_as_recorded(&trace_path, 5, "signal 15");
+    let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("signal SIGTERM from outside to thread"), "{}", verify.stdout);
+    assert_no_survivors(&program);
+}

@@ -443,6 +443,7 @@ impl<'a> Execution<'a> {
             };
             self.steps.push(Step { choice, result, now_ns: self.model.now() });
             if let Some(result) = result {
+                self.replay_signals_with_grant(step, choice.thread);
                 self.grant(choice.thread, choice.op, result);
             }
         }
@@ -638,6 +639,21 @@ impl<'a> Execution<'a> {
         let traced: Vec<u32> = self.processes.values().filter(|r| r.alive).map(|r| r.pid).collect();
         let found = listeners.into_iter().find(|&inode| traced.iter().any(|&p| procfs::holds_socket(p, inode)));
         found.map(|inode| self.traced_listeners.insert(inode)).is_some()
+    }
+
+    /// Replay: sends `thread` the signals that reached it from outside with the grant of `step`
+    /// in the recording; it lets them through as it comes back from the grant, as it did then.
+    fn replay_signals_with_grant(&mut self, step: u64, thread: ThreadId) {
+        let Some(outside) = self.outside.as_mut() else { return };
+        let signals = outside.signals_with_grant(step, thread);
+        if signals.is_empty() {
+            return;
+        }
+        let (pid, tid) = (self.pid_of(thread), self.region.slot(thread as usize).tid.load(Ordering::Acquire));
+        for sig in signals {
+            // SAFETY: tgkill takes integers; the thread is parked in the target, blocking the signal.
+            unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::c_long, tid as libc::c_long, sig as libc::c_long) };
+        }
     }
 
     /// Hands the token to `thread` with `result`.
@@ -861,6 +877,13 @@ impl<'a> Execution<'a> {
                 self.note_fault(thread, process, args);
                 return None;
             }
+            Op::SignalArrived => {
+                if let Some(outcome) = self.signal_arrived(thread, args) {
+                    return Some(outcome);
+                }
+                self.grant(thread, Op::SignalArrived, 0);
+                return None;
+            }
             Op::Held => {
                 // A lock taken without a post (see the preload's `solo`): the model learns its
                 // owner, and the thread goes on, with no decision and no step.
@@ -887,6 +910,29 @@ impl<'a> Execution<'a> {
         self.note_modules(process, op);
         self.model.post(thread, Request { op, args });
         None
+    }
+
+    /// A signal sent by a process (not raised by the kernel) reached `thread` with its last grant
+    /// (`args`: signal, sender pid, si_code). From dara or a traced process it is part of the run.
+    /// From outside, a recording records it (its replay sends it to the same thread with the same
+    /// grant); anywhere else it is input dara neither controls nor records: the run stops.
+    fn signal_arrived(&mut self, thread: ThreadId, args: [u64; 4]) -> Option<Outcome> {
+        let (sig, sender) = (args[0] as i32, args[1] as u32);
+        if sender == std::process::id() || self.processes.values().any(|p| p.pid == sender) {
+            return None;
+        }
+        let step = (self.steps.len() as u64).saturating_sub(1);
+        match self.outside.as_mut() {
+            Some(outside) if outside.live() => {
+                outside.signal_with_grant(step, thread, sig);
+                None
+            }
+            _ => Some(Outcome::Uncontrolled {
+                thread,
+                syscall: "signal".into(),
+                detail: format!("signal {} from process {sender}, which dara does not trace, reached thread {thread}: a signal from outside is input dara controls only in a recording (send it to dara-trace to have it passed on)", signal_name(sig)),
+            }),
+        }
     }
 
     /// A thread is dying of a fault: name the faulting function while the process still exists,

@@ -201,6 +201,7 @@ impl Model {
             | Op::Yield
             | Op::EdgeQuantum
             | Op::Fault
+            | Op::SignalArrived
             | Op::Held
             | Op::ProcessFork
             | Op::ProcessExec

@@ -149,6 +149,7 @@ impl Request {
             | Op::Yield
             | Op::EdgeQuantum
             | Op::Fault
+            | Op::SignalArrived
             | Op::ProcessFork
             | Op::ProcessExec
             | Op::ProcessWait

@@ -128,6 +128,8 @@ struct StdinPipe {
 struct Replaying {
     inputs: VecDeque<OutsideEvent>,
     signals: VecDeque<OutsideEvent>,
+    /// Signals sent to one thread with one grant (`stream` = thread + 1).
+    grant_signals: VecDeque<OutsideEvent>,
     outputs: VecDeque<OutsideEvent>,
 }
 
@@ -240,6 +242,29 @@ impl Outside {
             self.events.push(OutsideEvent { step, stream: 0, what: OutsideWhat::Signal(s) });
         }
         signals
+    }
+
+    /// A signal sent to `thread` straight from outside reached it with the grant of `step`
+    /// (recording): recorded, to be sent to the same thread with the same grant in the replay.
+    pub fn signal_with_grant(&mut self, step: u64, thread: u32, sig: i32) {
+        self.events.push(OutsideEvent { step, stream: thread + 1, what: OutsideWhat::Signal(sig) });
+    }
+
+    /// Replay: the signals to send to `thread` before it is granted `step` (see
+    /// [`Outside::signal_with_grant`]).
+    pub fn signals_with_grant(&mut self, step: u64, thread: u32) -> Vec<i32> {
+        let Some(r) = &mut self.replay else { return Vec::new() };
+        let mut found = Vec::new();
+        while let Some(e) = r.grant_signals.front().filter(|e| e.step <= step) {
+            if let (true, OutsideWhat::Signal(s)) = (e.step == step && e.stream == thread + 1, &e.what) {
+                found.push(*s);
+            }
+            r.grant_signals.pop_front();
+        }
+        for &s in &found {
+            self.events.push(OutsideEvent { step, stream: thread + 1, what: OutsideWhat::Signal(s) });
+        }
+        found
     }
 
     /// Moves what is waiting at the boundary, before the decision of `step`: first what the
@@ -376,7 +401,7 @@ impl Outside {
     /// Replay: recorded outputs nobody produced, once the run is over.
     pub fn finish(&self, steps: u64) -> Option<(u64, String, String)> {
         let r = self.replay.as_ref()?;
-        let e = r.outputs.front().or_else(|| r.inputs.front()).or_else(|| r.signals.front())?;
+        let e = r.outputs.front().or_else(|| r.inputs.front()).or_else(|| r.signals.front()).or_else(|| r.grant_signals.front())?;
         let what = if e.what.is_output() { "did not send it" } else { "ended before it was delivered" };
         Some((e.step.min(steps), describe_event(e), format!("the run {what}")))
     }
@@ -712,7 +737,8 @@ impl Replaying {
     fn new(events: &Arc<Vec<OutsideEvent>>) -> Replaying {
         let (outputs, rest): (Vec<_>, Vec<_>) = events.iter().cloned().partition(|e| e.what.is_output());
         let (signals, inputs): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::Signal(_)));
-        Replaying { inputs: inputs.into(), signals: signals.into(), outputs: outputs.into() }
+        let (grant_signals, signals): (Vec<_>, Vec<_>) = signals.into_iter().partition(|e| e.stream != 0);
+        Replaying { inputs: inputs.into(), signals: signals.into(), grant_signals: grant_signals.into(), outputs: outputs.into() }
     }
 }
 
@@ -726,7 +752,8 @@ pub fn describe_event(e: &OutsideEvent) -> String {
         OutsideWhat::Reset => format!("the outside peer to reset the connection ({at})"),
         OutsideWhat::Output(b) => format!("the program to send {} bytes {} ({at})", b.len(), shown(b)),
         OutsideWhat::OutputClosed => format!("the program to close its side ({at})"),
-        OutsideWhat::Signal(s) => format!("signal {s} passed on at step {}", e.step),
+        OutsideWhat::Signal(s) if e.stream == 0 => format!("signal {s} passed on at step {}", e.step),
+        OutsideWhat::Signal(s) => format!("signal {s} sent to thread {} with the grant of step {}", e.stream - 1, e.step),
         OutsideWhat::Stdin(b) => format!("{} bytes {} on stdin at step {}", b.len(), shown(b), e.step),
         OutsideWhat::StdinClosed => format!("stdin to end at step {}", e.step),
         OutsideWhat::Peer { socket } => format!("an outside peer to send to UDP socket {socket} (at step {}, outside peer {})", e.step, e.stream),
