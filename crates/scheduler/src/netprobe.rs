@@ -61,6 +61,8 @@ pub const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 const MAX_POLL_ENTRIES: usize = 4096;
 /// `tcpi_state` of a connection that is over (reset, or both sides closed).
 pub(crate) const TCP_CLOSE: u8 = 7;
+/// `tcpi_state` of a listening socket.
+pub(crate) const TCP_LISTEN: u8 = 10;
 /// `SO_MEMINFO` from `<asm-generic/socket.h>`: a socket's memory counters, drops included.
 const SO_MEMINFO: libc::c_int = 55;
 const ANON_INODE_KEY: u64 = 1 << 63;
@@ -900,7 +902,13 @@ fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&So
         return received >= t.sent;
     }
     let Some(diag) = diag else { return false };
-    diag.received(remote, local).is_some_and(|(state, received)| received >= t.sent && !(fin && FIN_NOT_SEEN.contains(&state)))
+    match diag.received(remote, local) {
+        // The exact lookup falls back to the listener when the connection is gone: nothing will
+        // ever take the bytes, so there is nothing to wait for.
+        Some((TCP_LISTEN, _)) => true,
+        Some((state, received)) => received >= t.sent && !(fin && FIN_NOT_SEEN.contains(&state)),
+        None => false,
+    }
 }
 
 /// A send made without a post, to a peer that is dara's own socket (`total`: the sender's local

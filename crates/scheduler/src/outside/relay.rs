@@ -556,8 +556,7 @@ impl Outside {
         let (Some((local, remote)), Some(diag)) = (program_end, self.diag.as_ref()) else { return Ok(()) };
         let started = Instant::now();
         // Gone, closed, or (when the connection is gone) the listener the lookup falls back to.
-        const TCP_LISTEN: u8 = 10;
-        while diag.received(local, remote).is_some_and(|(state, _)| state != netprobe::TCP_CLOSE && state != TCP_LISTEN) {
+        while diag.received(local, remote).is_some_and(|(state, _)| state != netprobe::TCP_CLOSE && state != netprobe::TCP_LISTEN) {
             if started.elapsed() > netprobe::SETTLE_LIMIT {
                 return Err(RelayError::Broken(format!("the program's end of a connection dara reset ({local}) did not see the reset within {} ms; the run was stopped", netprobe::SETTLE_LIMIT.as_millis())));
             }
