@@ -476,10 +476,11 @@ impl<'a> Execution<'a> {
     /// are left, which fire at their real time), waits for it. Ok(true) when something came (look
     /// again), Ok(false) to decide now.
     ///
-    /// A thread waiting for a datagram, or for a client of a Unix-domain listening socket, waits for
-    /// an outside peer too (a UDP or Unix-socket server): dara relays neither, so it looks at the
-    /// program's sockets again every [`UNRELAYED_POLL`], and a peer from outside stops the run as
-    /// uncontrolled (see `NetProbe::view`) instead of the run calling it a deadlock.
+    /// A thread waiting for a datagram on a socket it never bound (an answer from a UDP server),
+    /// or for a client of a Unix-domain listening socket, waits for an outside peer too: dara
+    /// relays neither, so it looks at the program's sockets again every [`UNRELAYED_POLL`], and a
+    /// peer from outside stops the run as uncontrolled (see `NetProbe::view`) instead of the run
+    /// calling it a deadlock.
     fn await_outside(&mut self, choices: &[crate::choice::Choice], stop: &AtomicBool) -> Result<bool, Outcome> {
         let Some((live, may_receive)) = self.outside.as_ref().map(|o| (o.live(), o.may_receive())) else { return Ok(false) };
         let only_timers = choices.iter().all(|c| c.kind == crate::choice::ChoiceKind::Timeout);

@@ -29,6 +29,7 @@ pub(super) struct DatagramSocket {
     process: ProcessId,
     fd: i32,
     public: Option<UdpSocket>,
+    public_port: u16,
     twin: SocketAddr,
 }
 
@@ -52,8 +53,9 @@ impl Outside {
     pub fn add_datagram_socket(&mut self, process: ProcessId, fd: i32, public: OwnedFd, twin: SocketAddr) -> Result<(), RelayError> {
         let public = UdpSocket::from(public);
         public.set_nonblocking(true).map_err(|e| RelayError::Broken(format!("O_NONBLOCK: {e}")))?;
+        let public_port = public.local_addr().map_or(0, |a| a.port());
         self.watch(&public, token(TAG_DGRAM_PUBLIC, self.datagram_sockets.len() as u64), libc::EPOLLIN as u32)?;
-        self.datagram_sockets.push(DatagramSocket { process, fd, public: Some(public), twin });
+        self.datagram_sockets.push(DatagramSocket { process, fd, public: Some(public), public_port, twin });
         Ok(())
     }
 
@@ -98,7 +100,7 @@ impl Outside {
     pub(super) fn datagrams_from_senders(&mut self, step: u64, ready: &[(u64, usize)], net: &mut NetProbe) -> Result<(), RelayError> {
         for socket in 0..self.datagram_sockets.len() {
             let Some(public) = &self.datagram_sockets[socket].public else { continue };
-            let owed = public.local_addr().map_or(0, |a| net.take_owed_datagrams(a.port()));
+            let owed = net.take_owed_datagrams(self.datagram_sockets[socket].public_port);
             if owed == 0 && !ready.contains(&(TAG_DGRAM_PUBLIC, socket)) {
                 continue;
             }
