@@ -34,7 +34,7 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 10;
+pub const VERSION: u32 = 11;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -546,7 +546,26 @@ pub struct Header {
     /// the launch, before any grant). Writes to them never block (dara drains them), so they are
     /// not network descriptors; every other pipe is.
     pub output_pipes: [AtomicU64; 2],
+    /// Connections dara relays to the program (a recording or its replay), by dara's end: the
+    /// program is shown the client's address as the peer of such a connection (`accept`,
+    /// `getpeername`), not dara's socket. Written by the scheduler before the program can accept
+    /// the connection; reused round-robin.
+    pub relayed: [RelayedPeer; MAX_RELAYED],
     pub processes: [ProcessEntry; MAX_PROCESSES],
+}
+
+/// Entries of [`Header::relayed`].
+pub const MAX_RELAYED: usize = 256;
+
+/// One relayed connection: dara's end is `relay_port` on loopback, the client is at `port` and
+/// `ip` (IPv4 in the first 4 bytes when `family` is `AF_INET`; `AF_INET6`: all 16).
+#[repr(C)]
+pub struct RelayedPeer {
+    /// 0: unused. Written last (Release), cleared first when the entry is reused.
+    pub relay_port: AtomicU32,
+    pub family: AtomicU32,
+    pub port: AtomicU32,
+    pub ip: [AtomicU32; 4],
 }
 
 /// Flags of [`Header::preempt_flags`] (written by the scheduler before the target starts).

@@ -77,7 +77,8 @@ fn outside_line(e: &dara_scheduler::outside::OutsideEvent) -> String {
     use dara_scheduler::outside::OutsideWhat::*;
     let bytes = |b: &[u8]| format!("{} bytes {}", b.len(), dara_scheduler::outside::quoted(b, 48));
     match &e.what {
-        Connect { listener } => format!("c{} connects to listening socket {listener}", e.stream),
+        Connect { listener, peer: Some(peer) } => format!("c{} connects to listening socket {listener} from {peer}", e.stream),
+        Connect { listener, peer: None } => format!("c{} connects to listening socket {listener}", e.stream),
         Data(b) => format!("c{} sends {}", e.stream, bytes(b)),
         Close => format!("c{} closes", e.stream),
         Reset => format!("c{} resets the connection", e.stream),

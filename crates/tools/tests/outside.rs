@@ -490,3 +490,26 @@ fn a_signal_sent_straight_to_the_server_is_recorded_and_replayed() {
     assert!(verify.stdout.contains("signal SIGTERM from outside to thread"), "{}", verify.stdout);
     assert_no_survivors(&program);
 }
+
+/// The program sees an outside client's own address as its peer (`accept`, `getpeername`), not
+/// dara's socket that relays it; the recording keeps the address and the replay shows the same
+/// one, with nobody outside (the answer is compared byte for byte).
+#[test]
+fn the_program_sees_the_outside_client_address_in_the_recording_and_the_replay() {
+    let program = private_copy(&fixture("outside_kv"), "outside_peer_address");
+    let rec = Recording::start("outside_peer_address", &program, &[]);
+    let mut a = rec.client();
+    let me = a.stream.local_addr().unwrap();
+    assert_eq!(a.ask("PEER"), format!("PEER {me} {me}"));
+    assert_eq!(a.ask("SHUTDOWN"), "DOWN");
+    drop(a);
+    let (code, stdout, trace_path) = rec.finish();
+    assert_eq!(code, 0, "{stdout}");
+    let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    assert!(trace.outside.iter().any(|e| e.what == OutsideWhat::Connect { listener: 0, peer: Some(me) }), "{:?}", trace.outside);
+    replays_as_recorded(&trace_path, 5, "served 2 requests");
+    let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains(&format!("c0 connects to listening socket 0 from {me}")), "{}", verify.stdout);
+    assert_no_survivors(&program);
+}

@@ -374,6 +374,8 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut
     };
     let nonblock = fd_nonblocking(fd);
     let deadline = if nonblock { NO_DEADLINE } else { recv_deadline(&gate, fd) };
+    // SAFETY: the program's length argument, read before a call overwrites it.
+    let room = if len.is_null() { 0 } else { unsafe { *len } };
     loop {
         let g = gate.post(Op::NetAccept, [fd as u64, flag(nonblock), deadline, 0]);
         if !nonblock && g.result == -(libc::EAGAIN as i64) {
@@ -387,6 +389,8 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut
         }
         if r >= 0 {
             mark_net(r as c_int);
+            // SAFETY: a successful accept filled the caller's buffer of `room` bytes.
+            unsafe { super::outside::show_relayed_peer(addr, len, room) };
         }
         return ret(r) as c_int;
     }

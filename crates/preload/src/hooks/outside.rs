@@ -16,7 +16,10 @@
 //! `outside::relay`). The post says which kind it is (`NetListen` args[2]: 1 for datagrams).
 //!
 //! `getsockname` on a swapped socket answers with the public port, so a program that binds
-//! port 0 and prints the port it got tells its clients the address they can actually reach.
+//! port 0 and prints the port it got tells its clients the address they can actually reach. And
+//! the peer of a connection dara relays is shown as the client dara relays for (`accept`,
+//! `getpeername`: the scheduler lists them in [`Header::relayed`](dara_abi::Header)), not as
+//! dara's socket: the same address in a recording and in its replay.
 //!
 //! Not a hot path: a listen happens a few times per program. No allocation; raw syscalls only.
 use core::sync::atomic::{AtomicU16, Ordering};
@@ -171,4 +174,89 @@ pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut libc::sockaddr, len: 
         }
     }
     rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut libc::sockaddr, len: *mut socklen_t) -> c_int {
+    // SAFETY: the program's length argument, read before the call overwrites it.
+    let room = if len.is_null() { 0 } else { unsafe { *len } };
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    let rc = unsafe { real::getpeername(fd, addr, len) };
+    if rc == 0 {
+        // SAFETY: a successful getpeername filled the caller's buffer of `room` bytes.
+        unsafe { show_relayed_peer(addr, len, room) };
+    }
+    rc
+}
+
+/// After the kernel wrote a peer address into `addr` (`*len` its size, `room` the caller's
+/// buffer): if the peer is dara's end of a connection it relays, writes the client's address
+/// instead (as much as `room` takes; `*len` says its full size, as the kernel does).
+///
+/// # Safety
+/// `addr` is null or holds `room` writable bytes; `len` is null or valid.
+pub unsafe fn show_relayed_peer(addr: *mut libc::sockaddr, len: *mut socklen_t, room: socklen_t) {
+    let Some(header) = crate::region::header().filter(|h| h.outside != 0) else { return };
+    if addr.is_null() || len.is_null() || (room as usize) < core::mem::size_of::<libc::sockaddr_in>() {
+        return;
+    }
+    // SAFETY: the caller's buffer holds at least a sockaddr_in (checked above), which starts
+    // with the family for both families.
+    let family = c_int::from(unsafe { (*addr).sa_family });
+    // SAFETY: the family says which layout the kernel wrote; both keep the port at offset 2.
+    let (port, loopback) = unsafe {
+        match family {
+            libc::AF_INET => {
+                let sin = &*(addr as *const libc::sockaddr_in);
+                (u16::from_be(sin.sin_port), u32::from_be(sin.sin_addr.s_addr) >> 24 == 127)
+            }
+            libc::AF_INET6 if room as usize >= core::mem::size_of::<libc::sockaddr_in6>() => {
+                let sin6 = &*(addr as *const libc::sockaddr_in6);
+                let b = sin6.sin6_addr.s6_addr;
+                let mapped_v4_loopback = b[..10].iter().all(|&x| x == 0) && b[10] == 0xff && b[11] == 0xff && b[12] == 127;
+                (u16::from_be(sin6.sin6_port), b == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1] || mapped_v4_loopback)
+            }
+            _ => return,
+        }
+    };
+    if !loopback || port == 0 {
+        return;
+    }
+    let Some(entry) = header.relayed.iter().find(|e| e.relay_port.load(Ordering::Acquire) == u32::from(port)) else { return };
+    let mut ip = [0u8; 16];
+    for (chunk, word) in ip.chunks_mut(4).zip(&entry.ip) {
+        chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+    }
+    let client_port = (entry.port.load(Ordering::Relaxed) as u16).to_be();
+    let client_v4 = entry.family.load(Ordering::Relaxed) == libc::AF_INET as u32;
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut out: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+    let size = match (family, client_v4) {
+        (libc::AF_INET, true) => {
+            let sin = libc::sockaddr_in { sin_family: libc::AF_INET as libc::sa_family_t, sin_port: client_port, sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes([ip[0], ip[1], ip[2], ip[3]]) }, sin_zero: [0; 8] };
+            // SAFETY: a sockaddr_in fits in the storage.
+            unsafe { core::ptr::write(&mut out as *mut _ as *mut libc::sockaddr_in, sin) };
+            core::mem::size_of::<libc::sockaddr_in>()
+        }
+        (libc::AF_INET6, _) => {
+            let mut s6 = [0u8; 16];
+            if client_v4 {
+                s6[10] = 0xff;
+                s6[11] = 0xff;
+                s6[12..].copy_from_slice(&ip[..4]);
+            } else {
+                s6 = ip;
+            }
+            let sin6 = libc::sockaddr_in6 { sin6_family: libc::AF_INET6 as libc::sa_family_t, sin6_port: client_port, sin6_flowinfo: 0, sin6_addr: libc::in6_addr { s6_addr: s6 }, sin6_scope_id: 0 };
+            // SAFETY: a sockaddr_in6 fits in the storage.
+            unsafe { core::ptr::write(&mut out as *mut _ as *mut libc::sockaddr_in6, sin6) };
+            core::mem::size_of::<libc::sockaddr_in6>()
+        }
+        _ => return, // an IPv6 client on an IPv4 socket cannot be shown
+    };
+    // SAFETY: copies at most `room` bytes into the caller's buffer; `len` is valid.
+    unsafe {
+        core::ptr::copy_nonoverlapping(&out as *const _ as *const u8, addr as *mut u8, size.min(room as usize));
+        *len = size as socklen_t;
+    }
 }

@@ -303,6 +303,8 @@ struct Execution<'a> {
     net_dirty: bool,
     /// Inodes of listening sockets found held by a traced process (see `is_traced_server`).
     traced_listeners: std::collections::BTreeSet<u64>,
+    /// Entries written to the region's table of relayed peers (see `show_relayed_peer`).
+    relayed_count: usize,
     /// The process whose exit status is the run's verdict: the launched command (process 0) in a
     /// plain run; the workload, then the check, in a cluster run (`None` while one is starting).
     verdict: Option<ProcessId>,
@@ -352,6 +354,7 @@ impl<'a> Execution<'a> {
             net: NetProbe::default(),
             net_dirty: false,
             traced_listeners: Default::default(),
+            relayed_count: 0,
             verdict: if cfg.cluster.is_some() { None } else { Some(0) },
             launched: Vec::new(),
             nodes: cfg.cluster.clone().map(crate::cluster::Nodes::new),
@@ -608,6 +611,9 @@ impl<'a> Execution<'a> {
                 Ok(changed) => self.net_dirty |= changed,
                 Err(e) => return Some(relay_outcome(self.steps.len() as u64, e)),
             }
+            for (relay_port, peer) in outside.take_relayed() {
+                self.show_relayed_peer(relay_port, peer);
+            }
         }
         if std::mem::take(&mut self.net_dirty) {
             self.model.forget_net_views();
@@ -640,6 +646,24 @@ impl<'a> Execution<'a> {
         let traced: Vec<u32> = self.processes.values().filter(|r| r.alive).map(|r| r.pid).collect();
         let found = listeners.into_iter().find(|&inode| traced.iter().any(|&p| procfs::holds_socket(p, inode)));
         found.map(|inode| self.traced_listeners.insert(inode)).is_some()
+    }
+
+    /// Tells the preload to show `peer` as the peer of the connection whose other end is dara's
+    /// socket at `relay_port` (before the program can accept it: it is granted later).
+    fn show_relayed_peer(&mut self, relay_port: u16, peer: std::net::SocketAddr) {
+        let entry = &self.region.header().relayed[self.relayed_count % dara_abi::MAX_RELAYED];
+        self.relayed_count += 1;
+        entry.relay_port.store(0, Ordering::Release);
+        let (family, ip) = match peer.ip() {
+            std::net::IpAddr::V4(v4) => (libc::AF_INET, [u32::from_ne_bytes(v4.octets()), 0, 0, 0]),
+            std::net::IpAddr::V6(v6) => (libc::AF_INET6, std::array::from_fn(|i| u32::from_ne_bytes(v6.octets()[i * 4..i * 4 + 4].try_into().expect("4 bytes")))),
+        };
+        entry.family.store(family as u32, Ordering::Relaxed);
+        entry.port.store(u32::from(peer.port()), Ordering::Relaxed);
+        for (word, value) in entry.ip.iter().zip(ip) {
+            word.store(value, Ordering::Relaxed);
+        }
+        entry.relay_port.store(u32::from(relay_port), Ordering::Release);
     }
 
     /// Replay: sends `thread` the signals that reached it from outside with the grant of `step`

@@ -33,6 +33,30 @@ use std::sync::Arc;
 
 pub use relay::{describe_event, quoted, Outside, RelayError};
 
+/// An address as bytes for the trace: family (4 or 6), port (big-endian), the IP's octets;
+/// nothing for None.
+pub fn address_bytes(addr: Option<std::net::SocketAddr>) -> Vec<u8> {
+    let Some(addr) = addr else { return Vec::new() };
+    let mut out = vec![if addr.is_ipv4() { 4 } else { 6 }];
+    out.extend_from_slice(&addr.port().to_be_bytes());
+    match addr.ip() {
+        std::net::IpAddr::V4(ip) => out.extend_from_slice(&ip.octets()),
+        std::net::IpAddr::V6(ip) => out.extend_from_slice(&ip.octets()),
+    }
+    out
+}
+
+/// The address [`address_bytes`] wrote; None for no bytes, Err for bytes that are no address.
+pub fn address_from_bytes(bytes: &[u8]) -> Result<Option<std::net::SocketAddr>, ()> {
+    let port = |b: &[u8]| u16::from_be_bytes([b[1], b[2]]);
+    match bytes.len() {
+        0 => Ok(None),
+        7 if bytes[0] == 4 => Ok(Some((<[u8; 4]>::try_from(&bytes[3..7]).map_err(|_| ())?, port(bytes)).into())),
+        19 if bytes[0] == 6 => Ok(Some((<[u8; 16]>::try_from(&bytes[3..19]).map_err(|_| ())?, port(bytes)).into())),
+        _ => Err(()),
+    }
+}
+
 /// Whether peers outside dara may talk to the program.
 #[derive(Clone, Debug, Default)]
 pub enum OutsideMode {
@@ -85,8 +109,9 @@ pub struct OutsideEvent {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OutsideWhat {
     /// An outside client connected to the program's `listener`-th listening socket (in the order
-    /// of their `listen`); the stream is new.
-    Connect { listener: u32 },
+    /// of their `listen`) from address `peer` (what the program is shown as its peer); the stream
+    /// is new.
+    Connect { listener: u32, peer: Option<std::net::SocketAddr> },
     /// Bytes the outside peer sent, now in the program's receive queue.
     Data(Vec<u8>),
     /// The outside peer closed its side (the program reads end-of-file).

@@ -110,6 +110,9 @@ pub struct Outside {
     peer_by_sender: std::collections::BTreeMap<(usize, SocketAddr), usize>,
     /// Peers by the index their events carry (recorded peers only).
     recorded_peers: Vec<usize>,
+    /// Connections opened since the last [`Outside::take_relayed`]: dara's end's port and the
+    /// client's address.
+    relayed: Vec<(u16, SocketAddr)>,
 }
 
 /// The pipe that is the program's stdin: dara writes what it reads on its own stdin (recording)
@@ -150,7 +153,7 @@ impl Outside {
         // SAFETY: a descriptor epoll_create1 just returned, owned by nobody else.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
         let stdin = if mode.stdin() { Some(StdinPipe::new()?) } else { None };
-        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, by_inner_ports: Default::default(), diag: SockDiag::open(), held_since: None, held_bytes: 0, scratch: Vec::new(), datagram_sockets: Vec::new(), peers: Vec::new(), peer_by_sender: Default::default(), recorded_peers: Vec::new() }))
+        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, by_inner_ports: Default::default(), diag: SockDiag::open(), held_since: None, held_bytes: 0, scratch: Vec::new(), datagram_sockets: Vec::new(), peers: Vec::new(), peer_by_sender: Default::default(), recorded_peers: Vec::new(), relayed: Vec::new() }))
     }
 
     /// The descriptor to launch the program with as its stdin (None: /dev/null).
@@ -191,6 +194,12 @@ impl Outside {
     pub fn received_by(&self, local: u16, remote: u16) -> Option<u64> {
         let stream = &self.streams[*self.by_inner_ports.get(&(local, remote))?];
         netprobe::bytes_received(stream.inner.as_ref()?)
+    }
+
+    /// The connections opened since the last call, as (dara's end's local port, the client's
+    /// address): the program is to be shown the client as the peer of its accepted socket.
+    pub fn take_relayed(&mut self) -> Vec<(u16, SocketAddr)> {
+        std::mem::take(&mut self.relayed)
     }
 
     /// Whether `port` is the public port of a listening socket the program made (dara accepts
@@ -454,13 +463,15 @@ impl Outside {
             } else if self.replay.is_some() {
                 continue; // nobody outside takes part in a replay: turned away
             }
-            self.open_stream(step, index, Some(client), !traced)?;
+            let peer = netprobe::socket_address(&client, true);
+            self.open_stream(step, index, Some(client), !traced, peer)?;
         }
     }
 
     /// A new stream through listener `index`: dara connects to the twin and waits until the
     /// connection is in its accept queue, so it shows before anything that comes after it.
-    fn open_stream(&mut self, step: u64, index: usize, outer: Option<OwnedFd>, recorded: bool) -> Result<(), RelayError> {
+    /// `peer`: the client's address, shown to the program as its peer's (see [`Outside::take_relayed`]).
+    fn open_stream(&mut self, step: u64, index: usize, outer: Option<OwnedFd>, recorded: bool, peer: Option<SocketAddr>) -> Result<(), RelayError> {
         let twin = self.listeners[index].twin;
         let Some(twin_socket) = &self.listeners[index].twin_socket else {
             return Err(RelayError::Broken(format!("listening socket {index} is closed")));
@@ -475,6 +486,9 @@ impl Outside {
         let stream = self.streams.len() as u64;
         if let Some((local, remote)) = inner_addrs {
             self.by_inner_ports.insert((local.port(), remote.port()), stream as usize);
+            if let Some(peer) = peer {
+                self.relayed.push((local.port(), peer));
+            }
         }
         self.watch(&inner, token(TAG_INNER, stream), libc::EPOLLIN as u32)?;
         if let Some(outer) = &outer {
@@ -482,7 +496,7 @@ impl Outside {
             self.watch(outer, token(TAG_OUTER, stream), libc::EPOLLIN as u32)?;
         }
         if recorded {
-            self.events.push(OutsideEvent { step, stream: stream as u32, what: OutsideWhat::Connect { listener: index as u32 } });
+            self.events.push(OutsideEvent { step, stream: stream as u32, what: OutsideWhat::Connect { listener: index as u32, peer } });
         }
         self.changed = true;
         self.streams.push(Stream { inner: Some(inner), inner_addrs, outer, recorded, to_inner: Vec::new(), to_outer: Vec::new(), outer_eof: false, outer_reset: false, closed_inner: false, inner_eof: false });
@@ -641,7 +655,7 @@ impl Outside {
             let Some(e) = r.inputs.front().filter(|e| e.step <= step).cloned() else { return Ok(()) };
             r.inputs.pop_front();
             match &e.what {
-                OutsideWhat::Connect { listener } => {
+                OutsideWhat::Connect { listener, peer } => {
                     let index = *listener as usize;
                     if index >= self.listeners.len() || e.stream as usize != self.streams.len() {
                         return Err(RelayError::Diverged {
@@ -649,7 +663,7 @@ impl Outside {
                             seen: format!("{} listening socket(s) and {} connection(s)", self.listeners.len(), self.streams.len()),
                         });
                     }
-                    self.open_stream(step, index, None, true)?;
+                    self.open_stream(step, index, None, true, *peer)?;
                 }
                 OutsideWhat::Data(bytes) => {
                     let stream = self.streams.get(e.stream as usize);
@@ -745,7 +759,7 @@ impl Replaying {
 pub fn describe_event(e: &OutsideEvent) -> String {
     let at = format!("at step {} on outside connection {}", e.step, e.stream);
     match &e.what {
-        OutsideWhat::Connect { listener } => format!("an outside client to connect to listening socket {listener} ({at})"),
+        OutsideWhat::Connect { listener, .. } => format!("an outside client to connect to listening socket {listener} ({at})"),
         OutsideWhat::Data(b) => format!("{} bytes from outside {} ({at})", b.len(), shown(b)),
         OutsideWhat::Close => format!("the outside peer to close ({at})"),
         OutsideWhat::Reset => format!("the outside peer to reset the connection ({at})"),

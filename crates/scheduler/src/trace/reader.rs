@@ -131,7 +131,12 @@ fn decode_outside(c: &mut Cursor<'_>) -> Result<Vec<OutsideEvent>, TraceError> {
             Ok(c.take(len, &field("bytes"))?.to_vec())
         };
         let what = match kind {
-            OUTSIDE_CONNECT => OutsideWhat::Connect { listener: c.varint_u32(&field("listener"))? },
+            OUTSIDE_CONNECT => {
+                let listener = c.varint_u32(&field("listener"))?;
+                let at = c.pos;
+                let peer = crate::outside::address_from_bytes(&bytes(c)?).map_err(|()| c.damaged(at, field("has a malformed peer address")))?;
+                OutsideWhat::Connect { listener, peer }
+            }
             OUTSIDE_DATA => OutsideWhat::Data(bytes(c)?),
             OUTSIDE_CLOSE => OutsideWhat::Close,
             OUTSIDE_OUTPUT => OutsideWhat::Output(bytes(c)?),

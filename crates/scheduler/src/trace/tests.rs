@@ -130,7 +130,8 @@ fn sample_outside() -> Vec<crate::outside::OutsideEvent> {
     use crate::outside::{OutsideEvent, OutsideWhat::*};
     vec![
         OutsideEvent { step: 0, stream: 0, what: Signal(2) },
-        OutsideEvent { step: 3, stream: 0, what: Connect { listener: 1 } },
+        OutsideEvent { step: 3, stream: 0, what: Connect { listener: 1, peer: Some(([192, 0, 2, 7], 40_000).into()) } },
+        OutsideEvent { step: 3, stream: 1, what: Connect { listener: 0, peer: None } },
         OutsideEvent { step: 3, stream: 0, what: Data(b"GET /\r\n\r\n".to_vec()) },
         OutsideEvent { step: 9, stream: 0, what: Output(vec![0, 255, 10, 13]) },
         OutsideEvent { step: 9, stream: 0, what: OutputClosed },

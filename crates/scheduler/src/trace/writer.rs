@@ -170,8 +170,12 @@ fn put_outside(out: &mut Vec<u8>, events: &[OutsideEvent]) {
     for e in events {
         put_u64(out, e.step.saturating_sub(prev));
         prev = prev.max(e.step);
+        let peer;
         let (kind, arg, bytes): (u8, Option<u64>, Option<&[u8]>) = match &e.what {
-            OutsideWhat::Connect { listener } => (OUTSIDE_CONNECT, Some((*listener).into()), None),
+            OutsideWhat::Connect { listener, peer: addr } => {
+                peer = crate::outside::address_bytes(*addr);
+                (OUTSIDE_CONNECT, Some((*listener).into()), Some(&peer))
+            }
             OutsideWhat::Data(b) => (OUTSIDE_DATA, None, Some(b)),
             OutsideWhat::Close => (OUTSIDE_CLOSE, None, None),
             OutsideWhat::Output(b) => (OUTSIDE_OUTPUT, None, Some(b)),
