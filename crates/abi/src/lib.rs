@@ -546,23 +546,35 @@ pub struct Header {
     /// the launch, before any grant). Writes to them never block (dara drains them), so they are
     /// not network descriptors; every other pipe is.
     pub output_pipes: [AtomicU64; 2],
-    /// Connections dara relays to the program (a recording or its replay), by dara's end: the
-    /// program is shown the client's address as the peer of such a connection (`accept`,
-    /// `getpeername`), not dara's socket. Written by the scheduler before the program can accept
-    /// the connection; reused round-robin.
+    /// Connections and datagram senders dara relays to the program (a recording or its replay),
+    /// by dara's end: the program is shown the client's address as the peer of such a connection
+    /// (`accept`, `getpeername`) or the sender of such datagrams (`recvfrom`, `recvmsg`), and its
+    /// datagrams to that address go to dara's end. Written by the scheduler before the program
+    /// can see the connection or datagram; reused round-robin.
     pub relayed: [RelayedPeer; MAX_RELAYED],
     pub processes: [ProcessEntry; MAX_PROCESSES],
+}
+
+/// [`RelayedPeer::flags`].
+pub mod relayed_flags {
+    /// dara's end is a UDP socket (else TCP).
+    pub const DATAGRAMS: u32 = 1;
+    /// dara's end is on IPv6 loopback (`::1`), else on 127.0.0.1.
+    pub const RELAY_V6: u32 = 2;
 }
 
 /// Entries of [`Header::relayed`].
 pub const MAX_RELAYED: usize = 256;
 
-/// One relayed connection: dara's end is `relay_port` on loopback, the client is at `port` and
-/// `ip` (IPv4 in the first 4 bytes when `family` is `AF_INET`; `AF_INET6`: all 16).
+/// One relayed connection or datagram sender: dara's end is `relay_port` on loopback, the
+/// client is at `port` and `ip` (IPv4 in the first 4 bytes when `family` is `AF_INET`;
+/// `AF_INET6`: all 16).
 #[repr(C)]
 pub struct RelayedPeer {
     /// 0: unused. Written last (Release), cleared first when the entry is reused.
     pub relay_port: AtomicU32,
+    /// [`relayed_flags`].
+    pub flags: AtomicU32,
     pub family: AtomicU32,
     pub port: AtomicU32,
     pub ip: [AtomicU32; 4],

@@ -88,7 +88,8 @@ fn outside_line(e: &dara_scheduler::outside::OutsideEvent) -> String {
         Signal(s) => format!("signal {} from outside to thread {} (with its next grant)", dara_scheduler::execution::signal_name(*s), e.stream - 1),
         Stdin(b) => format!("stdin {}", bytes(b)),
         StdinClosed => "stdin ends".to_string(),
-        Peer { socket } => format!("d{} sends to UDP socket {socket}", e.stream),
+        Peer { socket, peer: Some(peer) } => format!("d{} sends to UDP socket {socket} from {peer}", e.stream),
+        Peer { socket, peer: None } => format!("d{} sends to UDP socket {socket}", e.stream),
         Datagram(b) => format!("d{} sends a datagram of {}", e.stream, bytes(b)),
         DatagramOutput(b) => format!("d{} receives a datagram of {}", e.stream, bytes(b)),
     }

@@ -396,12 +396,14 @@ fn outside_udp_senders_are_recorded_and_replay_offline() {
     assert_eq!(ask(&a, "one"), "echo:one");
     assert_eq!(ask(&b, "two"), "echo:two");
     assert_eq!(ask(&a, "three"), "echo:three");
+    // The program sees the sender's own address (not dara's socket that passes it on).
+    assert_eq!(ask(&b, "peer"), format!("peer {}", b.local_addr().unwrap()));
     assert_eq!(ask(&b, "quit"), "bye");
     let (code, stdout, trace_path) = rec.finish();
     assert_eq!(code, 0, "{stdout}");
-    assert!(stdout.contains("served 4 datagrams"), "{stdout}");
+    assert!(stdout.contains("served 5 datagrams"), "{stdout}");
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
-    let peers = trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Peer { socket: 0 })).count();
+    let peers = trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Peer { socket: 0, .. })).count();
     let of = |peer: u32, output: bool| -> Vec<Vec<u8>> {
         trace.outside.iter().filter(|e| e.stream == peer).filter_map(|e| match (&e.what, output) {
             (OutsideWhat::Datagram(d), false) | (OutsideWhat::DatagramOutput(d), true) => Some(d.clone()),
@@ -410,9 +412,9 @@ fn outside_udp_senders_are_recorded_and_replay_offline() {
     };
     assert_eq!(peers, 2, "{:?}", trace.outside);
     assert_eq!(of(0, false), [b"one".to_vec(), b"three".to_vec()]);
-    assert_eq!(of(1, true), [b"echo:two".to_vec(), b"bye".to_vec()]);
+    assert_eq!(of(1, true), [b"echo:two".to_vec(), format!("peer {}", b.local_addr().unwrap()).into_bytes(), b"bye".to_vec()]);
 
-    replays_as_recorded(&trace_path, 20, "served 4 datagrams");
+    replays_as_recorded(&trace_path, 20, "served 5 datagrams");
     let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(verify.code, 0, "{}", verify.text());
     assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());

@@ -390,7 +390,7 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut
         if r >= 0 {
             mark_net(r as c_int);
             // SAFETY: a successful accept filled the caller's buffer of `room` bytes.
-            unsafe { super::outside::show_relayed_peer(addr, len, room) };
+            unsafe { super::outside::show_relayed_peer(addr, len, room, false) };
         }
         return ret(r) as c_int;
     }
@@ -403,9 +403,14 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const libc::sockaddr, len: so
         // SAFETY: the program's own arguments, forwarded unchanged.
         _ => return unsafe { real::connect(fd, addr, len) },
     };
+    // A UDP socket connected to a client dara relays for is connected to dara's socket that
+    // stands for it.
+    // SAFETY: the program's address argument of `len` bytes.
+    let relayed = unsafe { super::outside::relayed_destination(addr, len) };
+    let (addr, len) = relayed.as_ref().map_or((addr, len), |(a, l)| ((a as *const libc::sockaddr_storage).cast(), *l));
     gate.post(Op::NetConnect, [fd as u64, flag(fd_nonblocking(fd)), 0, 0]);
     // Loopback connects complete or fail without waiting; the scheduler settles the handshake.
-    // SAFETY: the program's own arguments.
+    // SAFETY: the program's own arguments (or the address dara's socket has instead).
     unsafe { real::connect(fd, addr, len) }
 }
 
@@ -449,8 +454,15 @@ pub unsafe extern "C" fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flag
         // SAFETY: the program's own arguments, forwarded unchanged.
         _ => return unsafe { real::recvfrom(fd, buf, len, flags, addr, alen) },
     };
+    // SAFETY: the program's length argument, read before the call overwrites it.
+    let room = if alen.is_null() { 0 } else { unsafe { *alen } };
     // SAFETY: as for `recv`.
-    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut || unsafe { real::recvfrom(fd, buf, len, flags | libc::MSG_DONTWAIT, addr, alen) })
+    let r = receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut || unsafe { real::recvfrom(fd, buf, len, flags | libc::MSG_DONTWAIT, addr, alen) });
+    if r >= 0 {
+        // SAFETY: a successful recvfrom filled the caller's address buffer of `room` bytes.
+        unsafe { super::outside::show_relayed_peer(addr, alen, room, true) };
+    }
+    r
 }
 
 #[no_mangle]
@@ -461,9 +473,14 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
         _ => return unsafe { real::recvmsg(fd, msg, flags) },
     };
     // SAFETY: the caller's msghdr is valid for the call.
-    let len = unsafe { msg.as_ref().map_or(0, |m| iov_total(m.msg_iov, m.msg_iovlen as c_int)) };
+    let (len, room) = unsafe { msg.as_ref().map_or((0, 0), |m| (iov_total(m.msg_iov, m.msg_iovlen as c_int), m.msg_namelen)) };
     // SAFETY: as for `recv`.
-    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut || unsafe { real::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) })
+    let r = receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut || unsafe { real::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) });
+    if r >= 0 && !msg.is_null() {
+        // SAFETY: a successful recvmsg filled the caller's name buffer of `room` bytes.
+        unsafe { super::outside::show_relayed_peer((*msg).msg_name.cast(), &mut (*msg).msg_namelen, room, true) };
+    }
+    r
 }
 
 #[no_mangle]
@@ -536,6 +553,10 @@ pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flag
         // SAFETY: the program's own arguments, forwarded unchanged.
         _ => return unsafe { real::sendto(fd, buf, len, flags, addr, alen) },
     };
+    // A datagram to a client dara relays for goes to dara's socket that stands for it.
+    // SAFETY: the program's address argument of `alen` bytes.
+    let relayed = unsafe { super::outside::relayed_destination(addr, alen) };
+    let (addr, alen) = relayed.as_ref().map_or((addr, alen), |(a, l)| ((a as *const libc::sockaddr_storage).cast(), *l));
     let port = sockaddr_port(addr, alen);
     // SAFETY: as for `send`.
     transmit(&gate, fd, buf.cast(), len, flags & libc::MSG_DONTWAIT != 0, port, &mut |b, l| unsafe { real::sendto(fd, b.cast(), l, flags | libc::MSG_DONTWAIT, addr, alen) })
@@ -548,7 +569,21 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
         // SAFETY: the program's own arguments, forwarded unchanged.
         _ => return unsafe { real::sendmsg(fd, msg, flags) },
     };
-    // SAFETY: the caller's msghdr is valid for the call.
+    // A datagram to a client dara relays for goes to dara's socket that stands for it: the same
+    // message with the address replaced.
+    // SAFETY: the caller's msghdr (and its name of `msg_namelen` bytes) is valid for the call.
+    let relayed = unsafe { msg.as_ref().and_then(|m| super::outside::relayed_destination(m.msg_name as *const libc::sockaddr, m.msg_namelen)) };
+    // SAFETY: as above; the copy points at the same buffers.
+    let mut copy: Option<libc::msghdr> = unsafe { msg.as_ref().map(|m| core::ptr::read(m)) };
+    let msg = match (&relayed, copy.as_mut()) {
+        (Some((addr, alen)), Some(m)) => {
+            m.msg_name = (addr as *const libc::sockaddr_storage).cast_mut().cast();
+            m.msg_namelen = *alen;
+            m as *const libc::msghdr
+        }
+        _ => msg,
+    };
+    // SAFETY: the caller's msghdr (or its copy) is valid for the call.
     let (port, iov, n) = unsafe { msg.as_ref().map_or((0, core::ptr::null(), 0), |m| (sockaddr_port(m.msg_name as *const libc::sockaddr, m.msg_namelen), m.msg_iov as *const libc::iovec, m.msg_iovlen as c_int)) };
     // SAFETY: the program's own arguments; MSG_DONTWAIT only makes the call non-blocking.
     transmit_vector(&gate, fd, iov, n, flags & libc::MSG_DONTWAIT != 0, port, &mut || unsafe { real::sendmsg(fd, msg, flags | libc::MSG_DONTWAIT) })

@@ -611,8 +611,8 @@ impl<'a> Execution<'a> {
                 Ok(changed) => self.net_dirty |= changed,
                 Err(e) => return Some(relay_outcome(self.steps.len() as u64, e)),
             }
-            for (relay_port, peer) in outside.take_relayed() {
-                self.show_relayed_peer(relay_port, peer);
+            for relayed in outside.take_relayed() {
+                self.show_relayed_peer(relayed);
             }
         }
         if std::mem::take(&mut self.net_dirty) {
@@ -648,9 +648,11 @@ impl<'a> Execution<'a> {
         found.map(|inode| self.traced_listeners.insert(inode)).is_some()
     }
 
-    /// Tells the preload to show `peer` as the peer of the connection whose other end is dara's
-    /// socket at `relay_port` (before the program can accept it: it is granted later).
-    fn show_relayed_peer(&mut self, relay_port: u16, peer: std::net::SocketAddr) {
+    /// Tells the preload to show the client where the program would see dara's socket that
+    /// stands for it (before the program can see it: its accept or receive is granted later).
+    fn show_relayed_peer(&mut self, relayed: crate::outside::Relayed) {
+        use dara_abi::relayed_flags;
+        let peer = relayed.peer;
         let entry = &self.region.header().relayed[self.relayed_count % dara_abi::MAX_RELAYED];
         self.relayed_count += 1;
         entry.relay_port.store(0, Ordering::Release);
@@ -659,11 +661,13 @@ impl<'a> Execution<'a> {
             std::net::IpAddr::V6(v6) => (libc::AF_INET6, std::array::from_fn(|i| u32::from_ne_bytes(v6.octets()[i * 4..i * 4 + 4].try_into().expect("4 bytes")))),
         };
         entry.family.store(family as u32, Ordering::Relaxed);
+        let flags = if relayed.datagrams { relayed_flags::DATAGRAMS } else { 0 } | if relayed.relay.is_ipv6() { relayed_flags::RELAY_V6 } else { 0 };
+        entry.flags.store(flags, Ordering::Relaxed);
         entry.port.store(u32::from(peer.port()), Ordering::Relaxed);
         for (word, value) in entry.ip.iter().zip(ip) {
             word.store(value, Ordering::Relaxed);
         }
-        entry.relay_port.store(u32::from(relay_port), Ordering::Release);
+        entry.relay_port.store(u32::from(relayed.relay.port()), Ordering::Release);
     }
 
     /// Replay: sends `thread` the signals that reached it from outside with the grant of `step`

@@ -31,7 +31,7 @@ mod relay;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-pub use relay::{describe_event, quoted, Outside, RelayError};
+pub use relay::{describe_event, quoted, Outside, RelayError, Relayed};
 
 /// An address as bytes for the trace: family (4 or 6), port (big-endian), the IP's octets;
 /// nothing for None.
@@ -129,8 +129,9 @@ pub enum OutsideWhat {
     /// dara-trace's stdin ended: the program reads end-of-file once the pipe is empty.
     StdinClosed,
     /// A new outside peer sent datagrams to the program's `socket`-th bound UDP socket (in the
-    /// order of their `bind`); the event's `stream` numbers outside datagram peers from 0.
-    Peer { socket: u32 },
+    /// order of their `bind`) from address `peer` (what the program is shown as the sender); the
+    /// event's `stream` numbers outside datagram peers from 0.
+    Peer { socket: u32, peer: Option<std::net::SocketAddr> },
     /// A datagram from the outside peer, now in the program's socket.
     Datagram(Vec<u8>),
     /// A datagram the program sent to the outside peer (compared in a replay).

@@ -35,6 +35,16 @@ const TAG_DGRAM_PUBLIC: u64 = 3;
 const TAG_DGRAM_PEER: u64 = 4;
 const TAG_BITS: u32 = 3;
 
+/// A socket of dara's that stands for a client: the program is shown `peer` wherever it would
+/// see dara's `relay` address.
+#[derive(Clone, Copy, Debug)]
+pub struct Relayed {
+    pub relay: SocketAddr,
+    pub peer: SocketAddr,
+    /// A UDP socket (else TCP).
+    pub datagrams: bool,
+}
+
 /// Why the relay stopped the run.
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
@@ -110,9 +120,8 @@ pub struct Outside {
     peer_by_sender: std::collections::BTreeMap<(usize, SocketAddr), usize>,
     /// Peers by the index their events carry (recorded peers only).
     recorded_peers: Vec<usize>,
-    /// Connections opened since the last [`Outside::take_relayed`]: dara's end's port and the
-    /// client's address.
-    relayed: Vec<(u16, SocketAddr)>,
+    /// Connections and datagram peers opened since the last [`Outside::take_relayed`].
+    relayed: Vec<Relayed>,
 }
 
 /// The pipe that is the program's stdin: dara writes what it reads on its own stdin (recording)
@@ -196,9 +205,9 @@ impl Outside {
         netprobe::bytes_received(stream.inner.as_ref()?)
     }
 
-    /// The connections opened since the last call, as (dara's end's local port, the client's
-    /// address): the program is to be shown the client as the peer of its accepted socket.
-    pub fn take_relayed(&mut self) -> Vec<(u16, SocketAddr)> {
+    /// The connections and datagram peers opened since the last call: the program is to be shown
+    /// the client as the peer of its accepted socket, or as the sender of its datagrams.
+    pub fn take_relayed(&mut self) -> Vec<Relayed> {
         std::mem::take(&mut self.relayed)
     }
 
@@ -487,7 +496,7 @@ impl Outside {
         if let Some((local, remote)) = inner_addrs {
             self.by_inner_ports.insert((local.port(), remote.port()), stream as usize);
             if let Some(peer) = peer {
-                self.relayed.push((local.port(), peer));
+                self.relayed.push(Relayed { relay: local, peer, datagrams: false });
             }
         }
         self.watch(&inner, token(TAG_INNER, stream), libc::EPOLLIN as u32)?;
@@ -697,14 +706,14 @@ impl Outside {
                     self.changed = true;
                     self.events.push(e);
                 }
-                OutsideWhat::Peer { socket } => {
+                OutsideWhat::Peer { socket, peer } => {
                     if *socket as usize >= self.datagram_sockets.len() || e.stream as usize != self.recorded_peers.len() {
                         return Err(RelayError::Diverged {
                             expected: describe_event(&e),
                             seen: format!("{} UDP socket(s) and {} outside peer(s)", self.datagram_sockets.len(), self.recorded_peers.len()),
                         });
                     }
-                    self.open_peer(step, *socket as usize, None, true, net)?;
+                    self.open_peer(step, *socket as usize, None, true, *peer, net)?;
                 }
                 OutsideWhat::Datagram(bytes) => {
                     let Some(peer) = self.recorded_peer(e.stream) else {
@@ -769,7 +778,7 @@ pub fn describe_event(e: &OutsideEvent) -> String {
         OutsideWhat::Signal(s) => format!("signal {s} sent to thread {} with the grant of step {}", e.stream - 1, e.step),
         OutsideWhat::Stdin(b) => format!("{} bytes {} on stdin at step {}", b.len(), shown(b), e.step),
         OutsideWhat::StdinClosed => format!("stdin to end at step {}", e.step),
-        OutsideWhat::Peer { socket } => format!("an outside peer to send to UDP socket {socket} (at step {}, outside peer {})", e.step, e.stream),
+        OutsideWhat::Peer { socket, .. } => format!("an outside peer to send to UDP socket {socket} (at step {}, outside peer {})", e.step, e.stream),
         OutsideWhat::Datagram(b) => format!("a datagram of {} bytes {} from outside peer {} at step {}", b.len(), shown(b), e.stream, e.step),
         OutsideWhat::DatagramOutput(b) => format!("the program to send a datagram of {} bytes {} to outside peer {} at step {}", b.len(), shown(b), e.stream, e.step),
     }

@@ -144,7 +144,12 @@ fn decode_outside(c: &mut Cursor<'_>) -> Result<Vec<OutsideEvent>, TraceError> {
             OUTSIDE_SIGNAL => OutsideWhat::Signal(c.varint_u32(&field("signal"))? as i32),
             OUTSIDE_STDIN => OutsideWhat::Stdin(bytes(c)?),
             OUTSIDE_STDIN_CLOSED => OutsideWhat::StdinClosed,
-            OUTSIDE_PEER => OutsideWhat::Peer { socket: c.varint_u32(&field("socket"))? },
+            OUTSIDE_PEER => {
+                let socket = c.varint_u32(&field("socket"))?;
+                let at = c.pos;
+                let peer = crate::outside::address_from_bytes(&bytes(c)?).map_err(|()| c.damaged(at, field("has a malformed peer address")))?;
+                OutsideWhat::Peer { socket, peer }
+            }
             OUTSIDE_DATAGRAM => OutsideWhat::Datagram(bytes(c)?),
             OUTSIDE_DATAGRAM_OUTPUT => OutsideWhat::DatagramOutput(bytes(c)?),
             OUTSIDE_RESET => OutsideWhat::Reset,

@@ -139,7 +139,7 @@ fn sample_outside() -> Vec<crate::outside::OutsideEvent> {
         OutsideEvent { step: 40, stream: 1, what: Reset },
         OutsideEvent { step: 41, stream: 0, what: Stdin(b"yes\n".to_vec()) },
         OutsideEvent { step: 41, stream: 0, what: StdinClosed },
-        OutsideEvent { step: 42, stream: 0, what: Peer { socket: 1 } },
+        OutsideEvent { step: 42, stream: 0, what: Peer { socket: 1, peer: Some(([127, 0, 0, 1], 5353).into()) } },
         OutsideEvent { step: 42, stream: 0, what: Datagram(b"ping".to_vec()) },
         OutsideEvent { step: 45, stream: 0, what: DatagramOutput(b"pong".to_vec()) },
     ]

@@ -183,7 +183,10 @@ fn put_outside(out: &mut Vec<u8>, events: &[OutsideEvent]) {
             OutsideWhat::Signal(s) => (OUTSIDE_SIGNAL, Some(*s as u64), None),
             OutsideWhat::Stdin(b) => (OUTSIDE_STDIN, None, Some(b)),
             OutsideWhat::StdinClosed => (OUTSIDE_STDIN_CLOSED, None, None),
-            OutsideWhat::Peer { socket } => (OUTSIDE_PEER, Some((*socket).into()), None),
+            OutsideWhat::Peer { socket, peer: addr } => {
+                peer = crate::outside::address_bytes(*addr);
+                (OUTSIDE_PEER, Some((*socket).into()), Some(&peer))
+            }
             OutsideWhat::Datagram(b) => (OUTSIDE_DATAGRAM, None, Some(b)),
             OutsideWhat::DatagramOutput(b) => (OUTSIDE_DATAGRAM_OUTPUT, None, Some(b)),
             OutsideWhat::Reset => (OUTSIDE_RESET, None, None),

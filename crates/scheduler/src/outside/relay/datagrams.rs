@@ -111,7 +111,7 @@ impl Outside {
                 }
                 let peer = match self.peer_by_sender.get(&(socket, from)) {
                     Some(&peer) => peer,
-                    None => self.open_peer(step, socket, Some(from), !traced, net)?,
+                    None => self.open_peer(step, socket, Some(from), !traced, Some(from), net)?,
                 };
                 self.to_program_datagram(step, peer, bytes, net);
             }
@@ -119,22 +119,28 @@ impl Outside {
         Ok(())
     }
 
-    /// A new peer of datagram socket `socket`: dara's socket, connected to the twin.
-    pub(super) fn open_peer(&mut self, step: u64, socket: usize, addr: Option<SocketAddr>, recorded: bool, net: &mut NetProbe) -> Result<usize, RelayError> {
+    /// A new peer of datagram socket `socket`: dara's socket, connected to the twin. `addr`: where
+    /// answers go (None in a replay of an outside peer); `shown`: the sender's address the
+    /// program is shown (recorded).
+    pub(super) fn open_peer(&mut self, step: u64, socket: usize, addr: Option<SocketAddr>, recorded: bool, shown: Option<SocketAddr>, net: &mut NetProbe) -> Result<usize, RelayError> {
         let twin = self.datagram_sockets[socket].twin;
         let local: SocketAddr = if twin.is_ipv4() { ([127, 0, 0, 1], 0).into() } else { (std::net::Ipv6Addr::LOCALHOST, 0).into() };
         let broken = |e: std::io::Error| RelayError::Broken(format!("cannot open dara's socket to the program's UDP socket ({twin}): {e}"));
         let inner = UdpSocket::bind(local).map_err(broken)?;
         inner.connect(twin).map_err(broken)?;
         inner.set_nonblocking(true).map_err(broken)?;
-        let inner_port = inner.local_addr().map_err(broken)?.port();
+        let relay = inner.local_addr().map_err(broken)?;
+        let inner_port = relay.port();
         net.add_relay_port(inner_port);
         let index = self.peers.len();
         self.watch(&inner, token(TAG_DGRAM_PEER, index as u64), libc::EPOLLIN as u32)?;
         let event_index = self.recorded_peers.len() as u32;
         if recorded {
             self.recorded_peers.push(index);
-            self.events.push(OutsideEvent { step, stream: event_index, what: OutsideWhat::Peer { socket: socket as u32 } });
+            self.events.push(OutsideEvent { step, stream: event_index, what: OutsideWhat::Peer { socket: socket as u32, peer: shown } });
+        }
+        if let Some(peer) = shown {
+            self.relayed.push(super::Relayed { relay, peer, datagrams: true });
         }
         if let Some(addr) = addr {
             self.peer_by_sender.insert((socket, addr), index);
