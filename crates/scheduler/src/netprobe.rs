@@ -246,10 +246,15 @@ impl NetProbe {
         view
     }
 
-    /// Whether epoll set `epfd` of process `pid` watches a socket only a peer dara does not relay
-    /// could wake: a UDP socket, or a Unix-domain listening socket.
-    pub fn epoll_watches_unrelayed(&mut self, pid: u32, epfd: i32) -> bool {
-        epoll_targets(pid, epfd).into_iter().any(|fd| {
+    /// Whether a pending `poll`/`epoll_wait` of process `pid` (`request`) watches a socket only a
+    /// peer dara does not relay could wake: a UDP socket, or a Unix-domain listening socket.
+    pub fn watches_unrelayed(&mut self, pid: u32, request: &Request) -> bool {
+        let fds: Vec<i32> = match request.op {
+            Op::NetEpollWait => epoll_targets(pid, request.args[0] as i32),
+            Op::NetPoll => read_pollfds(pid, request.args[0], (request.args[1] as usize).min(MAX_POLL_ENTRIES)).unwrap_or_default().iter().map(|p| p.fd).filter(|&fd| fd >= 0).collect(),
+            _ => Vec::new(),
+        };
+        fds.into_iter().any(|fd| {
             let Ok(Some(dup)) = self.dup(pid, fd) else { return false };
             match socket_kind(&dup) {
                 kind::UDP => true,

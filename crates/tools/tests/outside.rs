@@ -341,11 +341,11 @@ fn a_recording_sends_and_receives_without_steps_and_a_polling_loop_still_yields(
 /// stands between them), or a client of a Unix-domain listening socket that dara does not trace,
 /// would be input dara neither controls nor records: the run stops as uncontrolled, naming the
 /// peer, and leaves nothing behind. The recording waits for them meanwhile (it is no deadlock),
-/// also when the client waits in epoll_wait.
+/// also when the client waits in epoll_wait or poll.
 #[test]
 fn an_outside_udp_server_or_unix_client_stops_the_run() {
     let program = private_copy(&fixture("net_outside_peers"), "outside-peers");
-    for mode in ["udp-client", "udp-client-epoll"] {
+    for mode in ["udp-client", "udp-client-epoll", "udp-client-poll"] {
         let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let from = server.local_addr().unwrap();
         let answer = std::thread::spawn(move || {

@@ -527,17 +527,17 @@ impl<'a> Execution<'a> {
     }
 
     /// Whether some thread waits for what only a peer dara does not relay could bring: a datagram
-    /// on a UDP socket, or a connection to a Unix-domain listening socket (directly, or through an
-    /// epoll set that watches such a socket).
+    /// on a UDP socket, or a connection to a Unix-domain listening socket (directly, or through
+    /// `poll` or an epoll set that watches such a socket).
     fn waits_for_unrelayed_peers(&mut self) -> bool {
         use crate::model::net::{kind, undescribe};
         for (thread, request) in self.model.net_requests() {
             let waiting_on = self.model.probed_view(thread).filter(|v| !v.ready).map(|v| undescribe(v.obj).2);
             let unrelayed = match (request.op, waiting_on) {
                 (Op::NetRecv, Some(kind::UDP)) | (Op::NetAccept, Some(kind::UNIX_STREAM)) => true,
-                (Op::NetEpollWait, Some(kind::EPOLL)) => {
+                (Op::NetEpollWait, Some(kind::EPOLL)) | (Op::NetPoll, Some(kind::POLL)) => {
                     let pid = self.pid_of(thread);
-                    self.net.epoll_watches_unrelayed(pid, request.args[0] as i32)
+                    self.net.watches_unrelayed(pid, &request)
                 }
                 _ => false,
             };
