@@ -130,11 +130,16 @@ fn decode_outside(c: &mut Cursor<'_>) -> Result<Vec<OutsideEvent>, TraceError> {
             let len = c.counted(&field("length"), MAX_OUTSIDE_BYTES)?;
             Ok(c.take(len, &field("bytes"))?.to_vec())
         };
+        // An index (listener or socket), then the client's address.
+        let index_and_peer = |c: &mut Cursor<'_>, name: &str| -> Result<(u32, Option<std::net::SocketAddr>), TraceError> {
+            let index = c.varint_u32(&field(name))?;
+            let at = c.pos;
+            let peer = crate::outside::address_from_bytes(&bytes(c)?).map_err(|()| c.damaged(at, field("has a malformed peer address")))?;
+            Ok((index, peer))
+        };
         let what = match kind {
             OUTSIDE_CONNECT => {
-                let listener = c.varint_u32(&field("listener"))?;
-                let at = c.pos;
-                let peer = crate::outside::address_from_bytes(&bytes(c)?).map_err(|()| c.damaged(at, field("has a malformed peer address")))?;
+                let (listener, peer) = index_and_peer(c, "listener")?;
                 OutsideWhat::Connect { listener, peer }
             }
             OUTSIDE_DATA => OutsideWhat::Data(bytes(c)?),
@@ -145,9 +150,7 @@ fn decode_outside(c: &mut Cursor<'_>) -> Result<Vec<OutsideEvent>, TraceError> {
             OUTSIDE_STDIN => OutsideWhat::Stdin(bytes(c)?),
             OUTSIDE_STDIN_CLOSED => OutsideWhat::StdinClosed,
             OUTSIDE_PEER => {
-                let socket = c.varint_u32(&field("socket"))?;
-                let at = c.pos;
-                let peer = crate::outside::address_from_bytes(&bytes(c)?).map_err(|()| c.damaged(at, field("has a malformed peer address")))?;
+                let (socket, peer) = index_and_peer(c, "socket")?;
                 OutsideWhat::Peer { socket, peer }
             }
             OUTSIDE_DATAGRAM => OutsideWhat::Datagram(bytes(c)?),
