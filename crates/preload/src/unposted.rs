@@ -133,18 +133,8 @@ fn ports(fd: i32) -> u32 {
     if known != 0 {
         return known;
     }
-    let port = |nr: libc::c_long| {
-        // SAFETY: an all-zero sockaddr_storage is valid; the kernel writes at most `len` bytes.
-        let mut addr: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
-        let mut len = core::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        // SAFETY: getsockname/getpeername with a live out-buffer and its length.
-        let rc = unsafe { sys::syscall(nr, &[fd as u64, &mut addr as *mut _ as u64, &mut len as *mut _ as u64]) };
-        let family = i32::from(addr.ss_family);
-        // sin_port and sin6_port share offset 2.
-        // SAFETY: the storage holds a sockaddr_in or sockaddr_in6 for these families.
-        (rc == 0 && (family == libc::AF_INET || family == libc::AF_INET6)).then(|| u16::from_be(unsafe { (*(&addr as *const _ as *const libc::sockaddr_in)).sin_port }))
-    };
-    let (Some(local), Some(peer)) = (port(libc::SYS_getsockname), port(libc::SYS_getpeername)) else { return 0 };
+    let port = |peer| crate::hooks::outside::inet_port(fd, peer);
+    let (Some(local), Some(peer)) = (port(false), port(true)) else { return 0 };
     let value = u32::from(local) << 16 | u32::from(peer);
     if local != 0 && peer != 0 {
         if let Some(p) = PORTS.get(fd as usize) {

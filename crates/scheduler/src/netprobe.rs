@@ -388,7 +388,7 @@ impl NetProbe {
 
     fn settle_send(&mut self, pid: u32, fd: i32, datagram_to: Option<u16>, own: OwnReceived) -> Result<(), ProbeError> {
         if let Some(port) = datagram_to {
-            *self.owed.entry((kind::UDP, port, 0)).or_default() += 1;
+            self.owe_datagram(port);
             // A socket's first send binds it: learn its port, which the datagram comes from (a
             // receiver's probe tells traced senders from outside ones by it).
             if self.probed.get(&(pid, fd)).is_some_and(|ep| ep.key.is_some_and(|k| k.1 == 0)) {
@@ -529,9 +529,7 @@ impl NetProbe {
         let mut count = 0;
         for (key, mine) in self.connections(a)? {
             let Some((_, other)) = theirs.iter().find(|(k, _)| *k == (key.0, key.2, key.1)) else { continue };
-            let unspec = libc::sockaddr { sa_family: libc::AF_UNSPEC as libc::sa_family_t, sa_data: [0; 14] };
-            // SAFETY: connect reads a sockaddr of the given length from a live local.
-            unsafe { libc::connect(mine.as_raw_fd(), &unspec, std::mem::size_of::<libc::sockaddr>() as libc::socklen_t) };
+            reset(&mine);
             let started = Instant::now();
             while tcp_state(other).is_some_and(|s| s != TCP_CLOSE) {
                 if started.elapsed() > SETTLE_LIMIT {
@@ -668,6 +666,13 @@ impl NetProbe {
     fn lookup(&self, keys: &[PortKey]) -> u64 {
         keys.iter().find_map(|k| self.by_key.get(k)).copied().unwrap_or(NO_ENDPOINT)
     }
+}
+
+/// Resets TCP connection `fd` (`connect(AF_UNSPEC)` disconnects it, sending a reset).
+pub(crate) fn reset(fd: &OwnedFd) {
+    let unspec = libc::sockaddr { sa_family: libc::AF_UNSPEC as libc::sa_family_t, sa_data: [0; 14] };
+    // SAFETY: connect reads a sockaddr of the given length from a live local.
+    unsafe { libc::connect(fd.as_raw_fd(), &unspec, std::mem::size_of::<libc::sockaddr>() as libc::socklen_t) };
 }
 
 fn closed_view() -> NetView {

@@ -86,13 +86,7 @@ fn is_tcp(fd: c_int) -> bool {
         NET => {}
         _ => return false,
     }
-    let option = |name: c_int| {
-        let mut value: c_int = 0;
-        let mut len = core::mem::size_of::<c_int>() as socklen_t;
-        // SAFETY: getsockopt writes at most `len` bytes into `value`.
-        let rc = unsafe { sys::syscall(libc::SYS_getsockopt, &[fd as u64, libc::SOL_SOCKET as u64, name as u64, &mut value as *mut c_int as u64, &mut len as *mut socklen_t as u64]) };
-        (rc == 0).then_some(value)
-    };
+    let option = |name| super::outside::sockopt(fd, libc::SOL_SOCKET, name);
     let tcp = matches!(option(libc::SO_DOMAIN), Some(libc::AF_INET | libc::AF_INET6)) && option(libc::SO_TYPE) == Some(libc::SOCK_STREAM);
     entry.store(if tcp { NET_TCP } else { NET_NOT_TCP }, Ordering::Relaxed);
     tcp

@@ -47,7 +47,7 @@ fn outside_apart() -> bool {
 }
 
 /// `getsockopt(fd, level, opt)` as an int, None on failure.
-fn sockopt(fd: c_int, level: c_int, opt: c_int) -> Option<c_int> {
+pub(crate) fn sockopt(fd: c_int, level: c_int, opt: c_int) -> Option<c_int> {
     let mut v: c_int = 0;
     let mut len = core::mem::size_of::<c_int>() as socklen_t;
     // SAFETY: the kernel writes at most `len` bytes into `v`.
@@ -57,12 +57,23 @@ fn sockopt(fd: c_int, level: c_int, opt: c_int) -> Option<c_int> {
 
 /// The socket's own address, and its length.
 fn local_address(fd: c_int) -> Option<(libc::sockaddr_storage, socklen_t)> {
+    socket_address(fd, libc::SYS_getsockname)
+}
+
+/// The socket's own (`SYS_getsockname`) or its peer's (`SYS_getpeername`) address, and its length.
+fn socket_address(fd: c_int, nr: libc::c_long) -> Option<(libc::sockaddr_storage, socklen_t)> {
     // SAFETY: sockaddr_storage is plain data; all-zero is valid.
     let mut addr: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
     let mut len = core::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
     // SAFETY: the kernel writes at most `len` bytes into `addr`.
-    let rc = unsafe { sys::syscall(libc::SYS_getsockname, &[fd as u64, &mut addr as *mut _ as u64, &mut len as *mut socklen_t as u64]) };
+    let rc = unsafe { sys::syscall(nr, &[fd as u64, &mut addr as *mut _ as u64, &mut len as *mut socklen_t as u64]) };
     (rc == 0).then_some((addr, len))
+}
+
+/// The port of an INET socket's own address, or (`peer`) of its peer's; None for other sockets.
+pub(crate) fn inet_port(fd: c_int, peer: bool) -> Option<u16> {
+    let (addr, _) = socket_address(fd, if peer { libc::SYS_getpeername } else { libc::SYS_getsockname })?;
+    matches!(c_int::from(addr.ss_family), libc::AF_INET | libc::AF_INET6).then(|| port_of(&addr))
 }
 
 /// The port of an AF_INET/AF_INET6 address (both keep it at offset 2).
@@ -190,13 +201,11 @@ pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut libc::sockaddr, len: 
     rc
 }
 
-/// The entry of [`Header::relayed`](dara_abi::Header) for dara's socket at loopback port `port`
-/// (a UDP one when `datagrams`).
-fn relayed_by_port(port: u16, datagrams: bool) -> Option<&'static dara_abi::RelayedPeer> {
-    let header = crate::region::header().filter(|h| h.outside != 0)?;
-    header.relayed.iter().find(|e| {
-        e.relay_port.load(Ordering::Acquire) == u32::from(port) && (e.flags.load(Ordering::Relaxed) & dara_abi::relayed_flags::DATAGRAMS != 0) == datagrams
-    })
+/// The entries of [`Header::relayed`](dara_abi::Header) in use for TCP connections, or UDP
+/// senders when `datagrams` (none when outside peers are not kept apart).
+fn relayed(datagrams: bool) -> impl Iterator<Item = &'static dara_abi::RelayedPeer> {
+    let entries = crate::region::header().filter(|h| h.outside != 0).map_or(&[][..], |h| &h.relayed[..]);
+    entries.iter().filter(move |e| e.relay_port.load(Ordering::Acquire) != 0 && (e.flags.load(Ordering::Relaxed) & dara_abi::relayed_flags::DATAGRAMS != 0) == datagrams)
 }
 
 /// The client's IP (16 bytes; IPv4 in the first 4) and port of `entry`, and whether it is IPv4.
@@ -270,12 +279,12 @@ unsafe fn inet_parts(addr: *const libc::sockaddr, len: socklen_t) -> Option<(c_i
 /// # Safety
 /// `addr` is null or holds `len` readable bytes.
 pub unsafe fn relayed_destination(addr: *const libc::sockaddr, len: socklen_t) -> Option<(libc::sockaddr_storage, socklen_t)> {
-    let header = crate::region::header().filter(|h| h.outside != 0)?;
+    if !outside_apart() {
+        return None;
+    }
     // SAFETY: the caller's contract.
     let (family, ip, port, v4) = unsafe { inet_parts(addr, len) }?;
-    let entry = header.relayed.iter().find(|e| {
-        e.relay_port.load(Ordering::Acquire) != 0 && e.flags.load(Ordering::Relaxed) & dara_abi::relayed_flags::DATAGRAMS != 0 && client_of(e) == (ip, port, v4)
-    })?;
+    let entry = relayed(true).find(|e| client_of(e) == (ip, port, v4))?;
     let relay_v6 = entry.flags.load(Ordering::Relaxed) & dara_abi::relayed_flags::RELAY_V6 != 0;
     let loopback = if relay_v6 { [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1] } else { [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] };
     inet_sockaddr(family, loopback, entry.relay_port.load(Ordering::Relaxed) as u16, !relay_v6)
@@ -289,7 +298,7 @@ pub unsafe fn relayed_destination(addr: *const libc::sockaddr, len: socklen_t) -
 /// # Safety
 /// `addr` is null or holds `room` writable bytes; `len` is null or valid.
 pub unsafe fn show_relayed_peer(addr: *mut libc::sockaddr, len: *mut socklen_t, room: socklen_t, datagrams: bool) {
-    if len.is_null() || crate::region::header().is_none_or(|h| h.outside == 0) {
+    if len.is_null() || !outside_apart() {
         return;
     }
     // SAFETY: the caller's contract; the kernel wrote `*len` bytes, at most `room` of them.
@@ -298,7 +307,7 @@ pub unsafe fn show_relayed_peer(addr: *mut libc::sockaddr, len: *mut socklen_t, 
     if !loopback || port == 0 {
         return;
     }
-    let Some(entry) = relayed_by_port(port, datagrams) else { return };
+    let Some(entry) = relayed(datagrams).find(|e| e.relay_port.load(Ordering::Relaxed) == u32::from(port)) else { return };
     let (ip, port, v4) = client_of(entry);
     let Some((out, size)) = inet_sockaddr(family, ip, port, v4) else { return };
     // SAFETY: copies at most `room` bytes into the caller's buffer; `len` is valid.

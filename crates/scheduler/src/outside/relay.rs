@@ -571,10 +571,7 @@ impl Outside {
             return close_sending_side(inner, s.inner_addrs, self.diag.as_ref());
         }
         let program_end = s.inner_addrs.map(|(local, remote)| (remote, local));
-        let unspec = libc::sockaddr { sa_family: libc::AF_UNSPEC as libc::sa_family_t, sa_data: [0; 14] };
-        // SAFETY: connect reads a sockaddr of the given length from a live local; with AF_UNSPEC
-        // it disconnects the socket, sending a reset.
-        unsafe { libc::connect(inner.as_raw_fd(), &unspec, std::mem::size_of::<libc::sockaddr>() as libc::socklen_t) };
+        netprobe::reset(inner);
         (s.inner, s.inner_eof) = (None, true);
         let (Some((local, remote)), Some(diag)) = (program_end, self.diag.as_ref()) else { return Ok(()) };
         let started = Instant::now();
