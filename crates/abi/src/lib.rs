@@ -268,6 +268,10 @@ pub enum Op {
     ConnReset = 135,
     /// Set a node's wall clock off by the configured skew. obj: node index.
     ClockSkew = 136,
+    /// Pause a thread (`--faults pause`): it is not scheduled while virtual time passes the
+    /// other threads' next deadline, and goes on once nobody else can move. Offered in any run
+    /// with a pause budget. obj: the virtual time the clock jumps to.
+    Pause = 137,
 }
 
 /// Bits of the `flags` argument of the networking ops.
@@ -340,6 +344,7 @@ impl Op {
             134 => DropDatagram,
             135 => ConnReset,
             136 => ClockSkew,
+            137 => Pause,
             _ => return None,
         })
     }
@@ -405,6 +410,7 @@ impl Op {
             DropDatagram => "drop",
             ConnReset => "reset",
             ClockSkew => "skew",
+            Pause => "pause",
         }
     }
 

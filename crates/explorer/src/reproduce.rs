@@ -31,6 +31,7 @@ pub fn config_for(trace: &Trace, base: &ExecutionConfig) -> ExecutionConfig {
         cluster: h.cluster.clone(),
         setup: h.setup.clone(),
         cleanup: h.cleanup.clone(),
+        time: h.time,
         profile: false,
         outside: if h.outside { OutsideMode::Replay { events: std::sync::Arc::new(trace.outside.clone()), stdin: h.stdin } } else { OutsideMode::Closed },
         // A recording stopped by the user is reproduced up to where it was stopped.

@@ -396,6 +396,7 @@ fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: Stri
         cleanup: exec.cleanup.clone(),
         outside: !exec.outside.is_closed(),
         stdin: exec.outside.stdin(),
+        time: exec.time,
     }
 }
 

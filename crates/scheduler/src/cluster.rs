@@ -47,10 +47,15 @@ pub struct FaultBudget {
     pub skews: u32,
     /// How far a skewed node's wall clock is off, in milliseconds (ahead or behind: a choice).
     pub skew_ms: u32,
+    /// `pause` faults (a thread stops while time passes; see `crate::time`). Parsed with the
+    /// others, but an execution takes its pause budget from its `TimeConfig`: pauses need no
+    /// nodes.
+    #[serde(skip)]
+    pub pauses: u32,
 }
 
 /// Fault kinds by name, as `--faults` and the config file spell them.
-pub const FAULT_KINDS: &str = "crash, restart, partition, reset, drop, skew";
+pub const FAULT_KINDS: &str = "crash, restart, partition, reset, drop, skew, pause";
 
 impl FaultBudget {
     /// The budget field of kind `name` (see [`FAULT_KINDS`]).
@@ -62,10 +67,12 @@ impl FaultBudget {
             "reset" => &mut self.resets,
             "drop" => &mut self.drops,
             "skew" => &mut self.skews,
+            "pause" => &mut self.pauses,
             _ => return None,
         })
     }
 
+    /// Whether any node fault has a budget (pauses are not node faults).
     pub fn any(&self) -> bool {
         self.crashes + self.restarts + self.partitions + self.resets + self.drops + self.skews > 0
     }
@@ -227,9 +234,11 @@ impl Nodes {
         }
     }
 
-    /// Readable form of a fault choice for listings: "crash kv1", "partition kv1 | kv2".
-    pub fn describe(spec: &ClusterSpec, choice: &Choice) -> String {
-        let name = |n: usize| spec.nodes.get(n).map_or_else(|| format!("node {n}"), |s| s.name.clone());
+    /// Readable form of a fault choice for listings: "crash kv1", "partition kv1 | kv2", "pause
+    /// thread 2 until 1.000s". Without the cluster's spec, nodes are named by index.
+    pub fn describe(spec: Option<&ClusterSpec>, choice: &Choice) -> String {
+        let name = |n: usize| spec.and_then(|s| s.nodes.get(n)).map_or_else(|| format!("node {n}"), |s| s.name.clone());
+        let skew_ms = |alt| spec.map_or(0, |s| skew_ns(&s.faults, alt) / 1_000_000);
         match choice.op {
             Op::NodeCrash | Op::NodeRestart => format!("{} {}", choice.op.name(), name(choice.obj as usize)),
             Op::Partition | Op::Heal | Op::ConnReset => {
@@ -237,8 +246,9 @@ impl Nodes {
                 let what = if choice.op == Op::ConnReset { "reset connections" } else { choice.op.name() };
                 format!("{what} {} | {}", name(a), name(b))
             }
-            Op::ClockSkew => format!("skew {} {:+} ms", name(choice.obj as usize), skew_ns(&spec.faults, choice.alt) / 1_000_000),
+            Op::ClockSkew => format!("skew {} {:+} ms", name(choice.obj as usize), skew_ms(choice.alt)),
             Op::DropDatagram => format!("drop a datagram for thread {}", choice.thread),
+            Op::Pause => format!("pause thread {} until {}", choice.thread, crate::time::format_vtime(choice.obj)),
             op => op.name().to_string(),
         }
     }

@@ -6,6 +6,7 @@
 //! * [`outcome`]: how an execution ended, and whether that is a bug.
 //! * [`preempt`]: the `--preempt-on` settings (memory-level points, edge quanta) and the
 //!   profiling run's access profile.
+//! * [`time`]: how virtual time behaves (timer policy, step cost, pause budget, run length).
 //! * [`trace`]: the `trace.bin` format (writer and a reader that never panics on bad input).
 //!
 //! The parts that touch processes (shared memory, the handoff loop) build on these.
@@ -16,6 +17,7 @@ pub mod crash_site;
 pub mod model;
 pub mod outcome;
 pub mod preempt;
+pub mod time;
 pub mod trace;
 
 pub use choice::{Choice, ChoiceKind, Decide, Divergence};

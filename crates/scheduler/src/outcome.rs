@@ -54,6 +54,9 @@ pub enum Outcome {
     Uncontrolled { thread: ThreadId, syscall: String, detail: String },
     /// dara-trace was interrupted (SIGINT/SIGTERM) before the execution ended.
     Interrupted,
+    /// The execution reached its time limit (`--run-for`) with no bug: an endless program (a
+    /// server, a chaos loop) judged as it stood then.
+    RanFor { virtual_ns: u64 },
     /// Replay only: the run stopped offering the recorded decision.
     Diverged { step: u64, expected: String, seen: String },
 }
@@ -65,7 +68,7 @@ impl Outcome {
         match self {
             Outcome::Exited { code, .. } => *code != 0,
             Outcome::Crashed { .. } | Outcome::NodeExited { .. } | Outcome::CheckFailed { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
-            Outcome::Uncontrolled { .. } | Outcome::Interrupted | Outcome::Diverged { .. } => false,
+            Outcome::Uncontrolled { .. } | Outcome::Interrupted | Outcome::RanFor { .. } | Outcome::Diverged { .. } => false,
         }
     }
 
@@ -89,6 +92,7 @@ impl Outcome {
             Outcome::Hang { .. } => "hang".to_string(),
             Outcome::Uncontrolled { syscall, .. } => format!("uncontrolled:{syscall}"),
             Outcome::Interrupted => "interrupted".to_string(),
+            Outcome::RanFor { .. } => "ran-for".to_string(),
             Outcome::Diverged { step, .. } => format!("diverged:{step}"),
         }
     }
@@ -120,6 +124,7 @@ impl Outcome {
                 format!("uncontrolled: thread {thread} {syscall}: {detail}")
             }
             Outcome::Interrupted => "interrupted".to_string(),
+            Outcome::RanFor { virtual_ns } => format!("ran for {} of virtual time with no bug (--run-for)", crate::time::format_vtime(*virtual_ns)),
             Outcome::Diverged { step, expected, seen } => {
                 format!("DIVERGED at step {step}: the trace expected {expected}, the run offered {seen}")
             }

@@ -49,6 +49,8 @@ pub struct FaultEntry {
     drop: u32,
     #[serde(default)]
     skew: u32,
+    #[serde(default)]
+    pause: u32,
     /// How far a skewed clock is off.
     #[serde(default = "default_skew_ms")]
     skew_ms: u32,
@@ -101,7 +103,7 @@ pub fn load(path: &Path) -> anyhow::Result<ConfigFile> {
 
 impl FaultEntry {
     fn budget(&self) -> FaultBudget {
-        FaultBudget { crashes: self.crash, restarts: self.restart, partitions: self.partition, resets: self.reset, drops: self.drop, skews: self.skew, skew_ms: self.skew_ms }
+        FaultBudget { crashes: self.crash, restarts: self.restart, partitions: self.partition, resets: self.reset, drops: self.drop, skews: self.skew, skew_ms: self.skew_ms, pauses: self.pause }
     }
 }
 
@@ -143,6 +145,8 @@ pub struct ClusterRun {
     pub workload: Option<Vec<String>>,
     pub setup: Option<String>,
     pub cleanup: Option<String>,
+    /// The `pause` budget (`--faults pause:N`), for any run, with or without nodes.
+    pub pauses: u32,
 }
 
 /// Combines the config file (if any) with the options; options win.
@@ -158,6 +162,7 @@ pub fn resolve(options: &ClusterOptions<'_>) -> anyhow::Result<ClusterRun> {
     if let Some(n) = options.max_crashes {
         budget.crashes = n;
     }
+    let pauses = std::mem::take(&mut budget.pauses);
     let nodes: Vec<NodeSpec> = file
         .nodes
         .iter()
@@ -176,6 +181,7 @@ pub fn resolve(options: &ClusterOptions<'_>) -> anyhow::Result<ClusterRun> {
         workload: file.workload.as_ref().map(Command::argv),
         setup: options.setup.map(str::to_string).or(file.setup),
         cleanup: options.cleanup.map(str::to_string).or(file.cleanup),
+        pauses,
     })
 }
 
@@ -231,6 +237,17 @@ mod tests {
         assert!(parse_faults("crash:x", &mut b).is_err());
         parse_faults("none", &mut b).unwrap();
         assert!(!b.any());
+    }
+
+    #[test]
+    fn pauses_need_no_nodes_and_leave_the_node_budget_alone() {
+        let run = resolve(&ClusterOptions { faults: Some("pause:3"), ..Default::default() }).unwrap();
+        assert_eq!(run.pauses, 3);
+        assert!(run.spec.is_none(), "a pause budget alone is no cluster");
+        let mut b = FaultBudget::default();
+        parse_faults("pause", &mut b).unwrap();
+        assert_eq!(b.pauses, 1);
+        assert!(!b.any(), "pauses are not node faults");
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
             ChoiceKind::Fault => format!("FAULT {}", c.op.name()),
         };
         let object = match names.programs.get(&c.thread) {
-            _ if c.kind == ChoiceKind::Fault => names.cluster.map_or_else(|| c.op.name().to_string(), |spec| Nodes::describe(spec, c)),
+            _ if c.kind == ChoiceKind::Fault => Nodes::describe(names.cluster, c),
             Some(program) if c.op == dara_abi::Op::ProcessStart => program.clone(),
             _ => describe_object(c.obj, c.op, names.symbols),
         };
@@ -146,7 +146,4 @@ fn describe_net(obj: u64) -> String {
     out
 }
 
-/// Virtual time as seconds with millisecond precision.
-pub fn format_vtime(ns: u64) -> String {
-    format!("{}.{:03}s", ns / 1_000_000_000, (ns / 1_000_000) % 1000)
-}
+pub use dara_scheduler::time::format_vtime;

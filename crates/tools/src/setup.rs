@@ -105,6 +105,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         cleanup: None,
         profile: false,
         outside: Default::default(),
+        time: Default::default(),
         stop_at_step: None,
     })
 }

@@ -1,7 +1,8 @@
 //! The cluster side of an execution (docs/cluster.md): launching the nodes one by one, then the
 //! workload once the nodes have settled, then the check; knowing which process is which node;
 //! judging their exits; and injecting the faults a strategy chose (crash, restart, partition,
-//! heal, connection reset, clock skew).
+//! heal, connection reset, clock skew). The `pause` fault is offered here too, in any run with a
+//! pause budget; the model applies it.
 //!
 //! Launches are deterministic: dara starts one command at a time and takes no decision until its
 //! `ProcessStart` has arrived, so logical process ids follow the launch order on every run.
@@ -196,8 +197,14 @@ impl Execution<'_> {
         (code != 0 && is_node_root).then(|| Outcome::NodeExited { node: nodes.name(node).to_string(), code })
     }
 
-    /// Appends this step's fault choices (cluster runs with a fault budget only).
+    /// Appends this step's fault choices: pauses (any run with a pause budget), then the node
+    /// faults of a cluster run with a fault budget.
     pub(super) fn add_fault_choices(&self, choices: &mut Vec<Choice>) {
+        if self.model.pauses_taken() < self.cfg.time.pauses {
+            for (thread, until) in self.model.pausable() {
+                choices.push(Choice { thread, kind: ChoiceKind::Fault, alt: 0, op: Op::Pause, obj: until });
+            }
+        }
         let Some(nodes) = &self.nodes else { return };
         nodes.fault_choices(|n| self.live_processes_of(n).next().is_some(), choices);
         if nodes.may_drop() {

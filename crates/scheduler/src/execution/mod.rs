@@ -28,6 +28,7 @@ use crate::outside::{Outside, OutsideEvent, OutsideMode, RelayError};
 use crate::preempt::{AccessProfile, Preemption};
 use crate::region::Region;
 use crate::symbols::Symbolizer;
+use crate::time::{TimeConfig, TimerPolicy};
 use crate::trace::Step;
 use crate::{futex, procfs};
 
@@ -69,6 +70,8 @@ pub struct ExecutionConfig {
     /// Whether peers outside dara may talk to the program: a recording run takes their inputs,
     /// a replay feeds recorded ones back (see [`crate::outside`]).
     pub outside: OutsideMode,
+    /// How virtual time behaves: timer policy, step cost, pause budget, run length.
+    pub time: TimeConfig,
     /// The recording this replays was stopped (Ctrl-C) after this many steps: end there, as
     /// `Interrupted`, rather than run on.
     pub stop_at_step: Option<u64>,
@@ -322,6 +325,9 @@ struct Execution<'a> {
     outside: Option<Outside>,
     /// Something that went wrong while granting, ending the run at the next decision.
     pending_end: Option<Outcome>,
+    /// When the run started: virtual time 0 (a recording's timers fire no earlier than this plus
+    /// their deadline).
+    started: Instant,
     /// Since when the run has been waiting for outside input with nothing else to do, and
     /// whether the user was told.
     idle_since: Option<(Instant, bool)>,
@@ -333,7 +339,8 @@ impl<'a> Execution<'a> {
             cfg,
             region,
             tree,
-            model: Model::new(),
+            model: Model::with_time(&cfg.time),
+            started: Instant::now(),
             memory: TargetMemory::default(),
             steps: Vec::new(),
             seen_posts: vec![0; dara_abi::MAX_SLOTS],
@@ -395,13 +402,19 @@ impl<'a> Execution<'a> {
                 cluster::Advance::End(outcome) => return outcome,
                 cluster::Advance::Decide => {}
             }
+            if let Some(end) = self.cfg.time.run_for_ns.filter(|&t| self.model.now() >= t) {
+                return Outcome::RanFor { virtual_ns: end };
+            }
             let mut choices = self.model.choices();
-            self.add_fault_choices(&mut choices);
             match self.await_outside(&choices, stop) {
                 Ok(true) => continue,
                 Ok(false) => {}
                 Err(outcome) => return outcome,
             }
+            if choices.is_empty() && self.model.jump_to_next_deadline().is_some() {
+                continue; // the earliest timers are due now
+            }
+            self.add_fault_choices(&mut choices);
             if choices.is_empty() {
                 if self.model.live_threads().is_empty() {
                     // Everyone finished; only process exits are still to come.
@@ -420,7 +433,9 @@ impl<'a> Execution<'a> {
             };
             let choice = choices[index];
             if choice.kind == crate::choice::ChoiceKind::Fault {
-                if let Some(outcome) = self.inject(&choice) {
+                if choice.op == Op::Pause {
+                    self.model.pause(choice.thread);
+                } else if let Some(outcome) = self.inject(&choice) {
                     return outcome;
                 }
                 self.steps.push(Step { choice, result: Some(0), now_ns: self.model.now() });
@@ -475,9 +490,13 @@ impl<'a> Execution<'a> {
         }
     }
 
-    /// Recording: when nothing can run but an outside peer may still bring input (or only timers
-    /// are left, which fire at their real time), waits for it. Ok(true) when something came (look
-    /// again), Ok(false) to decide now.
+    /// Recording: when nothing can run now but an outside peer may still bring input, waits for
+    /// it, and for real time to reach the next timer's deadline: a timer fires no earlier than it
+    /// would without dara (the caller then moves the clock to it). Ok(true) when something came
+    /// (look again), Ok(false) to go on now.
+    ///
+    /// "Nothing can run now": no choice at all (`TimerPolicy::Deadline`), or nothing but timers
+    /// (`TimerPolicy::Any`, where a pending timer is always a choice).
     ///
     /// A thread waiting for a datagram on a socket it never bound (an answer from a UDP server),
     /// or for a client of a Unix-domain listening socket, waits for an outside peer too: dara
@@ -486,8 +505,12 @@ impl<'a> Execution<'a> {
     /// calling it a deadlock.
     fn await_outside(&mut self, choices: &[crate::choice::Choice], stop: &AtomicBool) -> Result<bool, Outcome> {
         let Some((live, may_receive)) = self.outside.as_ref().map(|o| (o.live(), o.may_receive())) else { return Ok(false) };
-        let only_timers = choices.iter().all(|c| c.kind == crate::choice::ChoiceKind::Timeout);
-        if !only_timers || (choices.is_empty() && self.model.net_requests().is_empty()) {
+        let idle = choices.iter().all(|c| c.kind == crate::choice::ChoiceKind::Timeout);
+        let next_timer = match self.cfg.time.timers {
+            TimerPolicy::Deadline => self.model.next_deadline(None),
+            TimerPolicy::Any => choices.iter().filter_map(|c| self.model.timer_deadline(c.thread)).min(),
+        };
+        if !idle || (next_timer.is_none() && self.model.net_requests().is_empty()) {
             self.idle_since = None;
             return Ok(false);
         }
@@ -497,19 +520,23 @@ impl<'a> Execution<'a> {
             return Ok(false);
         }
         // Virtual time follows real time while the program idles: its next timer fires when it
-        // would have without dara, unless a client comes first.
-        let next_timer = choices.iter().filter_map(|c| self.model.timer_deadline(c.thread)).min();
-        let limit = next_timer.map(|t| Duration::from_nanos(t.saturating_sub(self.model.now())).min(IDLE_TIMER_CAP));
+        // would have without dara (virtual 0 is the start of the run), unless a client comes first.
+        let real_ns = self.started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+        let limit = next_timer.map(|t| Duration::from_nanos(t.saturating_sub(real_ns)));
+        if limit == Some(Duration::ZERO) {
+            self.idle_since = None;
+            return Ok(false);
+        }
         let (since, told) = *self.idle_since.get_or_insert((Instant::now(), false));
-        if !told && choices.is_empty() && since.elapsed() >= IDLE_NOTICE {
+        if !told && next_timer.is_none() && since.elapsed() >= IDLE_NOTICE {
             eprintln!("dara: waiting for outside input ({}); Ctrl-C passes SIGINT on to the program, a second one stops dara and keeps the trace", self.waiting_for());
             self.idle_since = Some((since, true));
         }
         let outside = self.outside.as_mut().expect("checked above");
         let slice = match (unrelayed, limit) {
-            (false, _) => limit.or(Some(IDLE_NOTICE)),
+            (false, limit) => Some(limit.map_or(IDLE_NOTICE, |l| l.min(IDLE_NOTICE))),
             (true, None) => Some(UNRELAYED_POLL),
-            (true, Some(limit)) => Some(limit.saturating_sub(since.elapsed()).min(UNRELAYED_POLL)),
+            (true, Some(limit)) => Some(limit.min(UNRELAYED_POLL)),
         };
         match outside.wait(slice, stop) {
             Ok(true) => {
@@ -517,11 +544,12 @@ impl<'a> Execution<'a> {
                 Ok(true)
             }
             Ok(false) if stop.load(Ordering::Relaxed) => Err(Outcome::Interrupted),
-            Ok(false) if unrelayed && limit.is_none_or(|l| since.elapsed() < l) => {
-                self.net_dirty = true; // look at the sockets again
-                Ok(true)
+            Ok(false) => {
+                if unrelayed {
+                    self.net_dirty = true; // look at the sockets again
+                }
+                Ok(true) // look again: the deadline may have come, or more waiting is due
             }
-            Ok(false) => Ok(choices.is_empty()),
             Err(e) => Err(relay_outcome(self.steps.len() as u64, e)),
         }
     }
@@ -1323,8 +1351,6 @@ fn relay_outcome(step: u64, e: RelayError) -> Outcome {
     }
 }
 
-/// Longest real wait for outside input before a pending timer fires anyway.
-const IDLE_TIMER_CAP: Duration = Duration::from_secs(10);
 /// How often a recording that waits for a peer dara does not relay looks at the program's sockets
 /// again.
 const UNRELAYED_POLL: Duration = Duration::from_millis(20);

@@ -12,18 +12,23 @@
 //! * `clock.rs`: the virtual clock.
 //! * `net.rs`: readiness of sockets, pipes and poll/epoll as probed by the driver.
 //!
-//! Timers are choices: a thread whose request has a deadline offers `Timeout` next to (or instead
-//! of) `Run`, so a strategy can let a timeout win any race, and when nothing else can move the
-//! timeouts are what is left.
+//! Timers: a thread whose request has a deadline offers `Timeout` next to (or instead of) `Run`
+//! once its timer is *due* — the clock has reached the deadline (`TimerPolicy::Deadline`, the
+//! default) or at any time (`TimerPolicy::Any`). When nothing can move, the driver jumps the
+//! clock to the earliest pending deadline ([`Model::jump_to_next_deadline`]); timers due at the
+//! same instant are then a choice. A *paused* thread ([`Model::pause`], the `pause` fault) offers
+//! nothing while any other thread can move: virtual time passes the others' next deadline while it
+//! stands still, as a thread stopped by a GC pause or a starved VM would.
 //!
 //! Determinism: every collection that is iterated is ordered (BTreeMap / Vec in arrival order),
 //! so the same sequence of posts and choices yields the same enabled sets on every run.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use dara_abi::Op;
 
 use crate::choice::{Choice, ChoiceKind, ProcessId, ThreadId};
 use crate::outcome::BlockedThread;
+use crate::time::{TimeConfig, TimerPolicy};
 
 mod clock;
 pub mod net;
@@ -39,10 +44,6 @@ use clock::VirtualClock;
 use objects::Objects;
 use thread::{Phase, Thread};
 pub use thread::ThreadStatus;
-
-/// Virtual nanoseconds added to the clock by every decision, so code that spins on a clock read
-/// sees time pass.
-pub const TICK_NS: u64 = 1_000;
 
 /// Reads target memory (the scheduler implements it with `process_vm_readv`).
 pub trait MemoryReader {
@@ -69,6 +70,11 @@ pub enum Effect {
 #[derive(Clone, Debug, Default)]
 pub struct Model {
     clock: VirtualClock,
+    timers: TimerPolicy,
+    /// Threads a `pause` fault stopped: they offer choices only when nobody else can move.
+    paused: BTreeSet<ThreadId>,
+    /// `pause` faults taken so far (against the budget).
+    pauses: u32,
     /// Every thread ever registered, by slot. Slots are never reused within an execution.
     threads: BTreeMap<ThreadId, Thread>,
     objects: Objects,
@@ -81,6 +87,11 @@ pub struct Model {
 impl Model {
     pub fn new() -> Model {
         Model::default()
+    }
+
+    /// A model whose clock and timers follow `time`.
+    pub fn with_time(time: &TimeConfig) -> Model {
+        Model { clock: VirtualClock::new(time.step_ns), timers: time.timers, ..Model::default() }
     }
 
     /// Current virtual time.
@@ -107,7 +118,17 @@ impl Model {
     pub fn choices(&self) -> Vec<Choice> {
         let mut out = Vec::new();
         for (&id, thread) in &self.threads {
-            self.thread_choices(id, thread, &mut out);
+            if !self.paused.contains(&id) {
+                self.thread_choices(id, thread, &mut out);
+            }
+        }
+        if out.is_empty() {
+            // Paused threads go on once nobody else can move at this instant.
+            for id in &self.paused {
+                if let Some(thread) = self.threads.get(id) {
+                    self.thread_choices(*id, thread, &mut out);
+                }
+            }
         }
         out
     }
@@ -115,6 +136,55 @@ impl Model {
     /// The deadline of `thread`'s timer (the one its `Timeout` choice fires), if it has one.
     pub fn timer_deadline(&self, thread: ThreadId) -> Option<u64> {
         self.threads.get(&thread).and_then(ops::timer)
+    }
+
+    /// The earliest deadline still ahead of the clock among the live threads' timers, leaving
+    /// out `except`'s.
+    pub fn next_deadline(&self, except: Option<ThreadId>) -> Option<u64> {
+        let now = self.clock.now();
+        self.threads.iter().filter(|(&id, _)| Some(id) != except).filter_map(|(_, t)| ops::timer(t)).filter(|&d| d > now).min()
+    }
+
+    /// Nothing can move: the clock jumps to the earliest pending deadline, whose timers are now
+    /// due. Returns the new time, or None when no timer is pending (a deadlock).
+    pub fn jump_to_next_deadline(&mut self) -> Option<u64> {
+        let deadline = self.next_deadline(None)?;
+        self.clock.advance_to(deadline);
+        Some(deadline)
+    }
+
+    /// Moves the clock forward to `t` (a recording keeping pace with real time); never back.
+    pub fn advance_clock(&mut self, t: u64) {
+        self.clock.advance_to(t);
+    }
+
+    /// The threads a `pause` fault could stop now, each with the time the clock would jump to:
+    /// threads that could move, while another thread has a timer ahead.
+    pub fn pausable(&self) -> Vec<(ThreadId, u64)> {
+        let mut movers: Vec<ThreadId> = self.choices().iter().map(|c| c.thread).collect();
+        movers.dedup();
+        movers.into_iter().filter(|t| !self.paused.contains(t)).filter_map(|t| self.next_deadline(Some(t)).map(|d| (t, d))).collect()
+    }
+
+    /// The `pause` fault: `thread` stops being scheduled and virtual time passes the other
+    /// threads' next deadline, whose timers become due; the thread goes on once nobody else can
+    /// move. Returns the new time (None, and nothing changes, when no other timer is ahead).
+    pub fn pause(&mut self, thread: ThreadId) -> Option<u64> {
+        let deadline = self.next_deadline(Some(thread))?;
+        self.paused.insert(thread);
+        self.pauses += 1;
+        self.clock.advance_to(deadline);
+        Some(deadline)
+    }
+
+    /// How many `pause` faults this execution took.
+    pub fn pauses_taken(&self) -> u32 {
+        self.pauses
+    }
+
+    /// Whether `thread` is stopped by a `pause` fault.
+    pub fn is_paused(&self, thread: ThreadId) -> bool {
+        self.paused.contains(&thread)
     }
 
     /// Applies a choice previously returned by `choices()`; advances the clock.
@@ -127,6 +197,7 @@ impl Model {
             return Effect::Blocked;
         }
         self.clock.tick();
+        self.paused.remove(&choice.thread);
         let step = match choice.kind {
             ChoiceKind::Run => self.run(choice.thread, choice.alt, mem),
             ChoiceKind::Timeout => self.time_out(choice.thread, mem),
@@ -155,6 +226,7 @@ impl Model {
             self.threads.iter().filter(|(_, t)| t.process == process && t.is_live()).map(|(&id, _)| id).collect();
         for id in dead {
             self.objects.forget_waiter(id);
+            self.paused.remove(&id);
             if let Some(t) = self.threads.get_mut(&id) {
                 t.phase = Phase::Exited;
             }
@@ -193,12 +265,23 @@ impl Model {
         for alt in 0..self.run_alternatives(id, thread) {
             out.push(choice(ChoiceKind::Run, alt));
         }
-        if ops::timer(thread).is_some() {
+        if ops::timer(thread).is_some_and(|deadline| self.timer_due(deadline)) {
             out.push(choice(ChoiceKind::Timeout, 0));
         }
     }
 
+    /// Whether a timer with this deadline may fire now.
+    fn timer_due(&self, deadline: u64) -> bool {
+        match self.timers {
+            TimerPolicy::Deadline => deadline <= self.clock.now(),
+            TimerPolicy::Any => true,
+        }
+    }
+
     fn offers(&self, choice: &Choice) -> bool {
+        if self.paused.contains(&choice.thread) {
+            return self.choices().contains(choice);
+        }
         let Some(thread) = self.threads.get(&choice.thread) else { return false };
         let mut mine = Vec::new();
         self.thread_choices(choice.thread, thread, &mut mine);

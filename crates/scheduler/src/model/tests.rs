@@ -30,16 +30,38 @@ impl MemoryReader for FakeMem {
 }
 
 /// A model plus fake memory, driven one thread at a time like the real scheduler would.
-#[derive(Default)]
+///
+/// The tests of what each operation does use `TimerPolicy::Any`, so that a timeout can be taken
+/// at any point of an operation's life; `deadline_*` and `pause_*` tests use the default policy.
 struct Sim {
     m: Model,
     mem: FakeMem,
 }
 
+impl Default for Sim {
+    fn default() -> Sim {
+        Sim::with_policy(TimerPolicy::Any)
+    }
+}
+
+const TICK_NS: u64 = crate::time::DEFAULT_STEP_NS;
+
 impl Sim {
+    fn with_policy(timers: TimerPolicy) -> Sim {
+        Sim { m: Model::with_time(&TimeConfig { timers, ..TimeConfig::default() }), mem: FakeMem::default() }
+    }
+
     /// Threads 1..=n in process 0, all started and running (thread 1 is the main thread).
     fn with_threads(n: ThreadId) -> Sim {
-        let mut s = Sim::default();
+        Sim::started(Sim::default(), n)
+    }
+
+    /// Like `with_threads`, with timers that fire at their deadlines (the default policy).
+    fn at_deadlines(n: ThreadId) -> Sim {
+        Sim::started(Sim::with_policy(TimerPolicy::Deadline), n)
+    }
+
+    fn started(mut s: Sim, n: ThreadId) -> Sim {
         for t in 1..=n {
             s.m.add_thread(t, 0);
             let op = if t == 1 { Op::ProcessStart } else { Op::ThreadStart };
@@ -670,4 +692,82 @@ mod net {
         let report = s.m.blocked_report();
         assert!(report[0].detail.contains("waits for data on endpoint e7 (peer e8)"), "{:?}", report);
     }
+}
+
+#[test]
+fn deadline_timers_are_offered_only_once_the_clock_reaches_them() {
+    let mut s = Sim::at_deadlines(2);
+    s.post(1, Op::Sleep, [5_000_000, 0, 0, 0]);
+    s.post(2, Op::Yield, [0; 4]);
+    assert_eq!(s.offered(1), vec![], "a sleep 5 ms ahead is not due");
+    assert_eq!(s.offered(2), vec![(ChoiceKind::Run, 0)]);
+    s.run(2);
+    s.post(2, Op::Sleep, [9_000_000, 0, 0, 0]);
+    assert!(s.m.choices().is_empty(), "nothing due: nothing to choose");
+    assert_eq!(s.m.jump_to_next_deadline(), Some(5_000_000), "the earliest deadline first");
+    assert_eq!(s.offered(1), vec![(ChoiceKind::Timeout, 0)]);
+    assert_eq!(s.offered(2), vec![], "the later one is still ahead");
+    assert_eq!(s.timeout(1), grant(0));
+    assert_eq!(s.m.now(), 5_000_000 + TICK_NS, "firing a due timer moves the clock by one step only");
+    s.post(1, Op::Sleep, [NO_DEADLINE, 0, 0, 0]);
+    assert_eq!(s.m.jump_to_next_deadline(), Some(9_000_000));
+    assert_eq!(s.timeout(2), grant(0));
+    assert_eq!(s.m.jump_to_next_deadline(), None, "no timer left: a deadlock, not a jump");
+}
+
+#[test]
+fn deadline_timers_due_at_the_same_instant_are_a_choice() {
+    let mut s = Sim::at_deadlines(2);
+    s.post(1, Op::Sleep, [7_000, 0, 0, 0]);
+    s.post(2, Op::Sleep, [7_000, 0, 0, 0]);
+    assert_eq!(s.m.jump_to_next_deadline(), Some(7_000));
+    let due: Vec<_> = s.m.choices().iter().map(|c| (c.thread, c.kind)).collect();
+    assert_eq!(due, vec![(1, ChoiceKind::Timeout), (2, ChoiceKind::Timeout)]);
+}
+
+#[test]
+fn a_timed_wait_does_not_time_out_while_its_signaller_can_still_run() {
+    // The helper sleeps 10 ms and then signals; the waiter gives up after 1 s. In real time the
+    // wait cannot time out, and at deadlines it never does.
+    let mut s = Sim::at_deadlines(2);
+    s.op(1, Op::MutexLock, [M, mutex_kind::NORMAL, NO_DEADLINE, 0]);
+    s.post(1, Op::CondWait, [C, M, 1_000_000_000, mutex_kind::NORMAL]);
+    assert_eq!(s.run(1), Effect::Blocked);
+    s.post(2, Op::Sleep, [10_000_000, 0, 0, 0]);
+    assert_eq!(s.m.jump_to_next_deadline(), Some(10_000_000));
+    assert_eq!(s.offered(1), vec![], "the waiter's 1 s is far ahead");
+    assert_eq!(s.offered(2), vec![(ChoiceKind::Timeout, 0)]);
+}
+
+#[test]
+fn pause_lets_time_pass_the_others_deadline_while_the_paused_thread_stands_still() {
+    let mut s = Sim::at_deadlines(2);
+    s.op(1, Op::MutexLock, [M, mutex_kind::NORMAL, NO_DEADLINE, 0]);
+    s.post(1, Op::CondWait, [C, M, 1_000_000_000, mutex_kind::NORMAL]);
+    assert_eq!(s.run(1), Effect::Blocked);
+    s.post(2, Op::Sleep, [10_000_000, 0, 0, 0]);
+    s.m.jump_to_next_deadline();
+    assert_eq!(s.m.pausable(), vec![(2, 1_000_000_000)], "the helper can be paused past the waiter's deadline");
+    assert_eq!(s.m.pause(2), Some(1_000_000_000));
+    assert!(s.m.is_paused(2));
+    assert_eq!(s.offered(2), vec![], "paused while the waiter can move");
+    assert_eq!(s.offered(1), vec![(ChoiceKind::Timeout, 0)]);
+    assert_eq!(s.timeout(1), grant(ETIMEDOUT), "the waiter timed out (its mutex was free)");
+    s.post(1, Op::MutexUnlock, [M, mutex_kind::NORMAL, 0, 0]);
+    assert_eq!(s.offered(2), vec![], "still paused: the waiter can move");
+    s.run(1);
+    s.post(1, Op::Sleep, [NO_DEADLINE, 0, 0, 0]);
+    assert_eq!(s.offered(2), vec![(ChoiceKind::Timeout, 0)], "nobody else can move: the paused thread goes on");
+    assert_eq!(s.timeout(2), grant(0));
+    assert!(!s.m.is_paused(2));
+}
+
+#[test]
+fn pause_needs_another_thread_with_a_timer_ahead() {
+    let mut s = Sim::at_deadlines(2);
+    s.post(1, Op::Yield, [0; 4]);
+    s.post(2, Op::Yield, [0; 4]);
+    assert_eq!(s.m.pausable(), vec![]);
+    assert_eq!(s.m.pause(1), None);
+    assert!(!s.m.is_paused(1));
 }

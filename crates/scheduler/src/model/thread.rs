@@ -164,6 +164,7 @@ impl Request {
             | Op::DropDatagram
             | Op::ConnReset
             | Op::ClockSkew
+            | Op::Pause
             | Op::NetRecv
             | Op::NetSend
             | Op::NetAccept

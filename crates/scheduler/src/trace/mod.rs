@@ -31,7 +31,7 @@ pub use writer::{decision_bytes, encode, write_file};
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"DARATRC\0";
 /// Version of the layout described in docs/trace-format.md.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 /// Largest header JSON a reader accepts (and a writer produces).
 pub const MAX_HEADER_BYTES: u32 = 1 << 20;
 /// Largest outcome JSON a reader accepts (and a writer produces).
@@ -137,6 +137,9 @@ pub struct TraceHeader {
     /// section); otherwise /dev/null.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stdin: bool,
+    /// How virtual time behaved: timer policy, step cost, pause budget, run length.
+    #[serde(default)]
+    pub time: crate::time::TimeConfig,
 }
 
 /// One decision and what was observed when it was applied.

@@ -50,6 +50,7 @@ fn header() -> TraceHeader {
         cleanup: None,
         outside: true,
         stdin: true,
+        time: crate::time::TimeConfig { timers: crate::time::TimerPolicy::Any, step_ns: 250, pauses: 2, run_for_ns: Some(30_000_000_000) },
     }
 }
 

@@ -90,10 +90,23 @@ struct Cli {
     #[arg(long, value_name = "CMD")]
     cleanup: Option<String>,
     /// Faults to inject, each kind with a budget per execution: KIND[:N],... with KIND one of
-    /// crash, restart, partition, reset, drop, skew (N defaults to 1), or `none`. Needs nodes
-    /// (--config).
+    /// crash, restart, partition, reset, drop, skew (these need nodes: --config) or pause (a
+    /// thread stops while virtual time passes others' deadlines: early timeouts; any program),
+    /// N defaulting to 1; or `none`.
     #[arg(long, value_name = "LIST")]
     faults: Option<String>,
+    /// When timers fire: `deadline` (default: when the virtual clock reaches them; early
+    /// timeouts are the pause fault's) or `any` (any pending timer may fire at any step, as on
+    /// an arbitrarily slow machine). See docs/time.md.
+    #[arg(long, value_name = "POLICY", default_value = "deadline")]
+    timers: String,
+    /// Virtual nanoseconds one scheduling decision costs.
+    #[arg(long, value_name = "NS", default_value_t = dara_scheduler::time::DEFAULT_STEP_NS)]
+    step_cost: u64,
+    /// Stop each execution after this many virtual seconds and judge it as it stands (an endless
+    /// server or chaos loop is then not a hang).
+    #[arg(long, value_name = "SECONDS")]
+    run_for: Option<f64>,
     /// Most nodes crashed per execution (same as crash:N in --faults).
     #[arg(long, value_name = "N")]
     max_crashes: Option<u32>,
@@ -157,6 +170,7 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
     }
     let mut execution = setup::base_config(&cli.machine, cli.command.clone())?;
     execution.cluster = cluster.spec;
+    execution.time = time_config(&cli, cluster.pauses)?;
     execution.setup = cluster.setup;
     execution.cleanup = cluster.cleanup;
     // A single run of a program (not the demo, not a cluster) is a recording: clients outside dara
@@ -251,6 +265,20 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
     }
     println!("replay: dara-replay {}", replay.display());
     Ok(1)
+}
+
+/// The time settings from `--timers`, `--step-cost`, `--run-for` and the pause budget.
+fn time_config(cli: &Cli, pauses: u32) -> anyhow::Result<dara_scheduler::time::TimeConfig> {
+    let timers = dara_scheduler::time::TimerPolicy::parse(&cli.timers).map_err(anyhow::Error::msg)?;
+    if cli.step_cost == 0 {
+        bail!("--step-cost must be at least 1 ns: a program spinning on clock reads must see time pass");
+    }
+    let run_for_ns = match cli.run_for {
+        Some(s) if !(s > 0.0 && s.is_finite()) => bail!("--run-for takes a positive number of virtual seconds"),
+        Some(s) => Some((s * 1e9) as u64),
+        None => None,
+    };
+    Ok(dara_scheduler::time::TimeConfig { timers, step_ns: cli.step_cost, pauses, run_for_ns })
 }
 
 /// The decisions of a seed trace (`--seed-trace`).
