@@ -88,8 +88,6 @@ bug!(lost_wakeup, "lost_wakeup", "deadlock", 1, 1, 100);
 bug!(sem_misuse, "sem_misuse", "SIGABRT", 1, 1, 100);
 bug!(barrier_misuse, "barrier_misuse", "SIGABRT", 1, 1, 100);
 bug!(rwlock_race, "rwlock_race", "SIGABRT", 1, 1, 100);
-bug!(timeout_race, "timeout_race", "SIGABRT", 1, 1, 100);
-bug!(timeout_race_cond, "timeout_race_cond", "SIGABRT", 1, 1, 100);
 bug!(random_draw, "random_draw", "SIGABRT", 1, 1, 100);
 bug!(rust_lost_update, "rust_lost_update", "exited with status 101: panicked at ", 1, 1, 100);
 bug!(cpp_lost_wakeup, "cpp_lost_wakeup", "deadlock", 1, 1, 100);

@@ -515,3 +515,25 @@ fn the_program_sees_the_outside_client_address_in_the_recording_and_the_replay()
     assert!(verify.stdout.contains(&format!("c0 connects to listening socket 0 from {me}")), "{}", verify.stdout);
     assert_no_survivors(&program);
 }
+
+#[test]
+fn a_recording_keeps_pace_with_real_time() {
+    // The server's accept loop polls with a 100 ms timeout. While the client waits, the timers
+    // fire no earlier than they would without dara: the server's clock never runs ahead of the
+    // real time that passed, and it does move (the poll timed out at least once).
+    let program = private_copy(&fixture("outside_kv"), "outside_pace");
+    let real = std::time::Instant::now(); // before dara starts: virtual 0 is later
+    let rec = Recording::start("outside_pace", &program, &[]);
+    let mut c = rec.client();
+    std::thread::sleep(Duration::from_millis(800));
+    let answer = c.ask("TIME");
+    let real_ms = real.elapsed().as_millis() as i64;
+    let virtual_ms: i64 = answer.strip_prefix("MS ").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("bad answer {answer:?}"));
+    assert!(virtual_ms <= real_ms, "the server saw {virtual_ms} ms pass in {real_ms} real ms: its timers fired early");
+    assert!(virtual_ms >= 100, "the server's clock stood still ({virtual_ms} ms) while 800 real ms passed");
+    assert_eq!(c.ask("SHUTDOWN"), "DOWN");
+    let (code, stdout, trace_path) = rec.finish();
+    assert_eq!(code, 0, "{stdout}");
+    replays_as_recorded(&trace_path, 3, "served 2 requests");
+    assert_no_survivors(&program);
+}

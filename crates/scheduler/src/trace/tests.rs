@@ -364,28 +364,31 @@ fn every_single_bit_flip_is_rejected() {
 
 #[test]
 fn foreign_and_future_files() {
+    const NEXT_VERSION: u32 = FORMAT_VERSION + 1;
     let mut b = encode(&sample_trace());
-    b[8..12].copy_from_slice(&6u32.to_le_bytes());
+    b[8..12].copy_from_slice(&NEXT_VERSION.to_le_bytes());
     assert!(matches!(
         decode(&b, "f"),
         Err(TraceError::Version {
-            found: 6,
-            expected: 5,
+            found: NEXT_VERSION,
+            expected: FORMAT_VERSION,
             ..
         })
     ));
     assert!(matches!(
         decode(&b[..12], "f"),
-        Err(TraceError::Version { found: 6, .. })
+        Err(TraceError::Version { found: NEXT_VERSION, .. })
     ));
     b[8..12].copy_from_slice(&1u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 1, expected: 5, .. })), "version 1 (no coverage) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 1, expected: FORMAT_VERSION, .. })), "version 1 (no coverage) is refused");
     b[8..12].copy_from_slice(&2u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 2, expected: 5, .. })), "version 2 (no faults) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 2, expected: FORMAT_VERSION, .. })), "version 2 (no faults) is refused");
     b[8..12].copy_from_slice(&3u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 3, expected: 5, .. })), "version 3 (no outside section) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 3, expected: FORMAT_VERSION, .. })), "version 3 (no outside section) is refused");
     b[8..12].copy_from_slice(&4u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 4, expected: 5, .. })), "version 4 (no outside datagrams) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 4, expected: FORMAT_VERSION, .. })), "version 4 (no outside datagrams) is refused");
+    b[8..12].copy_from_slice(&5u32.to_le_bytes());
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 5, expected: FORMAT_VERSION, .. })), "version 5 (timers fired at any step) is refused");
     b[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 0, .. })));
 

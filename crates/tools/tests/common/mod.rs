@@ -172,12 +172,17 @@ pub fn dara_replay(args: &[&str], limit: Duration) -> Run {
 
 /// Runs a search over `fixture` and returns the run.
 pub fn search(out: &Path, strategy: &str, seed: u64, runs: u64, program: &Path) -> Run {
+    search_with(out, strategy, seed, runs, program, &[])
+}
+
+/// Like [`search`], with more dara-trace options (`--faults pause`, `--timers any`, ...).
+pub fn search_with(out: &Path, strategy: &str, seed: u64, runs: u64, program: &Path, options: &[&str]) -> Run {
     let seed = seed.to_string();
     let runs = runs.to_string();
-    dara_trace(
-        &["-q", "-o", out.to_str().unwrap(), "--strategy", strategy, "--seed", &seed, "--runs", &runs, "--", program.to_str().unwrap()],
-        Duration::from_secs(300),
-    )
+    let mut args = vec!["-q", "-o", out.to_str().unwrap(), "--strategy", strategy, "--seed", &seed, "--runs", &runs];
+    args.extend_from_slice(options);
+    args.extend(["--", program.to_str().unwrap()]);
+    dara_trace(&args, Duration::from_secs(300))
 }
 
 /// Processes still alive whose command line mentions `needle` (a fixture path).
