@@ -7,6 +7,11 @@
 #     started in the background by bash, a client, QUIT, wait): RUNS runs of the script in a
 #     native loop against `dara-trace --runs RUNS --strategy random --seed 1`, both from wall
 #     time, TRIALS times alternately; medians and their ratio.
+#  3. Executions per second of the Raft-like cluster's test script (tests/fixtures/scripts/
+#     raft_test.sh with raft_node_ok: three nodes over TCP, 150-300 ms election timeouts, 50 ms
+#     heartbeats, a client writing 5 values with 1 s timeouts, the safety check): RAFT_RUNS native
+#     runs against as many dara executions (random, timers at their deadlines), TRIALS times
+#     alternately; medians, their ratio, and how many dara executions served every write.
 #  2. Wall time of a workload dominated by timeouts (tests/fixtures/scripts/heartbeat_test.sh:
 #     a UDP heartbeat server and 3 clients waiting in poll/select/epoll_wait timeouts, about 3 s
 #     natively): one native run against one `dara-trace` execution (seeds 1..TRIALS), medians
@@ -39,6 +44,9 @@ trap 'exit 130' INT TERM
 
 cc -O1 -g -pthread -Wall tests/fixtures/kv_node_ok.c -o "$out/kv_node_ok"
 cc -O1 -g -pthread -Wall tests/fixtures/heartbeat.c -o "$out/heartbeat"
+cc -O1 -g -pthread -Wall tests/fixtures/raft_node_ok.c -o "$out/raft_node_ok"
+raft_script=tests/fixtures/scripts/raft_test.sh
+raft_runs="${RAFT_RUNS:-10}"
 kv_script=tests/fixtures/scripts/kv_test_ok.sh
 hb_script=tests/fixtures/scripts/heartbeat_test.sh
 
@@ -120,6 +128,29 @@ hb_vtime=$(printf '%s\n' "${vtime_s[@]}" | median)
 hb_steps=$(printf '%s\n' "${steps[@]}" | median)
 hb_dara_retries=$(printf '%s\n' "${dara_retries[@]}" | median)
 
+# 3. raft_test.sh: RAFT_RUNS native runs vs RAFT_RUNS dara executions, TRIALS times alternately.
+raft_native_rates=() raft_dara_rates=() raft_served=()
+for _ in $(seq 1 "$trials"); do
+    start=$(now)
+    if ! in_group bash -c 'for _ in $(seq 1 "$1"); do "$2" "$3" "$4" >/dev/null 2>&1 || exit 1; done' loop "$raft_runs" "$raft_script" "$out/raft_node_ok" "$base"; then
+        echo "bench-cluster: $raft_script failed natively" >&2
+        exit 1
+    fi
+    raft_native_rates+=("$(awk "BEGIN{printf \"%.2f\", $raft_runs / ($(now) - $start)}")")
+    rm -rf "$out/raft-run"
+    start=$(now)
+    if ! "$trace" -q -o "$out/raft-run" --runs "$raft_runs" --strategy random --seed 1 --pin-cpu "$cpu" -- "$raft_script" "$out/raft_node_ok" "$base" >"$out/raft.log" 2>&1; then
+        echo "bench-cluster: dara-trace on $raft_script failed:" >&2
+        tail -5 "$out/raft.log" >&2
+        exit 1
+    fi
+    raft_dara_rates+=("$(awk "BEGIN{printf \"%.2f\", $raft_runs / ($(now) - $start)}")")
+    raft_served+=("$(grep -c 'all 5 writes acknowledged' "$out/raft.log" || true)")
+done
+raft_native=$(printf '%s\n' "${raft_native_rates[@]}" | median)
+raft_dara=$(printf '%s\n' "${raft_dara_rates[@]}" | median)
+raft_ratio=$(awk "BEGIN{printf \"%.2f\", $raft_dara / $raft_native}")
+
 printf '%-52s %14s\n' "measurement (median of $trials)" "value"
 printf '%-52s %14s\n' "kv_test_ok.sh natively (runs/s)" "$kv_native"
 printf '%-52s %14s\n' "kv_test_ok.sh under dara, random (executions/s)" "$kv_dara"
@@ -136,3 +167,9 @@ printf '%-52s %14s\n' "  client retries, native / dara" "$native_retries / $hb_d
 printf '%-52s %14s\n' "  per trial, native (s)" "${native_s[*]}"
 printf '%-52s %14s\n' "  per trial, dara (ms)" "${dara_ms[*]}"
 printf '%-52s %14s\n' "  per trial, virtual (s)" "${vtime_s[*]}"
+printf '%-52s %14s\n' "raft_test.sh natively (runs/s)" "$raft_native"
+printf '%-52s %14s\n' "raft_test.sh under dara, random (executions/s)" "$raft_dara"
+printf '%-52s %14s\n' "ratio dara / native" "$raft_ratio"
+printf '%-52s %14s\n' "  per trial, native (runs/s)" "${raft_native_rates[*]}"
+printf '%-52s %14s\n' "  per trial, dara (executions/s)" "${raft_dara_rates[*]}"
+printf '%-52s %14s\n' "  dara executions that served all 5 writes" "${raft_served[*]} (of $raft_runs each)"

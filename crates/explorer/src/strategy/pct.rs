@@ -40,7 +40,8 @@
 //!   its next timeout. Without this, a high-priority server polling with a timeout fires its
 //!   timer again and again and starves everyone else until the virtual-time bound calls it a
 //!   hang that is not the program's. The timer still wins its race when PCT first ranks it
-//!   higher.
+//!   higher. With timers at their deadlines (the default, docs/time.md) a timer is offered only
+//!   once due, so this matters for `--timers any` and for timers due together with other work.
 //!
 //! Reproducibility: execution `e` draws everything from `Rng::for_execution(seed, e)`, so it
 //! depends only on the seed, `e`, and the calibrated step estimate.
