@@ -5,7 +5,8 @@
 //! killed as one), ASLR off (`personality(ADDR_NO_RANDOMIZE)`, so object addresses repeat across
 //! runs), pinned to the execution's CPU, and `PR_SET_PDEATHSIG` so it dies if dara dies. dara itself
 //! is the child subreaper, so orphaned grandchildren are reparented to it and reaped (and killed)
-//! too.
+//! too. When dara may create namespaces the tree runs in one of [`crate::pidns`]: commands are
+//! forked into it, join its mounts (fresh /proc) before exec, and orphans go to its init.
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
