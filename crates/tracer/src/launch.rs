@@ -442,4 +442,24 @@ mod tests {
         assert!(tree.kill_all(), "teardown reaps the group");
         assert!(tree.all_gone());
     }
+
+    #[test]
+    fn in_a_namespace_the_command_is_pid_2_and_teardown_ends_the_namespace() {
+        let file = std::env::temp_dir().join(format!("dara-pidns-{}", std::process::id()));
+        let script = format!("echo $$ > {}; exec sleep 1000", file.display());
+        let mut spec = spec(&["/bin/sh", "-c", &script]);
+        spec.virtual_pids = true;
+        let mut tree = ProcessTree::spawn(&spec, || {}).unwrap();
+        assert!(tree.pids_virtual(), "dara's tests run as root: {:?}", tree.namespace_refused());
+        let init = tree.ns.as_ref().map(PidNamespace::init_pid).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::fs::read_to_string(&file).map_or(true, |s| s.trim().is_empty()) {
+            assert!(Instant::now() < deadline, "the command never wrote its pid");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), "2");
+        let _ = std::fs::remove_file(&file);
+        assert!(tree.kill_all(), "teardown reaps the tree and the init");
+        assert!(!std::path::Path::new(&format!("/proc/{init}")).exists(), "the init is gone");
+    }
 }
