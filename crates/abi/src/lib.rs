@@ -51,6 +51,13 @@ pub const ENV_SHM_PATH: &str = "DARA_SHM";
 pub const SHM_FD: i32 = 1000;
 /// Value of [`ENV_SHM_PATH`] that names [`SHM_FD`].
 pub const SHM_PATH: &str = "/proc/self/fd/1000";
+/// Descriptor under which the target inherits a directory descriptor of dara's own `/proc` (the
+/// host's, whatever /proc the program sees): the preload reads `thread-self` through it to learn
+/// its kernel pid and tid as dara sees them, which it writes into its slot. In a PID namespace
+/// the program's own getpid/gettid differ from those. Kept open like [`SHM_FD`].
+pub const HOST_PROC_FD: i32 = 1001;
+// The preload's `closefrom` keeps dara's descriptors as one range.
+const _: () = assert!(HOST_PROC_FD == SHM_FD + 1);
 /// Set by the tracer on the launched command so that a preload loaded outside dara stays inert.
 pub const ENV_ACTIVE: &str = "DARA_ACTIVE";
 

@@ -46,8 +46,9 @@ pub fn exec_claim(header: &Header, pid: u32) -> Option<(u32, u32)> {
 
 /// Makes the current thread the gated main thread of `process` on slot `index`.
 pub fn become_main_thread(slot: &Slot, index: u32, process: u32, stack_top: usize) {
-    slot.pid.store(sys::getpid(), Ordering::Relaxed);
-    slot.tid.store(sys::gettid(), Ordering::Relaxed);
+    let (pid, tid) = sys::host_ids();
+    slot.pid.store(pid, Ordering::Relaxed);
+    slot.tid.store(tid, Ordering::Relaxed);
     slot.process.store(process, Ordering::Relaxed);
     // SAFETY: pthread_self has no preconditions.
     slot.handle.store(unsafe { real::pthread_self() } as u64, Ordering::Relaxed);
@@ -120,7 +121,7 @@ pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
     let index = header.next_slot.fetch_add(1, Ordering::AcqRel);
     let Some(slot) = region::slot(index) else { return -(libc::EAGAIN as i64) };
     slot.process.store(process, Ordering::Relaxed);
-    slot.pid.store(sys::getpid(), Ordering::Relaxed);
+    slot.pid.store(sys::host_ids().0, Ordering::Relaxed);
     slot.state.store(state::STARTING, Ordering::Release);
     entry.exec_slot.store(index + 1, Ordering::Release);
 
@@ -257,10 +258,13 @@ fn passthrough(nr: c_long, a: [u64; 6]) -> i64 {
     unsafe { sys::syscall6(nr, a) }
 }
 
+/// Close-on-exec on or off for dara's descriptors (the region's and dara's /proc).
 fn set_region_cloexec(on: bool) {
     let flags = if on { libc::FD_CLOEXEC } else { 0 } as u64;
-    // SAFETY: F_SETFD on the region descriptor this process holds.
-    unsafe { sys::syscall(libc::SYS_fcntl, &[dara_abi::SHM_FD as u64, libc::F_SETFD as u64, flags]) };
+    for fd in [dara_abi::SHM_FD, dara_abi::HOST_PROC_FD] {
+        // SAFETY: F_SETFD on a descriptor this process holds (EBADF if dara passed none).
+        unsafe { sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_SETFD as u64, flags]) };
+    }
 }
 
 /// Whether `path` is an ELF executable without a program interpreter (statically linked), which

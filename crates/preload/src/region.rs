@@ -57,7 +57,11 @@ pub fn map(path: &[u8]) -> Result<&'static Header, MapError> {
         // `execve` makes it survive for the next image: see `process::exec`), but close-on-exec,
         // so a program that runs something outside dara's control does not hand it on.
         // SAFETY: F_SETFD on a descriptor this process owns.
-        unsafe { sys::syscall(libc::SYS_fcntl, &[dara_abi::SHM_FD as u64, libc::F_SETFD as u64, libc::FD_CLOEXEC as u64]) };
+        // dara's /proc descriptor likewise.
+        for fd in [dara_abi::SHM_FD, dara_abi::HOST_PROC_FD] {
+            // SAFETY: F_SETFD on a descriptor this process owns (EBADF if dara passed none).
+            unsafe { sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_SETFD as u64, libc::FD_CLOEXEC as u64]) };
+        }
     }
     if (-4095..0).contains(&addr) {
         return Err(MapError::Map);

@@ -217,6 +217,52 @@ pub fn gettid() -> u32 {
     unsafe { syscall(libc::SYS_gettid, &[]) as u32 }
 }
 
+/// The calling thread's (pid, tid) as dara sees them: read through dara's `/proc`
+/// ([`dara_abi::HOST_PROC_FD`], whose `thread-self` names `<pid>/task/<tid>` in dara's PID
+/// namespace). Inside a PID namespace these differ from getpid/gettid, which the program sees.
+/// Without that descriptor (dara did not pass it) the thread's own ids.
+pub fn host_ids() -> (u32, u32) {
+    let mut buf = [0u8; 48];
+    // SAFETY: readlinkat writes at most `buf.len()` bytes into the live local buffer; the path
+    // is a NUL-terminated literal.
+    let n = unsafe { syscall(libc::SYS_readlinkat, &[dara_abi::HOST_PROC_FD as u64, c"thread-self".as_ptr() as u64, buf.as_mut_ptr() as u64, buf.len() as u64]) };
+    if n > 0 {
+        if let Some(ids) = parse_thread_self(&buf[..n as usize]) {
+            return ids;
+        }
+    }
+    (getpid(), gettid())
+}
+
+/// `<pid>/task/<tid>` as two numbers.
+fn parse_thread_self(link: &[u8]) -> Option<(u32, u32)> {
+    let number = |digits: &[u8]| -> Option<u32> {
+        if digits.is_empty() {
+            return None;
+        }
+        digits.iter().try_fold(0u32, |n, &d| d.is_ascii_digit().then(|| n.checked_mul(10)?.checked_add(u32::from(d - b'0'))).flatten())
+    };
+    let slash = link.iter().position(|&b| b == b'/')?;
+    let tid = link[slash..].strip_prefix(b"/task/")?;
+    Some((number(&link[..slash])?, number(tid)?))
+}
+
+#[cfg(test)]
+mod host_id_tests {
+    use super::parse_thread_self;
+
+    #[test]
+    fn thread_self_links_parse_and_anything_else_does_not() {
+        assert_eq!(parse_thread_self(b"1234/task/1240"), Some((1234, 1240)));
+        assert_eq!(parse_thread_self(b"7/task/7"), Some((7, 7)));
+        assert_eq!(parse_thread_self(b"1234"), None);
+        assert_eq!(parse_thread_self(b"/task/5"), None);
+        assert_eq!(parse_thread_self(b"12/task/"), None);
+        assert_eq!(parse_thread_self(b"12/task/9x"), None);
+        assert_eq!(parse_thread_self(b"99999999999/task/1"), None);
+    }
+}
+
 /// `kill(pid, 0)`: 0 if the process exists, -ESRCH if not.
 pub fn probe_process(pid: u32) -> i64 {
     // SAFETY: signal 0 only checks existence and permissions.

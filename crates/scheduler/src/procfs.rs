@@ -80,10 +80,22 @@ pub fn reap_if_child(pid: u32) -> bool {
     rc != 0
 }
 
-/// The process group of `pid`.
+/// The process group of `pid` as the process itself names it (inside its PID namespace, if it
+/// runs in one): the last number of `NSpgid:` in /proc/<pid>/status.
 pub fn process_group(pid: u32) -> Option<u32> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 2..].split_whitespace().nth(2)?.parse().ok()
+    namespace_ids(pid, "NSpgid:")?.last().copied()
+}
+
+/// The process's pid in each PID namespace it is in, outermost (dara's) first: `NSpid:` of
+/// /proc/<pid>/status. One number when the process runs in dara's own namespace.
+pub fn namespace_pids(pid: u32) -> Option<Vec<u32>> {
+    namespace_ids(pid, "NSpid:")
+}
+
+fn namespace_ids(pid: u32, field: &str) -> Option<Vec<u32>> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix(field))?;
+    line.split_whitespace().map(|n| n.parse().ok()).collect()
 }
 
 /// CPU time (user + system, in clock ticks) a thread has used, and its start time (clock ticks

@@ -5,7 +5,8 @@
 //! killed as one), ASLR off (`personality(ADDR_NO_RANDOMIZE)`, so object addresses repeat across
 //! runs), pinned to the execution's CPU, and `PR_SET_PDEATHSIG` so it dies if dara dies. dara itself
 //! is the child subreaper, so orphaned grandchildren are reparented to it and reaped (and killed)
-//! too.
+//! too. When dara may create namespaces the tree runs in one of [`crate::pidns`]: commands are
+//! forked into it, join its mounts (fresh /proc) before exec, and orphans go to its init.
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -15,6 +16,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::pidns::{self, PidNamespace};
 use crate::reaper::{self, ExitEvent};
 
 /// What to start.
@@ -35,6 +37,10 @@ pub struct LaunchSpec {
     /// A descriptor of dara's to give the first launched command as its stdin (a pipe dara writes
     /// recorded input into); None: /dev/null.
     pub stdin_fd: Option<i32>,
+    /// Descriptor number under which the target gets dara's /proc (see `dara_abi::HOST_PROC_FD`).
+    pub host_proc_fd: Option<i32>,
+    /// Run the tree in a PID namespace of its own ([`crate::pidns`]) when dara can create one.
+    pub virtual_pids: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +50,9 @@ pub enum LaunchError {
     #[error("cannot start {program}: {source}")]
     Spawn { program: String, source: std::io::Error },
 }
+
+/// The init's pid inside its namespace.
+const INIT_PID: libc::pid_t = 1;
 
 /// A running target tree. Dropping it kills every process in it.
 pub struct ProcessTree {
@@ -65,6 +74,12 @@ pub struct ProcessTree {
     /// sanitizer reports locate a bug).
     stderr_tail: Arc<Mutex<Vec<u8>>>,
     output_pipes: [u64; 2],
+    /// The execution's PID namespace; None: the program sees real pids.
+    ns: Option<PidNamespace>,
+    /// Why there is no namespace although one was asked for.
+    ns_refused: Option<String>,
+    /// dara's /proc, handed to every launched command (`spec.host_proc_fd`).
+    host_proc: Option<OwnedFd>,
 }
 
 /// How much of the target's stderr [`ProcessTree::stderr_tail`] keeps.
@@ -87,7 +102,7 @@ impl ProcessTree {
     /// futex wait.
     pub fn spawn(spec: &LaunchSpec, on_exit: impl Fn() + Send + 'static) -> Result<ProcessTree, LaunchError> {
         let mut tree = ProcessTree::prepare(spec)?;
-        let root = tree.start(&spec.command, None)?;
+        let root = tree.start(&spec.command, 0)?;
         tree.pgid = root;
         tree.root = root;
         tree.start_reaper(on_exit);
@@ -100,7 +115,11 @@ impl ProcessTree {
     /// restarted into it after every other member has died. `spec.command` is not run.
     pub fn spawn_group(spec: &LaunchSpec, on_exit: impl Fn() + Send + 'static) -> Result<ProcessTree, LaunchError> {
         let mut tree = ProcessTree::prepare(spec)?;
-        tree.pgid = placeholder().map_err(|source| LaunchError::Spawn { program: "dara's process-group placeholder".into(), source })?;
+        // In a namespace its init leads the group.
+        tree.pgid = match &tree.ns {
+            Some(ns) => ns.init_pid(),
+            None => placeholder().map_err(|source| LaunchError::Spawn { program: "dara's process-group placeholder".into(), source })?,
+        };
         tree.start_reaper(on_exit);
         Ok(tree)
     }
@@ -108,7 +127,9 @@ impl ProcessTree {
     /// Starts `command` in the tree's process group with the tree's environment, directory,
     /// descriptor and output pipes. Returns its pid. The first command launched is the root.
     pub fn launch(&mut self, command: &[String]) -> Result<u32, LaunchError> {
-        let pid = self.start(command, Some(self.pgid))?;
+        // The group as the new process names it: the init is pid 1 inside the namespace.
+        let group = if self.ns.is_some() { INIT_PID } else { self.pgid as libc::pid_t };
+        let pid = self.start(command, group)?;
         if self.root == 0 {
             self.root = pid;
         }
@@ -132,7 +153,13 @@ impl ProcessTree {
         // Until the reaper starts these stand in; `start_reaper` replaces them.
         let (_, exits) = std::sync::mpsc::channel();
         let (_, reaper_done) = std::sync::mpsc::channel();
-        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, finished: false, forwarders, output_writers: vec![out_w, err_w], stderr_tail, output_pipes })
+        let (ns, ns_refused) = match spec.virtual_pids.then(PidNamespace::create) {
+            Some(Ok(ns)) => (Some(ns), None),
+            Some(Err(e)) => (None, Some(e.to_string())),
+            None => (None, None),
+        };
+        let host_proc = spec.host_proc_fd.and_then(|_| std::fs::File::open("/proc").ok()).map(OwnedFd::from);
+        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, finished: false, forwarders, output_writers: vec![out_w, err_w], stderr_tail, output_pipes, ns, ns_refused, host_proc })
     }
 
     fn start_reaper(&mut self, on_exit: impl Fn() + Send + 'static) {
@@ -141,8 +168,9 @@ impl ProcessTree {
         self.reaper_done = reaper_done;
     }
 
-    /// Forks and execs `command` set up for dara: in process group `pgid` (a new one if `None`).
-    fn start(&self, command: &[String], pgid: Option<u32>) -> Result<u32, LaunchError> {
+    /// Forks and execs `command` set up for dara: in process group `group` as the new process
+    /// names it (a new one if 0), inside the namespace if there is one.
+    fn start(&self, command: &[String], group: libc::pid_t) -> Result<u32, LaunchError> {
         let (program, args) = command.split_first().ok_or(LaunchError::Empty)?;
         let spawn_error = |source| LaunchError::Spawn { program: program.clone(), source };
         let spec = &self.spec;
@@ -157,12 +185,16 @@ impl ProcessTree {
         }
         let cpu = spec.cpu;
         let pass_fd = spec.pass_fd;
-        let group = pgid.map_or(0, |g| g as libc::pid_t);
+        let host_proc = spec.host_proc_fd.zip(self.host_proc.as_ref().map(|f| f.as_raw_fd()));
+        let mounts = self.ns.as_ref().map(PidNamespace::mount_ns_fd);
         // SAFETY: the closure runs in the forked child before exec and only makes
-        // async-signal-safe system calls (setpgid, personality, prctl, dup2, sched_setaffinity); it
-        // allocates nothing.
+        // async-signal-safe system calls (setpgid, personality, prctl, dup2, sched_setaffinity,
+        // open, setns, fchdir); it allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
+                if let Some(mnt_ns) = mounts {
+                    pidns::enter_mounts(mnt_ns)?;
+                }
                 if libc::setpgid(0, group) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -171,7 +203,7 @@ impl ProcessTree {
                     return Err(std::io::Error::last_os_error());
                 }
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-                if let Some((from, to)) = pass_fd {
+                for (from, to) in pass_fd.into_iter().chain(host_proc.map(|(to, from)| (from, to))) {
                     // dup2 gives the new descriptor no close-on-exec flag: it survives the exec.
                     if libc::dup2(from, to) != to {
                         return Err(std::io::Error::last_os_error());
@@ -201,7 +233,11 @@ impl ProcessTree {
             None => std::process::Stdio::null(),
         };
         cmd.stdin(stdin).stdout(writer(0).map_err(spawn_error)?).stderr(writer(1).map_err(spawn_error)?);
-        let child = cmd.spawn().map_err(spawn_error)?;
+        let child = match &self.ns {
+            Some(ns) => ns.fork_inside(|| cmd.spawn()).and_then(|spawned| spawned),
+            None => cmd.spawn(),
+        }
+        .map_err(spawn_error)?;
         // The reaper owns waiting; std's handle is dropped without waiting.
         Ok(child.id())
     }
@@ -209,6 +245,17 @@ impl ProcessTree {
     /// Kernel pid of the first launched command (0 before one is).
     pub fn root_pid(&self) -> u32 {
         self.root
+    }
+
+    /// Whether the tree runs in a PID namespace of its own: the pids the program sees are the
+    /// same in every execution of a schedule.
+    pub fn pids_virtual(&self) -> bool {
+        self.ns.is_some()
+    }
+
+    /// Why the tree has no PID namespace although one was asked for.
+    pub fn namespace_refused(&self) -> Option<&str> {
+        self.ns_refused.as_deref()
     }
 
     /// Inodes of the pipes the target's stdout and stderr write into (0 where there is none).
@@ -227,9 +274,10 @@ impl ProcessTree {
         self.exits.try_recv().ok()
     }
 
-    /// Whether every process of the tree has been reaped.
+    /// Whether every process of the tree has been reaped (in a namespace: dara's children, and
+    /// the orphans its init adopted).
     pub fn all_gone(&self) -> bool {
-        self.finished || matches!(self.reaper_done.try_recv(), Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected))
+        self.finished || (matches!(self.reaper_done.try_recv(), Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected)) && !self.ns.as_ref().is_some_and(PidNamespace::has_orphans))
     }
 
     /// SIGKILLs the process group and waits (bounded) until all of it is reaped. Returns false if
@@ -250,22 +298,36 @@ impl ProcessTree {
             return true;
         }
         let deadline = Instant::now() + Duration::from_secs(5);
+        let mut group_gone = false;
         loop {
-            // SAFETY: kill with a negative pid signals a process group; no memory is involved.
-            unsafe { libc::kill(-(self.pgid as i32), libc::SIGKILL) };
-            match self.reaper_done.recv_timeout(Duration::from_millis(20)) {
-                Ok(()) | Err(RecvTimeoutError::Disconnected) => {
-                    self.finished = true;
-                    self.output_writers.clear();
-                    // Every writer is dead, so the pipes are at end of file: drain them fully
-                    // before the caller prints its verdict.
-                    for f in self.forwarders.drain(..) {
-                        let _ = f.join();
-                    }
-                    return true;
+            if !group_gone {
+                // SAFETY: kill with a negative pid signals a process group; no memory is involved.
+                unsafe { libc::kill(-(self.pgid as i32), libc::SIGKILL) };
+            }
+            // The init's death kills whatever is left in the namespace, setsid'd processes too.
+            if let Some(ns) = self.ns.as_mut() {
+                ns.kill();
+            }
+            if !group_gone {
+                group_gone = matches!(self.reaper_done.recv_timeout(Duration::from_millis(20)), Ok(()) | Err(RecvTimeoutError::Disconnected));
+            }
+            // The init exits once the namespace is empty, dara's reaped children included.
+            let ns_gone = self.ns.as_mut().is_none_or(PidNamespace::try_reap);
+            if group_gone && ns_gone {
+                self.finished = true;
+                self.output_writers.clear();
+                // Every writer is dead, so the pipes are at end of file: drain them fully
+                // before the caller prints its verdict.
+                for f in self.forwarders.drain(..) {
+                    let _ = f.join();
                 }
-                Err(RecvTimeoutError::Timeout) if Instant::now() > deadline => return false,
-                Err(RecvTimeoutError::Timeout) => {}
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            if group_gone {
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
     }
@@ -353,7 +415,7 @@ mod tests {
     use super::*;
 
     fn spec(command: &[&str]) -> LaunchSpec {
-        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true, stdin_fd: None }
+        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false }
     }
 
     #[test]
@@ -379,5 +441,25 @@ mod tests {
         assert_ne!(second, first);
         assert!(tree.kill_all(), "teardown reaps the group");
         assert!(tree.all_gone());
+    }
+
+    #[test]
+    fn in_a_namespace_the_command_is_pid_2_and_teardown_ends_the_namespace() {
+        let file = std::env::temp_dir().join(format!("dara-pidns-{}", std::process::id()));
+        let script = format!("echo $$ > {}; exec sleep 1000", file.display());
+        let mut spec = spec(&["/bin/sh", "-c", &script]);
+        spec.virtual_pids = true;
+        let mut tree = ProcessTree::spawn(&spec, || {}).unwrap();
+        assert!(tree.pids_virtual(), "dara's tests run as root: {:?}", tree.namespace_refused());
+        let init = tree.ns.as_ref().map(PidNamespace::init_pid).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::fs::read_to_string(&file).map_or(true, |s| s.trim().is_empty()) {
+            assert!(Instant::now() < deadline, "the command never wrote its pid");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), "2");
+        let _ = std::fs::remove_file(&file);
+        assert!(tree.kill_all(), "teardown reaps the tree and the init");
+        assert!(!std::path::Path::new(&format!("/proc/{init}")).exists(), "the init is gone");
     }
 }

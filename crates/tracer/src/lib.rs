@@ -4,11 +4,13 @@
 //!   cannot control yet.
 //! * [`launch`]: starting the command with the preload injected, ASLR off, in its own process
 //!   group, pinned to one CPU, dying with dara.
+//! * [`pidns`]: a PID namespace (and a private /proc) per execution, so pids repeat across runs.
 //! * [`reaper`]: a thread that reaps every descendant (dara is their subreaper) and reports exits.
 //!
 //! The scheduler talks to this crate through [`ProcessTree`] only: spawn, receive exits, kill all.
 pub mod binary;
 pub mod launch;
+pub mod pidns;
 pub mod reaper;
 
 pub use launch::{LaunchError, LaunchSpec, ProcessTree};

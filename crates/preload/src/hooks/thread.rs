@@ -57,7 +57,7 @@ pub fn create(
     record.arg.store(arg as usize, Ordering::Relaxed);
     record.creator.store(gate.index(), Ordering::Relaxed);
     slot.process.store(region::process(), Ordering::Relaxed);
-    slot.pid.store(sys::getpid(), Ordering::Relaxed);
+    slot.pid.store(sys::host_ids().0, Ordering::Relaxed);
     slot.state.store(state::STARTING, Ordering::Release);
     solo::thread_created();
     // SAFETY: `thread` and `attr` are the program's arguments; `thread_main` has the start
@@ -97,7 +97,7 @@ extern "C" fn thread_main(arg: *mut c_void) -> *mut c_void {
     }
     // SAFETY: `routine` was stored from a StartRoutine by `create` for this very slot.
     let routine: StartRoutine = unsafe { core::mem::transmute::<usize, StartRoutine>(routine) };
-    slot.tid.store(sys::gettid(), Ordering::Relaxed);
+    slot.tid.store(sys::host_ids().1, Ordering::Relaxed);
     // Every frame of the program's routine lies below this function's own locals.
     let stack_marker = 0u8;
     gate::adopt(index, core::ptr::addr_of!(stack_marker) as usize);

@@ -135,6 +135,8 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         cpu: cfg.pin_cpu,
         discard_output: cfg.discard_output,
         stdin_fd: outside.as_ref().and_then(|o| o.stdin_for_program()),
+        host_proc_fd: Some(dara_abi::HOST_PROC_FD),
+        virtual_pids: true,
     };
     let waker = Arc::clone(&region);
     let tree = match cfg.cluster {
@@ -240,7 +242,11 @@ fn pin_current_thread(cpu: usize) {
 }
 
 struct ProcessRecord {
+    /// Kernel pid in dara's namespace: what /proc, pidfds and tgkill take.
     pid: u32,
+    /// The pid the program sees (its `getpid`, what it passes to `kill`): `pid` unless the
+    /// execution runs in a PID namespace. The only place the two meet is [`Execution::register_pid`].
+    own_pid: u32,
     alive: bool,
     exit: Option<ExitStatus>,
     /// A pidfd, so the process can be killed at the end even if it left dara's process group
@@ -910,7 +916,11 @@ impl<'a> Execution<'a> {
                     self.place_process(process, pid, parent);
                     let entry = &self.region.header().processes[process as usize];
                     entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
-                    self.processes.insert(process, ProcessRecord { pid, alive: true, exit: None, pidfd: procfs::pidfd_open(pid) });
+                    let own_pid = match self.register_pid(pid) {
+                        Ok(own) => own,
+                        Err(detail) => return Some(Outcome::Uncontrolled { thread, syscall: "fork".into(), detail }),
+                    };
+                    self.processes.insert(process, ProcessRecord { pid, own_pid, alive: true, exit: None, pidfd: procfs::pidfd_open(pid) });
                     self.net.add_traced(pid);
                     self.model.add_process(process, parent);
                     self.memory.set_pid(process, pid);
@@ -975,7 +985,9 @@ impl<'a> Execution<'a> {
     /// grant); anywhere else it is input dara neither controls nor records: the run stops.
     fn signal_arrived(&mut self, thread: ThreadId, args: [u64; 4]) -> Option<Outcome> {
         let (sig, sender) = (args[0] as i32, args[1] as u32);
-        if sender == std::process::id() || self.processes.values().any(|p| p.pid == sender) {
+        // In a PID namespace a sender outside it (dara) shows as pid 0.
+        let from_dara = if self.tree.pids_virtual() { sender == 0 } else { sender == std::process::id() };
+        if from_dara || self.processes.values().any(|p| p.own_pid == sender) {
             return None;
         }
         let step = (self.steps.len() as u64).saturating_sub(1);
@@ -1073,7 +1085,7 @@ impl<'a> Execution<'a> {
                 continue;
             }
             let hit = match pid {
-                p if p > 0 => record.pid as i64 == p,
+                p if p > 0 => record.own_pid as i64 == p,
                 0 => sender_group.is_some() && procfs::process_group(record.pid) == sender_group,
                 -1 => Some(process) != sender,
                 g => procfs::process_group(record.pid) == Some((-g) as u32),
@@ -1107,6 +1119,20 @@ impl<'a> Execution<'a> {
         self.model.process_replaced_image(process);
         self.symbolizers.remove(&process);
         self.modules.remove(&process);
+    }
+
+    /// The pid a new process (kernel pid `pid`, which its preload read through dara's /proc)
+    /// sees itself as. In a PID namespace it must be in exactly one namespace below dara's: a
+    /// preload without dara's /proc descriptor (a program that closed it) would have posted its
+    /// own namespace pid, which names some other process here.
+    fn register_pid(&self, pid: u32) -> Result<u32, String> {
+        if !self.tree.pids_virtual() {
+            return Ok(pid);
+        }
+        match procfs::namespace_pids(pid).as_deref() {
+            Some(&[_, own]) => Ok(own),
+            _ => Err(format!("a new process posted pid {pid}, which is not a process in this execution's PID namespace: dara's /proc descriptor ({}) was closed or replaced by the program", dara_abi::HOST_PROC_FD)),
+        }
     }
 
     fn pid_is_dead(&self, pid: u32) -> bool {

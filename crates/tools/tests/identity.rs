@@ -1,0 +1,74 @@
+//! Process identity: the pids, tids and parent pids a program observes repeat in every execution
+//! of a schedule (dara runs each execution in a PID namespace of its own when it runs as root, as
+//! the test suite does), a replay sees the same ones, and nothing dara started survives a SIGKILL
+//! of dara-trace.
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The identity lines of `proc_identity`'s output, in order.
+fn identity_lines(stdout: &str) -> Vec<String> {
+    stdout.lines().filter(|l| l.contains(": pid ") || l.starts_with("children: ")).map(str::to_string).collect()
+}
+
+#[test]
+fn pids_tids_and_parent_pids_repeat_across_runs_and_in_the_replay() {
+    let program = private_copy(&fixture("proc_identity"), "proc_identity");
+    let p = program.to_str().unwrap();
+    let mut seen = Vec::new();
+    for round in 0..2 {
+        let out = out_dir(&format!("proc-identity-{round}"));
+        let run = dara_trace(&["-o", out.to_str().unwrap(), "--seed", "3", "--", p], Duration::from_secs(120));
+        assert_eq!(run.code, 0, "{}", run.text());
+        let lines = identity_lines(&run.stdout);
+        assert_eq!(lines.len(), 6, "five identities and the children's pids\n{}", run.text());
+        seen.push((out, lines));
+    }
+    let (out, lines) = &seen[0];
+    assert_eq!(lines, &seen[1].1, "two runs of one seed printed different identities");
+    // In its namespace the program is pid 2 (the init is 1); dara, its parent, is outside (0).
+    assert!(lines[0].starts_with("main: pid 2 ppid 0 tid 2 stat 2 self 2 "), "{lines:?}");
+    assert!(lines.iter().all(|l| !l.contains("ppid ") || l.contains("self ")), "{lines:?}");
+    let trace = out.join("trace.bin");
+    let replay = dara_replay(&[trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert_eq!(&identity_lines(&replay.stdout), lines, "the replay saw other identities\n{}", replay.text());
+    let verify = dara_replay(&["-q", "--verify", trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    same_decisions(&trace, &seen[1].0.join("trace.bin"));
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+#[test]
+fn killing_dara_trace_kills_an_orphaned_grandchild_that_computes() {
+    let program = private_copy(&fixture("proc_orphan_spin"), "proc_orphan_spin");
+    let out = out_dir("proc-orphan-spin");
+    let log = out.join("stdout.txt");
+    let mut dara = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-o", out.to_str().unwrap(), "--busy-limit", "3600", "--", program.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Bounded waits only: the grandchild announces itself, then computes until killed.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("spinning") {
+        assert!(Instant::now() < deadline, "the grandchild never started: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        assert!(dara.try_wait().unwrap().is_none(), "dara-trace ended early: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!processes_mentioning(program.to_str().unwrap()).is_empty(), "the target runs");
+    dara.kill().unwrap();
+    dara.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !processes_mentioning(program.to_str().unwrap()).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_no_survivors(&program);
+}

@@ -1,0 +1,259 @@
+//! A PID namespace (and a mount namespace with its own /proc) per execution, so that the pids,
+//! tids and parent pids a program observes are the same in every execution of a schedule.
+//!
+//! dara clones a tiny *init* into new PID and mount namespaces. The init (pid 1 there) makes its
+//! mounts private to the namespace (`MS_SLAVE`), mounts a fresh /proc (so `/proc/self` and
+//! `/proc/<pid>` speak namespace pids), closes every descriptor it inherited, and then only
+//! reaps the orphans reparented to it. It dies with dara (`PR_SET_PDEATHSIG`) and its death
+//! makes the kernel kill everything in the namespace: nothing dara started survives dara.
+//!
+//! Commands are started inside with [`PidNamespace::fork_inside`]: the launching thread's
+//! children go to the namespace (`setns(CLONE_NEWPID)` sets *pid_for_children* of that thread
+//! only) and the child joins the mount namespace before its exec ([`PidNamespace::enter_mounts`]).
+//! The first command is pid 2, its parent pid is 0 (dara is outside), and since only one thread
+//! of the whole system runs at a time every later fork and thread gets the same pid in every run.
+//!
+//! Creating the namespaces needs CAP_SYS_ADMIN (dara as root); without it [`PidNamespace::create`]
+//! fails and dara runs the program with real pids.
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// Value written by the init on its ready pipe once it is set up.
+const INIT_READY: u8 = 1;
+/// Value written by the init when its mount namespace could not be made private or /proc could
+/// not be mounted (it then exits).
+const INIT_FAILED: u8 = 0;
+
+/// The namespaces of one execution, entered through descriptors dara holds.
+#[derive(Debug)]
+pub struct PidNamespace {
+    /// Kernel pid (in dara's namespace) of the init.
+    init: u32,
+    /// A pidfd of the init: signals reach it and nothing else, even once someone reaped it.
+    init_fd: OwnedFd,
+    pid_ns: OwnedFd,
+    mnt_ns: OwnedFd,
+    /// The PID namespace dara's threads live in, to return to after a fork inside.
+    own_pid_ns: OwnedFd,
+    /// dara's own /proc (host pids), handed to the target as `dara_abi::HOST_PROC_FD`.
+    host_proc: OwnedFd,
+    /// `/proc/<init>/task/<init>/children`: the orphans the init adopted.
+    init_children: String,
+    reaped: bool,
+}
+
+impl PidNamespace {
+    /// Clones the init into new PID and mount namespaces and waits until it is ready.
+    pub fn create() -> std::io::Result<PidNamespace> {
+        let host_proc = open_dir(c"/proc", libc::O_PATH)?;
+        let own_pid_ns = open_dir(c"/proc/thread-self/ns/pid", libc::O_RDONLY)?;
+        let (ready_r, ready_w) = pipe()?;
+        let flags = (libc::CLONE_NEWPID | libc::CLONE_NEWNS) as libc::c_ulong | libc::SIGCHLD as libc::c_ulong;
+        // SAFETY: clone without CLONE_VM and a null stack behaves like fork: the child gets a copy
+        // of this address space and continues here; it only makes async-signal-safe system calls
+        // (`init_main`) and never returns into Rust code, so cloning a multithreaded process is
+        // sound.
+        let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
+        match pid {
+            -1 => return Err(std::io::Error::last_os_error()),
+            // SAFETY: in the child, see above.
+            0 => unsafe { init_main(ready_w.as_raw_fd()) },
+            _ => {}
+        }
+        let init = pid as u32;
+        drop(ready_w);
+        let mut byte = [INIT_FAILED];
+        // SAFETY: read writes at most one byte into the live local.
+        let n = unsafe { libc::read(ready_r.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
+        if n != 1 || byte[0] != INIT_READY {
+            kill_and_reap(init);
+            return Err(std::io::Error::other("the namespace's init could not mount a private /proc"));
+        }
+        let namespaces = open_dir(&ns_path(init, "pid")?, libc::O_RDONLY).and_then(|p| Ok((p, open_dir(&ns_path(init, "mnt")?, libc::O_RDONLY)?)));
+        let (pid_ns, mnt_ns) = match namespaces {
+            Ok(fds) => fds,
+            Err(e) => {
+                kill_and_reap(init);
+                return Err(e);
+            }
+        };
+        let Some(init_fd) = pidfd_open(init) else {
+            kill_and_reap(init);
+            return Err(std::io::Error::last_os_error());
+        };
+        Ok(PidNamespace { init, init_fd, pid_ns, mnt_ns, own_pid_ns, host_proc, init_children: format!("/proc/{init}/task/{init}/children"), reaped: false })
+    }
+
+    /// Kernel pid of the init (in dara's namespace).
+    pub fn init_pid(&self) -> u32 {
+        self.init
+    }
+
+    /// dara's /proc, for the target's `HOST_PROC_FD`.
+    pub fn host_proc_fd(&self) -> i32 {
+        self.host_proc.as_raw_fd()
+    }
+
+    /// The mount namespace descriptor a child joins before its exec ([`Self::enter_mounts`]).
+    pub fn mount_ns_fd(&self) -> i32 {
+        self.mnt_ns.as_raw_fd()
+    }
+
+    /// Runs `fork` (which must create exactly the processes to put inside, from this thread) with
+    /// the calling thread's new children placed in the namespace, then returns the thread to
+    /// dara's own namespace. The thread cannot create threads in between.
+    pub fn fork_inside<T>(&self, fork: impl FnOnce() -> T) -> std::io::Result<T> {
+        // SAFETY: setns on a namespace descriptor this value owns; it changes only where this
+        // thread's future children go.
+        if unsafe { libc::setns(self.pid_ns.as_raw_fd(), libc::CLONE_NEWPID) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let result = fork();
+        // SAFETY: as above, back to the namespace the thread itself lives in (always allowed).
+        if unsafe { libc::setns(self.own_pid_ns.as_raw_fd(), libc::CLONE_NEWPID) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(result)
+    }
+
+    /// Whether processes adopted by the init (orphans) are still alive or unreaped.
+    pub fn has_orphans(&self) -> bool {
+        !self.reaped && std::fs::read_to_string(&self.init_children).is_ok_and(|c| !c.trim().is_empty())
+    }
+
+    /// SIGKILLs the init, and with it (the kernel does it) every process in the namespace.
+    pub fn kill(&mut self) {
+        // SAFETY: pidfd_send_signal on the init's pidfd with no siginfo; a pidfd never names a
+        // recycled pid.
+        unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.init_fd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<libc::siginfo_t>(), 0u32) };
+    }
+
+    /// Reaps the init once it has exited (it exits only after every process of the namespace,
+    /// including dara's zombie children there, is reaped). Returns whether it is reaped.
+    pub fn try_reap(&mut self) -> bool {
+        if !self.reaped {
+            let mut status = 0;
+            // SAFETY: waitpid writes the status into a local.
+            let rc = unsafe { libc::waitpid(self.init as i32, &mut status, libc::WNOHANG | libc::__WALL) };
+            self.reaped = rc == self.init as i32 || (rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD));
+        }
+        self.reaped
+    }
+
+    /// Notes that someone else (the reaper of the init's process group) reaped the init.
+    pub fn reaped_elsewhere(&mut self) {
+        self.reaped = true;
+    }
+}
+
+impl Drop for PidNamespace {
+    fn drop(&mut self) {
+        self.kill();
+        // Bounded: the init exits as soon as its namespace is empty.
+        for _ in 0..5000 {
+            if self.try_reap() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+/// Joins the mount namespace `mnt_ns` (with its own /proc) in a forked child before exec, keeping
+/// the working directory (setns moves it to the namespace's root).
+///
+/// # Safety
+/// Call only in a single-threaded child between fork and exec: it makes async-signal-safe
+/// system calls only.
+pub unsafe fn enter_mounts(mnt_ns: i32) -> std::io::Result<()> {
+    // SAFETY: open of a literal path; the descriptor is closed below.
+    let cwd = unsafe { libc::open(c".".as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if cwd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: plain descriptors.
+    let ok = unsafe { libc::setns(mnt_ns, libc::CLONE_NEWNS) == 0 && libc::fchdir(cwd) == 0 };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: the descriptor opened above.
+    unsafe { libc::close(cwd) };
+    if ok {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}
+
+/// The init: private mounts, a fresh /proc, then reap orphans until killed.
+///
+/// # Safety
+/// Runs in the freshly cloned child of a multithreaded process: async-signal-safe calls only.
+unsafe fn init_main(ready: i32) -> ! {
+    // SAFETY: every call below takes integers or literal C strings and touches no shared state.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        // Its own group: the terminal's Ctrl-C goes to dara's group, and a cluster run's commands
+        // join this one (it outlives them all).
+        libc::setpgid(0, 0);
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+        let private = libc::mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_SLAVE, std::ptr::null()) == 0;
+        let proc_mounted = private && libc::mount(c"proc".as_ptr(), c"/proc".as_ptr(), c"proc".as_ptr(), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, std::ptr::null()) == 0;
+        let byte = if proc_mounted { INIT_READY } else { INIT_FAILED };
+        libc::write(ready, (&byte as *const u8).cast(), 1);
+        if !proc_mounted {
+            libc::_exit(1);
+        }
+        // Hold nothing of dara's: a copy of a pipe's or socket's descriptor would keep it open.
+        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+        let mut chld: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut chld);
+        libc::sigaddset(&mut chld, libc::SIGCHLD);
+        loop {
+            while libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG | libc::__WALL) > 0 {}
+            // SIGCHLD is blocked, so one that arrived since the last wait is still pending here.
+            libc::sigwaitinfo(&chld, std::ptr::null_mut());
+        }
+    }
+}
+
+/// `/proc/<init>/ns/<which>` in dara's /proc.
+fn ns_path(init: u32, which: &str) -> std::io::Result<CString> {
+    CString::new(format!("/proc/{init}/ns/{which}")).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+}
+
+fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0u32) };
+    // SAFETY: a descriptor just returned, owned by nobody else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Kills an init that never became usable and reaps it (it has no other process to wait for).
+fn kill_and_reap(init: u32) {
+    // SAFETY: plain integers; `init` is dara's unreaped child, so its pid is not recycled.
+    unsafe {
+        libc::kill(init as i32, libc::SIGKILL);
+        libc::waitpid(init as i32, std::ptr::null_mut(), libc::__WALL);
+    }
+}
+
+fn open_dir(path: &std::ffi::CStr, flags: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: open of a NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just opened, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the live array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
