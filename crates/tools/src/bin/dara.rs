@@ -84,6 +84,10 @@ struct Summary<'a> {
     timeouts_fired: usize,
     blocked_steps: usize,
     virtual_time_ns: u64,
+    /// `deadline` or `any` (docs/time.md), the step cost and the pause budget.
+    timers: &'static str,
+    step_ns: u64,
+    pauses: u32,
     ops: BTreeMap<&'static str, usize>,
     outcome: &'a dara_scheduler::Outcome,
     bug: bool,
@@ -109,6 +113,9 @@ fn summarize(t: &Trace) -> Summary<'_> {
         timeouts_fired: t.steps.iter().filter(|s| s.choice.kind == ChoiceKind::Timeout).count(),
         blocked_steps: t.steps.iter().filter(|s| s.result.is_none()).count(),
         virtual_time_ns: t.steps.last().map_or(0, |s| s.now_ns),
+        timers: t.header.time.timers.name(),
+        step_ns: t.header.time.step_ns,
+        pauses: t.header.time.pauses,
         ops,
         outcome: &t.outcome,
         bug: t.outcome.is_bug(),
@@ -122,7 +129,7 @@ fn print_summary(s: &Summary<'_>) {
     println!("program view: {} CPUs, random seed {:#x}", s.cpus, s.random_seed);
     println!("steps:        {} ({} blocked, {} timeouts fired)", s.steps, s.blocked_steps, s.timeouts_fired);
     println!("threads:      {}", s.threads);
-    println!("virtual time: {}", format_vtime(s.virtual_time_ns));
+    println!("virtual time: {} (timers at {}, {} ns a step, pause budget {})", format_vtime(s.virtual_time_ns), if s.timers == "any" { "any step" } else { "deadlines" }, s.step_ns, s.pauses);
     println!("operations:");
     for (op, n) in &s.ops {
         println!("  {op:<16} {n}");
