@@ -333,7 +333,7 @@ impl<'a> Execution<'a> {
             cfg,
             region,
             tree,
-            model: Model::new(),
+            model: if cfg.preempt.coarse { Model::coarse() } else { Model::new() },
             memory: TargetMemory::default(),
             steps: Vec::new(),
             seen_posts: vec![0; dara_abi::MAX_SLOTS],
