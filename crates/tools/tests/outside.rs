@@ -243,18 +243,19 @@ fn stdin_is_an_input_too() {
 
 /// A recording takes coarse steps (`dara_abi::preempt::COARSE`): every thread takes uncontended
 /// private locks without a scheduling point, and the model still learns each owner before another
-/// thread can run. `solo_locks`' worker finds locks main took that way held (its trylocks fail,
-/// its blocking lock waits in the model until main releases it): if the model did not know, the
-/// worker's lock would block in the kernel. The recording has fewer lock steps than a closed run
-/// of the same program, replays identically, and the same seed records the same decisions.
+/// thread can run. `solo_locks`' worker finds locks main took that way held: the model answers its
+/// trylocks EBUSY (if the model did not know, it would answer 0 and take the worker for the owner,
+/// and a blocking lock would block in the kernel). The recording has fewer lock steps than a
+/// closed run of the same program, replays identically, and the same seed records the same
+/// decisions.
 #[test]
 fn a_recording_takes_uncontended_locks_without_steps() {
     let program = fixture("solo_locks");
     let lock_steps = |trace: &Path| {
         let t = dara_scheduler::trace::read_file(trace).unwrap();
         let locks = t.steps.iter().filter(|s| matches!(s.choice.op, dara_abi::Op::MutexLock | dara_abi::Op::MutexTryLock | dara_abi::Op::RwWriteLock | dara_abi::Op::RwReadLock)).count();
-        let blocked = t.steps.iter().filter(|s| s.result.is_none()).count();
-        (locks, blocked, t.header.preempt.coarse)
+        let busy = t.steps.iter().filter(|s| s.choice.thread == 1 && s.choice.op == dara_abi::Op::MutexTryLock && s.result == Some(libc::EBUSY as i64)).count();
+        (locks, busy, t.header.preempt.coarse)
     };
     let mut recorded = Vec::new();
     for attempt in 0..2 {
@@ -271,11 +272,11 @@ fn a_recording_takes_uncontended_locks_without_steps() {
     let closed = out_dir("coarse-closed");
     let run = dara_trace(&["-q", "--closed", "-o", closed.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(run.code, 0, "{}", run.text());
-    let (coarse_locks, coarse_blocked, coarse) = lock_steps(&recorded[0]);
+    let (coarse_locks, coarse_busy, coarse) = lock_steps(&recorded[0]);
     let (closed_locks, _, closed_coarse) = lock_steps(&closed.join("trace.bin"));
     assert!(coarse && !closed_coarse, "only the recording is coarse");
     assert!(coarse_locks < closed_locks, "recording: {coarse_locks} lock steps, closed run: {closed_locks}");
-    assert!(coarse_blocked >= 1, "the worker's lock of a mutex main took without a step waited in the model");
+    assert_eq!(coarse_busy, 2, "the model answers EBUSY to the worker's trylocks of the two mutexes main took without a step");
 }
 
 /// A program that connects to a server outside dara would take its answers as input dara neither

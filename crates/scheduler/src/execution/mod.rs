@@ -345,7 +345,7 @@ impl<'a> Execution<'a> {
             cfg,
             region,
             tree,
-            model: Model::with_time(&cfg.time),
+            model: if cfg.preempt.coarse { Model::with_time(&cfg.time).with_coarse_steps() } else { Model::with_time(&cfg.time) },
             started: Instant::now(),
             memory: TargetMemory::default(),
             steps: Vec::new(),

@@ -82,6 +82,9 @@ pub struct Model {
     processes: BTreeMap<ProcessId, process::ProcessInfo>,
     /// What the driver saw for each thread parked on a network request (see `net.rs`).
     net: BTreeMap<ThreadId, net::NetView>,
+    /// Coarse steps (a recording): other threads take and release private locks for real without
+    /// a post, so a condition wait takes effect when it is posted (see [`Model::post`]).
+    coarse: bool,
 }
 
 impl Model {
@@ -92,6 +95,11 @@ impl Model {
     /// A model whose clock and timers follow `time`.
     pub fn with_time(time: &TimeConfig) -> Model {
         Model { clock: VirtualClock::new(time.step_ns), timers: time.timers, ..Model::default() }
+    }
+
+    /// The same model for an execution that takes coarse steps (see [`Model::post`]).
+    pub fn with_coarse_steps(self) -> Model {
+        Model { coarse: true, ..self }
     }
 
     /// Current virtual time.
@@ -106,10 +114,26 @@ impl Model {
     }
 
     /// `thread` stopped at a scheduling point with `request` pending.
+    ///
+    /// With coarse steps a `CondWait` takes effect here, not at a decision: the preload released
+    /// the real mutex before it posted, and the other threads take private locks for real without
+    /// a post (the preload's `solo`), trusting that a free real lock is free in the model too. A
+    /// pending wait would leave the mutex held in the model while it is free for real, and the
+    /// next thread's lock would contradict the model. Releasing only the mutex would not do
+    /// either: glibc queues the waiter before it releases the mutex, so a signal sent by whoever
+    /// takes it next must find the waiter. A search keeps the decision before the wait (its
+    /// threads take no lock without a post, so the mutex stays where the model has it).
     pub fn post(&mut self, thread: ThreadId, request: Request) {
         match self.threads.get_mut(&thread) {
             Some(t) if t.phase == Phase::Running => t.phase = Phase::Pending(request),
-            other => debug_assert!(false, "post by thread {thread} in state {other:?}"),
+            other => {
+                debug_assert!(false, "post by thread {thread} in state {other:?}");
+                return;
+            }
+        }
+        if self.coarse && request.op == Op::CondWait {
+            let step = self.begin_cond_wait(thread, request);
+            self.finish(thread, step);
         }
     }
 

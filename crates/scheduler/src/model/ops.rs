@@ -254,13 +254,7 @@ impl Model {
             Op::RwTryWriteLock => Step::Grant(obj.rwlocks.entry(k).or_default().try_write(me)),
             Op::RwUnlock => Step::Grant(obj.rwlocks.entry(k).or_default().unlock(me)),
 
-            Op::CondWait => {
-                // The preload already released the real mutex the way glibc does; mirror it.
-                obj.mutexes.entry(key(process, r.args[1])).or_default().unlock(me, r.args[3]);
-                let cond = obj.conds.entry(k).or_default();
-                cond.waiters.push(me);
-                Step::Park(Wait::Cond { signals_seen: cond.signals })
-            }
+            Op::CondWait => self.begin_cond_wait(me, r),
             Op::CondSignal => {
                 let cond = obj.conds.entry(k).or_default();
                 cond.signals += 1;
@@ -388,6 +382,16 @@ impl Model {
             }
             _ => Step::StayPending,
         }
+    }
+
+    /// A condvar wait takes effect: the waiter joins the queue and releases the mutex (the
+    /// preload already released the real one the way glibc does; this mirrors it).
+    pub(super) fn begin_cond_wait(&mut self, me: ThreadId, r: Request) -> Step {
+        let Some((process, _)) = self.thread_parts(me) else { return Step::StayPending };
+        self.objects.mutexes.entry(key(process, r.args[1])).or_default().unlock(me, r.args[3]);
+        let cond = self.objects.conds.entry(key(process, r.args[0])).or_default();
+        cond.waiters.push(me);
+        Step::Park(Wait::Cond { signals_seen: cond.signals })
     }
 
     /// A condvar wait whose timer fired: it re-acquires the mutex now if it can, else waits for it.

@@ -771,3 +771,33 @@ fn pause_needs_another_thread_with_a_timer_ahead() {
     assert_eq!(s.m.pause(1), None);
     assert!(!s.m.is_paused(1));
 }
+
+/// Coarse steps (a recording): a condition wait takes effect when posted, because the real mutex
+/// is already free and other threads take it without a post. The next owner's signal finds the
+/// waiter; the waiter's timer is still a choice.
+#[test]
+fn a_coarse_cond_wait_takes_effect_when_posted() {
+    let k = mutex_kind::NORMAL;
+    let mut s = Sim::default();
+    s.m = s.m.with_coarse_steps();
+    for t in 1..=2 {
+        s.m.add_thread(t, 0);
+        s.post(t, if t == 1 { Op::ProcessStart } else { Op::ThreadStart }, [0; 4]);
+        assert_eq!(s.run(t), grant(0));
+    }
+    assert_eq!(s.lock(1, M, k), grant(0));
+    s.post(1, Op::CondWait, [C, M, 5_000_000, k]);
+    assert_eq!(s.offered(1), vec![(ChoiceKind::Timeout, 0)], "already waiting: only its timer");
+    // Thread 2 took the mutex without a post (Op::Held): the model has it free.
+    assert_eq!(s.m.adopt(2, M, dara_abi::held::MUTEX, 1), Ok(()));
+    assert_eq!(s.op(2, Op::CondSignal, [C, 0, 0, 0]), grant(0));
+    assert!(!s.can_run(1), "signalled, waits for the mutex thread 2 holds");
+    assert_eq!(s.unlock(2, M, k), grant(0));
+    assert_eq!(s.run(1), grant(0));
+
+    // A search keeps the decision before the wait: the mutex stays the waiter's until then.
+    let mut s = Sim::with_threads(2);
+    assert_eq!(s.lock(1, M, k), grant(0));
+    s.post(1, Op::CondWait, [C, M, 5_000_000, k]);
+    assert!(s.m.adopt(2, M, dara_abi::held::MUTEX, 1).is_err());
+}
