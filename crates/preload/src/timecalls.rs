@@ -10,8 +10,7 @@
 //!   the real call.
 //! * [`setting`]: answers that are dara settings, the same in every run, needing no slot:
 //!   `clock_getres` of a virtual clock (1 ns: every virtual clock, coarse ones included, moves in
-//!   nanoseconds), `getcpu` (CPU 0, node 0), `sched_getaffinity` (the first `header.cpus` CPUs)
-//!   and `sched_setaffinity` (succeeds and changes nothing: the execution stays pinned).
+//!   nanoseconds) and `getcpu` (CPU 0, node 0).
 //!
 //! CPU time (`CLOCK_*_CPUTIME_ID`, `times`, `getrusage`) reads the run's virtual time `v`: every
 //! thread and process is charged all of it, as user time; system time, children's times and
@@ -21,7 +20,6 @@
 use libc::{c_long, timespec, timeval};
 
 use crate::gate::Gated;
-use crate::hooks::cpu;
 use crate::trap::user_mut;
 use crate::vclock::{self, ClockBase};
 
@@ -125,11 +123,6 @@ pub fn setting(nr: c_long, a: [u64; 6]) -> Option<i64> {
             if let Some(node) = node {
                 *node = VIRTUAL_NODE;
             }
-            0
-        }
-        libc::SYS_sched_getaffinity => cpu::raw_affinity(a[1] as usize, a[2] as *mut u8)?,
-        libc::SYS_sched_setaffinity => {
-            crate::region::cpus()?;
             0
         }
         _ => return None,

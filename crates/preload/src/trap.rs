@@ -30,8 +30,10 @@ const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
 ///
 /// `open`/`openat` are not trapped (random devices are caught by the `open`/`fopen` symbol
 /// hooks instead): the filter outlives `execve`, and the dynamic loader of the new program opens
-/// its libraries before the preload can install the SIGSYS handler again.
-const TRAPPED: [c_long; 22] = [
+/// its libraries before the preload can install the SIGSYS handler again. `sched_getaffinity`
+/// is not trapped for the same reason: jemalloc (redis-server) issues it while the libraries
+/// load, before the preload's constructor, and a trap there kills the process.
+const TRAPPED: [c_long; 20] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -44,8 +46,6 @@ const TRAPPED: [c_long; 22] = [
     libc::SYS_times,
     libc::SYS_getrusage,
     libc::SYS_getcpu,
-    libc::SYS_sched_getaffinity,
-    libc::SYS_sched_setaffinity,
     libc::SYS_getrandom,
     libc::SYS_pause,
     libc::SYS_fork,
@@ -279,7 +279,7 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
             }
         }
         // A clock dara leaves alone (or, for the CPU calls, dara not active).
-        libc::SYS_clock_gettime | libc::SYS_clock_getres | libc::SYS_sched_getaffinity | libc::SYS_sched_setaffinity => passthrough(nr, a),
+        libc::SYS_clock_gettime | libc::SYS_clock_getres => passthrough(nr, a),
         libc::SYS_execve | libc::SYS_execveat => crate::process::exec(gate, nr, a),
         libc::SYS_wait4 | libc::SYS_waitid => crate::process::wait(gate, nr, a),
         libc::SYS_read | libc::SYS_readv => crate::hooks::net::trapped_read(gate, nr, a).unwrap_or_else(|| passthrough(nr, a)),

@@ -1,8 +1,8 @@
 //! The CPU count the target observes is a dara setting (`header.cpus`), the same on every run,
 //! whatever CPU dara actually pins the execution to. Setting affinity succeeds and does nothing.
-//! The same answers reach a raw `sched_getaffinity` system call (Go's runtime, etcd) through the
-//! syscall trap ([`raw_affinity`]), and `sched_getcpu` reads CPU 0 (glibc reads the real CPU
-//! from the thread's rseq area, beyond the trap's reach).
+//! `sched_getcpu` reads CPU 0 (glibc would read the real CPU from the thread's rseq area). A raw
+//! `sched_getaffinity` system call is not answered (see `trap::TRAPPED`): it sees the one CPU
+//! dara pins the execution to.
 use libc::{c_int, c_long, cpu_set_t, pid_t, pthread_t, size_t};
 
 use super::Obj;
@@ -20,26 +20,6 @@ fn fill_mask(mask: Obj<cpu_set_t>, size: usize, cpus: u32) -> c_int {
         bytes[cpu / 8] |= 1 << (cpu % 8);
     }
     0
-}
-
-/// Bytes of the kernel's CPU mask for `cpus` CPUs: whole `long`s, as the kernel copies them.
-fn kernel_mask_bytes(cpus: u32) -> usize {
-    let long = core::mem::size_of::<libc::c_ulong>();
-    (cpus as usize).div_ceil(8 * long).max(1) * long
-}
-
-/// A raw `sched_getaffinity(pid, len, buf)` in kernel form: the number of mask bytes written, or
-/// -EINVAL for a buffer too small or not a whole number of `long`s (as the kernel says); `None`
-/// when dara is not active.
-pub fn raw_affinity(len: usize, buf: *mut u8) -> Option<i64> {
-    let cpus = crate::region::cpus()?;
-    let bytes = kernel_mask_bytes(cpus);
-    if len < bytes || len % core::mem::size_of::<libc::c_ulong>() != 0 {
-        return Some(-(libc::EINVAL as i64));
-    }
-    // SAFETY: the program gave the kernel `len` >= `bytes` writable bytes at `buf`.
-    let rc = fill_mask(unsafe { Obj::new(buf as *mut cpu_set_t) }, bytes, cpus);
-    Some(if rc == 0 { bytes as i64 } else { -(rc as i64) })
 }
 
 #[no_mangle]
