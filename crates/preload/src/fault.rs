@@ -3,47 +3,74 @@
 //! and fault address) while the process still exists, so a bug is identified by its faulting
 //! function (DESIGN 2.5) and two different crashes are two different bugs.
 //!
-//! The handler is installed one-shot (`SA_RESETHAND`) and unmasked (`SA_NODEFER`): after the
-//! post it returns, the faulting instruction runs again under the default action and the process
-//! dies of the same signal as it would have without dara. A signal *sent* with that number
-//! (`raise`, `kill`) is re-sent to the thread instead, since returning would let the program go
-//! on. A program that installs its own handler for these signals replaces this one; a stack
-//! overflow cannot run it at all (the kernel then kills the process directly): both simply leave
-//! the crash without a location.
+//! After the post the handler puts the default action back and returns: the faulting
+//! instruction runs again and the process dies of the same signal as it would have without
+//! dara. A signal *sent* with that number (`raise`, `kill`) is re-sent to the thread instead,
+//! since returning would let the program go on. A stack overflow cannot run the handler (the
+//! kernel then kills the process directly): the crash simply has no location.
+//!
+//! SIGSEGV is special: the time-stamp counter faults with it ([`crate::tsc`]), so dara's handler
+//! must stay installed whatever the program does. The program's own SIGSEGV action is kept in
+//! [`program_action`] (the `sigaction`/`signal` hooks read and write it there), and a fault
+//! that is not a counter read goes to that action as the kernel would have delivered it: the
+//! program's handler is called (with its mask and flags), an ignored or default action crashes.
+//! For the other signals a program's handler simply replaces dara's.
 use core::ffi::{c_int, c_void};
 
 use dara_abi::Op;
 use libc::siginfo_t;
 
 use crate::gate::Gated;
-use crate::{real, sys};
+use crate::{real, sys, tsc};
+
+pub mod program_action;
 
 const FATAL: [c_int; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL];
 
-/// Installs the handler for every fatal fault signal still at its default action.
+/// Installs the handler for every fatal fault signal still at its default action, and for
+/// SIGSEGV in any case (its previous action becomes the program's); then starts trapping the
+/// time-stamp counter.
 pub fn install() {
     for signal in FATAL {
         // SAFETY: zeroed sigaction values are valid ("no flags, empty mask").
         let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
         // SAFETY: querying the current action into a valid out-pointer.
-        if unsafe { real::sigaction(signal, core::ptr::null(), &mut old) } != 0 || old.sa_sigaction != libc::SIG_DFL {
+        if unsafe { real::sigaction(signal, core::ptr::null(), &mut old) } != 0 {
+            continue;
+        }
+        let keep = signal == libc::SIGSEGV;
+        if !keep && old.sa_sigaction != libc::SIG_DFL {
             continue;
         }
         // SAFETY: as above.
         let mut action: libc::sigaction = unsafe { core::mem::zeroed() };
         action.sa_sigaction = on_fault as extern "C" fn(c_int, *mut siginfo_t, *mut c_void) as usize;
-        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND | libc::SA_NODEFER;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK | if keep { 0 } else { libc::SA_RESETHAND };
         // SAFETY: installing a valid handler; the old action is not needed.
-        unsafe { real::sigaction(signal, &action, core::ptr::null_mut()) };
+        if unsafe { real::sigaction(signal, &action, core::ptr::null_mut()) } == 0 && keep {
+            program_action::adopt(&old);
+            tsc::start_trapping();
+        }
     }
 }
 
 extern "C" fn on_fault(signal: c_int, info: *mut siginfo_t, context: *mut c_void) {
-    // SAFETY: for an SA_SIGINFO handler the kernel passes valid siginfo and ucontext pointers.
-    let (code, addr, pc) = unsafe {
-        let uc = &*(context as *const libc::ucontext_t);
-        ((*info).si_code, (*info).si_addr() as u64, uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64)
-    };
+    // SAFETY: for an SA_SIGINFO handler the kernel passes valid siginfo and ucontext pointers,
+    // and the context may be modified (it is resumed by sigreturn).
+    let (code, addr, uc) = unsafe { ((*info).si_code, (*info).si_addr() as u64, &mut *(context as *mut libc::ucontext_t)) };
+    if signal == libc::SIGSEGV && program_action::owned() {
+        if code == tsc::SI_KERNEL && tsc::trapping() && tsc::emulate(uc) {
+            return;
+        }
+        // SAFETY: the kernel's own arguments for this delivery.
+        if unsafe { program_action::deliver(signal, info, context) } {
+            return;
+        }
+        // The program's action is the default (or ignore, which the kernel overrides for a
+        // fault): a crash, as below, with dara's handler out of the way.
+        program_action::restore_default();
+    }
+    let pc = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
     if let Some(gate) = Gated::enter() {
         gate.post(Op::Fault, [signal as u64, pc, addr, 0]);
     }

@@ -251,7 +251,13 @@ pub fn edge_quantum_due(quantum: u32) -> bool {
     })
 }
 
-/// Marks the current thread as inside (or out of) the SIGSYS handler.
+/// Virtual time of the current thread's last grant, for answers that cannot post (0 before any).
+pub fn last_now() -> u64 {
+    LAST_NOW.with(|n| n.get())
+}
+
+/// Marks the current thread as inside (or out of) a signal handler of dara's (SIGSYS, or SIGSEGV
+/// for the time-stamp counter): the kernel restores the program's mask when it returns.
 pub fn set_in_trap(inside: bool) {
     IN_TRAP.with(|t| t.set(inside));
 }

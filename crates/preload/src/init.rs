@@ -87,6 +87,8 @@ extern "C" fn dara_preload_init(
     }
 
     crate::fault::install();
+    // Before any user code: no thread may be inside the vDSO while it changes.
+    let _ = crate::vdso::patch();
     crate::process::remember_environment(envp);
 
     let Some(gate) = Gated::enter() else {

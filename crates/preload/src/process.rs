@@ -131,7 +131,7 @@ pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
         a[env_arg] = envp as u64;
     }
     set_region_cloexec(false);
-    let rc = passthrough(nr, a);
+    let rc = crate::tsc::around_exec(|| passthrough(nr, a));
     // Still here: the exec failed. Undo, and the thread goes on with the error.
     set_region_cloexec(true);
     drop(scratch);

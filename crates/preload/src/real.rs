@@ -144,6 +144,7 @@ real_functions! {
     fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE;
 
     fn sysconf(name: c_int) -> c_long;
+    fn sched_getcpu() -> c_int;
     fn get_nprocs() -> c_int;
     fn get_nprocs_conf() -> c_int;
     fn sched_getaffinity(pid: pid_t, size: size_t, mask: *mut cpu_set_t) -> c_int;

@@ -18,7 +18,7 @@ use libc::{c_int, c_long, c_void, siginfo_t, sock_filter, sock_fprog, timespec, 
 
 use crate::gate::Gated;
 use crate::vclock::{self, ClockBase};
-use crate::{entropy, real, sys};
+use crate::{entropy, real, sys, timecalls};
 
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
@@ -30,8 +30,10 @@ const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
 ///
 /// `open`/`openat` are not trapped (random devices are caught by the `open`/`fopen` symbol
 /// hooks instead): the filter outlives `execve`, and the dynamic loader of the new program opens
-/// its libraries before the preload can install the SIGSYS handler again.
-const TRAPPED: [c_long; 16] = [
+/// its libraries before the preload can install the SIGSYS handler again. `sched_getaffinity`
+/// is not trapped for the same reason: jemalloc (redis-server) issues it while the libraries
+/// load, before the preload's constructor, and a trap there kills the process.
+const TRAPPED: [c_long; 20] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -40,6 +42,10 @@ const TRAPPED: [c_long; 16] = [
     libc::SYS_clock_gettime,
     libc::SYS_gettimeofday,
     libc::SYS_time,
+    libc::SYS_clock_getres,
+    libc::SYS_times,
+    libc::SYS_getrusage,
+    libc::SYS_getcpu,
     libc::SYS_getrandom,
     libc::SYS_pause,
     libc::SYS_fork,
@@ -210,7 +216,11 @@ fn passthrough(nr: c_long, args: [u64; 6]) -> i64 {
     unsafe { sys::syscall6(nr, args) }
 }
 
-fn emulate(nr: c_long, a: [u64; 6]) -> i64 {
+/// Answers trapped syscall `nr` (also called by the vDSO thunks, outside any signal handler).
+pub fn emulate(nr: c_long, a: [u64; 6]) -> i64 {
+    if let Some(rc) = timecalls::setting(nr, a) {
+        return rc;
+    }
     match nr {
         // Randomness needs no slot: it is a stream draw, not a scheduling point.
         libc::SYS_getrandom => {
@@ -234,6 +244,7 @@ fn ungated(nr: c_long, a: [u64; 6]) -> i64 {
         libc::SYS_vfork => passthrough(libc::SYS_fork, [0; 6]),
         // A child on a new stack would return from the trampoline onto that empty stack.
         libc::SYS_clone if a[1] != 0 => -(libc::ENOSYS as i64),
+        libc::SYS_execve | libc::SYS_execveat => crate::tsc::around_exec(|| passthrough(nr, a)),
         _ => passthrough(nr, a),
     }
 }
@@ -245,6 +256,9 @@ fn unsupported(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
 }
 
 fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
+    if let Some(rc) = timecalls::gated(gate, nr, a) {
+        return rc;
+    }
     match nr {
         libc::SYS_futex => futex(gate, nr, a),
         libc::SYS_sched_yield => {
@@ -264,37 +278,8 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
                 rc => rc,
             }
         }
-        libc::SYS_clock_gettime => match ClockBase::of(a[0] as libc::clockid_t) {
-            Some(base) => {
-                let ns = vclock::read(gate, base);
-                // SAFETY: the program passed a timespec to fill.
-                match unsafe { user_mut::<timespec>(a[1]) } {
-                    Some(ts) => {
-                        *ts = vclock::ns_timespec(ns);
-                        0
-                    }
-                    None => -(libc::EFAULT as i64),
-                }
-            }
-            None => passthrough(nr, a),
-        },
-        libc::SYS_gettimeofday => {
-            let ns = vclock::read(gate, ClockBase::Realtime);
-            // SAFETY: the program passed a timeval to fill (or null).
-            if let Some(tv) = unsafe { user_mut::<libc::timeval>(a[0]) } {
-                tv.tv_sec = (ns / 1_000_000_000) as libc::time_t;
-                tv.tv_usec = (ns % 1_000_000_000 / 1_000) as libc::suseconds_t;
-            }
-            0
-        }
-        libc::SYS_time => {
-            let secs = (vclock::read(gate, ClockBase::Realtime) / 1_000_000_000) as i64;
-            // SAFETY: the program passed a time_t to fill (or null).
-            if let Some(t) = unsafe { user_mut::<libc::time_t>(a[0]) } {
-                *t = secs;
-            }
-            secs
-        }
+        // A clock dara leaves alone (or, for the CPU calls, dara not active).
+        libc::SYS_clock_gettime | libc::SYS_clock_getres => passthrough(nr, a),
         libc::SYS_execve | libc::SYS_execveat => crate::process::exec(gate, nr, a),
         libc::SYS_wait4 | libc::SYS_waitid => crate::process::wait(gate, nr, a),
         libc::SYS_read | libc::SYS_readv => crate::hooks::net::trapped_read(gate, nr, a).unwrap_or_else(|| passthrough(nr, a)),
@@ -396,7 +381,7 @@ unsafe fn user_ref<'a, T>(addr: u64) -> Option<&'a T> {
 ///
 /// # Safety
 /// As for [`user_ref`], and the program gave the kernel the right to write it.
-unsafe fn user_mut<'a, T>(addr: u64) -> Option<&'a mut T> {
+pub unsafe fn user_mut<'a, T>(addr: u64) -> Option<&'a mut T> {
     // SAFETY: see the function contract.
     unsafe { (addr as *mut T).as_mut() }
 }

@@ -1,5 +1,8 @@
 //! The CPU count the target observes is a dara setting (`header.cpus`), the same on every run,
 //! whatever CPU dara actually pins the execution to. Setting affinity succeeds and does nothing.
+//! `sched_getcpu` reads CPU 0 (glibc would read the real CPU from the thread's rseq area). A raw
+//! `sched_getaffinity` system call is not answered (see `trap::TRAPPED`): it sees the one CPU
+//! dara pins the execution to.
 use libc::{c_int, c_long, cpu_set_t, pid_t, pthread_t, size_t};
 
 use super::Obj;
@@ -17,6 +20,15 @@ fn fill_mask(mask: Obj<cpu_set_t>, size: usize, cpus: u32) -> c_int {
         bytes[cpu / 8] |= 1 << (cpu % 8);
     }
     0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sched_getcpu() -> c_int {
+    match region::cpus() {
+        Some(_) => crate::timecalls::VIRTUAL_CPU as c_int,
+        // SAFETY: no arguments.
+        None => unsafe { real::sched_getcpu() },
+    }
 }
 
 #[no_mangle]

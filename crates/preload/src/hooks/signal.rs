@@ -7,15 +7,19 @@
 //! Keeping the syscall trap alive. A seccomp trap whose SIGSYS is blocked or has a foreign handler
 //! kills the process, so once the trap is installed the program may neither block SIGSYS (it is
 //! silently left out of any mask it sets; servers commonly block "all" signals in worker threads)
-//! nor replace its handler (the call succeeds and changes nothing).
+//! nor replace its handler (the call succeeds and changes nothing). SIGSEGV likewise, while the
+//! time-stamp counter faults with it: the program's action is kept by
+//! [`crate::fault::program_action`], which runs it for real faults.
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use libc::{c_int, sigset_t};
 
 use super::Obj;
+use crate::fault::program_action;
 use crate::{real, sys, trap};
 
-/// `set` without SIGSYS, if it needed changing.
+/// `set` without SIGSYS (and SIGSEGV while the time-stamp counter faults with it), if it needed
+/// changing: the kernel kills a thread that traps with the signal blocked.
 fn without_sigsys(how: c_int, set: Obj<sigset_t>) -> Option<sigset_t> {
     let set = set.get()?;
     if how == libc::SIG_UNBLOCK || !trap::installed() {
@@ -24,6 +28,10 @@ fn without_sigsys(how: c_int, set: Obj<sigset_t>) -> Option<sigset_t> {
     let mut copy = *set;
     // SAFETY: `copy` is a valid sigset_t and SIGSYS a valid signal number.
     unsafe { libc::sigdelset(&mut copy, libc::SIGSYS) };
+    if program_action::owned() {
+        // SAFETY: as above.
+        unsafe { libc::sigdelset(&mut copy, libc::SIGSEGV) };
+    }
     Some(copy)
 }
 
@@ -68,6 +76,18 @@ pub unsafe extern "C" fn sigaction(
         }
         return 0;
     }
+    if sig == libc::SIGSEGV && program_action::owned() {
+        // Dara's handler stays; the program's action is kept beside it.
+        // SAFETY: the program's own out-parameter.
+        if let Some(old) = unsafe { Obj::new(old) }.get_mut() {
+            *old = program_action::get();
+        }
+        // SAFETY: the program passed a valid sigaction (or null).
+        if let Some(act) = unsafe { act.as_ref() } {
+            program_action::set(act);
+        }
+        return 0;
+    }
     // SAFETY: the program's own arguments, forwarded unchanged.
     let rc = unsafe { real::sigaction(sig, act, old) };
     if rc == 0 {
@@ -83,6 +103,15 @@ pub unsafe extern "C" fn sigaction(
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
     if sig == libc::SIGSYS && trap::installed() {
         return libc::SIG_DFL;
+    }
+    if sig == libc::SIGSEGV && program_action::owned() {
+        let old = program_action::get().sa_sigaction;
+        // SAFETY: an all-zero sigaction is valid; glibc's signal() has BSD semantics (SA_RESTART).
+        let mut action: libc::sigaction = unsafe { core::mem::zeroed() };
+        action.sa_sigaction = handler;
+        action.sa_flags = libc::SA_RESTART;
+        program_action::set(&action);
+        return old;
     }
     // SAFETY: the program's own arguments, forwarded unchanged.
     let old = unsafe { real::signal(sig, handler) };

@@ -1,11 +1,12 @@
 //! Yielding, sleeping and reading clocks: all answered from the virtual clock. Sleeps become
-//! timers in the model and always sleep the full time (never interrupted, `rem` zeroed).
+//! timers in the model and always sleep the full time (never interrupted, `rem` zeroed). The
+//! clock reads share [`timecalls`] with the syscall trap and the vDSO thunks.
 use dara_abi::Op;
 use libc::{c_int, c_uint, c_void, clockid_t, time_t, timespec, timeval, useconds_t};
 
 use super::{set_errno, Obj};
 use crate::gate::Gated;
-use crate::real;
+use crate::{real, timecalls};
 use crate::vclock::{self, ClockBase};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
@@ -110,19 +111,22 @@ pub unsafe extern "C" fn sleep(secs: c_uint) -> c_uint {
     }
 }
 
+/// A clock read answered by [`timecalls::gated`] as libc returns it: the value, or -1 with
+/// `errno` set.
+fn libc_result(rc: i64) -> i64 {
+    if (-4095..0).contains(&rc) {
+        set_errno(-rc as c_int);
+        return -1;
+    }
+    rc
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn clock_gettime(clock: clockid_t, ts: *mut timespec) -> c_int {
-    if let (Some(base), Some(gate)) = (ClockBase::of(clock), Gated::enter()) {
-        let ns = vclock::read(&gate, base);
-        // SAFETY: the program's own out-parameter.
-        match unsafe { Obj::new(ts) }.get_mut() {
-            Some(ts) => *ts = vclock::ns_timespec(ns),
-            None => {
-                set_errno(libc::EFAULT);
-                return -1;
-            }
+    if let Some(gate) = Gated::enter() {
+        if let Some(rc) = timecalls::gated(&gate, libc::SYS_clock_gettime, [clock as u64, ts as u64, 0, 0, 0, 0]) {
+            return libc_result(rc) as c_int;
         }
-        return 0;
     }
     // SAFETY: the program's own arguments, forwarded unchanged.
     unsafe { real::clock_gettime(clock, ts) }
@@ -130,33 +134,18 @@ pub unsafe extern "C" fn clock_gettime(clock: clockid_t, ts: *mut timespec) -> c
 
 #[no_mangle]
 pub unsafe extern "C" fn gettimeofday(tv: *mut timeval, tz: *mut c_void) -> c_int {
-    let Some(gate) = Gated::enter() else {
+    match Gated::enter().and_then(|gate| timecalls::gated(&gate, libc::SYS_gettimeofday, [tv as u64, tz as u64, 0, 0, 0, 0])) {
+        Some(rc) => libc_result(rc) as c_int,
         // SAFETY: the program's own arguments, forwarded unchanged.
-        return unsafe { real::gettimeofday(tv, tz) };
-    };
-    let ns = vclock::read(&gate, ClockBase::Realtime);
-    // SAFETY: the program's own out-parameter.
-    if let Some(tv) = unsafe { Obj::new(tv) }.get_mut() {
-        tv.tv_sec = (ns / NS_PER_SEC) as time_t;
-        tv.tv_usec = (ns % NS_PER_SEC / 1_000) as libc::suseconds_t;
+        None => unsafe { real::gettimeofday(tv, tz) },
     }
-    // SAFETY: the program's own out-parameter (a struct timezone of two ints).
-    if let Some(tz) = unsafe { Obj::new(tz as *mut [c_int; 2]) }.get_mut() {
-        *tz = [0, 0];
-    }
-    0
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn time(t: *mut time_t) -> time_t {
-    let Some(gate) = Gated::enter() else {
+    match Gated::enter().and_then(|gate| timecalls::gated(&gate, libc::SYS_time, [t as u64, 0, 0, 0, 0, 0])) {
+        Some(rc) => libc_result(rc) as time_t,
         // SAFETY: the program's own argument, forwarded unchanged.
-        return unsafe { real::time(t) };
-    };
-    let secs = (vclock::read(&gate, ClockBase::Realtime) / NS_PER_SEC) as time_t;
-    // SAFETY: the program's own out-parameter.
-    if let Some(t) = unsafe { Obj::new(t) }.get_mut() {
-        *t = secs;
+        None => unsafe { real::time(t) },
     }
-    secs
 }

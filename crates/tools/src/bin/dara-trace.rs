@@ -59,7 +59,7 @@ struct Cli {
     /// thread that waits for one is deadlocked (searches, --runs > 1, always are closed).
     #[arg(long)]
     closed: bool,
-    /// CPU count the program sees (sysconf, sched_getaffinity, get_nprocs).
+    /// CPU count the program sees (sysconf, get_nprocs, sched_getaffinity); it always runs on CPU 0 (sched_getcpu, getcpu).
     #[arg(long, default_value_t = 4)]
     cpus: u32,
     /// Print only the final result.
