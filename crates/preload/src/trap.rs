@@ -23,7 +23,8 @@ use crate::{entropy, real, sys};
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
 
-/// Syscalls trapped whatever their arguments. (`clone3` is refused by the filter itself with
+/// Syscalls trapped whatever their arguments. (`rt_sigprocmask` so that libc's own masks
+/// never block SIGSYS: see [`crate::sigmask`].) (`clone3` is refused by the filter itself with
 /// ENOSYS, so glibc falls back to `clone`, whose flags the filter can inspect: it cannot be
 /// trapped because glibc's `pthread_create` issues it with every signal blocked, and a trap whose
 /// SIGSYS is blocked kills the process.)
@@ -31,7 +32,7 @@ const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
 /// `open`/`openat` are not trapped (random devices are caught by the `open`/`fopen` symbol
 /// hooks instead): the filter outlives `execve`, and the dynamic loader of the new program opens
 /// its libraries before the preload can install the SIGSYS handler again.
-const TRAPPED: [c_long; 16] = [
+const TRAPPED: [c_long; 17] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -48,6 +49,7 @@ const TRAPPED: [c_long; 16] = [
     libc::SYS_execveat,
     libc::SYS_wait4,
     libc::SYS_waitid,
+    libc::SYS_rt_sigprocmask,
 ];
 
 /// Set once the filter is installed (the signal-mask hooks keep SIGSYS deliverable from then on).
@@ -188,7 +190,7 @@ extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_void
     // SAFETY: for an SA_SIGINFO handler the kernel passes a valid ucontext_t that we may modify;
     // it is resumed by sigreturn when the handler returns.
     let uc = unsafe { &mut *(context as *mut ucontext_t) };
-    let regs = &mut uc.uc_mcontext.gregs;
+    let regs = &uc.uc_mcontext.gregs;
     // After a seccomp trap, rax holds the syscall number again (the kernel rolls it back).
     let nr = regs[libc::REG_RAX as usize] as c_long;
     let args = [
@@ -199,6 +201,12 @@ extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_void
         regs[libc::REG_R8 as usize] as u64,
         regs[libc::REG_R9 as usize] as u64,
     ];
+    if nr == libc::SYS_rt_sigprocmask {
+        // Not a scheduling point, and it acts on the mask this handler's return restores.
+        uc.uc_mcontext.gregs[libc::REG_RAX as usize] = crate::sigmask::emulate(uc, args);
+        return;
+    }
+    let regs = &mut uc.uc_mcontext.gregs;
     crate::gate::set_in_trap(true);
     regs[libc::REG_RAX as usize] = emulate(nr, args);
     crate::gate::set_in_trap(false);
