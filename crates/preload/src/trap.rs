@@ -4,8 +4,9 @@
 //! Symbol hooks cannot see libc-internal calls (glibc's own futex waits, `arc4random`'s
 //! `getrandom`) or raw `syscall` instructions; the trap does. The filter
 //! lets everything from [`sys::return_address`] through, traps the calls listed in [`TRAPPED`]
-//! (and `clone` without `CLONE_THREAD`, i.e. a new process, and `read`/`readv` of descriptor 0),
-//! refuses `clone3` with ENOSYS, and allows the rest.
+//! (and `clone` without `CLONE_THREAD`, i.e. a new process, `read`/`readv` of descriptor 0, and
+//! `close` of or `dup2`/`dup3` onto dara's region descriptor), refuses `clone3` with ENOSYS, and
+//! allows the rest.
 //!
 //! The handler runs in signal context on the trapping thread: it uses only raw syscalls through
 //! the trampoline, thread-local `Cell`s and atomics. A thread without a slot, or one already inside
@@ -32,7 +33,7 @@ const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
 /// `open`/`openat` are not trapped (random devices are caught by the `open`/`fopen` symbol
 /// hooks instead): the filter outlives `execve`, and the dynamic loader of the new program opens
 /// its libraries before the preload can install the SIGSYS handler again.
-const TRAPPED: [c_long; 17] = [
+const TRAPPED: [c_long; 18] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -50,6 +51,7 @@ const TRAPPED: [c_long; 17] = [
     libc::SYS_wait4,
     libc::SYS_waitid,
     libc::SYS_rt_sigprocmask,
+    libc::SYS_close_range,
 ];
 
 /// Set once the filter is installed (the signal-mask hooks keep SIGSYS deliverable from then on).
@@ -66,6 +68,7 @@ const DATA_ARCH: u32 = 4;
 const DATA_IP_LO: u32 = 8;
 const DATA_IP_HI: u32 = 12;
 const DATA_ARG0_LO: u32 = 16;
+const DATA_ARG1_LO: u32 = 24;
 
 const fn stmt(code: u32, k: u32) -> sock_filter {
     sock_filter {
@@ -85,18 +88,20 @@ const fn jump(code: u32, k: u32, jt: u8, jf: u8) -> sock_filter {
     }
 }
 
-const PROGRAM_LEN: usize = TRAPPED.len() + 20;
+const PROGRAM_LEN: usize = TRAPPED.len() + 26;
 
 /// The BPF program; see the module doc. Jump offsets are relative to the next instruction.
 fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
-    use libc::{BPF_ABS, BPF_JA, BPF_JEQ, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_RET, BPF_W};
+    use libc::{BPF_ABS, BPF_JEQ, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_RET, BPF_W};
     let ld = BPF_LD | BPF_W | BPF_ABS;
     let jeq = BPF_JMP | BPF_JEQ | BPF_K;
     let n = TRAPPED.len();
-    // Fixed positions of the shared tails.
-    let trap_at = n + 18;
-    let allow_at = n + 19;
+    // Fixed positions of the argument checks and the shared tails.
+    let (read_fd, close_fd, dup_target, clone_flags) = (n + 16, n + 18, n + 20, n + 22);
+    let trap_at = n + 24;
+    let allow_at = n + 25;
     let to = |from: usize, target: usize| (target - from - 1) as u8;
+    let region_fd = dara_abi::SHM_FD as u32;
 
     let mut p = [stmt(0, 0); PROGRAM_LEN];
     p[0] = stmt(ld, DATA_ARCH);
@@ -118,17 +123,24 @@ fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
     // read/readv of descriptor 0 (a pipeline's stdin, read by stdio inside libc where no symbol
     // hook sees it). Only descriptor 0: the dynamic loader of an exec'd program reads its
     // libraries (other descriptors) before the SIGSYS handler exists again.
-    p[10 + n] = jump(jeq, libc::SYS_read as u32, to(10 + n, 13 + n), 0);
-    p[11 + n] = jump(jeq, libc::SYS_readv as u32, to(11 + n, 13 + n), 0);
-    p[12 + n] = stmt(BPF_JMP | BPF_JA, (15 + n - 12 - n - 1) as u32);
-    p[13 + n] = stmt(ld, DATA_ARG0_LO);
-    p[14 + n] = jump(jeq, 0, to(14 + n, trap_at), to(14 + n, allow_at));
-    p[15 + n] = jump(jeq, libc::SYS_clone as u32, 0, to(15 + n, allow_at));
-    p[16 + n] = stmt(ld, DATA_ARG0_LO);
-    p[17 + n] = jump(
+    p[10 + n] = jump(jeq, libc::SYS_read as u32, to(10 + n, read_fd), 0);
+    p[11 + n] = jump(jeq, libc::SYS_readv as u32, to(11 + n, read_fd), 0);
+    // close of dara's region descriptor, dup2/dup3 onto it (see `fdguard`).
+    p[12 + n] = jump(jeq, libc::SYS_close as u32, to(12 + n, close_fd), 0);
+    p[13 + n] = jump(jeq, libc::SYS_dup2 as u32, to(13 + n, dup_target), 0);
+    p[14 + n] = jump(jeq, libc::SYS_dup3 as u32, to(14 + n, dup_target), 0);
+    p[15 + n] = jump(jeq, libc::SYS_clone as u32, to(15 + n, clone_flags), to(15 + n, allow_at));
+    p[read_fd] = stmt(ld, DATA_ARG0_LO);
+    p[read_fd + 1] = jump(jeq, 0, to(read_fd + 1, trap_at), to(read_fd + 1, allow_at));
+    p[close_fd] = stmt(ld, DATA_ARG0_LO);
+    p[close_fd + 1] = jump(jeq, region_fd, to(close_fd + 1, trap_at), to(close_fd + 1, allow_at));
+    p[dup_target] = stmt(ld, DATA_ARG1_LO);
+    p[dup_target + 1] = jump(jeq, region_fd, to(dup_target + 1, trap_at), to(dup_target + 1, allow_at));
+    p[clone_flags] = stmt(ld, DATA_ARG0_LO);
+    p[clone_flags + 1] = jump(
         BPF_JMP | BPF_JSET | BPF_K,
         libc::CLONE_THREAD as u32,
-        to(17 + n, allow_at),
+        to(clone_flags + 1, allow_at),
         0,
     );
     p[trap_at] = stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_TRAP);
@@ -201,9 +213,16 @@ extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_void
         regs[libc::REG_R8 as usize] as u64,
         regs[libc::REG_R9 as usize] as u64,
     ];
-    if nr == libc::SYS_rt_sigprocmask {
-        // Not a scheduling point, and it acts on the mask this handler's return restores.
-        uc.uc_mcontext.gregs[libc::REG_RAX as usize] = crate::sigmask::emulate(uc, args);
+    // Not scheduling points: answered whoever the thread is.
+    let answer = match nr {
+        // It acts on the mask this handler's return restores.
+        libc::SYS_rt_sigprocmask => Some(crate::sigmask::emulate(uc, args)),
+        libc::SYS_close => Some(crate::fdguard::close(args[0])),
+        libc::SYS_close_range => Some(crate::fdguard::close_range(args[0], args[1], args[2])),
+        _ => None,
+    };
+    if let Some(rc) = answer {
+        uc.uc_mcontext.gregs[libc::REG_RAX as usize] = rc;
         return;
     }
     let regs = &mut uc.uc_mcontext.gregs;
@@ -242,6 +261,9 @@ fn ungated(nr: c_long, a: [u64; 6]) -> i64 {
         libc::SYS_vfork => passthrough(libc::SYS_fork, [0; 6]),
         // A child on a new stack would return from the trampoline onto that empty stack.
         libc::SYS_clone if a[1] != 0 => -(libc::ENOSYS as i64),
+        // dup2/dup3 onto dara's region descriptor (see `fdguard`): busy, as the kernel says when
+        // the target descriptor is being opened.
+        libc::SYS_dup2 | libc::SYS_dup3 => -(libc::EBUSY as i64),
         _ => passthrough(nr, a),
     }
 }
@@ -306,7 +328,7 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
         libc::SYS_execve | libc::SYS_execveat => crate::process::exec(gate, nr, a),
         libc::SYS_wait4 | libc::SYS_waitid => crate::process::wait(gate, nr, a),
         libc::SYS_read | libc::SYS_readv => crate::hooks::net::trapped_read(gate, nr, a).unwrap_or_else(|| passthrough(nr, a)),
-        // pause, futex_waitv, and raw fork, vfork or clone without CLONE_THREAD (glibc's fork()
+        // dup2/dup3 onto dara's region descriptor (see `fdguard`), pause, futex_waitv, and raw fork, vfork or clone without CLONE_THREAD (glibc's fork()
         // goes through the `fork` hook, whose own clone reaches `ungated`).
         _ => unsupported(gate, nr, a),
     }
