@@ -5,8 +5,7 @@
 //! `getrandom`) or raw `syscall` instructions; the trap does. The filter
 //! lets everything from [`sys::return_address`] through, traps the calls listed in [`TRAPPED`]
 //! (and `clone` without `CLONE_THREAD`, i.e. a new process, `read`/`readv` of descriptor 0, and
-//! `close` of or `dup2`/`dup3` onto dara's region descriptor), refuses `clone3` with ENOSYS, and
-//! allows the rest.
+//! `close` of or `dup2`/`dup3` onto dara's region descriptor), and allows the rest.
 //!
 //! The handler runs in signal context on the trapping thread: it uses only raw syscalls through
 //! the trampoline, thread-local `Cell`s and atomics. A thread without a slot, or one already inside
@@ -24,16 +23,13 @@ use crate::{entropy, real, sys};
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
 
-/// Syscalls trapped whatever their arguments. (`rt_sigprocmask` so that libc's own masks
-/// never block SIGSYS: see [`crate::sigmask`].) (`clone3` is refused by the filter itself with
-/// ENOSYS, so glibc falls back to `clone`, whose flags the filter can inspect: it cannot be
-/// trapped because glibc's `pthread_create` issues it with every signal blocked, and a trap whose
-/// SIGSYS is blocked kills the process.)
+/// Syscalls trapped whatever their arguments. `rt_sigprocmask` so that libc's own masks never
+/// block SIGSYS (see [`crate::sigmask`]): a trap whose SIGSYS is blocked kills the process.
+/// `clone3` because its flags sit in memory the filter cannot read: glibc's own thread creation
+/// gets ENOSYS and falls back to `clone`, whose flags the filter inspects; a raw `clone3` the
+/// program makes is refused ([`clone3`]).
 ///
-/// `open`/`openat` are not trapped (random devices are caught by the `open`/`fopen` symbol
-/// hooks instead): the filter outlives `execve`, and the dynamic loader of the new program opens
-/// its libraries before the preload can install the SIGSYS handler again.
-const TRAPPED: [c_long; 18] = [
+const TRAPPED: [c_long; 19] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -52,6 +48,7 @@ const TRAPPED: [c_long; 18] = [
     libc::SYS_waitid,
     libc::SYS_rt_sigprocmask,
     libc::SYS_close_range,
+    libc::SYS_clone3,
 ];
 
 /// Set once the filter is installed (the signal-mask hooks keep SIGSYS deliverable from then on).
@@ -88,7 +85,7 @@ const fn jump(code: u32, k: u32, jt: u8, jf: u8) -> sock_filter {
     }
 }
 
-const PROGRAM_LEN: usize = TRAPPED.len() + 26;
+const PROGRAM_LEN: usize = TRAPPED.len() + 24;
 
 /// The BPF program; see the module doc. Jump offsets are relative to the next instruction.
 fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
@@ -97,9 +94,9 @@ fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
     let jeq = BPF_JMP | BPF_JEQ | BPF_K;
     let n = TRAPPED.len();
     // Fixed positions of the argument checks and the shared tails.
-    let (read_fd, close_fd, dup_target, clone_flags) = (n + 16, n + 18, n + 20, n + 22);
-    let trap_at = n + 24;
-    let allow_at = n + 25;
+    let (read_fd, close_fd, dup_target, clone_flags) = (n + 14, n + 16, n + 18, n + 20);
+    let trap_at = n + 22;
+    let allow_at = n + 23;
     let to = |from: usize, target: usize| (target - from - 1) as u8;
     let region_fd = dara_abi::SHM_FD as u32;
 
@@ -115,21 +112,16 @@ fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
     for (i, &nr) in TRAPPED.iter().enumerate() {
         p[8 + i] = jump(jeq, nr as u32, to(8 + i, trap_at), 0);
     }
-    p[8 + n] = jump(jeq, libc::SYS_clone3 as u32, 0, 1);
-    p[9 + n] = stmt(
-        BPF_RET | BPF_K,
-        libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
-    );
     // read/readv of descriptor 0 (a pipeline's stdin, read by stdio inside libc where no symbol
     // hook sees it). Only descriptor 0: the dynamic loader of an exec'd program reads its
     // libraries (other descriptors) before the SIGSYS handler exists again.
-    p[10 + n] = jump(jeq, libc::SYS_read as u32, to(10 + n, read_fd), 0);
-    p[11 + n] = jump(jeq, libc::SYS_readv as u32, to(11 + n, read_fd), 0);
+    p[8 + n] = jump(jeq, libc::SYS_read as u32, to(8 + n, read_fd), 0);
+    p[9 + n] = jump(jeq, libc::SYS_readv as u32, to(9 + n, read_fd), 0);
     // close of dara's region descriptor, dup2/dup3 onto it (see `fdguard`).
-    p[12 + n] = jump(jeq, libc::SYS_close as u32, to(12 + n, close_fd), 0);
-    p[13 + n] = jump(jeq, libc::SYS_dup2 as u32, to(13 + n, dup_target), 0);
-    p[14 + n] = jump(jeq, libc::SYS_dup3 as u32, to(14 + n, dup_target), 0);
-    p[15 + n] = jump(jeq, libc::SYS_clone as u32, to(15 + n, clone_flags), to(15 + n, allow_at));
+    p[10 + n] = jump(jeq, libc::SYS_close as u32, to(10 + n, close_fd), 0);
+    p[11 + n] = jump(jeq, libc::SYS_dup2 as u32, to(11 + n, dup_target), 0);
+    p[12 + n] = jump(jeq, libc::SYS_dup3 as u32, to(12 + n, dup_target), 0);
+    p[13 + n] = jump(jeq, libc::SYS_clone as u32, to(13 + n, clone_flags), to(13 + n, allow_at));
     p[read_fd] = stmt(ld, DATA_ARG0_LO);
     p[read_fd + 1] = jump(jeq, 0, to(read_fd + 1, trap_at), to(read_fd + 1, allow_at));
     p[close_fd] = stmt(ld, DATA_ARG0_LO);
@@ -219,6 +211,7 @@ extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_void
         libc::SYS_rt_sigprocmask => Some(crate::sigmask::emulate(uc, args)),
         libc::SYS_close => Some(crate::fdguard::close(args[0])),
         libc::SYS_close_range => Some(crate::fdguard::close_range(args[0], args[1], args[2])),
+        libc::SYS_clone3 => Some(clone3(uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64, args)),
         _ => None,
     };
     if let Some(rc) = answer {
@@ -229,6 +222,31 @@ extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_void
     crate::gate::set_in_trap(true);
     regs[libc::REG_RAX as usize] = emulate(nr, args);
     crate::gate::set_in_trap(false);
+}
+
+/// How far into libc's `syscall()` wrapper its `syscall` instruction ends (about 0x20 bytes in
+/// glibc's x86_64 syscall.S): the bound that tells a call made through it.
+const SYSCALL_WRAPPER_BYTES: u64 = 64;
+
+/// A trapped `clone3` (`ip`: the address after its `syscall` instruction). glibc's own thread
+/// creation (`pthread_create` inside dara's hook, `thrd_create`, timer threads) gets ENOSYS and
+/// falls back to `clone`. A raw `clone3` the program made through `syscall()` would start a
+/// thread or process dara cannot follow (a new thread on its own stack cannot be run from this
+/// handler either): the run stops with a message saying so, rather than the program failing
+/// on an ENOSYS it would not see without dara.
+fn clone3(ip: u64, a: [u64; 6]) -> i64 {
+    let wrapper = libc::syscall as *const () as u64;
+    let through_wrapper = (wrapper..wrapper + SYSCALL_WRAPPER_BYTES).contains(&ip);
+    match Gated::enter() {
+        Some(gate) if through_wrapper => {
+            // SAFETY: the program passed clone3 a `struct clone_args`, whose first field is the
+            // 64-bit flags (or a bad pointer: then the flags are not shown).
+            let flags = (a[0] != 0 && a[1] >= 8).then(|| unsafe { (a[0] as *const u64).read_unaligned() });
+            gate.post(Op::Unsupported, [libc::SYS_clone3 as u64, flags.unwrap_or(0), a[1], 0]);
+            -(libc::ENOSYS as i64)
+        }
+        _ => -(libc::ENOSYS as i64),
+    }
 }
 
 /// Performs the trapped syscall for real, through the trampoline.

@@ -929,7 +929,11 @@ impl<'a> Execution<'a> {
             Op::Unsupported => {
                 let name = procfs::syscall_name(args[0] as i64);
                 let detail = match args[0] as i64 {
-                    56 | 57 | 58 | 435 => "a raw clone/fork system call that bypasses libc's fork() is not supported; the run was stopped rather than left with an untraced process".to_string(),
+                    435 => {
+                        let what = if args[1] & libc::CLONE_THREAD as u64 != 0 { "thread" } else { "process" };
+                        format!("a raw clone3 system call (flags {:#x}) would start a {what} that bypasses pthread_create and fork, which dara cannot follow; the run was stopped rather than left with an untraced {what}", args[1])
+                    }
+                    56 | 57 | 58 => "a raw clone/fork system call that bypasses libc's fork() is not supported; the run was stopped rather than left with an untraced process".to_string(),
                     33 | 292 => format!("the program asked for descriptor {} ({name} onto it), which dara keeps for its shared region in every traced process; the run was stopped rather than lose the region", dara_abi::SHM_FD),
                     59 if args[2] == dara_abi::UNSUPPORTED_STATIC_EXEC => format!("{} is statically linked, so dara's preload cannot enter it; statically linked programs are not supported yet", procfs::c_string_of(self.processes.get(&process).map_or(0, |p| p.pid), args[1]).unwrap_or_else(|| "the program to run".into())),
                     _ => format!("{name} cannot be modelled by dara (arguments {:#x}, {:#x}); the run was stopped rather than left uncontrolled", args[1], args[2]),
