@@ -29,14 +29,12 @@ extern "C" fn dara_preload_init(
     envp: *const *const c_char,
 ) {
     real::resolve_all();
-    // SAFETY: the name is a NUL-terminated static string; getenv returns null or a pointer into
-    // the environment, which nothing modifies while constructors run.
-    let path = unsafe { libc::getenv(c"DARA_SHM".as_ptr()) };
-    if path.is_null() {
+    // Read the environment from `envp`, not `getenv`: with `-z initfirst` (build.rs) this runs
+    // before libc's own constructor has set `environ`.
+    crate::process::remember_environment(envp);
+    let Some(path) = crate::process::region_path() else {
         return; // Not under dara: stay inert.
-    }
-    // SAFETY: getenv returned a NUL-terminated string that lives as long as the environment.
-    let path = unsafe { core::ffi::CStr::from_ptr(path) }.to_bytes_with_nul();
+    };
     let header = match region::map(path) {
         Ok(header) => header,
         Err(MapError::Version) => {
@@ -89,7 +87,6 @@ extern "C" fn dara_preload_init(
     crate::fault::install();
     // Before any user code: no thread may be inside the vDSO while it changes.
     let _ = crate::vdso::patch();
-    crate::process::remember_environment(envp);
 
     let Some(gate) = Gated::enter() else {
         sys::die(b"dara: main thread is not gated\n", SETUP_FAILED)

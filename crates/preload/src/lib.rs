@@ -8,7 +8,8 @@
 //!   count). An uncontended `pthread_mutex_lock` never enters the kernel, so only a symbol hook
 //!   can see it.
 //! * [`trap`]: a seccomp filter + SIGSYS handler for what the hooks cannot see: glibc-internal and
-//!   raw syscalls (futex, clocks, sleeps, getrandom, /dev/urandom, new processes).
+//!   raw syscalls (futex, clocks, sleeps, getrandom, /dev/urandom, new processes); with
+//!   [`sigmask`] it keeps SIGSYS out of every signal mask libc sets.
 //!
 //! [`coverage`] counts sancov edges of instrumented programs into the region (and posts
 //! `EdgeQuantum` every N edges under `--preempt-on edges:N`); [`access`] turns sancov load/store
@@ -40,12 +41,14 @@ pub mod access;
 pub mod coverage;
 pub mod entropy;
 pub mod fault;
+pub mod fdguard;
 pub mod gate;
 pub mod hooks;
 pub mod init;
 pub mod process;
 pub mod real;
 pub mod region;
+pub mod sigmask;
 pub mod solo;
 pub mod sys;
 pub mod timecalls;

@@ -346,6 +346,16 @@ pub fn remember_environment(envp: *const *const c_char) {
     }
 }
 
+/// The path of dara's region (`DARA_SHM`'s value, NUL-terminated) as the process started with
+/// it, or `None` when the process is not under dara.
+pub fn region_path() -> Option<&'static [u8]> {
+    // SAFETY: read-only after the constructor's `remember_environment`.
+    let saved = unsafe { &*SAVED.0.get() };
+    let end = saved.shm.iter().position(|&b| b == 0)?;
+    let path = saved.shm.get(b"DARA_SHM=".len()..=end)?;
+    (path.len() > 1).then_some(path)
+}
+
 /// The entries of a null-terminated environment array, without their NULs.
 ///
 /// # Safety

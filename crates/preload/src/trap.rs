@@ -4,8 +4,8 @@
 //! Symbol hooks cannot see libc-internal calls (glibc's own futex waits, `arc4random`'s
 //! `getrandom`) or raw `syscall` instructions; the trap does. The filter
 //! lets everything from [`sys::return_address`] through, traps the calls listed in [`TRAPPED`]
-//! (and `clone` without `CLONE_THREAD`, i.e. a new process, and `read`/`readv` of descriptor 0),
-//! refuses `clone3` with ENOSYS, and allows the rest.
+//! (and `clone` without `CLONE_THREAD`, i.e. a new process, `read`/`readv` of descriptor 0, and
+//! `close` of or `dup2`/`dup3` onto dara's region descriptor), and allows the rest.
 //!
 //! The handler runs in signal context on the trapping thread: it uses only raw syscalls through
 //! the trampoline, thread-local `Cell`s and atomics. A thread without a slot, or one already inside
@@ -23,17 +23,18 @@ use crate::{entropy, real, sys, timecalls};
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
 
-/// Syscalls trapped whatever their arguments. (`clone3` is refused by the filter itself with
-/// ENOSYS, so glibc falls back to `clone`, whose flags the filter can inspect: it cannot be
-/// trapped because glibc's `pthread_create` issues it with every signal blocked, and a trap whose
-/// SIGSYS is blocked kills the process.)
+/// Syscalls trapped whatever their arguments. `rt_sigprocmask` so that libc's own masks never
+/// block SIGSYS (see [`crate::sigmask`]): a trap whose SIGSYS is blocked kills the process.
+/// `clone3` because its flags sit in memory the filter cannot read: glibc's own thread creation
+/// gets ENOSYS and falls back to `clone`, whose flags the filter inspects; a raw `clone3` the
+/// program makes is refused ([`clone3`]).
 ///
 /// `open`/`openat` are not trapped (random devices are caught by the `open`/`fopen` symbol
 /// hooks instead): the filter outlives `execve`, and the dynamic loader of the new program opens
 /// its libraries before the preload can install the SIGSYS handler again. `sched_getaffinity`
 /// is not trapped for the same reason: jemalloc (redis-server) issues it while the libraries
 /// load, before the preload's constructor, and a trap there kills the process.
-const TRAPPED: [c_long; 20] = [
+const TRAPPED: [c_long; 23] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -54,6 +55,9 @@ const TRAPPED: [c_long; 20] = [
     libc::SYS_execveat,
     libc::SYS_wait4,
     libc::SYS_waitid,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_close_range,
+    libc::SYS_clone3,
 ];
 
 /// Set once the filter is installed (the signal-mask hooks keep SIGSYS deliverable from then on).
@@ -70,6 +74,7 @@ const DATA_ARCH: u32 = 4;
 const DATA_IP_LO: u32 = 8;
 const DATA_IP_HI: u32 = 12;
 const DATA_ARG0_LO: u32 = 16;
+const DATA_ARG1_LO: u32 = 24;
 
 const fn stmt(code: u32, k: u32) -> sock_filter {
     sock_filter {
@@ -89,18 +94,22 @@ const fn jump(code: u32, k: u32, jt: u8, jf: u8) -> sock_filter {
     }
 }
 
-const PROGRAM_LEN: usize = TRAPPED.len() + 20;
+const PROGRAM_LEN: usize = TRAPPED.len() + 26;
 
 /// The BPF program; see the module doc. Jump offsets are relative to the next instruction.
 fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
-    use libc::{BPF_ABS, BPF_JA, BPF_JEQ, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_RET, BPF_W};
+    use libc::{BPF_ABS, BPF_ALU, BPF_JEQ, BPF_JGT, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_RET, BPF_SUB, BPF_W};
     let ld = BPF_LD | BPF_W | BPF_ABS;
     let jeq = BPF_JMP | BPF_JEQ | BPF_K;
     let n = TRAPPED.len();
-    // Fixed positions of the shared tails.
-    let trap_at = n + 18;
-    let allow_at = n + 19;
+    // Fixed positions of the argument checks and the shared tails.
+    let (read_fd, close_fd, dup_target, clone_flags) = (n + 14, n + 16, n + 19, n + 22);
+    let trap_at = n + 24;
+    let allow_at = n + 25;
     let to = |from: usize, target: usize| (target - from - 1) as u8;
+    // dara's descriptors, kept whatever the program closes (see `fdguard`): `fd - first` is at
+    // most `last - first` exactly for them (below `first` it wraps around to a large number).
+    let (first_kept, kept_span) = (crate::fdguard::FIRST_KEPT as u32, (crate::fdguard::LAST_KEPT - crate::fdguard::FIRST_KEPT) as u32);
 
     let mut p = [stmt(0, 0); PROGRAM_LEN];
     p[0] = stmt(ld, DATA_ARCH);
@@ -114,25 +123,28 @@ fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
     for (i, &nr) in TRAPPED.iter().enumerate() {
         p[8 + i] = jump(jeq, nr as u32, to(8 + i, trap_at), 0);
     }
-    p[8 + n] = jump(jeq, libc::SYS_clone3 as u32, 0, 1);
-    p[9 + n] = stmt(
-        BPF_RET | BPF_K,
-        libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
-    );
     // read/readv of descriptor 0 (a pipeline's stdin, read by stdio inside libc where no symbol
     // hook sees it). Only descriptor 0: the dynamic loader of an exec'd program reads its
     // libraries (other descriptors) before the SIGSYS handler exists again.
-    p[10 + n] = jump(jeq, libc::SYS_read as u32, to(10 + n, 13 + n), 0);
-    p[11 + n] = jump(jeq, libc::SYS_readv as u32, to(11 + n, 13 + n), 0);
-    p[12 + n] = stmt(BPF_JMP | BPF_JA, (15 + n - 12 - n - 1) as u32);
-    p[13 + n] = stmt(ld, DATA_ARG0_LO);
-    p[14 + n] = jump(jeq, 0, to(14 + n, trap_at), to(14 + n, allow_at));
-    p[15 + n] = jump(jeq, libc::SYS_clone as u32, 0, to(15 + n, allow_at));
-    p[16 + n] = stmt(ld, DATA_ARG0_LO);
-    p[17 + n] = jump(
+    p[8 + n] = jump(jeq, libc::SYS_read as u32, to(8 + n, read_fd), 0);
+    p[9 + n] = jump(jeq, libc::SYS_readv as u32, to(9 + n, read_fd), 0);
+    // close of dara's descriptors, dup2/dup3 onto them (see `fdguard`).
+    p[10 + n] = jump(jeq, libc::SYS_close as u32, to(10 + n, close_fd), 0);
+    p[11 + n] = jump(jeq, libc::SYS_dup2 as u32, to(11 + n, dup_target), 0);
+    p[12 + n] = jump(jeq, libc::SYS_dup3 as u32, to(12 + n, dup_target), 0);
+    p[13 + n] = jump(jeq, libc::SYS_clone as u32, to(13 + n, clone_flags), to(13 + n, allow_at));
+    p[read_fd] = stmt(ld, DATA_ARG0_LO);
+    p[read_fd + 1] = jump(jeq, 0, to(read_fd + 1, trap_at), to(read_fd + 1, allow_at));
+    for (at, arg) in [(close_fd, DATA_ARG0_LO), (dup_target, DATA_ARG1_LO)] {
+        p[at] = stmt(ld, arg);
+        p[at + 1] = stmt(BPF_ALU | BPF_SUB | BPF_K, first_kept);
+        p[at + 2] = jump(BPF_JMP | BPF_JGT | BPF_K, kept_span, to(at + 2, allow_at), to(at + 2, trap_at));
+    }
+    p[clone_flags] = stmt(ld, DATA_ARG0_LO);
+    p[clone_flags + 1] = jump(
         BPF_JMP | BPF_JSET | BPF_K,
         libc::CLONE_THREAD as u32,
-        to(17 + n, allow_at),
+        to(clone_flags + 1, allow_at),
         0,
     );
     p[trap_at] = stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_TRAP);
@@ -194,7 +206,7 @@ extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_void
     // SAFETY: for an SA_SIGINFO handler the kernel passes a valid ucontext_t that we may modify;
     // it is resumed by sigreturn when the handler returns.
     let uc = unsafe { &mut *(context as *mut ucontext_t) };
-    let regs = &mut uc.uc_mcontext.gregs;
+    let regs = &uc.uc_mcontext.gregs;
     // After a seccomp trap, rax holds the syscall number again (the kernel rolls it back).
     let nr = regs[libc::REG_RAX as usize] as c_long;
     let args = [
@@ -205,9 +217,48 @@ extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_void
         regs[libc::REG_R8 as usize] as u64,
         regs[libc::REG_R9 as usize] as u64,
     ];
+    // Not scheduling points: answered whoever the thread is.
+    let answer = match nr {
+        // It acts on the mask this handler's return restores.
+        libc::SYS_rt_sigprocmask => Some(crate::sigmask::emulate(uc, args)),
+        libc::SYS_close => Some(crate::fdguard::close(args[0])),
+        libc::SYS_close_range => Some(crate::fdguard::close_range(args[0], args[1], args[2])),
+        libc::SYS_clone3 => Some(clone3(uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64, args)),
+        _ => None,
+    };
+    if let Some(rc) = answer {
+        uc.uc_mcontext.gregs[libc::REG_RAX as usize] = rc;
+        return;
+    }
+    let regs = &mut uc.uc_mcontext.gregs;
     crate::gate::set_in_trap(true);
     regs[libc::REG_RAX as usize] = emulate(nr, args);
     crate::gate::set_in_trap(false);
+}
+
+/// How far into libc's `syscall()` wrapper its `syscall` instruction ends (about 0x20 bytes in
+/// glibc's x86_64 syscall.S): the bound that tells a call made through it.
+const SYSCALL_WRAPPER_BYTES: u64 = 64;
+
+/// A trapped `clone3` (`ip`: the address after its `syscall` instruction). glibc's own thread
+/// creation (`pthread_create` inside dara's hook, `thrd_create`, timer threads) gets ENOSYS and
+/// falls back to `clone`. A raw `clone3` the program made through `syscall()` would start a
+/// thread or process dara cannot follow (a new thread on its own stack cannot be run from this
+/// handler either): the run stops with a message saying so, rather than the program failing
+/// on an ENOSYS it would not see without dara.
+fn clone3(ip: u64, a: [u64; 6]) -> i64 {
+    let wrapper = libc::syscall as *const () as u64;
+    let through_wrapper = (wrapper..wrapper + SYSCALL_WRAPPER_BYTES).contains(&ip);
+    match Gated::enter() {
+        Some(gate) if through_wrapper => {
+            // SAFETY: the program passed clone3 a `struct clone_args`, whose first field is the
+            // 64-bit flags (or a bad pointer: then the flags are not shown).
+            let flags = (a[0] != 0 && a[1] >= 8).then(|| unsafe { (a[0] as *const u64).read_unaligned() });
+            gate.post(Op::Unsupported, [libc::SYS_clone3 as u64, flags.unwrap_or(0), a[1], 0]);
+            -(libc::ENOSYS as i64)
+        }
+        _ => -(libc::ENOSYS as i64),
+    }
 }
 
 /// Performs the trapped syscall for real, through the trampoline.
@@ -245,6 +296,9 @@ fn ungated(nr: c_long, a: [u64; 6]) -> i64 {
         // A child on a new stack would return from the trampoline onto that empty stack.
         libc::SYS_clone if a[1] != 0 => -(libc::ENOSYS as i64),
         libc::SYS_execve | libc::SYS_execveat => crate::tsc::around_exec(|| passthrough(nr, a)),
+        // dup2/dup3 onto dara's region descriptor (see `fdguard`): busy, as the kernel says when
+        // the target descriptor is being opened.
+        libc::SYS_dup2 | libc::SYS_dup3 => -(libc::EBUSY as i64),
         _ => passthrough(nr, a),
     }
 }
@@ -283,7 +337,7 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
         libc::SYS_execve | libc::SYS_execveat => crate::process::exec(gate, nr, a),
         libc::SYS_wait4 | libc::SYS_waitid => crate::process::wait(gate, nr, a),
         libc::SYS_read | libc::SYS_readv => crate::hooks::net::trapped_read(gate, nr, a).unwrap_or_else(|| passthrough(nr, a)),
-        // pause, futex_waitv, and raw fork, vfork or clone without CLONE_THREAD (glibc's fork()
+        // dup2/dup3 onto dara's region descriptor (see `fdguard`), pause, futex_waitv, and raw fork, vfork or clone without CLONE_THREAD (glibc's fork()
         // goes through the `fork` hook, whose own clone reaches `ungated`).
         _ => unsupported(gate, nr, a),
     }

@@ -25,6 +25,12 @@ fn shorten_arg(hex: &str) -> String {
     u64::from_str_radix(hex.trim_start_matches("0x"), 16).map(|v| if v < 4096 { v.to_string() } else { format!("{v:#x}") }).unwrap_or_else(|_| hex.to_string())
 }
 
+/// The file name of the program process `pid` runs (its executable), None if unreadable.
+pub fn program_name(pid: u32) -> Option<String> {
+    let exe = fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    Some(exe.file_name().map_or_else(|| exe.display().to_string(), |n| n.to_string_lossy().into_owned()))
+}
+
 /// A NUL-terminated string at `addr` in process `pid` (at most 4 KiB), for diagnostics.
 pub fn c_string_of(pid: u32, addr: u64) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};

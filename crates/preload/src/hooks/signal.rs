@@ -7,9 +7,10 @@
 //! Keeping the syscall trap alive. A seccomp trap whose SIGSYS is blocked or has a foreign handler
 //! kills the process, so once the trap is installed the program may neither block SIGSYS (it is
 //! silently left out of any mask it sets; servers commonly block "all" signals in worker threads)
-//! nor replace its handler (the call succeeds and changes nothing). SIGSEGV likewise, while the
-//! time-stamp counter faults with it: the program's action is kept by
-//! [`crate::fault::program_action`], which runs it for real faults.
+//! nor replace its handler (the call succeeds and changes nothing), and a handler's own mask
+//! never holds it. (libc's raw `rt_sigprocmask` calls are trapped for the same reason: see
+//! `sigmask`.) SIGSEGV likewise, while the time-stamp counter faults with it: the program's
+//! action is kept by [`crate::fault::program_action`], which runs it for real faults.
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use libc::{c_int, sigset_t};
@@ -88,7 +89,20 @@ pub unsafe extern "C" fn sigaction(
         }
         return 0;
     }
-    // SAFETY: the program's own arguments, forwarded unchanged.
+    // A handler's mask (often "every signal") applies while it runs: keep SIGSYS out of it.
+    // SAFETY: the program passed a valid sigaction (or null).
+    let filtered = unsafe { act.as_ref() }.filter(|_| trap::installed()).map(|a| {
+        let mut copy = *a;
+        // SAFETY: `copy.sa_mask` is a valid sigset_t and SIGSYS a valid signal number.
+        unsafe { libc::sigdelset(&mut copy.sa_mask, libc::SIGSYS) };
+        if program_action::owned() {
+            // SAFETY: as above; an rdtsc in the handler faults with SIGSEGV.
+            unsafe { libc::sigdelset(&mut copy.sa_mask, libc::SIGSEGV) };
+        }
+        copy
+    });
+    let act = filtered.as_ref().map_or(act, |a| a as *const libc::sigaction);
+    // SAFETY: the program's own arguments, with SIGSYS possibly removed from a copy of `act`.
     let rc = unsafe { real::sigaction(sig, act, old) };
     if rc == 0 {
         // SAFETY: the program passed a valid sigaction (or null).

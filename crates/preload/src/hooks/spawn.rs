@@ -267,16 +267,9 @@ unsafe fn apply_file_actions(actions: *const posix_spawn_file_actions_t) -> bool
                 DO_CHDIR => libc::chdir(a.u0 as *const c_char) == 0,
                 DO_FCHDIR => libc::fchdir(SpawnAction::low(a.u0)) == 0,
                 DO_CLOSEFROM => {
-                    // Everything from `from` up, except dara's region and /proc descriptors
-                    // (adjacent numbers), which the exec'd program needs to find dara.
-                    let from = SpawnAction::low(a.u0).max(0) as libc::c_uint;
-                    let region = dara_abi::SHM_FD as libc::c_uint;
-                    let last_kept = region.max(dara_abi::HOST_PROC_FD as libc::c_uint);
-                    if from < region {
-                        libc::syscall(libc::SYS_close_range, from, region - 1, 0);
-                    }
-                    libc::syscall(libc::SYS_close_range, from.max(last_kept + 1), libc::c_uint::MAX, 0);
-                    true
+                    // Everything from `from` up, except dara's descriptors, which the
+                    // exec'd program needs to find dara.
+                    crate::fdguard::close_range(SpawnAction::low(a.u0).max(0) as u64, u64::from(libc::c_uint::MAX), 0) == 0
                 }
                 _ => false,
             }

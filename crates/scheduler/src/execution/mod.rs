@@ -18,7 +18,7 @@ use dara_abi::{splitmix64, start_kind, state, Op, MAX_PROCESSES};
 use dara_tracer::reaper::ExitStatus;
 use dara_tracer::{LaunchSpec, ProcessTree};
 
-use crate::choice::{Decide, ProcessId, ThreadId};
+use crate::choice::{ChoiceKind, Decide, ProcessId, ThreadId};
 use crate::coverage::{self, Module, ProcessCoverage};
 use crate::memory::TargetMemory;
 use crate::model::{Effect, Model, Request, ThreadStatus};
@@ -252,6 +252,8 @@ struct ProcessRecord {
     /// A pidfd, so the process can be killed at the end even if it left dara's process group
     /// (setsid), without ever signalling a recycled pid.
     pidfd: Option<std::os::fd::OwnedFd>,
+    /// The file name of the program the process runs (its latest image), for messages.
+    program: String,
 }
 
 /// Who holds the run token, since when, and whether the watchdog has seen it asleep.
@@ -920,7 +922,7 @@ impl<'a> Execution<'a> {
                         Ok(own) => own,
                         Err(detail) => return Some(Outcome::Uncontrolled { thread, syscall: "fork".into(), detail }),
                     };
-                    self.processes.insert(process, ProcessRecord { pid, own_pid, alive: true, exit: None, pidfd: procfs::pidfd_open(pid) });
+                    self.processes.insert(process, ProcessRecord { pid, own_pid, alive: true, exit: None, pidfd: procfs::pidfd_open(pid), program: String::new() });
                     self.net.add_traced(pid);
                     self.model.add_process(process, parent);
                     self.memory.set_pid(process, pid);
@@ -928,10 +930,12 @@ impl<'a> Execution<'a> {
                 if coverage::executable_is_instrumented(pid) {
                     self.modules.insert(process, coverage::executable_modules(pid));
                 }
-                if self.cfg.symbolize {
-                    if let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) {
-                        self.programs.insert(thread, exe.file_name().map_or_else(|| exe.display().to_string(), |n| n.to_string_lossy().into_owned()));
-                    }
+                let program = procfs::program_name(pid).unwrap_or_default();
+                if self.cfg.symbolize && !program.is_empty() {
+                    self.programs.insert(thread, program.clone());
+                }
+                if let Some(record) = self.processes.get_mut(&process) {
+                    record.program = program;
                 }
                 self.thread_process.insert(thread, process);
                 self.model.add_thread(thread, process);
@@ -963,7 +967,12 @@ impl<'a> Execution<'a> {
             Op::Unsupported => {
                 let name = procfs::syscall_name(args[0] as i64);
                 let detail = match args[0] as i64 {
-                    56 | 57 | 58 | 435 => "a raw clone/fork system call that bypasses libc's fork() is not supported; the run was stopped rather than left with an untraced process".to_string(),
+                    435 => {
+                        let what = if args[1] & libc::CLONE_THREAD as u64 != 0 { "thread" } else { "process" };
+                        format!("a raw clone3 system call (flags {:#x}) would start a {what} that bypasses pthread_create and fork, which dara cannot follow; the run was stopped rather than left with an untraced {what}", args[1])
+                    }
+                    56 | 57 | 58 => "a raw clone/fork system call that bypasses libc's fork() is not supported; the run was stopped rather than left with an untraced process".to_string(),
+                    33 | 292 => format!("the program asked for descriptor {} ({name} onto it), which dara keeps for its shared region in every traced process; the run was stopped rather than lose the region", dara_abi::SHM_FD),
                     59 if args[2] == dara_abi::UNSUPPORTED_STATIC_EXEC => format!("{} is statically linked, so dara's preload cannot enter it; statically linked programs are not supported yet", procfs::c_string_of(self.processes.get(&process).map_or(0, |p| p.pid), args[1]).unwrap_or_else(|| "the program to run".into())),
                     _ => format!("{name} cannot be modelled by dara (arguments {:#x}, {:#x}); the run was stopped rather than left uncontrolled", args[1], args[2]),
                 };
@@ -1188,7 +1197,8 @@ impl<'a> Execution<'a> {
         if let Some(outside) = self.outside.as_mut() {
             outside.forget_listeners(process, None);
         }
-        if self.holder.as_ref().is_some_and(|h| self.thread_process.get(&h.thread) == Some(&process)) {
+        let running = self.holder.as_ref().map(|h| h.thread).filter(|t| self.thread_process.get(t) == Some(&process));
+        if running.is_some() {
             self.holder = None;
         }
         if let Some(at) = self.crashing.iter().position(|&p| p == process) {
@@ -1203,19 +1213,32 @@ impl<'a> Execution<'a> {
             }
         }
         match status {
-            ExitStatus::Signal(libc::SIGSYS) => {
-                // The preload's syscall trap could not run (SIGSYS was blocked, e.g. inside
-                // posix_spawn or system): dara lost control, the program did not crash.
-                Some(Outcome::Uncontrolled {
-                    thread: 0,
-                    syscall: "a trapped system call".into(),
-                    detail: format!("process {process} made a system call dara intercepts while SIGSYS was blocked (a library that starts processes or runs code with every signal blocked, outside the hooks for fork, posix_spawn, system and popen), so the kernel killed it"),
-                })
-            }
+            ExitStatus::Signal(libc::SIGSYS) => Some(self.killed_by_trap(process, running)),
             ExitStatus::Signal(signal) if self.verdict == Some(process) || is_crash_signal(signal) => {
                 Some(Outcome::Crashed { process, signal, name: signal_name(signal), location: self.faults.remove(&process) })
             }
             ExitStatus::Signal(_) | ExitStatus::Code(_) => None,
+        }
+    }
+
+    /// Process `process` died of SIGSYS: the kernel found the syscall trap's signal blocked (or
+    /// its handler gone) when the process made a call the filter traps, so dara lost control;
+    /// the program did not crash. The call itself died with the process: name the program, the
+    /// thread that was running and where it last was.
+    fn killed_by_trap(&self, process: ProcessId, running: Option<ThreadId>) -> Outcome {
+        let program = self.processes.get(&process).map_or("", |r| r.program.as_str());
+        let program = if program.is_empty() { String::new() } else { format!(" ({program})") };
+        let thread = running.unwrap_or(0);
+        let last = running.and_then(|t| self.steps.iter().rev().find(|s| s.choice.thread == t && s.choice.kind != ChoiceKind::Fault));
+        let place = match (running, last) {
+            (Some(t), Some(step)) => format!(" while its thread {t} ran on from its {:?}", step.choice.op),
+            (Some(t), None) => format!(" while its thread {t} was starting"),
+            (None, _) => " in a thread dara was not running (one being created, or one inside a library that blocks every signal)".to_string(),
+        };
+        Outcome::Uncontrolled {
+            thread,
+            syscall: "a trapped system call with SIGSYS blocked".into(),
+            detail: format!("process {process}{program} was killed by the kernel{place}: it made a system call dara intercepts (futex, clock, sleep, getrandom, fork, exec or wait) with SIGSYS blocked, so dara's trap could not run (dara keeps SIGSYS out of the masks set through libc, so something set the mask without it: a signal handler's saved context, or a raw system call dara does not trap)"),
         }
     }
 
