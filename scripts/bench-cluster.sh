@@ -72,25 +72,35 @@ in_group() {
 now() { date +%s.%N; }
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
+# One trial of a test script: RUNS native runs in a loop, then RUNS dara executions (random, seed
+# 1); sets trial_native and trial_dara (runs or executions per second). The dara log is LOG.
+# (Not run in a subshell: `group` must stay visible to the exit trap.)
+#   rate_trial SCRIPT NODE RUNS LOG
+rate_trial() {
+    local script="$1" node="$2" n="$3" log="$4" start
+    start=$(now)
+    if ! in_group bash -c 'for _ in $(seq 1 "$1"); do "$2" "$3" "$4" >/dev/null 2>&1 || exit 1; done' loop "$n" "$script" "$node" "$base"; then
+        echo "bench-cluster: $script failed natively" >&2
+        return 1
+    fi
+    trial_native=$(awk "BEGIN{printf \"%.2f\", $n / ($(now) - $start)}")
+    rm -rf "$out/run"
+    start=$(now)
+    if ! "$trace" -q -o "$out/run" --runs "$n" --strategy random --seed 1 --pin-cpu "$cpu" -- "$script" "$node" "$base" >"$log" 2>&1; then
+        echo "bench-cluster: dara-trace on $script failed:" >&2
+        tail -5 "$log" >&2
+        return 1
+    fi
+    trial_dara=$(awk "BEGIN{printf \"%.2f\", $n / ($(now) - $start)}")
+}
+
 # 1. kv_test_ok.sh: RUNS native runs vs RUNS dara executions, TRIALS times alternately.
 native_rates=() dara_rates=() kv_ratios=()
 for _ in $(seq 1 "$trials"); do
-    start=$(now)
-    if ! in_group bash -c 'for _ in $(seq 1 "$1"); do "$2" "$3" "$4" >/dev/null || exit 1; done' loop "$runs" "$kv_script" "$out/kv_node_ok" "$base"; then
-        echo "bench-cluster: $kv_script failed natively" >&2
-        exit 1
-    fi
-    native_rates+=("$(awk "BEGIN{printf \"%.1f\", $runs / ($(now) - $start)}")")
-
-    rm -rf "$out/kv-run"
-    start=$(now)
-    if ! "$trace" -q -o "$out/kv-run" --runs "$runs" --strategy random --seed 1 --pin-cpu "$cpu" -- "$kv_script" "$out/kv_node_ok" "$base" >"$out/kv.log" 2>&1; then
-        echo "bench-cluster: dara-trace on $kv_script failed:" >&2
-        tail -5 "$out/kv.log" >&2
-        exit 1
-    fi
-    dara_rates+=("$(awk "BEGIN{printf \"%.1f\", $runs / ($(now) - $start)}")")
-    kv_ratios+=("$(awk "BEGIN{printf \"%.2f\", ${dara_rates[-1]} / ${native_rates[-1]}}")")
+    rate_trial "$kv_script" "$out/kv_node_ok" "$runs" "$out/kv.log" || exit 1
+    native_rates+=("$trial_native")
+    dara_rates+=("$trial_dara")
+    kv_ratios+=("$(awk "BEGIN{printf \"%.2f\", $trial_dara / $trial_native}")")
 done
 kv_native=$(printf '%s\n' "${native_rates[@]}" | median)
 kv_dara=$(printf '%s\n' "${dara_rates[@]}" | median)
@@ -131,20 +141,9 @@ hb_dara_retries=$(printf '%s\n' "${dara_retries[@]}" | median)
 # 3. raft_test.sh: RAFT_RUNS native runs vs RAFT_RUNS dara executions, TRIALS times alternately.
 raft_native_rates=() raft_dara_rates=() raft_served=()
 for _ in $(seq 1 "$trials"); do
-    start=$(now)
-    if ! in_group bash -c 'for _ in $(seq 1 "$1"); do "$2" "$3" "$4" >/dev/null 2>&1 || exit 1; done' loop "$raft_runs" "$raft_script" "$out/raft_node_ok" "$base"; then
-        echo "bench-cluster: $raft_script failed natively" >&2
-        exit 1
-    fi
-    raft_native_rates+=("$(awk "BEGIN{printf \"%.2f\", $raft_runs / ($(now) - $start)}")")
-    rm -rf "$out/raft-run"
-    start=$(now)
-    if ! "$trace" -q -o "$out/raft-run" --runs "$raft_runs" --strategy random --seed 1 --pin-cpu "$cpu" -- "$raft_script" "$out/raft_node_ok" "$base" >"$out/raft.log" 2>&1; then
-        echo "bench-cluster: dara-trace on $raft_script failed:" >&2
-        tail -5 "$out/raft.log" >&2
-        exit 1
-    fi
-    raft_dara_rates+=("$(awk "BEGIN{printf \"%.2f\", $raft_runs / ($(now) - $start)}")")
+    rate_trial "$raft_script" "$out/raft_node_ok" "$raft_runs" "$out/raft.log" || exit 1
+    raft_native_rates+=("$trial_native")
+    raft_dara_rates+=("$trial_dara")
     raft_served+=("$(grep -c 'all 5 writes acknowledged' "$out/raft.log" || true)")
 done
 raft_native=$(printf '%s\n' "${raft_native_rates[@]}" | median)
