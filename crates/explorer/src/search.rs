@@ -37,6 +37,8 @@ pub struct SearchConfig {
     pub time_budget: Option<Duration>,
     /// Decisions execution 0 follows before the strategy takes over (`--seed-trace`).
     pub seed_trace: Option<Vec<dara_scheduler::Choice>>,
+    /// Names (globs) of environment variables whose values traces leave out (`--env-exclude`).
+    pub env_exclude: Vec<String>,
 }
 
 /// A bug saved to disk.
@@ -377,11 +379,13 @@ impl SearchSummary {
 }
 
 fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: String) -> TraceHeader {
+    let (env, env_left_out) = dara_scheduler::trace::private_env::redact(&exec.env, &cfg.env_exclude);
     TraceHeader {
         dara_version: env!("CARGO_PKG_VERSION").to_string(),
         command: exec.command.clone(),
         cwd: exec.cwd.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
-        env: exec.env.clone(),
+        env,
+        env_left_out,
         strategy,
         seed: cfg.seed,
         execution: k,
@@ -415,6 +419,6 @@ fn save_bug(out: &Path, number: usize, execution: u64, trace: &Trace) -> Result<
         trace_path.display()
     );
     let summary_path = dir.join("summary.txt");
-    std::fs::write(&summary_path, summary).map_err(|source| SearchError::Output { path: summary_path, source })?;
+    trace::write_private(&summary_path, summary.as_bytes()).map_err(|source| SearchError::Output { path: summary_path, source })?;
     Ok(SavedBug { dir, trace: trace_path, execution, outcome: trace.outcome.clone(), steps: trace.steps.len() })
 }

@@ -32,6 +32,7 @@ fn header() -> TraceHeader {
         ],
         cwd: "/work/fixtures".into(),
         env: vec![("PATH".into(), "/usr/bin:/bin".into()), ("LANG".into(), "C.UTF-8".into())],
+        env_left_out: vec![],
         strategy: "pct:3".into(),
         seed: 0xdead_beef_cafe_f00d,
         execution: 17,

@@ -97,6 +97,10 @@ struct Cli {
     /// Most nodes crashed per execution (same as crash:N in --faults).
     #[arg(long, value_name = "N")]
     max_crashes: Option<u32>,
+    /// Leave this environment variable's value out of the traces (repeatable; a glob such as
+    /// `AWS_*`). The program still sees it; a replay takes it from the replaying environment.
+    #[arg(long, value_name = "NAME")]
+    env_exclude: Vec<String>,
     #[command(flatten)]
     machine: MachineOptions,
     /// The program and its arguments.
@@ -197,6 +201,7 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
             Some(path) => Some(seed_decisions(path)?),
             None => None,
         },
+        env_exclude: cli.env_exclude.clone(),
     };
     let mut progress = ProgressLine::new(cli.quiet, cli.runs);
     let summary = search(&cfg, &STOP, |p| progress.update(&p));
