@@ -44,12 +44,13 @@ pub struct MachineOptions {
     /// CPU to pin each execution to (default: the CPU dara starts on).
     #[arg(long)]
     pub pin_cpu: Option<usize>,
-    /// A thread holding the run token and blocked in the kernel this long (ms) ends the run as
-    /// "uncontrolled blocking".
+    /// A thread holding the run token and asleep in the kernel this long (ms) without running
+    /// once ends the run as "uncontrolled blocking" (disk waits get 20 times longer).
     #[arg(long, default_value_t = 500)]
     pub watchdog_ms: u64,
-    /// A thread computing this long (s) without reaching a scheduling point ends the run as a hang.
-    #[arg(long, default_value_t = 10)]
+    /// A thread that uses this much CPU time (s, its own: time spent waiting for a CPU does not
+    /// count) without reaching a scheduling point ends the run as a hang.
+    #[arg(long, default_value_t = 60)]
     pub busy_limit: u64,
 }
 

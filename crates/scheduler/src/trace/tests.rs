@@ -365,27 +365,29 @@ fn every_single_bit_flip_is_rejected() {
 #[test]
 fn foreign_and_future_files() {
     let mut b = encode(&sample_trace());
-    b[8..12].copy_from_slice(&6u32.to_le_bytes());
+    b[8..12].copy_from_slice(&7u32.to_le_bytes());
     assert!(matches!(
         decode(&b, "f"),
         Err(TraceError::Version {
-            found: 6,
-            expected: 5,
+            found: 7,
+            expected: 6,
             ..
         })
     ));
     assert!(matches!(
         decode(&b[..12], "f"),
-        Err(TraceError::Version { found: 6, .. })
+        Err(TraceError::Version { found: 7, .. })
     ));
     b[8..12].copy_from_slice(&1u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 1, expected: 5, .. })), "version 1 (no coverage) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 1, expected: 6, .. })), "version 1 (no coverage) is refused");
     b[8..12].copy_from_slice(&2u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 2, expected: 5, .. })), "version 2 (no faults) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 2, expected: 6, .. })), "version 2 (no faults) is refused");
     b[8..12].copy_from_slice(&3u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 3, expected: 5, .. })), "version 3 (no outside section) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 3, expected: 6, .. })), "version 3 (no outside section) is refused");
     b[8..12].copy_from_slice(&4u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 4, expected: 5, .. })), "version 4 (no outside datagrams) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 4, expected: 6, .. })), "version 4 (no outside datagrams) is refused");
+    b[8..12].copy_from_slice(&5u32.to_le_bytes());
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 5, expected: 6, .. })), "version 5 (no env_left_out) is refused");
     b[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 0, .. })));
 

@@ -1,0 +1,53 @@
+//! Limits that mean what they say: the busy limit counts the token holder's own CPU time (a
+//! loaded machine cannot trigger it), the process limit is an option that names itself when
+//! reached, and the time budget and a stop signal end a search promptly.
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// The CPU the executions under test and the hog share.
+const SHARED_CPU: &str = "0";
+
+/// A process that computes forever on `SHARED_CPU` (killed when dropped).
+struct Hog(Child);
+
+impl Hog {
+    fn start() -> Hog {
+        let spinner = private_copy(&fixture("busy_loop"), "hog");
+        let child = Command::new("taskset").args(["-c", SHARED_CPU]).arg(&spinner).stdout(Stdio::null()).spawn().expect("taskset runs the hog");
+        Hog(child)
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_loaded_cpu_does_not_turn_a_long_computation_into_a_hang_but_a_busy_loop_still_is_one() {
+    let _hog = Hog::start();
+    // 700 ms of its own CPU time, with a 1 s limit, on a CPU it shares with a process that
+    // computes forever: it takes well over a second of wall time, and is no hang.
+    let out = out_dir("loaded-cpu");
+    let program = private_copy(&fixture("cpu_work"), "loaded-cpu");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--pin-cpu", SHARED_CPU, "--busy-limit", "1", "--", program.to_str().unwrap(), "700"], Duration::from_secs(120));
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("computed for 700 ms of CPU") && run.stdout.contains("exited normally"), "{}", run.text());
+    let verify = dara_replay(&["-q", "--verify", "--pin-cpu", SHARED_CPU, "--busy-limit", "1", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert_no_survivors(&program);
+
+    // Its twin computes forever: still a hang on the same loaded CPU, named with the option.
+    let out = out_dir("loaded-cpu-busy");
+    let spinner = private_copy(&fixture("busy_loop"), "loaded-cpu-busy");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--pin-cpu", SHARED_CPU, "--busy-limit", "1", "--", spinner.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(run.code, 1, "{}", run.text());
+    assert!(run.stdout.contains("thread 1 computed for 1 s of CPU time") && run.stdout.contains("--busy-limit"), "{}", run.text());
+    assert_no_survivors(&spinner);
+}
