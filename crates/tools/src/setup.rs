@@ -52,7 +52,14 @@ pub struct MachineOptions {
     /// count) without reaching a scheduling point ends the run as a hang.
     #[arg(long, default_value_t = 60)]
     pub busy_limit: u64,
+    /// Processes one execution may start (every fork, spawn or `system` counts, an exec does
+    /// not); one more stops the run as uncontrolled.
+    #[arg(long, default_value_t = DEFAULT_MAX_PROCESSES, value_parser = clap::value_parser!(u64).range(1..=dara_abi::MAX_PROCESSES as u64))]
+    pub max_processes: u64,
 }
+
+/// Default of `--max-processes`: a test script that starts a few hundred short commands fits.
+pub const DEFAULT_MAX_PROCESSES: u64 = 256;
 
 /// libdara_preload.so: $DARA_PRELOAD, else the newest copy next to the running executable or in
 /// cargo's `deps/` beside it (where `cargo test -p dara-tools` leaves the only current one).
@@ -98,6 +105,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         max_vtime_ns: 3_600 * 1_000_000_000,
         watchdog: Duration::from_millis(machine.watchdog_ms),
         busy_limit: Duration::from_secs(machine.busy_limit),
+        max_processes: machine.max_processes as usize,
         symbolize: false,
         discard_output: false,
         preempt: Default::default(),

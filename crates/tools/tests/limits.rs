@@ -51,3 +51,23 @@ fn a_loaded_cpu_does_not_turn_a_long_computation_into_a_hang_but_a_busy_loop_sti
     assert!(run.stdout.contains("thread 1 computed for 1 s of CPU time") && run.stdout.contains("--busy-limit"), "{}", run.text());
     assert_no_survivors(&spinner);
 }
+
+#[test]
+fn the_process_limit_is_an_option_and_reaching_it_says_so() {
+    let script = "for i in 1 2 3 4 5 6; do /bin/true; done";
+    let out = out_dir("max-processes-low");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--closed", "--max-processes", "3", "--", "/bin/sh", "-c", script], Duration::from_secs(60));
+    assert_eq!(run.code, 2, "a run stopped by dara's limit is not the program's bug\n{}", run.text());
+    let said = run.stdout.lines().chain(run.stderr.lines()).find(|l| l.contains("more than 3 processes")).unwrap_or_else(|| panic!("no line names the limit\n{}", run.text()));
+    assert!(said.contains("--max-processes"), "the line names the option: {said}");
+
+    let out = out_dir("max-processes-enough");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--closed", "--max-processes", "8", "--", "/bin/sh", "-c", script], Duration::from_secs(60));
+    assert_eq!(run.code, 0, "{}", run.text());
+    let verify = dara_replay(&["-q", "--verify", "--max-processes", "8", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+
+    let over = dara_trace(&["-o", out.to_str().unwrap(), "--max-processes", "100000", "--", "/bin/true"], Duration::from_secs(60));
+    assert_eq!(over.code, 2, "a limit above the compiled maximum is a usage error\n{}", over.text());
+    assert!(over.stderr.contains("--max-processes"), "{}", over.text());
+}

@@ -54,6 +54,9 @@ pub struct ExecutionConfig {
     /// The token holder asleep in the kernel for this long without running is "uncontrolled
     /// blocking" (see [`watchdog`]).
     pub watchdog: Duration,
+    /// Processes one execution may start (`--max-processes`, at most
+    /// [`dara_abi::MAX_PROCESSES`]); one more ends the run as uncontrolled, naming the option.
+    pub max_processes: usize,
     /// The token holder using this much CPU time of its own without a scheduling point is a
     /// hang. Also bounds the wait for processes whose threads all finished.
     pub busy_limit: Duration,
@@ -866,8 +869,8 @@ impl<'a> Execution<'a> {
         };
         match op {
             Op::ProcessStart => {
-                if process as usize >= MAX_PROCESSES {
-                    return Some(Outcome::Uncontrolled { thread, syscall: "fork".into(), detail: format!("more than {MAX_PROCESSES} processes in one execution, dara's limit") });
+                if process as usize >= self.cfg.max_processes.min(MAX_PROCESSES) {
+                    return Some(Outcome::Uncontrolled { thread, syscall: "fork".into(), detail: too_many_processes(self.cfg.max_processes) });
                 }
                 let pid = slot.pid.load(Ordering::Acquire);
                 if args[1] == start_kind::EXEC {
@@ -1276,6 +1279,15 @@ fn wait_thread_gone(pid: u32, tid: u32) {
     while procfs::thread_exists(pid, tid) && Instant::now() < deadline {
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(1));
+    }
+}
+
+/// What a run that reached the process limit says.
+fn too_many_processes(limit: usize) -> String {
+    if limit >= MAX_PROCESSES {
+        format!("the program started more than {limit} processes in one execution, the most dara can follow (--max-processes is at its maximum); the run was stopped")
+    } else {
+        format!("the program started more than {limit} processes in one execution, the limit set by --max-processes (at most {MAX_PROCESSES}); the run was stopped: raise --max-processes if it needs more")
     }
 }
 
