@@ -71,3 +71,45 @@ fn the_process_limit_is_an_option_and_reaching_it_says_so() {
     assert_eq!(over.code, 2, "a limit above the compiled maximum is a usage error\n{}", over.text());
     assert!(over.stderr.contains("--max-processes"), "{}", over.text());
 }
+
+/// cpu_work for this many ms of its own CPU time: far longer than any test waits.
+const LONG_WORK_MS: &str = "600000";
+
+#[test]
+fn the_time_budget_stops_a_long_execution_and_the_search() {
+    for strategy in ["random", "dpor"] {
+        let out = out_dir(&format!("budget-{strategy}"));
+        let program = private_copy(&fixture("cpu_work"), &format!("budget-{strategy}"));
+        let run = dara_trace(
+            &["-o", out.to_str().unwrap(), "--strategy", strategy, "--runs", "50", "--time-budget", "2", "--busy-limit", "3600", "--", program.to_str().unwrap(), LONG_WORK_MS],
+            Duration::from_secs(120),
+        );
+        assert_eq!(run.code, 0, "{strategy}: a spent budget is no bug\n{}", run.text());
+        assert!(run.stdout.contains("time budget spent after 1 executions"), "{strategy}: the first execution was cut\n{}", run.text());
+        assert!(!run.stdout.contains("computed for"), "{strategy}: the program cannot have finished\n{}", run.text());
+        assert!(out.join("trace.bin").is_file(), "the cut execution's trace is kept");
+        assert_no_survivors(&program);
+    }
+}
+
+#[test]
+fn every_strategy_stops_promptly_on_sigterm() {
+    for strategy in ["random", "pct:3", "dfs", "dpor"] {
+        let out = out_dir(&format!("sigterm-{}", strategy.replace(':', "-")));
+        let program = private_copy(&fixture("cpu_work"), &format!("sigterm-{}", strategy.replace(':', "-")));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+            .args(["-q", "-o", out.to_str().unwrap(), "--strategy", strategy, "--runs", "50", "--busy-limit", "3600", "--", program.to_str().unwrap(), LONG_WORK_MS])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = wait_at_most(&mut child, Duration::from_secs(30)).unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!("{strategy}: dara-trace did not stop within 30 s of SIGTERM")
+        });
+        assert_eq!(status.code(), Some(130), "{strategy}: interrupted");
+        assert_no_survivors(&program);
+    }
+}
