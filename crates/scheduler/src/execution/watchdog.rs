@@ -89,10 +89,12 @@ impl Execution<'_> {
         match self.holder.as_mut()?.look(sample, now) {
             Look::Fine => None,
             Look::Gone => {
-                if let (true, Some(p)) = (ended, process) {
-                    if !self.exiting.contains(&p) {
-                        self.exiting.push(p); // its exit is waited for and judged as such
-                    }
+                let alive = process.and_then(|p| self.processes.get(&p)).is_some_and(|r| r.alive);
+                match (ended, process) {
+                    // Its end was judged already: nobody holds the token.
+                    _ if !alive => self.holder = None,
+                    (true, Some(p)) if !self.exiting.contains(&p) => self.exiting.push(p), // its exit is waited for and judged as such
+                    _ => {}
                 }
                 None
             }

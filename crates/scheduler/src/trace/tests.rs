@@ -577,9 +577,10 @@ fn crafted_coverage_sections_are_checked_field_by_field() {
         assert!(what.contains(needle), "{what}");
         assert!(off >= at, "offset {off} before the section at {at}");
     };
-    expect([varints(&[65])].concat(), "process count 65 exceeds the limit");
+    let over = dara_abi::MAX_PROCESSES as u64;
+    expect([varints(&[over + 1])].concat(), &format!("process count {} exceeds the limit", over + 1));
     expect([varints(&[2]), process(1, &module, &edge(5, 1), 1), process(1, &module, &edge(5, 1), 1)].concat(), "process id 1 is out of order");
-    expect([varints(&[1]), process(64, &module, &edge(5, 1), 1)].concat(), "over the limit of 64");
+    expect([varints(&[1]), process(over, &module, &edge(5, 1), 1)].concat(), &format!("over the limit of {over}"));
     expect([varints(&[1]), process(0, &module, &[edge(5, 1), edge(5, 1)].concat(), 2)].concat(), "index 5 is out of order");
     expect([varints(&[1]), process(0, &module, &edge(1 << 16, 1), 1)].concat(), "over the limit of 65536");
     expect([varints(&[1]), process(0, &module, &edge(5, 0), 1)].concat(), "count is 0");
