@@ -8,5 +8,6 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 cargo build --release --workspace
 # Integration tests start many short-lived target processes; two test threads keep the 2-core
-# machines responsive without serialising everything.
-cargo test --release --workspace -- --test-threads="${DARA_TEST_THREADS:-2}"
+# machines responsive without serialising everything. --no-fail-fast: a failing test binary does
+# not hide the results of the others; cargo still exits non-zero when any test failed.
+cargo test --release --workspace --no-fail-fast -- --test-threads="${DARA_TEST_THREADS:-2}"

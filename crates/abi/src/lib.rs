@@ -34,12 +34,14 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 11;
+pub const VERSION: u32 = 12;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
-/// Processes per execution.
-pub const MAX_PROCESSES: usize = 64;
+/// Processes per execution the region has room for: the compiled maximum of `--max-processes`
+/// (the scheduler's own limit, lower by default). Each process has a [`ProcessEntry`] and a
+/// [`Coverage`] area; the areas are address space only until an instrumented process writes.
+pub const MAX_PROCESSES: usize = 1024;
 
 /// Environment variable holding the path the preload opens to map the region. dara passes the
 /// region's memfd to the target as descriptor [`SHM_FD`] and sets this to [`SHM_PATH`]: a

@@ -7,6 +7,7 @@
 //!   same way, with the [`Guided`](minimize::Guided) strategy that follows a plan.
 //! * [`profile`]: the profiling run that derives the watch set of memory-level scheduling
 //!   points (`--preempt-on memory`) before a search.
+//! * [`deadline`]: a stop flag that also fires when the time budget runs out.
 //! * [`rng`]: the strategies' seeded generator. Its output is part of dara's reproducibility
 //!   contract: a trace's (strategy, seed, execution) must regenerate the same schedule.
 //!
@@ -18,3 +19,4 @@ pub mod reproduce;
 pub mod search;
 pub mod minimize;
 pub mod profile;
+pub mod deadline;

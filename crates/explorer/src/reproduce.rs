@@ -22,7 +22,8 @@ pub fn config_for(trace: &Trace, base: &ExecutionConfig) -> ExecutionConfig {
     ExecutionConfig {
         command: h.command.clone(),
         cwd: (!h.cwd.is_empty()).then(|| h.cwd.clone().into()),
-        env: h.env.clone(),
+        // Variables the trace left out come from the replaying user's environment.
+        env: dara_scheduler::trace::private_env::restore(&h.env, &h.env_left_out, |name| std::env::var(name).ok()),
         cpus: h.cpus,
         random_seed: h.random_seed,
         max_steps: h.max_steps,

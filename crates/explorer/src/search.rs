@@ -33,10 +33,13 @@ pub struct SearchConfig {
     pub build_ids: Vec<(String, String)>,
     /// Executions run in parallel, each pinned to its own CPU.
     pub jobs: usize,
-    /// Stop starting executions after this much wall time.
+    /// Wall time the search may take: no execution starts after it, and a running one is
+    /// stopped (its trace is kept; the search ends as `TimeBudget`).
     pub time_budget: Option<Duration>,
     /// Decisions execution 0 follows before the strategy takes over (`--seed-trace`).
     pub seed_trace: Option<Vec<dara_scheduler::Choice>>,
+    /// Names (globs) of environment variables whose values traces leave out (`--env-exclude`).
+    pub env_exclude: Vec<String>,
 }
 
 /// A bug saved to disk.
@@ -114,8 +117,15 @@ pub fn execution_random_seed(seed: u64, k: u64) -> u64 {
 }
 
 /// Runs the search. `progress` is called once per judged execution, in execution order.
-pub fn search(cfg: &SearchConfig, stop: &AtomicBool, mut progress: impl FnMut(Progress<'_>)) -> Result<SearchSummary, SearchError> {
+pub fn search(cfg: &SearchConfig, stop: &AtomicBool, progress: impl FnMut(Progress<'_>)) -> Result<SearchSummary, SearchError> {
     let started = Instant::now();
+    // Executions see a stop that also fires when the budget runs out, so one long execution
+    // cannot carry the search past it.
+    crate::deadline::with_deadline(stop, cfg.time_budget.map(|b| started + b), |halt| search_until(cfg, stop, halt, started, progress))
+}
+
+/// The search, with `halt` (the user's `stop` or the budget's end) as the executions' stop.
+fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, started: Instant, mut progress: impl FnMut(Progress<'_>)) -> Result<SearchSummary, SearchError> {
     let mut strategy = strategy::parse(&cfg.strategy, cfg.seed)?;
     if cfg.jobs > 1 && !strategy.parallel_safe() {
         return Err(SearchError::NotParallel(strategy.describe()));
@@ -127,23 +137,23 @@ pub fn search(cfg: &SearchConfig, stop: &AtomicBool, mut progress: impl FnMut(Pr
         strategy = Box::new(strategy::Seeded::new(strategy, seed.clone()));
     }
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| SearchError::Output { path: cfg.out_dir.clone(), source })?;
-    let mut judge = Judge::new(cfg, strategy.describe(), started);
+    let mut judge = Judge::new(cfg, strategy.describe(), started, stop);
     if cfg.runs == 0 {
         return Ok(judge.finish(SearchEnd::Completed));
     }
 
     // Execution 0, alone: it calibrates the strategy (PCT's step estimate).
-    let first = run_execution(cfg, &mut *strategy, 0, cfg.execution.pin_cpu, stop)?;
+    let first = run_execution(cfg, &mut *strategy, 0, cfg.execution.pin_cpu, halt)?;
     strategy.calibrate(first.steps.len() as u64);
     if let Some(end) = judge.judge(0, first, &mut progress)? {
         return Ok(judge.finish(end).with_notes(&*strategy));
     }
 
     let end = if cfg.jobs <= 1 {
-        sequential(cfg, &mut *strategy, &mut judge, stop, &mut progress)?
+        sequential(cfg, &mut *strategy, &mut judge, halt, &mut progress)?
     } else {
         let first_steps = judge.first_steps;
-        parallel(cfg, first_steps, &mut judge, stop, &mut progress)?
+        parallel(cfg, first_steps, &mut judge, halt, &mut progress)?
     };
     Ok(judge.finish(end).with_notes(&*strategy))
 }
@@ -259,7 +269,7 @@ fn parallel(
         Ok(end.unwrap_or(if out_of_time.load(Ordering::Relaxed) && judge.executions < cfg.runs {
             SearchEnd::TimeBudget
         } else if stop.load(Ordering::Relaxed) {
-            SearchEnd::Interrupted
+            if judge.user_stopped() { SearchEnd::Interrupted } else { SearchEnd::TimeBudget }
         } else {
             SearchEnd::Completed
         }))
@@ -293,6 +303,9 @@ fn available_cpus() -> Vec<usize> {
 /// Judges executions in order: writes traces, saves new bugs, decides when the search ends.
 struct Judge<'a> {
     cfg: &'a SearchConfig,
+    /// The user's stop (SIGINT/SIGTERM), to tell an interrupted execution from one the time
+    /// budget cut.
+    user_stop: &'a AtomicBool,
     strategy: String,
     started: Instant,
     bugs: Vec<SavedBug>,
@@ -304,9 +317,10 @@ struct Judge<'a> {
 }
 
 impl<'a> Judge<'a> {
-    fn new(cfg: &'a SearchConfig, strategy: String, started: Instant) -> Judge<'a> {
+    fn new(cfg: &'a SearchConfig, strategy: String, started: Instant, user_stop: &'a AtomicBool) -> Judge<'a> {
         Judge {
             cfg,
+            user_stop,
             strategy,
             started,
             bugs: Vec::new(),
@@ -320,6 +334,10 @@ impl<'a> Judge<'a> {
 
     fn over_budget(&self) -> bool {
         self.cfg.time_budget.is_some_and(|b| self.started.elapsed() >= b)
+    }
+
+    fn user_stopped(&self) -> bool {
+        self.user_stop.load(Ordering::Relaxed)
     }
 
     /// Judges execution `k`; Some(end) when the search must stop here.
@@ -348,6 +366,7 @@ impl<'a> Judge<'a> {
         }
         progress(Progress { execution: k, report: &report, new_bug: if new_bug { self.bugs.last() } else { None }, bugs: self.bugs.len(), coverage: self.covered.len(), elapsed: self.started.elapsed() });
         Ok(match &report.outcome {
+            Outcome::Interrupted if !self.user_stopped() && self.cfg.time_budget.is_some() => Some(SearchEnd::TimeBudget),
             Outcome::Interrupted => Some(SearchEnd::Interrupted),
             Outcome::Uncontrolled { .. } => Some(SearchEnd::Uncontrolled(report.outcome.clone())),
             outcome if outcome.is_bug() && !self.cfg.keep_going => Some(SearchEnd::Completed),
@@ -377,11 +396,13 @@ impl SearchSummary {
 }
 
 fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: String) -> TraceHeader {
+    let (env, env_left_out) = dara_scheduler::trace::private_env::redact(&exec.env, &cfg.env_exclude);
     TraceHeader {
         dara_version: env!("CARGO_PKG_VERSION").to_string(),
         command: exec.command.clone(),
         cwd: exec.cwd.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
-        env: exec.env.clone(),
+        env,
+        env_left_out,
         strategy,
         seed: cfg.seed,
         execution: k,
@@ -416,6 +437,6 @@ fn save_bug(out: &Path, number: usize, execution: u64, trace: &Trace) -> Result<
         trace_path.display()
     );
     let summary_path = dir.join("summary.txt");
-    std::fs::write(&summary_path, summary).map_err(|source| SearchError::Output { path: summary_path, source })?;
+    trace::write_private(&summary_path, summary.as_bytes()).map_err(|source| SearchError::Output { path: summary_path, source })?;
     Ok(SavedBug { dir, trace: trace_path, execution, outcome: trace.outcome.clone(), steps: trace.steps.len() })
 }

@@ -10,6 +10,27 @@ pub fn thread_state(pid: u32, tid: u32) -> Option<char> {
     rest.chars().next()
 }
 
+/// The number and first three arguments of the syscall a blocked thread is in, from
+/// /proc/<pid>/task/<tid>/syscall. None if not in a syscall or unreadable.
+pub fn blocked_syscall_raw(pid: u32, tid: u32) -> Option<(i64, [u64; 3])> {
+    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    let mut fields = text.split_whitespace();
+    let nr: i64 = fields.next()?.parse().ok()?;
+    let mut args = [0u64; 3];
+    for a in &mut args {
+        *a = u64::from_str_radix(fields.next()?.trim_start_matches("0x"), 16).ok()?;
+    }
+    Some((nr, args))
+}
+
+/// Inode of the pipe or socket behind descriptor `fd` of process `pid` (`pipe:[N]`), if any.
+pub fn fd_inode(pid: u32, fd: u64) -> Option<u64> {
+    let link = fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    let link = link.to_str()?;
+    let inside = link.strip_prefix("pipe:[").or_else(|| link.strip_prefix("socket:["))?;
+    inside.strip_suffix(']')?.parse().ok()
+}
+
 /// The syscall a blocked thread is in, as "name(arg0, arg1, arg2)", from
 /// /proc/<pid>/task/<tid>/syscall. None if not in a syscall or unreadable.
 pub fn blocked_syscall(pid: u32, tid: u32) -> Option<String> {
@@ -104,18 +125,40 @@ fn namespace_ids(pid: u32, field: &str) -> Option<Vec<u32>> {
     line.split_whitespace().map(|n| n.parse().ok()).collect()
 }
 
-/// CPU time (user + system, in clock ticks) a thread has used, and its start time (clock ticks
-/// after boot: with the tid, the thread's identity, since tids are reused once pid_max wraps),
-/// from /proc/<pid>/task/<tid>/stat.
-pub fn thread_cpu_ticks(pid: u32, tid: u32) -> Option<(u64, u64)> {
+/// What the watchdog reads about a thread: /proc/<pid>/task/<tid>/stat and schedstat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadSample {
+    /// Scheduler state letter (`R`, `S`, `D`, ...).
+    pub state: char,
+    /// CPU time the thread has used (user + system).
+    pub cpu: std::time::Duration,
+    /// Start time (clock ticks after boot): with the tid, the thread's identity, since tids are
+    /// reused once pid_max wraps.
+    pub start: u64,
+    /// How many times the thread has been put on a CPU (schedstat), when the kernel says.
+    pub runs: Option<u64>,
+}
+
+/// Samples a thread; None if it is gone.
+pub fn thread_sample(pid: u32, tid: u32) -> Option<ThreadSample> {
     let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
-    // utime, stime and starttime are fields 14, 15 and 22 (1-based), counted from the state
-    // (field 3).
+    // state, utime, stime and starttime are fields 3, 14, 15 and 22 (1-based), counted from the
+    // state (field 3).
+    let state = fields.first()?.chars().next()?;
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     let start: u64 = fields.get(19)?.parse().ok()?;
-    Some((utime + stime, start))
+    // schedstat: nanoseconds on a CPU, nanoseconds waiting for one, times put on one. Finer than
+    // stat's clock ticks; absent on kernels built without scheduler statistics.
+    let schedstat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok();
+    let mut sched = schedstat.as_deref().unwrap_or("").split_whitespace().map(|f| f.parse::<u64>().ok());
+    let (run_ns, _, runs) = (sched.next().flatten(), sched.next().flatten(), sched.next().flatten());
+    let cpu = match run_ns {
+        Some(ns) => std::time::Duration::from_nanos(ns),
+        None => ticks_to_duration(utime + stime),
+    };
+    Some(ThreadSample { state, cpu, start, runs })
 }
 
 /// Whether the process behind `pidfd` has ended (its pidfd is readable), whatever /proc now
@@ -127,7 +170,7 @@ pub fn pidfd_exited(pidfd: &std::os::fd::OwnedFd) -> bool {
 }
 
 /// Clock ticks as a duration.
-pub fn ticks_to_duration(ticks: u64) -> std::time::Duration {
+fn ticks_to_duration(ticks: u64) -> std::time::Duration {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     std::time::Duration::from_millis(ticks * 1000 / hz)
@@ -248,6 +291,31 @@ pub fn syscall_name(nr: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_sample_shows_cpu_time_grow_while_it_computes() {
+        let (pid, tid) = (std::process::id(), unsafe_gettid());
+        let before = thread_sample(pid, tid).expect("this thread exists");
+        assert_eq!(before.state, 'R', "a thread reading its own stat is running");
+        let mut x = 0u64;
+        // Compute until the kernel has charged this thread some CPU time: measured, not timed.
+        let after = loop {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+            let now = thread_sample(pid, tid).unwrap();
+            if now.cpu > before.cpu {
+                break now;
+            }
+        };
+        assert_eq!(after.start, before.start, "same thread, same start time");
+        assert!(thread_sample(pid, u32::MAX - 1).is_none(), "no such thread");
+    }
+
+    fn unsafe_gettid() -> u32 {
+        // SAFETY: gettid has no preconditions.
+        unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+    }
 
     #[test]
     fn a_udp_table_names_its_bound_ports() {

@@ -35,6 +35,7 @@ pub fn run(args: MinimizeArgs) -> anyhow::Result<u8> {
     setup::init_process()?;
     // Library errors already say everything in one line (their sources included).
     let recorded = trace::read_file(&args.trace).map_err(|e| anyhow!("{e}"))?;
+    setup::check_left_out_env(&recorded.header, "dara minimize")?;
     let output = args.output.clone().unwrap_or_else(|| default_output(&args.trace));
     let base = setup::base_config(&args.machine, recorded.header.command.clone())?;
     println!("minimizing {} ({} steps, {}): {}", args.trace.display(), recorded.steps.len(), recorded.outcome.summary(), recorded.header.command.join(" "));

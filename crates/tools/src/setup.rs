@@ -44,14 +44,22 @@ pub struct MachineOptions {
     /// CPU to pin each execution to (default: the CPU dara starts on).
     #[arg(long)]
     pub pin_cpu: Option<usize>,
-    /// A thread holding the run token and blocked in the kernel this long (ms) ends the run as
-    /// "uncontrolled blocking".
+    /// A thread holding the run token and asleep in the kernel this long (ms) without running
+    /// once ends the run as "uncontrolled blocking" (disk waits get 20 times longer).
     #[arg(long, default_value_t = 500)]
     pub watchdog_ms: u64,
-    /// A thread computing this long (s) without reaching a scheduling point ends the run as a hang.
-    #[arg(long, default_value_t = 10)]
+    /// A thread that uses this much CPU time (s, its own: time spent waiting for a CPU does not
+    /// count) without reaching a scheduling point ends the run as a hang.
+    #[arg(long, default_value_t = 60)]
     pub busy_limit: u64,
+    /// Processes one execution may start (every fork, spawn or `system` counts, an exec does
+    /// not); one more stops the run as uncontrolled.
+    #[arg(long, default_value_t = DEFAULT_MAX_PROCESSES, value_parser = clap::value_parser!(u64).range(1..=dara_abi::MAX_PROCESSES as u64))]
+    pub max_processes: u64,
 }
+
+/// Default of `--max-processes`: a test script that starts a few hundred short commands fits.
+pub const DEFAULT_MAX_PROCESSES: u64 = 256;
 
 /// libdara_preload.so: $DARA_PRELOAD, else the newest copy next to the running executable or in
 /// cargo's `deps/` beside it (where `cargo test -p dara-tools` leaves the only current one).
@@ -97,6 +105,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         max_vtime_ns: 3_600 * 1_000_000_000,
         watchdog: Duration::from_millis(machine.watchdog_ms),
         busy_limit: Duration::from_secs(machine.busy_limit),
+        max_processes: machine.max_processes as usize,
         symbolize: false,
         discard_output: false,
         preempt: Default::default(),
@@ -108,4 +117,15 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         time: Default::default(),
         stop_at_step: None,
     })
+}
+
+/// Before a trace is re-run: the variables it left out (`--env-exclude`) must be set here, and a
+/// value of another length than the recording's is worth a warning (the stack moves).
+pub fn check_left_out_env(header: &dara_scheduler::trace::TraceHeader, tool: &str) -> anyhow::Result<()> {
+    let lookup = |name: &str| std::env::var(name).ok();
+    let warnings = dara_scheduler::trace::private_env::check(&header.env_left_out, lookup).map_err(anyhow::Error::msg)?;
+    for warning in warnings {
+        eprintln!("{tool}: warning: {warning}");
+    }
+    Ok(())
 }

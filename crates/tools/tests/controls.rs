@@ -171,7 +171,8 @@ fn a_thread_that_never_yields_is_reported_as_a_hang() {
     let program = private_copy(&fixture("busy_loop"), "busy");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--busy-limit", "1", "--", program.to_str().unwrap()], Duration::from_secs(30));
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("thread 1 ran for 1 s without reaching a scheduling point"), "{}", run.text());
+    assert!(run.stdout.contains("thread 1 computed for 1 s of CPU time without reaching a scheduling point"), "{}", run.text());
+    assert!(run.stdout.contains("--busy-limit"), "the message names the option\n{}", run.text());
     assert_no_survivors(&program);
 }
 

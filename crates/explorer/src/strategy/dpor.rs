@@ -95,6 +95,10 @@ pub struct Dpor {
     executions: u64,
     exhausted: bool,
     ended_early: Option<Divergence>,
+    /// Executions whose race analysis ran out of its work budget (see [`races::Work`]).
+    analyses_cut: u64,
+    /// Work budget of one execution's analysis.
+    analysis_work: u64,
 }
 
 struct Node {
@@ -149,7 +153,15 @@ impl Dpor {
             executions: 0,
             exhausted: false,
             ended_early: None,
+            analyses_cut: 0,
+            analysis_work: races::ANALYSIS_WORK,
         }
+    }
+
+    /// A search whose race analyses may each visit only `events` events (tests).
+    #[cfg(test)]
+    fn with_analysis_work(events: u64) -> Dpor {
+        Dpor { analysis_work: events, ..Dpor::new() }
     }
 
     fn fresh(&mut self, choices: &[Choice]) -> usize {
@@ -243,7 +255,9 @@ impl Strategy for Dpor {
         }
         self.executions += 1;
         let end = self.blocked.unwrap_or(self.path.len());
-        races::analyse(&mut self.path, end);
+        let mut work = races::Work::new(self.analysis_work);
+        races::analyse(&mut self.path, end, &mut work);
+        self.analyses_cut += u64::from(work.ran_out());
         self.path.truncate(end);
         self.advance();
     }
@@ -253,12 +267,26 @@ impl Strategy for Dpor {
     }
 
     fn exhausted_note(&self) -> Option<String> {
-        self.exhausted.then(|| {
-            format!(
+        if !self.exhausted {
+            return None;
+        }
+        Some(match self.analyses_cut {
+            0 => format!(
                 "explored all schedules up to reordering of independent steps in {} executions (exhaustive for programs without data races on plain memory)",
                 self.executions
-            )
+            ),
+            cut => format!(
+                "explored every schedule the race analysis asked for in {} executions, but the analysis of {cut} of them was cut short (too many steps to analyse within its budget), so this is not a proof",
+                self.executions
+            ),
         })
+    }
+
+    fn notes(&self) -> Vec<String> {
+        match self.analyses_cut {
+            0 => Vec::new(),
+            cut => vec![format!("dpor: the race analysis of {cut} executions was cut short (too many steps): fewer schedules than a full analysis would ask for were explored")],
+        }
     }
 
     fn parallel_safe(&self) -> bool {

@@ -7,6 +7,9 @@
 //! tracer stays ignorant of scheduling. Cluster runs (nodes, workload, check, faults) are in
 //! [`cluster`].
 mod cluster;
+mod watchdog;
+
+use watchdog::TokenHolder;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -49,9 +52,14 @@ pub struct ExecutionConfig {
     pub random_seed: u64,
     pub max_steps: u64,
     pub max_vtime_ns: u64,
-    /// The token holder asleep in the kernel for this long is "uncontrolled blocking".
+    /// The token holder asleep in the kernel for this long without running is "uncontrolled
+    /// blocking" (see [`watchdog`]).
     pub watchdog: Duration,
-    /// The token holder computing for this long without a scheduling point is a hang.
+    /// Processes one execution may start (`--max-processes`, at most
+    /// [`dara_abi::MAX_PROCESSES`]); one more ends the run as uncontrolled, naming the option.
+    pub max_processes: usize,
+    /// The token holder using this much CPU time of its own without a scheduling point is a
+    /// hang. Also bounds the wait for processes whose threads all finished.
     pub busy_limit: Duration,
     /// Resolve object addresses to symbol names for the interleaving listing.
     pub symbolize: bool,
@@ -254,16 +262,6 @@ struct ProcessRecord {
     pidfd: Option<std::os::fd::OwnedFd>,
     /// The file name of the program the process runs (its latest image), for messages.
     program: String,
-}
-
-/// Who holds the run token, since when, and whether the watchdog has seen it asleep.
-struct TokenHolder {
-    thread: ThreadId,
-    since: Instant,
-    asleep_since: Option<Instant>,
-    /// The thread's CPU time and start time (clock ticks) when the watchdog first looked at it:
-    /// a hang is a thread that computes, not one a loaded machine did not run.
-    cpu_at_first_look: Option<(u64, u64)>,
 }
 
 enum Wait {
@@ -743,7 +741,7 @@ impl<'a> Execution<'a> {
         slot.now_ns.store(self.model.now(), Ordering::Relaxed);
         slot.state.store(state::GRANTED, Ordering::Release);
         futex::wake(&slot.state, 1);
-        self.holder = Some(TokenHolder { thread, since: Instant::now(), asleep_since: None, cpu_at_first_look: None });
+        self.holder = Some(TokenHolder::new(thread));
         if op == Op::ProcessExit {
             if let Some(&process) = self.thread_process.get(&thread) {
                 self.exiting.push(process);
@@ -907,8 +905,8 @@ impl<'a> Execution<'a> {
         };
         match op {
             Op::ProcessStart => {
-                if process as usize >= MAX_PROCESSES {
-                    return Some(Outcome::Uncontrolled { thread, syscall: "fork".into(), detail: format!("more than {MAX_PROCESSES} processes in one execution, dara's limit") });
+                if process as usize >= self.cfg.max_processes.min(MAX_PROCESSES) {
+                    return Some(Outcome::Uncontrolled { thread, syscall: "fork".into(), detail: too_many_processes(self.cfg.max_processes) });
                 }
                 let pid = slot.pid.load(Ordering::Acquire);
                 if args[1] == start_kind::EXEC {
@@ -1311,69 +1309,6 @@ impl<'a> Execution<'a> {
         Some(Outcome::Hang { reason: "every thread finished but the process did not exit".into() })
     }
 
-    /// Checks the token holder: asleep in the kernel → uncontrolled; computing too long → hang.
-    fn watchdog(&mut self) -> Option<Outcome> {
-        let now = Instant::now();
-        // Reading /proc costs more than a whole handoff: only look at threads that have held the
-        // token for a while.
-        if self.holder.as_ref().is_none_or(|h| now - h.since < WATCHDOG_GRACE) {
-            return None;
-        }
-        // An exit that arrived while this thread was not running (a loaded machine) is not a
-        // hang of the exited process.
-        if let Some(outcome) = self.drain_exits() {
-            return Some(outcome);
-        }
-        let holder = self.holder.as_mut()?;
-        let slot = self.region.slot(holder.thread as usize);
-        let (pid, tid) = (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed));
-        let sample = procfs::thread_cpu_ticks(pid, tid);
-        let (cpu_first, started) = *holder.cpu_at_first_look.get_or_insert(sample.unwrap_or((0, 0)));
-        // A thread that started at another time is another thread with a recycled tid.
-        let cpu_now = sample.filter(|&(_, start)| started == 0 || start == started).map(|(cpu, _)| cpu);
-        match procfs::thread_state(pid, tid) {
-            Some('S') | Some('D') => {
-                let since = *holder.asleep_since.get_or_insert(now);
-                if now - since >= self.cfg.watchdog {
-                    let syscall = procfs::blocked_syscall(pid, tid).unwrap_or_else(|| "an unknown system call".into());
-                    let thread = holder.thread;
-                    return Some(Outcome::Uncontrolled {
-                        thread,
-                        syscall: syscall.clone(),
-                        detail: format!(
-                            "thread {thread} (pid {pid}, tid {tid}) holds the run token but has been blocked in the kernel in {syscall} for {} ms, outside dara's control; the run was stopped",
-                            self.cfg.watchdog.as_millis()
-                        ),
-                    });
-                }
-            }
-            _ => holder.asleep_since = None,
-        }
-        // Busy: held the token for the limit and computed for a quarter of it since the first
-        // look. A thread that is gone computes nothing: its process is on its way out and its
-        // end is being reported; it only counts as hung after four times the limit (as does a
-        // thread whose CPU time cannot be read).
-        // /proc answers for whoever has the pid now, and pids are recycled within seconds in a
-        // busy search: the process's pidfd says whether *it* has ended.
-        let ended = self.thread_process.get(&holder.thread).and_then(|p| self.processes.get(p)).and_then(|r| r.pidfd.as_ref()).is_some_and(procfs::pidfd_exited);
-        let alive = !ended && procfs::thread_state(pid, tid).is_some();
-        let computed = cpu_now.filter(|_| alive).map(|c| procfs::ticks_to_duration(c.saturating_sub(cpu_first)));
-        let busy = match computed {
-            Some(cpu) => cpu >= self.cfg.busy_limit / 4,
-            None => now - holder.since >= self.cfg.busy_limit * 4,
-        };
-        if now - holder.since >= self.cfg.busy_limit && busy {
-            let seen = match procfs::thread_state(pid, tid) {
-                Some(state) => format!("kernel state {state}"),
-                None => format!("thread gone, process {:?}, ended by its pidfd: {ended}, reaper done: {}", procfs::process_end(pid), self.tree.all_gone()),
-            };
-            return Some(Outcome::Hang {
-                reason: format!("thread {} ran for {} s without reaching a scheduling point (a busy loop with no yield, sleep or lock?; {seen})", holder.thread, self.cfg.busy_limit.as_secs()),
-            });
-        }
-        None
-    }
-
     fn deadlock_report(&mut self) -> Vec<crate::outcome::BlockedThread> {
         let mut report = self.model.blocked_report();
         for blocked in &mut report {
@@ -1412,9 +1347,6 @@ const PRELOAD_REFUSED: i32 = 125;
 /// How long the scheduler waits for a process a `kill` terminates before deciding anyway.
 const DYING_LIMIT: Duration = Duration::from_secs(2);
 
-/// How long a token holder runs before the watchdog starts sampling its /proc state.
-const WATCHDOG_GRACE: Duration = Duration::from_millis(20);
-
 /// Waits (bounded) until a thread has left the kernel's task list.
 fn wait_thread_gone(pid: u32, tid: u32) {
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -1422,6 +1354,15 @@ fn wait_thread_gone(pid: u32, tid: u32) {
     while procfs::thread_exists(pid, tid) && Instant::now() < deadline {
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(1));
+    }
+}
+
+/// What a run that reached the process limit says.
+fn too_many_processes(limit: usize) -> String {
+    if limit >= MAX_PROCESSES {
+        format!("the program started more than {limit} processes in one execution, the most dara can follow (--max-processes is at its maximum); the run was stopped")
+    } else {
+        format!("the program started more than {limit} processes in one execution, the limit set by --max-processes (at most {MAX_PROCESSES}); the run was stopped: raise --max-processes if it needs more")
     }
 }
 

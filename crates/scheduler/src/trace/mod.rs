@@ -18,6 +18,7 @@
 //! [`TraceError::Version`]; there is no silent best-effort reading of other versions.
 use serde::{Deserialize, Serialize};
 
+pub mod private_env;
 mod reader;
 mod varint;
 mod writer;
@@ -26,7 +27,7 @@ mod writer;
 mod tests;
 
 pub use reader::{decode, read_file};
-pub use writer::{decision_bytes, encode, write_file};
+pub use writer::{decision_bytes, encode, write_file, write_private, PRIVATE_MODE};
 
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"DARATRC\0";
@@ -101,8 +102,13 @@ pub struct TraceHeader {
     pub command: Vec<String>,
     /// Working directory of the command.
     pub cwd: String,
-    /// The command's complete environment (without dara's own variables).
+    /// The command's complete environment (without dara's own variables); a variable listed in
+    /// `env_left_out` keeps its place here with an empty value.
     pub env: Vec<(String, String)>,
+    /// Variables whose values the trace does not hold (`--env-exclude`): a replay takes them from
+    /// its own environment (see [`private_env`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_left_out: Vec<private_env::LeftOut>,
     /// Strategy description (`pct:3`), search seed and execution index within the search.
     pub strategy: String,
     pub seed: u64,

@@ -32,6 +32,7 @@ fn header() -> TraceHeader {
         ],
         cwd: "/work/fixtures".into(),
         env: vec![("PATH".into(), "/usr/bin:/bin".into()), ("LANG".into(), "C.UTF-8".into())],
+        env_left_out: vec![],
         strategy: "pct:3".into(),
         seed: 0xdead_beef_cafe_f00d,
         execution: 17,
@@ -388,7 +389,7 @@ fn foreign_and_future_files() {
     b[8..12].copy_from_slice(&4u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 4, expected: FORMAT_VERSION, .. })), "version 4 (no outside datagrams) is refused");
     b[8..12].copy_from_slice(&5u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 5, expected: FORMAT_VERSION, .. })), "version 5 (timers fired at any step) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 5, expected: FORMAT_VERSION, .. })), "version 5 (timers fired at any step, no env_left_out) is refused");
     b[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 0, .. })));
 
@@ -578,9 +579,10 @@ fn crafted_coverage_sections_are_checked_field_by_field() {
         assert!(what.contains(needle), "{what}");
         assert!(off >= at, "offset {off} before the section at {at}");
     };
-    expect([varints(&[65])].concat(), "process count 65 exceeds the limit");
+    let over = dara_abi::MAX_PROCESSES as u64;
+    expect([varints(&[over + 1])].concat(), &format!("process count {} exceeds the limit", over + 1));
     expect([varints(&[2]), process(1, &module, &edge(5, 1), 1), process(1, &module, &edge(5, 1), 1)].concat(), "process id 1 is out of order");
-    expect([varints(&[1]), process(64, &module, &edge(5, 1), 1)].concat(), "over the limit of 64");
+    expect([varints(&[1]), process(over, &module, &edge(5, 1), 1)].concat(), &format!("over the limit of {over}"));
     expect([varints(&[1]), process(0, &module, &[edge(5, 1), edge(5, 1)].concat(), 2)].concat(), "index 5 is out of order");
     expect([varints(&[1]), process(0, &module, &edge(1 << 16, 1), 1)].concat(), "over the limit of 65536");
     expect([varints(&[1]), process(0, &module, &edge(5, 0), 1)].concat(), "count is 0");

@@ -87,7 +87,21 @@ fn temp_path(dir: &Path, name: &str) -> PathBuf {
 }
 
 fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // A trace holds the program's environment, command line and outside inputs: its owner's only.
+    let mut f = OpenOptions::new().write(true).create_new(true).mode(PRIVATE_MODE).open(path)?;
+    f.write_all(bytes)
+}
+
+/// Permissions of every file dara writes about a run (traces, bug summaries).
+pub const PRIVATE_MODE: u32 = 0o600;
+
+/// Writes `bytes` to `path` readable and writable by its owner only, whatever the umask, even
+/// when the file was there before.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = OpenOptions::new().write(true).create(true).truncate(true).mode(PRIVATE_MODE).open(path)?;
+    f.set_permissions(fs::Permissions::from_mode(PRIVATE_MODE))?;
     f.write_all(bytes)
 }
 

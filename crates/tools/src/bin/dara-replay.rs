@@ -50,6 +50,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<u8> {
     setup::init_process()?;
     let recorded = trace::read_file(&cli.trace)?;
+    setup::check_left_out_env(&recorded.header, "dara-replay")?;
     let mut base = setup::base_config(&cli.machine, recorded.header.command.clone())?;
     base.symbolize = true;
     println!("replaying {} ({} steps): {}", cli.trace.display(), recorded.steps.len(), recorded.header.command.join(" "));

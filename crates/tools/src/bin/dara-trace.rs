@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use dara_explorer::deadline::with_deadline;
 use dara_explorer::search::{search, Progress, SavedBug, SearchConfig, SearchEnd, SearchSummary};
 use dara_tools::cluster_config::{self, ClusterOptions};
 use dara_tools::minimize::size_line;
@@ -110,6 +111,10 @@ struct Cli {
     /// Most nodes crashed per execution (same as crash:N in --faults).
     #[arg(long, value_name = "N")]
     max_crashes: Option<u32>,
+    /// Leave this environment variable's value out of the traces (repeatable; a glob such as
+    /// `AWS_*`). The program still sees it; a replay takes it from the replaying environment.
+    #[arg(long, value_name = "NAME")]
+    env_exclude: Vec<String>,
     #[command(flatten)]
     machine: MachineOptions,
     /// The program and its arguments.
@@ -211,8 +216,11 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
             Some(path) => Some(seed_decisions(path)?),
             None => None,
         },
+        env_exclude: cli.env_exclude.clone(),
     };
     let mut progress = ProgressLine::new(cli.quiet, cli.runs);
+    // The budget covers the search and the minimization of its bugs.
+    let deadline = cfg.time_budget.map(|b| std::time::Instant::now() + b);
     let summary = search(&cfg, &STOP, |p| progress.update(&p));
     progress.clear();
     let summary = summary?;
@@ -257,7 +265,7 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
         if cli.no_minimize || i >= MINIMIZE_BUGS {
             continue;
         }
-        if let Some(minimal) = minimize_bug(bug, &cfg.execution) {
+        if let Some(minimal) = minimize_bug(bug, &cfg.execution, deadline) {
             if i == 0 {
                 replay = minimal;
             }
@@ -294,14 +302,23 @@ const MINIMIZE_TRIES: u64 = 100;
 /// Looks for a smaller schedule that fails the same way; saves it as `minimal.bin` beside the
 /// bug's trace when it has fewer preemptions or steps, and returns its path. Failing to minimize
 /// is not an error of the search: it is reported on one line and the original trace stands.
-fn minimize_bug(bug: &SavedBug, base: &dara_scheduler::execution::ExecutionConfig) -> Option<PathBuf> {
+fn minimize_bug(bug: &SavedBug, base: &dara_scheduler::execution::ExecutionConfig, deadline: Option<std::time::Instant>) -> Option<PathBuf> {
     if matches!(bug.outcome, dara_scheduler::Outcome::Hang { .. }) {
         // Every candidate would run into the same bound (seconds each); not worth it by default.
         return None;
     }
+    if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+        println!("  (not minimized: the time budget is spent)");
+        return None;
+    }
     let recorded = dara_scheduler::trace::read_file(&bug.trace).ok()?;
-    let result = match dara_explorer::minimize::minimize(&recorded, base, MINIMIZE_TRIES, &STOP, &mut |_| {}) {
+    let minimized = with_deadline(&STOP, deadline, |halt| dara_explorer::minimize::minimize(&recorded, base, MINIMIZE_TRIES, halt, &mut |_| {}));
+    let result = match minimized {
         Ok(r) => r,
+        Err(dara_explorer::minimize::MinimizeError::Interrupted) if !STOP.load(std::sync::atomic::Ordering::Relaxed) => {
+            println!("  (not minimized: the time budget ran out)");
+            return None;
+        }
         Err(e) => {
             println!("  (no smaller schedule for {}: {e})", bug.dir.display());
             return None;

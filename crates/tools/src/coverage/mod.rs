@@ -248,6 +248,7 @@ mod tests {
             command: vec!["x".into()],
             cwd: "/".into(),
             env: vec![],
+            env_left_out: vec![],
             strategy: "random".into(),
             seed: 0,
             execution: 0,

@@ -127,7 +127,8 @@ impl Run {
     }
 }
 
-fn run_with_limit(mut cmd: Command, limit: Duration) -> Run {
+/// Runs a prepared dara tool command (e.g. with its own environment) with a time limit.
+pub fn run_with_limit(mut cmd: Command, limit: Duration) -> Run {
     let start = Instant::now();
     let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawning a dara tool");
     // Drain the pipes on threads so a chatty target cannot block on a full pipe.

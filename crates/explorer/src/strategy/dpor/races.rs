@@ -4,6 +4,12 @@
 //! Races are found as in Flanagan & Godefroid (POPL 2005, Figure 4), adapted to operations that
 //! dara shows only once they are enabled (see [`check`]); each race is reversed with a source
 //! set (Abdulla, Aronis, Jonsson & Sagonas, POPL 2014, see [`reverse`]).
+//!
+//! The analysis is quadratic in the steps of an execution and more with many races (a
+//! memory-level execution has tens of thousands of steps): it runs on a [`Work`] budget, counted
+//! in events visited, so it is deterministic and ends within a fraction of a second whatever the
+//! execution. An analysis cut short adds fewer backtrack points, and the search says that its
+//! exploration is then no proof.
 use std::collections::BTreeMap;
 
 use dara_abi::Op;
@@ -11,6 +17,30 @@ use dara_scheduler::choice::{ThreadId, FAULT_THREAD};
 use dara_scheduler::{Choice, ChoiceKind};
 
 use super::{dependent, Node};
+
+/// Events the analysis of one execution may visit (a fifth of a second on the project machines).
+pub(super) const ANALYSIS_WORK: u64 = 100_000_000;
+
+/// What is left of an analysis's budget.
+pub(super) struct Work {
+    left: u64,
+}
+
+impl Work {
+    pub(super) fn new(events: u64) -> Work {
+        Work { left: events }
+    }
+
+    /// Spends one visit; false once the budget is gone.
+    fn spend(&mut self) -> bool {
+        self.left = self.left.saturating_sub(1);
+        self.left > 0
+    }
+
+    pub(super) fn ran_out(&self) -> bool {
+        self.left == 0
+    }
+}
 
 /// A vector clock: entry `index(t)` is how many of thread t's steps happened before.
 #[derive(Clone, Debug, Default)]
@@ -76,8 +106,9 @@ struct ThreadView {
 }
 
 /// Walks the execution `path[..end]` (plus the pending choices of `path[end]`, if it was
-/// sleep-set blocked there), finds its races and adds to the backtrack sets of its nodes.
-pub(super) fn analyse(path: &mut [Node], end: usize) {
+/// sleep-set blocked there), finds its races and adds to the backtrack sets of its nodes. Stops
+/// where `work` runs out (see [`Work::ran_out`]).
+pub(super) fn analyse(path: &mut [Node], end: usize, work: &mut Work) {
     let mut events: Vec<Event> = Vec::with_capacity(end);
     let mut threads: BTreeMap<ThreadId, ThreadView> = BTreeMap::new();
     for pos in 0..=end {
@@ -100,10 +131,13 @@ pub(super) fn analyse(path: &mut [Node], end: usize) {
         let Some(view) = threads.get_mut(&c.thread) else {
             continue;
         };
-        check(path, &events, c.thread, view, pos);
+        check(path, &events, c.thread, view, pos, work);
 
         let mut clock = view.clock.clone();
         for e in events.iter().rev() {
+            if !work.spend() {
+                return;
+            }
             if !clock.has(e) && dependent(&e.choice, &c) {
                 clock.join(&e.clock);
             }
@@ -121,7 +155,7 @@ pub(super) fn analyse(path: &mut [Node], end: usize) {
         });
     }
     for (&t, view) in threads.iter().filter(|(_, v)| !v.done) {
-        check(path, &events, t, view, end);
+        check(path, &events, t, view, end, work);
     }
 }
 
@@ -143,8 +177,11 @@ fn creation_clock(events: &[Event], first: &Choice) -> Clock {
 /// pending there), at every state from `view.since` to `at`: each dependent step of another
 /// thread in that window, and the last one before it, that does not happen before `p`, races
 /// with it.
-fn check(path: &mut [Node], events: &[Event], p: ThreadId, view: &ThreadView, at: usize) {
+fn check(path: &mut [Node], events: &[Event], p: ThreadId, view: &ThreadView, at: usize, work: &mut Work) {
     for i in (0..at).rev() {
+        if !work.spend() {
+            return;
+        }
         let e = &events[i];
         if e.choice.thread == p || view.clock.has(e) {
             continue;
@@ -152,7 +189,7 @@ fn check(path: &mut [Node], events: &[Event], p: ThreadId, view: &ThreadView, at
         if !view.pending.is_empty() && !view.pending.iter().any(|v| dependent(&e.choice, v)) {
             continue;
         }
-        reverse(&mut path[i], events, i, at, p, &view.clock);
+        reverse(&mut path[i], events, i, at, p, &view.clock, work);
         if i < view.since {
             break;
         }
@@ -169,7 +206,7 @@ fn check(path: &mut [Node], events: &[Event], p: ThreadId, view: &ThreadView, at
 ///
 /// Adding `p` whenever it is offered, as Flanagan & Godefroid do, is not enough together with
 /// sleep sets when `p`'s step needs another thread's step first and `p` is asleep at node `i`.
-fn reverse(node: &mut Node, events: &[Event], i: usize, at: usize, p: ThreadId, p_clock: &Clock) {
+fn reverse(node: &mut Node, events: &[Event], i: usize, at: usize, p: ThreadId, p_clock: &Clock, work: &mut Work) {
     let race = &events[i];
     // For each thread with a step in v, the rank of its first one.
     let mut first_in_v: BTreeMap<ThreadId, u32> = BTreeMap::new();
@@ -178,6 +215,9 @@ fn reverse(node: &mut Node, events: &[Event], i: usize, at: usize, p: ThreadId, 
         first.iter().any(|(&t, &nth)| clock.get(t) >= nth)
     };
     for e in &events[i + 1..at] {
+        if !work.spend() {
+            return;
+        }
         if e.clock.has(race) {
             continue;
         }

@@ -360,3 +360,39 @@ fn dpor_matches_dfs_on_random_plain_memory_programs() {
     }
     assert!(dpor_total < dfs_total, "DPOR reduces: {dpor_total} vs {dfs_total}");
 }
+
+#[test]
+fn a_race_analysis_out_of_budget_ends_and_says_the_search_is_no_proof() {
+    // Two threads each writing one variable four times: 70 orders, many races.
+    let racy = Sim::new(vec![vec![Instr::Write(X, 1); 4], vec![Instr::Write(X, 2); 4]]);
+    let full = exhaust(&mut Dpor::new(), &racy, 10_000);
+    assert!(full.note.as_deref().is_some_and(|n| n.starts_with("explored all schedules")), "{:?}", full.note);
+    let mut starved = Dpor::with_analysis_work(10);
+    let cut = exhaust(&mut starved, &racy, 10_000);
+    assert!(cut.executions < full.executions, "a cut analysis asks for fewer schedules");
+    assert!(cut.note.as_deref().is_some_and(|n| n.contains("not a proof")), "{:?}", cut.note);
+    assert!(!starved.notes().is_empty());
+}
+
+#[test]
+fn a_long_execution_is_analysed_within_the_budget() {
+    // 2 x 20,000 dependent steps: a full analysis would visit billions of events; the budget
+    // ends it after ANALYSIS_WORK visits (counted, not timed).
+    use super::super::testkit::Program;
+    let mut long = Sim::new(vec![vec![Instr::Write(X, 1); 20_000], vec![Instr::Write(X, 2); 20_000]]);
+    let mut dpor = Dpor::new();
+    dpor.begin_execution(0);
+    let mut steps = 0;
+    loop {
+        let choices = long.choices();
+        if choices.is_empty() {
+            break;
+        }
+        let i = dpor.choose(steps, &choices).unwrap();
+        long.apply(&choices[i]);
+        steps += 1;
+    }
+    assert!(steps >= 40_000, "{steps} steps");
+    dpor.end_execution(steps);
+    assert_eq!(dpor.analyses_cut, 1);
+}

@@ -1,0 +1,197 @@
+//! The watchdog over the thread that holds the run token: nothing else runs while it does, so a
+//! holder that sleeps in the kernel on something dara does not model, or computes without ever
+//! reaching a scheduling point, would stop the whole system. Called from the scheduler's wait
+//! loop, with every other thread parked.
+//!
+//! Both verdicts are about the thread itself, never about wall time alone, so a loaded machine
+//! (someone else on the CPU, dara's own threads starved) cannot produce them:
+//! - **hang** (`--busy-limit`): the holder's own CPU time (schedstat, else stat's utime+stime)
+//!   since the watchdog first looked at it reaches the limit. Time it spent waiting for a CPU does
+//!   not count.
+//! - **uncontrolled blocking** (`--watchdog-ms`): the holder sleeps in the kernel (state `S`) for
+//!   that long *without being put on a CPU once* (schedstat's run count unchanged), not having
+//!   posted, and not writing to the output pipes dara drains (a write there waits for dara, not
+//!   for something outside). Uninterruptible sleep (`D`: disk I/O, page faults) gets
+//!   [`IO_WAIT_FACTOR`] times longer.
+//! - A holder that is **gone** (its thread left the kernel's task list, its tid is another
+//!   thread's now, or its process ended by its pidfd) is neither: it computes nothing, and if its
+//!   process ended, that end is an exit, waited for and judged like any other.
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use dara_abi::state;
+
+use super::Execution;
+use crate::choice::ThreadId;
+use crate::outcome::Outcome;
+use crate::procfs::{self, ThreadSample};
+
+/// How long a token holder runs before the watchdog starts sampling its /proc state (reading
+/// /proc costs more than a whole handoff).
+const WATCHDOG_GRACE: Duration = Duration::from_millis(20);
+
+/// Uninterruptible sleep (disk I/O, page faults, which a loaded machine slows down) counts as
+/// uncontrolled blocking only after this many times the watchdog's limit.
+const IO_WAIT_FACTOR: u32 = 20;
+
+/// x86_64 numbers of the writes that can wait for dara's output pipes to drain.
+const SYS_WRITE: i64 = 1;
+const SYS_WRITEV: i64 = 20;
+
+/// Who holds the run token, since when, and what the watchdog has seen of it.
+pub(super) struct TokenHolder {
+    pub(super) thread: ThreadId,
+    since: Instant,
+    /// The thread as the watchdog first saw it: CPU time is counted from there, and a thread
+    /// that started at another time is another thread with a recycled tid.
+    first_look: Option<ThreadSample>,
+    /// Since when it has been seen asleep, and its run count then.
+    asleep: Option<(Instant, Option<u64>)>,
+}
+
+impl TokenHolder {
+    pub(super) fn new(thread: ThreadId) -> TokenHolder {
+        TokenHolder { thread, since: Instant::now(), first_look: None, asleep: None }
+    }
+}
+
+/// What one look at the holder concluded.
+enum Look {
+    Fine,
+    Gone,
+    Computed(Duration),
+    Asleep { state: char, for_: Duration },
+}
+
+impl Execution<'_> {
+    /// Checks the token holder: asleep in the kernel → uncontrolled; computing too long → hang.
+    pub(super) fn watchdog(&mut self) -> Option<Outcome> {
+        let now = Instant::now();
+        if self.holder.as_ref().is_none_or(|h| now - h.since < WATCHDOG_GRACE) {
+            return None;
+        }
+        // An exit that arrived while this thread was not running (a loaded machine) is not a
+        // hang of the exited process.
+        if let Some(outcome) = self.drain_exits() {
+            return Some(outcome);
+        }
+        let thread = self.holder.as_ref()?.thread;
+        let slot = self.region.slot(thread as usize);
+        if slot.state.load(Ordering::Acquire) == state::POSTED {
+            return None; // it waits for the scheduler, which ingests the post next
+        }
+        let (pid, tid) = (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed));
+        let process = self.thread_process.get(&thread).copied();
+        // /proc answers for whoever has the pid now, and pids are recycled within seconds in a
+        // busy search: the process's pidfd says whether *it* has ended.
+        let ended = process.and_then(|p| self.processes.get(&p)).and_then(|r| r.pidfd.as_ref()).is_some_and(procfs::pidfd_exited);
+        let sample = if ended { None } else { procfs::thread_sample(pid, tid) };
+        match self.holder.as_mut()?.look(sample, now) {
+            Look::Fine => None,
+            Look::Gone => {
+                let alive = process.and_then(|p| self.processes.get(&p)).is_some_and(|r| r.alive);
+                match (ended, process) {
+                    // Its end was judged already: nobody holds the token.
+                    _ if !alive => self.holder = None,
+                    (true, Some(p)) if !self.exiting.contains(&p) => self.exiting.push(p), // its exit is waited for and judged as such
+                    _ => {}
+                }
+                None
+            }
+            Look::Computed(cpu) if cpu >= self.cfg.busy_limit => Some(Outcome::Hang {
+                reason: format!(
+                    "thread {thread} computed for {} s of CPU time without reaching a scheduling point (a busy loop with no yield, sleep or lock?; raise --busy-limit if it legitimately computes longer)",
+                    self.cfg.busy_limit.as_secs()
+                ),
+            }),
+            Look::Computed(_) => None,
+            Look::Asleep { state, for_ } => {
+                let limit = if state == 'D' { self.cfg.watchdog * IO_WAIT_FACTOR } else { self.cfg.watchdog };
+                if for_ < limit || self.writes_to_output(pid, tid) {
+                    return None;
+                }
+                let syscall = procfs::blocked_syscall(pid, tid).unwrap_or_else(|| "an unknown system call".into());
+                Some(Outcome::Uncontrolled {
+                    thread,
+                    syscall: syscall.clone(),
+                    detail: format!(
+                        "thread {thread} (pid {pid}, tid {tid}) holds the run token but has been blocked in the kernel in {syscall} for {} ms without running, outside dara's control (--watchdog-ms); the run was stopped",
+                        for_.as_millis()
+                    ),
+                })
+            }
+        }
+    }
+
+    /// Whether the thread is blocked writing to a pipe dara drains (the target's stdout or
+    /// stderr): it waits for dara's output copier, which a loaded machine may delay.
+    fn writes_to_output(&self, pid: u32, tid: u32) -> bool {
+        let Some((nr, [fd, _, _])) = procfs::blocked_syscall_raw(pid, tid) else { return false };
+        let pipes = &self.region.header().output_pipes;
+        matches!(nr, SYS_WRITE | SYS_WRITEV) && procfs::fd_inode(pid, fd).is_some_and(|inode| inode != 0 && pipes.iter().any(|p| p.load(Ordering::Relaxed) == inode))
+    }
+}
+
+impl TokenHolder {
+    /// Folds one sample into what the watchdog knows of the holder.
+    fn look(&mut self, sample: Option<ThreadSample>, now: Instant) -> Look {
+        let Some(sample) = sample.filter(|s| self.first_look.is_none_or(|f| f.start == s.start)) else {
+            return Look::Gone;
+        };
+        let first = *self.first_look.get_or_insert(sample);
+        if !matches!(sample.state, 'S' | 'D') {
+            self.asleep = None;
+            return Look::Computed(sample.cpu.saturating_sub(first.cpu));
+        }
+        // Put on a CPU since the last look: it woke up in between, a new sleep starts now.
+        let (since, runs) = *self.asleep.get_or_insert((now, sample.runs));
+        if runs != sample.runs {
+            self.asleep = Some((now, sample.runs));
+            return Look::Fine;
+        }
+        Look::Asleep { state: sample.state, for_: now - since }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(state: char, cpu_ms: u64, runs: u64) -> Option<ThreadSample> {
+        Some(ThreadSample { state, cpu: Duration::from_millis(cpu_ms), start: 7, runs: Some(runs) })
+    }
+
+    #[test]
+    fn only_the_holders_own_cpu_time_counts() {
+        let mut h = TokenHolder::new(1);
+        let t0 = Instant::now();
+        assert!(matches!(h.look(sample('R', 500, 3), t0), Look::Computed(d) if d.is_zero()));
+        // An hour of wall time on a machine that gave it 100 ms of CPU: 100 ms computed.
+        assert!(matches!(h.look(sample('R', 600, 90), t0 + Duration::from_secs(3600)), Look::Computed(d) if d == Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn a_thread_that_is_gone_or_replaced_is_never_busy() {
+        let mut h = TokenHolder::new(1);
+        let t0 = Instant::now();
+        let _ = h.look(sample('R', 0, 1), t0);
+        assert!(matches!(h.look(None, t0 + Duration::from_secs(100)), Look::Gone));
+        let recycled = Some(ThreadSample { state: 'R', cpu: Duration::from_secs(100), start: 8, runs: Some(1) });
+        assert!(matches!(h.look(recycled, t0 + Duration::from_secs(100)), Look::Gone));
+    }
+
+    #[test]
+    fn a_sleep_counts_only_while_the_thread_is_not_run() {
+        let mut h = TokenHolder::new(1);
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let _ = h.look(sample('S', 0, 5), ms(0));
+        assert!(matches!(h.look(sample('S', 0, 5), ms(400)), Look::Asleep { for_, .. } if for_ == Duration::from_millis(400)));
+        // It ran in between (a short sleep, woken, asleep again): the count starts over.
+        assert!(matches!(h.look(sample('S', 1, 6), ms(900)), Look::Fine));
+        assert!(matches!(h.look(sample('S', 1, 6), ms(1000)), Look::Asleep { for_, .. } if for_ == Duration::from_millis(100)));
+        // Running again ends the sleep.
+        assert!(matches!(h.look(sample('R', 2, 7), ms(1100)), Look::Computed(_)));
+        assert!(h.asleep.is_none());
+    }
+}

@@ -1,0 +1,115 @@
+//! Limits that mean what they say: the busy limit counts the token holder's own CPU time (a
+//! loaded machine cannot trigger it), the process limit is an option that names itself when
+//! reached, and the time budget and a stop signal end a search promptly.
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// The CPU the executions under test and the hog share.
+const SHARED_CPU: &str = "0";
+
+/// A process that computes forever on `SHARED_CPU` (killed when dropped).
+struct Hog(Child);
+
+impl Hog {
+    fn start() -> Hog {
+        let spinner = private_copy(&fixture("busy_loop"), "hog");
+        let child = Command::new("taskset").args(["-c", SHARED_CPU]).arg(&spinner).stdout(Stdio::null()).spawn().expect("taskset runs the hog");
+        Hog(child)
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_loaded_cpu_does_not_turn_a_long_computation_into_a_hang_but_a_busy_loop_still_is_one() {
+    let _hog = Hog::start();
+    // 700 ms of its own CPU time, with a 1 s limit, on a CPU it shares with a process that
+    // computes forever: it takes well over a second of wall time, and is no hang.
+    let out = out_dir("loaded-cpu");
+    let program = private_copy(&fixture("cpu_work"), "loaded-cpu");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--pin-cpu", SHARED_CPU, "--busy-limit", "1", "--", program.to_str().unwrap(), "700"], Duration::from_secs(120));
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("computed for 700 ms of CPU") && run.stdout.contains("exited normally"), "{}", run.text());
+    let verify = dara_replay(&["-q", "--verify", "--pin-cpu", SHARED_CPU, "--busy-limit", "1", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert_no_survivors(&program);
+
+    // Its twin computes forever: still a hang on the same loaded CPU, named with the option.
+    let out = out_dir("loaded-cpu-busy");
+    let spinner = private_copy(&fixture("busy_loop"), "loaded-cpu-busy");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--pin-cpu", SHARED_CPU, "--busy-limit", "1", "--", spinner.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(run.code, 1, "{}", run.text());
+    assert!(run.stdout.contains("thread 1 computed for 1 s of CPU time") && run.stdout.contains("--busy-limit"), "{}", run.text());
+    assert_no_survivors(&spinner);
+}
+
+#[test]
+fn the_process_limit_is_an_option_and_reaching_it_says_so() {
+    let script = "for i in 1 2 3 4 5 6; do /bin/true; done";
+    let out = out_dir("max-processes-low");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--closed", "--max-processes", "3", "--", "/bin/sh", "-c", script], Duration::from_secs(60));
+    assert_eq!(run.code, 2, "a run stopped by dara's limit is not the program's bug\n{}", run.text());
+    let said = run.stdout.lines().chain(run.stderr.lines()).find(|l| l.contains("more than 3 processes")).unwrap_or_else(|| panic!("no line names the limit\n{}", run.text()));
+    assert!(said.contains("--max-processes"), "the line names the option: {said}");
+
+    let out = out_dir("max-processes-enough");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--closed", "--max-processes", "8", "--", "/bin/sh", "-c", script], Duration::from_secs(60));
+    assert_eq!(run.code, 0, "{}", run.text());
+    let verify = dara_replay(&["-q", "--verify", "--max-processes", "8", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+
+    let over = dara_trace(&["-o", out.to_str().unwrap(), "--max-processes", "100000", "--", "/bin/true"], Duration::from_secs(60));
+    assert_eq!(over.code, 2, "a limit above the compiled maximum is a usage error\n{}", over.text());
+    assert!(over.stderr.contains("--max-processes"), "{}", over.text());
+}
+
+/// cpu_work for this many ms of its own CPU time: far longer than any test waits.
+const LONG_WORK_MS: &str = "600000";
+
+#[test]
+fn the_time_budget_stops_a_long_execution_and_the_search() {
+    for strategy in ["random", "dpor"] {
+        let out = out_dir(&format!("budget-{strategy}"));
+        let program = private_copy(&fixture("cpu_work"), &format!("budget-{strategy}"));
+        let run = dara_trace(
+            &["-o", out.to_str().unwrap(), "--strategy", strategy, "--runs", "50", "--time-budget", "2", "--busy-limit", "3600", "--", program.to_str().unwrap(), LONG_WORK_MS],
+            Duration::from_secs(120),
+        );
+        assert_eq!(run.code, 0, "{strategy}: a spent budget is no bug\n{}", run.text());
+        assert!(run.stdout.contains("time budget spent after 1 executions"), "{strategy}: the first execution was cut\n{}", run.text());
+        assert!(!run.stdout.contains("computed for"), "{strategy}: the program cannot have finished\n{}", run.text());
+        assert!(out.join("trace.bin").is_file(), "the cut execution's trace is kept");
+        assert_no_survivors(&program);
+    }
+}
+
+#[test]
+fn every_strategy_stops_promptly_on_sigterm() {
+    for strategy in ["random", "pct:3", "dfs", "dpor"] {
+        let out = out_dir(&format!("sigterm-{}", strategy.replace(':', "-")));
+        let program = private_copy(&fixture("cpu_work"), &format!("sigterm-{}", strategy.replace(':', "-")));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+            .args(["-q", "-o", out.to_str().unwrap(), "--strategy", strategy, "--runs", "50", "--busy-limit", "3600", "--", program.to_str().unwrap(), LONG_WORK_MS])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let status = wait_at_most(&mut child, Duration::from_secs(30)).unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!("{strategy}: dara-trace did not stop within 30 s of SIGTERM")
+        });
+        assert_eq!(status.code(), Some(130), "{strategy}: interrupted");
+        assert_no_survivors(&program);
+    }
+}
