@@ -19,6 +19,12 @@ use std::time::{Duration, Instant};
 use crate::pidns::{self, PidNamespace};
 use crate::reaper::{self, ExitEvent};
 
+/// How long teardown waits for the killed tree to be reaped. A SIGKILLed process is normally gone
+/// in milliseconds; the bound is generous because a loaded machine (or a hog on the execution's
+/// CPU) delays every process involved, the namespace's init included, and giving up early would
+/// be a false "stuck in the kernel".
+const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
+
 /// What to start.
 #[derive(Clone, Debug)]
 pub struct LaunchSpec {
@@ -280,8 +286,8 @@ impl ProcessTree {
         self.finished || (matches!(self.reaper_done.try_recv(), Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected)) && !self.ns.as_ref().is_some_and(PidNamespace::has_orphans))
     }
 
-    /// SIGKILLs the process group and waits (bounded) until all of it is reaped. Returns false if
-    /// something survived for 5 s (a process stuck in the kernel). A descendant that left the
+    /// SIGKILLs the process group and waits (bounded by [`TEARDOWN_LIMIT`]) until all of it is
+    /// reaped. Returns false if something survived that long (a process stuck in the kernel). A descendant that left the
     /// group (setsid) is not reached here: dara refuses process creation for now, and multi-process
     /// support must kill by the scheduler's own process table.
     pub fn kill_all(&mut self) -> bool {
@@ -297,7 +303,7 @@ impl ProcessTree {
             }
             return true;
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + TEARDOWN_LIMIT;
         let mut group_gone = false;
         loop {
             if !group_gone {
