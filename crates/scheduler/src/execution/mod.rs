@@ -417,8 +417,11 @@ impl<'a> Execution<'a> {
                 Ok(false) => {}
                 Err(outcome) => return outcome,
             }
-            if choices.is_empty() && self.model.jump_to_next_deadline().is_some() {
-                continue; // the earliest timers are due now
+            // Nothing can run: the earliest timers become due. The decision follows at once, with
+            // no look at the outside in between: input that comes after the jump belongs to the
+            // next step, in the recording as in its replay (which jumps at the same step).
+            while choices.is_empty() && self.model.jump_to_next_deadline().is_some() {
+                choices = self.model.choices();
             }
             self.add_fault_choices(&mut choices);
             if choices.is_empty() {
