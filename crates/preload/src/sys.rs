@@ -264,50 +264,9 @@ mod host_id_tests {
 }
 
 /// `kill(pid, 0)`: 0 if the process exists, -ESRCH if not.
-/// Whether process `pid` of dara's PID namespace has ended. Looked up in dara's own `/proc`
-/// ([`dara_abi::HOST_PROC_FD`]): inside an execution's PID namespace dara's pid names nothing,
-/// and `kill(pid, 0)` would say ESRCH although dara runs. Without that descriptor (no
-/// namespace), `kill(pid, 0)`.
-pub fn host_process_gone(pid: u32) -> bool {
-    let path = decimal_path(pid);
-    // SAFETY: faccessat reads the NUL-terminated path in the live local buffer and nothing else.
-    let seen = unsafe { syscall(libc::SYS_faccessat, &[dara_abi::HOST_PROC_FD as u64, path.as_ptr() as u64, libc::F_OK as u64]) };
-    if seen != -(libc::EBADF as i64) {
-        return seen == -(libc::ENOENT as i64);
-    }
+pub fn probe_process(pid: u32) -> i64 {
     // SAFETY: signal 0 only checks existence and permissions.
-    unsafe { syscall(libc::SYS_kill, &[pid as u64, 0]) == -(libc::ESRCH as i64) }
-}
-
-/// `n` in decimal, NUL-terminated, in a buffer on the stack (no allocation).
-fn decimal_path(mut n: u32) -> [u8; 11] {
-    let mut digits = [0u8; 10];
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let mut path = [0u8; 11];
-    for (i, d) in digits[..len].iter().rev().enumerate() {
-        path[i] = *d;
-    }
-    path
-}
-
-#[cfg(test)]
-mod decimal_path_tests {
-    use super::decimal_path;
-
-    #[test]
-    fn pids_print_in_decimal_with_a_nul() {
-        assert_eq!(&decimal_path(0)[..2], b"0\0");
-        assert_eq!(&decimal_path(4242)[..5], b"4242\0");
-        assert_eq!(decimal_path(u32::MAX), *b"4294967295\0");
-    }
+    unsafe { syscall(libc::SYS_kill, &[pid as u64, 0]) }
 }
 
 pub fn sched_yield() -> i64 {
