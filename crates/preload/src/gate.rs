@@ -344,8 +344,8 @@ fn check_scheduler_alive() {
     let Some(header) = region::header() else {
         return;
     };
-    let gone = header.scheduler_pid != 0
-        && sys::probe_process(header.scheduler_pid) == -(libc::ESRCH as i64);
+    // (The scheduler's pid is one of dara's PID namespace, not of the execution's.)
+    let gone = header.scheduler_pid != 0 && sys::host_process_gone(header.scheduler_pid);
     if header.shutdown.load(Ordering::Acquire) != 0 || gone {
         sys::exit_group(ORPHANED_EXIT);
     }

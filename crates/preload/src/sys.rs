@@ -252,6 +252,17 @@ mod host_id_tests {
     use super::parse_thread_self;
 
     #[test]
+    fn pids_are_written_in_decimal() {
+        let mut out = [0u8; 12];
+        assert_eq!(super::decimal(0, &mut out), 1);
+        assert_eq!(&out[..1], b"0");
+        assert_eq!(super::decimal(4_294_967_295, &mut out), 10);
+        assert_eq!(&out[..10], b"4294967295");
+        assert_eq!(super::decimal(1234, &mut out), 4);
+        assert_eq!(&out[..4], b"1234");
+    }
+
+    #[test]
     fn thread_self_links_parse_and_anything_else_does_not() {
         assert_eq!(parse_thread_self(b"1234/task/1240"), Some((1234, 1240)));
         assert_eq!(parse_thread_self(b"7/task/7"), Some((7, 7)));
@@ -267,6 +278,39 @@ mod host_id_tests {
 pub fn probe_process(pid: u32) -> i64 {
     // SAFETY: signal 0 only checks existence and permissions.
     unsafe { syscall(libc::SYS_kill, &[pid as u64, 0]) }
+}
+
+/// Whether process `pid` of *dara's* PID namespace is gone. Inside an execution's namespace
+/// `kill(pid, 0)` would ask about another (or no) process of that number, so this looks in
+/// dara's /proc ([`dara_abi::HOST_PROC_FD`]) when the process has it, and asks `kill` otherwise.
+pub fn host_process_gone(pid: u32) -> bool {
+    let mut path = [0u8; 12];
+    let digits = decimal(pid, &mut path);
+    path[digits] = 0; // NUL-terminated: 10 digits at most, then the NUL
+    // SAFETY: faccessat reads the NUL-terminated path from the live local buffer.
+    match unsafe { syscall(libc::SYS_faccessat, &[dara_abi::HOST_PROC_FD as u64, path.as_ptr() as u64, libc::F_OK as u64]) } {
+        0 => false,
+        rc if rc == -(libc::ENOENT as i64) => true,
+        _ => probe_process(pid) == -(libc::ESRCH as i64),
+    }
+}
+
+/// Writes `n` in decimal at the start of `out`; returns how many digits.
+fn decimal(mut n: u32, out: &mut [u8; 12]) -> usize {
+    let mut digits = [0u8; 10];
+    let mut len = 0;
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        out[i] = digits[len - 1 - i];
+    }
+    len
 }
 
 pub fn sched_yield() -> i64 {
