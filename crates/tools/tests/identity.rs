@@ -1,7 +1,8 @@
 //! Process identity: the pids, tids and parent pids a program observes repeat in every execution
 //! of a schedule (dara runs each execution in a PID namespace of its own when it runs as root, as
-//! the test suite does), a replay sees the same ones, and nothing dara started survives a SIGKILL
-//! of dara-trace.
+//! the test suite does), a replay sees the same ones, nothing dara started survives a SIGKILL
+//! of dara-trace, and a thread parked for over a second inside the namespace is not taken for an
+//! orphan of a dead dara.
 mod common;
 
 use std::process::{Command, Stdio};
@@ -70,5 +71,23 @@ fn killing_dara_trace_kills_an_orphaned_grandchild_that_computes() {
     while !processes_mentioning(program.to_str().unwrap()).is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn a_thread_parked_over_a_second_in_the_namespace_keeps_its_process() {
+    let program = private_copy(&fixture("proc_parked_long"), "proc_parked_long");
+    let trace_of = |name: &str| {
+        let out = out_dir(name);
+        let run = dara_trace(&["-o", out.to_str().unwrap(), "--busy-limit", "3600", "--", program.to_str().unwrap()], Duration::from_secs(120));
+        assert_eq!(run.code, 0, "a correct program was reported (status 137: its parked thread took dara for dead)\n{}", run.text());
+        assert!(run.stdout.contains("parked: main done"), "{}", run.text());
+        out.join("trace.bin")
+    };
+    let (first, second) = (trace_of("proc-parked-long"), trace_of("proc-parked-long-again"));
+    same_decisions(&first, &second);
+    let verify = dara_replay(&["-q", "--verify", first.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
     assert_no_survivors(&program);
 }
