@@ -14,6 +14,7 @@ pub mod choice;
 pub mod cluster;
 pub mod coverage;
 pub mod crash_site;
+pub mod sanitizer_options;
 pub mod model;
 pub mod outcome;
 pub mod preempt;

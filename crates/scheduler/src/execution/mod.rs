@@ -228,6 +228,7 @@ fn target_environment(cfg: &ExecutionConfig) -> Vec<(std::ffi::OsString, std::ff
     env.push(("LD_PRELOAD".into(), preload));
     env.push((dara_abi::ENV_SHM_PATH.into(), dara_abi::SHM_PATH.into()));
     env.push((dara_abi::ENV_ACTIVE.into(), "1".into()));
+    crate::sanitizer_options::apply(&mut env);
     env
 }
 
