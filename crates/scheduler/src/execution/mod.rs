@@ -176,7 +176,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         run_harness("cleanup", cleanup, cfg)?;
     }
     if outcome.is_bug() {
-        outcome.locate(crate::crash_site::stderr_location(&run.tree.stderr_tail()));
+        outcome.locate(crate::crash_site::stderr_location_resolving(&run.tree.stderr_tail(), &crate::symbols::name_in_file));
     }
     let mut modules = std::mem::take(&mut run.modules);
     let coverage = run
