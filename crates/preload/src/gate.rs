@@ -82,7 +82,7 @@ impl Gated {
     /// Enters the preload if the current thread is gated and not already inside it.
     #[inline]
     pub fn enter() -> Option<Gated> {
-        if !region::active() {
+        if !region::active() || crate::stop_world::active() {
             return None;
         }
         let index = SLOT.with(|s| s.get());

@@ -85,6 +85,7 @@ extern "C" fn dara_preload_init(
     }
 
     crate::fault::install();
+    crate::stop_world::detect_runtime();
     // Before any user code: no thread may be inside the vDSO while it changes.
     let _ = crate::vdso::patch();
 

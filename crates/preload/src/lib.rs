@@ -50,6 +50,7 @@ pub mod real;
 pub mod region;
 pub mod sigmask;
 pub mod solo;
+pub mod stop_world;
 pub mod sys;
 pub mod timecalls;
 pub mod tsc;

@@ -18,7 +18,7 @@ use libc::{c_int, c_long, c_void, siginfo_t, sock_filter, sock_fprog, timespec, 
 
 use crate::gate::Gated;
 use crate::vclock::{self, ClockBase};
-use crate::{entropy, real, sys, timecalls};
+use crate::{entropy, real, stop_world, sys, timecalls};
 
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
@@ -224,6 +224,10 @@ extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_void
         libc::SYS_close => Some(crate::fdguard::close(args[0])),
         libc::SYS_close_range => Some(crate::fdguard::close_range(args[0], args[1], args[2])),
         libc::SYS_clone3 => Some(clone3(uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64, args)),
+        // SAFETY: a stop-the-world clone of the sanitizer runtime, on the stack it prepared.
+        libc::SYS_clone if stop_world::is_helper_clone(&args) => Some(unsafe { stop_world::start(uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64, args) }),
+        // The world is stopped (by the starting thread or the helper, which shares its TLS).
+        _ if stop_world::active() => Some(stop_world::passthrough(nr, args)),
         _ => None,
     };
     if let Some(rc) = answer {

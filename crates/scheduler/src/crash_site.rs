@@ -20,12 +20,17 @@ pub fn fault_location(function: Option<String>, pc: u64, addr: u64, signal: i32)
 
 /// The last failure message on `stderr` that dara recognises, normalised.
 pub fn stderr_location(stderr: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(stderr);
-    let lines: Vec<&str> = text.lines().collect();
-    (0..lines.len()).rev().find_map(|i| recognise(&lines, i))
+    stderr_location_resolving(stderr, &|_, _| None)
 }
 
-fn recognise(lines: &[&str], i: usize) -> Option<String> {
+/// As [`stderr_location`], naming unsymbolized sanitizer frames `(module+offset)` with `resolve`.
+pub fn stderr_location_resolving(stderr: &[u8], resolve: crate::sanitizer_report::Resolve) -> Option<String> {
+    let text = String::from_utf8_lossy(stderr);
+    let lines: Vec<&str> = text.lines().collect();
+    (0..lines.len()).rev().find_map(|i| recognise(&lines, i, resolve))
+}
+
+fn recognise(lines: &[&str], i: usize, resolve: crate::sanitizer_report::Resolve) -> Option<String> {
     let line = lines[i].trim_end();
     // glibc: "prog: file.c:42: func: Assertion `x == 1' failed."
     if let Some(at) = line.find(": Assertion `") {
@@ -53,17 +58,7 @@ fn recognise(lines: &[&str], i: usize) -> Option<String> {
             None => format!("uncaught {kind}"),
         });
     }
-    // Sanitizers: "==1234==ERROR: AddressSanitizer: heap-use-after-free on address ..."
-    for marker in ["ERROR: AddressSanitizer: ", "WARNING: ThreadSanitizer: ", "ERROR: LeakSanitizer: ", "runtime error: "] {
-        if let Some(at) = line.find(marker) {
-            let what = &line[at..];
-            // Keep the kind, not the address that follows.
-            let kind = what.split(" on address ").next().unwrap_or(what);
-            let kind = kind.split(" (pid=").next().unwrap_or(kind);
-            return Some(kind.to_string());
-        }
-    }
-    None
+    crate::sanitizer_report::location(lines, i, resolve)
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@ pub mod choice;
 pub mod cluster;
 pub mod coverage;
 pub mod crash_site;
+pub mod sanitizer_options;
+pub mod sanitizer_report;
 pub mod model;
 pub mod outcome;
 pub mod preempt;

@@ -37,7 +37,7 @@ impl Symbolizer {
                 bases.entry(PathBuf::from(fields[5])).or_insert(start);
             }
         }
-        let images = bases.into_iter().filter_map(|(path, base)| load_image(&path, base)).collect();
+        let images = bases.into_iter().filter_map(|(path, base)| load_image(&path, Some(base))).collect();
         Symbolizer { images }
     }
 
@@ -55,14 +55,26 @@ impl Symbolizer {
     }
 }
 
-fn load_image(path: &PathBuf, base: u64) -> Option<Image> {
+/// `name+off` for link-time address `vaddr` of the ELF file at `path` (a sanitizer's
+/// `(module+offset)` frame), if it lies near a symbol.
+pub fn name_in_file(path: &str, vaddr: u64) -> Option<String> {
+    let image = load_image(&PathBuf::from(path), None)?;
+    Symbolizer { images: vec![image] }.name(vaddr)
+}
+
+/// The symbols of the ELF file at `path`, loaded at `base` (the address of its first mapping),
+/// or at its link-time addresses for `None`.
+fn load_image(path: &PathBuf, base: Option<u64>) -> Option<Image> {
     let bytes = std::fs::read(path).ok()?;
     let elf = goblin::elf::Elf::parse(&bytes).ok()?;
     let first = elf.program_headers.iter().filter(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD).map(|ph| ph.p_vaddr).min()?;
     let end = elf.program_headers.iter().filter(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD).map(|ph| ph.p_vaddr + ph.p_memsz).max()?;
     // Executables linked at a fixed address (non-PIE) map at their vaddr; PIEs and libraries at
     // base + vaddr.
-    let base = if elf.header.e_type == goblin::elf::header::ET_EXEC { 0 } else { base - first };
+    let base = match base {
+        Some(base) if elf.header.e_type != goblin::elf::header::ET_EXEC => base - first,
+        _ => 0,
+    };
     let mut symbols: Vec<(u64, u64, String)> = Vec::new();
     let mut add = |syms: &goblin::elf::Symtab, strtab: &goblin::strtab::Strtab| {
         for sym in syms.iter() {

@@ -184,7 +184,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         run_harness("cleanup", cleanup, cfg)?;
     }
     if outcome.is_bug() {
-        outcome.locate(crate::crash_site::stderr_location(&run.tree.stderr_tail()));
+        outcome.locate(crate::crash_site::stderr_location_resolving(&run.tree.stderr_tail(), &crate::symbols::name_in_file));
     }
     let mut modules = std::mem::take(&mut run.modules);
     let coverage = run
@@ -236,6 +236,7 @@ fn target_environment(cfg: &ExecutionConfig) -> Vec<(std::ffi::OsString, std::ff
     env.push(("LD_PRELOAD".into(), preload));
     env.push((dara_abi::ENV_SHM_PATH.into(), dara_abi::SHM_PATH.into()));
     env.push((dara_abi::ENV_ACTIVE.into(), "1".into()));
+    crate::sanitizer_options::apply(&mut env);
     env
 }
 
