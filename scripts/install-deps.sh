@@ -5,9 +5,10 @@
 # (trace-pc-guard, trace-loads/trace-stores; gcc has only trace-pc), and Debian's redis-server
 # and redis-tools (redis-cli, redis-benchmark) for the real-server test (crates/tools/tests/redis.rs),
 # and the real programs of crates/tools/tests/real_programs.rs: pigz, python3 (Debian's, at
-# /usr/bin/python3), memcached and libmemcached-tools (memcslap).
+# /usr/bin/python3), memcached and libmemcached-tools (memcslap), nginx (master and
+# workers recorded while curl fetches pages) and curl.
 #
-# The redis and memcached packages would start a system service (on ports 6379 and 11211) where
+# The redis, memcached and nginx packages would start a system service (on ports 6379 and 11211) where
 # the init system lets them (Debian's postinst runs invoke-rc.d / deb-systemd-invoke). The tests
 # start their own servers on free ports and want no other on the machine, so while installing them
 # a policy-rc.d that denies every start is put in place (unless one is there already: container
@@ -29,6 +30,8 @@ command -v pigz >/dev/null 2>&1 || need+=(pigz)
 [ -x /usr/bin/python3 ] || need+=(python3)
 command -v memcached >/dev/null 2>&1 || services+=(memcached)
 command -v memcslap >/dev/null 2>&1 || need+=(libmemcached-tools)
+command -v nginx >/dev/null 2>&1 || services+=(nginx)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 need+=("${services[@]}")
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo is missing: install a Rust toolchain (rustup) first" >&2; exit 1; }
 
@@ -70,5 +73,6 @@ if [ ${#need[@]} -gt 0 ]; then
     if [ ${#services[@]} -gt 0 ]; then
         no_service redis-server /run/redis/redis-server.pid 6379
         no_service memcached /run/memcached/memcached.pid 11211
+        no_service nginx /run/nginx.pid 80
     fi
 fi
