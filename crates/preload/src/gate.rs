@@ -139,12 +139,18 @@ impl Gated {
     /// was parked; about to be let through): each one is taken off the queue to read its sender,
     /// posted as [`Op::SignalArrived`] unless the kernel raised it, and queued again to itself
     /// as it was. One `rt_sigpending` when nothing is pending.
-    fn tell_signals(&self) {
+    ///
+    /// Only signals the program's own mask (`program_mask`, restored next) lets through are
+    /// taken: a process-directed signal this thread blocks stays on the process's queue, where
+    /// the kernel hands it to a thread that does not block it. (Queued again to this thread, it
+    /// stayed pending here for good: memcached's workers block SIGINT, and its main thread never
+    /// saw a Ctrl-C.)
+    fn tell_signals(&self, program_mask: u64) {
         let parked = crate::hooks::signal::caught() & PARKED_MASK;
         let mut pending: u64 = 0;
         // SAFETY: rt_sigpending writes one 8-byte set into a live local.
         unsafe { sys::syscall(libc::SYS_rt_sigpending, &[&mut pending as *mut u64 as u64, 8]) };
-        let mut due = pending & parked;
+        let mut due = pending & parked & !program_mask;
         while due != 0 {
             let sig = due.trailing_zeros() as i32 + 1;
             due &= due - 1;
@@ -186,8 +192,8 @@ impl Drop for Gated {
         // returns to the program: not inside the preload, where a handler's own hooked calls
         // would run unseen. In the SIGSYS handler the kernel restores the program's mask on
         // return from it, which delivers them then.
-        if PARKED_SAVED.with(|m| m.get()).is_some() && !IN_TRAP.with(|t| t.get()) {
-            self.tell_signals();
+        if let Some(program_mask) = PARKED_SAVED.with(|m| m.get()).filter(|_| !IN_TRAP.with(|t| t.get())) {
+            self.tell_signals(program_mask);
         }
         INSIDE.with(|g| g.set(false));
         if let Some(mask) = PARKED_SAVED.with(|m| m.take()) {
