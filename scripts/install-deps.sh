@@ -8,7 +8,7 @@
 # /usr/bin/python3), memcached and libmemcached-tools (memcslap), nginx (master and
 # workers recorded while curl fetches pages) and curl.
 #
-# The redis, memcached and nginx packages would start a system service (on ports 6379 and 11211) where
+# The redis, memcached and nginx packages would start a system service (on ports 6379, 11211 and 80) where
 # the init system lets them (Debian's postinst runs invoke-rc.d / deb-systemd-invoke). The tests
 # start their own servers on free ports and want no other on the machine, so while installing them
 # a policy-rc.d that denies every start is put in place (unless one is there already: container
