@@ -60,6 +60,11 @@ pub const SHM_PATH: &str = "/proc/self/fd/1000";
 pub const HOST_PROC_FD: i32 = 1001;
 // The preload's `closefrom` keeps dara's descriptors as one range.
 const _: () = assert!(HOST_PROC_FD == SHM_FD + 1);
+/// `si_value` of the signals dara sends itself (as `SI_QUEUE`, through a pidfd or to one
+/// thread): a traced thread that takes a signal tells dara's (passed on from the terminal, or
+/// replayed) from one sent from outside, whose sender pid may read 0 like dara's does when the
+/// execution runs in a PID namespace.
+pub const DARA_SIGNAL_VALUE: u64 = 0xDA7A_5167;
 /// Set by the tracer on the launched command so that a preload loaded outside dara stays inert.
 pub const ENV_ACTIVE: &str = "DARA_ACTIVE";
 
@@ -193,7 +198,7 @@ pub enum Op {
     Fault = 86,
     /// A caught signal was pending for the thread when it came back from a grant (blocked while
     /// it was parked), sent by someone other than the kernel: args: [signal, sender pid,
-    /// `si_code`]. Posted before the thread lets the signal through, so the scheduler can tell
+    /// `si_code`, `si_value` of a sigqueue (else 0; [`DARA_SIGNAL_VALUE`] marks dara's own)]. Posted before the thread lets the signal through, so the scheduler can tell
     /// dara's and traced senders from outside ones (recorded in a recording, to be sent to the
     /// same thread with the same grant in its replay). Granted at once, without a decision.
     SignalArrived = 87,

@@ -163,12 +163,14 @@ impl Gated {
             if got != i64::from(sig) {
                 continue;
             }
-            // siginfo_t: si_signo, si_errno, si_code (ints at 0, 4, 8), then the sender's pid at 16.
+            // siginfo_t: si_signo, si_errno, si_code (ints at 0, 4, 8), then the sender's pid at 16
+            // and, for a sigqueue, its value at 24 (dara marks its own signals there).
             let code = info[1] as u32 as i32;
             let sender = info[2] as u32;
+            let value = if code == libc::SI_QUEUE { info[3] } else { 0 };
             if code <= 0 {
                 // Sent by a process (kill, sigqueue, tgkill), not raised by the kernel.
-                handoff(self.slot, Op::SignalArrived, [sig as u64, u64::from(sender), code as u32 as u64, 0]);
+                handoff(self.slot, Op::SignalArrived, [sig as u64, u64::from(sender), code as u32 as u64, value]);
                 self.slot.state.store(state::RUNNING, Ordering::Release);
             }
             // SAFETY: queues the same siginfo to this very thread (allowed for any si_code).

@@ -95,8 +95,40 @@ pub fn pidfd_kill(fd: &std::os::fd::OwnedFd) {
 /// Sends `sig` to the process behind a pidfd (never a recycled pid).
 pub fn pidfd_signal(fd: &std::os::fd::OwnedFd, sig: i32) {
     use std::os::fd::AsRawFd;
-    // SAFETY: pidfd_send_signal with a live pidfd and no siginfo.
-    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig, 0usize, 0u32) };
+    let info = dara_siginfo(sig);
+    // SAFETY: pidfd_send_signal with a live pidfd and a siginfo that lives across the call.
+    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig, &info as *const libc::siginfo_t, 0u32) };
+}
+
+/// Sends `sig` to thread `tid` of process `pid`, marked as dara's like [`pidfd_signal`].
+pub fn thread_signal(pid: u32, tid: u32, sig: i32) {
+    let info = dara_siginfo(sig);
+    // SAFETY: rt_tgsigqueueinfo takes integers and a siginfo that lives across the call.
+    unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid as libc::c_long, tid as libc::c_long, sig as libc::c_long, &info as *const libc::siginfo_t) };
+}
+
+/// A siginfo for a signal of dara's own: `SI_QUEUE` (the only kind the kernel lets one process
+/// describe to another) with [`dara_abi::DARA_SIGNAL_VALUE`] as its value.
+fn dara_siginfo(sig: i32) -> libc::siginfo_t {
+    /// siginfo_t's first fields: si_signo, si_errno, si_code, then (for SI_QUEUE) si_pid and
+    /// si_uid at 16 and 20 and the value at 24.
+    #[repr(C)]
+    struct Queued {
+        signo: i32,
+        errno: i32,
+        code: i32,
+        _pad: i32,
+        pid: i32,
+        uid: u32,
+        value: u64,
+    }
+    const _: () = assert!(std::mem::size_of::<Queued>() <= std::mem::size_of::<libc::siginfo_t>());
+    // SAFETY: an all-zero siginfo_t is valid plain data.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let queued = Queued { signo: sig, errno: 0, code: libc::SI_QUEUE, _pad: 0, pid: 0, uid: 0, value: dara_abi::DARA_SIGNAL_VALUE };
+    // SAFETY: `Queued` is a prefix of siginfo_t's layout and fits in it (checked above).
+    unsafe { std::ptr::write(&mut info as *mut libc::siginfo_t as *mut Queued, queued) };
+    info
 }
 
 /// Reaps `pid` if it is an exited child of dara; true when it is reaped or not dara's to reap.

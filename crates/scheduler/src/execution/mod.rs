@@ -718,8 +718,8 @@ impl<'a> Execution<'a> {
         }
         let (pid, tid) = (self.pid_of(thread), self.region.slot(thread as usize).tid.load(Ordering::Acquire));
         for sig in signals {
-            // SAFETY: tgkill takes integers; the thread is parked in the target, blocking the signal.
-            unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::c_long, tid as libc::c_long, sig as libc::c_long) };
+            // The thread is parked in the target, blocking the signal.
+            procfs::thread_signal(pid, tid, sig);
         }
     }
 
@@ -996,8 +996,9 @@ impl<'a> Execution<'a> {
     /// grant); anywhere else it is input dara neither controls nor records: the run stops.
     fn signal_arrived(&mut self, thread: ThreadId, args: [u64; 4]) -> Option<Outcome> {
         let (sig, sender) = (args[0] as i32, args[1] as u32);
-        // In a PID namespace a sender outside it (dara) shows as pid 0.
-        let from_dara = if self.tree.pids_virtual() { sender == 0 } else { sender == std::process::id() };
+        // dara's own signals carry its mark (its pid would read 0 from inside a PID namespace,
+        // as an outside sender's does).
+        let from_dara = args[2] as u32 as i32 == libc::SI_QUEUE && args[3] == dara_abi::DARA_SIGNAL_VALUE;
         if from_dara || self.processes.values().any(|p| p.own_pid == sender) {
             return None;
         }
