@@ -85,7 +85,6 @@ extern "C" fn dara_preload_init(
     }
 
     crate::fault::install();
-    crate::stop_world::detect_runtime();
     // Before any user code: no thread may be inside the vDSO while it changes.
     let _ = crate::vdso::patch();
 
@@ -93,6 +92,10 @@ extern "C" fn dara_preload_init(
         sys::die(b"dara: main thread is not gated\n", SETUP_FAILED)
     };
     gate.post(Op::ProcessStart, [u64::MAX, kind, 0, 0]);
+    // After the start post and inside the preload: dlsym may allocate, and the program's
+    // allocator (redis's jemalloc) takes locks that must not reach the model before the thread
+    // is known to it.
+    crate::stop_world::detect_runtime();
     entropy::seed_process(entry.random_seed.load(Ordering::Acquire));
     entropy::overwrite_at_random();
 }
