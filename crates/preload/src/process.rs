@@ -200,21 +200,7 @@ pub fn wait_until_dead(pid: u32) {
     let mut path = [0u8; 32];
     let prefix = b"/proc/";
     path[..prefix.len()].copy_from_slice(prefix);
-    let mut digits = [0u8; 10];
-    let mut n = pid;
-    let mut len = 0;
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for i in 0..len {
-        path[prefix.len() + i] = digits[len - 1 - i];
-    }
-    let end = prefix.len() + len;
+    let end = prefix.len() + sys::decimal(pid, &mut path[prefix.len()..]);
     path[end..end + 5].copy_from_slice(b"/stat");
     let pause = libc::timespec { tv_sec: 0, tv_nsec: 50_000 };
     for _ in 0..40_000 {

@@ -295,8 +295,8 @@ pub fn host_process_gone(pid: u32) -> bool {
     }
 }
 
-/// Writes `n` in decimal at the start of `out`; returns how many digits.
-fn decimal(mut n: u32, out: &mut [u8; 12]) -> usize {
+/// Writes `n` in decimal at the start of `out` (at least 10 bytes); returns how many digits.
+pub fn decimal(mut n: u32, out: &mut [u8]) -> usize {
     let mut digits = [0u8; 10];
     let mut len = 0;
     loop {
