@@ -201,6 +201,26 @@ pub fn pidfd_exited(pidfd: &std::os::fd::OwnedFd) -> bool {
     unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
 }
 
+/// The wait status of dara's own child behind `pidfd` once it has ended, without reaping it
+/// (`waitid(P_PIDFD, WEXITED | WNOHANG | WNOWAIT)`): None while it runs or once it is reaped.
+pub fn child_status(pidfd: &std::os::fd::OwnedFd) -> Option<i32> {
+    // SAFETY: an all-zero siginfo is a valid value for waitid to fill in.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let id = std::os::fd::AsRawFd::as_raw_fd(pidfd) as libc::id_t;
+    // SAFETY: waitid writes only into the local siginfo.
+    let rc = unsafe { libc::waitid(libc::P_PIDFD, id, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL) };
+    // SAFETY: after a successful waitid the siginfo holds a SIGCHLD record (si_pid 0: none yet).
+    let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+    if rc != 0 || pid == 0 {
+        return None;
+    }
+    // Back to the wait(2) encoding the callers decode.
+    Some(match info.si_code {
+        libc::CLD_EXITED => (status & 0xff) << 8,
+        _ => status & 0x7f,
+    })
+}
+
 /// Clock ticks as a duration.
 fn ticks_to_duration(ticks: u64) -> std::time::Duration {
     // SAFETY: sysconf has no preconditions.

@@ -1247,10 +1247,14 @@ impl<'a> Execution<'a> {
 
     /// Notices processes that died without dara's reaper hearing of it (children of traced
     /// processes are reaped by their parents): an exiting process once it is a zombie, and any
-    /// other whose pid is a zombie or gone. The zombie's exit status is read from /proc.
+    /// other whose pid is a zombie or gone.
+    ///
+    /// A process's pidfd says whether it ended; /proc is read only after that, once, not every
+    /// 200 µs while the process is on its way out: reaping a process makes the kernel invalidate
+    /// its /proc dentries (`release_task` → `shrink_dcache_parent`), and lookups under them at the
+    /// same time only make that loop longer. dara's own children give their status through
+    /// `waitid(WNOWAIT)` on the pidfd and are left for the reaper.
     fn check_exits(&mut self, all: bool) -> Option<Outcome> {
-        // Launched commands are dara's own children: its reaper reports them, but an exiting one
-        // is read from /proc as well, so its end never waits on the reaper thread's timing.
         let candidates: Vec<(ProcessId, u32)> = self
             .processes
             .iter()
@@ -1258,7 +1262,15 @@ impl<'a> Execution<'a> {
             .map(|(&p, r)| (p, r.pid))
             .collect();
         for (process, pid) in candidates {
-            match procfs::process_end(pid) {
+            let pidfd = self.processes.get(&process).and_then(|r| r.pidfd.as_ref());
+            let end = match pidfd {
+                Some(fd) if !procfs::pidfd_exited(fd) => procfs::ProcessEnd::Running,
+                // Launched commands are dara's children: the status without reaping, so their
+                // end never waits on the reaper thread's timing.
+                Some(fd) if self.launched.contains(&pid) => procfs::child_status(fd).map_or(procfs::ProcessEnd::Gone, procfs::ProcessEnd::Zombie),
+                _ => procfs::process_end(pid),
+            };
+            match end {
                 procfs::ProcessEnd::Running => {}
                 procfs::ProcessEnd::Zombie(status) => {
                     let status = if libc::WIFSIGNALED(status) { ExitStatus::Signal(libc::WTERMSIG(status)) } else { ExitStatus::Code(libc::WEXITSTATUS(status)) };
