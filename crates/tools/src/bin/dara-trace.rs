@@ -91,8 +91,9 @@ struct Cli {
     #[arg(long, value_name = "CMD")]
     cleanup: Option<String>,
     /// Faults to inject, each kind with a budget per execution: KIND[:N],... with KIND one of
-    /// crash, restart, partition, reset, drop, skew (these need nodes: --config) or pause (a
-    /// thread stops while virtual time passes others' deadlines: early timeouts; any program),
+    /// crash, restart, partition, reset, drop, skew, pause-node (these need nodes: --config;
+    /// pause-node stops every thread of a node while time passes the others' deadlines) or pause
+    /// (a thread stops while virtual time passes others' deadlines: early timeouts; any program),
     /// N defaulting to 1; or `none`.
     #[arg(long, value_name = "LIST")]
     faults: Option<String>,
