@@ -8,7 +8,8 @@
 //! needs the holder to stand still as a whole between its writer's lease check and its send: it
 //! is found with one node pause, and not with one thread pause nor without faults; it replays
 //! 20/20 and under `--verify`, and the same seed finds it again with the same decisions. The twin
-//! (a fencing token) stays clean under node pauses, and its check runs in every execution.
+//! (a fencing token) stays clean under node pauses, and its check runs in every execution. The
+//! systematic strategies offer node pauses as choices of their own.
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -107,5 +108,26 @@ fn a_store_that_fences_old_tokens_stays_clean_under_node_pauses() {
     assert_eq!(info.code, 0, "{}", info.text());
     assert!(info.stdout.contains("verify: 2 more executions identical"), "{}", info.text());
     assert!(info.stdout.contains(CHECKED), "the replay runs the check at the limit too\n{}", info.text());
+    assert_no_survivors(&node);
+}
+
+/// dfs and dpor enumerate a node pause like any fault: backtracking from the end of a run that
+/// ends at the --run-for limit (no check), their second execution pauses a node at the last step.
+#[test]
+fn systematic_strategies_enumerate_node_pauses() {
+    let node = private_copy(&fixture("lease_node_ok"), "lease-systematic");
+    let dir = out_dir("lease-systematic-config");
+    let cfg = config(&dir, &node, free_ports(1), "pause-node = 1");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, text.lines().filter(|l| !l.starts_with("check =")).collect::<Vec<_>>().join("\n")).unwrap();
+    for strategy in ["dfs", "dpor"] {
+        let out = out_dir(&format!("lease-systematic-{strategy}"));
+        let args = ["-q", "-o", out.to_str().unwrap(), "--config", cfg.to_str().unwrap(), "--run-for", "1", "--strategy", strategy, "--runs", "2"];
+        let run = dara_trace(&args, Duration::from_secs(300));
+        assert_eq!(run.code, 0, "{}", run.text());
+        let listing = dara_replay(&[out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(listing.code, 0, "{}", listing.text());
+        assert!(listing.stdout.contains("FAULT pause-node"), "{strategy}'s second execution paused a node\n{}", listing.stdout);
+    }
     assert_no_survivors(&node);
 }
