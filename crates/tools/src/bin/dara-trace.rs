@@ -106,7 +106,7 @@ struct Cli {
     #[arg(long, value_name = "NS", default_value_t = dara_scheduler::time::DEFAULT_STEP_NS)]
     step_cost: u64,
     /// Stop each execution after this many virtual seconds and judge it as it stands (an endless
-    /// server or chaos loop is then not a hang).
+    /// server or chaos loop is then not a hang); a cluster run's check runs then and judges it.
     #[arg(long, value_name = "SECONDS")]
     run_for: Option<f64>,
     /// Most nodes crashed per execution (same as crash:N in --faults).
