@@ -286,6 +286,10 @@ pub enum Op {
     /// other threads' next deadline, and goes on once nobody else can move. Offered in any run
     /// with a pause budget. obj: the virtual time the clock jumps to.
     Pause = 137,
+    /// Pause a node (`--faults pause-node`): every thread of its processes stands still while
+    /// virtual time passes the other nodes' next deadline (a GC pause, SIGSTOP, a starved VM);
+    /// the node goes on once nobody else can move. obj: node index.
+    NodePause = 138,
 }
 
 /// Bits of the `flags` argument of the networking ops.
@@ -359,6 +363,7 @@ impl Op {
             135 => ConnReset,
             136 => ClockSkew,
             137 => Pause,
+            138 => NodePause,
             _ => return None,
         })
     }
@@ -425,6 +430,7 @@ impl Op {
             ConnReset => "reset",
             ClockSkew => "skew",
             Pause => "pause",
+            NodePause => "pause-node",
         }
     }
 

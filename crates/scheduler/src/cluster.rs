@@ -52,10 +52,13 @@ pub struct FaultBudget {
     /// nodes.
     #[serde(skip)]
     pub pauses: u32,
+    /// `pause-node` faults: every thread of a node stands still while time passes the other
+    /// nodes' next deadline (see `Model::pause_group`).
+    pub node_pauses: u32,
 }
 
 /// Fault kinds by name, as `--faults` and the config file spell them.
-pub const FAULT_KINDS: &str = "crash, restart, partition, reset, drop, skew, pause";
+pub const FAULT_KINDS: &str = "crash, restart, partition, reset, drop, skew, pause-node, pause";
 
 impl FaultBudget {
     /// The budget field of kind `name` (see [`FAULT_KINDS`]).
@@ -68,13 +71,14 @@ impl FaultBudget {
             "drop" => &mut self.drops,
             "skew" => &mut self.skews,
             "pause" => &mut self.pauses,
+            "pause-node" => &mut self.node_pauses,
             _ => return None,
         })
     }
 
-    /// Whether any node fault has a budget (pauses are not node faults).
+    /// Whether any node fault has a budget (thread pauses are not node faults; node pauses are).
     pub fn any(&self) -> bool {
-        self.crashes + self.restarts + self.partitions + self.resets + self.drops + self.skews > 0
+        self.crashes + self.restarts + self.partitions + self.resets + self.drops + self.skews + self.node_pauses > 0
     }
 }
 
@@ -133,6 +137,9 @@ pub struct Nodes {
     pub partitions: BTreeSet<(usize, usize)>,
     /// Each node's wall-clock skew in ns.
     pub skew: Vec<i64>,
+    /// `--run-for` was reached at this virtual time and the check was started then: its passing
+    /// ends the run as ran-for.
+    pub ran_for: Option<u64>,
     used: FaultBudget,
 }
 
@@ -140,7 +147,7 @@ impl Nodes {
     pub fn new(spec: ClusterSpec) -> Nodes {
         let n = spec.nodes.len();
         let phase = if n == 0 { Phase::Settling } else { Phase::StartingNodes };
-        Nodes { spec, phase, launched: 0, node_of: BTreeMap::new(), others: BTreeMap::new(), crashed: vec![false; n], partitions: BTreeSet::new(), skew: vec![0; n], used: FaultBudget::default() }
+        Nodes { spec, phase, launched: 0, node_of: BTreeMap::new(), others: BTreeMap::new(), crashed: vec![false; n], partitions: BTreeSet::new(), skew: vec![0; n], ran_for: None, used: FaultBudget::default() }
     }
 
     pub fn name(&self, node: usize) -> &str {
@@ -200,6 +207,11 @@ impl Nodes {
         }
     }
 
+    /// Whether node pauses may be offered now (the execution knows which nodes it could pause).
+    pub fn may_pause_node(&self) -> bool {
+        self.phase == Phase::Workload && self.used.node_pauses < self.spec.faults.node_pauses
+    }
+
     /// Whether a dropped-datagram alternative may be offered now.
     pub fn may_drop(&self) -> bool {
         self.phase == Phase::Workload && self.used.drops < self.spec.faults.drops
@@ -225,6 +237,7 @@ impl Nodes {
                 self.partitions.remove(&obj_pair(choice.obj));
             }
             Op::ConnReset => self.used.resets += 1,
+            Op::NodePause => self.used.node_pauses += 1,
             Op::DropDatagram => self.used.drops += 1,
             Op::ClockSkew => {
                 self.used.skews += 1;
@@ -235,12 +248,13 @@ impl Nodes {
     }
 
     /// Readable form of a fault choice for listings: "crash kv1", "partition kv1 | kv2", "pause
-    /// thread 2 until 1.000s". Without the cluster's spec, nodes are named by index.
+    /// thread 2 until 1.000s", "pause node kv1 while time passes". Without the cluster's spec, nodes are named by index.
     pub fn describe(spec: Option<&ClusterSpec>, choice: &Choice) -> String {
         let name = |n: usize| spec.and_then(|s| s.nodes.get(n)).map_or_else(|| format!("node {n}"), |s| s.name.clone());
         let skew_ms = |alt| spec.map_or(0, |s| skew_ns(&s.faults, alt) / 1_000_000);
         match choice.op {
             Op::NodeCrash | Op::NodeRestart => format!("{} {}", choice.op.name(), name(choice.obj as usize)),
+            Op::NodePause => format!("pause node {} while time passes", name(choice.obj as usize)),
             Op::Partition | Op::Heal | Op::ConnReset => {
                 let (a, b) = obj_pair(choice.obj);
                 let what = if choice.op == Op::ConnReset { "reset connections" } else { choice.op.name() };

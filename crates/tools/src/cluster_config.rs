@@ -51,6 +51,8 @@ pub struct FaultEntry {
     skew: u32,
     #[serde(default)]
     pause: u32,
+    #[serde(default, rename = "pause-node")]
+    pause_node: u32,
     /// How far a skewed clock is off.
     #[serde(default = "default_skew_ms")]
     skew_ms: u32,
@@ -103,7 +105,7 @@ pub fn load(path: &Path) -> anyhow::Result<ConfigFile> {
 
 impl FaultEntry {
     fn budget(&self) -> FaultBudget {
-        FaultBudget { crashes: self.crash, restarts: self.restart, partitions: self.partition, resets: self.reset, drops: self.drop, skews: self.skew, skew_ms: self.skew_ms, pauses: self.pause }
+        FaultBudget { crashes: self.crash, restarts: self.restart, partitions: self.partition, resets: self.reset, drops: self.drop, skews: self.skew, skew_ms: self.skew_ms, pauses: self.pause, node_pauses: self.pause_node }
     }
 }
 
@@ -248,6 +250,19 @@ mod tests {
         parse_faults("pause", &mut b).unwrap();
         assert_eq!(b.pauses, 1);
         assert!(!b.any(), "pauses are not node faults");
+    }
+
+    #[test]
+    fn node_pauses_are_a_node_fault_of_their_own() {
+        let c = parse("[[node]]\nname = \"a\"\nstart = \"x\"\n[faults]\npause-node = 2\npause = 1\n").unwrap();
+        let b = c.faults.budget();
+        assert_eq!((b.node_pauses, b.pauses), (2, 1));
+        assert!(b.any(), "a node pause needs nodes");
+        let mut b = FaultBudget::default();
+        parse_faults("pause-node:3", &mut b).unwrap();
+        assert_eq!((b.node_pauses, b.pauses), (3, 0));
+        let options = ClusterOptions { faults: Some("pause-node"), ..Default::default() };
+        assert!(resolve(&options).err().unwrap().to_string().contains("need nodes"));
     }
 
     #[test]

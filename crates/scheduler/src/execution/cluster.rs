@@ -1,8 +1,8 @@
 //! The cluster side of an execution (docs/cluster.md): launching the nodes one by one, then the
 //! workload once the nodes have settled, then the check; knowing which process is which node;
 //! judging their exits; and injecting the faults a strategy chose (crash, restart, partition,
-//! heal, connection reset, clock skew). The `pause` fault is offered here too, in any run with a
-//! pause budget; the model applies it.
+//! heal, connection reset, clock skew, node pause). The thread `pause` fault is offered here
+//! too, in any run with a pause budget; the model applies both kinds of pause.
 //!
 //! Launches are deterministic: dara starts one command at a time and takes no decision until its
 //! `ProcessStart` has arrived, so logical process ids follow the launch order on every run.
@@ -70,6 +70,26 @@ impl Execution<'_> {
         }
     }
 
+    /// `--run-for` is reached at `end`. A cluster run whose workload runs and that has a check
+    /// runs the check now, under control, with the nodes and the workload still up; the check
+    /// then gives the verdict (passing, the run ends as ran-for). Otherwise the run ends here.
+    pub(super) fn run_for_reached(&mut self, end: u64) -> Advance {
+        let ran_for = Advance::End(Outcome::RanFor { virtual_ns: end });
+        let Some(nodes) = self.nodes.as_mut() else { return ran_for };
+        match nodes.phase {
+            Phase::Check => Advance::Decide, // the check is on its way or running: it decides
+            Phase::Workload if nodes.spec.check.is_some() => {
+                nodes.ran_for = Some(end);
+                self.verdict = None;
+                match self.launch(Role::Check, false) {
+                    Ok(()) => Advance::Launched,
+                    Err(outcome) => Advance::End(outcome),
+                }
+            }
+            _ => ran_for,
+        }
+    }
+
     /// A connection made across a partition is reset as soon as it is established.
     fn enforce_partitions(&mut self) -> Advance {
         let partitioned = self.nodes.as_ref().is_some_and(|n| !n.partitions.is_empty());
@@ -86,9 +106,8 @@ impl Execution<'_> {
     /// input, a connection, a timer or a child (a receive, accept, poll, sleep or wait, whether
     /// or not something is ready for it), or is blocked on a lock or condition.
     fn node_waits(&self, node: usize) -> bool {
-        let Some(nodes) = &self.nodes else { return true };
         let serving = |op: Op| matches!(op, Op::NetRecv | Op::NetAccept | Op::NetPoll | Op::NetEpollWait | Op::Sleep | Op::ProcessWait);
-        self.model.live_threads().into_iter().filter(|t| self.thread_process.get(t).and_then(|p| nodes.node_of.get(p)) == Some(&node)).all(|t| match self.model.status(t) {
+        self.node_threads(node).into_iter().all(|t| match self.model.status(t) {
             Some(ThreadStatus::Pending(r)) => serving(r.op),
             Some(ThreadStatus::Blocked(_)) => true,
             _ => false,
@@ -189,6 +208,7 @@ impl Execution<'_> {
                     self.launch(Role::Check, false).err()
                 }
                 Phase::Check if code != 0 => Some(Outcome::CheckFailed { code }),
+                Phase::Check if let Some(virtual_ns) = nodes.ran_for => Some(Outcome::RanFor { virtual_ns }),
                 _ => Some(Outcome::Exited { code, location: None }),
             };
         }
@@ -207,6 +227,13 @@ impl Execution<'_> {
         }
         let Some(nodes) = &self.nodes else { return };
         nodes.fault_choices(|n| self.live_processes_of(n).next().is_some(), choices);
+        if nodes.may_pause_node() {
+            for node in 0..nodes.spec.nodes.len() {
+                if self.model.may_pause_group(&self.node_threads(node)) {
+                    choices.push(Choice { thread: crate::choice::FAULT_THREAD, kind: ChoiceKind::Fault, alt: 0, op: Op::NodePause, obj: node as u64 });
+                }
+            }
+        }
         if nodes.may_drop() {
             // A ready datagram receive may instead lose the datagram it would get.
             for (thread, request) in self.model.net_requests() {
@@ -248,6 +275,11 @@ impl Execution<'_> {
                 let (a, b) = obj_pair(choice.obj);
                 self.reset_between(a, b).err()
             }
+            Op::NodePause => {
+                let threads = self.node_threads(choice.obj as usize);
+                self.model.pause_group(&threads);
+                None
+            }
             _ => None, // heal and skew only change the books
         }
     }
@@ -272,6 +304,12 @@ impl Execution<'_> {
             }
             Err(e) => Err(Outcome::Uncontrolled { thread: 0, syscall: "connection reset".into(), detail: e.0 }),
         }
+    }
+
+    /// The live threads of `node`'s processes (none outside a cluster run).
+    fn node_threads(&self, node: usize) -> Vec<ThreadId> {
+        let Some(nodes) = &self.nodes else { return Vec::new() };
+        self.model.live_threads().into_iter().filter(|t| self.thread_process.get(t).and_then(|p| nodes.node_of.get(p)) == Some(&node)).collect()
     }
 
     /// The live processes of `node` (none outside a cluster run).

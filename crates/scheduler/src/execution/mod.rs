@@ -346,7 +346,14 @@ impl<'a> Execution<'a> {
             cfg,
             region,
             tree,
-            model: if cfg.preempt.coarse { Model::with_time(&cfg.time).with_coarse_steps() } else { Model::with_time(&cfg.time) },
+            model: {
+                let model = Model::with_time(&cfg.time).with_pause_horizon(cfg.time.run_for_ns.unwrap_or(u64::MAX).min(cfg.max_vtime_ns));
+                if cfg.preempt.coarse {
+                    model.with_coarse_steps()
+                } else {
+                    model
+                }
+            },
             started: Instant::now(),
             memory: TargetMemory::default(),
             steps: Vec::new(),
@@ -410,7 +417,11 @@ impl<'a> Execution<'a> {
                 cluster::Advance::Decide => {}
             }
             if let Some(end) = self.cfg.time.run_for_ns.filter(|&t| self.model.now() >= t) {
-                return Outcome::RanFor { virtual_ns: end };
+                match self.run_for_reached(end) {
+                    cluster::Advance::Launched => continue,
+                    cluster::Advance::End(outcome) => return outcome,
+                    cluster::Advance::Decide => {}
+                }
             }
             let mut choices = self.model.choices();
             match self.await_outside(&choices, stop) {

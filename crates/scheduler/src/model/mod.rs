@@ -11,6 +11,7 @@
 //! * `report.rs`: the deadlock report (who waits for what, held by whom).
 //! * `clock.rs`: the virtual clock.
 //! * `net.rs`: readiness of sockets, pipes and poll/epoll as probed by the driver.
+//! * `pause.rs`: which threads a `pause` fault stopped, and in which pause.
 //!
 //! Timers: a thread whose request has a deadline offers `Timeout` next to (or instead of) `Run`
 //! once its timer is *due* — the clock has reached the deadline (`TimerPolicy::Deadline`, the
@@ -18,11 +19,13 @@
 //! clock to the earliest pending deadline ([`Model::jump_to_next_deadline`]); timers due at the
 //! same instant are then a choice. A *paused* thread ([`Model::pause`], the `pause` fault) offers
 //! nothing while any other thread can move: virtual time passes the others' next deadline while it
-//! stands still, as a thread stopped by a GC pause or a starved VM would.
+//! stands still, as a thread stopped by a GC pause or a starved VM would. A node pause
+//! ([`Model::pause_group`]) stops a set of threads (a node's) the same way, all at once; its
+//! clock jump comes once the others cannot move (see `pause.rs`).
 //!
 //! Determinism: every collection that is iterated is ordered (BTreeMap / Vec in arrival order),
 //! so the same sequence of posts and choices yields the same enabled sets on every run.
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use dara_abi::Op;
 
@@ -34,6 +37,7 @@ mod clock;
 pub mod net;
 mod objects;
 mod ops;
+mod pause;
 mod process;
 mod report;
 mod thread;
@@ -72,9 +76,10 @@ pub struct Model {
     clock: VirtualClock,
     timers: TimerPolicy,
     /// Threads a `pause` fault stopped: they offer choices only when nobody else can move.
-    paused: BTreeSet<ThreadId>,
-    /// `pause` faults taken so far (against the budget).
-    pauses: u32,
+    paused: pause::Pauses,
+    /// A pause never moves the clock past this: where the execution ends (its virtual-time bound
+    /// or `--run-for`; None: no end). A pause past it would end the run as a hang of dara's making.
+    pause_horizon: Option<u64>,
     /// Every thread ever registered, by slot. Slots are never reused within an execution.
     threads: BTreeMap<ThreadId, Thread>,
     objects: Objects,
@@ -95,6 +100,11 @@ impl Model {
     /// A model whose clock and timers follow `time`.
     pub fn with_time(time: &TimeConfig) -> Model {
         Model { clock: VirtualClock::new(time.step_ns), timers: time.timers, ..Model::default() }
+    }
+
+    /// The same model with pauses that never move the clock past `horizon` (the end of the run).
+    pub fn with_pause_horizon(self, horizon: u64) -> Model {
+        Model { pause_horizon: Some(horizon), ..self }
     }
 
     /// The same model for an execution that takes coarse steps (see [`Model::post`]).
@@ -142,15 +152,16 @@ impl Model {
     pub fn choices(&self) -> Vec<Choice> {
         let mut out = Vec::new();
         for (&id, thread) in &self.threads {
-            if !self.paused.contains(&id) {
+            if !self.paused.contains(id) {
                 self.thread_choices(id, thread, &mut out);
             }
         }
-        if out.is_empty() {
-            // Paused threads go on once nobody else can move at this instant.
-            for id in &self.paused {
-                if let Some(thread) = self.threads.get(id) {
-                    self.thread_choices(*id, thread, &mut out);
+        if out.is_empty() && !self.paused.jump_due() {
+            // Paused threads go on once nobody else can move at this instant (after a node
+            // pause's jump: until then, nothing is offered and the driver jumps).
+            for id in self.paused.threads() {
+                if let Some(thread) = self.threads.get(&id) {
+                    self.thread_choices(id, thread, &mut out);
                 }
             }
         }
@@ -165,13 +176,30 @@ impl Model {
     /// The earliest deadline still ahead of the clock among the live threads' timers, leaving
     /// out `except`'s.
     pub fn next_deadline(&self, except: Option<ThreadId>) -> Option<u64> {
+        self.next_deadline_outside(&|id| Some(id) == except)
+    }
+
+    /// The earliest deadline still ahead of the clock among the timers of the threads that are
+    /// not `inside`.
+    fn next_deadline_outside(&self, inside: &dyn Fn(ThreadId) -> bool) -> Option<u64> {
         let now = self.clock.now();
-        self.threads.iter().filter(|(&id, _)| Some(id) != except).filter_map(|(_, t)| ops::timer(t)).filter(|&d| d > now).min()
+        self.threads.iter().filter(|(&id, _)| !inside(id)).filter_map(|(_, t)| ops::timer(t)).filter(|&d| d > now).min()
     }
 
     /// Nothing can move: the clock jumps to the earliest pending deadline, whose timers are now
     /// due. Returns the new time, or None when no timer is pending (a deadlock).
+    ///
+    /// A node pause whose jump is due takes it instead: to the earliest deadline of the threads
+    /// that are not paused (if they have none before the pause horizon, the clock stays), after
+    /// which the paused threads are offered again.
     pub fn jump_to_next_deadline(&mut self) -> Option<u64> {
+        if self.paused.jump_due() {
+            self.paused.jumped();
+            if let Some(deadline) = self.next_deadline_outside(&|id| self.paused.contains(id)).filter(|&d| self.before_pause_horizon(d)) {
+                self.clock.advance_to(deadline);
+            }
+            return Some(self.clock.now());
+        }
         let deadline = self.next_deadline(None)?;
         self.clock.advance_to(deadline);
         Some(deadline)
@@ -183,11 +211,12 @@ impl Model {
     }
 
     /// The threads a `pause` fault could stop now, each with the time the clock would jump to:
-    /// threads that could move, while another thread has a timer ahead.
+    /// threads that could move, while another thread has a timer ahead (before the pause
+    /// horizon).
     pub fn pausable(&self) -> Vec<(ThreadId, u64)> {
         let mut movers: Vec<ThreadId> = self.choices().iter().map(|c| c.thread).collect();
         movers.dedup();
-        movers.into_iter().filter(|t| !self.paused.contains(t)).filter_map(|t| self.next_deadline(Some(t)).map(|d| (t, d))).collect()
+        movers.into_iter().filter(|&t| !self.paused.contains(t)).filter_map(|t| self.next_deadline(Some(t)).map(|d| (t, d))).filter(|&(_, d)| self.before_pause_horizon(d)).collect()
     }
 
     /// The `pause` fault: `thread` stops being scheduled and virtual time passes the other
@@ -195,20 +224,44 @@ impl Model {
     /// move. Returns the new time (None, and nothing changes, when no other timer is ahead).
     pub fn pause(&mut self, thread: ThreadId) -> Option<u64> {
         let deadline = self.next_deadline(Some(thread))?;
-        self.paused.insert(thread);
-        self.pauses += 1;
+        self.paused.start_thread_pause(thread);
         self.clock.advance_to(deadline);
         Some(deadline)
     }
 
-    /// How many `pause` faults this execution took.
+    /// Whether a node pause of `threads` (a node's live threads) may be taken now: one of them is
+    /// live, none stands still already, and another thread has a timer ahead, past which the
+    /// clock could move while they stand still.
+    pub fn may_pause_group(&self, threads: &[ThreadId]) -> bool {
+        let live = threads.iter().any(|t| self.threads.get(t).is_some_and(Thread::is_live));
+        live && !threads.iter().any(|&t| self.paused.contains(t)) && self.next_deadline_outside(&|id| threads.contains(&id)).is_some()
+    }
+
+    /// The node pause: every one of `threads` stops being scheduled; the others go on, and once
+    /// none of them can move the clock jumps to their next deadline (see `pause.rs`); the paused
+    /// threads go on together once nobody else can move after that (a pause ends when one of its
+    /// threads is chosen). False, and nothing changes, unless [`Model::may_pause_group`]. Not
+    /// booked against the thread pause budget.
+    pub fn pause_group(&mut self, threads: &[ThreadId]) -> bool {
+        if !self.may_pause_group(threads) {
+            return false;
+        }
+        self.paused.start_node_pause(threads);
+        true
+    }
+
+    /// How many thread `pause` faults this execution took (node pauses are the cluster's to count).
     pub fn pauses_taken(&self) -> u32 {
-        self.pauses
+        self.paused.thread_pauses()
+    }
+
+    fn before_pause_horizon(&self, t: u64) -> bool {
+        self.pause_horizon.is_none_or(|h| t <= h)
     }
 
     /// Whether `thread` is stopped by a `pause` fault.
     pub fn is_paused(&self, thread: ThreadId) -> bool {
-        self.paused.contains(&thread)
+        self.paused.contains(thread)
     }
 
     /// Applies a choice previously returned by `choices()`; advances the clock.
@@ -221,7 +274,7 @@ impl Model {
             return Effect::Blocked;
         }
         self.clock.tick();
-        self.paused.remove(&choice.thread);
+        self.paused.chosen(choice.thread);
         let step = match choice.kind {
             ChoiceKind::Run => self.run(choice.thread, choice.alt, mem),
             ChoiceKind::Timeout => self.time_out(choice.thread, mem),
@@ -250,7 +303,7 @@ impl Model {
             self.threads.iter().filter(|(_, t)| t.process == process && t.is_live()).map(|(&id, _)| id).collect();
         for id in dead {
             self.objects.forget_waiter(id);
-            self.paused.remove(&id);
+            self.paused.forget(id);
             if let Some(t) = self.threads.get_mut(&id) {
                 t.phase = Phase::Exited;
             }
@@ -303,7 +356,7 @@ impl Model {
     }
 
     fn offers(&self, choice: &Choice) -> bool {
-        if self.paused.contains(&choice.thread) {
+        if self.paused.contains(choice.thread) {
             return self.choices().contains(choice);
         }
         let Some(thread) = self.threads.get(&choice.thread) else { return false };

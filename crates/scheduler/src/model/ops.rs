@@ -210,7 +210,7 @@ impl Model {
             | Op::MemoryWrite
             | Op::ClockRead => Step::Grant(0),
             // Never posted by a thread (faults are the driver's own choices).
-            Op::NodeCrash | Op::NodeRestart | Op::Partition | Op::Heal | Op::DropDatagram | Op::ConnReset | Op::ClockSkew | Op::Pause => Step::Grant(0),
+            Op::NodeCrash | Op::NodeRestart | Op::Partition | Op::Heal | Op::DropDatagram | Op::ConnReset | Op::ClockSkew | Op::Pause | Op::NodePause => Step::Grant(0),
             Op::ThreadJoin => Step::Grant(if r.args[0] == u64::from(me) { EDEADLK } else { 0 }),
             Op::ProcessWait => Step::Grant(self.apply_wait(process, &r, alt)),
 

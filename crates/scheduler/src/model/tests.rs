@@ -772,6 +772,53 @@ fn pause_needs_another_thread_with_a_timer_ahead() {
     assert!(!s.m.is_paused(1));
 }
 
+/// A node pause: both threads of one node stand still (one could move, one sleeps with a timer
+/// before the other node's); the others finish what they can do at this instant, then the clock
+/// jumps past the node's own timer to the others' next deadline, and once they are quiet again
+/// the paused node goes on as a whole.
+#[test]
+fn a_node_pause_stops_all_its_threads_and_ends_for_all_of_them() {
+    let mut s = Sim::at_deadlines(4);
+    // Threads 1 and 2 are "the node"; thread 3 waits 300 ms, thread 4 can still move.
+    s.post(1, Op::Yield, [0; 4]);
+    s.post(2, Op::Sleep, [50_000_000, 0, 0, 0]);
+    s.post(3, Op::Sleep, [300_000_000, 0, 0, 0]);
+    s.post(4, Op::Yield, [0; 4]);
+    assert!(s.m.may_pause_group(&[1, 2]), "thread 3 has a timer ahead");
+    let before = s.m.now();
+    assert!(s.m.pause_group(&[1, 2]));
+    assert!(!s.m.may_pause_group(&[1, 2]), "already paused");
+    assert!(!s.m.pause_group(&[2]));
+    assert_eq!(s.m.now(), before, "no jump while the others can move");
+    assert_eq!(s.offered(1), vec![]);
+    assert_eq!(s.run(4), grant(0));
+    s.post(4, Op::Sleep, [NO_DEADLINE, 0, 0, 0]);
+    assert_eq!(s.m.choices(), vec![], "nobody else can move: the jump is due");
+    assert_eq!(s.m.jump_to_next_deadline(), Some(300_000_000), "past the node's own 50 ms timer");
+    assert_eq!(s.offered(1), vec![]);
+    assert_eq!(s.offered(2), vec![], "its timer is due, but the node stands still");
+    assert_eq!(s.offered(3), vec![(ChoiceKind::Timeout, 0)]);
+    assert_eq!(s.timeout(3), grant(0));
+    s.post(3, Op::Sleep, [NO_DEADLINE, 0, 0, 0]);
+    assert_eq!(s.offered(1), vec![(ChoiceKind::Run, 0)], "nobody else can move: the node goes on");
+    assert_eq!(s.offered(2), vec![(ChoiceKind::Timeout, 0)]);
+    assert_eq!(s.timeout(2), grant(0));
+    assert!(!s.m.is_paused(1) && !s.m.is_paused(2), "the pause ended for the whole node");
+    assert_eq!(s.m.pauses_taken(), 0, "a node pause is not a thread pause");
+}
+
+#[test]
+fn a_node_pause_needs_a_timer_ahead_outside_the_node() {
+    let mut s = Sim::at_deadlines(3);
+    s.post(1, Op::Yield, [0; 4]);
+    s.post(2, Op::Sleep, [50_000_000, 0, 0, 0]);
+    s.post(3, Op::Yield, [0; 4]);
+    assert!(!s.m.may_pause_group(&[1, 2]));
+    assert!(!s.m.pause_group(&[1, 2]));
+    assert!(!s.m.is_paused(1));
+    assert!(!s.m.may_pause_group(&[]), "a node with no live thread");
+}
+
 /// Coarse steps (a recording): a condition wait takes effect when posted, because the real mutex
 /// is already free and other threads take it without a post. The next owner's signal finds the
 /// waiter; the waiter's timer is still a choice.

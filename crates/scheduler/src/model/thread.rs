@@ -165,6 +165,7 @@ impl Request {
             | Op::ConnReset
             | Op::ClockSkew
             | Op::Pause
+            | Op::NodePause
             | Op::NetRecv
             | Op::NetSend
             | Op::NetAccept

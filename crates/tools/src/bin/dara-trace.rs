@@ -91,8 +91,9 @@ struct Cli {
     #[arg(long, value_name = "CMD")]
     cleanup: Option<String>,
     /// Faults to inject, each kind with a budget per execution: KIND[:N],... with KIND one of
-    /// crash, restart, partition, reset, drop, skew (these need nodes: --config) or pause (a
-    /// thread stops while virtual time passes others' deadlines: early timeouts; any program),
+    /// crash, restart, partition, reset, drop, skew, pause-node (these need nodes: --config;
+    /// pause-node stops every thread of a node while time passes the others' deadlines) or pause
+    /// (a thread stops while virtual time passes others' deadlines: early timeouts; any program),
     /// N defaulting to 1; or `none`.
     #[arg(long, value_name = "LIST")]
     faults: Option<String>,
@@ -105,7 +106,7 @@ struct Cli {
     #[arg(long, value_name = "NS", default_value_t = dara_scheduler::time::DEFAULT_STEP_NS)]
     step_cost: u64,
     /// Stop each execution after this many virtual seconds and judge it as it stands (an endless
-    /// server or chaos loop is then not a hang).
+    /// server or chaos loop is then not a hang); a cluster run's check runs then and judges it.
     #[arg(long, value_name = "SECONDS")]
     run_for: Option<f64>,
     /// Most nodes crashed per execution (same as crash:N in --faults).
