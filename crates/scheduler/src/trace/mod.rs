@@ -35,6 +35,9 @@ pub const MAGIC: [u8; 8] = *b"DARATRC\0";
 pub const FORMAT_VERSION: u32 = 6;
 /// Largest header JSON a reader accepts (and a writer produces).
 pub const MAX_HEADER_BYTES: u32 = 1 << 20;
+/// Largest trace file a reader takes. Files are read whole, so this bounds what reading one
+/// costs; a recording of millions of requests stays far below it.
+pub const MAX_TRACE_BYTES: u64 = 4 << 30;
 /// Largest outcome JSON a reader accepts (and a writer produces).
 pub const MAX_OUTCOME_BYTES: u32 = 16 << 20;
 

@@ -613,3 +613,14 @@ fn truncation_inside_the_coverage_section_names_the_field() {
     let err = decode(&bytes[..cut], "cut.bin").unwrap_err().to_string();
     assert!(err.contains("coverage: process 0 module 0 path length") && err.contains("truncated"), "{err}");
 }
+
+/// A device is refused before it is read: `/dev/zero` never ends.
+#[test]
+fn read_file_refuses_devices_and_directories() {
+    for path in ["/dev/zero", "/"] {
+        match read_file(Path::new(path)) {
+            Err(TraceError::Io { cause, .. }) => assert_eq!(cause.kind(), std::io::ErrorKind::InvalidInput, "{path}: {cause}"),
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+}

@@ -18,7 +18,12 @@ use dara_scheduler::execution::ExecutionReport;
 use dara_scheduler::trace::{self, Trace};
 use dara_scheduler::Outcome;
 use dara_tools::listing;
+use dara_tools::memory_bound::{self, BoundedAllocator, DEFAULT_MAX_MEMORY_MIB};
 use dara_tools::setup::{self, MachineOptions, STOP};
+
+/// Every allocation is counted against `--max-memory` (docs/trace-format.md, "Bounds").
+#[global_allocator]
+static ALLOCATOR: BoundedAllocator = BoundedAllocator;
 
 /// Re-execute a dara trace deterministically and print the interleaving that led to its outcome.
 #[derive(Parser, Debug)]
@@ -32,6 +37,9 @@ struct Cli {
     /// Do not print the interleaving.
     #[arg(short, long)]
     quiet: bool,
+    /// Most memory (MiB) dara-replay itself may hold; past it the replay stops with exit 2.
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MAX_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(1..))]
+    max_memory: u64,
     #[command(flatten)]
     machine: MachineOptions,
 }
@@ -48,6 +56,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
+    memory_bound::set_max_memory_mib("dara-replay", cli.max_memory);
     setup::init_process()?;
     let recorded = trace::read_file(&cli.trace)?;
     setup::check_left_out_env(&recorded.header, "dara-replay")?;
