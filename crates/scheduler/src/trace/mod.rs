@@ -96,6 +96,24 @@ use crate::choice::{Choice, ProcessId};
 use crate::coverage::ProcessCoverage;
 use crate::outcome::Outcome;
 
+/// Files an execution opened for writing (its processes' `open`, `openat` and `fopen` calls with
+/// a writing flag or mode, as absolute paths, first opened first; devices, `/proc`, `/sys`,
+/// pipes, sockets and deleted files left out). A replay starts from the disk as the recorded run
+/// left it, so these are the first suspects when it diverges.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WrittenFiles {
+    pub paths: Vec<String>,
+    /// More files were opened for writing than the preload's table holds (32).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub more: bool,
+}
+
+impl WrittenFiles {
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty() && !self.more
+    }
+}
+
 /// Everything needed to re-run the execution.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceHeader {
@@ -138,6 +156,9 @@ pub struct TraceHeader {
     pub setup: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cleanup: Option<String>,
+    /// Files the run opened for writing: on-disk state a replay finds as the run left it.
+    #[serde(default, skip_serializing_if = "WrittenFiles::is_empty")]
+    pub written: WrittenFiles,
     /// Peers outside dara could talk to the program (a recording run): listeners were split and
     /// the outside section holds the inputs a replay feeds back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

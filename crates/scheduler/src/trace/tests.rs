@@ -52,6 +52,7 @@ fn header() -> TraceHeader {
         outside: true,
         stdin: true,
         time: crate::time::TimeConfig { timers: crate::time::TimerPolicy::Any, step_ns: 250, pauses: 2, run_for_ns: Some(30_000_000_000) },
+        written: WrittenFiles { paths: vec!["/work/fixtures/server.pid".into()], more: true },
     }
 }
 
