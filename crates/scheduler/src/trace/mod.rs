@@ -84,7 +84,7 @@ pub(crate) const FIXED_BYTES: usize = 8 + 4 + 4 + 8 + 4 + 1 + 1 + 8;
 /// FNV-1a, 64-bit: the file checksum. Not cryptographic; it catches truncation, bit rot and
 /// accidental edits. Every single-byte change to the covered bytes changes the result (each
 /// round is a bijection of the state for a fixed byte, and injective in the byte).
-pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     bytes.iter().fold(OFFSET_BASIS, |h, &b| (h ^ u64::from(b)).wrapping_mul(PRIME))
