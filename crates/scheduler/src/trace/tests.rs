@@ -619,7 +619,7 @@ fn truncation_inside_the_coverage_section_names_the_field() {
 #[test]
 fn read_file_refuses_devices_and_directories() {
     for path in ["/dev/zero", "/"] {
-        match read_file(Path::new(path)) {
+        match read_file(std::path::Path::new(path)) {
             Err(TraceError::Io { cause, .. }) => assert_eq!(cause.kind(), std::io::ErrorKind::InvalidInput, "{path}: {cause}"),
             other => panic!("{path}: {other:?}"),
         }
