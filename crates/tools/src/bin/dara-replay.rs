@@ -21,7 +21,7 @@ use dara_tools::listing;
 use dara_tools::memory_bound::{self, BoundedAllocator, DEFAULT_MAX_MEMORY_MIB};
 use dara_tools::setup::{self, MachineOptions, STOP};
 
-/// Every allocation is counted against `--max-memory` (docs/trace-format.md, "Bounds").
+/// Every allocation is counted against `--max-memory` (docs/trace-format.md, "Bounds on reading").
 #[global_allocator]
 static ALLOCATOR: BoundedAllocator = BoundedAllocator;
 
