@@ -34,7 +34,7 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 12;
+pub const VERSION: u32 = 13;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -578,7 +578,27 @@ pub struct Header {
     /// datagrams to that address go to dara's end. Written by the scheduler before the program
     /// can see the connection or datagram; reused round-robin.
     pub relayed: [RelayedPeer; MAX_RELAYED],
+    /// Files the program opened for writing, each noted once by the preload's open hooks: a
+    /// recording stores their names, so a replay that diverges can say which on-disk state the
+    /// recorded run changed. Entries claimed so far; more than [`MAX_WRITTEN_FILES`] means some
+    /// were not noted.
+    pub written_count: AtomicU32,
+    pub written: [WrittenFile; MAX_WRITTEN_FILES],
     pub processes: [ProcessEntry; MAX_PROCESSES],
+}
+
+/// Entries of [`Header::written`].
+pub const MAX_WRITTEN_FILES: usize = 32;
+/// Longest path a [`WrittenFile`] holds, in bytes; a longer one is not noted.
+pub const WRITTEN_PATH_MAX: usize = 252;
+
+/// One file opened for writing, by its absolute path (as `/proc/self/fd/N` names it).
+#[repr(C)]
+pub struct WrittenFile {
+    /// Bytes of `path` in use; 0 while the entry is being written or unused. Stored last
+    /// (Release), so a reader that sees it non-zero sees the path.
+    pub len: AtomicU32,
+    pub path: [AtomicU8; WRITTEN_PATH_MAX],
 }
 
 /// [`RelayedPeer::flags`].
@@ -682,6 +702,7 @@ pub const fn slot_offset(i: usize) -> usize {
 }
 
 const _: () = assert!(core::mem::size_of::<Slot>() == 384);
+const _: () = assert!(core::mem::size_of::<WrittenFile>() == 256);
 const _: () = assert!(core::mem::align_of::<Slot>() == 64);
 const _: () = assert!(core::mem::size_of::<Header>() % 64 == 0);
 const _: () = assert!(REGION_SIZE % 64 == 0);

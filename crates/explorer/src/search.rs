@@ -353,7 +353,9 @@ impl<'a> Judge<'a> {
         }
         let mut exec = self.cfg.execution.clone();
         exec.random_seed = execution_random_seed(self.cfg.seed, k);
-        let trace = Trace { header: header_for(self.cfg, &exec, k, self.strategy.clone()), steps: report.steps.clone(), outcome: report.outcome.clone(), coverage: report.coverage.clone(), outside: report.outside.clone() };
+        let mut header = header_for(self.cfg, &exec, k, self.strategy.clone());
+        header.written = report.written_files.clone();
+        let trace = Trace { header, steps: report.steps.clone(), outcome: report.outcome.clone(), coverage: report.coverage.clone(), outside: report.outside.clone() };
         let last = self.cfg.out_dir.join("trace.bin");
         trace::write_file(&last, &trace)?;
         self.last_trace = Some(last);
@@ -418,6 +420,7 @@ fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: Stri
         outside: !exec.outside.is_closed(),
         stdin: exec.outside.stdin(),
         time: exec.time,
+        written: Default::default(),
     }
 }
 

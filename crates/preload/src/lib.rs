@@ -14,7 +14,7 @@
 //! [`coverage`] counts sancov edges of instrumented programs into the region (and posts
 //! `EdgeQuantum` every N edges under `--preempt-on edges:N`); [`access`] turns sancov load/store
 //! callbacks into memory-level scheduling points (`--preempt-on memory`); [`fault`] names the
-//! faulting function of a crash.
+//! faulting function of a crash; [`written`] notes the files the program opens for writing.
 //!
 //! [`solo`] lets a single-threaded process (and in a recording, every thread) take and release
 //! its private locks without a post; [`unposted`] lets a recording send and receive on TCP sockets
@@ -58,3 +58,4 @@ pub mod trap;
 pub mod unposted;
 pub mod vclock;
 pub mod vdso;
+pub mod written;

@@ -98,7 +98,7 @@ pub fn executable_is_instrumented(pid: u32) -> bool {
     if let Some(&answer) = known.get(&key) {
         return answer;
     }
-    let answer = std::fs::read(&key.0).ok().is_some_and(|bytes| calls_receiver(&bytes));
+    let answer = dara_tracer::image::read(&key.0).ok().is_some_and(|bytes| calls_receiver(&bytes));
     known.insert(key, answer);
     answer
 }

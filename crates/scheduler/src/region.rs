@@ -117,6 +117,24 @@ impl Region {
         unsafe { &*(self.map.as_ptr().add(dara_abi::ACCESS_TABLE_OFFSET) as *const dara_abi::AccessTable) }
     }
 
+    /// Files the program opened for writing, as the preload noted them (in the order first
+    /// opened), and whether more were opened than the table holds.
+    pub fn written_files(&self) -> (Vec<String>, bool) {
+        let header = self.header();
+        let claimed = header.written_count.load(Ordering::Acquire) as usize;
+        let files = header
+            .written
+            .iter()
+            .take(claimed)
+            .filter_map(|entry| {
+                let len = (entry.len.load(Ordering::Acquire) as usize).min(dara_abi::WRITTEN_PATH_MAX);
+                let bytes: Vec<u8> = entry.path[..len].iter().map(|b| b.load(Ordering::Relaxed)).collect();
+                (len > 0).then(|| String::from_utf8_lossy(&bytes).into_owned())
+            })
+            .collect();
+        (files, claimed > dara_abi::MAX_WRITTEN_FILES)
+    }
+
     /// Number of slots claimed so far (bounded by MAX_SLOTS).
     pub fn claimed_slots(&self) -> usize {
         (self.header().next_slot.load(Ordering::Acquire) as usize).min(MAX_SLOTS)

@@ -28,13 +28,16 @@ impl Symbolizer {
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return Symbolizer::default() };
         let mut bases: BTreeMap<PathBuf, u64> = BTreeMap::new();
         for line in maps.lines() {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            if fields.len() < 6 || !fields[5].starts_with('/') {
+            let mut fields = line.splitn(6, ' ');
+            let (Some(range), Some(offset), Some(path)) = (fields.next(), fields.nth(1), fields.nth(2)) else { continue };
+            let path = path.trim_start();
+            // `/dev/zero (deleted)` is a shared anonymous mapping, not a file.
+            if !path.starts_with('/') || path.ends_with(" (deleted)") {
                 continue;
             }
-            let (Some(start), Ok(offset)) = (fields[0].split('-').next().and_then(|s| u64::from_str_radix(s, 16).ok()), u64::from_str_radix(fields[2], 16)) else { continue };
+            let (Some(start), Ok(offset)) = (range.split('-').next().and_then(|s| u64::from_str_radix(s, 16).ok()), u64::from_str_radix(offset, 16)) else { continue };
             if offset == 0 {
-                bases.entry(PathBuf::from(fields[5])).or_insert(start);
+                bases.entry(PathBuf::from(path)).or_insert(start);
             }
         }
         let images = bases.into_iter().filter_map(|(path, base)| load_image(&path, Some(base))).collect();
@@ -65,7 +68,7 @@ pub fn name_in_file(path: &str, vaddr: u64) -> Option<String> {
 /// The symbols of the ELF file at `path`, loaded at `base` (the address of its first mapping),
 /// or at its link-time addresses for `None`.
 fn load_image(path: &PathBuf, base: Option<u64>) -> Option<Image> {
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = dara_tracer::image::read(path).ok()?;
     let elf = goblin::elf::Elf::parse(&bytes).ok()?;
     let first = elf.program_headers.iter().filter(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD).map(|ph| ph.p_vaddr).min()?;
     let end = elf.program_headers.iter().filter(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD).map(|ph| ph.p_vaddr + ph.p_memsz).max()?;
@@ -124,6 +127,23 @@ mod tests {
         assert_eq!(s.name(base).as_deref(), Some("DARA_SYMBOLIZER_PROBE"));
         assert_eq!(s.name(base + 8).as_deref(), Some("DARA_SYMBOLIZER_PROBE+8"));
         assert_eq!(s.name(0x10), None);
+    }
+
+    /// nginx maps its shared zones as shared anonymous memory, listed as `/dev/zero (deleted)`:
+    /// reading that "file" whole never ended (a replay grew to 24 GB).
+    #[test]
+    fn skips_shared_anonymous_mappings() {
+        const LEN: usize = 1 << 16;
+        // SAFETY: a fresh anonymous mapping, no existing memory is touched; unmapped below.
+        let zone = unsafe { libc::mmap(std::ptr::null_mut(), LEN, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0) };
+        assert_ne!(zone, libc::MAP_FAILED);
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(maps.contains("/dev/zero (deleted)"), "{maps}");
+        let s = Symbolizer::for_process(std::process::id());
+        assert!(s.name(std::ptr::addr_of!(DARA_SYMBOLIZER_PROBE) as u64).is_some());
+        assert_eq!(s.name(zone as u64), None);
+        // SAFETY: `zone` is the LEN-byte mapping made above and nothing refers to it any more.
+        unsafe { libc::munmap(zone, LEN) };
     }
 
     #[test]

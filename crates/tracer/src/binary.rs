@@ -33,7 +33,7 @@ fn is_executable(p: &Path) -> bool {
 
 /// Reads the start of `path` and classifies it.
 pub fn classify(path: &Path) -> std::io::Result<BinaryKind> {
-    let bytes = std::fs::read(path)?;
+    let bytes = crate::image::read(path)?;
     if let Some(rest) = bytes.strip_prefix(b"#!") {
         let line = rest.split(|b| *b == b'\n').next().unwrap_or_default();
         let line = String::from_utf8_lossy(line);
@@ -56,7 +56,7 @@ pub fn classify(path: &Path) -> std::io::Result<BinaryKind> {
 
 /// GNU build-id of an ELF file as lower-case hex, if it has one.
 pub fn build_id(path: &Path) -> Option<String> {
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = crate::image::read(path).ok()?;
     let elf = goblin::elf::Elf::parse(&bytes).ok()?;
     let notes = elf.iter_note_headers(&bytes)?;
     for note in notes.flatten() {

@@ -2,6 +2,7 @@
 //!
 //! * [`binary`]: what the command is (dynamic ELF, static ELF, script) and refusing what dara
 //!   cannot control yet.
+//! * [`image`]: reading an ELF file whole, only when it is a regular file of sane size.
 //! * [`launch`]: starting the command with the preload injected, ASLR off, in its own process
 //!   group, pinned to one CPU, dying with dara.
 //! * [`pidns`]: a PID namespace (and a private /proc) per execution, so pids repeat across runs.
@@ -9,6 +10,7 @@
 //!
 //! The scheduler talks to this crate through [`ProcessTree`] only: spawn, receive exits, kill all.
 pub mod binary;
+pub mod image;
 pub mod launch;
 pub mod pidns;
 pub mod reaper;

@@ -4,13 +4,24 @@
 //! program's dynamic loader opens its libraries before the preload is back. glibc's own code does
 //! not read these devices (it uses `getrandom`, which is trapped).
 //!
+//! Every other open that asks for writing is noted in the region ([`crate::written`]): a replay
+//! that diverges names the files the recorded run wrote.
+//!
 //! `open` and `openat` are variadic in C; on x86-64 the optional `mode` travels in the register
 //! a fixed third (fourth) parameter would use, so declaring it fixed and passing it on unchanged
 //! is exact.
 use libc::{c_char, c_int, c_uint, FILE};
 
 use super::set_errno;
-use crate::{entropy, real, region};
+use crate::{entropy, real, region, written};
+
+/// Passes on the result of a real open, noting the file when it was opened for writing.
+fn opened(fd: c_int, flags: c_int) -> c_int {
+    if fd >= 0 && written::writes(flags) {
+        written::note(fd);
+    }
+    fd
+}
 
 /// The fd of a fresh random-device file if `path` names one and dara is active, else `None`.
 ///
@@ -33,25 +44,25 @@ unsafe fn random_device(path: *const c_char, cloexec: bool) -> Option<c_int> {
 #[no_mangle]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the program's own arguments.
-    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| real::open(path, flags, mode)) }
+    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| opened(real::open(path, flags, mode), flags)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the program's own arguments.
-    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| real::open64(path, flags, mode)) }
+    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| opened(real::open64(path, flags, mode), flags)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the program's own arguments (the device paths are absolute, so `dir` is moot).
-    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| real::openat(dir, path, flags, mode)) }
+    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| opened(real::openat(dir, path, flags, mode), flags)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn openat64(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the program's own arguments.
-    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| real::openat64(dir, path, flags, mode)) }
+    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| opened(real::openat64(dir, path, flags, mode), flags)) }
 }
 
 /// `fopen` of a random device: the seeded file wrapped in a stdio stream.
@@ -68,14 +79,27 @@ unsafe fn fopen_random(path: *const c_char, mode: *const c_char) -> Option<*mut 
     Some(unsafe { real::fdopen(fd, mode) })
 }
 
+/// Passes on the result of a real fopen, noting the file when `mode` asks for writing.
+///
+/// # Safety
+/// `file` is null or a stream fopen returned; `mode` the program's mode string.
+unsafe fn fopened(file: *mut FILE, mode: *const c_char) -> *mut FILE {
+    // SAFETY: per the caller.
+    if !file.is_null() && region::active() && unsafe { written::mode_writes(mode) } {
+        // SAFETY: `file` is a live stream.
+        written::note(unsafe { libc::fileno(file) });
+    }
+    file
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
     // SAFETY: the program's own arguments.
-    unsafe { fopen_random(path, mode).unwrap_or_else(|| real::fopen(path, mode)) }
+    unsafe { fopen_random(path, mode).unwrap_or_else(|| fopened(real::fopen(path, mode), mode)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
     // SAFETY: the program's own arguments.
-    unsafe { fopen_random(path, mode).unwrap_or_else(|| real::fopen64(path, mode)) }
+    unsafe { fopen_random(path, mode).unwrap_or_else(|| fopened(real::fopen64(path, mode), mode)) }
 }

@@ -106,6 +106,9 @@ pub struct ExecutionReport {
     /// Inputs from outside peers and the program's outputs to them, by step (recording and
     /// replay runs; empty in a closed world).
     pub outside: Vec<OutsideEvent>,
+    /// Files the program opened for writing (absolute paths, first opened first; devices and
+    /// `/proc` left out), for a replay that diverges to name; see [`crate::trace::WrittenFiles`].
+    pub written_files: crate::trace::WrittenFiles,
     pub wall: Duration,
 }
 
@@ -198,7 +201,9 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         .collect();
     let access_profile = cfg.profile.then(|| AccessProfile::read(run.region.access_table()));
     let nodes = run.nodes.as_ref().map(|n| n.node_of.iter().map(|(&p, &node)| (p, n.name(node).to_string())).chain(n.others.iter().map(|(&p, &r)| (p, r.to_string()))).collect()).unwrap_or_default();
-    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, programs: run.programs, nodes, coverage, access_profile, outside: outside_events, wall: started.elapsed() })
+    let (paths, more) = run.region.written_files();
+    let written_files = crate::trace::WrittenFiles { paths, more };
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.thread_process, symbols: run.symbols, programs: run.programs, nodes, coverage, access_profile, outside: outside_events, written_files, wall: started.elapsed() })
 }
 
 /// Runs a setup or cleanup command with `sh -c`, outside dara, in the program's directory and

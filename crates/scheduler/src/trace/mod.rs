@@ -35,6 +35,9 @@ pub const MAGIC: [u8; 8] = *b"DARATRC\0";
 pub const FORMAT_VERSION: u32 = 6;
 /// Largest header JSON a reader accepts (and a writer produces).
 pub const MAX_HEADER_BYTES: u32 = 1 << 20;
+/// Largest trace file a reader takes. Files are read whole, so this bounds what reading one
+/// costs; a recording of millions of requests stays far below it.
+pub const MAX_TRACE_BYTES: u64 = 4 << 30;
 /// Largest outcome JSON a reader accepts (and a writer produces).
 pub const MAX_OUTCOME_BYTES: u32 = 16 << 20;
 
@@ -81,7 +84,7 @@ pub(crate) const FIXED_BYTES: usize = 8 + 4 + 4 + 8 + 4 + 1 + 1 + 8;
 /// FNV-1a, 64-bit: the file checksum. Not cryptographic; it catches truncation, bit rot and
 /// accidental edits. Every single-byte change to the covered bytes changes the result (each
 /// round is a bijection of the state for a fixed byte, and injective in the byte).
-pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     bytes.iter().fold(OFFSET_BASIS, |h, &b| (h ^ u64::from(b)).wrapping_mul(PRIME))
@@ -92,6 +95,24 @@ use std::collections::BTreeMap;
 use crate::choice::{Choice, ProcessId};
 use crate::coverage::ProcessCoverage;
 use crate::outcome::Outcome;
+
+/// Files an execution opened for writing (its processes' `open`, `openat` and `fopen` calls with
+/// a writing flag or mode, as absolute paths, first opened first; devices, `/proc`, `/sys`,
+/// pipes, sockets and deleted files left out). A replay starts from the disk as the recorded run
+/// left it, so these are the first suspects when it diverges.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WrittenFiles {
+    pub paths: Vec<String>,
+    /// More files were opened for writing than the preload's table holds (32).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub more: bool,
+}
+
+impl WrittenFiles {
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty() && !self.more
+    }
+}
 
 /// Everything needed to re-run the execution.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,6 +156,9 @@ pub struct TraceHeader {
     pub setup: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cleanup: Option<String>,
+    /// Files the run opened for writing: on-disk state a replay finds as the run left it.
+    #[serde(default, skip_serializing_if = "WrittenFiles::is_empty")]
+    pub written: WrittenFiles,
     /// Peers outside dara could talk to the program (a recording run): listeners were split and
     /// the outside section holds the inputs a replay feeds back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -21,7 +21,7 @@ use dara_abi::Op;
 use super::varint::{get_u64, unzigzag, VarintError};
 use super::{
     fnv1a64, Step, Trace, TraceError, TraceHeader, FIXED_BYTES, FORMAT_VERSION, KIND_FAULT, KIND_RUN, KIND_TIMEOUT, MAGIC,
-    MAX_HEADER_BYTES, MAX_MODULES, MAX_MODULE_PATH, MAX_OUTCOME_BYTES, MIN_EDGE_BYTES, MIN_MODULE_BYTES,
+    MAX_HEADER_BYTES, MAX_MODULES, MAX_TRACE_BYTES, MAX_MODULE_PATH, MAX_OUTCOME_BYTES, MIN_EDGE_BYTES, MIN_MODULE_BYTES,
     MIN_STEP_BYTES, RESULT_BLOCKED, RESULT_GRANTED,
 };
 use crate::choice::ProcessId;
@@ -32,15 +32,33 @@ use crate::outcome::Outcome;
 use crate::outside::{OutsideEvent, OutsideWhat};
 use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET};
 
-/// Reads and decodes the trace at `path`.
+/// Reads and decodes the trace at `path`: a regular file or a pipe (`<(...)`), of at most
+/// [`MAX_TRACE_BYTES`]. A device (`/dev/zero`, which never ends) or a directory is refused
+/// before anything is read.
 pub fn read_file(path: &Path) -> Result<Trace, TraceError> {
     let shown = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|cause| TraceError::Io {
-        path: shown.clone(),
-        action: "read",
-        cause,
-    })?;
+    let bytes = read_bounded(path).map_err(|cause| TraceError::Io { path: shown.clone(), action: "read", cause })?;
     decode(&bytes, &shown)
+}
+
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::FileTypeExt;
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if !(meta.is_file() || meta.file_type().is_fifo()) {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file or a pipe"));
+    }
+    let too_large = || Error::new(ErrorKind::InvalidInput, format!("larger than the {} MiB a trace may be", MAX_TRACE_BYTES >> 20));
+    if meta.len() > MAX_TRACE_BYTES {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_TRACE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_TRACE_BYTES {
+        return Err(too_large());
+    }
+    Ok(bytes)
 }
 
 /// Decodes a whole trace file. `path_for_errors` is only used in error messages.

@@ -52,6 +52,7 @@ fn header() -> TraceHeader {
         outside: true,
         stdin: true,
         time: crate::time::TimeConfig { timers: crate::time::TimerPolicy::Any, step_ns: 250, pauses: 2, run_for_ns: Some(30_000_000_000) },
+        written: WrittenFiles { paths: vec!["/work/fixtures/server.pid".into()], more: true },
     }
 }
 
@@ -612,4 +613,15 @@ fn truncation_inside_the_coverage_section_names_the_field() {
     let cut = start + 4; // process count, then process 0: id, guards, module count; the path length is next
     let err = decode(&bytes[..cut], "cut.bin").unwrap_err().to_string();
     assert!(err.contains("coverage: process 0 module 0 path length") && err.contains("truncated"), "{err}");
+}
+
+/// A device is refused before it is read: `/dev/zero` never ends.
+#[test]
+fn read_file_refuses_devices_and_directories() {
+    for path in ["/dev/zero", "/"] {
+        match read_file(std::path::Path::new(path)) {
+            Err(TraceError::Io { cause, .. }) => assert_eq!(cause.kind(), std::io::ErrorKind::InvalidInput, "{path}: {cause}"),
+            other => panic!("{path}: {other:?}"),
+        }
+    }
 }

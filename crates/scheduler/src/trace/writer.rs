@@ -41,15 +41,16 @@ pub fn write_file(path: &Path, trace: &Trace) -> Result<(), TraceError> {
     let shown = path.display().to_string();
     let encoded = Encoded::new(trace);
     for (what, size, limit) in [
-        ("header", encoded.header_len, MAX_HEADER_BYTES),
-        ("outcome", encoded.outcome_len, MAX_OUTCOME_BYTES),
+        ("header", encoded.header_len as u64, u64::from(MAX_HEADER_BYTES)),
+        ("outcome", encoded.outcome_len as u64, u64::from(MAX_OUTCOME_BYTES)),
+        ("file", encoded.bytes.len() as u64, super::MAX_TRACE_BYTES),
     ] {
-        if size > limit as usize {
+        if size > limit {
             return Err(TraceError::TooLarge {
                 path: shown,
                 what: what.to_string(),
-                size: size as u64,
-                limit: limit.into(),
+                size,
+                limit,
             });
         }
     }

@@ -18,7 +18,12 @@ use dara_scheduler::execution::ExecutionReport;
 use dara_scheduler::trace::{self, Trace};
 use dara_scheduler::Outcome;
 use dara_tools::listing;
+use dara_tools::memory_bound::{self, BoundedAllocator, DEFAULT_MAX_MEMORY_MIB};
 use dara_tools::setup::{self, MachineOptions, STOP};
+
+/// Every allocation is counted against `--max-memory` (docs/trace-format.md, "Bounds on reading").
+#[global_allocator]
+static ALLOCATOR: BoundedAllocator = BoundedAllocator;
 
 /// Re-execute a dara trace deterministically and print the interleaving that led to its outcome.
 #[derive(Parser, Debug)]
@@ -32,6 +37,13 @@ struct Cli {
     /// Do not print the interleaving.
     #[arg(short, long)]
     quiet: bool,
+    /// Do not run the setup (and cleanup) commands the trace recorded (`dara-trace --setup`)
+    /// around each execution.
+    #[arg(long)]
+    no_setup: bool,
+    /// Most memory (MiB) dara-replay itself may hold; past it the replay stops with exit 2.
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MAX_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(1..))]
+    max_memory: u64,
     #[command(flatten)]
     machine: MachineOptions,
 }
@@ -48,43 +60,59 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
+    memory_bound::set_max_memory_mib("dara-replay", cli.max_memory);
     setup::init_process()?;
-    let recorded = trace::read_file(&cli.trace)?;
+    let mut recorded = trace::read_file(&cli.trace)?;
+    let recorded_setup = recorded.header.setup.clone();
+    let setup_note = recorded_setup.as_ref().map(|setup| format!("setup: {setup}{}", if cli.no_setup { " (skipped: --no-setup)" } else { "" }));
+    if cli.no_setup {
+        recorded.header.setup = None;
+        recorded.header.cleanup = None;
+    }
     setup::check_left_out_env(&recorded.header, "dara-replay")?;
     let mut base = setup::base_config(&cli.machine, recorded.header.command.clone())?;
     base.symbolize = true;
     println!("replaying {} ({} steps): {}", cli.trace.display(), recorded.steps.len(), recorded.header.command.join(" "));
+    if let Some(note) = &setup_note {
+        println!("{note}");
+    }
     let (report, preempted) = reproduce_observed(&recorded, &base, &STOP).context("replay failed to run")?;
     if !cli.quiet {
         let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside };
         print!("{}", listing::interleaving(&report.steps, &names, &preempted));
     }
+    let on_disk = || println!("{}", dara_tools::on_disk::divergence_note(&recorded.header.written, recorded_setup.as_deref(), cli.no_setup));
     if let Some(code) = judge(&recorded, &report) {
+        if code == DIVERGED {
+            on_disk();
+        }
         return Ok(code);
     }
     let coverage_same = judge_coverage(&recorded, &report);
     if cli.verify && !coverage_same {
-        return Ok(3);
+        return Ok(DIVERGED);
     }
     if cli.verify {
         base.symbolize = false;
         for round in 1..=2 {
             let again = reproduce(&recorded, &base, &STOP).context("verification run failed")?;
-            if let Some((step, what)) = first_difference(&report.steps, &again.steps) {
-                println!("verify: run {round} differs from the first replay at step {step}: {what}");
-                return Ok(3);
-            }
-            if again.outside != report.outside {
-                println!("verify: run {round} exchanged different bytes with outside peers than the first replay");
-                return Ok(3);
-            }
-            if again.outcome != report.outcome {
-                println!("verify: run {round} ended differently: {} vs {}", again.outcome.summary(), report.outcome.summary());
-                return Ok(3);
+            let differs = if let Some((step, what)) = first_difference(&report.steps, &again.steps) {
+                Some(format!("differs from the first replay at step {step}: {what}"))
+            } else if again.outside != report.outside {
+                Some("exchanged different bytes with outside peers than the first replay".to_string())
+            } else if again.outcome != report.outcome {
+                Some(format!("ended differently: {} vs {}", again.outcome.summary(), report.outcome.summary()))
+            } else {
+                None
+            };
+            if let Some(differs) = differs {
+                println!("verify: run {round} {differs}");
+                on_disk();
+                return Ok(DIVERGED);
             }
             if let Some(what) = coverage_difference(&report.coverage, &again.coverage) {
                 println!("verify: run {round} covered differently from the first replay: {what}");
-                return Ok(3);
+                return Ok(DIVERGED);
             }
         }
         let coverage = if report.coverage.is_empty() { "" } else { ", same coverage" };
@@ -93,11 +121,14 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     Ok(if report.outcome.is_bug() { 1 } else { 0 })
 }
 
+/// Exit status of a replay that diverged from its trace (or from the first replay).
+const DIVERGED: u8 = 3;
+
 /// Compares the replayed run with the recording; Some(exit code) when it diverged.
 fn judge(recorded: &Trace, report: &ExecutionReport) -> Option<u8> {
     if let Outcome::Diverged { step, expected, seen } = &report.outcome {
         println!("DIVERGED at step {step}: the trace expected {expected}; the run offered {seen}");
-        return Some(3);
+        return Some(DIVERGED);
     }
     let stopped_there = recorded.outcome == Outcome::Interrupted && report.steps.len() == recorded.steps.len();
     if report.outcome == Outcome::Interrupted && !stopped_there {
@@ -106,12 +137,12 @@ fn judge(recorded: &Trace, report: &ExecutionReport) -> Option<u8> {
     }
     if let Some((step, what)) = first_difference(&recorded.steps, &report.steps) {
         println!("DIVERGED at step {step}: {what}");
-        return Some(3);
+        return Some(DIVERGED);
     }
     if report.outside != recorded.outside {
         let at = recorded.outside.iter().zip(&report.outside).position(|(a, b)| a != b).unwrap_or(recorded.outside.len().min(report.outside.len()));
         println!("DIVERGED: outside event {at} differs: the trace has {}, the replay {}", recorded.outside.get(at).map_or("nothing".into(), dara_scheduler::outside::describe_event), report.outside.get(at).map_or("nothing".into(), dara_scheduler::outside::describe_event));
-        return Some(3);
+        return Some(DIVERGED);
     }
     if stopped_there {
         println!("outcome: the recording was stopped here (Ctrl-C); the replay reproduced it up to that point");
@@ -119,7 +150,7 @@ fn judge(recorded: &Trace, report: &ExecutionReport) -> Option<u8> {
     }
     if report.outcome.signature() != recorded.outcome.signature() {
         println!("DIVERGED: the trace ended with \"{}\" but the replay ended with \"{}\"", recorded.outcome.summary(), report.outcome.summary());
-        return Some(3);
+        return Some(DIVERGED);
     }
     println!("outcome: {} (same as recorded)", report.outcome.summary());
     None

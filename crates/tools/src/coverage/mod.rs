@@ -175,17 +175,10 @@ pub fn build_report(traces: &[Trace]) -> anyhow::Result<Option<Report>> {
     }))
 }
 
-/// Largest binary `dara coverage` reads: paths come from the trace, which may be hostile, so a
-/// device or an enormous file named there is skipped rather than read.
-const MAX_BINARY_BYTES: u64 = 4 << 30;
-
-/// Reads and scans a binary; None when it is not a regular file of sane size or not ELF.
+/// Reads and scans a binary; None when it is not a regular file of sane size or not ELF (paths
+/// come from the trace, which may be hostile: a device named there is never read).
 fn scan_file(path: &Path) -> Option<ModuleSites> {
-    let meta = std::fs::metadata(path).ok()?;
-    if !meta.is_file() || meta.len() > MAX_BINARY_BYTES {
-        return None;
-    }
-    ModuleSites::scan(&std::fs::read(path).ok()?).ok()
+    ModuleSites::scan(&dara_tracer::image::read(path).ok()?).ok()
 }
 
 /// (binary path, link-time address) of run-time address `pc` in the process of `cov`.
@@ -264,6 +257,7 @@ mod tests {
             outside: false,
             stdin: false,
             time: Default::default(),
+            written: Default::default(),
         };
         let edges = pcs.iter().enumerate().map(|(i, &pc)| EdgeHit { edge: i as u32, pc, count: 2, first_step: 0 }).collect();
         Trace { header, steps: vec![], outcome: Outcome::Exited { code: 0, location: None }, coverage: [(0, ProcessCoverage { guards: 0, edges, modules })].into(), outside: vec![] }
