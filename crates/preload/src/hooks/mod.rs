@@ -11,6 +11,7 @@
 //! object, so that the real object stays consistent with the model (and never blocks: the model
 //! only grants an acquisition of an object that is free).
 pub mod cond;
+pub mod cookie;
 pub mod cpu;
 pub mod files;
 pub mod net;
