@@ -14,6 +14,7 @@ pub mod cond;
 pub mod cookie;
 pub mod cpu;
 pub mod files;
+pub mod killpg;
 pub mod net;
 pub mod outside;
 pub mod poll;
