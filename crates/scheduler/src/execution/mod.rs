@@ -1218,7 +1218,7 @@ impl<'a> Execution<'a> {
         }
         let status = status?;
         if let ExitStatus::Signal(signal) = status {
-            if let Some(outcome) = self.sent_kills.from_outside(process, signal) {
+            if let Some(outcome) = self.sent_kills.outside_kill(process, signal) {
                 return Some(outcome);
             }
         }

@@ -27,7 +27,7 @@ impl SentKills {
 
     /// The outcome of `process` dying of `signal`, if that signal was a SIGKILL nobody inside
     /// the execution sent.
-    pub(super) fn from_outside(&self, process: ProcessId, signal: i32) -> Option<Outcome> {
+    pub(super) fn outside_kill(&self, process: ProcessId, signal: i32) -> Option<Outcome> {
         (signal == libc::SIGKILL && !self.0.contains(&process)).then_some(Outcome::KilledFromOutside { process })
     }
 }
@@ -37,13 +37,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_sigkill_nobody_inside_sent_is_from_outside() {
+    fn only_a_sigkill_nobody_inside_sent_came_from_outside() {
         let mut sent = SentKills::default();
         sent.note(1, libc::SIGKILL);
         sent.note(2, libc::SIGTERM);
-        assert_eq!(sent.from_outside(1, libc::SIGKILL), None);
-        assert_eq!(sent.from_outside(2, libc::SIGKILL), Some(Outcome::KilledFromOutside { process: 2 }));
-        assert_eq!(sent.from_outside(3, libc::SIGKILL), Some(Outcome::KilledFromOutside { process: 3 }));
-        assert_eq!(sent.from_outside(3, libc::SIGTERM), None);
+        assert_eq!(sent.outside_kill(1, libc::SIGKILL), None);
+        assert_eq!(sent.outside_kill(2, libc::SIGKILL), Some(Outcome::KilledFromOutside { process: 2 }));
+        assert_eq!(sent.outside_kill(3, libc::SIGKILL), Some(Outcome::KilledFromOutside { process: 3 }));
+        assert_eq!(sent.outside_kill(3, libc::SIGTERM), None);
     }
 }
