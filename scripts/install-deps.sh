@@ -6,7 +6,8 @@
 # and redis-tools (redis-cli, redis-benchmark) for the real-server test (crates/tools/tests/redis.rs),
 # and the real programs of crates/tools/tests/real_programs.rs: pigz, python3 (Debian's, at
 # /usr/bin/python3), memcached and libmemcached-tools (memcslap), nginx (master and
-# workers recorded while curl fetches pages) and curl.
+# workers recorded while curl fetches pages) and curl, and openssl (`openssl speed -multi`, whose
+# parent reads its children's pipes through stdio: crates/tools/tests/patterns.rs).
 #
 # The redis, memcached and nginx packages would start a system service (on ports 6379, 11211 and 80) where
 # the init system lets them (Debian's postinst runs invoke-rc.d / deb-systemd-invoke). The tests
@@ -32,6 +33,7 @@ command -v memcached >/dev/null 2>&1 || services+=(memcached)
 command -v memcslap >/dev/null 2>&1 || need+=(libmemcached-tools)
 command -v nginx >/dev/null 2>&1 || services+=(nginx)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 need+=("${services[@]}")
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo is missing: install a Rust toolchain (rustup) first" >&2; exit 1; }
 

@@ -63,7 +63,8 @@ pub enum SearchEnd {
     TimeBudget,
     /// The user interrupted dara.
     Interrupted,
-    /// An execution ran into something dara cannot control; the search stopped.
+    /// An execution ran into something dara cannot control (the program, or someone killing it
+    /// from outside); the search stopped.
     Uncontrolled(Outcome),
 }
 
@@ -370,7 +371,7 @@ impl<'a> Judge<'a> {
         Ok(match &report.outcome {
             Outcome::Interrupted if !self.user_stopped() && self.cfg.time_budget.is_some() => Some(SearchEnd::TimeBudget),
             Outcome::Interrupted => Some(SearchEnd::Interrupted),
-            Outcome::Uncontrolled { .. } => Some(SearchEnd::Uncontrolled(report.outcome.clone())),
+            Outcome::Uncontrolled { .. } | Outcome::KilledFromOutside { .. } => Some(SearchEnd::Uncontrolled(report.outcome.clone())),
             outcome if outcome.is_bug() && !self.cfg.keep_going => Some(SearchEnd::Completed),
             _ => None,
         })

@@ -123,8 +123,8 @@ impl Gated {
     }
 
     /// Posts `ThreadExit` and releases the slot for good: after the grant the slot is EXITED,
-    /// the scheduler is woken to see it, and the thread is no longer gated (glibc's teardown and
-    /// TLS destructors that follow run as uncontrolled code).
+    /// the scheduler is woken to see it, and the thread is no longer gated. Called from the
+    /// thread's last system call, once glibc's teardown and destructors ran ([`crate::thread_end`]).
     pub fn exit_thread(self) {
         self.flush_solo();
         handoff(self.slot, Op::ThreadExit, [0; 4]);

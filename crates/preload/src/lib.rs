@@ -52,6 +52,7 @@ pub mod sigmask;
 pub mod solo;
 pub mod stop_world;
 pub mod sys;
+pub mod thread_end;
 pub mod timecalls;
 pub mod tsc;
 pub mod trap;

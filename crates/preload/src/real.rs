@@ -72,7 +72,6 @@ real_functions! {
     fn pthread_join(t: pthread_t, retval: *mut *mut c_void) -> c_int;
     fn pthread_tryjoin_np(t: pthread_t, retval: *mut *mut c_void) -> c_int;
     fn pthread_detach(t: pthread_t) -> c_int;
-    fn pthread_exit(retval: *mut c_void) -> !;
     fn pthread_self() -> pthread_t;
     fn exit(status: c_int) -> !;
     fn fork() -> pid_t;

@@ -34,7 +34,10 @@ const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
 /// its libraries before the preload can install the SIGSYS handler again. `sched_getaffinity`
 /// is not trapped for the same reason: jemalloc (redis-server) issues it while the libraries
 /// load, before the preload's constructor, and a trap there kills the process.
-const TRAPPED: [c_long; 23] = [
+///
+/// `exit` (of one thread; a process ends with `exit_group`) so that a thread's exit is posted
+/// after glibc's teardown of it, destructors included ([`crate::thread_end`]).
+const TRAPPED: [c_long; 24] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -58,6 +61,7 @@ const TRAPPED: [c_long; 23] = [
     libc::SYS_rt_sigprocmask,
     libc::SYS_close_range,
     libc::SYS_clone3,
+    libc::SYS_exit,
 ];
 
 /// Set once the filter is installed (the signal-mask hooks keep SIGSYS deliverable from then on).
@@ -277,6 +281,7 @@ pub fn emulate(nr: c_long, a: [u64; 6]) -> i64 {
         return rc;
     }
     match nr {
+        libc::SYS_exit => crate::thread_end::exit_syscall(a[0]),
         // Randomness needs no slot: it is a stream draw, not a scheduling point.
         libc::SYS_getrandom => {
             // SAFETY: the program asked the kernel to write `a[1]` bytes at `a[0]`.

@@ -52,6 +52,9 @@ pub enum Outcome {
     /// The token holder sits in the kernel outside dara's control, or asked for a syscall dara
     /// cannot model. dara stopped the run rather than let it run uncontrolled.
     Uncontrolled { thread: ThreadId, syscall: String, detail: String },
+    /// A process died of a SIGKILL that neither dara nor a traced process sent (`kill -9` by
+    /// someone else, the OOM killer): not the program's doing, and not part of the schedule.
+    KilledFromOutside { process: u32 },
     /// dara-trace was interrupted (SIGINT/SIGTERM) before the execution ended.
     Interrupted,
     /// The execution reached its time limit (`--run-for`) with no bug: an endless program (a
@@ -68,7 +71,7 @@ impl Outcome {
         match self {
             Outcome::Exited { code, .. } => *code != 0,
             Outcome::Crashed { .. } | Outcome::NodeExited { .. } | Outcome::CheckFailed { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
-            Outcome::Uncontrolled { .. } | Outcome::Interrupted | Outcome::RanFor { .. } | Outcome::Diverged { .. } => false,
+            Outcome::Uncontrolled { .. } | Outcome::KilledFromOutside { .. } | Outcome::Interrupted | Outcome::RanFor { .. } | Outcome::Diverged { .. } => false,
         }
     }
 
@@ -91,6 +94,7 @@ impl Outcome {
             }
             Outcome::Hang { .. } => "hang".to_string(),
             Outcome::Uncontrolled { syscall, .. } => format!("uncontrolled:{syscall}"),
+            Outcome::KilledFromOutside { .. } => "killed-from-outside".to_string(),
             Outcome::Interrupted => "interrupted".to_string(),
             Outcome::RanFor { .. } => "ran-for".to_string(),
             Outcome::Diverged { step, .. } => format!("diverged:{step}"),
@@ -123,6 +127,7 @@ impl Outcome {
             Outcome::Uncontrolled { thread, syscall, detail } => {
                 format!("uncontrolled: thread {thread} {syscall}: {detail}")
             }
+            Outcome::KilledFromOutside { process } => format!("killed from outside (SIGKILL not sent by the program or dara): not a bug of the program; the run is not saved as a bug (process {process}: kill -9 by someone else, or the kernel's OOM killer)"),
             Outcome::Interrupted => "interrupted".to_string(),
             Outcome::RanFor { virtual_ns } => format!("ran for {} of virtual time with no bug (--run-for)", crate::time::format_vtime(*virtual_ns)),
             Outcome::Diverged { step, expected, seen } => {

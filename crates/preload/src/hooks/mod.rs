@@ -11,8 +11,10 @@
 //! object, so that the real object stays consistent with the model (and never blocks: the model
 //! only grants an acquisition of an object that is free).
 pub mod cond;
+pub mod cookie;
 pub mod cpu;
 pub mod files;
+pub mod killpg;
 pub mod net;
 pub mod outside;
 pub mod poll;

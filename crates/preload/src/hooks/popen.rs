@@ -1,32 +1,19 @@
 //! `popen` and `pclose` as a traced fork + exec of `/bin/sh -c`, like `system` (see `spawn`):
 //! glibc's own popen uses its internal spawn, which the syscall trap cannot follow.
 //!
-//! The stream handed back is a `fopencookie` stream whose reads and writes go through the
-//! hooked `read` and `write`, so stdio on the pipe is modelled like any pipe between processes
+//! The stream handed back is a [`cookie`](super::cookie) stream whose reads and writes go through
+//! the hooked `read` and `write`, so stdio on the pipe is modelled like any pipe between processes
 //! (glibc's own FILE would read inside libc, where no hook sees it). Which stream belongs to
 //! which child is kept in a fixed table of [`MAX_STREAMS`] entries (no allocation); a program
 //! with more open popen streams than that gets EMFILE.
 use core::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
-use libc::{c_char, c_int, c_void, pid_t, size_t, ssize_t, FILE};
+use libc::{c_char, c_int, pid_t, FILE};
 
 use crate::gate::Gated;
 use crate::{process, real};
 
 const MAX_STREAMS: usize = 64;
-
-/// glibc's `cookie_io_functions_t` (the `libc` crate does not bind `fopencookie`).
-#[repr(C)]
-struct CookieFunctions {
-    read: Option<extern "C" fn(*mut c_void, *mut c_char, size_t) -> ssize_t>,
-    write: Option<extern "C" fn(*mut c_void, *const c_char, size_t) -> ssize_t>,
-    seek: Option<extern "C" fn(*mut c_void, *mut i64, c_int) -> c_int>,
-    close: Option<extern "C" fn(*mut c_void) -> c_int>,
-}
-
-extern "C" {
-    fn fopencookie(cookie: *mut c_void, mode: *const c_char, functions: CookieFunctions) -> *mut FILE;
-}
 
 /// (stream, child pid, our end of the pipe) of each open popen stream; stream 0 = free entry.
 static STREAMS: [AtomicUsize; MAX_STREAMS] = [const { AtomicUsize::new(0) }; MAX_STREAMS];
@@ -91,10 +78,9 @@ pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *
         unsafe { libc::close(ours) };
         return core::ptr::null_mut();
     }
-    let functions = CookieFunctions { read: Some(cookie_read), write: Some(cookie_write), seek: None, close: Some(cookie_close) };
     let cookie_mode = if reading { c"r" } else { c"w" };
-    // SAFETY: the cookie is our descriptor number, read back by the callbacks.
-    let stream = unsafe { fopencookie(ours as isize as *mut c_void, cookie_mode.as_ptr(), functions) };
+    // SAFETY: our end of the pipe, handed to the stream; a static mode string.
+    let stream = unsafe { super::cookie::stream(ours, cookie_mode.as_ptr()) };
     if stream.is_null() {
         // SAFETY: our own descriptor.
         unsafe { libc::close(ours) };
@@ -126,20 +112,4 @@ pub unsafe extern "C" fn pclose(stream: *mut FILE) -> c_int {
             return if got < 0 { -1 } else { status };
         }
     }
-}
-
-extern "C" fn cookie_read(cookie: *mut c_void, buf: *mut c_char, size: size_t) -> ssize_t {
-    // SAFETY: stdio passes a buffer of `size` bytes; the cookie is our descriptor. `read` is
-    // the hooked symbol, so the read is a modelled receive.
-    unsafe { libc::read(cookie as isize as c_int, buf as *mut c_void, size) }
-}
-
-extern "C" fn cookie_write(cookie: *mut c_void, buf: *const c_char, size: size_t) -> ssize_t {
-    // SAFETY: as for cookie_read.
-    unsafe { libc::write(cookie as isize as c_int, buf as *const c_void, size) }
-}
-
-extern "C" fn cookie_close(cookie: *mut c_void) -> c_int {
-    // SAFETY: closing our descriptor (the hooked close tells the model).
-    unsafe { libc::close(cookie as isize as c_int) }
 }

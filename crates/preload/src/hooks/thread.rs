@@ -1,5 +1,7 @@
 //! Thread and process lifecycle: `pthread_create` (with the start barrier), `pthread_join`,
-//! `pthread_detach`, `pthread_exit`, and `exit`/`_exit`/`_Exit`.
+//! `pthread_detach`, and `exit`/`_exit`/`_Exit`. A thread's end (return from its routine,
+//! `pthread_exit`, cancellation) is posted at its last system call, after glibc's teardown
+//! ([`crate::thread_end`]).
 //!
 //! A child's slot is claimed by its creator after the ThreadCreate grant and set STARTING before
 //! the real `pthread_create`; the scheduler takes no decision while a slot is STARTING, so the
@@ -82,7 +84,8 @@ pub fn create(
 }
 
 /// The start routine of every thread created through the hook: register, wait for the
-/// scheduler, run the program's routine, report the exit.
+/// scheduler, run the program's routine. The exit is reported at the thread's last system call,
+/// after glibc ran its destructors (see [`crate::thread_end`]).
 extern "C" fn thread_main(arg: *mut c_void) -> *mut c_void {
     let index = arg as usize as u32;
     let Some(slot) = region::slot(index) else {
@@ -104,11 +107,7 @@ extern "C" fn thread_main(arg: *mut c_void) -> *mut c_void {
     if let Some(gate) = Gated::enter() {
         gate.post(Op::ThreadStart, [creator as u64, 0, 0, 0]);
     }
-    let value = routine(user_arg);
-    if let Some(gate) = Gated::enter() {
-        gate.exit_thread();
-    }
-    value
+    routine(user_arg)
 }
 
 /// The newest slot of this process whose thread has handle `thread` (glibc reuses `pthread_t`
@@ -209,15 +208,6 @@ pub unsafe extern "C" fn pthread_detach(thread: pthread_t) -> c_int {
         // SAFETY: the program's own argument, forwarded unchanged.
         None => unsafe { real::pthread_detach(thread) },
     }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pthread_exit(value: *mut c_void) -> ! {
-    if let Some(gate) = Gated::enter() {
-        gate.exit_thread();
-    }
-    // SAFETY: the program's own argument; unwinds this thread as the program asked.
-    unsafe { real::pthread_exit(value) }
 }
 
 macro_rules! exit_hook {

@@ -7,6 +7,7 @@
 //! tracer stays ignorant of scheduling. Cluster runs (nodes, workload, check, faults) are in
 //! [`cluster`].
 mod cluster;
+mod sent_kills;
 mod watchdog;
 
 use watchdog::TokenHolder;
@@ -331,6 +332,8 @@ struct Execution<'a> {
     arriving: Option<cluster::Arrival>,
     /// Processes a crash fault killed: their end is not judged.
     crashing: Vec<ProcessId>,
+    /// Processes a traced process sent a SIGKILL (any other SIGKILL came from outside).
+    sent_kills: sent_kills::SentKills,
     /// A connect or accept ran since partitions were last enforced.
     new_connections: bool,
     /// The relay to peers outside dara (recording and replay runs).
@@ -386,6 +389,7 @@ impl<'a> Execution<'a> {
             nodes: cfg.cluster.clone().map(crate::cluster::Nodes::new),
             arriving: None,
             crashing: Vec::new(),
+            sent_kills: Default::default(),
             new_connections: false,
             outside: None,
             pending_end: None,
@@ -1118,6 +1122,9 @@ impl<'a> Execution<'a> {
                 -1 => Some(process) != sender,
                 g => procfs::process_group(record.pid) == Some((-g) as u32),
             };
+            if hit {
+                self.sent_kills.note(process, sig);
+            }
             if hit && procfs::signal_terminates(record.pid, sig) {
                 self.dying.push((process, now));
                 self.exiting.push(process);
@@ -1226,6 +1233,11 @@ impl<'a> Execution<'a> {
             return None; // killed by a crash fault: not the program's doing
         }
         let status = status?;
+        if let ExitStatus::Signal(signal) = status {
+            if let Some(outcome) = self.sent_kills.outside_kill(process, signal) {
+                return Some(outcome);
+            }
+        }
         if self.nodes.is_some() {
             if let Some(outcome) = self.cluster_process_ended(process, status) {
                 return Some(outcome);
