@@ -82,9 +82,9 @@ fn uv_echo_test_script_searches_clean_and_replays() {
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
-/// A fresh directory owned by [`PG_USER`].
+/// A fresh directory owned by [`PG_USER`] (not an output directory: dara empties those).
 fn postgres_dir(test: &str) -> PathBuf {
-    let dir = out_dir(test).join("pg");
+    let dir = out_dir(&format!("{test}-data")).join("pg");
     std::fs::create_dir_all(&dir).unwrap();
     let chown = Command::new("chown").arg(PG_USER).arg(&dir).status().unwrap();
     assert!(chown.success(), "chown {PG_USER} {}", dir.display());
