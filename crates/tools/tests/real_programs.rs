@@ -18,6 +18,8 @@ use dara_scheduler::outside::OutsideWhat;
 
 const PYTHON: &str = "/usr/bin/python3";
 const XZ: &[&str] = &["xz"];
+/// Numbers sorted by each execution of the sort search.
+const SEARCHED_NUMBERS: usize = 300_000;
 /// Four threads, blocks small enough to give each work, fast preset, keep the input.
 const XZ_ARGS: &[&str] = &["-T", "4", "--block-size=256KiB", "-3", "-k", "-f"];
 
@@ -81,12 +83,13 @@ fn sort_parallel_records_searches_and_replays() {
     replays_identically(&trace);
 
     let small = dir.join("small.txt");
-    std::fs::write(&small, numbers.iter().rev().take(60_000).map(|n| format!("{n}\n")).collect::<String>()).unwrap();
+    // sort gives a thread at least 128 Ki lines: 300,000 lines are sorted by two.
+    std::fs::write(&small, numbers.iter().rev().take(SEARCHED_NUMBERS).map(|n| format!("{n}\n")).collect::<String>()).unwrap();
     let small_sorted = dir.join("small-sorted.txt");
     let (last, _) = search_clean("sort-search", SEARCH_RUNS, &[], &["sort", "--parallel=4", "-S", "100M", "-n", "-o", small_sorted.to_str().unwrap(), small.to_str().unwrap()]);
     assert!(threads_created(&last) >= 1, "the searched sort sorted in threads");
     let lines: Vec<u64> = std::fs::read_to_string(&small_sorted).unwrap().lines().map(|l| l.parse().unwrap()).collect();
-    assert!(lines.len() == 60_000 && lines.windows(2).all(|w| w[0] <= w[1]), "the searched sort sorted");
+    assert!(lines.len() == SEARCHED_NUMBERS && lines.windows(2).all(|w| w[0] <= w[1]), "the searched sort sorted");
     replays_identically(&last);
     assert!(processes_with(&["sort", input.to_str().unwrap()]).is_empty(), "a sort survived");
     assert!(processes_with(&["sort", small.to_str().unwrap()]).is_empty(), "a sort survived");
