@@ -207,7 +207,7 @@ if wanted postgres; then
     runuser -u nobody -- "$pg/pg_ctl" -D "$out/pristine" -m fast -w stop >/dev/null
     restore="rm -rf $out/data && cp -a $out/pristine $out/data"
     postgres_args=(runuser -u nobody -- "$pg/postgres" -D "$out/data" -k '' -p "$port" -c listen_addresses=127.0.0.1)
-    tps() { taskset -c 1 pgbench -n -S -c 2 -T 5 -h 127.0.0.1 -p "$port" -U postgres postgres 2>&1 | awk '/^tps/ { print $3 }'; }
+    tps() { taskset -c 1 pgbench -n -S -c 2 -T 5 -h 127.0.0.1 -p "$port" -U postgres postgres 2>&1 | awk '/^tps/ { printf "%.0f\n", $3 }'; }
     native=() recorded=()
     for trial in $(seq 1 "$trials"); do
         bash -c "$restore"

@@ -167,6 +167,7 @@ fn postgres_server_records_psql_from_outside_and_replays() {
     let mut stderr = String::new();
     std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert_eq!(status.code(), Some(130), "the second Ctrl-C stops dara and keeps the trace: {stderr}");
+    assert!(stderr.contains("dara: SIGINT passed on; the processes that catch it take it when their waits end") && stderr.contains("(postgres) within "), "the first Ctrl-C said when postgres takes it: {stderr}");
 
     let trace = out.join("trace.bin");
     let t = dara_scheduler::trace::read_file(&trace).unwrap();
