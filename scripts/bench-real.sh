@@ -56,6 +56,14 @@ results=()
 # result NAME NATIVE RECORDED UNIT RATIO: one line of the table printed at the end.
 result() { results+=("$(printf '%-46s %11s %11s %5s %6.2f' "$1" "$2" "$3" "$4" "$5")"); }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", (b > 0 ? a / b : 0) }'; }
+# summarize LABEL UNIT: the medians of the arrays native and recorded as a result; UNIT s is a
+# time (ratio native / recorded), any other a rate (ratio recorded / native).
+summarize() {
+    local n r
+    n=$(printf '%s\n' "${native[@]}" | median)
+    r=$(printf '%s\n' "${recorded[@]}" | median)
+    if [ "$2" = s ]; then result "$1" "$n" "$r" s "$(ratio "$n" "$r")"; else result "$1" "$n" "$r" "$2" "$(ratio "$r" "$n")"; fi
+}
 
 verify() {
     local name=$1 file=$2
@@ -69,7 +77,7 @@ verify() {
 compare() {
     local name=$1 label=$2
     shift 2
-    local native=() recorded=()
+    native=() recorded=()
     for trial in $(seq 1 "$trials"); do
         native+=("$(seconds "$@")")
         rm -rf "$out/$name"
@@ -77,10 +85,7 @@ compare() {
         echo "trial $trial: $name native ${native[-1]} s, recorded ${recorded[-1]} s" >&2
     done
     verify "$name" "$out/$name/trace.bin"
-    local n r
-    n=$(printf '%s\n' "${native[@]}" | median)
-    r=$(printf '%s\n' "${recorded[@]}" | median)
-    result "$label" "$n" "$r" s "$(ratio "$n" "$r")"
+    summarize "$label" s
 }
 
 # The same text every time (words from a fixed awk generator).
@@ -91,33 +96,7 @@ head -c 5000000 "$out/input.txt" >"$out/xz.txt"
 wanted xz && compare xz "xz -T 4, 5 MB of text (wall)" xz -T 4 --block-size=256KiB -3 -k -f "$out/xz.txt"
 awk 'BEGIN { srand(2); for (i = 0; i < 600000; i++) print int(rand() * 1000000007) }' >"$out/numbers.txt"
 wanted sort && compare sort "sort --parallel=4 -n, 600,000 numbers (wall)" sort --parallel=4 -S 100M -n -o "$out/sorted.txt" "$out/numbers.txt"
-cat >"$out/threads.py" <<'PY'
-import queue, sys, threading, time
-n, items = int(sys.argv[1]), int(sys.argv[2])
-def work(n, out, i):
-    out[i] = sum(k * k % 7 for k in range(n))
-out = [0] * 4
-ts = [threading.Thread(target=work, args=(n, out, i)) for i in range(4)]
-for t in ts: t.start()
-for t in ts: t.join()
-q, got, lock = queue.Queue(maxsize=8), [0], threading.Lock()
-def producer():
-    for i in range(items):
-        q.put(i)
-        if i % 100 == 0: time.sleep(0.001)
-    for _ in range(3): q.put(None)
-def consumer():
-    while True:
-        try: item = q.get(timeout=0.005)
-        except queue.Empty: continue
-        if item is None: return
-        with lock: got[0] += item
-ts = [threading.Thread(target=consumer) for _ in range(3)] + [threading.Thread(target=producer)]
-for t in ts: t.start()
-for t in ts: t.join()
-print("sums", sum(out), got[0])
-PY
-wanted python && compare python "python3, 4 GIL threads + queue (wall)" /usr/bin/python3 "$out/threads.py" 300000 2000
+wanted python && compare python "python3, 4 GIL threads + queue (wall)" /usr/bin/python3 tests/fixtures/python_threads.py 300000 2000
 cc -O1 -g -pthread -o "$out/sqlite_threads" tests/fixtures/sqlite_threads.c -lsqlite3
 cc -O1 -g -pthread -o "$out/uv_echo" tests/fixtures/uv_echo.c -luv
 wanted sqlite && compare sqlite "sqlite_threads, 4 threads x 40 rows, WAL (wall)" "$out/sqlite_threads" "$out/test.db"
@@ -194,9 +173,7 @@ if wanted uv; then
         echo "trial $trial: uv_echo clients native ${native[-1]} s, recorded ${recorded[-1]} s" >&2
     done
     verify uv_echo "$out/uv/trace.bin"
-    n=$(printf '%s\n' "${native[@]}" | median)
-    r=$(printf '%s\n' "${recorded[@]}" | median)
-    result "uv_echo, 2 clients x $lines lines (clients' wall)" "$n" "$r" s "$(ratio "$n" "$r")"
+    summarize "uv_echo, 2 clients x $lines lines (clients' wall)" s
 fi
 
 if wanted postgres; then
@@ -226,9 +203,7 @@ if wanted postgres; then
         echo "trial $trial: pgbench -S native ${native[-1]} tps, recorded ${recorded[-1]} tps" >&2
     done
     verify postgres "$out/pg/trace.bin"
-    n=$(printf '%s\n' "${native[@]}" | median)
-    r=$(printf '%s\n' "${recorded[@]}" | median)
-    result "postgres, pgbench -S -c 2 -T 5 (tps)" "$n" "$r" tps "$(ratio "$r" "$n")"
+    summarize "postgres, pgbench -S -c 2 -T 5 (tps)" tps
 fi
 
 echo "medians of $trials trials; load average $(cut -d' ' -f1-3 /proc/loadavg)"

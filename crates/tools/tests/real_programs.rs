@@ -96,39 +96,11 @@ fn sort_parallel_records_searches_and_replays() {
 }
 
 /// Four threads computing on the GIL (its 5 ms timed condition waits hand it over), then a
-/// producer and three consumers through a `queue.Queue` whose gets time out.
+/// producer and three consumers through a `queue.Queue` whose gets time out
+/// (tests/fixtures/python_threads.py).
 #[test]
 fn python_threads_on_the_gil_record_search_and_replay() {
-    let script = out_dir("python-script").join("threads.py");
-    std::fs::write(
-        &script,
-        r#"import queue, sys, threading, time
-n, items = int(sys.argv[1]), int(sys.argv[2])
-def work(n, out, i):
-    out[i] = sum(k * k % 7 for k in range(n))
-out = [0] * 4
-ts = [threading.Thread(target=work, args=(n, out, i)) for i in range(4)]
-for t in ts: t.start()
-for t in ts: t.join()
-q, got, lock = queue.Queue(maxsize=8), [0], threading.Lock()
-def producer():
-    for i in range(items):
-        q.put(i)
-        if i % 100 == 0: time.sleep(0.001)
-    for _ in range(3): q.put(None)
-def consumer():
-    while True:
-        try: item = q.get(timeout=0.005)
-        except queue.Empty: continue
-        if item is None: return
-        with lock: got[0] += item
-ts = [threading.Thread(target=consumer) for _ in range(3)] + [threading.Thread(target=producer)]
-for t in ts: t.start()
-for t in ts: t.join()
-print("sums", sum(out), got[0])
-"#,
-    )
-    .unwrap();
+    let script = repo_root().join("tests/fixtures/python_threads.py");
     let (trace, stdout) = record("python", &[PYTHON, script.to_str().unwrap(), "100000", "500"]);
     let expected = 4 * (0..100_000u64).map(|k| k * k % 7).sum::<u64>();
     assert!(stdout.contains(&format!("sums {expected} {}", (0..500).sum::<u64>())), "{stdout}");
