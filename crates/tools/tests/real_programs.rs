@@ -84,7 +84,8 @@ fn sort_parallel_records_searches_and_replays() {
 
     let small = dir.join("small.txt");
     // sort gives a thread at least 128 Ki lines: 300,000 lines are sorted by two.
-    std::fs::write(&small, numbers.iter().rev().take(SEARCHED_NUMBERS).map(|n| format!("{n}\n")).collect::<String>()).unwrap();
+    let unsorted = (0..SEARCHED_NUMBERS as u64).map(|i| dara_abi::splitmix64(i + 1_000_000) % 1_000_000_007);
+    std::fs::write(&small, unsorted.map(|n| format!("{n}\n")).collect::<String>()).unwrap();
     let small_sorted = dir.join("small-sorted.txt");
     let (last, _) = search_clean("sort-search", SEARCH_RUNS, &[], &["sort", "--parallel=4", "-S", "100M", "-n", "-o", small_sorted.to_str().unwrap(), small.to_str().unwrap()]);
     assert!(threads_created(&last) >= 1, "the searched sort sorted in threads");
