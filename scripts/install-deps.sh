@@ -6,8 +6,12 @@
 # and redis-tools (redis-cli, redis-benchmark) for the real-server test (crates/tools/tests/redis.rs),
 # and the real programs of crates/tools/tests/real_programs.rs: pigz, python3 (Debian's, at
 # /usr/bin/python3), memcached and libmemcached-tools (memcslap), nginx (master and
-# workers recorded while curl fetches pages) and curl, and openssl (`openssl speed -multi`, whose
-# parent reads its children's pipes through stdio: crates/tools/tests/patterns.rs).
+# workers recorded while curl fetches pages) and curl, openssl (`openssl speed -multi`, whose
+# parent reads its children's pipes through stdio: crates/tools/tests/patterns.rs), xz-utils
+# (`xz -T 4`), libsqlite3-dev and libuv1-dev (the sqlite_threads and uv_echo fixtures link them),
+# and Debian's PostgreSQL 15 (initdb, postgres, pg_ctl under /usr/lib/postgresql/15/bin; psql).
+# postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
+# from util-linux).
 #
 # The redis, memcached and nginx packages would start a system service (on ports 6379, 11211 and 80) where
 # the init system lets them (Debian's postinst runs invoke-rc.d / deb-systemd-invoke). The tests
@@ -34,6 +38,12 @@ command -v memcslap >/dev/null 2>&1 || need+=(libmemcached-tools)
 command -v nginx >/dev/null 2>&1 || services+=(nginx)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v xz >/dev/null 2>&1 || need+=(xz-utils)
+[ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
+[ -f /usr/include/uv.h ] || need+=(libuv1-dev)
+command -v runuser >/dev/null 2>&1 || need+=(util-linux)
+command -v psql >/dev/null 2>&1 || need+=(postgresql-client-15)
+[ -x /usr/lib/postgresql/15/bin/postgres ] || services+=(postgresql-15)
 need+=("${services[@]}")
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo is missing: install a Rust toolchain (rustup) first" >&2; exit 1; }
 
@@ -76,5 +86,6 @@ if [ ${#need[@]} -gt 0 ]; then
         no_service redis-server /run/redis/redis-server.pid 6379
         no_service memcached /run/memcached/memcached.pid 11211
         no_service nginx /run/nginx.pid 80
+        no_service postgresql /run/postgresql/15-main.pid 5432
     fi
 fi

@@ -72,10 +72,20 @@ pub fn signal_terminates(pid: u32, sig: i32) -> bool {
     if !(1..=64).contains(&sig) || matches!(sig, libc::SIGCHLD | libc::SIGCONT | libc::SIGURG | libc::SIGWINCH | libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU) {
         return false;
     }
-    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else { return false };
-    let mask = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
     let bit = 1u64 << (sig - 1);
-    (mask("SigCgt:") | mask("SigIgn:") | mask("SigBlk:")) & bit == 0
+    signal_masks(pid, &["SigCgt:", "SigIgn:", "SigBlk:"]).is_some_and(|masks| masks & bit == 0)
+}
+
+/// Whether process `pid` has a handler for `sig` (/proc/<pid>/status).
+pub fn signal_caught(pid: u32, sig: i32) -> bool {
+    (1..=64).contains(&sig) && signal_masks(pid, &["SigCgt:"]).is_some_and(|caught| caught & (1u64 << (sig - 1)) != 0)
+}
+
+/// The union of the signal masks named by `keys` in /proc/<pid>/status (None if it is gone).
+fn signal_masks(pid: u32, keys: &[&str]) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let mask = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
+    Some(keys.iter().fold(0, |all, key| all | mask(key)))
 }
 
 /// A pidfd for `pid` (None if it is already gone).

@@ -1,63 +1,30 @@
 //! Real multithreaded programs nobody here wrote, recorded as a user would (`dara-trace -o OUT --
-//! CMD`, one run with coarse steps) and replayed with `--verify`: pigz compressing with four
-//! threads, `sort --parallel=4`, python3 threads taking turns on the GIL, and memcached with four
-//! worker threads under memcslap from outside. Each used to stop with a false "a lock taken
-//! without a scheduling point" (issue 14). The programs come from Debian packages that
-//! `scripts/install-deps.sh` installs.
+//! CMD`, one run with coarse steps), searched with 20 random executions that must find no bug,
+//! and replayed with `--verify`: pigz compressing with four threads, `xz -T 4`, `sort
+//! --parallel=4`, python3 threads taking turns on the GIL, four threads of one process on a
+//! sqlite WAL database (Debian's libsqlite3), and memcached with four worker threads under
+//! memcslap from outside. The first four used to stop with a false "a lock taken without a
+//! scheduling point" (issue 14). The programs come from Debian packages that
+//! `scripts/install-deps.sh` installs; docs/real-programs.md has the table.
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::real::*;
 use common::*;
 use dara_abi::Op;
 use dara_scheduler::outside::OutsideWhat;
 
 const PYTHON: &str = "/usr/bin/python3";
-
-/// Records `command` in a fresh output directory (`test`), expects a clean exit, and returns the
-/// trace and what the program printed.
-fn record(test: &str, command: &[&str]) -> (PathBuf, String) {
-    let out = out_dir(test);
-    let mut args = vec!["-q", "-o", out.to_str().unwrap(), "--"];
-    args.extend_from_slice(command);
-    let run = dara_trace(&args, Duration::from_secs(120));
-    assert_eq!(run.code, 0, "{test}: {}", run.text());
-    (out.join("trace.bin"), run.stdout)
-}
-
-/// The trace replays with nobody outside, and twice more step for step alike.
-fn replays_identically(trace: &Path) {
-    let replay = dara_replay(&["-q", "--verify", trace.to_str().unwrap()], Duration::from_secs(180));
-    assert_eq!(replay.code, 0, "{}", replay.text());
-    assert!(replay.stdout.contains("verify: 2 more executions identical"), "{}", replay.text());
-}
-
-/// How many threads the recorded program created.
-fn threads_created(trace: &Path) -> usize {
-    let t = dara_scheduler::trace::read_file(trace).unwrap();
-    t.steps.iter().filter(|s| s.choice.op == Op::ThreadCreate).count()
-}
-
-/// `lines` lines of words from a fixed generator: compressible, not trivially so.
-fn text(lines: usize) -> String {
-    const WORDS: [&str; 8] = ["dara", "records", "one", "schedule", "of", "real", "threads", "exactly"];
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut out = String::new();
-    for i in 0..lines {
-        for _ in 0..8 {
-            state = dara_abi::splitmix64(state);
-            out.push_str(WORDS[(state % 8) as usize]);
-            out.push(' ');
-        }
-        out.push_str(&format!("{}\n", state % (i as u64 + 1000)));
-    }
-    out
-}
+const XZ: &[&str] = &["xz"];
+/// Numbers sorted by each execution of the sort search.
+const SEARCHED_NUMBERS: usize = 300_000;
+/// Four threads, blocks small enough to give each work, fast preset, keep the input.
+const XZ_ARGS: &[&str] = &["-T", "4", "--block-size=256KiB", "-3", "-k", "-f"];
 
 #[test]
-fn pigz_with_four_threads_records_and_replays() {
+fn pigz_with_four_threads_records_searches_and_replays() {
     let dir = out_dir("pigz-input");
     let input = dir.join("input.txt");
     let original = text(40_000); // about 2.5 MB: 20 of pigz's 128 KiB blocks
@@ -67,11 +34,42 @@ fn pigz_with_four_threads_records_and_replays() {
     let unpacked = Command::new("pigz").args(["-d", "-c"]).arg(dir.join("input.txt.gz")).output().unwrap();
     assert!(unpacked.status.success() && unpacked.stdout == original.as_bytes(), "the recorded pigz wrote a faithful .gz");
     replays_identically(&trace);
+
+    // The search compresses a smaller file (4 blocks) 20 times.
+    let small = dir.join("small.txt");
+    std::fs::write(&small, text(8_000)).unwrap();
+    let (last, _) = search_clean("pigz-search", SEARCH_RUNS, &[], &["pigz", "-p", "4", "-k", "-f", small.to_str().unwrap()]);
+    assert!(threads_created(&last) >= 2, "the searched pigz compressed in threads");
+    replays_identically(&last);
     assert!(processes_with(&["pigz", input.to_str().unwrap()]).is_empty(), "a pigz survived");
+    assert!(processes_with(&["pigz", small.to_str().unwrap()]).is_empty(), "a pigz survived");
+}
+
+/// `xz -T 4` on a few MB of text cut into 256 KiB blocks, so that its encoder threads share the
+/// work; `xz -t` checks what the recording wrote.
+#[test]
+fn xz_with_four_threads_records_searches_and_replays() {
+    let dir = out_dir("xz-input");
+    let input = dir.join("input.txt");
+    std::fs::write(&input, text(50_000)).unwrap(); // about 3 MB: 12 blocks
+    let (trace, _) = record("xz", &[XZ, XZ_ARGS, &[input.to_str().unwrap()]].concat());
+    assert!(threads_created(&trace) >= 2, "xz -T 4 compressed in threads");
+    let test = Command::new("xz").arg("-t").arg(dir.join("input.txt.xz")).status().unwrap();
+    assert!(test.success(), "xz -t: the recorded xz wrote a broken .xz");
+    replays_identically(&trace);
+
+    let small = dir.join("small.txt");
+    std::fs::write(&small, text(12_000)).unwrap(); // 3 blocks
+    let (last, _) = search_clean("xz-search", SEARCH_RUNS, &[], &[XZ, XZ_ARGS, &[small.to_str().unwrap()]].concat());
+    assert!(threads_created(&last) >= 2, "the searched xz compressed in threads");
+    let test = Command::new("xz").arg("-t").arg(dir.join("small.txt.xz")).status().unwrap();
+    assert!(test.success(), "xz -t: the searched xz wrote a broken .xz");
+    replays_identically(&last);
+    assert!(processes_with(&["xz", dir.to_str().unwrap()]).is_empty(), "an xz survived");
 }
 
 #[test]
-fn sort_parallel_records_and_replays() {
+fn sort_parallel_records_searches_and_replays() {
     let dir = out_dir("sort-input");
     let input = dir.join("numbers.txt");
     let sorted = dir.join("sorted.txt");
@@ -83,48 +81,62 @@ fn sort_parallel_records_and_replays() {
     let expected: String = numbers.iter().map(|n| format!("{n}\n")).collect();
     assert!(std::fs::read_to_string(&sorted).unwrap() == expected, "the recorded sort sorted");
     replays_identically(&trace);
+
+    let small = dir.join("small.txt");
+    // sort gives a thread at least 128 Ki lines: 300,000 lines are sorted by two.
+    let unsorted = (0..SEARCHED_NUMBERS as u64).map(|i| dara_abi::splitmix64(i + 1_000_000) % 1_000_000_007);
+    std::fs::write(&small, unsorted.map(|n| format!("{n}\n")).collect::<String>()).unwrap();
+    let small_sorted = dir.join("small-sorted.txt");
+    let (last, _) = search_clean("sort-search", SEARCH_RUNS, &[], &["sort", "--parallel=4", "-S", "100M", "-n", "-o", small_sorted.to_str().unwrap(), small.to_str().unwrap()]);
+    assert!(threads_created(&last) >= 1, "the searched sort sorted in threads");
+    let lines: Vec<u64> = std::fs::read_to_string(&small_sorted).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    assert!(lines.len() == SEARCHED_NUMBERS && lines.windows(2).all(|w| w[0] <= w[1]), "the searched sort sorted");
+    replays_identically(&last);
     assert!(processes_with(&["sort", input.to_str().unwrap()]).is_empty(), "a sort survived");
+    assert!(processes_with(&["sort", small.to_str().unwrap()]).is_empty(), "a sort survived");
 }
 
 /// Four threads computing on the GIL (its 5 ms timed condition waits hand it over), then a
-/// producer and three consumers through a `queue.Queue` whose gets time out.
+/// producer and three consumers through a `queue.Queue` whose gets time out
+/// (tests/fixtures/python_threads.py).
 #[test]
-fn python_threads_on_the_gil_record_and_replay() {
-    let script = out_dir("python-script").join("threads.py");
-    std::fs::write(
-        &script,
-        r#"import queue, threading, time
-def work(n, out, i):
-    out[i] = sum(k * k % 7 for k in range(n))
-out = [0] * 4
-ts = [threading.Thread(target=work, args=(100000, out, i)) for i in range(4)]
-for t in ts: t.start()
-for t in ts: t.join()
-q, got, lock = queue.Queue(maxsize=8), [0], threading.Lock()
-def producer():
-    for i in range(500):
-        q.put(i)
-        if i % 100 == 0: time.sleep(0.001)
-    for _ in range(3): q.put(None)
-def consumer():
-    while True:
-        try: item = q.get(timeout=0.005)
-        except queue.Empty: continue
-        if item is None: return
-        with lock: got[0] += item
-ts = [threading.Thread(target=consumer) for _ in range(3)] + [threading.Thread(target=producer)]
-for t in ts: t.start()
-for t in ts: t.join()
-print("sums", sum(out), got[0])
-"#,
-    )
-    .unwrap();
-    let (trace, stdout) = record("python", &[PYTHON, script.to_str().unwrap()]);
+fn python_threads_on_the_gil_record_search_and_replay() {
+    let script = repo_root().join("tests/fixtures/python_threads.py");
+    let (trace, stdout) = record("python", &[PYTHON, script.to_str().unwrap(), "100000", "500"]);
     let expected = 4 * (0..100_000u64).map(|k| k * k % 7).sum::<u64>();
     assert!(stdout.contains(&format!("sums {expected} {}", (0..500).sum::<u64>())), "{stdout}");
     assert!(threads_created(&trace) >= 8);
     replays_identically(&trace);
+
+    let (last, run) = search_clean("python-search", SEARCH_RUNS, &[], &[PYTHON, script.to_str().unwrap(), "2000", "100"]);
+    let expected = 4 * (0..2_000u64).map(|k| k * k % 7).sum::<u64>();
+    let line = format!("sums {expected} {}", (0..100).sum::<u64>());
+    assert_eq!(run.stdout.matches(&line).count() as u64, SEARCH_RUNS, "every execution summed right\n{}", run.text());
+    replays_identically(&last);
     assert!(processes_with(&[PYTHON, script.to_str().unwrap()]).is_empty(), "a python3 survived");
+}
+
+/// Four threads, each with its own connection, inserting into one sqlite database in WAL mode
+/// (tests/fixtures/sqlite_threads.c): recorded, searched (sqlite's busy waits are sleeps there),
+/// replayed; every execution ends with every row there once.
+#[test]
+fn sqlite_threads_on_one_wal_database_record_search_and_replay() {
+    let program = private_copy(&fixture_with("sqlite_threads", &["-lsqlite3"]), "sqlite_threads");
+    let db = out_dir("sqlite-db").join("corpus.db");
+    let db = db.to_str().unwrap();
+    let (trace, stdout) = record("sqlite", &[program.to_str().unwrap(), db]);
+    assert!(stdout.contains("sqlite_threads: 160 rows, sums ok"), "{stdout}");
+    assert_eq!(threads_created(&trace), 4);
+    replays_identically(&trace);
+
+    let (last, run) = search_clean("sqlite-search", SEARCH_RUNS, &[], &[program.to_str().unwrap(), db]);
+    assert_eq!(run.stdout.matches("sqlite_threads: 160 rows, sums ok").count() as u64, SEARCH_RUNS, "{}", run.text());
+    assert!(steps_with(&last, Op::MutexLock) > 100, "the search went through sqlite's mutexes one by one");
+    replays_identically(&last);
+    let (again, _) = search_clean("sqlite-search-again", SEARCH_RUNS, &[], &[program.to_str().unwrap(), db]);
+    same_decisions(&last, &again);
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
 /// memcached with four worker threads, recorded while memcslap's four client threads set and get
@@ -141,11 +153,7 @@ fn memcached_under_memcslap_records_and_replays() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(30), "memcached under dara-trace did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_listener(port.parse().unwrap(), Duration::from_secs(30), "memcached under dara-trace");
     let server_arg = format!("127.0.0.1:{port}");
     for test in ["set", "get"] {
         let slap = Command::new("memcslap").args(["-s", &server_arg, "-c", "4", "-e", "300", "-t", test]).output().expect("memcslap (run ./scripts/install-deps.sh)");
@@ -168,6 +176,20 @@ fn memcached_under_memcslap_records_and_replays() {
     assert!(connects >= 8, "memcslap's clients were recorded ({connects} connections)");
     assert!(threads_created(&trace_path) >= 4);
     replays_identically(&trace_path);
+    assert!(processes_with(&["memcached", &port]).is_empty(), "a memcached survived");
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// memcached in a closed-world test script (tests/fixtures/scripts/memcached_test.sh: bash sets
+/// and reads back keys over /dev/tcp, then stops the server with SIGTERM), searched.
+#[test]
+fn memcached_test_script_searches_clean_and_replays() {
+    let port = free_ports(1).to_string();
+    let script = repo_root().join("tests/fixtures/scripts/memcached_test.sh");
+    let (last, run) = search_clean("memcached-search", SEARCH_RUNS, &[], &[script.to_str().unwrap(), &port]);
+    assert_eq!(run.stdout.matches("memcached_test: every answer was right").count() as u64, SEARCH_RUNS, "{}", run.text());
+    assert!(threads_created(&last) >= 4, "memcached's worker threads ran under control");
+    replays_identically(&last);
     assert!(processes_with(&["memcached", &port]).is_empty(), "a memcached survived");
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }

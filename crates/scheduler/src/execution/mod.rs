@@ -620,11 +620,13 @@ impl<'a> Execution<'a> {
         let mut dies = false;
         for sig in signals {
             let now = Instant::now();
+            let mut catching = Vec::new();
             for (&process, record) in &self.processes {
                 if !record.alive {
                     continue;
                 }
                 let terminates = procfs::signal_terminates(record.pid, sig);
+                let caught = !terminates && procfs::signal_caught(record.pid, sig);
                 if let Some(pidfd) = &record.pidfd {
                     procfs::pidfd_signal(pidfd, sig);
                 }
@@ -632,10 +634,41 @@ impl<'a> Execution<'a> {
                     self.dying.push((process, now));
                     self.exiting.push(process);
                     dies = true;
+                } else if caught {
+                    catching.push(process);
                 }
+            }
+            if !catching.is_empty() && matches!(self.cfg.outside, OutsideMode::Live { .. }) {
+                self.tell_signal_waits(&catching, sig);
             }
         }
         dies
+    }
+
+    /// A recording passed `sig` on to `processes`, which catch it. Their threads are all parked
+    /// (this runs at a quiet point), and dara does not interrupt a thread's wait for a signal: a
+    /// handler runs when one of the process's threads is next granted, at the latest when its
+    /// wait times out. Says so in one line, with when that will be, so a user whose Ctrl-C seems
+    /// lost knows why (postgres's postmaster waits 60 s at a time, docs/real-programs.md).
+    fn tell_signal_waits(&self, processes: &[ProcessId], sig: i32) {
+        let when = |process: ProcessId| {
+            let threads = self.thread_process.iter().filter(|(_, p)| **p == process).map(|(t, _)| *t);
+            let program = self.processes.get(&process).map_or("", |r| r.program.as_str());
+            match threads.filter_map(|t| self.model.timer_deadline(t)).min() {
+                Some(deadline) => format!("process {process} ({program}) within {:.1} s", deadline.saturating_sub(self.model.now()) as f64 / 1e9),
+                None => format!("process {process} ({program}) when woken (no timeout)"),
+            }
+        };
+        const NAMED: usize = 3;
+        let mut named: Vec<String> = processes.iter().take(NAMED).map(|&p| when(p)).collect();
+        if processes.len() > NAMED {
+            named.push(format!("{} more", processes.len() - NAMED));
+        }
+        eprintln!(
+            "dara: {} passed on; the processes that catch it take it when their waits end (dara does not interrupt a wait for a signal yet): {}. A second Ctrl-C stops dara and keeps the trace",
+            signal_name(sig),
+            named.join(", ")
+        );
     }
 
     /// Kernel pid of `thread`'s process (0 if unknown).

@@ -2,6 +2,8 @@
 //! binaries with a time limit, read their traces, and check that nothing was left behind.
 #![allow(dead_code)]
 
+pub mod real;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;

@@ -1,0 +1,84 @@
+//! Helpers for the corpus of real programs (real_programs.rs, real_servers.rs): record a program
+//! as a user would, search it briefly, replay a trace with `--verify`, and count what it did.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use dara_abi::Op;
+
+use super::*;
+
+/// Executions of each corpus search (issue 14: a 20-execution search without a false bug).
+pub const SEARCH_RUNS: u64 = 20;
+/// The seed of every corpus search.
+pub const SEARCH_SEED: u64 = 1;
+
+/// Records `command` in a fresh output directory (`test`), expects a clean exit, and returns the
+/// trace and what the program printed.
+pub fn record(test: &str, command: &[&str]) -> (PathBuf, String) {
+    let out = out_dir(test);
+    let mut args = vec!["-q", "-o", out.to_str().unwrap(), "--"];
+    args.extend_from_slice(command);
+    let run = dara_trace(&args, Duration::from_secs(180));
+    assert_eq!(run.code, 0, "{test}: {}", run.text());
+    (out.join("trace.bin"), run.stdout)
+}
+
+/// Searches `command` with `runs` random executions (seed [`SEARCH_SEED`], `options` before the
+/// command) in a fresh output directory (`test`) and expects no bug; returns the last execution's
+/// trace and the run.
+pub fn search_clean(test: &str, runs: u64, options: &[&str], command: &[&str]) -> (PathBuf, Run) {
+    let out = out_dir(test);
+    let (runs_arg, seed) = (runs.to_string(), SEARCH_SEED.to_string());
+    let mut args = vec!["-q", "-o", out.to_str().unwrap(), "--runs", &runs_arg, "--strategy", "random", "--seed", &seed];
+    args.extend_from_slice(options);
+    args.push("--");
+    args.extend_from_slice(command);
+    let run = dara_trace(&args, Duration::from_secs(480));
+    assert_eq!(run.code, 0, "{test}: a false bug in a search of a correct program\n{}", run.text());
+    assert!(run.stdout.contains(&format!("no bug found in {runs} executions")), "{test}: {}", run.text());
+    (out.join("trace.bin"), run)
+}
+
+/// The trace replays with nobody outside, and twice more step for step alike.
+pub fn replays_identically(trace: &Path) {
+    let replay = dara_replay(&["-q", "--verify", trace.to_str().unwrap()], Duration::from_secs(300));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert!(replay.stdout.contains("verify: 2 more executions identical"), "{}", replay.text());
+}
+
+/// Steps of the trace whose operation is `op`.
+pub fn steps_with(trace: &Path, op: Op) -> usize {
+    let t = dara_scheduler::trace::read_file(trace).unwrap();
+    t.steps.iter().filter(|s| s.choice.op == op).count()
+}
+
+/// How many threads the recorded program created.
+pub fn threads_created(trace: &Path) -> usize {
+    steps_with(trace, Op::ThreadCreate)
+}
+
+/// Waits until something accepts TCP connections on 127.0.0.1:`port` (at most `limit`).
+pub fn wait_for_listener(port: u16, limit: Duration, what: &str) {
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(started.elapsed() < limit, "{what} did not listen on port {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `lines` lines of words from a fixed generator: compressible, not trivially so.
+pub fn text(lines: usize) -> String {
+    const WORDS: [&str; 8] = ["dara", "records", "one", "schedule", "of", "real", "threads", "exactly"];
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut out = String::new();
+    for i in 0..lines {
+        for _ in 0..8 {
+            state = dara_abi::splitmix64(state);
+            out.push_str(WORDS[(state % 8) as usize]);
+            out.push(' ');
+        }
+        out.push_str(&format!("{}\n", state % (i as u64 + 1000)));
+    }
+    out
+}

@@ -1,0 +1,179 @@
+//! Real servers of the corpus (docs/real-programs.md), each recorded with clients outside dara and
+//! replayed with `--verify`, and searched in a closed-world test script that starts it and its
+//! clients: a libuv echo server of our own (tests/fixtures/uv_echo.c: uv_loop, uv_timer,
+//! uv_async, the thread pool) and Debian's PostgreSQL 15 (initdb, the postmaster and its
+//! processes, psql). postgres refuses to run as root, so it runs as `nobody` through `runuser`
+//! (the test chowns its directory to that user). memcached and redis are in real_programs.rs and
+//! redis*.rs.
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::real::*;
+use common::*;
+use dara_scheduler::outside::OutsideWhat;
+
+/// Debian's PostgreSQL 15 programs (scripts/install-deps.sh installs them).
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// The unprivileged user postgres runs as.
+const PG_USER: &str = "nobody";
+/// Executions of the postgres test script's search: each is about 40,000 steps (initdb's
+/// processes, the server's start, six psql sessions, a fast shutdown), several seconds.
+const PG_SEARCH_RUNS: u64 = 3;
+/// Address space of a postgres replay. A replay of a program with shared anonymous mappings
+/// read `/dev/zero` whole for its symbols (branch replay-mem fixes it); bounded here so that it
+/// fails alone rather than take the shared test machine's memory.
+const REPLAY_ADDRESS_SPACE: libc::rlim_t = 4 << 30;
+
+/// Lines each outside client of the recorded echo server sends.
+const UV_LINES: &str = "30";
+
+/// The echo server recorded while two clients and the quit request come from outside (the same
+/// binary, run natively, after a probe connection that finds it listening); the recording serves every line right and replays with nobody outside.
+#[test]
+fn uv_echo_server_records_with_outside_clients_and_replays() {
+    let program = private_copy(&fixture_with("uv_echo", &["-luv"]), "uv_echo_record");
+    let port = free_ports(1).to_string();
+    let out = out_dir("uv_echo_record");
+    let server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-q", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), "server", &port])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_listener(port.parse().unwrap(), Duration::from_secs(60), "uv_echo under dara-trace");
+    let clients: Vec<_> = ["1", "2"].iter().map(|id| Command::new(&program).args(["client", &port, id, UV_LINES]).stdout(Stdio::null()).spawn().unwrap()).collect();
+    for mut client in clients {
+        assert!(client.wait().unwrap().success(), "an outside client got a wrong answer");
+    }
+    assert!(Command::new(&program).args(["quit", &port]).status().unwrap().success());
+    let run = server.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(run.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(stdout.contains("uv_echo: 4 connections, 60 jobs, 60 done"), "{stdout}");
+
+    let trace = out.join("trace.bin");
+    let t = dara_scheduler::trace::read_file(&trace).unwrap();
+    let connects = t.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Connect { .. })).count();
+    assert_eq!(connects, 4, "the probe, the two clients and the quit request were recorded");
+    assert!(threads_created(&trace) >= 1, "libuv's thread pool ran under control");
+    replays_identically(&trace);
+    assert_no_survivors(&program);
+}
+
+/// The echo server, two clients and the quit request in one test script, searched.
+#[test]
+fn uv_echo_test_script_searches_clean_and_replays() {
+    let program = private_copy(&fixture_with("uv_echo", &["-luv"]), "uv_echo_search");
+    let script = repo_root().join("tests/fixtures/scripts/uv_echo_test.sh");
+    let port = free_ports(1).to_string();
+    let command = [script.to_str().unwrap(), program.to_str().unwrap(), &port];
+    let (last, run) = search_clean("uv_echo-search", SEARCH_RUNS, &[], &command);
+    assert_eq!(run.stdout.matches("uv_echo_test: every answer was right").count() as u64, SEARCH_RUNS, "{}", run.text());
+    assert!(threads_created(&last) >= 1, "libuv's thread pool ran under control");
+    replays_identically(&last);
+    let (again, _) = search_clean("uv_echo-search-again", SEARCH_RUNS, &[], &command);
+    same_decisions(&last, &again);
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// A fresh directory owned by [`PG_USER`] (not an output directory: dara empties those).
+fn postgres_dir(test: &str) -> PathBuf {
+    let dir = out_dir(&format!("{test}-data")).join("pg");
+    std::fs::create_dir_all(&dir).unwrap();
+    let chown = Command::new("chown").arg(PG_USER).arg(&dir).status().unwrap();
+    assert!(chown.success(), "chown {PG_USER} {}", dir.display());
+    dir
+}
+
+/// `dara-replay --verify` of a postgres trace with its address space bounded.
+fn postgres_replays_identically(trace: &Path) {
+    let mut replay = Command::new(env!("CARGO_BIN_EXE_dara-replay"));
+    replay.args(["-q", "--verify", trace.to_str().unwrap()]);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        replay.pre_exec(|| {
+            let limit = libc::rlimit { rlim_cur: REPLAY_ADDRESS_SPACE, rlim_max: REPLAY_ADDRESS_SPACE };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let run = run_with_limit(replay, Duration::from_secs(400));
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("verify: 2 more executions identical"), "{}", run.text());
+}
+
+/// initdb, pg_ctl start, six checked psql commands and pg_ctl stop, all under dara
+/// (tests/fixtures/scripts/postgres_test.sh), searched; the data directory is emptied before
+/// every execution (`--setup`).
+#[test]
+fn postgres_test_script_searches_clean_and_replays() {
+    let dir = postgres_dir("postgres-search");
+    let script = repo_root().join("tests/fixtures/scripts/postgres_test.sh");
+    let port = free_ports(1).to_string();
+    let setup = format!("rm -rf {0}/data {0}/*.log {0}/.s.PGSQL.*", dir.display());
+    let command = ["runuser", "-u", PG_USER, "--", script.to_str().unwrap(), dir.to_str().unwrap(), &port];
+    let (last, run) = search_clean("postgres-search", PG_SEARCH_RUNS, &["--setup", &setup], &command);
+    assert_eq!(run.stdout.matches("postgres_test: every answer was right").count() as u64, PG_SEARCH_RUNS, "{}", run.text());
+    postgres_replays_identically(&last);
+    assert!(processes_with(&["postgres", dir.to_str().unwrap()]).is_empty(), "a postgres survived");
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// The postmaster recorded while psql runs from outside over loopback TCP. A caught signal
+/// reaches a postgres process only when its wait times out (docs/real-programs.md), so Ctrl-C
+/// does not stop the server in a test's time: a second one stops dara and keeps the trace, which
+/// replays up to that point; the recorded setup restores the initdb'd directory every time.
+#[test]
+fn postgres_server_records_psql_from_outside_and_replays() {
+    let dir = postgres_dir("postgres-record");
+    let pristine = dir.join("pristine");
+    let initdb = Command::new("runuser")
+        .args(["-u", PG_USER, "--", &format!("{PG_BIN}/initdb"), "-D", pristine.to_str().unwrap(), "-A", "trust", "-U", "postgres", "--no-sync"])
+        .output()
+        .expect("runuser (util-linux)");
+    assert!(initdb.status.success(), "initdb: {}", String::from_utf8_lossy(&initdb.stderr));
+    let data = dir.join("data");
+    let setup = format!("rm -rf {1} && cp -a {0} {1}", pristine.display(), data.display());
+    let port = free_ports(1);
+    let out = out_dir("postgres-record-out");
+    let postgres = format!("{PG_BIN}/postgres");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-q", "-o", out.to_str().unwrap(), "--setup", &setup, "--", "runuser", "-u", PG_USER, "--", &postgres])
+        .args(["-D", data.to_str().unwrap(), "-k", "", "-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_listener(port, Duration::from_secs(60), "postgres under dara-trace");
+    let psql = Command::new("psql")
+        .args(["-X", "-q", "-A", "-t", "-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-d", "postgres"])
+        .args(["-c", "create table t(a int primary key, b text)", "-c", "insert into t select g, md5(g::text) from generate_series(1, 1000) g", "-c", "select count(*), sum(a) from t"])
+        .output()
+        .expect("psql (run ./scripts/install-deps.sh)");
+    assert_eq!(String::from_utf8_lossy(&psql.stdout).trim(), "1000|500500", "{}", String::from_utf8_lossy(&psql.stderr));
+    // SAFETY: signalling our own child, twice: the first is passed on, the second stops dara.
+    unsafe { libc::kill(server.id() as i32, libc::SIGINT) };
+    std::thread::sleep(Duration::from_millis(500));
+    let status = interrupt_after(&mut server, Duration::ZERO);
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(130), "the second Ctrl-C stops dara and keeps the trace: {stderr}");
+    assert!(stderr.contains("dara: SIGINT passed on; the processes that catch it take it when their waits end") && stderr.contains("(postgres) within "), "the first Ctrl-C said when postgres takes it: {stderr}");
+
+    let trace = out.join("trace.bin");
+    let t = dara_scheduler::trace::read_file(&trace).unwrap();
+    let connects = t.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Connect { .. })).count();
+    assert!(connects >= 1, "psql's connection was recorded");
+    postgres_replays_identically(&trace);
+    assert!(processes_with(&["postgres", data.to_str().unwrap()]).is_empty(), "a postgres survived");
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
