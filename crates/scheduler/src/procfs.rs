@@ -181,26 +181,61 @@ pub struct ThreadSample {
     pub runs: Option<u64>,
 }
 
-/// Samples a thread; None if it is gone.
+/// A thread's /proc stat files, opened once and read again at offset 0 for each sample: the
+/// watchdog samples the token holder every few milliseconds, and opening the files each time
+/// would look the thread's /proc entries up again and again (which also keeps the kernel busy
+/// invalidating them when the thread's process is reaped). An open file stays bound to the
+/// thread it was opened for: once that thread is gone it reads nothing, even if its tid is
+/// reused.
+pub struct ThreadFiles {
+    stat: fs::File,
+    /// Absent on kernels built without scheduler statistics.
+    schedstat: Option<fs::File>,
+}
+
+impl ThreadFiles {
+    /// Opens the files of thread `tid` of process `pid`; None if it is gone.
+    pub fn open(pid: u32, tid: u32) -> Option<ThreadFiles> {
+        let stat = fs::File::open(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+        let schedstat = fs::File::open(format!("/proc/{pid}/task/{tid}/schedstat")).ok();
+        Some(ThreadFiles { stat, schedstat })
+    }
+
+    /// Samples the thread; None if it is gone.
+    pub fn sample(&self) -> Option<ThreadSample> {
+        let stat = read_from_start(&self.stat)?;
+        let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+        // state, utime, stime and starttime are fields 3, 14, 15 and 22 (1-based), counted from
+        // the state (field 3).
+        let state = fields.first()?.chars().next()?;
+        let utime: u64 = fields.get(11)?.parse().ok()?;
+        let stime: u64 = fields.get(12)?.parse().ok()?;
+        let start: u64 = fields.get(19)?.parse().ok()?;
+        // schedstat: nanoseconds on a CPU, nanoseconds waiting for one, times put on one. Finer
+        // than stat's clock ticks.
+        let schedstat = self.schedstat.as_ref().and_then(read_from_start);
+        let mut sched = schedstat.as_deref().unwrap_or("").split_whitespace().map(|f| f.parse::<u64>().ok());
+        let (run_ns, _, runs) = (sched.next().flatten(), sched.next().flatten(), sched.next().flatten());
+        let cpu = match run_ns {
+            Some(ns) => std::time::Duration::from_nanos(ns),
+            None => ticks_to_duration(utime + stime),
+        };
+        Some(ThreadSample { state, cpu, start, runs })
+    }
+}
+
+/// The whole text of an open /proc file, read from offset 0 (None if empty or unreadable: its
+/// thread is gone).
+fn read_from_start(file: &fs::File) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 1024];
+    let n = file.read_at(&mut buf, 0).ok().filter(|&n| n > 0)?;
+    String::from_utf8(buf[..n].to_vec()).ok()
+}
+
+/// Samples a thread once; None if it is gone.
 pub fn thread_sample(pid: u32, tid: u32) -> Option<ThreadSample> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
-    // state, utime, stime and starttime are fields 3, 14, 15 and 22 (1-based), counted from the
-    // state (field 3).
-    let state = fields.first()?.chars().next()?;
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    let start: u64 = fields.get(19)?.parse().ok()?;
-    // schedstat: nanoseconds on a CPU, nanoseconds waiting for one, times put on one. Finer than
-    // stat's clock ticks; absent on kernels built without scheduler statistics.
-    let schedstat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok();
-    let mut sched = schedstat.as_deref().unwrap_or("").split_whitespace().map(|f| f.parse::<u64>().ok());
-    let (run_ns, _, runs) = (sched.next().flatten(), sched.next().flatten(), sched.next().flatten());
-    let cpu = match run_ns {
-        Some(ns) => std::time::Duration::from_nanos(ns),
-        None => ticks_to_duration(utime + stime),
-    };
-    Some(ThreadSample { state, cpu, start, runs })
+    ThreadFiles::open(pid, tid)?.sample()
 }
 
 /// Whether the process behind `pidfd` has ended (its pidfd is readable), whatever /proc now

@@ -24,7 +24,7 @@ use dara_abi::state;
 use super::Execution;
 use crate::choice::ThreadId;
 use crate::outcome::Outcome;
-use crate::procfs::{self, ThreadSample};
+use crate::procfs::{self, ThreadFiles, ThreadSample};
 
 /// How long a token holder runs before the watchdog starts sampling its /proc state (reading
 /// /proc costs more than a whole handoff).
@@ -47,11 +47,13 @@ pub(super) struct TokenHolder {
     first_look: Option<ThreadSample>,
     /// Since when it has been seen asleep, and its run count then.
     asleep: Option<(Instant, Option<u64>)>,
+    /// Its /proc files, open from the first look on.
+    files: Option<ThreadFiles>,
 }
 
 impl TokenHolder {
     pub(super) fn new(thread: ThreadId) -> TokenHolder {
-        TokenHolder { thread, since: Instant::now(), first_look: None, asleep: None }
+        TokenHolder { thread, since: Instant::now(), first_look: None, asleep: None, files: None }
     }
 }
 
@@ -85,8 +87,12 @@ impl Execution<'_> {
         // /proc answers for whoever has the pid now, and pids are recycled within seconds in a
         // busy search: the process's pidfd says whether *it* has ended.
         let ended = process.and_then(|p| self.processes.get(&p)).and_then(|r| r.pidfd.as_ref()).is_some_and(procfs::pidfd_exited);
-        let sample = if ended { None } else { procfs::thread_sample(pid, tid) };
-        match self.holder.as_mut()?.look(sample, now) {
+        let holder = self.holder.as_mut()?;
+        if holder.files.is_none() && !ended {
+            holder.files = ThreadFiles::open(pid, tid);
+        }
+        let sample = if ended { None } else { holder.files.as_ref().and_then(ThreadFiles::sample) };
+        match holder.look(sample, now) {
             Look::Fine => None,
             Look::Gone => {
                 let alive = process.and_then(|p| self.processes.get(&p)).is_some_and(|r| r.alive);
