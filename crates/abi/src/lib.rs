@@ -34,7 +34,7 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 12;
+pub const VERSION: u32 = 13;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -202,6 +202,12 @@ pub enum Op {
     /// dara's and traced senders from outside ones (recorded in a recording, to be sent to the
     /// same thread with the same grant in its replay). Granted at once, without a decision.
     SignalArrived = 87,
+    /// `sigsuspend`/`pause`: the thread waits until a signal its wait mask lets through runs a
+    /// handler. args: [the wait mask (kernel signal-set word), 0, 0, 0]. Never `Run`: only an
+    /// `Interrupt` choice ends it, offered once such a caught signal is pending for the thread
+    /// (see [`Slot::program_mask`]); result `-EINTR`, after which the thread makes the real call,
+    /// which runs the handler and returns at once.
+    SigSuspend = 88,
 
     /// About to `fork` (also `vfork`, run as a fork). Granted at once; after the grant the
     /// parent claims the child's slot (STARTING) and process entry, forks, and the child posts
@@ -338,6 +344,7 @@ impl Op {
             85 => EdgeQuantum,
             86 => Fault,
             87 => SignalArrived,
+            88 => SigSuspend,
             110 => ProcessFork,
             111 => ProcessExec,
             112 => ProcessWait,
@@ -404,6 +411,7 @@ impl Op {
             EdgeQuantum => "edge-quantum",
             Fault => "fault",
             SignalArrived => "signal-arrived",
+            SigSuspend => "sigsuspend",
             ProcessFork => "fork",
             ProcessExec => "exec",
             ProcessWait => "wait",
@@ -497,6 +505,11 @@ pub struct Slot {
     /// post (written with every post). Not zero: the readiness the scheduler saw is stale.
     pub received_unposted: AtomicU32,
     pub sent: [SentOn; SENT_MAX],
+    /// The thread's own signal mask (kernel signal-set word) while it is parked, written with
+    /// every post: parked, it blocks every signal the program catches, so the kernel's view
+    /// (`SigBlk`) hides which ones the program would let through. A pending caught signal outside
+    /// this mask interrupts a blocking wait (`ChoiceKind::Interrupt`).
+    pub program_mask: AtomicU64,
 }
 
 /// A TCP socket a thread sent on without a post ([`Slot::sent`]).

@@ -65,6 +65,11 @@ pub fn name_in_file(path: &str, vaddr: u64) -> Option<String> {
 /// The symbols of the ELF file at `path`, loaded at `base` (the address of its first mapping),
 /// or at its link-time addresses for `None`.
 fn load_image(path: &PathBuf, base: Option<u64>) -> Option<Image> {
+    // Only regular files: a shared anonymous mapping shows as `/dev/zero`, which reads forever
+    // (nginx's shared zones made a replay grow to 24 GB).
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
     let bytes = std::fs::read(path).ok()?;
     let elf = goblin::elf::Elf::parse(&bytes).ok()?;
     let first = elf.program_headers.iter().filter(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD).map(|ph| ph.p_vaddr).min()?;

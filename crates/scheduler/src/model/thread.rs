@@ -150,6 +150,7 @@ impl Request {
             | Op::EdgeQuantum
             | Op::Fault
             | Op::SignalArrived
+            | Op::SigSuspend
             | Op::ProcessFork
             | Op::ProcessExec
             | Op::ProcessWait
