@@ -1,8 +1,9 @@
 //! Real multithreaded programs nobody here wrote, recorded as a user would (`dara-trace -o OUT --
 //! CMD`, one run with coarse steps) and replayed with `--verify`: pigz compressing with four
-//! threads, `sort --parallel=4`, python3 threads taking turns on the GIL, and memcached with four
-//! worker threads under memcslap from outside. Each used to stop with a false "a lock taken
-//! without a scheduling point" (issue 14). The programs come from Debian packages that
+//! threads, `sort --parallel=4`, python3 threads taking turns on the GIL, memcached with four
+//! worker threads under memcslap from outside, and nginx (master and two workers) serving curl.
+//! Each used to stop with a false "a lock taken without a scheduling point", nginx in its
+//! master's `sigsuspend` (issue 14). The programs come from Debian packages that
 //! `scripts/install-deps.sh` installs.
 mod common;
 
@@ -169,5 +170,70 @@ fn memcached_under_memcslap_records_and_replays() {
     assert!(threads_created(&trace_path) >= 4);
     replays_identically(&trace_path);
     assert!(processes_with(&["memcached", &port]).is_empty(), "a memcached survived");
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// nginx with a master and two workers (tests/fixtures/nginx.conf.in), recorded while curl fetches
+/// a page 20 times from outside, then stopped with one Ctrl-C to dara: the workers, parked in
+/// `epoll_wait` with no timer, and the master, parked in `sigsuspend`, are interrupted by the
+/// signal dara passes on (Interrupt choices); the workers exit, their SIGCHLD ends the master's
+/// next `sigsuspend`, nginx exits 0 and so does dara. nginx listens twice on its socket: one
+/// listener is relayed. The trace replays with `--verify`.
+#[test]
+fn nginx_master_and_workers_under_curl_record_and_replay() {
+    use dara_scheduler::ChoiceKind;
+    const FETCHES: usize = 20;
+    let port = free_ports(1).to_string();
+    let out = out_dir("nginx");
+    let dir = out.join("nginx");
+    std::fs::create_dir_all(dir.join("html")).unwrap();
+    std::fs::write(dir.join("html/index.html"), "served under dara\n").unwrap();
+    let template = std::fs::read_to_string(repo_root().join("tests/fixtures/nginx.conf.in")).unwrap();
+    let conf = dir.join("nginx.conf");
+    std::fs::write(&conf, template.replace("@DIR@", dir.to_str().unwrap()).replace("@PORT@", &port)).unwrap();
+    let error_log = dir.join("error.log");
+    let nginx = ["nginx", "-g", "daemon off;", "-e", error_log.to_str().unwrap(), "-c", conf.to_str().unwrap()];
+    let mut server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-q", "-o", out.to_str().unwrap(), "--"])
+        .args(nginx)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(30), "nginx under dara-trace did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let url = format!("http://127.0.0.1:{port}/");
+    for fetch in 0..FETCHES {
+        let curl = Command::new("curl").args(["-s", "-f", "-m", "30", &url]).output().expect("curl (run ./scripts/install-deps.sh)");
+        assert!(curl.status.success(), "fetch {fetch}: {curl:?}");
+        assert_eq!(String::from_utf8_lossy(&curl.stdout), "served under dara\n", "fetch {fetch}");
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(server.id() as i32, libc::SIGINT) };
+    let status = match wait_at_most(&mut server, Duration::from_secs(60)) {
+        Some(status) => status,
+        None => interrupt_after(&mut server, Duration::ZERO),
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let log = std::fs::read_to_string(&error_log).unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "one Ctrl-C stops nginx, and dara with its exit: {status:?} {stderr}\n{log}");
+    assert!(log.contains("signal 2 (SIGINT) received") && log.contains("exit"), "nginx saw the Ctrl-C and exited: {log}");
+
+    let trace_path = out.join("trace.bin");
+    let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    let connects = trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Connect { .. })).count();
+    assert_eq!(connects, FETCHES + 1, "every fetch was recorded, and the probe that waited for the listener");
+    let interrupted = |op: Op| trace.steps.iter().filter(|s| s.choice.kind == ChoiceKind::Interrupt && s.choice.op == op).count();
+    assert_eq!(interrupted(Op::NetEpollWait), 2, "the Ctrl-C ends each worker's epoll_wait");
+    assert!(interrupted(Op::SigSuspend) >= 2, "the Ctrl-C and the workers' SIGCHLD end the master's sigsuspend");
+    assert_eq!(trace.steps.iter().filter(|s| s.choice.op == Op::NetListen).count(), 1, "nginx's second listen() splits nothing");
+    std::fs::remove_file(dir.join("nginx.pid")).ok(); // nginx removes it; a replay starts afresh
+    replays_identically(&trace_path);
+    assert!(processes_with(&["nginx", conf.to_str().unwrap()]).is_empty(), "an nginx survived");
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
