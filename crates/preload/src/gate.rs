@@ -207,6 +207,34 @@ impl Drop for Gated {
     }
 }
 
+impl Gated {
+    /// Runs the handlers of the caught signals pending for this thread that its own mask lets
+    /// through, now, as if it left the preload and came back (the kernel's restart of an
+    /// interrupted call with `SA_RESTART`): the scheduler is told who sent them, the guard is
+    /// left and the program's mask restored, so the handlers run, and their hooked calls post,
+    /// as in program code; then the guard is taken again. The next post blocks the caught
+    /// signals again. Nothing to do in the SIGSYS handler, whose return restores the mask.
+    pub fn let_signals_through(&self) {
+        if IN_TRAP.with(|t| t.get()) {
+            return;
+        }
+        let Some(mask) = PARKED_SAVED.with(|m| m.get()) else { return };
+        // (Before the saved mask is dropped: telling posts, and a post with no saved mask would
+        // save the parked one as the program's.)
+        self.tell_signals(mask);
+        PARKED_SAVED.with(|m| m.set(None));
+        INSIDE.with(|g| g.set(false));
+        // SAFETY: rt_sigprocmask reads one live 8-byte set; handlers run on its return.
+        unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &mask as *const u64 as u64, 0, 8]) };
+        INSIDE.with(|g| g.set(true));
+    }
+}
+
+/// Whether the current thread runs dara's SIGSYS handler (a trapped system call).
+pub fn in_trap() -> bool {
+    IN_TRAP.with(|t| t.get())
+}
+
 /// The program's own signal mask, saved while the thread is in the preload after a post (the
 /// post blocked the caught signals); `None` when no post blocked any.
 pub fn program_mask() -> Option<u64> {

@@ -1,6 +1,6 @@
 //! Signals that end a parked wait (issue 14): a server thread in `epoll_wait(-1)` stopped by a
-//! SIGINT its own process sends, and a parent waiting for its children's SIGCHLD in
-//! `sigsuspend`. Each bug is found by a search, replays (20 times, `--verify`), and the same seed
+//! SIGINT its own process sends, a parent waiting for its children's SIGCHLD in `sigsuspend`,
+//! and a blocking `read` that a signal restarts (`SA_RESTART`) or interrupts. Each bug is found by a search, replays (20 times, `--verify`), and the same seed
 //! gives the same decisions; each twin is clean under two strategies, its last execution ends
 //! its wait with dara's `Interrupt` choice and replays with `--verify`; no process survives.
 mod common;
@@ -66,5 +66,11 @@ fn a_sigint_ends_a_parked_epoll_wait_and_the_lost_one_is_a_deadlock() {
 fn sigchld_ends_sigsuspend_and_coalesced_exits_are_a_deadlock() {
     bug_found("sig_suspend_count", 50, "BUG: deadlock: thread 0 waits in sigsuspend");
     twin_clean("sig_suspend_count_ok", 40, "both workers done", Op::SigSuspend);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+#[test]
+fn a_signal_restarts_a_blocking_read_with_sa_restart_and_interrupts_it_without() {
+    twin_clean("sig_read_restart", 30, "restarted after SIGUSR1, interrupted by SIGUSR2", Op::NetRecv);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }

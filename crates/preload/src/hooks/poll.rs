@@ -16,11 +16,9 @@ use dara_abi::{net_flags, Op, NO_DEADLINE};
 use libc::{c_int, nfds_t, pollfd, sigset_t, timespec, timeval};
 
 use super::set_errno;
+use super::sigwait::INTERRUPTED;
 use crate::gate::Gated;
 use crate::{real, vclock};
-
-/// The grant of a wait a signal ended (`ChoiceKind::Interrupt`).
-const INTERRUPTED: i64 = -(libc::EINTR as i64);
 
 /// `-1` with `errno` `EINTR`: what the call returns when a signal ended it.
 fn interrupted() -> c_int {

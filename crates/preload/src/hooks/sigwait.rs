@@ -38,6 +38,36 @@ fn suspend(gate: Gated, wait_mask: u64) -> c_int {
     -1
 }
 
+/// The grant of a wait a signal ended (`ChoiceKind::Interrupt`): `-EINTR`.
+pub const INTERRUPTED: i64 = -(libc::EINTR as i64);
+
+/// The `flags` bit of a blocking receive or accept that a signal may end: set unless the call
+/// runs in the SIGSYS handler, which cannot run the program's handlers before it returns.
+pub fn interruptible() -> u64 {
+    if gate::in_trap() {
+        0
+    } else {
+        dara_abi::net_flags::INTERRUPTIBLE
+    }
+}
+
+/// After a blocking receive or accept was interrupted: whether it restarts, as the kernel's
+/// would, because every signal about to run a handler asked for `SA_RESTART`; the handlers
+/// then run here and the caller waits again. Otherwise the call fails with EINTR and the
+/// handlers run as the thread leaves the preload.
+pub fn interrupted_call_restarts(gate: &Gated) -> bool {
+    let Some(program_mask) = gate::program_mask() else { return true };
+    let mut pending: u64 = 0;
+    // SAFETY: rt_sigpending writes one 8-byte set into a live local.
+    unsafe { sys::syscall(libc::SYS_rt_sigpending, &[&mut pending as *mut u64 as u64, KERNEL_SIGSET_BYTES]) };
+    let due = pending & super::signal::caught() & !program_mask;
+    if due & !super::signal::restarting() != 0 {
+        return false;
+    }
+    gate.let_signals_through();
+    true
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn sigsuspend(mask: *const sigset_t) -> c_int {
     // SAFETY: the program's own argument.

@@ -1,6 +1,8 @@
 //! Waits a signal ends. A thread parked in `poll`/`select`/`epoll_wait` or in `sigsuspend`/
 //! `pause` would, in the kernel, be interrupted by a caught signal its mask lets through: the
-//! handler runs and the call fails with EINTR (these calls are never restarted). The model
+//! handler runs and the call fails with EINTR (these calls are never restarted). So would a
+//! blocking receive or accept the preload marks interruptible (`net_flags::INTERRUPTIBLE`); the
+//! preload then restarts it after the handler when the handler asked for `SA_RESTART`. The model
 //! cannot see signals; the driver looks (`/proc`) and marks the threads that have one pending
 //! ([`Model::set_signalled`]). Such a thread offers an `Interrupt` choice, whose grant is
 //! [`INTERRUPTED`]. A `SigSuspend` has no `Run` at all: only a signal ends it.
@@ -13,12 +15,13 @@ use crate::choice::ThreadId;
 /// The result of an interrupted wait: `-EINTR`.
 pub const INTERRUPTED: i64 = -(libc::EINTR as i64);
 
-/// Whether a signal may end `request` while it waits: a blocking poll or epoll wait, or a
-/// sigsuspend. The mask that decides which signals count is the wait's own for a sigsuspend
+/// Whether a signal may end `request` while it waits: a blocking poll or epoll wait, a blocking
+/// receive or accept marked interruptible, or a sigsuspend. The mask that decides which signals count is the wait's own for a sigsuspend
 /// (`args[0]`), else the thread's (see `dara_abi::Slot::program_mask`).
 pub fn interruptible(request: &Request) -> bool {
     match request.op {
         Op::NetPoll | Op::NetEpollWait => request.args[3] & net_flags::NONBLOCK == 0,
+        Op::NetRecv | Op::NetAccept => request.args[1] & (net_flags::NONBLOCK | net_flags::INTERRUPTIBLE) == net_flags::INTERRUPTIBLE,
         Op::SigSuspend => true,
         _ => false,
     }
