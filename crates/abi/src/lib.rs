@@ -208,6 +208,12 @@ pub enum Op {
     /// (see [`Slot::program_mask`]); result `-EINTR`, after which the thread makes the real call,
     /// which runs the handler and returns at once.
     SigSuspend = 88,
+    /// `sigwaitinfo`/`sigtimedwait`/`sigwait`: the thread waits until a signal of `set` is
+    /// pending, to take it without a handler. args: [set (kernel signal-set word), deadline, 0,
+    /// 0]. Never `Run`: an `Interrupt` choice (result `-EINTR`) is offered once a signal of `set`
+    /// is pending, or a caught signal the thread's mask lets through (which ends the wait with
+    /// EINTR); the thread then takes the signal for real. `Timeout` at the deadline: `-EAGAIN`.
+    SigWait = 89,
 
     /// About to `fork` (also `vfork`, run as a fork). Granted at once; after the grant the
     /// parent claims the child's slot (STARTING) and process entry, forks, and the child posts
@@ -350,6 +356,7 @@ impl Op {
             86 => Fault,
             87 => SignalArrived,
             88 => SigSuspend,
+            89 => SigWait,
             110 => ProcessFork,
             111 => ProcessExec,
             112 => ProcessWait,
@@ -417,6 +424,7 @@ impl Op {
             Fault => "fault",
             SignalArrived => "signal-arrived",
             SigSuspend => "sigsuspend",
+            SigWait => "sigwait",
             ProcessFork => "fork",
             ProcessExec => "exec",
             ProcessWait => "wait",

@@ -1,6 +1,7 @@
 //! Signals that end a parked wait (issue 14): a server thread in `epoll_wait(-1)` stopped by a
 //! SIGINT its own process sends, a parent waiting for its children's SIGCHLD in `sigsuspend`,
-//! and a blocking `read` that a signal restarts (`SA_RESTART`) or interrupts. Each bug is found by a search, replays (20 times, `--verify`), and the same seed
+//! a blocking `read` that a signal restarts (`SA_RESTART`) or interrupts, and a signal thread
+//! taking signals with `sigwait`. Each bug is found by a search, replays (20 times, `--verify`), and the same seed
 //! gives the same decisions; each twin is clean under two strategies, its last execution ends
 //! its wait with dara's `Interrupt` choice and replays with `--verify`; no process survives.
 mod common;
@@ -72,5 +73,12 @@ fn sigchld_ends_sigsuspend_and_coalesced_exits_are_a_deadlock() {
 #[test]
 fn a_signal_restarts_a_blocking_read_with_sa_restart_and_interrupts_it_without() {
     twin_clean("sig_read_restart", 30, "restarted after SIGUSR1, interrupted by SIGUSR2", Op::NetRecv);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+#[test]
+fn sigwait_takes_signals_and_coalesced_reloads_are_found() {
+    bug_found("sig_wait_reload", 50, "Assertion `reloads == 2' failed");
+    twin_clean("sig_wait_reload_ok", 40, "reloaded twice", Op::SigWait);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }

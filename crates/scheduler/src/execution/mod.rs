@@ -995,7 +995,7 @@ impl<'a> Execution<'a> {
             self.note_symbol(process, args[0]);
         }
         self.note_modules(process, op);
-        if op == Op::SigSuspend {
+        if matches!(op, Op::SigSuspend | Op::SigWait) {
             self.signals_may_be_pending(); // a signal it lets through may be pending already
         }
         self.model.post(thread, Request { op, args });

@@ -38,8 +38,13 @@ impl Execution<'_> {
         for (thread, request) in self.model.interruptible_waits() {
             let slot = self.region.slot(thread as usize);
             let (pid, tid) = (slot.pid.load(Ordering::Acquire), slot.tid.load(Ordering::Acquire));
-            let lets_through = !if request.op == Op::SigSuspend { request.args[0] } else { slot.program_mask.load(Ordering::Acquire) };
-            let due = procfs::signals(pid, tid).is_some_and(|s| s.pending & s.caught & lets_through & !SYNCHRONOUS != 0);
+            let lets_through = !match request.op {
+                Op::SigSuspend => request.args[0],
+                _ => slot.program_mask.load(Ordering::Acquire),
+            };
+            // A sigwait is ended by a signal of its set too, caught or not.
+            let waited_for = if request.op == Op::SigWait { request.args[0] } else { 0 };
+            let due = procfs::signals(pid, tid).is_some_and(|s| s.pending & (s.caught & lets_through & !SYNCHRONOUS | waited_for) != 0);
             self.model.set_signalled(thread, due);
         }
     }

@@ -16,13 +16,14 @@ use crate::choice::ThreadId;
 pub const INTERRUPTED: i64 = -(libc::EINTR as i64);
 
 /// Whether a signal may end `request` while it waits: a blocking poll or epoll wait, a blocking
-/// receive or accept marked interruptible, or a sigsuspend. The mask that decides which signals count is the wait's own for a sigsuspend
+/// receive or accept marked interruptible, a sigsuspend, or a sigwait (which a signal of its set
+/// ends too, caught or not). The mask that decides which signals count is the wait's own for a sigsuspend
 /// (`args[0]`), else the thread's (see `dara_abi::Slot::program_mask`).
 pub fn interruptible(request: &Request) -> bool {
     match request.op {
         Op::NetPoll | Op::NetEpollWait => request.args[3] & net_flags::NONBLOCK == 0,
         Op::NetRecv | Op::NetAccept => request.args[1] & (net_flags::NONBLOCK | net_flags::INTERRUPTIBLE) == net_flags::INTERRUPTIBLE,
-        Op::SigSuspend => true,
+        Op::SigSuspend | Op::SigWait => true,
         _ => false,
     }
 }

@@ -832,3 +832,16 @@ fn a_pending_signal_ends_a_blocking_epoll_wait_but_not_other_waits() {
     assert!(!s.offered(3).contains(&(ChoiceKind::Interrupt, 0)), "a sleep is not ended by a signal here");
     assert_eq!(s.pick(1, ChoiceKind::Interrupt, 0), grant(INTERRUPTED));
 }
+
+#[test]
+fn a_sigwait_ends_by_a_signal_or_its_timeout() {
+    let mut s = Sim::at_deadlines(1);
+    s.post(1, Op::SigWait, [1 << (libc::SIGUSR1 - 1), 5_000, 0, 0]);
+    assert!(s.offered(1).is_empty(), "nothing before its signal or its deadline");
+    s.m.set_signalled(1, true);
+    assert_eq!(s.offered(1), vec![(ChoiceKind::Interrupt, 0)]);
+    assert_eq!(s.pick(1, ChoiceKind::Interrupt, 0), grant(INTERRUPTED));
+    s.post(1, Op::SigWait, [1 << (libc::SIGUSR1 - 1), 5_000, 0, 0]);
+    assert_eq!(s.m.jump_to_next_deadline(), Some(5_000));
+    assert_eq!(s.timeout(1), grant(-EAGAIN));
+}
