@@ -57,6 +57,39 @@ fn text(lines: usize) -> String {
     out
 }
 
+/// Starts `dara-trace -q -o OUT -- command` for a server that will listen on `port`, and waits
+/// until it does.
+fn start_recording(out: &Path, command: &[&str], port: &str) -> std::process::Child {
+    let server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-q", "-o", out.to_str().unwrap(), "--"])
+        .args(command)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(30), "{} under dara-trace did not listen", command[0]);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server
+}
+
+/// One Ctrl-C to the recording `dara-trace` (a second one after a minute): its exit status and
+/// what it said.
+fn ctrl_c(server: &mut std::process::Child) -> (std::process::ExitStatus, String) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(server.id() as i32, libc::SIGINT) };
+    let status = match wait_at_most(server, Duration::from_secs(60)) {
+        Some(status) => status,
+        None => interrupt_after(server, Duration::ZERO),
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    (status, stderr)
+}
+
 #[test]
 fn pigz_with_four_threads_records_and_replays() {
     let dir = out_dir("pigz-input");
@@ -135,32 +168,14 @@ print("sums", sum(out), got[0])
 fn memcached_under_memcslap_records_and_replays() {
     let port = free_ports(1).to_string();
     let out = out_dir("memcached");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
-        .args(["-q", "-o", out.to_str().unwrap(), "--", "memcached", "-u", "root", "-t", "4", "-U", "0", "-l", "127.0.0.1", "-p", &port])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(30), "memcached under dara-trace did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut server = start_recording(&out, &["memcached", "-u", "root", "-t", "4", "-U", "0", "-l", "127.0.0.1", "-p", &port], &port);
     let server_arg = format!("127.0.0.1:{port}");
     for test in ["set", "get"] {
         let slap = Command::new("memcslap").args(["-s", &server_arg, "-c", "4", "-e", "300", "-t", test]).output().expect("memcslap (run ./scripts/install-deps.sh)");
         let said = format!("{}{}", String::from_utf8_lossy(&slap.stdout), String::from_utf8_lossy(&slap.stderr));
         assert!(slap.status.success() && !said.contains("error") && !said.contains("FAILURE"), "memcslap -t {test}: {said}");
     }
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(server.id() as i32, libc::SIGINT) };
-    let status = match wait_at_most(&mut server, Duration::from_secs(60)) {
-        Some(status) => status,
-        None => interrupt_after(&mut server, Duration::ZERO),
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let (status, stderr) = ctrl_c(&mut server);
     assert_eq!(status.code(), Some(0), "one Ctrl-C stops memcached, and dara with its exit: {status:?} {stderr}");
 
     let trace_path = out.join("trace.bin");
@@ -193,33 +208,14 @@ fn nginx_master_and_workers_under_curl_record_and_replay() {
     std::fs::write(&conf, template.replace("@DIR@", dir.to_str().unwrap()).replace("@PORT@", &port)).unwrap();
     let error_log = dir.join("error.log");
     let nginx = ["nginx", "-g", "daemon off;", "-e", error_log.to_str().unwrap(), "-c", conf.to_str().unwrap()];
-    let mut server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
-        .args(["-q", "-o", out.to_str().unwrap(), "--"])
-        .args(nginx)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(30), "nginx under dara-trace did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut server = start_recording(&out, &nginx, &port);
     let url = format!("http://127.0.0.1:{port}/");
     for fetch in 0..FETCHES {
         let curl = Command::new("curl").args(["-s", "-f", "-m", "30", &url]).output().expect("curl (run ./scripts/install-deps.sh)");
         assert!(curl.status.success(), "fetch {fetch}: {curl:?}");
         assert_eq!(String::from_utf8_lossy(&curl.stdout), "served under dara\n", "fetch {fetch}");
     }
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(server.id() as i32, libc::SIGINT) };
-    let status = match wait_at_most(&mut server, Duration::from_secs(60)) {
-        Some(status) => status,
-        None => interrupt_after(&mut server, Duration::ZERO),
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let (status, stderr) = ctrl_c(&mut server);
     let log = std::fs::read_to_string(&error_log).unwrap_or_default();
     assert_eq!(status.code(), Some(0), "one Ctrl-C stops nginx, and dara with its exit: {status:?} {stderr}\n{log}");
     assert!(log.contains("signal 2 (SIGINT) received") && log.contains("exit"), "nginx saw the Ctrl-C and exited: {log}");
