@@ -1,9 +1,10 @@
 //! Signals that end a parked wait (issue 14): a server thread in `epoll_wait(-1)` stopped by a
 //! SIGINT its own process sends, a parent waiting for its children's SIGCHLD in `sigsuspend`,
-//! a blocking `read` that a signal restarts (`SA_RESTART`) or interrupts, and a signal thread
-//! taking signals with `sigwait`. Each bug is found by a search, replays (20 times, `--verify`), and the same seed
-//! gives the same decisions; each twin is clean under two strategies, its last execution ends
-//! its wait with dara's `Interrupt` choice and replays with `--verify`; no process survives.
+//! a blocking `read` that a signal restarts (`SA_RESTART`) or interrupts, a signal thread taking
+//! signals with `sigwait`, and `pause`. Each bug is found by a search, replays (20 times,
+//! `--verify`), and the same seed gives the same decisions; each twin (and each semantics check)
+//! is clean under two strategies, its last execution ends its wait with dara's `Interrupt`
+//! choice and replays with `--verify`; no process survives.
 mod common;
 
 use std::path::Path;
@@ -80,5 +81,11 @@ fn a_signal_restarts_a_blocking_read_with_sa_restart_and_interrupts_it_without()
 fn sigwait_takes_signals_and_coalesced_reloads_are_found() {
     bug_found("sig_wait_reload", 50, "Assertion `reloads == 2' failed");
     twin_clean("sig_wait_reload_ok", 40, "reloaded twice", Op::SigWait);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+#[test]
+fn pause_returns_once_a_signal_ran_its_handler() {
+    twin_clean("sig_pause", 30, "pause returned after the handler", Op::SigSuspend);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }

@@ -34,15 +34,22 @@ const SIGSYS_BIT: u64 = 1 << (libc::SIGSYS - 1);
 fn suspend(gate: Gated, wait_mask: u64) -> c_int {
     let wait_mask = wait_mask & !SIGSYS_BIT;
     gate.post(Op::SigSuspend, [wait_mask, 0, 0, 0]);
-    if let Some(program_mask) = gate::program_mask() {
-        // Signals the wait mask lets through and the program's own mask holds: told here, since
-        // the thread's return to its own mask (below, `Gated::drop`) tells only the others.
-        gate.tell_signals(wait_mask | !program_mask);
-    }
+    let program_mask = gate::program_mask().unwrap_or(u64::MAX);
+    // Signals the wait mask lets through and the program's own mask holds: told here, since the
+    // thread's return to its own mask (below, `Gated::drop`) tells only the others.
+    gate.tell_signals(wait_mask | !program_mask);
+    let mut pending: u64 = 0;
+    // SAFETY: rt_sigpending writes one 8-byte set into a live local.
+    unsafe { sys::syscall(libc::SYS_rt_sigpending, &[&mut pending as *mut u64 as u64, KERNEL_SIGSET_BYTES]) };
+    // A signal the program's own mask lets through (always so for `pause`) runs its handler as
+    // the thread returns to that mask: the wait is over then, and the real call would block.
+    let handled_on_return = pending & super::signal::caught() & !program_mask != 0;
     drop(gate);
-    // SAFETY: rt_sigsuspend reads one live 8-byte set.
-    let rc = unsafe { sys::syscall(libc::SYS_rt_sigsuspend, &[&wait_mask as *const u64 as u64, KERNEL_SIGSET_BYTES]) };
-    super::set_errno((-rc) as c_int);
+    if !handled_on_return {
+        // SAFETY: rt_sigsuspend reads one live 8-byte set; a signal it lets through is pending.
+        unsafe { sys::syscall(libc::SYS_rt_sigsuspend, &[&wait_mask as *const u64 as u64, KERNEL_SIGSET_BYTES]) };
+    }
+    super::set_errno(libc::EINTR);
     -1
 }
 
