@@ -34,7 +34,7 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 13;
+pub const VERSION: u32 = 14;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -202,6 +202,18 @@ pub enum Op {
     /// dara's and traced senders from outside ones (recorded in a recording, to be sent to the
     /// same thread with the same grant in its replay). Granted at once, without a decision.
     SignalArrived = 87,
+    /// `sigsuspend`/`pause`: the thread waits until a signal its wait mask lets through runs a
+    /// handler. args: [the wait mask (kernel signal-set word), 0, 0, 0]. Never `Run`: only an
+    /// `Interrupt` choice ends it, offered once such a caught signal is pending for the thread
+    /// (see [`Slot::program_mask`]); result `-EINTR`, after which the thread makes the real call,
+    /// which runs the handler and returns at once.
+    SigSuspend = 88,
+    /// `sigwaitinfo`/`sigtimedwait`/`sigwait`: the thread waits until a signal of `set` is
+    /// pending, to take it without a handler. args: [set (kernel signal-set word), deadline, 0,
+    /// 0]. Never `Run`: an `Interrupt` choice (result `-EINTR`) is offered once a signal of `set`
+    /// is pending, or a caught signal the thread's mask lets through (which ends the wait with
+    /// EINTR); the thread then takes the signal for real. `Timeout` at the deadline: `-EAGAIN`.
+    SigWait = 89,
 
     /// About to `fork` (also `vfork`, run as a fork). Granted at once; after the grant the
     /// parent claims the child's slot (STARTING) and process entry, forks, and the child posts
@@ -232,8 +244,9 @@ pub enum Op {
 
     // Networking (120–159): sockets, pipes, eventfds, poll/epoll/select. See docs/networking.md.
     // `fd` is the caller's descriptor; `flags` bit 0 ([`net_flags::NONBLOCK`]) says the call must
-    // not block (non-blocking descriptor or MSG_DONTWAIT), so its `Run` is always enabled; bit 1
-    // ([`net_flags::STREAM_OK`]) is reserved. `deadline` is a virtual time or `NO_DEADLINE`.
+    // not block (non-blocking descriptor or MSG_DONTWAIT), so its `Run` is always enabled; bit 2
+    // ([`net_flags::INTERRUPTIBLE`]) says a signal may end a blocking `NetRecv`/`NetAccept`.
+    // `deadline` is a virtual time or `NO_DEADLINE`.
     // The grant's result is the model's prediction (bytes, ready count) for the listing; the
     // preload then performs the real, non-blocking call.
     /// recv/recvfrom/recvmsg/read/readv on a socket, pipe or eventfd.
@@ -296,6 +309,10 @@ pub enum Op {
 pub mod net_flags {
     /// The call must not block: non-blocking descriptor or `MSG_DONTWAIT`.
     pub const NONBLOCK: u64 = 1;
+    /// A blocking `NetRecv` or `NetAccept` a pending signal may end (`ChoiceKind::Interrupt`,
+    /// result `-EINTR`): the preload then runs the handler and waits again (`SA_RESTART`) or
+    /// fails with EINTR. Not set where it cannot run the handler (inside its syscall trap).
+    pub const INTERRUPTIBLE: u64 = 4;
     /// Shift of the flags in `NetSend`'s second argument (below it: the length).
     pub const SEND_SHIFT: u32 = 48;
 }
@@ -342,6 +359,8 @@ impl Op {
             85 => EdgeQuantum,
             86 => Fault,
             87 => SignalArrived,
+            88 => SigSuspend,
+            89 => SigWait,
             110 => ProcessFork,
             111 => ProcessExec,
             112 => ProcessWait,
@@ -409,6 +428,8 @@ impl Op {
             EdgeQuantum => "edge-quantum",
             Fault => "fault",
             SignalArrived => "signal-arrived",
+            SigSuspend => "sigsuspend",
+            SigWait => "sigwait",
             ProcessFork => "fork",
             ProcessExec => "exec",
             ProcessWait => "wait",
@@ -503,6 +524,11 @@ pub struct Slot {
     /// post (written with every post). Not zero: the readiness the scheduler saw is stale.
     pub received_unposted: AtomicU32,
     pub sent: [SentOn; SENT_MAX],
+    /// The thread's own signal mask (kernel signal-set word) while it is parked, written with
+    /// every post: parked, it blocks every signal the program catches, so the kernel's view
+    /// (`SigBlk`) hides which ones the program would let through. A pending caught signal outside
+    /// this mask interrupts a blocking wait (`ChoiceKind::Interrupt`).
+    pub program_mask: AtomicU64,
 }
 
 /// A TCP socket a thread sent on without a post ([`Slot::sent`]).

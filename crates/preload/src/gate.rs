@@ -145,7 +145,7 @@ impl Gated {
     /// the kernel hands it to a thread that does not block it. (Queued again to this thread, it
     /// stayed pending here for good: memcached's workers block SIGINT, and its main thread never
     /// saw a Ctrl-C.)
-    fn tell_signals(&self, program_mask: u64) {
+    pub(crate) fn tell_signals(&self, program_mask: u64) {
         let parked = crate::hooks::signal::caught() & PARKED_MASK;
         let mut pending: u64 = 0;
         // SAFETY: rt_sigpending writes one 8-byte set into a live local.
@@ -205,6 +205,40 @@ impl Drop for Gated {
             }
         }
     }
+}
+
+impl Gated {
+    /// Runs the handlers of the caught signals pending for this thread that its own mask lets
+    /// through, now, as if it left the preload and came back (the kernel's restart of an
+    /// interrupted call with `SA_RESTART`): the scheduler is told who sent them, the guard is
+    /// left and the program's mask restored, so the handlers run, and their hooked calls post,
+    /// as in program code; then the guard is taken again. The next post blocks the caught
+    /// signals again. Nothing to do in the SIGSYS handler, whose return restores the mask.
+    pub fn let_signals_through(&self) {
+        if IN_TRAP.with(|t| t.get()) {
+            return;
+        }
+        let Some(mask) = PARKED_SAVED.with(|m| m.get()) else { return };
+        // (Before the saved mask is dropped: telling posts, and a post with no saved mask would
+        // save the parked one as the program's.)
+        self.tell_signals(mask);
+        PARKED_SAVED.with(|m| m.set(None));
+        INSIDE.with(|g| g.set(false));
+        // SAFETY: rt_sigprocmask reads one live 8-byte set; handlers run on its return.
+        unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &mask as *const u64 as u64, 0, 8]) };
+        INSIDE.with(|g| g.set(true));
+    }
+}
+
+/// Whether the current thread runs dara's SIGSYS handler (a trapped system call).
+pub fn in_trap() -> bool {
+    IN_TRAP.with(|t| t.get())
+}
+
+/// The program's own signal mask, saved while the thread is in the preload after a post (the
+/// post blocked the caught signals); `None` when no post blocked any.
+pub fn program_mask() -> Option<u64> {
+    PARKED_SAVED.with(|m| m.get())
 }
 
 /// Makes the current thread gated on slot `index` (constructor and new-thread wrapper).
@@ -311,6 +345,10 @@ fn handoff(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
         unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_BLOCK as u64, &parked as *const u64 as u64, &mut saved_mask as *mut u64 as u64, 8]) };
         PARKED_SAVED.with(|m| m.set(Some(saved_mask)));
     }
+    // What the program's own mask lets through decides whether a pending signal interrupts this
+    // wait (the kernel's view of the mask now holds the parked signals too). Unknown (the program
+    // catches nothing): every signal counts as blocked.
+    slot.program_mask.store(program_mask().unwrap_or(u64::MAX), Ordering::Relaxed);
     slot.state.store(state::POSTED, Ordering::Release);
     wake_scheduler();
     let timeout = timespec {

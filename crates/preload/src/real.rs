@@ -152,6 +152,11 @@ real_functions! {
     fn pthread_setaffinity_np(t: pthread_t, size: size_t, mask: *const cpu_set_t) -> c_int;
 
     fn sigprocmask(how: c_int, set: *const sigset_t, old: *mut sigset_t) -> c_int;
+    fn sigsuspend(mask: *const sigset_t) -> c_int;
+    fn pause() -> c_int;
+    fn sigwaitinfo(set: *const sigset_t, info: *mut libc::siginfo_t) -> c_int;
+    fn sigtimedwait(set: *const sigset_t, info: *mut libc::siginfo_t, timeout: *const timespec) -> c_int;
+    fn sigwait(set: *const sigset_t, sig: *mut c_int) -> c_int;
     fn pthread_sigmask(how: c_int, set: *const sigset_t, old: *mut sigset_t) -> c_int;
     fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
     fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t;

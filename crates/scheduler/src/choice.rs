@@ -20,6 +20,11 @@ pub enum ChoiceKind {
     /// the timed wait returns ETIMEDOUT. Offered whenever the thread has a deadline, so a strategy
     /// can make a timeout win a race against other threads' work.
     Timeout,
+    /// A signal ends the thread's wait: a caught signal its mask lets through is pending for a
+    /// thread parked in `poll`/`select`/`epoll_wait` (which then fails with EINTR) or in
+    /// `sigsuspend`/`pause` (which only this ends). Offered once the driver found such a signal
+    /// (`Model::set_signalled`); the handler runs as the thread goes on.
+    Interrupt,
     /// Inject a fault (`op` is one of the fault ops: crash, restart, partition, ...). Node-level
     /// faults carry [`FAULT_THREAD`] as their thread; a dropped datagram carries the receiving
     /// thread. Offered only in cluster runs, within the fault budgets.

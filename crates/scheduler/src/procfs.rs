@@ -434,3 +434,19 @@ mod tests {
         assert!(!udp_port_bound(std::process::id(), port));
     }
 }
+
+/// A thread's signals as `/proc/<pid>/task/<tid>/status` shows them (kernel signal-set words).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Signals {
+    /// Pending for the thread or its process (`SigPnd | ShdPnd`).
+    pub pending: u64,
+    /// With a handler (`SigCgt`).
+    pub caught: u64,
+}
+
+/// The pending and caught signals of thread `tid` of `pid`; None when it is gone.
+pub fn signals(pid: u32, tid: u32) -> Option<Signals> {
+    let status = fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    let mask = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
+    Some(Signals { pending: mask("SigPnd:") | mask("ShdPnd:"), caught: mask("SigCgt:") })
+}

@@ -47,6 +47,7 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
         let op = match c.kind {
             ChoiceKind::Run => c.op.name().to_string(),
             ChoiceKind::Timeout => format!("{} (timeout)", c.op.name()),
+            ChoiceKind::Interrupt => format!("{} (signal)", c.op.name()),
             ChoiceKind::Fault => format!("FAULT {}", c.op.name()),
         };
         let object = match names.programs.get(&c.thread) {

@@ -300,7 +300,7 @@ impl Strategy for Dpor {
 
 /// Whether two steps may not commute (see the module doc). Steps of one thread always depend.
 pub fn dependent(a: &Choice, b: &Choice) -> bool {
-    if a.thread == b.thread || matches!(a.kind, ChoiceKind::Timeout | ChoiceKind::Fault) || matches!(b.kind, ChoiceKind::Timeout | ChoiceKind::Fault) {
+    if a.thread == b.thread || matches!(a.kind, ChoiceKind::Timeout | ChoiceKind::Fault | ChoiceKind::Interrupt) || matches!(b.kind, ChoiceKind::Timeout | ChoiceKind::Fault | ChoiceKind::Interrupt) {
         return true;
     }
     if ends_everything(a.op) || ends_everything(b.op) {

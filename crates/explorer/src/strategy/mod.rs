@@ -172,6 +172,7 @@ pub fn choice_label(c: &Choice) -> String {
         ChoiceKind::Run => "run",
         ChoiceKind::Timeout => "timeout",
         ChoiceKind::Fault => "fault",
+        ChoiceKind::Interrupt => "interrupt",
     };
     let alt = if c.alt != 0 {
         format!(" alt {}", c.alt)

@@ -23,6 +23,7 @@ pub mod process;
 pub mod random;
 pub mod sem;
 pub mod signal;
+pub mod sigwait;
 pub mod spawn;
 pub mod sync;
 pub mod thread;

@@ -15,7 +15,7 @@ use core::sync::atomic::{AtomicU8, Ordering};
 use dara_abi::{net_flags, Op, NO_DEADLINE};
 use libc::{c_int, c_uint, c_void, size_t, socklen_t, ssize_t};
 
-use super::set_errno;
+use super::{set_errno, sigwait};
 use crate::gate::Gated;
 use crate::{real, sys};
 
@@ -99,6 +99,15 @@ fn fd_nonblocking(fd: c_int) -> bool {
     fl >= 0 && fl as c_int & libc::O_NONBLOCK != 0
 }
 
+/// The `INTERRUPTIBLE` bit of a receive or accept: a blocking one a signal may end.
+fn interruptible(nonblock: bool) -> u64 {
+    if nonblock {
+        0
+    } else {
+        sigwait::interruptible()
+    }
+}
+
 fn flag(nonblock: bool) -> u64 {
     if nonblock {
         net_flags::NONBLOCK
@@ -160,7 +169,13 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks
     }
     let deadline = if nonblock { NO_DEADLINE } else { recv_deadline(gate, fd) };
     loop {
-        let g = gate.post(Op::NetRecv, [fd as u64, flag(nonblock), deadline, len as u64]);
+        let g = gate.post(Op::NetRecv, [fd as u64, flag(nonblock) | interruptible(nonblock), deadline, len as u64]);
+        if g.result == sigwait::INTERRUPTED && !nonblock {
+            if sigwait::interrupted_call_restarts(gate) {
+                continue;
+            }
+            return ret(g.result);
+        }
         if !nonblock && g.result == -(libc::EAGAIN as i64) {
             return ret(g.result); // SO_RCVTIMEO fired
         }
@@ -371,7 +386,13 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut
     // SAFETY: the program's length argument, read before a call overwrites it.
     let room = if len.is_null() { 0 } else { unsafe { *len } };
     loop {
-        let g = gate.post(Op::NetAccept, [fd as u64, flag(nonblock), deadline, 0]);
+        let g = gate.post(Op::NetAccept, [fd as u64, flag(nonblock) | interruptible(nonblock), deadline, 0]);
+        if g.result == sigwait::INTERRUPTED && !nonblock {
+            if sigwait::interrupted_call_restarts(&gate) {
+                continue;
+            }
+            return ret(g.result) as c_int;
+        }
         if !nonblock && g.result == -(libc::EAGAIN as i64) {
             return ret(g.result) as c_int;
         }

@@ -146,9 +146,13 @@ fn swap_in_twin(gate: &Gated, fd: c_int, kind: c_int, backlog: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+    // A socket that listens already was split by its first `listen` (the program now holds the
+    // twin): listening again only changes the backlog, as nginx does, and must not split the
+    // twin a second time (a second listener would take dara's own connections).
+    let again = outside_apart() && sockopt(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN).is_some_and(|on| on != 0);
     // SAFETY: plain integers.
     let rc = unsafe { real::listen(fd, backlog) };
-    if rc == 0 && outside_apart() {
+    if rc == 0 && outside_apart() && !again {
         if let Some(gate) = Gated::enter() {
             swap_in_twin(&gate, fd, libc::SOCK_STREAM, backlog);
         }

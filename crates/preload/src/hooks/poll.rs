@@ -4,15 +4,27 @@
 //! its way), and may choose to let the program see only one of several ready entries. Once
 //! granted, the hook runs the real call with a zero timeout.
 //!
+//! A caught signal the thread's mask lets through may end a wait: the scheduler then grants it
+//! with [`INTERRUPTED`] (its `Interrupt` choice), the call fails with `EINTR` as the kernel's
+//! does (these calls are never restarted, `SA_RESTART` or not), and the handler runs as the
+//! thread leaves the preload.
+//!
 //! `select` is turned into a `pollfd` array on this thread's stack (no allocation) and back. The
-//! signal masks of `ppoll`/`pselect`/`epoll_pwait` are not applied: dara delivers no signals
-//! while a thread waits in the model.
+//! signal masks of `ppoll`/`pselect`/`epoll_pwait` are not applied: whether a signal interrupts
+//! the wait is judged on the thread's own mask.
 use dara_abi::{net_flags, Op, NO_DEADLINE};
 use libc::{c_int, nfds_t, pollfd, sigset_t, timespec, timeval};
 
 use super::set_errno;
+use super::sigwait::INTERRUPTED;
 use crate::gate::Gated;
 use crate::{real, vclock};
+
+/// `-1` with `errno` `EINTR`: what the call returns when a signal ended it.
+fn interrupted() -> c_int {
+    set_errno(libc::EINTR);
+    -1
+}
 
 /// `select` handles descriptors below this (glibc's FD_SETSIZE).
 const FD_SETSIZE: usize = 1024;
@@ -32,6 +44,9 @@ fn poll_entries(gate: &Gated, fds: *mut pollfd, n: nfds_t, timeout_ns: Option<u6
     let deadline = if nonblock { NO_DEADLINE } else { deadline(gate, timeout_ns) };
     loop {
         let g = gate.post(Op::NetPoll, [fds as u64, n, deadline, flags]);
+        if g.result == INTERRUPTED {
+            return interrupted();
+        }
         if g.result == 0 && !nonblock {
             for i in 0..n as usize {
                 // SAFETY: the caller's array of `n` entries.
@@ -175,6 +190,9 @@ fn epoll_entries(gate: &Gated, ep: c_int, events: *mut libc::epoll_event, max: c
     let deadline = if nonblock { NO_DEADLINE } else { deadline(gate, ms_timeout(timeout)) };
     loop {
         let g = gate.post(Op::NetEpollWait, [ep as u64, 0, deadline, flags]);
+        if g.result == INTERRUPTED {
+            return interrupted();
+        }
         if g.result == 0 && !nonblock {
             return 0; // the timer fired
         }

@@ -108,6 +108,7 @@ pub unsafe extern "C" fn sigaction(
         // SAFETY: the program passed a valid sigaction (or null).
         if let Some(act) = unsafe { act.as_ref() } {
             note_disposition(sig, act.sa_sigaction);
+            note_restart(sig, act.sa_flags & libc::SA_RESTART != 0);
         }
     }
     rc
@@ -131,6 +132,7 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
     let old = unsafe { real::signal(sig, handler) };
     if old != libc::SIG_ERR {
         note_disposition(sig, handler);
+        note_restart(sig, true); // glibc's signal() has BSD semantics
     }
     old
 }
@@ -141,6 +143,26 @@ static CAUGHT: AtomicU64 = AtomicU64::new(0);
 /// The signals the program currently catches.
 pub fn caught() -> u64 {
     CAUGHT.load(Ordering::Relaxed)
+}
+
+/// Caught signals whose handler asked for `SA_RESTART` (bit `sig - 1`).
+static RESTARTING: AtomicU64 = AtomicU64::new(0);
+
+/// The signals whose handler restarts an interrupted receive or accept (`SA_RESTART`).
+pub fn restarting() -> u64 {
+    RESTARTING.load(Ordering::Relaxed)
+}
+
+fn note_restart(sig: c_int, restart: bool) {
+    if !(1..=64).contains(&sig) {
+        return;
+    }
+    let bit = 1u64 << (sig - 1);
+    if restart {
+        RESTARTING.fetch_or(bit, Ordering::Relaxed);
+    } else {
+        RESTARTING.fetch_and(!bit, Ordering::Relaxed);
+    }
 }
 
 fn note_disposition(sig: c_int, handler: libc::sighandler_t) {

@@ -8,6 +8,7 @@
 //! [`cluster`].
 mod cluster;
 mod sent_kills;
+mod signals;
 mod watchdog;
 
 use watchdog::TokenHolder;
@@ -346,6 +347,9 @@ struct Execution<'a> {
     /// Since when the run has been waiting for outside input with nothing else to do, and
     /// whether the user was told.
     idle_since: Option<(Instant, bool)>,
+    /// Something may have sent a traced process a signal since the driver last looked which
+    /// parked waits one ends (see `signals.rs`).
+    signals_dirty: bool,
 }
 
 impl<'a> Execution<'a> {
@@ -394,6 +398,7 @@ impl<'a> Execution<'a> {
             outside: None,
             pending_end: None,
             idle_since: None,
+            signals_dirty: false,
         }
     }
 
@@ -432,6 +437,7 @@ impl<'a> Execution<'a> {
                     cluster::Advance::Decide => {}
                 }
             }
+            self.refresh_signals();
             let mut choices = self.model.choices();
             match self.await_outside(&choices, stop) {
                 Ok(true) => continue,
@@ -478,7 +484,7 @@ impl<'a> Execution<'a> {
             let effect = self.model.apply(&choice, &mut self.memory);
             if let (Some(request), Effect::Grant { .. }) = (pending, effect) {
                 let pid = self.pid_of(choice.thread);
-                self.net.granted(pid, request, choice.kind == crate::choice::ChoiceKind::Timeout);
+                self.net.granted(pid, request, matches!(choice.kind, crate::choice::ChoiceKind::Timeout | crate::choice::ChoiceKind::Interrupt));
                 self.net_dirty = true;
                 self.new_connections |= matches!(request.op, Op::NetConnect | Op::NetAccept);
                 if let (Op::NetClose, 0, Some(outside)) = (request.op, request.args[1], self.outside.as_mut()) {
@@ -619,6 +625,7 @@ impl<'a> Execution<'a> {
         let Some(signals) = self.outside.as_mut().map(|o| o.signals(step)) else { return false };
         let mut dies = false;
         for sig in signals {
+            self.signals_may_be_pending();
             let now = Instant::now();
             let mut catching = Vec::new();
             for (&process, record) in &self.processes {
@@ -784,6 +791,7 @@ impl<'a> Execution<'a> {
             let region = Arc::clone(&self.region);
             let args = &region.slot(thread as usize).args;
             result = self.note_kill(thread, args[1].load(Ordering::Relaxed) as i32, args[2].load(Ordering::Relaxed) as i64) as i64;
+            self.signals_may_be_pending();
         }
         if op == Op::ClockRead {
             result = self.clock_skew(thread);
@@ -1004,6 +1012,7 @@ impl<'a> Execution<'a> {
                 return None;
             }
             Op::SignalArrived => {
+                self.signals_may_be_pending(); // the thread took one: others may have none left
                 if let Some(outcome) = self.signal_arrived(thread, args) {
                     return Some(outcome);
                 }
@@ -1039,6 +1048,9 @@ impl<'a> Execution<'a> {
             self.note_symbol(process, args[0]);
         }
         self.note_modules(process, op);
+        if matches!(op, Op::SigSuspend | Op::SigWait) {
+            self.signals_may_be_pending(); // a signal it lets through may be pending already
+        }
         self.model.post(thread, Request { op, args });
         None
     }
@@ -1253,6 +1265,7 @@ impl<'a> Execution<'a> {
         self.exiting.retain(|&p| p != process);
         self.model.process_exited(process);
         self.net_dirty = true;
+        self.signals_may_be_pending(); // the parent's SIGCHLD
         if let Some(outside) = self.outside.as_mut() {
             outside.forget_listeners(process, None);
         }

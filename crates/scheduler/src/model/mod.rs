@@ -40,6 +40,7 @@ mod ops;
 mod pause;
 mod process;
 mod report;
+mod signals;
 mod thread;
 #[cfg(test)]
 mod tests;
@@ -47,6 +48,7 @@ mod tests;
 use clock::VirtualClock;
 use objects::Objects;
 use thread::{Phase, Thread};
+pub use signals::INTERRUPTED;
 pub use thread::ThreadStatus;
 
 /// Reads target memory (the scheduler implements it with `process_vm_readv`).
@@ -90,6 +92,8 @@ pub struct Model {
     /// Coarse steps (a recording): other threads take and release private locks for real without
     /// a post, so a condition wait takes effect when it is posted (see [`Model::post`]).
     coarse: bool,
+    /// Threads whose wait a pending signal may end (see `signals.rs`).
+    signalled: BTreeSet<ThreadId>,
 }
 
 impl Model {
@@ -135,7 +139,10 @@ impl Model {
     /// threads take no lock without a post, so the mutex stays where the model has it).
     pub fn post(&mut self, thread: ThreadId, request: Request) {
         match self.threads.get_mut(&thread) {
-            Some(t) if t.phase == Phase::Running => t.phase = Phase::Pending(request),
+            Some(t) if t.phase == Phase::Running => {
+                t.phase = Phase::Pending(request);
+                self.signalled.remove(&thread);
+            }
             other => {
                 debug_assert!(false, "post by thread {thread} in state {other:?}");
                 return;
@@ -278,6 +285,7 @@ impl Model {
         let step = match choice.kind {
             ChoiceKind::Run => self.run(choice.thread, choice.alt, mem),
             ChoiceKind::Timeout => self.time_out(choice.thread, mem),
+            ChoiceKind::Interrupt => self.interrupt(choice.thread),
             // Faults are the driver's choices, never the model's (`offers` refused it above).
             ChoiceKind::Fault => return Effect::Blocked,
         };
@@ -334,7 +342,8 @@ impl Model {
         self.threads.get(&thread).map(|t| t.process)
     }
 
-    /// Appends `thread`'s enabled choices: its `Run` alternatives, then its `Timeout`.
+    /// Appends `thread`'s enabled choices: its `Run` alternatives, then its `Timeout`, then its
+    /// `Interrupt`.
     fn thread_choices(&self, id: ThreadId, thread: &Thread, out: &mut Vec<Choice>) {
         let Some(request) = thread.request() else { return };
         let obj = if request.op.is_net() { self.net_obj(id) } else { request.args[0] };
@@ -344,6 +353,9 @@ impl Model {
         }
         if ops::timer(thread).is_some_and(|deadline| self.timer_due(deadline)) {
             out.push(choice(ChoiceKind::Timeout, 0));
+        }
+        if self.offers_interrupt(id) {
+            out.push(choice(ChoiceKind::Interrupt, 0));
         }
     }
 

@@ -103,7 +103,7 @@ impl Model {
             Op::OnceBegin => !matches!(self.objects.onces.get(&k), Some(Once::Running(_))),
             // Unknown value: enabled, applying it reads memory.
             Op::SemWait => self.objects.sems.get(&k) != Some(&0),
-            Op::Sleep | Op::Unsupported => false,
+            Op::Sleep | Op::Unsupported | Op::SigSuspend | Op::SigWait => false,
             _ => true,
         }
     }
@@ -211,6 +211,8 @@ impl Model {
             | Op::ClockRead => Step::Grant(0),
             // Never posted by a thread (faults are the driver's own choices).
             Op::NodeCrash | Op::NodeRestart | Op::Partition | Op::Heal | Op::DropDatagram | Op::ConnReset | Op::ClockSkew | Op::Pause | Op::NodePause => Step::Grant(0),
+            // Never enabled: only an `Interrupt` ends it (see `signals.rs`).
+            Op::SigSuspend | Op::SigWait => Step::StayPending,
             Op::ThreadJoin => Step::Grant(if r.args[0] == u64::from(me) { EDEADLK } else { 0 }),
             Op::ProcessWait => Step::Grant(self.apply_wait(process, &r, alt)),
 
@@ -352,6 +354,7 @@ impl Model {
             Some((_, Phase::Pending(r))) if r.op.is_net() => Step::Grant(self.net_timeout(me, &r)),
             Some((process, Phase::Pending(r))) => match r.op {
                 Op::Sleep => Step::Grant(0),
+                Op::SigWait => Step::Grant(-EAGAIN),
                 Op::CondWait => {
                     self.objects.mutexes.entry(key(process, r.args[1])).or_default().unlock(me, r.args[3]);
                     self.cond_timed_out(me, process, r)

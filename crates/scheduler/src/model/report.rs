@@ -76,6 +76,8 @@ impl Model {
                 };
                 format!("waits for {what}{on}, which no other thread can still provide")
             }
+            Op::SigWait => format!("waits in sigwait for a signal of {a:#x} that nothing left can send"),
+            Op::SigSuspend => format!("waits in sigsuspend for a signal (wait mask {a:#x}) that nothing left can send"),
             op => format!("waits to {}", op.name()),
         }
     }

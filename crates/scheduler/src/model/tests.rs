@@ -848,3 +848,47 @@ fn a_coarse_cond_wait_takes_effect_when_posted() {
     s.post(1, Op::CondWait, [C, M, 5_000_000, k]);
     assert!(s.m.adopt(2, M, dara_abi::held::MUTEX, 1).is_err());
 }
+
+#[test]
+fn a_pending_signal_ends_a_sigsuspend_and_only_a_signal_does() {
+    let mut s = Sim::at_deadlines(2);
+    s.post(1, Op::SigSuspend, [0, 0, 0, 0]);
+    assert!(s.offered(1).is_empty(), "a sigsuspend with no signal pending offers nothing");
+    assert_eq!(s.m.interruptible_waits().iter().map(|(t, _)| *t).collect::<Vec<_>>(), vec![1]);
+    assert!(s.detail(1).contains("waits in sigsuspend"), "{}", s.detail(1));
+    s.m.set_signalled(1, true);
+    assert_eq!(s.offered(1), vec![(ChoiceKind::Interrupt, 0)]);
+    assert_eq!(s.pick(1, ChoiceKind::Interrupt, 0), grant(INTERRUPTED));
+    assert!(!s.m.has_signalled(), "the interrupt took the mark");
+    s.post(1, Op::SigSuspend, [0, 0, 0, 0]);
+    assert!(s.offered(1).is_empty(), "a new wait waits for a new signal");
+}
+
+#[test]
+fn a_pending_signal_ends_a_blocking_epoll_wait_but_not_other_waits() {
+    let mut s = Sim::at_deadlines(3);
+    s.post(1, Op::NetEpollWait, [5, 0, NO_DEADLINE, 0]);
+    s.post(2, Op::NetEpollWait, [6, 0, NO_DEADLINE, dara_abi::net_flags::NONBLOCK]);
+    s.post(3, Op::Sleep, [NO_DEADLINE, 0, 0, 0]);
+    let waits: Vec<ThreadId> = s.m.interruptible_waits().iter().map(|(t, _)| *t).collect();
+    assert_eq!(waits, vec![1], "a non-blocking poll and a sleep are not interruptible waits");
+    for t in 1..=3 {
+        s.m.set_signalled(t, true);
+    }
+    assert!(s.offered(1).contains(&(ChoiceKind::Interrupt, 0)));
+    assert!(!s.offered(3).contains(&(ChoiceKind::Interrupt, 0)), "a sleep is not ended by a signal here");
+    assert_eq!(s.pick(1, ChoiceKind::Interrupt, 0), grant(INTERRUPTED));
+}
+
+#[test]
+fn a_sigwait_ends_by_a_signal_or_its_timeout() {
+    let mut s = Sim::at_deadlines(1);
+    s.post(1, Op::SigWait, [1 << (libc::SIGUSR1 - 1), 5_000, 0, 0]);
+    assert!(s.offered(1).is_empty(), "nothing before its signal or its deadline");
+    s.m.set_signalled(1, true);
+    assert_eq!(s.offered(1), vec![(ChoiceKind::Interrupt, 0)]);
+    assert_eq!(s.pick(1, ChoiceKind::Interrupt, 0), grant(INTERRUPTED));
+    s.post(1, Op::SigWait, [1 << (libc::SIGUSR1 - 1), 5_000, 0, 0]);
+    assert_eq!(s.m.jump_to_next_deadline(), Some(5_000));
+    assert_eq!(s.timeout(1), grant(-EAGAIN));
+}

@@ -103,7 +103,7 @@ impl Request {
     pub fn deadline(&self) -> Option<u64> {
         let arg = match self.op {
             Op::Sleep => self.args[0],
-            Op::RwReadLock | Op::RwWriteLock | Op::SemWait => self.args[1],
+            Op::RwReadLock | Op::RwWriteLock | Op::SemWait | Op::SigWait => self.args[1],
             Op::MutexLock | Op::CondWait | Op::FutexWait => self.args[2],
             Op::NetRecv | Op::NetAccept | Op::NetPoll | Op::NetEpollWait => self.args[2],
             _ => return None,
@@ -150,6 +150,8 @@ impl Request {
             | Op::EdgeQuantum
             | Op::Fault
             | Op::SignalArrived
+            | Op::SigSuspend
+            | Op::SigWait
             | Op::ProcessFork
             | Op::ProcessExec
             | Op::ProcessWait

@@ -32,7 +32,7 @@ pub use writer::{decision_bytes, encode, write_file, write_private, PRIVATE_MODE
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"DARATRC\0";
 /// Version of the layout described in docs/trace-format.md.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 /// Largest header JSON a reader accepts (and a writer produces).
 pub const MAX_HEADER_BYTES: u32 = 1 << 20;
 /// Largest trace file a reader takes. Files are read whole, so this bounds what reading one
@@ -50,6 +50,7 @@ pub const MAX_MODULES: usize = 4096;
 pub(crate) const KIND_RUN: u8 = 0;
 pub(crate) const KIND_TIMEOUT: u8 = 1;
 pub(crate) const KIND_FAULT: u8 = 2;
+pub(crate) const KIND_INTERRUPT: u8 = 3;
 /// Kinds of an outside event (the outside section).
 pub(crate) const OUTSIDE_CONNECT: u8 = 0;
 pub(crate) const OUTSIDE_DATA: u8 = 1;

@@ -20,7 +20,7 @@ use dara_abi::Op;
 
 use super::varint::{get_u64, unzigzag, VarintError};
 use super::{
-    fnv1a64, Step, Trace, TraceError, TraceHeader, FIXED_BYTES, FORMAT_VERSION, KIND_FAULT, KIND_RUN, KIND_TIMEOUT, MAGIC,
+    fnv1a64, Step, Trace, TraceError, TraceHeader, FIXED_BYTES, FORMAT_VERSION, KIND_FAULT, KIND_INTERRUPT, KIND_RUN, KIND_TIMEOUT, MAGIC,
     MAX_HEADER_BYTES, MAX_MODULES, MAX_TRACE_BYTES, MAX_MODULE_PATH, MAX_OUTCOME_BYTES, MIN_EDGE_BYTES, MIN_MODULE_BYTES,
     MIN_STEP_BYTES, RESULT_BLOCKED, RESULT_GRANTED,
 };
@@ -262,6 +262,7 @@ fn decode_steps(c: &mut Cursor<'_>) -> Result<Vec<Step>, TraceError> {
             KIND_RUN => ChoiceKind::Run,
             KIND_TIMEOUT => ChoiceKind::Timeout,
             KIND_FAULT => ChoiceKind::Fault,
+            KIND_INTERRUPT => ChoiceKind::Interrupt,
             k => return Err(c.damaged(kind_at, format!("unknown choice kind {k}"))),
         };
         let alt = c.varint_u32("alternative")?;

@@ -391,6 +391,8 @@ fn foreign_and_future_files() {
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 4, expected: FORMAT_VERSION, .. })), "version 4 (no outside datagrams) is refused");
     b[8..12].copy_from_slice(&5u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 5, expected: FORMAT_VERSION, .. })), "version 5 (timers fired at any step, no env_left_out) is refused");
+    b[8..12].copy_from_slice(&6u32.to_le_bytes());
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 6, expected: FORMAT_VERSION, .. })), "version 6 (no interrupt choices) is refused");
     b[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 0, .. })));
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::varint::{put_u64, zigzag};
 use super::{
-    fnv1a64, ProcessCoverage, ProcessId, Step, Trace, TraceError, FORMAT_VERSION, KIND_FAULT, KIND_RUN, KIND_TIMEOUT, MAGIC, MAX_HEADER_BYTES,
+    fnv1a64, ProcessCoverage, ProcessId, Step, Trace, TraceError, FORMAT_VERSION, KIND_FAULT, KIND_INTERRUPT, KIND_RUN, KIND_TIMEOUT, MAGIC, MAX_HEADER_BYTES,
     MAX_OUTCOME_BYTES, RESULT_BLOCKED, RESULT_GRANTED,
 };
 use super::{MAX_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET};
@@ -229,6 +229,7 @@ fn put_steps(out: &mut Vec<u8>, steps: &[Step]) {
             ChoiceKind::Run => KIND_RUN,
             ChoiceKind::Timeout => KIND_TIMEOUT,
             ChoiceKind::Fault => KIND_FAULT,
+            ChoiceKind::Interrupt => KIND_INTERRUPT,
         });
         put_u64(out, c.alt.into());
         put_u64(out, c.op as u32 as u64);

@@ -30,6 +30,7 @@ pub(crate) fn action(c: &Choice) -> u64 {
         ChoiceKind::Run => 1,
         ChoiceKind::Timeout => 2,
         ChoiceKind::Fault => 3,
+        ChoiceKind::Interrupt => 4,
     };
     let head = (u64::from(c.thread) << 32) | (kind << 24) | u64::from(c.alt & 0xff_ffff);
     mix(mix(head, c.op as u64), c.obj)
