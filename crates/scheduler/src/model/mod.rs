@@ -25,7 +25,7 @@
 //!
 //! Determinism: every collection that is iterated is ordered (BTreeMap / Vec in arrival order),
 //! so the same sequence of posts and choices yields the same enabled sets on every run.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use dara_abi::Op;
 
