@@ -12,12 +12,11 @@
 #  * tests/fixtures/uv_echo (a libuv echo server) with two clients of LINES lines each from
 #    outside: the clients' wall time, with the server native and recorded;
 #  * postgres 15 (as the user nobody) under `pgbench -S -c 2 -T 5` from outside: transactions per
-#    second, ratio recorded / native. The recording is stopped with a second Ctrl-C (a caught
-#    signal reaches postgres only when its wait times out, docs/real-programs.md).
+#    second, ratio recorded / native. The recording is stopped with Ctrl-C (postgres's fast
+#    shutdown; the script sends a second one after a second in case the first did not end it).
 #
 # TRIALS alternating trials, medians. The last recording of each is replayed with --verify
-# (checked; postgres's replay needs branch replay-mem's symbolizer fix to stay small in memory,
-# so it runs with its address space bounded to 4 GiB). Servers are stopped with Ctrl-C, a second
+# (checked; postgres's replay runs with its address space bounded to 4 GiB, as a guard). Servers are stopped with Ctrl-C, a second
 # one if the first does not reach them (issue 14, item 4).
 #
 #   scripts/bench-real.sh [TRIALS [KEYS [LINES]]]   (default 3 trials, 2000 keys per memcslap

@@ -28,7 +28,7 @@ fn search_script(out: &Path, name: &str, kv_node: &Path, base: u16) -> Run {
     let (seed, runs, base) = (SEED.to_string(), RUNS.to_string(), base.to_string());
     let test = script(name);
     let args = ["-q", "-o", out.to_str().unwrap(), "--strategy", "random", "--seed", &seed, "--runs", &runs, "--", test.to_str().unwrap(), kv_node.to_str().unwrap(), &base];
-    dara_trace(&args, Duration::from_secs(120))
+    dara_trace(&args, Duration::from_secs(600))
 }
 
 #[test]
@@ -86,7 +86,7 @@ fn the_heartbeat_workload_runs_clean_in_virtual_time() {
     let out = out_dir("heartbeat");
     let (runs, base, test) = (HEARTBEAT_RUNS.to_string(), free_ports(1).to_string(), script("heartbeat_test.sh"));
     let args = ["-q", "-o", out.to_str().unwrap(), "--strategy", "random", "--seed", "1", "--runs", &runs, "--", test.to_str().unwrap(), hb.to_str().unwrap(), &base];
-    let run = dara_trace(&args, Duration::from_secs(120));
+    let run = dara_trace(&args, Duration::from_secs(600));
     assert_eq!(run.code, 0, "the heartbeat workload reported a bug\n{}", run.text());
     assert!(run.stdout.contains(&format!("no bug found in {HEARTBEAT_RUNS} executions")), "{}", run.text());
     assert_eq!(run.stdout.matches(" 16 heartbeats, ").count(), 3 * HEARTBEAT_RUNS, "every client of every execution finished\n{}", run.text());

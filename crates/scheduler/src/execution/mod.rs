@@ -645,6 +645,9 @@ impl<'a> Execution<'a> {
                     catching.push(process);
                 }
             }
+            // A process with a thread in a wait the signal ends (an `Interrupt`) takes it at once.
+            let interruptible: Vec<ProcessId> = self.model.interruptible_waits().iter().filter_map(|(t, _)| self.thread_process.get(t).copied()).collect();
+            catching.retain(|p| !interruptible.contains(p));
             if !catching.is_empty() && matches!(self.cfg.outside, OutsideMode::Live { .. }) {
                 self.tell_signal_waits(&catching, sig);
             }
@@ -652,11 +655,11 @@ impl<'a> Execution<'a> {
         dies
     }
 
-    /// A recording passed `sig` on to `processes`, which catch it. Their threads are all parked
-    /// (this runs at a quiet point), and dara does not interrupt a thread's wait for a signal: a
-    /// handler runs when one of the process's threads is next granted, at the latest when its
-    /// wait times out. Says so in one line, with when that will be, so a user whose Ctrl-C seems
-    /// lost knows why (postgres's postmaster waits 60 s at a time, docs/real-programs.md).
+    /// A recording passed `sig` on to `processes`, which catch it and have no thread in a wait
+    /// the signal ends (`poll`, `epoll_wait`, `sigsuspend`, ...: an `Interrupt` choice). Their
+    /// threads wait where a signal does not end the wait (a futex or condition wait, a sleep):
+    /// the handler runs when one of them is next granted, at the latest when its wait times out.
+    /// Says so in one line, with when that will be, so a user whose Ctrl-C seems lost knows why.
     fn tell_signal_waits(&self, processes: &[ProcessId], sig: i32) {
         let when = |process: ProcessId| {
             let threads = self.thread_process.iter().filter(|(_, p)| **p == process).map(|(t, _)| *t);
@@ -672,7 +675,7 @@ impl<'a> Execution<'a> {
             named.push(format!("{} more", processes.len() - NAMED));
         }
         eprintln!(
-            "dara: {} passed on; the processes that catch it take it when their waits end (dara does not interrupt a wait for a signal yet): {}. A second Ctrl-C stops dara and keeps the trace",
+            "dara: {} passed on; processes that catch it but wait where a signal does not end the wait (a lock, condition or sleep) take it when their waits end: {}. A second Ctrl-C stops dara and keeps the trace",
             signal_name(sig),
             named.join(", ")
         );
