@@ -44,6 +44,22 @@ thread_local! {
     static EDGES: Cell<u32> = const { Cell::new(0) };
     /// Clock reads answered without a post since this thread's last post (coarse steps).
     static UNPOSTED_CLOCK_READS: Cell<u32> = const { Cell::new(0) };
+    /// Set while the thread reads the clock through the vDSO (see [`vdso_clock_read`]).
+    static IN_VDSO_CLOCK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `read`, a clock read that came through the vDSO, so that it is answered from the
+/// thread's last grant without a post. Code that calls the vDSO has bypassed the hooked libc
+/// symbols (`clock_gettime` and friends, which stay scheduling points): it is libc's own internal
+/// calls and runtimes such as ASan's, whose allocator reads the monotonic clock while holding its
+/// own lock. A post there parked the thread with that lock held while a thread being born (ASan's
+/// thread start, before dara's wrapper) waited for it, and the scheduler waited for the newborn:
+/// a false hang. The value is the same virtual time in every run.
+pub fn vdso_clock_read<T>(read: impl FnOnce() -> T) -> T {
+    IN_VDSO_CLOCK.with(|f| f.set(true));
+    let value = read();
+    IN_VDSO_CLOCK.with(|f| f.set(false));
+    value
 }
 
 /// In coarse mode, how many clock reads in a row a thread answers from its last grant's virtual
@@ -380,6 +396,9 @@ fn handoff(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
 /// counts the read if so.
 #[inline]
 pub fn clock_read_unposted() -> bool {
+    if IN_VDSO_CLOCK.with(|f| f.get()) {
+        return true;
+    }
     if !crate::solo::coarse() {
         return false;
     }

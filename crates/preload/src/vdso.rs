@@ -37,7 +37,7 @@ macro_rules! thunks {
                 let mut a = [0u64; 6];
                 let args = [$($arg),*];
                 a[..args.len()].copy_from_slice(&args);
-                trap::emulate($nr, a)
+                crate::gate::vdso_clock_read(|| trap::emulate($nr, a))
             }
         )*
     };
