@@ -161,14 +161,7 @@ fn memcached_under_memcslap_records_and_replays() {
         let said = format!("{}{}", String::from_utf8_lossy(&slap.stdout), String::from_utf8_lossy(&slap.stderr));
         assert!(slap.status.success() && !said.contains("error") && !said.contains("FAILURE"), "memcslap -t {test}: {said}");
     }
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(server.id() as i32, libc::SIGINT) };
-    let status = match wait_at_most(&mut server, Duration::from_secs(60)) {
-        Some(status) => status,
-        None => interrupt_after(&mut server, Duration::ZERO),
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let (status, stderr) = ctrl_c(&mut server, Duration::from_secs(60));
     assert_eq!(status.code(), Some(0), "one Ctrl-C stops memcached, and dara with its exit: {status:?} {stderr}");
 
     let trace_path = out.join("trace.bin");
@@ -210,20 +203,6 @@ fn start_recording(out: &std::path::Path, command: &[&str], port: &str) -> std::
     server
 }
 
-/// One Ctrl-C to the recording `dara-trace` (a second one after a minute): its exit status and
-/// what it said.
-fn ctrl_c(server: &mut std::process::Child) -> (std::process::ExitStatus, String) {
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(server.id() as i32, libc::SIGINT) };
-    let status = match wait_at_most(server, Duration::from_secs(60)) {
-        Some(status) => status,
-        None => interrupt_after(server, Duration::ZERO),
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    (status, stderr)
-}
-
 #[test]
 fn nginx_master_and_workers_under_curl_record_and_replay() {
     use dara_scheduler::ChoiceKind;
@@ -245,7 +224,7 @@ fn nginx_master_and_workers_under_curl_record_and_replay() {
         assert!(curl.status.success(), "fetch {fetch}: {curl:?}");
         assert_eq!(String::from_utf8_lossy(&curl.stdout), "served under dara\n", "fetch {fetch}");
     }
-    let (status, stderr) = ctrl_c(&mut server);
+    let (status, stderr) = ctrl_c(&mut server, Duration::from_secs(60));
     let log = std::fs::read_to_string(&error_log).unwrap_or_default();
     assert_eq!(status.code(), Some(0), "one Ctrl-C stops nginx, and dara with its exit: {status:?} {stderr}\n{log}");
     assert!(log.contains("signal 2 (SIGINT) received") && log.contains("exit"), "nginx saw the Ctrl-C and exited: {log}");

@@ -160,14 +160,7 @@ fn postgres_server_records_psql_from_outside_and_replays() {
         .output()
         .expect("psql (run ./scripts/install-deps.sh)");
     assert_eq!(String::from_utf8_lossy(&psql.stdout).trim(), "1000|500500", "{}", String::from_utf8_lossy(&psql.stderr));
-    // SAFETY: signalling our own child: dara passes it on to postgres.
-    unsafe { libc::kill(server.id() as i32, libc::SIGINT) };
-    let status = match wait_at_most(&mut server, Duration::from_secs(120)) {
-        Some(status) => status,
-        None => interrupt_after(&mut server, Duration::ZERO),
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let (status, stderr) = ctrl_c(&mut server, Duration::from_secs(120));
     assert_eq!(status.code(), Some(0), "one Ctrl-C stops postgres, and dara with its exit: {stderr}");
     assert!(stderr.contains("received fast shutdown request") && stderr.contains("database system is shut down"), "postgres shut down on the first Ctrl-C: {stderr}");
 

@@ -82,3 +82,17 @@ pub fn text(lines: usize) -> String {
     }
     out
 }
+
+/// One Ctrl-C to a recording `dara-trace` (dara passes it on), a second one if it has not ended
+/// within `wait`: its exit status and what it wrote to stderr.
+pub fn ctrl_c(server: &mut std::process::Child, wait: Duration) -> (std::process::ExitStatus, String) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(server.id() as i32, libc::SIGINT) };
+    let status = match wait_at_most(server, wait) {
+        Some(status) => status,
+        None => interrupt_after(server, Duration::ZERO),
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    (status, stderr)
+}
