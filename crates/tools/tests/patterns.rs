@@ -1,5 +1,6 @@
 //! Process patterns of real programs (issue 14): a thread whose destructors take a lock after its
-//! start routine returned, a target killed from outside, and a parent that reads its children's
+//! start routine returned, a fault handler that blocks every signal and makes system calls (the
+//! JVM's), a target killed from outside, and a parent that reads its children's
 //! pipe through stdio (`openssl speed -multi`). The buggy fixtures and their twins are also in
 //! fixtures.rs (found, replayed 20/20, same seed same decisions, twins clean over 300 runs).
 mod common;
@@ -46,6 +47,22 @@ fn a_threads_destructors_run_under_control_and_never_hang() {
     verifies_clean(&out);
     let again = out_dir("tsd-destructors-again");
     assert_eq!(search(&again, "random", 5, 50, &program).code, 0);
+    same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn a_fault_handler_that_blocks_every_signal_runs_its_system_calls_under_control() {
+    // HotSpot's pattern: a SIGSEGV handler whose mask is every signal makes system calls.
+    let program = private_copy(&fixture("fault_handler_mask"), "fault-handler-mask");
+    let out = out_dir("fault-handler-mask");
+    let run = search(&out, "random", 2, 20, &program);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("no bug found in 20 executions"), "{}", run.text());
+    assert_eq!(run.stdout.matches("recovered 6 faults").count(), 20, "{}", run.text());
+    verifies_clean(&out);
+    let again = out_dir("fault-handler-mask-again");
+    assert_eq!(search(&again, "random", 2, 20, &program).code, 0);
     same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
     assert_no_survivors(&program);
 }

@@ -4,7 +4,9 @@
 //! --parallel=4`, python3 threads taking turns on the GIL, four threads of one process on a
 //! sqlite WAL database (Debian's libsqlite3), memcached with four worker threads under
 //! memcslap from outside, and nginx (master and two workers) serving curl, stopped by one Ctrl-C
-//! (its master waits in `sigsuspend`, its workers in `epoll_wait`). The first four used to stop with a false "a lock taken without a
+//! (its master waits in `sigsuspend`, its workers in `epoll_wait`), and a Java program on
+//! Debian's OpenJDK (a thread pool, `synchronized`, a blocking queue, beside the JVM's own
+//! compiler and GC threads). The first four used to stop with a false "a lock taken without a
 //! scheduling point" (issue 14). The programs come from Debian packages that
 //! `scripts/install-deps.sh` installs; docs/real-programs.md has the table.
 mod common;
@@ -241,4 +243,25 @@ fn nginx_master_and_workers_under_curl_record_and_replay() {
     replays_identically(&trace_path);
     assert!(processes_with(&["nginx", conf.to_str().unwrap()]).is_empty(), "an nginx survived");
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// A Java program on the JVM: its thread pool, monitors and blocking queue, and the JVM's own
+/// threads (compilers, GC, signal dispatcher), whose SIGSEGV handler blocks every signal and
+/// makes system calls (it stopped at step 25 before dara kept SIGSYS out of that mask).
+#[test]
+fn java_threads_record_search_and_replay_on_the_jvm() {
+    let classes = out_dir("java-classes");
+    let source = repo_root().join("tests/fixtures/java/Workers.java");
+    let javac = Command::new("javac").arg("-d").arg(&classes).arg(&source).status().unwrap();
+    assert!(javac.success(), "javac failed on {}", source.display());
+    let java = ["java", "-cp", classes.to_str().unwrap(), "Workers"];
+    const ANSWER: &str = "pool 499500 counter 4000 queue 5050";
+    let (trace, printed) = record("java", &java);
+    assert!(printed.contains(ANSWER), "{printed}");
+    assert!(threads_created(&trace) >= 9, "the JVM's threads and the program's four workers");
+    replays_identically(&trace);
+    let (last, run) = search_clean("java-search", SEARCH_RUNS, &[], &java);
+    assert_eq!(run.stdout.matches(ANSWER).count(), SEARCH_RUNS as usize, "{}", run.text());
+    replays_identically(&last);
+    assert!(processes_with(&["java", "Workers"]).is_empty(), "a JVM survived");
 }

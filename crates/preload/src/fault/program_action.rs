@@ -6,6 +6,7 @@
 //! the way the kernel would have: its mask (and the signal itself, unless `SA_NODEFER`) blocked
 //! during the call, `SA_RESETHAND` honoured, `SA_SIGINFO` handlers given the kernel's siginfo and
 //! context. What differs: the handler runs on the alternate stack whenever the thread has one,
+//! SIGSYS and SIGSEGV are never blocked while it runs (see [`deliver`]),
 //! and a raw `rt_sigaction` system call (bypassing libc) replaces dara's handler for good.
 //!
 //! Atomics only: read in a signal handler, written by the hooks.
@@ -40,6 +41,11 @@ fn mask_set(word: u64) -> sigset_t {
     // SAFETY: as in `mask_word`.
     unsafe { *(&mut set as *mut sigset_t as *mut u64) = word };
     set
+}
+
+/// `sig`'s bit in a kernel signal word.
+const fn signal_bit(sig: c_int) -> u64 {
+    1 << (sig - 1)
 }
 
 /// Takes `old` (the action before dara's handler went in) as the program's.
@@ -93,6 +99,9 @@ pub unsafe fn deliver(signal: c_int, info: *mut siginfo_t, context: *mut c_void)
     if flags & libc::SA_NODEFER == 0 {
         block |= 1 << (signal - 1);
     }
+    // Never SIGSYS (a trapped system call in the handler would kill the process) nor SIGSEGV (an
+    // rdtsc in the handler faults with it), as for every other handler's mask (`hooks::signal`).
+    block &= !(signal_bit(libc::SIGSYS) | signal_bit(libc::SIGSEGV));
     if flags & libc::SA_RESETHAND != 0 {
         HANDLER.store(libc::SIG_DFL, Ordering::Relaxed);
         FLAGS.store(0, Ordering::Relaxed);
