@@ -10,7 +10,8 @@
 # parent reads its children's pipes through stdio: crates/tools/tests/patterns.rs), xz-utils
 # (`xz -T 4`), libsqlite3-dev and libuv1-dev (the sqlite_threads and uv_echo fixtures link them),
 # and Debian's PostgreSQL 15 (initdb, postgres, pg_ctl under /usr/lib/postgresql/15/bin; psql),
-# and Debian's default JDK (javac and java: the JVM test compiles tests/fixtures/java/Workers.java).
+# Debian's default JDK (javac and java: the JVM test compiles tests/fixtures/java/Workers.java),
+# and GNU make (`make -j4` builds a small C project under dara).
 # postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
 # from util-linux).
 #
@@ -45,6 +46,7 @@ command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v runuser >/dev/null 2>&1 || need+=(util-linux)
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client-15)
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
+command -v make >/dev/null 2>&1 || need+=(make)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || services+=(postgresql-15)
 need+=("${services[@]}")
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo is missing: install a Rust toolchain (rustup) first" >&2; exit 1; }

@@ -35,6 +35,8 @@ thread_local! {
     /// The signal mask to restore when the thread leaves the preload after a post (the post
     /// blocked the caught signals).
     static PARKED_SAVED: Cell<Option<u64>> = const { Cell::new(None) };
+    /// The signal mask a `ppoll`/`pselect`/`epoll_pwait` waits under (see [`WaitMask`]).
+    static WAIT_MASK: Cell<Option<u64>> = const { Cell::new(None) };
     /// Set while the thread runs the SIGSYS handler.
     static IN_TRAP: Cell<bool> = const { Cell::new(false) };
     /// Highest address of this thread's own stack that its code uses (noted when it was gated;
@@ -257,6 +259,24 @@ pub fn program_mask() -> Option<u64> {
     PARKED_SAVED.with(|m| m.get())
 }
 
+/// While alive, the current thread's posts wait under `mask` (a `ppoll`/`pselect`/`epoll_pwait`'s,
+/// `None` for none): a pending caught signal that mask lets through ends the wait, as the kernel
+/// applies the call's mask while it sleeps.
+pub struct WaitMask(PhantomData<*const ()>);
+
+impl WaitMask {
+    pub fn apply(mask: Option<u64>) -> WaitMask {
+        WAIT_MASK.with(|w| w.set(mask));
+        WaitMask(PhantomData)
+    }
+}
+
+impl Drop for WaitMask {
+    fn drop(&mut self) {
+        WAIT_MASK.with(|w| w.set(None));
+    }
+}
+
 /// Makes the current thread gated on slot `index` (constructor and new-thread wrapper).
 /// `stack_top` bounds the thread's own stack from above: every frame of the code the thread runs
 /// from now on lies below it (0 if unknown).
@@ -364,7 +384,10 @@ fn handoff(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
     // What the program's own mask lets through decides whether a pending signal interrupts this
     // wait (the kernel's view of the mask now holds the parked signals too). Unknown (the program
     // catches nothing): every signal counts as blocked.
-    slot.program_mask.store(program_mask().unwrap_or(u64::MAX), Ordering::Relaxed);
+    // A ppoll/pselect/epoll_pwait waits under its own mask instead (make's jobserver wait lets
+    // SIGCHLD through only there).
+    let waits_under = WAIT_MASK.with(|w| w.get()).or_else(program_mask);
+    slot.program_mask.store(waits_under.unwrap_or(u64::MAX), Ordering::Relaxed);
     slot.state.store(state::POSTED, Ordering::Release);
     wake_scheduler();
     let timeout = timespec {

@@ -1,6 +1,7 @@
 //! Process patterns of real programs (issue 14): a thread whose destructors take a lock after its
 //! start routine returned, a fault handler that blocks every signal and makes system calls (the
-//! JVM's), a target killed from outside, and a parent that reads its children's
+//! JVM's), a parent told of its children's ends only inside a masked wait (GNU make's
+//! jobserver: pselect, ppoll, epoll_pwait), a target killed from outside, and a parent that reads its children's
 //! pipe through stdio (`openssl speed -multi`). The buggy fixtures and their twins are also in
 //! fixtures.rs (found, replayed 20/20, same seed same decisions, twins clean over 300 runs).
 mod common;
@@ -64,6 +65,28 @@ fn a_fault_handler_that_blocks_every_signal_runs_its_system_calls_under_control(
     let again = out_dir("fault-handler-mask-again");
     assert_eq!(search(&again, "random", 2, 20, &program).code, 0);
     same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn a_wait_under_its_own_signal_mask_is_ended_by_the_signals_it_lets_through() {
+    // GNU make's jobserver pattern: SIGCHLD blocked but in pselect's (ppoll's, epoll_pwait's) mask.
+    let program = private_copy(&fixture("masked_wait_sigchld"), "masked-wait");
+    let search_calling = |out: &Path, call: &str| {
+        let args = ["-q", "-o", out.to_str().unwrap(), "--strategy", "random", "--seed", "3", "--runs", "20", "--", program.to_str().unwrap(), call];
+        dara_trace(&args, Duration::from_secs(300))
+    };
+    for call in ["pselect", "ppoll", "epoll_pwait"] {
+        let out = out_dir(&format!("masked-wait-{call}"));
+        let run = search_calling(&out, call);
+        assert_eq!(run.code, 0, "{call}: {}", run.text());
+        assert!(run.stdout.contains("no bug found in 20 executions"), "{call}: {}", run.text());
+        assert_eq!(run.stdout.matches("reaped 3 children after").count(), 20, "{call}: {}", run.text());
+        verifies_clean(&out);
+        let again = out_dir(&format!("masked-wait-{call}-again"));
+        assert_eq!(search_calling(&again, call).code, 0);
+        same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
+    }
     assert_no_survivors(&program);
 }
 

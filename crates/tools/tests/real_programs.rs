@@ -6,7 +6,8 @@
 //! memcslap from outside, and nginx (master and two workers) serving curl, stopped by one Ctrl-C
 //! (its master waits in `sigsuspend`, its workers in `epoll_wait`), and a Java program on
 //! Debian's OpenJDK (a thread pool, `synchronized`, a blocking queue, beside the JVM's own
-//! compiler and GC threads). The first four used to stop with a false "a lock taken without a
+//! compiler and GC threads), and GNU make building a small C project with `-j4` (its jobserver
+//! learns of finished jobs from SIGCHLD inside `pselect`). The first four used to stop with a false "a lock taken without a
 //! scheduling point" (issue 14). The programs come from Debian packages that
 //! `scripts/install-deps.sh` installs; docs/real-programs.md has the table.
 mod common;
@@ -264,4 +265,30 @@ fn java_threads_record_search_and_replay_on_the_jvm() {
     assert_eq!(run.stdout.matches(ANSWER).count(), SEARCH_RUNS as usize, "{}", run.text());
     replays_identically(&last);
     assert!(processes_with(&["java", "Workers"]).is_empty(), "a JVM survived");
+}
+
+/// `make -j4` building eight C files with the system compiler: make, its shells, cc, cc1, as and
+/// ld, under one schedule. make waits for jobs in `pselect` with SIGCHLD let through only there
+/// (before, a false "deadlock: thread 0 waits for a ready descriptor").
+#[test]
+fn make_j4_builds_records_searches_and_replays() {
+    let project = out_dir("make-project");
+    let mut objects = String::new();
+    for i in 1..=8 {
+        std::fs::write(project.join(format!("f{i}.c")), format!("int f{i}(int x) {{ return x * {i}; }}\n")).unwrap();
+        objects.push_str(&format!(" f{i}.o"));
+    }
+    std::fs::write(project.join("main.c"), "int f1(int);\nint main(void) { return f1(0); }\n").unwrap();
+    let makefile = format!("prog: main.o{objects}\n\tcc -o $@ $^\n%.o: %.c\n\tcc -c -O1 $< -o $@\nclean:\n\trm -f prog *.o\n");
+    std::fs::write(project.join("Makefile"), makefile).unwrap();
+    let dir = project.to_str().unwrap();
+    let clean = format!("make -s -C {dir} clean");
+    let make = ["make", "-s", "-j4", "-C", dir];
+    let (trace, _) = record_with("make", &["--setup", &clean], &make);
+    assert!(project.join("prog").exists(), "the recorded make linked prog");
+    assert!(steps_with(&trace, Op::ProcessExec) >= 9, "make ran the compiler for every file");
+    replays_identically(&trace);
+    let (last, _) = search_clean("make-search", SEARCH_RUNS, &["--setup", &clean], &make);
+    replays_identically(&last);
+    assert!(processes_with(&["make", dir]).is_empty(), "a make survived");
 }

@@ -43,11 +43,6 @@ fn mask_set(word: u64) -> sigset_t {
     set
 }
 
-/// `sig`'s bit in a kernel signal word.
-const fn signal_bit(sig: c_int) -> u64 {
-    1 << (sig - 1)
-}
-
 /// Takes `old` (the action before dara's handler went in) as the program's.
 pub fn adopt(old: &sigaction) {
     set(old);
@@ -100,8 +95,8 @@ pub unsafe fn deliver(signal: c_int, info: *mut siginfo_t, context: *mut c_void)
         block |= 1 << (signal - 1);
     }
     // Never SIGSYS (a trapped system call in the handler would kill the process) nor SIGSEGV (an
-    // rdtsc in the handler faults with it), as for every other handler's mask (`hooks::signal`).
-    block &= !(signal_bit(libc::SIGSYS) | signal_bit(libc::SIGSEGV));
+    // rdtsc in the handler faults with it), as for every other handler's mask.
+    block = crate::hooks::signal::keep_traps_open(block);
     if flags & libc::SA_RESETHAND != 0 {
         HANDLER.store(libc::SIG_DFL, Ordering::Relaxed);
         FLAGS.store(0, Ordering::Relaxed);

@@ -9,21 +9,55 @@
 //! does (these calls are never restarted, `SA_RESTART` or not), and the handler runs as the
 //! thread leaves the preload.
 //!
-//! `select` is turned into a `pollfd` array on this thread's stack (no allocation) and back. The
-//! signal masks of `ppoll`/`pselect`/`epoll_pwait` are not applied: whether a signal interrupts
-//! the wait is judged on the thread's own mask.
+//! `ppoll`/`pselect`/`epoll_pwait` wait under their own signal mask, as in the kernel: a caught
+//! signal that mask lets through ends the wait ([`gate::WaitMask`]), and its handler runs under
+//! that mask before the call returns `EINTR` ([`interrupted_under`]). GNU make's jobserver waits
+//! so: SIGCHLD blocked everywhere but in its `pselect`.
+//!
+//! `select` is turned into a `pollfd` array on this thread's stack (no allocation) and back.
 use dara_abi::{net_flags, Op, NO_DEADLINE};
 use libc::{c_int, nfds_t, pollfd, sigset_t, timespec, timeval};
 
 use super::set_errno;
-use super::sigwait::INTERRUPTED;
-use crate::gate::Gated;
-use crate::{real, vclock};
+use super::sigwait::{set_word, INTERRUPTED};
+use crate::gate::{self, Gated, WaitMask};
+use crate::{real, sys, vclock};
 
 /// `-1` with `errno` `EINTR`: what the call returns when a signal ended it.
 fn interrupted() -> c_int {
     set_errno(libc::EINTR);
     -1
+}
+
+/// Ends a masked wait (`ppoll`, `pselect`, `epoll_pwait`) that returned `rc`: when a signal
+/// interrupted it, the handlers its mask lets through run under that mask
+/// ([`interrupted_under`]).
+fn end_masked_wait(gate: Gated, rc: c_int, wait_mask: Option<u64>) -> c_int {
+    // SAFETY: this thread's errno.
+    let errno = unsafe { *libc::__errno_location() };
+    match wait_mask {
+        Some(mask) if rc < 0 && errno == libc::EINTR => interrupted_under(gate, mask),
+        _ => rc,
+    }
+}
+
+/// A wait under `wait_mask` that a signal ended: the scheduler is told who sent the signals that
+/// mask lets through, the thread leaves the preload (its own mask back, maybe blocking them),
+/// and the mask flips to `wait_mask` and back, so their handlers run under it as the kernel's
+/// would; then `EINTR`.
+fn interrupted_under(gate: Gated, wait_mask: u64) -> c_int {
+    let program_mask = gate::program_mask().unwrap_or(u64::MAX);
+    // Those the thread's own mask lets through are told as it leaves the preload (drop).
+    gate.tell_signals(wait_mask | !program_mask);
+    drop(gate);
+    let wait_mask = super::signal::keep_traps_open(wait_mask);
+    let mut own: u64 = 0;
+    // SAFETY: rt_sigprocmask reads and writes one live 8-byte set each; pending signals the
+    // wait mask lets through run their handlers as it returns.
+    unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &wait_mask as *const u64 as u64, &mut own as *mut u64 as u64, 8]) };
+    // SAFETY: restores the mask read above.
+    unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &own as *const u64 as u64, 0, 8]) };
+    interrupted()
 }
 
 /// `select` handles descriptors below this (glibc's FD_SETSIZE).
@@ -99,7 +133,12 @@ pub unsafe extern "C" fn ppoll(fds: *mut pollfd, n: nfds_t, timeout: *const time
     };
     // SAFETY: null or the caller's timespec.
     let t = unsafe { timeout.as_ref() }.map(|t| vclock::timespec_ns(t).unwrap_or(0));
-    poll_entries(&gate, fds, n, t)
+    let wait_mask = set_word(mask);
+    let rc = {
+        let _waits_under = WaitMask::apply(wait_mask);
+        poll_entries(&gate, fds, n, t)
+    };
+    end_masked_wait(gate, rc, wait_mask)
 }
 
 /// `select` on `n` descriptors through a `pollfd` array on the stack.
@@ -181,7 +220,12 @@ pub unsafe extern "C" fn pselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::f
     };
     // SAFETY: null or the caller's timespec.
     let t = unsafe { timeout.as_ref() }.map(|t| vclock::timespec_ns(t).unwrap_or(0));
-    select_sets(&gate, n, r, w, e, t)
+    let wait_mask = set_word(mask);
+    let rc = {
+        let _waits_under = WaitMask::apply(wait_mask);
+        select_sets(&gate, n, r, w, e, t)
+    };
+    end_masked_wait(gate, rc, wait_mask)
 }
 
 fn epoll_entries(gate: &Gated, ep: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int {
@@ -233,9 +277,14 @@ pub unsafe extern "C" fn epoll_wait(ep: c_int, events: *mut libc::epoll_event, m
 
 #[no_mangle]
 pub unsafe extern "C" fn epoll_pwait(ep: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int, mask: *const sigset_t) -> c_int {
-    match Gated::enter() {
-        Some(gate) => epoll_entries(&gate, ep, events, max, timeout),
+    let Some(gate) = Gated::enter() else {
         // SAFETY: the program's own arguments, forwarded unchanged.
-        None => unsafe { real::epoll_pwait(ep, events, max, timeout, mask) },
-    }
+        return unsafe { real::epoll_pwait(ep, events, max, timeout, mask) };
+    };
+    let wait_mask = set_word(mask);
+    let rc = {
+        let _waits_under = WaitMask::apply(wait_mask);
+        epoll_entries(&gate, ep, events, max, timeout)
+    };
+    end_masked_wait(gate, rc, wait_mask)
 }

@@ -19,6 +19,13 @@ use super::Obj;
 use crate::fault::program_action;
 use crate::{real, sys, trap};
 
+/// `mask` (a kernel signal word) without SIGSYS, and without SIGSEGV while the time-stamp counter
+/// faults with it: the masks dara applies for the program (a handler's, a wait's) never hold them.
+pub fn keep_traps_open(mask: u64) -> u64 {
+    let segv = if program_action::owned() { 1 << (libc::SIGSEGV - 1) } else { 0 };
+    mask & !(1 << (libc::SIGSYS - 1)) & !segv
+}
+
 /// `set` without SIGSYS (and SIGSEGV while the time-stamp counter faults with it), if it needed
 /// changing: the kernel kills a thread that traps with the signal blocked.
 fn without_sigsys(how: c_int, set: Obj<sigset_t>) -> Option<sigset_t> {

@@ -134,7 +134,7 @@ fn wait_for(gate: Gated, set: u64, info: *mut siginfo_t, timeout_ns: Option<u64>
 }
 
 /// The kernel's signal set at `set` (its first 8 bytes), `None` for null.
-fn set_word(set: *const sigset_t) -> Option<u64> {
+pub(super) fn set_word(set: *const sigset_t) -> Option<u64> {
     // SAFETY: the program's own argument, null or a sigset_t.
     let set = unsafe { Obj::from_const(set) }.get()?;
     // SAFETY: a sigset_t begins with the kernel's 8-byte set.

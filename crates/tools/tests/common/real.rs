@@ -16,8 +16,15 @@ pub const SEARCH_SEED: u64 = 1;
 /// Records `command` in a fresh output directory (`test`), expects a clean exit, and returns the
 /// trace and what the program printed.
 pub fn record(test: &str, command: &[&str]) -> (PathBuf, String) {
+    record_with(test, &[], command)
+}
+
+/// Like [`record`], with dara-trace `options` (e.g. `--setup CMD`) before the command.
+pub fn record_with(test: &str, options: &[&str], command: &[&str]) -> (PathBuf, String) {
     let out = out_dir(test);
-    let mut args = vec!["-q", "-o", out.to_str().unwrap(), "--"];
+    let mut args = vec!["-q", "-o", out.to_str().unwrap()];
+    args.extend_from_slice(options);
+    args.push("--");
     args.extend_from_slice(command);
     let run = dara_trace(&args, Duration::from_secs(180));
     assert_eq!(run.code, 0, "{test}: {}", run.text());
