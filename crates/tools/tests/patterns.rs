@@ -1,7 +1,8 @@
 //! Process patterns of real programs (issue 14): a thread whose destructors take a lock after its
 //! start routine returned, a fault handler that blocks every signal and makes system calls (the
 //! JVM's), a parent told of its children's ends only inside a masked wait (GNU make's
-//! jobserver: pselect, ppoll, epoll_pwait), a target killed from outside, and a parent that reads its children's
+//! jobserver: pselect, ppoll, epoll_pwait), a semaphore several processes share (Python's
+//! multiprocessing), a target killed from outside, and a parent that reads its children's
 //! pipe through stdio (`openssl speed -multi`). The buggy fixtures and their twins are also in
 //! fixtures.rs (found, replayed 20/20, same seed same decisions, twins clean over 300 runs).
 mod common;
@@ -87,6 +88,23 @@ fn a_wait_under_its_own_signal_mask_is_ended_by_the_signals_it_lets_through() {
         assert_eq!(search_calling(&again, call).code, 0);
         same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
     }
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn a_semaphore_shared_between_processes_is_one_semaphore() {
+    // Named (sem_open, inherited over fork and opened again after an exec) and unnamed in a
+    // shared mapping: the children's posts are the parent's semaphore's.
+    let program = private_copy(&fixture("shared_sem_fork"), "shared-sem");
+    let out = out_dir("shared-sem");
+    let run = search(&out, "random", 1, 20, &program);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("no bug found in 20 executions"), "{}", run.text());
+    assert_eq!(run.stdout.matches("parent saw 3 named and 2 unnamed posts").count(), 20, "{}", run.text());
+    verifies_clean(&out);
+    let again = out_dir("shared-sem-again");
+    assert_eq!(search(&again, "random", 1, 20, &program).code, 0);
+    same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
     assert_no_survivors(&program);
 }
 

@@ -7,7 +7,8 @@
 //! (its master waits in `sigsuspend`, its workers in `epoll_wait`), and a Java program on
 //! Debian's OpenJDK (a thread pool, `synchronized`, a blocking queue, beside the JVM's own
 //! compiler and GC threads), and GNU make building a small C project with `-j4` (its jobserver
-//! learns of finished jobs from SIGCHLD inside `pselect`). The first four used to stop with a false "a lock taken without a
+//! learns of finished jobs from SIGCHLD inside `pselect`), and Python's multiprocessing (a Pool,
+//! a Queue, a Lock: semaphores shared between processes). The first four used to stop with a false "a lock taken without a
 //! scheduling point" (issue 14). The programs come from Debian packages that
 //! `scripts/install-deps.sh` installs; docs/real-programs.md has the table.
 mod common;
@@ -291,4 +292,22 @@ fn make_j4_builds_records_searches_and_replays() {
     let (last, _) = search_clean("make-search", SEARCH_RUNS, &["--setup", &clean], &make);
     replays_identically(&last);
     assert!(processes_with(&["make", dir]).is_empty(), "a make survived");
+}
+
+/// Python's multiprocessing: a Pool, a Queue and a Lock, each built on sem_open semaphores that
+/// several processes wait on and post (before, keyed per process, a false deadlock at the Pool's
+/// end and in the Queue's feeder threads).
+#[test]
+fn python_multiprocessing_records_searches_and_replays() {
+    let script = repo_root().join("tests/fixtures/python/mp_workers.py");
+    let python = [PYTHON, script.to_str().unwrap()];
+    const ANSWER: &str = "pool 285 queue [0, 1, 2] counter 30";
+    let (trace, printed) = record("python-mp", &python);
+    assert!(printed.contains(ANSWER), "{printed}");
+    assert!(steps_with(&trace, Op::ProcessFork) >= 8, "two pool workers and six children");
+    replays_identically(&trace);
+    let (last, run) = search_clean("python-mp-search", SEARCH_RUNS, &[], &python);
+    assert_eq!(run.stdout.matches(ANSWER).count(), SEARCH_RUNS as usize, "{}", run.text());
+    replays_identically(&last);
+    assert!(processes_with(&[PYTHON, "mp_workers.py"]).is_empty(), "a python survived");
 }

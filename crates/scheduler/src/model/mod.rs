@@ -47,6 +47,7 @@ mod tests;
 
 use clock::VirtualClock;
 use objects::Objects;
+pub use objects::{SharedBacking, SharedLocation};
 use thread::{Phase, Thread};
 pub use signals::INTERRUPTED;
 pub use thread::ThreadStatus;
@@ -54,6 +55,11 @@ pub use thread::ThreadStatus;
 /// Reads target memory (the scheduler implements it with `process_vm_readv`).
 pub trait MemoryReader {
     fn read_u32(&mut self, process: ProcessId, addr: u64) -> Option<u32>;
+    /// Where `addr` of `process` lies in memory shared with other processes; `None` for private
+    /// memory (or when it cannot be told).
+    fn shared_location(&mut self, _process: ProcessId, _addr: u64) -> Option<SharedLocation> {
+        None
+    }
 }
 
 /// A pending operation as posted by a thread.

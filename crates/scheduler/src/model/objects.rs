@@ -1,7 +1,9 @@
 //! The synchronization objects the model tracks, and the rules of each one taken alone.
 //!
 //! Objects are keyed by `(process, address)`: address spaces are per process, so the same address
-//! in two processes is two objects. An object springs into existence (free, unlocked, no waiters)
+//! in two processes is two objects, unless the object lives in memory processes share (a
+//! process-shared semaphore in a `sem_open` file or a shared mapping a fork passed on): then it
+//! is keyed by that memory and its offset there, wherever each process maps it ([`Space`]). An object springs into existence (free, unlocked, no waiters)
 //! the first time an operation names it; objects initialised statically in the target
 //! (`PTHREAD_MUTEX_INITIALIZER`) therefore need no init operation. Semaphores and barriers carry a
 //! value the program chose at init time: when their init was not seen, the model reads it from
@@ -21,11 +23,29 @@ const EBUSY: i64 = libc::EBUSY as i64;
 const EDEADLK: i64 = libc::EDEADLK as i64;
 const EPERM: i64 = libc::EPERM as i64;
 
-/// Identity of an object: which address space, which address.
+/// Identity of an object: which memory, which address in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct ObjKey {
-    pub process: ProcessId,
+    pub space: Space,
+    /// The address in the process, or the offset in the shared memory.
     pub addr: u64,
+}
+
+impl ObjKey {
+    /// The object at `addr` in `process`'s own memory.
+    pub fn local(process: ProcessId, addr: u64) -> ObjKey {
+        ObjKey { space: Space::Process(process), addr }
+    }
+}
+
+/// The memory an object lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Space {
+    /// A process's own memory.
+    Process(ProcessId),
+    /// Memory several processes share, numbered in the order the execution first met it (so the
+    /// same schedule numbers it alike in every run, whatever the file's inode).
+    Shared(u32),
 }
 
 /// A pthread mutex. The kind is not stored: every operation carries it (the preload reads it
@@ -228,6 +248,27 @@ pub(crate) struct Objects {
     pub sems: BTreeMap<ObjKey, u64>,
     /// Futex wait queues in FIFO order; a key is removed when its queue empties.
     pub futexes: BTreeMap<ObjKey, Vec<FutexWaiter>>,
+    /// The key of each semaphore address a process used, once the model looked whether it is
+    /// process-shared (see `Model::sem_key`).
+    pub sem_keys: BTreeMap<(ProcessId, u64), ObjKey>,
+    /// Shared memories met so far, by what backs them.
+    pub shared_spaces: BTreeMap<SharedBacking, u32>,
+}
+
+/// What backs a shared mapping: the file's device and inode (`/dev/shm/sem.NAME` for a
+/// `sem_open` semaphore; the kernel's hidden file for a shared anonymous mapping).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SharedBacking {
+    pub device: u64,
+    pub inode: u64,
+}
+
+/// Where an address of a process lies in shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedLocation {
+    pub backing: SharedBacking,
+    /// Offset of the address in the backing file.
+    pub offset: u64,
 }
 
 impl Objects {

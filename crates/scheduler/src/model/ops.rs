@@ -17,7 +17,7 @@
 //! if that is 0 the thread stays pending (`Effect::Blocked`) until a post.
 use dara_abi::{held, Op};
 
-use super::objects::{Barrier, FutexWaiter, ObjKey, Once, RwLock};
+use super::objects::{Barrier, FutexWaiter, ObjKey, Once, RwLock, Space};
 use super::thread::{Phase, Thread, Wait};
 use super::{MemoryReader, Model, Request};
 use crate::choice::{ProcessId, ThreadId};
@@ -54,8 +54,14 @@ pub(crate) fn timer(thread: &Thread) -> Option<u64> {
 }
 
 fn key(process: ProcessId, addr: u64) -> ObjKey {
-    ObjKey { process, addr }
+    ObjKey::local(process, addr)
 }
+
+/// Byte offset of glibc's `private` in a `sem_t` (x86_64): `FUTEX_PRIVATE_FLAG` (128) for a
+/// process-shared semaphore (`sem_open`, `sem_init` with `pshared`; glibc XORs it into its futex
+/// calls), 0 for a private one.
+const GLIBC_SEM_PRIVATE_OFFSET: u64 = 8;
+const GLIBC_SEM_SHARED: u32 = 128;
 
 fn bitset(arg: u64) -> u32 {
     match arg as u32 {
@@ -102,7 +108,7 @@ impl Model {
             Op::RwWriteLock => self.rwlock_result(k, |l| l.write_result(me)).is_some(),
             Op::OnceBegin => !matches!(self.objects.onces.get(&k), Some(Once::Running(_))),
             // Unknown value: enabled, applying it reads memory.
-            Op::SemWait => self.objects.sems.get(&k) != Some(&0),
+            Op::SemWait => self.objects.sems.get(&self.known_sem_key(process, r.args[0])) != Some(&0),
             Op::Sleep | Op::Unsupported | Op::SigSuspend | Op::SigWait => false,
             _ => true,
         }
@@ -305,19 +311,21 @@ impl Model {
             }
 
             Op::SemInit => {
-                obj.sems.insert(k, r.args[1]);
+                let k = self.sem_key(process, r.args[0], mem);
+                self.objects.sems.insert(k, r.args[1]);
                 Step::Grant(0)
             }
             Op::SemWait => {
-                if self.sem_take(k, mem) {
+                if self.sem_take(process, r.args[0], mem) {
                     Step::Grant(0)
                 } else {
                     Step::StayPending
                 }
             }
-            Op::SemTryWait => Step::Grant(if self.sem_take(k, mem) { 0 } else { EAGAIN }),
+            Op::SemTryWait => Step::Grant(if self.sem_take(process, r.args[0], mem) { 0 } else { EAGAIN }),
             Op::SemPost => {
-                let v = self.sem_value(k, mem);
+                let k = self.sem_key(process, r.args[0], mem);
+                let v = self.sem_value(k, process, r.args[0], mem);
                 self.objects.sems.insert(k, v.saturating_add(1));
                 Step::Grant(0)
             }
@@ -429,7 +437,8 @@ impl Model {
         let count = *barrier.count.get_or_insert_with(|| {
             // Unreadable or zero: treat as a barrier of one rather than block forever on a count
             // the model cannot know.
-            mem.read_u32(k.process, k.addr.wrapping_add(GLIBC_BARRIER_COUNT_OFFSET)).unwrap_or(1).max(1)
+            let Space::Process(process) = k.space else { return 1 };
+            mem.read_u32(process, k.addr.wrapping_add(GLIBC_BARRIER_COUNT_OFFSET)).unwrap_or(1).max(1)
         });
         if barrier.waiting.len() + 1 < count as usize {
             barrier.waiting.push(me);
@@ -441,14 +450,41 @@ impl Model {
         Step::Grant(BARRIER_SERIAL_THREAD)
     }
 
-    /// A semaphore's value, read from memory (low 32 bits of glibc's 64-bit `data`) when unknown.
-    fn sem_value(&mut self, k: ObjKey, mem: &mut dyn MemoryReader) -> u64 {
-        *self.objects.sems.entry(k).or_insert_with(|| u64::from(mem.read_u32(k.process, k.addr).unwrap_or(0)))
+    /// The key of the semaphore at `addr` of `process`: in shared memory, that memory's (a
+    /// `multiprocessing` lock taken in one process and released in another is one semaphore);
+    /// else the process's. Looked up once per process and address.
+    fn sem_key(&mut self, process: ProcessId, addr: u64, mem: &mut dyn MemoryReader) -> ObjKey {
+        if let Some(&k) = self.objects.sem_keys.get(&(process, addr)) {
+            return k;
+        }
+        let shared = mem.read_u32(process, addr.wrapping_add(GLIBC_SEM_PRIVATE_OFFSET)) == Some(GLIBC_SEM_SHARED);
+        let k = match shared.then(|| mem.shared_location(process, addr)).flatten() {
+            Some(at) => {
+                let next = self.objects.shared_spaces.len() as u32;
+                let space = *self.objects.shared_spaces.entry(at.backing).or_insert(next);
+                ObjKey { space: Space::Shared(space), addr: at.offset }
+            }
+            None => key(process, addr),
+        };
+        self.objects.sem_keys.insert((process, addr), k);
+        k
     }
 
-    /// Decrements the semaphore if it is positive; whether it did.
-    fn sem_take(&mut self, k: ObjKey, mem: &mut dyn MemoryReader) -> bool {
-        let v = self.sem_value(k, mem);
+    /// The semaphore key [`Self::sem_key`] found, or the process's before it looked.
+    pub(super) fn known_sem_key(&self, process: ProcessId, addr: u64) -> ObjKey {
+        self.objects.sem_keys.get(&(process, addr)).copied().unwrap_or_else(|| key(process, addr))
+    }
+
+    /// A semaphore's value, read from memory at `addr` of `process` (low 32 bits of glibc's
+    /// 64-bit `data`) when unknown.
+    fn sem_value(&mut self, k: ObjKey, process: ProcessId, addr: u64, mem: &mut dyn MemoryReader) -> u64 {
+        *self.objects.sems.entry(k).or_insert_with(|| u64::from(mem.read_u32(process, addr).unwrap_or(0)))
+    }
+
+    /// Decrements the semaphore at `addr` of `process` if it is positive; whether it did.
+    fn sem_take(&mut self, process: ProcessId, addr: u64, mem: &mut dyn MemoryReader) -> bool {
+        let k = self.sem_key(process, addr, mem);
+        let v = self.sem_value(k, process, addr, mem);
         if v > 0 {
             self.objects.sems.insert(k, v - 1);
         }

@@ -20,12 +20,17 @@ const S: u64 = 0x5555_5555_b000;
 const F: u64 = 0x5555_5555_c000;
 const R: u64 = 0x5555_5555_d000;
 
+/// Words of target memory by process and address, and which addresses lie in shared memory.
 #[derive(Default)]
-struct FakeMem(BTreeMap<(ProcessId, u64), u32>);
+struct FakeMem(BTreeMap<(ProcessId, u64), u32>, BTreeMap<(ProcessId, u64), SharedLocation>);
 
 impl MemoryReader for FakeMem {
     fn read_u32(&mut self, process: ProcessId, addr: u64) -> Option<u32> {
         self.0.get(&(process, addr)).copied()
+    }
+
+    fn shared_location(&mut self, process: ProcessId, addr: u64) -> Option<SharedLocation> {
+        self.1.get(&(process, addr)).copied()
     }
 }
 
@@ -438,6 +443,41 @@ fn semaphore_counts() {
     assert_eq!(s.offered(2), vec![(ChoiceKind::Timeout, 0)]);
     assert_eq!(s.timeout(2), grant(ETIMEDOUT));
     assert_eq!(s.m.now(), 4_000_000);
+}
+
+/// Threads 1 (process 0) and 2 (process 1), each seeing a semaphore at `S` whose glibc
+/// `private` word is `private` and which lies in one shared file at offset 64 in both.
+fn two_processes_with_semaphore(private: u32) -> Sim {
+    let mut s = Sim::default();
+    for (t, process) in [(1, 0), (2, 1)] {
+        s.m.add_thread(t, process);
+        s.post(t, Op::ProcessStart, [0; 4]);
+        assert_eq!(s.run(t), grant(0));
+        s.mem.0.insert((process, S), 0);
+        s.mem.0.insert((process, S + 8), private);
+        let backing = SharedBacking { device: 0x1a, inode: 99 };
+        s.mem.1.insert((process, S), SharedLocation { backing, offset: 64 });
+    }
+    s
+}
+
+#[test]
+fn a_process_shared_semaphore_is_one_object_in_every_process() {
+    // multiprocessing's locks: sem_open'd (or inherited over fork), waited for in one process
+    // and posted in another.
+    let mut s = two_processes_with_semaphore(128);
+    s.post(1, Op::SemWait, [S, NO_DEADLINE, 0, 0]);
+    assert_eq!(s.run(1), Effect::Blocked);
+    assert_eq!(s.op(2, Op::SemPost, [S, 0, 0, 0]), grant(0));
+    assert!(s.can_run(1), "the other process's post is this semaphore's");
+    assert_eq!(s.run(1), grant(0));
+
+    // A private semaphore at the same address of two processes is two (fork copied it).
+    let mut s = two_processes_with_semaphore(0);
+    s.post(1, Op::SemWait, [S, NO_DEADLINE, 0, 0]);
+    assert_eq!(s.run(1), Effect::Blocked);
+    assert_eq!(s.op(2, Op::SemPost, [S, 0, 0, 0]), grant(0));
+    assert!(!s.can_run(1));
 }
 
 #[test]
