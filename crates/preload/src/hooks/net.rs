@@ -171,7 +171,7 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks
     loop {
         let g = gate.post(Op::NetRecv, [fd as u64, flag(nonblock) | interruptible(nonblock), deadline, len as u64]);
         if g.result == sigwait::INTERRUPTED && !nonblock {
-            if sigwait::interrupted_call_restarts(gate) {
+            if sigwait::run_handlers(gate, deadline == NO_DEADLINE) {
                 continue;
             }
             return ret(g.result);
@@ -388,7 +388,7 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut
     loop {
         let g = gate.post(Op::NetAccept, [fd as u64, flag(nonblock) | interruptible(nonblock), deadline, 0]);
         if g.result == sigwait::INTERRUPTED && !nonblock {
-            if sigwait::interrupted_call_restarts(&gate) {
+            if sigwait::run_handlers(&gate, deadline == NO_DEADLINE) {
                 continue;
             }
             return ret(g.result) as c_int;
