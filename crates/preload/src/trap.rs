@@ -38,7 +38,10 @@ const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
 ///
 /// `exit` (of one thread; a process ends with `exit_group`) so that a thread's exit is posted
 /// after glibc's teardown of it, destructors included ([`crate::thread_end`]).
-const TRAPPED: [c_long; 24] = [
+///
+/// `tgkill` (`raise`, `pthread_kill`, `abort`, raw calls) so that a SIGKILL a program sends
+/// itself or one of its threads is known as its own ([`crate::hooks::signal::trapped_tgkill`]).
+const TRAPPED: [c_long; 25] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -63,6 +66,7 @@ const TRAPPED: [c_long; 24] = [
     libc::SYS_close_range,
     libc::SYS_clone3,
     libc::SYS_exit,
+    libc::SYS_tgkill,
 ];
 
 /// Set once the filter is installed (the signal-mask hooks keep SIGSYS deliverable from then on).
@@ -286,7 +290,7 @@ fn clone3(ip: u64, a: [u64; 6]) -> i64 {
 }
 
 /// Performs the trapped syscall for real, through the trampoline.
-fn passthrough(nr: c_long, args: [u64; 6]) -> i64 {
+pub(crate) fn passthrough(nr: c_long, args: [u64; 6]) -> i64 {
     // SAFETY: the exact syscall the program attempted, with its own arguments.
     unsafe { sys::syscall6(nr, args) }
 }
@@ -362,6 +366,7 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
         libc::SYS_execve | libc::SYS_execveat => crate::process::exec(gate, nr, a),
         libc::SYS_wait4 | libc::SYS_waitid => crate::process::wait(gate, nr, a),
         libc::SYS_read | libc::SYS_readv => crate::hooks::net::trapped_read(gate, nr, a).unwrap_or_else(|| passthrough(nr, a)),
+        libc::SYS_tgkill => crate::hooks::signal::trapped_tgkill(gate, a),
         // dup2/dup3 onto dara's region descriptor (see `fdguard`), pause, futex_waitv, and raw fork, vfork or clone without CLONE_THREAD (glibc's fork()
         // goes through the `fork` hook, whose own clone reaches `ungated`).
         _ => unsupported(gate, nr, a),
