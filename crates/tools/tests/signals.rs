@@ -178,3 +178,9 @@ fn a_program_that_raises_sigkill_is_killed_by_its_own_sigkill() {
     assert_no_survivors(&program);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
+
+#[test]
+fn a_signal_ends_a_blocking_send_with_eintr() {
+    twin_clean("sig_send_block", 20, "send: EINTR after the handler ran", Op::NetSend);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
