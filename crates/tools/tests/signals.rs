@@ -123,16 +123,18 @@ fn a_signal_ends_a_raw_futex_wait_with_eintr_unless_sa_restart_restarts_it() {
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
-/// A recording of the daemon sleeping in 60 s naps (a recording keeps pace with real time) ends
-/// at one Ctrl-C: dara passes it on, the nap fails with EINTR (the daemon exits 1 if it ended
-/// any other way), and the recording replays.
+/// A recording of the daemon listening for control connections and sleeping in 60 s naps (a
+/// recording of a server keeps pace with real time while it idles: the first nap lasts 60 real
+/// seconds) ends at one Ctrl-C during its first nap: dara passes it on, the nap fails with EINTR
+/// (the daemon exits 1 if it ended any other way), and the recording replays.
 #[test]
 fn one_ctrl_c_ends_a_recorded_sleeping_daemon() {
     use std::io::BufRead;
     let program = private_copy(&fixture("sig_sleep_daemon"), "sig_sleep_daemon-recorded");
     let out = out_dir("sig_sleep_daemon-recorded");
+    let port = free_ports(1).to_string();
     let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_dara-trace"))
-        .args(["-q", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), "forever"])
+        .args(["-q", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), "forever", &port])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
