@@ -211,11 +211,21 @@ fn post_kill(gate: &crate::gate::Gated, pid: libc::pid_t, sig: c_int) -> bool {
 /// does a raw system call): a SIGKILL, which ends the whole process `tgid`, is posted as that
 /// process's kill first, so that dara knows it as the program's own and not a kill from outside.
 /// Other signals go as they are. Returns the call's result.
+///
+/// The signal is sent with every signal but SIGSYS blocked: one sent to this very thread must
+/// not run its handler here, inside dara's SIGSYS handler (where the handler would see dara's
+/// frame as its context, and its hooked calls would not be scheduling points). The kernel
+/// restores the program's mask as the SIGSYS handler returns and delivers it then, right after
+/// the call, as it would have without dara.
 pub fn trapped_tgkill(gate: &crate::gate::Gated, a: [u64; 6]) -> i64 {
     let (tgid, sig) = (a[0] as libc::pid_t, a[2] as c_int);
     if sig == libc::SIGKILL && tgid > 0 {
         post_kill(gate, tgid, sig);
     }
+    let all_but_sigsys: u64 = !(1 << (libc::SIGSYS - 1));
+    // SAFETY: rt_sigprocmask reads one live 8-byte set; the SIGSYS handler's return restores the
+    // program's own mask from its saved context.
+    unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_BLOCK as u64, &all_but_sigsys as *const u64 as u64, 0, 8]) };
     crate::trap::passthrough(libc::SYS_tgkill, a)
 }
 
