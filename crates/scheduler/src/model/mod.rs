@@ -12,6 +12,8 @@
 //! * `clock.rs`: the virtual clock.
 //! * `net.rs`: readiness of sockets, pipes and poll/epoll as probed by the driver.
 //! * `pause.rs`: which threads a `pause` fault stopped, and in which pause.
+//! * `signals.rs`: which waits a pending caught signal ends (`Interrupt`), and a condition wait
+//!   whose waiter runs its handler inside the wait.
 //!
 //! Timers: a thread whose request has a deadline offers `Timeout` next to (or instead of) `Run`
 //! once its timer is *due* — the clock has reached the deadline (`TimerPolicy::Deadline`, the
