@@ -34,7 +34,7 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 14;
+pub const VERSION: u32 = 15;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -245,7 +245,7 @@ pub enum Op {
     // Networking (120–159): sockets, pipes, eventfds, poll/epoll/select. See docs/networking.md.
     // `fd` is the caller's descriptor; `flags` bit 0 ([`net_flags::NONBLOCK`]) says the call must
     // not block (non-blocking descriptor or MSG_DONTWAIT), so its `Run` is always enabled; bit 2
-    // ([`net_flags::INTERRUPTIBLE`]) says a signal may end a blocking `NetRecv`/`NetAccept`.
+    // ([`net_flags::INTERRUPTIBLE`]) says a signal may end a blocking `NetRecv`/`NetAccept`/`NetSend`.
     // `deadline` is a virtual time or `NO_DEADLINE`.
     // The grant's result is the model's prediction (bytes, ready count) for the listing; the
     // preload then performs the real, non-blocking call.
@@ -309,9 +309,10 @@ pub enum Op {
 pub mod net_flags {
     /// The call must not block: non-blocking descriptor or `MSG_DONTWAIT`.
     pub const NONBLOCK: u64 = 1;
-    /// A blocking `NetRecv` or `NetAccept` a pending signal may end (`ChoiceKind::Interrupt`,
-    /// result `-EINTR`): the preload then runs the handler and waits again (`SA_RESTART`) or
-    /// fails with EINTR. Not set where it cannot run the handler (inside its syscall trap).
+    /// A blocking `NetRecv`, `NetAccept` or `NetSend` a pending signal may end
+    /// (`ChoiceKind::Interrupt`, result `-EINTR`): the preload then runs the handler and waits
+    /// again (`SA_RESTART`) or fails with EINTR (a send that sent part returns that part). Not
+    /// set where it cannot run the handler (inside its syscall trap).
     pub const INTERRUPTIBLE: u64 = 4;
     /// Shift of the flags in `NetSend`'s second argument (below it: the length).
     pub const SEND_SHIFT: u32 = 48;

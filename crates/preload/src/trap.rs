@@ -17,7 +17,8 @@ use dara_abi::{Op, NO_DEADLINE};
 use libc::{c_int, c_long, c_void, siginfo_t, sock_filter, sock_fprog, timespec, ucontext_t};
 
 use crate::gate::Gated;
-use crate::vclock::{self, ClockBase};
+use crate::hooks::sigwait::{self, INTERRUPTED};
+use crate::vclock::{self, ClockBase, Slept};
 use crate::{entropy, real, stop_world, sys, timecalls};
 
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
@@ -37,7 +38,10 @@ const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
 ///
 /// `exit` (of one thread; a process ends with `exit_group`) so that a thread's exit is posted
 /// after glibc's teardown of it, destructors included ([`crate::thread_end`]).
-const TRAPPED: [c_long; 24] = [
+///
+/// `tgkill` (`raise`, `pthread_kill`, `abort`, raw calls) so that a SIGKILL a program sends
+/// itself or one of its threads is known as its own ([`crate::hooks::signal::trapped_tgkill`]).
+const TRAPPED: [c_long; 25] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -62,6 +66,7 @@ const TRAPPED: [c_long; 24] = [
     libc::SYS_close_range,
     libc::SYS_clone3,
     libc::SYS_exit,
+    libc::SYS_tgkill,
 ];
 
 /// Set once the filter is installed (the signal-mask hooks keep SIGSYS deliverable from then on).
@@ -240,9 +245,24 @@ extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_void
     }
     let regs = &mut uc.uc_mcontext.gregs;
     crate::gate::set_in_trap(true);
-    regs[libc::REG_RAX as usize] = emulate(nr, args);
+    let rc = emulate(nr, args);
     crate::gate::set_in_trap(false);
+    if rc == RESTART {
+        // Back onto the `syscall` instruction with its number: the pending signal's handler
+        // runs first, as the handler returns, then the call is made (and trapped) again.
+        regs[libc::REG_RIP as usize] -= SYSCALL_INSN_BYTES;
+        regs[libc::REG_RAX as usize] = nr;
+    } else {
+        regs[libc::REG_RAX as usize] = rc;
+    }
 }
+
+/// What an emulated call answers to be made again once the pending signal's handler has run
+/// (the kernel's own `-ERESTARTSYS`, which never reaches a program).
+const RESTART: i64 = -512;
+
+/// Length of the x86-64 `syscall` instruction (`0f 05`) a seccomp trap returns after.
+const SYSCALL_INSN_BYTES: i64 = 2;
 
 /// How far into libc's `syscall()` wrapper its `syscall` instruction ends (about 0x20 bytes in
 /// glibc's x86_64 syscall.S): the bound that tells a call made through it.
@@ -270,7 +290,7 @@ fn clone3(ip: u64, a: [u64; 6]) -> i64 {
 }
 
 /// Performs the trapped syscall for real, through the trampoline.
-fn passthrough(nr: c_long, args: [u64; 6]) -> i64 {
+pub(crate) fn passthrough(nr: c_long, args: [u64; 6]) -> i64 {
     // SAFETY: the exact syscall the program attempted, with its own arguments.
     unsafe { sys::syscall6(nr, args) }
 }
@@ -346,6 +366,7 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
         libc::SYS_execve | libc::SYS_execveat => crate::process::exec(gate, nr, a),
         libc::SYS_wait4 | libc::SYS_waitid => crate::process::wait(gate, nr, a),
         libc::SYS_read | libc::SYS_readv => crate::hooks::net::trapped_read(gate, nr, a).unwrap_or_else(|| passthrough(nr, a)),
+        libc::SYS_tgkill => crate::hooks::signal::trapped_tgkill(gate, a),
         // dup2/dup3 onto dara's region descriptor (see `fdguard`), pause, futex_waitv, and raw fork, vfork or clone without CLONE_THREAD (glibc's fork()
         // goes through the `fork` hook, whose own clone reaches `ungated`).
         _ => unsupported(gate, nr, a),
@@ -375,11 +396,15 @@ fn sleep(
     let Some(deadline) = deadline else {
         return -(libc::EINVAL as i64);
     };
-    vclock::sleep_until(gate, deadline);
-    if let Some(rem) = rem {
-        *rem = vclock::ns_timespec(0);
+    // Interrupted, the call fails with EINTR and the handler runs as this handler returns.
+    let (left_ns, rc) = match vclock::sleep_until(gate, deadline) {
+        Slept::Full => (0, 0),
+        Slept::Interrupted { left_ns } => (left_ns, -(libc::EINTR as i64)),
+    };
+    if let Some(rem) = rem.filter(|_| flags & libc::TIMER_ABSTIME == 0) {
+        *rem = vclock::ns_timespec(left_ns);
     }
-    0
+    rc
 }
 
 fn futex(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
@@ -412,10 +437,13 @@ fn futex(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
             match deadline {
                 None => -(libc::EINVAL as i64),
                 Some(_) if bitset == 0 => -(libc::EINVAL as i64),
-                Some(deadline) => {
-                    gate.post(Op::FutexWait, [addr, val, deadline, bitset])
-                        .result
-                }
+                Some(deadline) => match gate.post(Op::FutexWait, [addr, val, deadline, bitset]).result {
+                    // A timed wait is never restarted once a handler ran; an untimed one is
+                    // when every handler asked for SA_RESTART. The handler runs as this
+                    // handler returns, before the call returns or is made again.
+                    INTERRUPTED if deadline == NO_DEADLINE && sigwait::handlers_restart() => RESTART,
+                    result => result,
+                },
             }
         }
         libc::FUTEX_WAKE | libc::FUTEX_WAKE_BITSET => {

@@ -106,9 +106,24 @@ pub fn read(gate: &Gated, base: ClockBase) -> u64 {
     }
 }
 
-/// Sleeps until the virtual `deadline`: a `Sleep` scheduling point.
-pub fn sleep_until(gate: &Gated, deadline: u64) {
-    gate.post(Op::Sleep, [deadline, 0, 0, 0]);
+/// How a sleep ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slept {
+    /// The deadline came.
+    Full,
+    /// A caught signal ended it (an `Interrupt`) this many nanoseconds before its deadline.
+    Interrupted { left_ns: u64 },
+}
+
+/// Sleeps until the virtual `deadline`: a `Sleep` scheduling point, which a caught signal may end
+/// early (the caller then runs the handler and fails with EINTR: sleeps are never restarted).
+pub fn sleep_until(gate: &Gated, deadline: u64) -> Slept {
+    let grant = gate.post(Op::Sleep, [deadline, 0, 0, 0]);
+    if grant.result == crate::hooks::sigwait::INTERRUPTED {
+        Slept::Interrupted { left_ns: deadline.saturating_sub(grant.now_ns) }
+    } else {
+        Slept::Full
+    }
 }
 
 #[cfg(test)]

@@ -4,11 +4,12 @@
 //! --parallel=4`, python3 threads taking turns on the GIL, four threads of one process on a
 //! sqlite WAL database (Debian's libsqlite3), memcached with four worker threads under
 //! memcslap from outside, and nginx (master and two workers) serving curl, stopped by one Ctrl-C
-//! (its master waits in `sigsuspend`, its workers in `epoll_wait`), and a Java program on
-//! Debian's OpenJDK (a thread pool, `synchronized`, a blocking queue, beside the JVM's own
-//! compiler and GC threads), and GNU make building a small C project with `-j4` (its jobserver
-//! learns of finished jobs from SIGCHLD inside `pselect`), and Python's multiprocessing (a Pool,
-//! a Queue, a Lock: semaphores shared between processes). The first four used to stop with a false "a lock taken without a
+//! (its master waits in `sigsuspend`, its workers in `epoll_wait`), and searched in a closed-world
+//! script that fetches pages with curl and stops it with SIGQUIT; a Java program on Debian's
+//! OpenJDK (a thread pool, `synchronized`, a blocking queue, beside the JVM's own compiler and GC
+//! threads); GNU make building a small C project with `-j4` (its jobserver learns of finished
+//! jobs from SIGCHLD inside `pselect`); and Python's multiprocessing (a Pool, a Queue, a Lock:
+//! semaphores shared between processes). The first four used to stop with a false "a lock taken without a
 //! scheduling point" (issue 14). The programs come from Debian packages that
 //! `scripts/install-deps.sh` installs; docs/real-programs.md has the table.
 mod common;
@@ -205,6 +206,23 @@ fn start_recording(out: &std::path::Path, command: &[&str], port: &str) -> std::
         .unwrap();
     wait_for_listener(port.parse().unwrap(), Duration::from_secs(30), &format!("{} under dara-trace", command[0]));
     server
+}
+
+/// nginx in a closed-world test script (tests/fixtures/scripts/nginx_test.sh: a config in a fresh
+/// temporary directory, the master and two workers on a free loopback port, curl fetches four
+/// pages and a missing one and every body is checked, then SIGQUIT to the master and a wait),
+/// searched; the last execution replays.
+#[test]
+fn nginx_test_script_searches_clean_and_replays() {
+    let port = free_ports(1).to_string();
+    let script = repo_root().join("tests/fixtures/scripts/nginx_test.sh");
+    let (last, run) = search_clean("nginx-search", SEARCH_RUNS, &[], &[script.to_str().unwrap(), &port]);
+    assert_eq!(run.stdout.matches("nginx_test: every page was right").count() as u64, SEARCH_RUNS, "{}", run.text());
+    assert!(steps_with(&last, Op::SigSuspend) >= 1, "the master waited in sigsuspend under control");
+    assert!(steps_with(&last, Op::NetAccept) >= 5, "the workers accepted curl's five connections");
+    replays_identically(&last);
+    assert!(processes_with(&["nginx", "nginx_test."]).is_empty(), "an nginx survived");
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
 #[test]

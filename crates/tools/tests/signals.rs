@@ -1,10 +1,13 @@
 //! Signals that end a parked wait (issue 14): a server thread in `epoll_wait(-1)` stopped by a
 //! SIGINT its own process sends, a parent waiting for its children's SIGCHLD in `sigsuspend`,
 //! a blocking `read` that a signal restarts (`SA_RESTART`) or interrupts, a signal thread taking
-//! signals with `sigwait`, and `pause`. Each bug is found by a search, replays (20 times,
-//! `--verify`), and the same seed gives the same decisions; each twin (and each semantics check)
-//! is clean under two strategies, its last execution ends its wait with dara's `Interrupt`
-//! choice and replays with `--verify`; no process survives.
+//! signals with `sigwait`, `pause`, a daemon's `nanosleep`, a handler that runs inside a
+//! condition wait, semaphore and raw futex waits (EINTR or restarted, as Linux does), and a
+//! recorded sleeping daemon stopped by one Ctrl-C. Each bug is found by a search, replays (20
+//! times, `--verify`), and the same seed gives the same decisions; each twin (and each semantics
+//! check) is clean under two strategies, its last execution ends its wait with dara's
+//! `Interrupt` choice, replays with `--verify`, and the same seed gives the same decisions; no
+//! process survives.
 mod common;
 
 use std::path::Path;
@@ -40,6 +43,7 @@ fn bug_found(name: &str, runs: u64, shows: &str) {
 /// ended a wait of `op` with a signal, and replays with `--verify`. Returns nothing: asserts.
 fn twin_clean(name: &str, runs: u64, prints: &str, op: Op) {
     let program = private_copy(&fixture(name), name);
+    let mut first = None;
     for (strategy, seed) in [("random", 1u64), ("pct:3", 2)] {
         let out = out_dir(&format!("{name}-{}", strategy.replace(':', "")));
         let run = search(&out, strategy, seed, runs, &program);
@@ -48,12 +52,16 @@ fn twin_clean(name: &str, runs: u64, prints: &str, op: Op) {
         let last = out.join("trace.bin");
         if strategy == "random" {
             assert!(interrupts(&last, op) >= 1, "the last execution's {} was ended by a signal", op.name());
+            first = Some(last.clone());
         }
         let verify = dara_replay(&["--verify", last.to_str().unwrap()], Duration::from_secs(60));
         assert_eq!(verify.code, 0, "{}", verify.text());
         assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
         assert!(verify.stdout.contains(prints), "{}", verify.text());
     }
+    let again = out_dir(&format!("{name}-random-again"));
+    assert_eq!(search(&again, "random", 1, runs, &program).code, 0);
+    same_decisions(&first.unwrap(), &again.join("trace.bin"));
     assert_no_survivors(&program);
 }
 
@@ -87,5 +95,94 @@ fn sigwait_takes_signals_and_coalesced_reloads_are_found() {
 #[test]
 fn pause_returns_once_a_signal_ran_its_handler() {
     twin_clean("sig_pause", 30, "pause returned after the handler", Op::SigSuspend);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+#[test]
+fn a_signal_ends_a_sleeping_daemon_s_nanosleep_with_the_time_left() {
+    twin_clean("sig_sleep_daemon", 20, "daemon stopped by SIGTERM after 1 nap, nanosleep: EINTR with 58 s left", Op::Sleep);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+#[test]
+fn a_handler_runs_inside_a_condition_wait_and_one_that_only_sets_a_flag_is_a_deadlock() {
+    bug_found("sig_cond_flag", 20, "BUG: deadlock: thread 0 waits on condition variable cond");
+    twin_clean("sig_cond_flag_ok", 20, "stopped by SIGINT in pthread_cond_wait", Op::CondWait);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+#[test]
+fn a_signal_ends_a_semaphore_wait_with_eintr_unless_sa_restart_restarts_it() {
+    twin_clean("sig_sem_wait", 20, "sem_wait: EINTR without SA_RESTART, restarted with it; sem_timedwait: EINTR", Op::SemWait);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+#[test]
+fn a_signal_ends_a_raw_futex_wait_with_eintr_unless_sa_restart_restarts_it() {
+    twin_clean("sig_futex_wait", 20, "futex wait: restarted with SA_RESTART, EINTR without it, EINTR when timed", Op::FutexWait);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// A recording of the daemon listening for control connections and sleeping in 60 s naps (a
+/// recording of a server keeps pace with real time while it idles: the first nap lasts 60 real
+/// seconds) ends at one Ctrl-C during its first nap: dara passes it on, the nap fails with EINTR
+/// (the daemon exits 1 if it ended any other way), and the recording replays.
+#[test]
+fn one_ctrl_c_ends_a_recorded_sleeping_daemon() {
+    use std::io::BufRead;
+    let program = private_copy(&fixture("sig_sleep_daemon"), "sig_sleep_daemon-recorded");
+    let out = out_dir("sig_sleep_daemon-recorded");
+    let port = free_ports(1).to_string();
+    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-q", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), "forever", &port])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(daemon.stdout.take().unwrap());
+    let mut line = String::new();
+    said.read_line(&mut line).unwrap();
+    assert_eq!(line, "daemon: sleeping\n", "the daemon reached its first nap");
+    let (status, stderr) = common::real::ctrl_c(&mut daemon, Duration::from_secs(50));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
+    assert_eq!(status.code(), Some(0), "one Ctrl-C ends the nap and the daemon: {status:?} {rest} {stderr}");
+    assert!(rest.contains("daemon stopped by SIGINT after 1 nap, nanosleep: EINTR"), "{rest}");
+    let trace = out.join("trace.bin");
+    assert_eq!(interrupts(&trace, Op::Sleep), 1, "the Ctrl-C ended the nap");
+    let verify = dara_replay(&["--verify", trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("daemon stopped by SIGINT after 1 nap"), "{}", verify.text());
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// A SIGKILL the program sends itself through `tgkill` (glibc's `raise`, or a thread's raw
+/// system call to the main thread) is the program's own death, not a kill from outside: a bug
+/// found, replayed, and found again with the same decisions by the same seed.
+#[test]
+fn a_program_that_raises_sigkill_is_killed_by_its_own_sigkill() {
+    let program = private_copy(&fixture("sig_raise_kill"), "sig_raise_kill");
+    for mode in ["raise", "thread"] {
+        let mut traces = Vec::new();
+        for attempt in ["", "-again"] {
+            let out = out_dir(&format!("sig_raise_kill-{mode}{attempt}"));
+            let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--runs", "3", "--", program.to_str().unwrap(), mode], Duration::from_secs(120));
+            assert_eq!(run.code, 1, "{mode}: {}", run.text());
+            assert!(run.stdout.contains("BUG: process 0 killed by SIGKILL"), "{mode}: {}", run.text());
+            assert!(!run.text().contains("killed from outside"), "{mode}: {}", run.text());
+            traces.push(out.join("bug-0001/trace.bin"));
+        }
+        replays(&traces[0], "killed by SIGKILL");
+        same_decisions(&traces[0], &traces[1]);
+    }
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+#[test]
+fn a_signal_ends_a_blocking_send_with_eintr() {
+    twin_clean("sig_send_block", 20, "send: EINTR after the handler ran", Op::NetSend);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }

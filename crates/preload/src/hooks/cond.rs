@@ -1,6 +1,10 @@
 //! Condition variables, barriers and `pthread_once`: entirely modelled. The real wait functions
 //! are never called (they would block in the kernel); the real mutex of a condition wait is
 //! released before the post and re-taken after the grant, when the model says it is free.
+//!
+//! A caught signal does not end a condition wait, as in glibc: the model interrupts it (an
+//! `Interrupt`), the handler runs here, inside the wait, and the thread posts the same wait
+//! again, which resumes it where it stood (woken if the handler signalled the condvar).
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use dara_abi::{Op, NO_DEADLINE};
@@ -47,7 +51,12 @@ pub fn cond_wait(
     if rc != 0 {
         return rc;
     }
-    let grant = gate.post(Op::CondWait, [c.addr(), m.addr(), deadline, mutex_kind]);
+    let wait = [c.addr(), m.addr(), deadline, mutex_kind];
+    let mut grant = gate.post(Op::CondWait, wait);
+    while grant.result == super::sigwait::INTERRUPTED {
+        super::sigwait::run_handlers(gate, false);
+        grant = gate.post(Op::CondWait, wait);
+    }
     // Signalled or timed out: either way the model has given the mutex back to this thread.
     // SAFETY: the program's mutex, free according to the model.
     unsafe { real::pthread_mutex_lock(m.ptr()) };

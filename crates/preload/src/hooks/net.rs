@@ -99,7 +99,7 @@ fn fd_nonblocking(fd: c_int) -> bool {
     fl >= 0 && fl as c_int & libc::O_NONBLOCK != 0
 }
 
-/// The `INTERRUPTIBLE` bit of a receive or accept: a blocking one a signal may end.
+/// The `INTERRUPTIBLE` bit of a receive, accept or send: a blocking one a signal may end.
 fn interruptible(nonblock: bool) -> u64 {
     if nonblock {
         0
@@ -171,7 +171,7 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks
     loop {
         let g = gate.post(Op::NetRecv, [fd as u64, flag(nonblock) | interruptible(nonblock), deadline, len as u64]);
         if g.result == sigwait::INTERRUPTED && !nonblock {
-            if sigwait::interrupted_call_restarts(gate) {
+            if sigwait::run_handlers(gate, deadline == NO_DEADLINE) {
                 continue;
             }
             return ret(g.result);
@@ -207,8 +207,15 @@ fn transmit(gate: &Gated, fd: c_int, buf: *const u8, len: usize, dontwait: bool,
             // from offset `done < len`.
             unsafe { core::ptr::copy_nonoverlapping(buf.add(done), first.as_mut_ptr(), n) };
         }
-        let arg1 = (rest as u64 & ((1 << net_flags::SEND_SHIFT) - 1)) | (flag(nonblock) << net_flags::SEND_SHIFT);
-        gate.post(Op::NetSend, [fd as u64, arg1, u64::from_le_bytes(first), u64::from(dest_port)]);
+        let arg1 = (rest as u64 & ((1 << net_flags::SEND_SHIFT) - 1)) | ((flag(nonblock) | interruptible(nonblock)) << net_flags::SEND_SHIFT);
+        let g = gate.post(Op::NetSend, [fd as u64, arg1, u64::from_le_bytes(first), u64::from(dest_port)]);
+        if g.result == sigwait::INTERRUPTED && !nonblock {
+            if sigwait::run_handlers(gate, true) {
+                continue;
+            }
+            // What was sent before the signal counts, as in the kernel.
+            return if done > 0 { done as ssize_t } else { ret(g.result) };
+        }
         // SAFETY: in bounds of the caller's buffer.
         let r = raw(call(unsafe { buf.add(done) }, rest));
         if nonblock || r < 0 && r != -(libc::EAGAIN as i64) {
@@ -305,8 +312,14 @@ fn transmit_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, d
         }
     }
     loop {
-        let arg1 = (total as u64 & ((1 << net_flags::SEND_SHIFT) - 1)) | (flag(nonblock) << net_flags::SEND_SHIFT);
-        gate.post(Op::NetSend, [fd as u64, arg1, first, u64::from(dest_port)]);
+        let arg1 = (total as u64 & ((1 << net_flags::SEND_SHIFT) - 1)) | ((flag(nonblock) | interruptible(nonblock)) << net_flags::SEND_SHIFT);
+        let g = gate.post(Op::NetSend, [fd as u64, arg1, first, u64::from(dest_port)]);
+        if g.result == sigwait::INTERRUPTED && !nonblock {
+            if sigwait::run_handlers(gate, true) {
+                continue;
+            }
+            return ret(g.result);
+        }
         let r = raw(call());
         if r == -(libc::EAGAIN as i64) && !nonblock {
             continue;
@@ -388,7 +401,7 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut
     loop {
         let g = gate.post(Op::NetAccept, [fd as u64, flag(nonblock) | interruptible(nonblock), deadline, 0]);
         if g.result == sigwait::INTERRUPTED && !nonblock {
-            if sigwait::interrupted_call_restarts(&gate) {
+            if sigwait::run_handlers(&gate, deadline == NO_DEADLINE) {
                 continue;
             }
             return ret(g.result) as c_int;

@@ -1,10 +1,15 @@
 //! POSIX semaphores: the model owns the count; the real semaphore is kept in step (a granted
 //! wait takes a unit with `sem_trywait`, which then cannot fail; a post adds one).
+//!
+//! A caught signal ends a wait as in Linux (an `Interrupt`): the handler runs, then `sem_wait`
+//! waits again if every handler asked for `SA_RESTART` (its untimed futex wait is restarted) and
+//! otherwise fails with EINTR; `sem_timedwait`/`sem_clockwait` always fail with EINTR (the
+//! kernel never restarts a timed futex wait once a handler ran).
 use dara_abi::{Op, NO_DEADLINE};
 use libc::{c_int, c_uint, clockid_t, sem_t, timespec};
 
 use super::sync::deadline_on;
-use super::{set_errno, Obj};
+use super::{set_errno, sigwait, Obj};
 use crate::gate::Gated;
 use crate::real;
 
@@ -19,8 +24,13 @@ fn finish(s: Obj<sem_t>, result: i64) -> c_int {
 }
 
 pub fn sem_wait_until(gate: &Gated, s: Obj<sem_t>, deadline: u64) -> c_int {
-    let grant = gate.post(Op::SemWait, [s.addr(), deadline, 0, 0]);
-    finish(s, grant.result)
+    loop {
+        let grant = gate.post(Op::SemWait, [s.addr(), deadline, 0, 0]);
+        if grant.result == sigwait::INTERRUPTED && sigwait::run_handlers(gate, deadline == NO_DEADLINE) {
+            continue;
+        }
+        return finish(s, grant.result);
+    }
 }
 
 pub fn sem_timedwait_on(

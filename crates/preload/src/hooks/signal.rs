@@ -191,8 +191,7 @@ fn note_disposition(sig: c_int, handler: libc::sighandler_t) {
 /// `None` when the thread is not gated.
 fn kill_gated(pid: libc::pid_t, sig: c_int) -> Option<c_int> {
     let gate = crate::gate::Gated::enter()?;
-    let target = if pid > 0 { crate::process::logical_process(pid as u32).map_or(dara_abi::ANY_PROCESS - 1, u64::from) } else { dara_abi::ANY_PROCESS };
-    let dies = gate.post(dara_abi::Op::ProcessKill, [target, sig as u64, pid as i64 as u64, 0]).result > 0;
+    let dies = post_kill(&gate, pid, sig);
     let blocked = caught();
     let mut saved: u64 = 0;
     // SAFETY: rt_sigprocmask with two live 8-byte sets.
@@ -206,6 +205,35 @@ fn kill_gated(pid: libc::pid_t, sig: c_int) -> Option<c_int> {
     // SAFETY: restores the mask saved above; pending caught signals are delivered now.
     unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &saved as *const u64 as u64, 0, 8]) };
     Some(rc)
+}
+
+/// Posts the `ProcessKill` of a signal `sig` to `pid` (a process group or every process when not
+/// positive); whether the grant says it terminates some traced process.
+fn post_kill(gate: &crate::gate::Gated, pid: libc::pid_t, sig: c_int) -> bool {
+    let target = if pid > 0 { crate::process::logical_process(pid as u32).map_or(dara_abi::ANY_PROCESS - 1, u64::from) } else { dara_abi::ANY_PROCESS };
+    gate.post(dara_abi::Op::ProcessKill, [target, sig as u64, pid as i64 as u64, 0]).result > 0
+}
+
+/// A trapped `tgkill(tgid, tid, sig)` (glibc's `raise`, `pthread_kill` and `abort` make one, as
+/// does a raw system call): a SIGKILL, which ends the whole process `tgid`, is posted as that
+/// process's kill first, so that dara knows it as the program's own and not a kill from outside.
+/// Other signals go as they are. Returns the call's result.
+///
+/// The signal is sent with every signal but SIGSYS blocked: one sent to this very thread must
+/// not run its handler here, inside dara's SIGSYS handler (where the handler would see dara's
+/// frame as its context, and its hooked calls would not be scheduling points). The kernel
+/// restores the program's mask as the SIGSYS handler returns and delivers it then, right after
+/// the call, as it would have without dara.
+pub fn trapped_tgkill(gate: &crate::gate::Gated, a: [u64; 6]) -> i64 {
+    let (tgid, sig) = (a[0] as libc::pid_t, a[2] as c_int);
+    if sig == libc::SIGKILL && tgid > 0 {
+        post_kill(gate, tgid, sig);
+    }
+    let all_but_sigsys: u64 = !(1 << (libc::SIGSYS - 1));
+    // SAFETY: rt_sigprocmask reads one live 8-byte set; the SIGSYS handler's return restores the
+    // program's own mask from its saved context.
+    unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_BLOCK as u64, &all_but_sigsys as *const u64 as u64, 0, 8]) };
+    crate::trap::passthrough(libc::SYS_tgkill, a)
 }
 
 #[no_mangle]

@@ -66,21 +66,26 @@ pub fn interruptible() -> u64 {
     }
 }
 
-/// After a blocking receive or accept was interrupted: whether it restarts, as the kernel's
-/// would, because every signal about to run a handler asked for `SA_RESTART`; the handlers
-/// then run here and the caller waits again. Otherwise the call fails with EINTR and the
-/// handlers run as the thread leaves the preload.
-pub fn interrupted_call_restarts(gate: &Gated) -> bool {
+/// Whether every handler about to run for the caught signals pending for this thread (those its
+/// own mask lets through) asked for `SA_RESTART`: then the kernel restarts an interrupted call
+/// that `SA_RESTART` restarts. True when none is due (the program catches nothing).
+pub fn handlers_restart() -> bool {
     let Some(program_mask) = gate::program_mask() else { return true };
     let mut pending: u64 = 0;
     // SAFETY: rt_sigpending writes one 8-byte set into a live local.
     unsafe { sys::syscall(libc::SYS_rt_sigpending, &[&mut pending as *mut u64 as u64, KERNEL_SIGSET_BYTES]) };
-    let due = pending & super::signal::caught() & !program_mask;
-    if due & !super::signal::restarting() != 0 {
-        return false;
-    }
+    pending & super::signal::caught() & !program_mask & !super::signal::restarting() == 0
+}
+
+/// After a wait a signal ended ([`INTERRUPTED`]): runs the handlers now, as the kernel runs them
+/// before the interrupted call returns or restarts (so a handler cannot clobber the `errno` the
+/// call then sets), and says whether the call restarts: it is `restartable` (one `SA_RESTART`
+/// restarts: a blocking receive, accept or send, an untimed `sem_wait`) and every handler that
+/// ran asked for it. Inside the SIGSYS handler the handlers run when it returns instead.
+pub fn run_handlers(gate: &Gated, restartable: bool) -> bool {
+    let restarts = restartable && handlers_restart();
     gate.let_signals_through();
-    true
+    restarts
 }
 
 #[no_mangle]

@@ -1,15 +1,29 @@
 //! Yielding, sleeping and reading clocks: all answered from the virtual clock. Sleeps become
-//! timers in the model and always sleep the full time (never interrupted, `rem` zeroed). The
-//! clock reads share [`timecalls`] with the syscall trap and the vDSO thunks.
+//! timers in the model; a caught signal ends one early (an `Interrupt`), as in Linux: the handler
+//! runs and `nanosleep`, `clock_nanosleep` and `usleep` fail with EINTR (the relative ones write
+//! the time left into `rem`), `sleep` returns the seconds left; never restarted, `SA_RESTART` or
+//! not. The clock reads share [`timecalls`] with the syscall trap and the vDSO thunks.
 use dara_abi::Op;
 use libc::{c_int, c_uint, c_void, clockid_t, time_t, timespec, timeval, useconds_t};
 
-use super::{set_errno, Obj};
+use super::{set_errno, sigwait, Obj};
 use crate::gate::Gated;
 use crate::{real, timecalls};
-use crate::vclock::{self, ClockBase};
+use crate::vclock::{self, ClockBase, Slept};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
+
+/// Sleeps until `deadline`; the nanoseconds left when a signal ended the sleep, after its
+/// handler ran.
+fn sleep_to(gate: &Gated, deadline: u64) -> Option<u64> {
+    match vclock::sleep_until(gate, deadline) {
+        Slept::Full => None,
+        Slept::Interrupted { left_ns } => {
+            sigwait::run_handlers(gate, false);
+            Some(left_ns)
+        }
+    }
+}
 
 /// `clock_nanosleep` semantics (returns an errno); `None` for a clock dara leaves alone.
 pub fn clock_sleep(
@@ -23,7 +37,8 @@ pub fn clock_sleep(
     let Some(req) = req.get() else {
         return Some(libc::EFAULT);
     };
-    let deadline = if flags & libc::TIMER_ABSTIME != 0 {
+    let absolute = flags & libc::TIMER_ABSTIME != 0;
+    let deadline = if absolute {
         vclock::absolute_deadline(base, req)
     } else {
         vclock::timespec_ns(req).map(|d| gate.deadline_after(d))
@@ -31,13 +46,13 @@ pub fn clock_sleep(
     let Some(deadline) = deadline else {
         return Some(libc::EINVAL);
     };
-    vclock::sleep_until(gate, deadline);
-    if flags & libc::TIMER_ABSTIME == 0 {
+    let left = sleep_to(gate, deadline);
+    if !absolute {
         if let Some(rem) = rem.get_mut() {
-            *rem = vclock::ns_timespec(0);
+            *rem = vclock::ns_timespec(left.unwrap_or(0));
         }
     }
-    Some(0)
+    Some(if left.is_some() { libc::EINTR } else { 0 })
 }
 
 #[no_mangle]
@@ -90,22 +105,28 @@ pub unsafe extern "C" fn clock_nanosleep(
 #[no_mangle]
 pub unsafe extern "C" fn usleep(usec: useconds_t) -> c_int {
     match Gated::enter() {
-        Some(gate) => {
-            vclock::sleep_until(&gate, gate.deadline_after(usec as u64 * 1_000));
-            0
-        }
+        Some(gate) => match sleep_to(&gate, gate.deadline_after(usec as u64 * 1_000)) {
+            None => 0,
+            Some(_) => {
+                set_errno(libc::EINTR);
+                -1
+            }
+        },
         // SAFETY: plain integer argument.
         None => unsafe { real::usleep(usec) },
     }
 }
 
+/// What `sleep` returns when a signal ended it `left_ns` early: the whole seconds left (glibc
+/// returns the `tv_sec` of its `nanosleep`'s `rem`).
+fn sleep_seconds_left(left_ns: u64) -> c_uint {
+    c_uint::try_from(left_ns / NS_PER_SEC).unwrap_or(c_uint::MAX)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn sleep(secs: c_uint) -> c_uint {
     match Gated::enter() {
-        Some(gate) => {
-            vclock::sleep_until(&gate, gate.deadline_after(secs as u64 * NS_PER_SEC));
-            0
-        }
+        Some(gate) => sleep_to(&gate, gate.deadline_after(secs as u64 * NS_PER_SEC)).map_or(0, sleep_seconds_left),
         // SAFETY: plain integer argument.
         None => unsafe { real::sleep(secs) },
     }
@@ -147,5 +168,17 @@ pub unsafe extern "C" fn time(t: *mut time_t) -> time_t {
         Some(rc) => libc_result(rc) as time_t,
         // SAFETY: the program's own argument, forwarded unchanged.
         None => unsafe { real::time(t) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sleep_reports_the_whole_seconds_left() {
+        assert_eq!(sleep_seconds_left(59 * NS_PER_SEC + NS_PER_SEC / 2), 59);
+        assert_eq!(sleep_seconds_left(NS_PER_SEC - 1), 0);
+        assert_eq!(sleep_seconds_left(3 * NS_PER_SEC), 3);
     }
 }

@@ -656,8 +656,8 @@ impl<'a> Execution<'a> {
     }
 
     /// A recording passed `sig` on to `processes`, which catch it and have no thread in a wait
-    /// the signal ends (`poll`, `epoll_wait`, `sigsuspend`, ...: an `Interrupt` choice). Their
-    /// threads wait where a signal does not end the wait (a futex or condition wait, a sleep):
+    /// the signal ends (`poll`, `epoll_wait`, `sigsuspend`, a sleep, a condition wait, ...: an
+    /// `Interrupt` choice). Their threads wait where a signal does not end the wait (a lock, a join):
     /// the handler runs when one of them is next granted, at the latest when its wait times out.
     /// Says so in one line, with when that will be, so a user whose Ctrl-C seems lost knows why.
     fn tell_signal_waits(&self, processes: &[ProcessId], sig: i32) {
@@ -675,7 +675,7 @@ impl<'a> Execution<'a> {
             named.push(format!("{} more", processes.len() - NAMED));
         }
         eprintln!(
-            "dara: {} passed on; processes that catch it but wait where a signal does not end the wait (a lock, condition or sleep) take it when their waits end: {}. A second Ctrl-C stops dara and keeps the trace",
+            "dara: {} passed on; processes that catch it but wait where a signal does not end the wait (a lock, a join, a wait for a child) take it when their waits end: {}. A second Ctrl-C stops dara and keeps the trace",
             signal_name(sig),
             named.join(", ")
         );

@@ -2,7 +2,9 @@
 //!
 //! While parked, a thread blocks every signal the program catches, so a signal sent to it then
 //! (dara's passed-on Ctrl-C, a traced process's `kill`, a child's SIGCHLD) stays pending. A
-//! thread in `poll`/`epoll_wait` or `sigsuspend` would have been interrupted by it. The driver
+//! thread in `poll`/`epoll_wait`, `sigsuspend`, a sleep, a blocking receive or send, a semaphore,
+//! futex or condition wait would have been interrupted by it (which waits, and what then: the
+//! model's `signals.rs`). The driver
 //! looks at `/proc/<pid>/task/<tid>/status` (pending and caught signals) for each such thread,
 //! with the mask that counts: the wait's own for a sigsuspend, the thread's own
 //! (`Slot::program_mask`) otherwise. It looks only when something may have sent a signal (the

@@ -12,6 +12,8 @@
 //! * `clock.rs`: the virtual clock.
 //! * `net.rs`: readiness of sockets, pipes and poll/epoll as probed by the driver.
 //! * `pause.rs`: which threads a `pause` fault stopped, and in which pause.
+//! * `signals.rs`: which waits a pending caught signal ends (`Interrupt`), and a condition wait
+//!   whose waiter runs its handler inside the wait.
 //!
 //! Timers: a thread whose request has a deadline offers `Timeout` next to (or instead of) `Run`
 //! once its timer is *due* — the clock has reached the deadline (`TimerPolicy::Deadline`, the
@@ -100,6 +102,9 @@ pub struct Model {
     coarse: bool,
     /// Threads whose wait a pending signal may end (see `signals.rs`).
     signalled: BTreeSet<ThreadId>,
+    /// Threads running a signal handler in the middle of a condition wait, with the wait and
+    /// where it stood: they resume it when the handler returns (see `signals.rs`).
+    in_handler: BTreeMap<ThreadId, (Request, thread::Wait)>,
 }
 
 impl Model {
@@ -144,6 +149,10 @@ impl Model {
     /// takes it next must find the waiter. A search keeps the decision before the wait (its
     /// threads take no lock without a post, so the mutex stays where the model has it).
     pub fn post(&mut self, thread: ThreadId, request: Request) {
+        if self.resume_after_handler(thread, request) {
+            self.signalled.remove(&thread);
+            return;
+        }
         match self.threads.get_mut(&thread) {
             Some(t) if t.phase == Phase::Running => {
                 t.phase = Phase::Pending(request);
@@ -316,6 +325,7 @@ impl Model {
         let dead: Vec<ThreadId> =
             self.threads.iter().filter(|(_, t)| t.process == process && t.is_live()).map(|(&id, _)| id).collect();
         for id in dead {
+            self.in_handler.remove(&id);
             self.objects.forget_waiter(id);
             self.paused.forget(id);
             if let Some(t) = self.threads.get_mut(&id) {

@@ -425,6 +425,9 @@ impl Model {
 
     /// Moves a parked thread (other than the chosen one) to `wait`.
     fn wake(&mut self, id: ThreadId, wait: Wait) {
+        if self.woken_in_handler(id, wait) {
+            return;
+        }
         if let Some(t) = self.threads.get_mut(&id) {
             if let Phase::Waiting(r, _) = t.phase {
                 t.phase = Phase::Waiting(r, wait);

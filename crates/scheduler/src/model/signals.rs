@@ -1,43 +1,66 @@
-//! Waits a signal ends. A thread parked in `poll`/`select`/`epoll_wait` or in `sigsuspend`/
-//! `pause` would, in the kernel, be interrupted by a caught signal its mask lets through: the
-//! handler runs and the call fails with EINTR (these calls are never restarted). So would a
-//! blocking receive or accept the preload marks interruptible (`net_flags::INTERRUPTIBLE`); the
-//! preload then restarts it after the handler when the handler asked for `SA_RESTART`. The model
-//! cannot see signals; the driver looks (`/proc`) and marks the threads that have one pending
-//! ([`Model::set_signalled`]). Such a thread offers an `Interrupt` choice, whose grant is
-//! [`INTERRUPTED`]. A `SigSuspend` has no `Run` at all: only a signal ends it.
+//! Waits a signal ends, as `man 7 signal` ("Interruption of system calls and library functions
+//! by signal handlers") and glibc have it. The model cannot see signals; the driver looks
+//! (`/proc`) and marks the threads that have a caught, unmasked one pending
+//! ([`Model::set_signalled`]). A marked thread in one of the waits below offers an `Interrupt`
+//! choice, whose grant is [`INTERRUPTED`]; what happens next is the preload's, as in the kernel:
+//!
+//! * `poll`/`select`/`epoll_wait`, `sigsuspend`/`pause`, `sigwait*`, and sleeps (`nanosleep`,
+//!   `clock_nanosleep`, `usleep`, `sleep`): the handler runs and the call fails with EINTR (a
+//!   relative sleep reports the time left; `sleep` returns the seconds left). Never restarted.
+//! * a blocking receive, accept or send the preload marks interruptible
+//!   (`net_flags::INTERRUPTIBLE`), `sem_wait` and an untimed raw futex wait: the handler runs,
+//!   then the call waits again when every handler that ran asked for `SA_RESTART`, else fails
+//!   with EINTR. `sem_timedwait` and a timed futex wait always fail with EINTR (the kernel's
+//!   restart block for a timed futex wait becomes EINTR once a handler ran).
+//! * a condition wait (`pthread_cond_wait`/`timedwait`): the handler runs *inside* the wait and
+//!   the wait goes on, as glibc's does: the thread stays in the condvar's queue while its
+//!   handler runs ([`Model::in_handler`]), so a signal the handler sends to the condvar wakes it,
+//!   and the preload's next `CondWait` post with the same arguments resumes the wait where it
+//!   stood. A mutex lock (`pthread_mutex_lock`, a condition wait re-taking its mutex) is never
+//!   interrupted.
+//!
+//! A `SigSuspend` or `SigWait` has no `Run` at all: only a signal (or a `SigWait`'s timeout)
+//! ends it.
 use dara_abi::{net_flags, Op};
 
-use super::thread::Phase;
+use super::thread::{Phase, Wait};
 use super::{Model, Request};
 use crate::choice::ThreadId;
 
 /// The result of an interrupted wait: `-EINTR`.
 pub const INTERRUPTED: i64 = -(libc::EINTR as i64);
 
-/// Whether a signal may end `request` while it waits: a blocking poll or epoll wait, a blocking
-/// receive or accept marked interruptible, a sigsuspend, or a sigwait (which a signal of its set
-/// ends too, caught or not). The mask that decides which signals count is the wait's own for a sigsuspend
-/// (`args[0]`), else the thread's (see `dara_abi::Slot::program_mask`).
+/// Whether a signal may end `request` while it is pending (posted, not yet in effect): a
+/// blocking poll or epoll wait, a blocking receive, accept or send marked interruptible, a
+/// sigsuspend, a sigwait (which a signal of its set ends too, caught or not), a sleep or a
+/// semaphore wait. The mask that decides which signals count is the wait's own for a
+/// sigsuspend (`args[0]`), else the thread's (see `dara_abi::Slot::program_mask`).
 pub fn interruptible(request: &Request) -> bool {
+    let marked = |flags: u64| flags & (net_flags::NONBLOCK | net_flags::INTERRUPTIBLE) == net_flags::INTERRUPTIBLE;
     match request.op {
         Op::NetPoll | Op::NetEpollWait => request.args[3] & net_flags::NONBLOCK == 0,
-        Op::NetRecv | Op::NetAccept => request.args[1] & (net_flags::NONBLOCK | net_flags::INTERRUPTIBLE) == net_flags::INTERRUPTIBLE,
-        Op::SigSuspend | Op::SigWait => true,
+        Op::NetRecv | Op::NetAccept => marked(request.args[1]),
+        Op::NetSend => marked(request.args[1] >> net_flags::SEND_SHIFT),
+        Op::SigSuspend | Op::SigWait | Op::Sleep | Op::SemWait => true,
         _ => false,
+    }
+}
+
+/// The wait of a thread in `phase` that a signal may end now, if any: an interruptible pending
+/// request, or a condition or futex wait in its queue (not one that was woken and re-takes its
+/// mutex or waits to be run).
+fn interruptible_wait(phase: Phase) -> Option<Request> {
+    match phase {
+        Phase::Pending(r) if interruptible(&r) => Some(r),
+        Phase::Waiting(r, Wait::Cond { .. } | Wait::Futex) => Some(r),
+        _ => None,
     }
 }
 
 impl Model {
     /// Threads parked in a wait a signal may end, with the wait.
     pub fn interruptible_waits(&self) -> Vec<(ThreadId, Request)> {
-        self.threads
-            .iter()
-            .filter_map(|(&id, t)| match t.phase {
-                Phase::Pending(r) if interruptible(&r) => Some((id, r)),
-                _ => None,
-            })
-            .collect()
+        self.threads.iter().filter_map(|(&id, t)| interruptible_wait(t.phase).map(|r| (id, r))).collect()
     }
 
     /// Whether a signal that ends its wait is pending for `thread` (the driver looked).
@@ -56,14 +79,58 @@ impl Model {
 
     /// Whether `thread` offers an `Interrupt` now.
     pub(super) fn offers_interrupt(&self, thread: ThreadId) -> bool {
-        self.signalled.contains(&thread)
-            && matches!(self.threads.get(&thread).map(|t| t.phase), Some(Phase::Pending(r)) if interruptible(&r))
+        self.signalled.contains(&thread) && self.threads.get(&thread).and_then(|t| interruptible_wait(t.phase)).is_some()
     }
 
-    /// Applies `Interrupt`: the wait ends with [`INTERRUPTED`].
+    /// Applies `Interrupt`: the wait ends with [`INTERRUPTED`]. A futex waiter leaves its queue;
+    /// a condition waiter stays in its queue while it runs the handler (see the module doc).
     pub(super) fn interrupt(&mut self, thread: ThreadId) -> super::ops::Step {
         self.signalled.remove(&thread);
         self.net.remove(&thread);
+        match self.threads.get(&thread).map(|t| t.phase) {
+            Some(Phase::Waiting(r, wait @ Wait::Cond { .. })) => {
+                self.in_handler.insert(thread, (r, wait));
+            }
+            Some(Phase::Waiting(_, Wait::Futex)) => self.objects.forget_waiter(thread),
+            _ => {}
+        }
         super::ops::Step::Grant(INTERRUPTED)
+    }
+
+    /// `thread` posted `request`. True when it resumes a condition wait its handler interrupted:
+    /// the thread is back in the wait, where the wait stood (in the queue, or woken meanwhile).
+    /// A thread that ends instead (a handler that exits the thread) leaves the queue.
+    pub(super) fn resume_after_handler(&mut self, thread: ThreadId, request: Request) -> bool {
+        let Some(&(waited, wait)) = self.in_handler.get(&thread) else { return false };
+        if request == waited {
+            self.in_handler.remove(&thread);
+            if let Some(t) = self.threads.get_mut(&thread) {
+                t.phase = Phase::Waiting(request, wait);
+            }
+            return true;
+        }
+        if request.op == Op::ThreadExit {
+            self.leave_handler(thread);
+        }
+        false
+    }
+
+    /// A condition wait's waiter that runs its handler was woken (signal, broadcast): it finds
+    /// itself woken when it resumes. False when `thread` runs no handler.
+    pub(super) fn woken_in_handler(&mut self, thread: ThreadId, wait: Wait) -> bool {
+        match self.in_handler.get_mut(&thread) {
+            Some((_, stored)) => {
+                *stored = wait;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `thread` will not resume the condition wait its handler interrupted (it exits).
+    pub(super) fn leave_handler(&mut self, thread: ThreadId) {
+        if self.in_handler.remove(&thread).is_some() {
+            self.objects.forget_waiter(thread);
+        }
     }
 }
