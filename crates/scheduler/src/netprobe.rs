@@ -820,6 +820,35 @@ impl TcpSnapshot {
     fn queued(&self) -> u64 {
         self.sent.saturating_sub(self.acked) + self.not_sent
     }
+
+    /// Whether bytes written are not sent yet although the peer's window has room for them: held
+    /// back by Nagle's algorithm (a small write while earlier bytes wait for an ACK the peer
+    /// delays by 40 ms or more), a cork, or the congestion window. They leave without the
+    /// receiver reading: a push ([`push_held`]) or the peer's next ACK sends them. Bytes beyond
+    /// the peer's window wait for its read instead (docs/networking.md, "Not yet").
+    fn holds_back(&self) -> bool {
+        self.not_sent > 0 && self.window > self.sent.saturating_sub(self.acked)
+    }
+}
+
+/// Sends at once what TCP socket `fd` holds back in its send queue (see
+/// [`TcpSnapshot::holds_back`]): setting `TCP_NODELAY` pushes the queued segments out (Linux
+/// `__tcp_sock_set_nodelay`, which overrides a cork for what is queued); the option is then put
+/// back as the program had it. Without the push, when the bytes reach the peer would depend on
+/// the peer's delayed-ACK timer, in real time.
+fn push_held(fd: &OwnedFd) {
+    let option = |value: libc::c_int| {
+        // SAFETY: sets one int option from a live local.
+        unsafe { libc::setsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, (&value as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) }
+    };
+    let mut was: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: reads one int option into a live local.
+    let known = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, (&mut was as *mut libc::c_int).cast(), &mut len) } == 0;
+    option(1);
+    if known && was == 0 {
+        option(0);
+    }
 }
 
 /// Bytes a TCP socket of dara's own has received (`tcpi_bytes_received`).
@@ -899,13 +928,22 @@ fn inet_address(addr: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
 /// Whether every byte sent on the loopback TCP socket `fd` (addresses `addrs`, looked up when
 /// not given), and its FIN once one was sent if `with_fin`, is in the peer's receive queue: acknowledged, or
 /// counted by the peer itself (sock_diag: no waiting for an ACK the peer may delay by 40 ms), or
-/// the connection is over (a peer that had closed answers with a reset). One `TCP_INFO` read
-/// when everything is acknowledged.
+/// the connection is over (a peer that had closed answers with a reset). Bytes the socket holds
+/// back are pushed out first: every byte written counts, not only those the kernel transmitted.
+/// One `TCP_INFO` read when everything is acknowledged.
 fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, with_fin: bool, own: OwnReceived) -> bool {
-    let Some(t) = TcpSnapshot::of(fd) else { return true };
+    let Some(mut t) = TcpSnapshot::of(fd) else { return true };
+    if t.holds_back() {
+        push_held(fd);
+        let Some(pushed) = TcpSnapshot::of(fd) else { return true };
+        t = pushed;
+    }
     let fin = with_fin && FIN_IN_FLIGHT.contains(&t.state);
     if t.state == TCP_CLOSE || (t.queued() == 0 && !fin) {
         return true;
+    }
+    if t.holds_back() {
+        return false; // the congestion window: the peer's next ACK sends them
     }
     let Some((local, remote)) = addrs.or_else(|| addresses(fd)) else { return false };
     if let (false, Some(received)) = (fin, own(remote.port(), local.port())) {
