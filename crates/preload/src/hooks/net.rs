@@ -77,6 +77,15 @@ pub fn is_net(fd: c_int) -> bool {
     net
 }
 
+/// Whether `fd` is a socket (one `fstat`).
+fn is_socket(fd: c_int) -> bool {
+    // SAFETY: an all-zero stat is a valid out-buffer; fstat writes at most its size.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: fstat on a descriptor number with a live out-buffer.
+    let rc = unsafe { sys::syscall(libc::SYS_fstat, &[fd as u64, &mut st as *mut libc::stat as u64]) };
+    rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
+}
+
 /// Whether network descriptor `fd` is a TCP socket (asked once per descriptor number, until it
 /// is closed).
 fn is_tcp(fd: c_int) -> bool {
@@ -576,10 +585,14 @@ pub fn trapped_read(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64> 
 
 /// A `write`/`writev` the syscall trap caught (libc's own writes to descriptor 1, e.g. stdio
 /// flushing `printf`, which bash's `printf ... >&3` sends to a socket): a send when the descriptor
-/// is a pipe or socket, `None` otherwise (the caller runs it for real). Returns the raw result.
+/// is a socket, `None` otherwise (the caller runs it for real). Returns the raw result.
+///
+/// Only sockets: a pipe delivers inside the write, so a write dara does not see cannot make a
+/// probe racy, and a program printing into a pipe (`out=$(node)` in a test script) keeps the
+/// scheduling points it had.
 pub fn trapped_write(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64> {
     let fd = a[0] as c_int;
-    if !is_net(fd) {
+    if !is_net(fd) || !is_socket(fd) {
         return None;
     }
     let ret_errno = |r: i64| {
