@@ -4,7 +4,8 @@
 //! Symbol hooks cannot see libc-internal calls (glibc's own futex waits, `arc4random`'s
 //! `getrandom`) or raw `syscall` instructions; the trap does. The filter
 //! lets everything from [`sys::return_address`] through, traps the calls listed in [`TRAPPED`]
-//! (and `clone` without `CLONE_THREAD`, i.e. a new process, `read`/`readv` of descriptor 0, and
+//! (and `clone` without `CLONE_THREAD`, i.e. a new process, `read`/`readv` of descriptor 0,
+//! `write`/`writev` of descriptor 1, and
 //! `close` of or `dup2`/`dup3` onto dara's region descriptor), and allows the rest.
 //!
 //! The handler runs in signal context on the trapping thread: it uses only raw syscalls through
@@ -103,7 +104,7 @@ const fn jump(code: u32, k: u32, jt: u8, jf: u8) -> sock_filter {
     }
 }
 
-const PROGRAM_LEN: usize = TRAPPED.len() + 26;
+const PROGRAM_LEN: usize = TRAPPED.len() + 30;
 
 /// The BPF program; see the module doc. Jump offsets are relative to the next instruction.
 fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
@@ -112,9 +113,9 @@ fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
     let jeq = BPF_JMP | BPF_JEQ | BPF_K;
     let n = TRAPPED.len();
     // Fixed positions of the argument checks and the shared tails.
-    let (read_fd, close_fd, dup_target, clone_flags) = (n + 14, n + 16, n + 19, n + 22);
-    let trap_at = n + 24;
-    let allow_at = n + 25;
+    let (read_fd, write_fd, close_fd, dup_target, clone_flags) = (n + 16, n + 18, n + 20, n + 23, n + 26);
+    let trap_at = n + 28;
+    let allow_at = n + 29;
     let to = |from: usize, target: usize| (target - from - 1) as u8;
     // dara's descriptors, kept whatever the program closes (see `fdguard`): `fd - first` is at
     // most `last - first` exactly for them (below `first` it wraps around to a large number).
@@ -137,13 +138,19 @@ fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
     // libraries (other descriptors) before the SIGSYS handler exists again.
     p[8 + n] = jump(jeq, libc::SYS_read as u32, to(8 + n, read_fd), 0);
     p[9 + n] = jump(jeq, libc::SYS_readv as u32, to(9 + n, read_fd), 0);
+    // write/writev of descriptor 1, for the same reason: stdio's writes (bash's `printf ... >&3`
+    // points descriptor 1 at a socket and sends through stdio).
+    p[10 + n] = jump(jeq, libc::SYS_write as u32, to(10 + n, write_fd), 0);
+    p[11 + n] = jump(jeq, libc::SYS_writev as u32, to(11 + n, write_fd), 0);
     // close of dara's descriptors, dup2/dup3 onto them (see `fdguard`).
-    p[10 + n] = jump(jeq, libc::SYS_close as u32, to(10 + n, close_fd), 0);
-    p[11 + n] = jump(jeq, libc::SYS_dup2 as u32, to(11 + n, dup_target), 0);
-    p[12 + n] = jump(jeq, libc::SYS_dup3 as u32, to(12 + n, dup_target), 0);
-    p[13 + n] = jump(jeq, libc::SYS_clone as u32, to(13 + n, clone_flags), to(13 + n, allow_at));
-    p[read_fd] = stmt(ld, DATA_ARG0_LO);
-    p[read_fd + 1] = jump(jeq, 0, to(read_fd + 1, trap_at), to(read_fd + 1, allow_at));
+    p[12 + n] = jump(jeq, libc::SYS_close as u32, to(12 + n, close_fd), 0);
+    p[13 + n] = jump(jeq, libc::SYS_dup2 as u32, to(13 + n, dup_target), 0);
+    p[14 + n] = jump(jeq, libc::SYS_dup3 as u32, to(14 + n, dup_target), 0);
+    p[15 + n] = jump(jeq, libc::SYS_clone as u32, to(15 + n, clone_flags), to(15 + n, allow_at));
+    for (at, fd) in [(read_fd, 0), (write_fd, 1)] {
+        p[at] = stmt(ld, DATA_ARG0_LO);
+        p[at + 1] = jump(jeq, fd, to(at + 1, trap_at), to(at + 1, allow_at));
+    }
     for (at, arg) in [(close_fd, DATA_ARG0_LO), (dup_target, DATA_ARG1_LO)] {
         p[at] = stmt(ld, arg);
         p[at + 1] = stmt(BPF_ALU | BPF_SUB | BPF_K, first_kept);
@@ -367,6 +374,7 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
         libc::SYS_wait4 | libc::SYS_waitid => crate::process::wait(gate, nr, a),
         libc::SYS_read | libc::SYS_readv => crate::hooks::net::trapped_read(gate, nr, a).unwrap_or_else(|| passthrough(nr, a)),
         libc::SYS_tgkill => crate::hooks::signal::trapped_tgkill(gate, a),
+        libc::SYS_write | libc::SYS_writev => crate::hooks::net::trapped_write(gate, nr, a).unwrap_or_else(|| passthrough(nr, a)),
         // dup2/dup3 onto dara's region descriptor (see `fdguard`), pause, futex_waitv, and raw fork, vfork or clone without CLONE_THREAD (glibc's fork()
         // goes through the `fork` hook, whose own clone reaches `ungated`).
         _ => unsupported(gate, nr, a),

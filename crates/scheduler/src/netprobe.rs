@@ -101,7 +101,7 @@ impl Endpoint {
 }
 
 /// Work left by a granted network operation, done at the next quiet point.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 struct Settle {
     pid: u32,
     request: Request,
@@ -111,6 +111,10 @@ struct Settle {
     /// A send made without a post: the socket's (local port, peer port, bytes sent in all), as
     /// the sending thread saw them.
     sent_total: Option<(u16, u16, u64)>,
+    /// A granted send: the socket it was granted on, taken before the sender ran. By the settle
+    /// the descriptor number may name something else (bash points descriptor 1 at a socket for
+    /// one write and back at its stdout before its next scheduling point).
+    sender: Option<OwnedFd>,
 }
 
 /// A delivery the kernel never showed, or a probe that failed: ends the run.
@@ -138,8 +142,8 @@ pub struct NetProbe {
     /// that request is settled without identifying it again (the descriptor cannot change while
     /// the thread is parked on it).
     probed: BTreeMap<(u32, i32), Endpoint>,
-    /// The duplicates a send's probe took, kept until the next settle: a granted send is settled
-    /// on the same duplicate (what was not granted is dropped then).
+    /// The duplicates a send's probe took, kept as long as the view: a granted send is settled on
+    /// the same duplicate (the others are dropped when the views are taken again).
     send_dups: BTreeMap<(u32, i32), OwnedFd>,
     /// Connections traced processes made since the last [`NetProbe::take_connections`]: the
     /// connecting process's pid and the server's address.
@@ -164,7 +168,12 @@ impl NetProbe {
             // The descriptor number may name another socket next time.
             self.probed.remove(&(pid, request.args[0] as i32));
         }
-        self.settles.push(Settle { pid, request, timed_out, datagram_to, sent_total: None });
+        let key = (pid, request.args[0] as i32);
+        let sender = match (request.op, timed_out) {
+            (Op::NetSend, false) => self.send_dups.remove(&key).or_else(|| self.dup(key.0, key.1).ok().flatten()),
+            _ => None,
+        };
+        self.settles.push(Settle { pid, request, timed_out, datagram_to, sent_total: None, sender });
     }
 
     /// A thread of process `pid` sent on TCP socket `fd` without a post (coarse steps): settled
@@ -172,7 +181,7 @@ impl NetProbe {
     /// bytes sent in all) if the thread could tell.
     pub fn sent_unposted(&mut self, pid: u32, fd: i32, total: Option<(u16, u16, u64)>) {
         let request = Request { op: Op::NetSend, args: [fd as u64, 0, 0, 0] };
-        self.settles.push(Settle { pid, request, timed_out: false, datagram_to: None, sent_total: total });
+        self.settles.push(Settle { pid, request, timed_out: false, datagram_to: None, sent_total: total, sender: None });
     }
 
     /// The destination port of a UDP send on `fd` (`dest_port`, or the connected peer's), if a
@@ -196,7 +205,7 @@ impl NetProbe {
             match (s.request.op, s.timed_out) {
                 (Op::NetSend, false) => match s.sent_total {
                     Some(total) if own_received_all(total, own)? => {}
-                    _ => self.settle_send(s.pid, fd, s.datagram_to, own)?,
+                    _ => self.settle_send(s.pid, fd, s.sender, s.datagram_to, own)?,
                 },
                 (Op::NetConnect, false) => self.settle_connect(s.pid, fd)?,
                 (Op::NetAccept, false) => self.pay_back(s.pid, fd, kind::TCP)?,
@@ -205,8 +214,13 @@ impl NetProbe {
                 _ => {}
             }
         }
-        self.send_dups.clear();
         self.no_outside_peer("a traced process")
+    }
+
+    /// The model dropped its views (kernel state may have changed): the duplicates their send
+    /// probes kept go too, so dara never keeps a socket alive the program closed.
+    pub fn forget_views(&mut self) {
+        self.send_dups.clear();
     }
 
     /// A process of the execution (kernel pid): its Unix sockets' peers are traced.
@@ -386,7 +400,8 @@ impl NetProbe {
         Err(ProbeError(format!("loopback delivery to endpoint e{} did not arrive within {} ms although a traced thread sent it; the run was stopped rather than decided on a racy probe", ep.id, SETTLE_LIMIT.as_millis())))
     }
 
-    fn settle_send(&mut self, pid: u32, fd: i32, datagram_to: Option<u16>, own: OwnReceived) -> Result<(), ProbeError> {
+    /// `sender`: the socket the send was granted on, when known (else descriptor `fd` now).
+    fn settle_send(&mut self, pid: u32, fd: i32, sender: Option<OwnedFd>, datagram_to: Option<u16>, own: OwnReceived) -> Result<(), ProbeError> {
         if let Some(port) = datagram_to {
             self.owe_datagram(port);
             // A socket's first send binds it: learn its port, which the datagram comes from (a
@@ -402,7 +417,7 @@ impl NetProbe {
         if self.probed.get(&(pid, fd)).is_some_and(|ep| ep.kind != kind::TCP) {
             return Ok(());
         }
-        let dup = match self.send_dups.remove(&(pid, fd)) {
+        let dup = match sender {
             Some(dup) => dup,
             None => match self.dup(pid, fd)? {
                 Some(dup) => dup,
@@ -820,6 +835,35 @@ impl TcpSnapshot {
     fn queued(&self) -> u64 {
         self.sent.saturating_sub(self.acked) + self.not_sent
     }
+
+    /// Whether bytes written are not sent yet although the peer's window has room for them: held
+    /// back by Nagle's algorithm (a small write while earlier bytes wait for an ACK the peer
+    /// delays by 40 ms or more), a cork, or the congestion window. They leave without the
+    /// receiver reading: a push ([`push_held`]) or the peer's next ACK sends them. Bytes beyond
+    /// the peer's window wait for its read instead (docs/networking.md, "Not yet").
+    fn holds_back(&self) -> bool {
+        self.not_sent > 0 && self.window > self.sent.saturating_sub(self.acked)
+    }
+}
+
+/// Sends at once what TCP socket `fd` holds back in its send queue (see
+/// [`TcpSnapshot::holds_back`]): setting `TCP_NODELAY` pushes the queued segments out (Linux
+/// `__tcp_sock_set_nodelay`, which overrides a cork for what is queued); the option is then put
+/// back as the program had it. Without the push, when the bytes reach the peer would depend on
+/// the peer's delayed-ACK timer, in real time.
+fn push_held(fd: &OwnedFd) {
+    let option = |value: libc::c_int| {
+        // SAFETY: sets one int option from a live local.
+        unsafe { libc::setsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, (&value as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) }
+    };
+    let mut was: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: reads one int option into a live local.
+    let known = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, (&mut was as *mut libc::c_int).cast(), &mut len) } == 0;
+    option(1);
+    if known && was == 0 {
+        option(0);
+    }
 }
 
 /// Bytes a TCP socket of dara's own has received (`tcpi_bytes_received`).
@@ -899,13 +943,22 @@ fn inet_address(addr: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
 /// Whether every byte sent on the loopback TCP socket `fd` (addresses `addrs`, looked up when
 /// not given), and its FIN once one was sent if `with_fin`, is in the peer's receive queue: acknowledged, or
 /// counted by the peer itself (sock_diag: no waiting for an ACK the peer may delay by 40 ms), or
-/// the connection is over (a peer that had closed answers with a reset). One `TCP_INFO` read
-/// when everything is acknowledged.
+/// the connection is over (a peer that had closed answers with a reset). Bytes the socket holds
+/// back are pushed out first: every byte written counts, not only those the kernel transmitted.
+/// One `TCP_INFO` read when everything is acknowledged.
 fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, with_fin: bool, own: OwnReceived) -> bool {
-    let Some(t) = TcpSnapshot::of(fd) else { return true };
+    let Some(mut t) = TcpSnapshot::of(fd) else { return true };
+    if t.holds_back() {
+        push_held(fd);
+        let Some(pushed) = TcpSnapshot::of(fd) else { return true };
+        t = pushed;
+    }
     let fin = with_fin && FIN_IN_FLIGHT.contains(&t.state);
     if t.state == TCP_CLOSE || (t.queued() == 0 && !fin) {
         return true;
+    }
+    if t.holds_back() {
+        return false; // the congestion window: the peer's next ACK sends them
     }
     let Some((local, remote)) = addrs.or_else(|| addresses(fd)) else { return false };
     if let (false, Some(received)) = (fin, own(remote.port(), local.port())) {
@@ -1019,6 +1072,41 @@ mod tests {
         }
         assert_eq!(inq(&receiver), 1000);
         assert_eq!(TcpSnapshot::of(&fd).unwrap().sent, 1000);
+    }
+
+    /// A small write behind bytes the peer has not acknowledged yet waits in the sender's queue
+    /// (Nagle's algorithm) until the peer's delayed ACK, some 40 ms later. The settle pushes it
+    /// out, so both writes are in the peer's queue, and leaves TCP_NODELAY as the program had it.
+    #[test]
+    fn bytes_held_back_by_nagle_are_pushed_into_the_peers_queue() {
+        let nodelay = |fd: &OwnedFd| {
+            let (mut v, mut len) = (0 as libc::c_int, std::mem::size_of::<libc::c_int>() as libc::socklen_t);
+            // SAFETY: reads one int option into a live local.
+            unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, (&mut v as *mut libc::c_int).cast(), &mut len) };
+            v
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let receiver = OwnedFd::from(listener.accept().unwrap().0);
+        let off: libc::c_int = 0;
+        // SAFETY: sets one int option from a live local: the receiver delays its ACKs, as a
+        // server does once it has answered.
+        unsafe { libc::setsockopt(receiver.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_QUICKACK, (&off as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
+        let fd = OwnedFd::from(sender.try_clone().unwrap());
+        let diag = SockDiag::open();
+        let settle = || {
+            let started = Instant::now();
+            while !sent_bytes_arrived(&fd, addresses(&fd), diag.as_ref(), false, &|_, _| None) {
+                assert!(started.elapsed() < SETTLE_LIMIT, "the bytes never reached the peer");
+                std::thread::yield_now();
+            }
+        };
+        sender.write_all(b"GET ").unwrap();
+        settle();
+        sender.write_all(b"key1").unwrap();
+        settle();
+        assert_eq!(inq(&receiver), 8, "the second write is in the peer's queue too");
+        assert_eq!(nodelay(&fd), 0, "Nagle's algorithm is on again, as the program had it");
     }
 
     /// Bytes sent to a peer that already closed are never acknowledged (the queues stay apart)

@@ -193,6 +193,24 @@ fn memcached_test_script_searches_clean_and_replays() {
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
+/// The same script sending each set in two writes (`--split`: the request line, then the data
+/// line), so memcached may receive a request in two parts. Searched twice with the same seed: no
+/// bug, and the same executions (this used to end in a false "hang" or not, depending on real
+/// time, and its traces diverged in replay: docs/real-programs.md).
+#[test]
+fn memcached_test_script_with_split_requests_searches_the_same_twice() {
+    let port = free_ports(1).to_string();
+    let script = repo_root().join("tests/fixtures/scripts/memcached_test.sh");
+    let command = [script.to_str().unwrap(), "--split", &port];
+    let (first, run) = search_clean("memcached-split", SEARCH_RUNS, &[], &command);
+    assert_eq!(run.stdout.matches("memcached_test: every answer was right").count() as u64, SEARCH_RUNS, "{}", run.text());
+    let (second, _) = search_clean("memcached-split-again", SEARCH_RUNS, &[], &command);
+    same_decisions(&first, &second);
+    replays_identically(&first);
+    assert!(processes_with(&["memcached", &port]).is_empty(), "a memcached survived");
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
 /// Starts `dara-trace -q -o OUT -- command` for a server that will listen on `port`, and waits
 /// until it does.
 fn start_recording(out: &std::path::Path, command: &[&str], port: &str) -> std::process::Child {

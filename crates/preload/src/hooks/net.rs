@@ -77,6 +77,15 @@ pub fn is_net(fd: c_int) -> bool {
     net
 }
 
+/// Whether `fd` is a socket (one `fstat`).
+fn is_socket(fd: c_int) -> bool {
+    // SAFETY: an all-zero stat is a valid out-buffer; fstat writes at most its size.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: fstat on a descriptor number with a live out-buffer.
+    let rc = unsafe { sys::syscall(libc::SYS_fstat, &[fd as u64, &mut st as *mut libc::stat as u64]) };
+    rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
+}
+
 /// Whether network descriptor `fd` is a TCP socket (asked once per descriptor number, until it
 /// is closed).
 fn is_tcp(fd: c_int) -> bool {
@@ -158,12 +167,16 @@ fn raw(n: ssize_t) -> i64 {
 }
 
 /// A receive: waits (in the model) until data, EOF or an error is there, then performs `call`
-/// (which must not block once granted) and returns its result. `never_blocks`: `call` returns at
-/// once even when nothing is there (it adds MSG_DONTWAIT).
-pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks: bool, call: &mut dyn FnMut() -> ssize_t) -> ssize_t {
+/// (which must not block once granted) and returns its result. `call` takes the most bytes it may
+/// receive; one that cannot take fewer than the caller asked for (an iovec) ignores it.
+/// `never_blocks`: `call` returns at once even when nothing is there (it adds MSG_DONTWAIT).
+///
+/// A TCP receive takes at most the bytes the grant says (what the scheduler saw queued): the
+/// schedule, not the moment of the call, decides how much of a stream one receive returns.
+pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks: bool, call: &mut dyn FnMut(usize) -> ssize_t) -> ssize_t {
     let nonblock = dontwait || fd_nonblocking(fd);
     if never_blocks || nonblock {
-        if let Some(r) = receive_unposted(fd, nonblock, call) {
+        if let Some(r) = receive_unposted(fd, nonblock, &mut || call(len)) {
             return ret(r);
         }
     }
@@ -179,7 +192,8 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks
         if !nonblock && g.result == -(libc::EAGAIN as i64) {
             return ret(g.result); // SO_RCVTIMEO fired
         }
-        let r = raw(call());
+        let granted = usize::try_from(g.result).ok().filter(|&n| n > 0 && is_tcp(fd));
+        let r = raw(call(granted.map_or(len, |n| n.min(len))));
         if r == -(libc::EAGAIN as i64) && !nonblock {
             continue; // not there after all: wait again, never leak EAGAIN
         }
@@ -379,6 +393,34 @@ pub unsafe extern "C" fn eventfd(initval: c_uint, flags: c_int) -> c_int {
     fd
 }
 
+/// A descriptor number `dup`, `dup2` or `dup3` (re)made names whatever it was copied from (bash
+/// points descriptor 1 at a socket for `printf ... >&3` and back at its stdout after): what was
+/// known about the number no longer holds, so it is asked again on first use.
+fn renumbered(fd: c_int) -> c_int {
+    if fd >= 0 {
+        forget(fd);
+    }
+    fd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    // SAFETY: plain integer.
+    renumbered(unsafe { real::dup(fd) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
+    // SAFETY: plain integers.
+    renumbered(unsafe { real::dup2(fd, to) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
+    // SAFETY: plain integers.
+    renumbered(unsafe { real::dup3(fd, to, flags) })
+}
+
 // ---- connections -------------------------------------------------------------------------
 
 #[no_mangle]
@@ -472,7 +514,7 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c
         _ => return unsafe { real::recv(fd, buf, len, flags) },
     };
     // SAFETY: the program's own arguments; MSG_DONTWAIT only makes the call non-blocking.
-    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut || unsafe { real::recv(fd, buf, len, flags | libc::MSG_DONTWAIT) })
+    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut |most| unsafe { real::recv(fd, buf, most, flags | libc::MSG_DONTWAIT) })
 }
 
 #[no_mangle]
@@ -485,7 +527,7 @@ pub unsafe extern "C" fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flag
     // SAFETY: the program's length argument, read before the call overwrites it.
     let room = if alen.is_null() { 0 } else { unsafe { *alen } };
     // SAFETY: as for `recv`.
-    let r = receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut || unsafe { real::recvfrom(fd, buf, len, flags | libc::MSG_DONTWAIT, addr, alen) });
+    let r = receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut |most| unsafe { real::recvfrom(fd, buf, most, flags | libc::MSG_DONTWAIT, addr, alen) });
     if r >= 0 {
         // SAFETY: a successful recvfrom filled the caller's address buffer of `room` bytes.
         unsafe { super::outside::show_relayed_peer(addr, alen, room, true) };
@@ -503,7 +545,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
     // SAFETY: the caller's msghdr is valid for the call.
     let (len, room) = unsafe { msg.as_ref().map_or((0, 0), |m| (iov_total(m.msg_iov, m.msg_iovlen as c_int), m.msg_namelen)) };
     // SAFETY: as for `recv`.
-    let r = receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut || unsafe { real::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) });
+    let r = receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut |_| unsafe { real::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) });
     if r >= 0 && !msg.is_null() {
         // SAFETY: a successful recvmsg filled the caller's name buffer of `room` bytes.
         unsafe { super::outside::show_relayed_peer((*msg).msg_name.cast(), &mut (*msg).msg_namelen, room, true) };
@@ -523,7 +565,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize
     // `recv` with MSG_DONTWAIT (the same call for a socket), so it never blocks.
     let tcp = is_tcp(fd);
     // SAFETY: the program's own arguments.
-    receive(&gate, fd, len, false, tcp, &mut || unsafe { if tcp { real::recv(fd, buf, len, libc::MSG_DONTWAIT) } else { real::read(fd, buf, len) } })
+    receive(&gate, fd, len, false, tcp, &mut |most| unsafe { if tcp { real::recv(fd, buf, most, libc::MSG_DONTWAIT) } else { real::read(fd, buf, most) } })
 }
 
 /// A `read`/`readv` the syscall trap caught (libc's own reads of descriptor 0, e.g. stdio reading
@@ -535,8 +577,13 @@ pub fn trapped_read(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64> 
         return None;
     }
     let len = if nr == libc::SYS_read { a[2] as usize } else { iov_total(a[1] as *const libc::iovec, a[2] as c_int) };
-    let mut call = || {
-        // SAFETY: the syscall the program made, with its own arguments.
+    let mut call = |most: usize| {
+        let mut a = a;
+        if nr == libc::SYS_read {
+            a[2] = most as u64;
+        }
+        // SAFETY: the syscall the program made, with its own arguments (a read's length at most
+        // the caller's).
         let r = unsafe { sys::syscall6(nr, a) };
         if r < 0 {
             set_errno(-r as c_int);
@@ -549,6 +596,42 @@ pub fn trapped_read(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64> 
     Some(if r < 0 { -errno() } else { r as i64 })
 }
 
+/// A `write`/`writev` the syscall trap caught (libc's own writes to descriptor 1, e.g. stdio
+/// flushing `printf`, which bash's `printf ... >&3` sends to a socket): a send when the descriptor
+/// is a socket, `None` otherwise (the caller runs it for real). Returns the raw result.
+///
+/// Only sockets: a pipe delivers inside the write, so a write dara does not see cannot make a
+/// probe racy, and a program printing into a pipe (`out=$(node)` in a test script) keeps the
+/// scheduling points it had.
+pub fn trapped_write(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64> {
+    let fd = a[0] as c_int;
+    if !is_net(fd) || !is_socket(fd) {
+        return None;
+    }
+    let ret_errno = |r: i64| {
+        if r < 0 {
+            set_errno(-r as c_int);
+            -1
+        } else {
+            r as ssize_t
+        }
+    };
+    let r = if nr == libc::SYS_write {
+        // As the `write` hook: a TCP socket is written with MSG_DONTWAIT, so it never blocks.
+        let tcp = is_tcp(fd);
+        let mut call = |b: *const u8, l: usize| {
+            let (nr, args) = if tcp { (libc::SYS_sendto, [fd as u64, b as u64, l as u64, libc::MSG_DONTWAIT as u64, 0, 0]) } else { (nr, [fd as u64, b as u64, l as u64, 0, 0, 0]) };
+            // SAFETY: the write the program made, on its own buffer (or the part not sent yet).
+            ret_errno(unsafe { sys::syscall6(nr, args) })
+        };
+        transmit(gate, fd, a[1] as *const u8, a[2] as usize, false, 0, &mut call)
+    } else {
+        // SAFETY: the syscall the program made, with its own arguments.
+        transmit_vector(gate, fd, a[1] as *const libc::iovec, a[2] as c_int, false, 0, &mut || ret_errno(unsafe { sys::syscall6(nr, a) }))
+    };
+    Some(if r < 0 { -errno() } else { r as i64 })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
     let gate = match Gated::enter() {
@@ -558,7 +641,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
     };
     let len = iov_total(iov, n);
     // SAFETY: the program's own arguments.
-    receive(&gate, fd, len, false, false, &mut || unsafe { real::readv(fd, iov, n) })
+    receive(&gate, fd, len, false, false, &mut |_| unsafe { real::readv(fd, iov, n) })
 }
 
 // ---- sending -------------------------------------------------------------------------------

@@ -718,6 +718,7 @@ impl<'a> Execution<'a> {
         }
         if std::mem::take(&mut self.net_dirty) {
             self.model.forget_net_views();
+            self.net.forget_views();
         }
         for (thread, request) in self.model.net_requests() {
             if self.model.has_net_view(thread) {
