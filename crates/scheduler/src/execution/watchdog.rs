@@ -28,7 +28,7 @@ use crate::procfs::{self, ThreadFiles, ThreadSample};
 
 /// How long a token holder runs before the watchdog starts sampling its /proc state (reading
 /// /proc costs more than a whole handoff).
-const WATCHDOG_GRACE: Duration = Duration::from_millis(20);
+pub(super) const WATCHDOG_GRACE: Duration = Duration::from_millis(20);
 
 /// Uninterruptible sleep (disk I/O, page faults, which a loaded machine slows down) counts as
 /// uncontrolled blocking only after this many times the watchdog's limit.
@@ -58,7 +58,7 @@ impl TokenHolder {
 }
 
 /// What one look at the holder concluded.
-enum Look {
+pub(super) enum Look {
     Fine,
     Gone,
     Computed(Duration),
@@ -139,6 +139,16 @@ impl Execution<'_> {
 }
 
 impl TokenHolder {
+    /// Samples thread `tid` of process `pid` through its /proc files (opened at the first look
+    /// and kept) and folds the sample in.
+    pub(super) fn look_at(&mut self, pid: u32, tid: u32, now: Instant) -> Look {
+        if self.files.is_none() {
+            self.files = ThreadFiles::open(pid, tid);
+        }
+        let sample = self.files.as_ref().and_then(ThreadFiles::sample);
+        self.look(sample, now)
+    }
+
     /// Folds one sample into what the watchdog knows of the holder.
     fn look(&mut self, sample: Option<ThreadSample>, now: Instant) -> Look {
         let Some(sample) = sample.filter(|s| self.first_look.is_none_or(|f| f.start == s.start)) else {
