@@ -449,6 +449,36 @@ mod tests {
         assert!(thread_sample(pid, u32::MAX - 1).is_none(), "no such thread");
     }
 
+    #[test]
+    fn waiting_for_a_thread_s_exit_returns_once_it_has_exited() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            tid_tx.send(unsafe_gettid()).unwrap();
+            let _ = rx.recv();
+        });
+        let (pid, tid) = (std::process::id(), tid_rx.recv().unwrap());
+        // Alive: a zero limit returns at once and the thread is still there.
+        wait_thread_exit(pid, tid, std::time::Duration::ZERO);
+        assert!(thread_exists(pid, tid));
+        drop(tx);
+        // Exited: the wait returns (the limit is only a safety net) and the kernel drops the
+        // thread from the task list right after.
+        wait_thread_exit(pid, tid, std::time::Duration::from_secs(600));
+        worker.join().unwrap();
+        let mut gone = false;
+        for _ in 0..10_000 {
+            gone = !thread_exists(pid, tid);
+            if gone {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(gone, "thread {tid} still listed");
+        // A thread that is gone: returns at once.
+        wait_thread_exit(pid, tid, std::time::Duration::from_secs(600));
+    }
+
     fn unsafe_gettid() -> u32 {
         // SAFETY: gettid has no preconditions.
         unsafe { libc::syscall(libc::SYS_gettid) as u32 }
