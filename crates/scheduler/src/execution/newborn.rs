@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use dara_abi::state;
 
-use super::watchdog::{Look, TokenHolder, WATCHDOG_GRACE};
+use super::watchdog::{blocked_outside, Look, TokenHolder, WATCHDOG_GRACE};
 use super::Execution;
 use crate::choice::ThreadId;
 use crate::outcome::Outcome;
@@ -74,19 +74,12 @@ impl Execution<'_> {
                 watched.len() - 1
             }
         };
-        let Look::Asleep { for_, .. } = watched[at].1.look_at(pid, tid, now) else { return None };
-        if for_ < self.cfg.watchdog {
+        let Look::Asleep { state, for_ } = watched[at].1.look_at(pid, tid, now) else { return None };
+        if for_ < self.sleep_limit(state) {
             return None;
         }
-        let syscall = procfs::blocked_syscall(pid, tid).unwrap_or_else(|| "an unknown system call".into());
-        Some(Outcome::Uncontrolled {
-            thread,
-            syscall: syscall.clone(),
-            detail: format!(
-                "thread {thread} (pid {pid}, tid {tid}) is being born and has not reached dara's start wrapper (code that runs first in a new thread: a sanitizer runtime's thread start, a library wrapping pthread_create); it has been blocked in the kernel in {syscall} for {} ms without running, outside dara's control (--watchdog-ms), while the scheduler waits for it; the run was stopped",
-                for_.as_millis()
-            ),
-        })
+        let role = "is being born and has not reached dara's start wrapper (code that runs first in a new thread: a sanitizer runtime's thread start, a library wrapping pthread_create); it";
+        Some(blocked_outside(thread, pid, tid, role, for_, ", while the scheduler waits for it"))
     }
 
     /// The threads of process `pid` that no slot names: a newborn that has not written its tid.

@@ -112,20 +112,20 @@ impl Execution<'_> {
             }),
             Look::Computed(_) => None,
             Look::Asleep { state, for_ } => {
-                let limit = if state == 'D' { self.cfg.watchdog * IO_WAIT_FACTOR } else { self.cfg.watchdog };
-                if for_ < limit || self.writes_to_output(pid, tid) {
+                if for_ < self.sleep_limit(state) || self.writes_to_output(pid, tid) {
                     return None;
                 }
-                let syscall = procfs::blocked_syscall(pid, tid).unwrap_or_else(|| "an unknown system call".into());
-                Some(Outcome::Uncontrolled {
-                    thread,
-                    syscall: syscall.clone(),
-                    detail: format!(
-                        "thread {thread} (pid {pid}, tid {tid}) holds the run token but has been blocked in the kernel in {syscall} for {} ms without running, outside dara's control (--watchdog-ms); the run was stopped",
-                        for_.as_millis()
-                    ),
-                })
+                Some(blocked_outside(thread, pid, tid, "holds the run token but", for_, ""))
             }
+        }
+    }
+
+    /// How long a watched thread may sleep in the kernel in `state` without running.
+    pub(super) fn sleep_limit(&self, state: char) -> Duration {
+        if state == 'D' {
+            self.cfg.watchdog * IO_WAIT_FACTOR
+        } else {
+            self.cfg.watchdog
         }
     }
 
@@ -135,6 +135,20 @@ impl Execution<'_> {
         let Some((nr, [fd, _, _])) = procfs::blocked_syscall_raw(pid, tid) else { return false };
         let pipes = &self.region.header().output_pipes;
         matches!(nr, SYS_WRITE | SYS_WRITEV) && procfs::fd_inode(pid, fd).is_some_and(|inode| inode != 0 && pipes.iter().any(|p| p.load(Ordering::Relaxed) == inode))
+    }
+}
+
+/// The verdict on a watched thread (pid, tid) that slept in the kernel for `for_` without
+/// running: `role` says what it is ("holds the run token but"), `waited` what waited for it.
+pub(super) fn blocked_outside(thread: ThreadId, pid: u32, tid: u32, role: &str, for_: Duration, waited: &str) -> Outcome {
+    let syscall = procfs::blocked_syscall(pid, tid).unwrap_or_else(|| "an unknown system call".into());
+    Outcome::Uncontrolled {
+        thread,
+        syscall: syscall.clone(),
+        detail: format!(
+            "thread {thread} (pid {pid}, tid {tid}) {role} has been blocked in the kernel in {syscall} for {} ms without running, outside dara's control (--watchdog-ms){waited}; the run was stopped",
+            for_.as_millis()
+        ),
     }
 }
 
