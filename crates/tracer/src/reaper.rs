@@ -88,13 +88,14 @@ pub(crate) fn start(pgid: u32, on_exit: impl Fn() + Send + 'static) -> Reaper {
                 published.begin(pid);
                 let mut status = 0;
                 // Reaps whichever child of the group is first now (that one, unless another came
-                // first or someone else reaped it): waiting on the group, never on a pid that
-                // could have been recycled in between.
+                // first): on the group, never on a pid that could have been recycled in between,
+                // and without blocking, so a child someone else reaped meanwhile (the scheduler
+                // reaps killed strays) never leaves a reap "under way" that is only a wait.
                 // SAFETY: waitpid writes the status into our local integer.
-                let reaped = unsafe { libc::waitpid(-(pgid as i32), &mut status, libc::__WALL) };
+                let reaped = unsafe { libc::waitpid(-(pgid as i32), &mut status, libc::WNOHANG | libc::__WALL) };
                 published.end();
                 if reaped <= 0 {
-                    continue; // interrupted, or nothing left: the next waitid tells
+                    continue; // reaped elsewhere, or nothing left: the next waitid tells
                 }
                 let pid = reaped as u32;
                 let status = if libc::WIFSIGNALED(status) {

@@ -82,13 +82,18 @@ impl Execution<'_> {
         Some(blocked_outside(thread, pid, tid, role, for_, ", while the scheduler waits for it"))
     }
 
-    /// The threads of process `pid` that no slot names: a newborn that has not written its tid.
+    /// The newest thread of process `pid` that no slot names: a newborn that has not written
+    /// its tid yet. Older unnamed threads (a sanitizer runtime's helpers, started before) are
+    /// not it.
     fn threads_without_slot(&self, pid: u32) -> Vec<u32> {
         let known: Vec<u32> = (0..self.known_slots)
             .map(|i| self.region.slot(i))
             .filter(|s| s.pid.load(Ordering::Relaxed) == pid)
             .map(|s| s.tid.load(Ordering::Relaxed))
             .collect();
-        procfs::thread_ids(pid).into_iter().filter(|t| !known.contains(t)).collect()
+        let unnamed = procfs::thread_ids(pid).into_iter().filter(|t| !known.contains(t));
+        let started: Vec<(u64, u32)> = unnamed.filter_map(|t| Some((procfs::thread_sample(pid, t)?.start, t))).collect();
+        let newest = started.iter().map(|&(start, _)| start).max();
+        started.into_iter().filter(|&(start, _)| Some(start) == newest).map(|(_, t)| t).collect()
     }
 }
