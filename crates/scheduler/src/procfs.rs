@@ -298,8 +298,48 @@ pub fn process_end(pid: u32) -> ProcessEnd {
 }
 
 /// Whether the thread still exists.
-pub fn thread_exists(pid: u32, tid: u32) -> bool {
+fn thread_exists(pid: u32, tid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+}
+
+/// `pidfd_open` flag for a pidfd of one thread, readable once that thread has exited (Linux 6.9;
+/// the value is `O_EXCL`).
+const PIDFD_THREAD: libc::c_long = libc::O_EXCL as libc::c_long;
+
+/// Waits up to `limit` until thread `tid` of process `pid` has exited, without looking its /proc
+/// entries up while the kernel tears them down: a pidfd of the thread (`PIDFD_THREAD`) becomes
+/// readable when it exits. Looking up `/proc/<pid>/task/<tid>` in a loop as the thread exits
+/// made the kernel's invalidation of those entries (`release_task` -> `proc_flush_pid` ->
+/// `shrink_dcache_parent`) race with dara's lookups. Kernels without thread pidfds fall back to
+/// polling /proc with a growing pause.
+pub fn wait_thread_exit(pid: u32, tid: u32, limit: std::time::Duration) {
+    // SAFETY: pidfd_open takes a tid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid as libc::c_long, PIDFD_THREAD) };
+    if fd >= 0 {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: a fresh descriptor nothing else owns.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = limit.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd; an interrupted poll just ends the wait early.
+        unsafe { libc::poll(&mut p, 1, ms) };
+        return;
+    }
+    if std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return; // already gone
+    }
+    let deadline = std::time::Instant::now() + limit;
+    let mut pause = std::time::Duration::from_micros(5);
+    while thread_exists(pid, tid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(1));
+    }
+}
+
+/// The tids of process `pid`'s threads (/proc/<pid>/task); empty when it is gone.
+pub fn thread_ids(pid: u32) -> Vec<u32> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
 }
 
 /// Whether a UDP socket (IPv4 or IPv6) is bound to local `port` in the network namespace of
@@ -407,6 +447,36 @@ mod tests {
         };
         assert_eq!(after.start, before.start, "same thread, same start time");
         assert!(thread_sample(pid, u32::MAX - 1).is_none(), "no such thread");
+    }
+
+    #[test]
+    fn waiting_for_a_thread_s_exit_returns_once_it_has_exited() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            tid_tx.send(unsafe_gettid()).unwrap();
+            let _ = rx.recv();
+        });
+        let (pid, tid) = (std::process::id(), tid_rx.recv().unwrap());
+        // Alive: a zero limit returns at once and the thread is still there.
+        wait_thread_exit(pid, tid, std::time::Duration::ZERO);
+        assert!(thread_exists(pid, tid));
+        drop(tx);
+        // Exited: the wait returns (the limit is only a safety net) and the kernel drops the
+        // thread from the task list right after.
+        wait_thread_exit(pid, tid, std::time::Duration::from_secs(600));
+        worker.join().unwrap();
+        let mut gone = false;
+        for _ in 0..10_000 {
+            gone = !thread_exists(pid, tid);
+            if gone {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(gone, "thread {tid} still listed");
+        // A thread that is gone: returns at once.
+        wait_thread_exit(pid, tid, std::time::Duration::from_secs(600));
     }
 
     fn unsafe_gettid() -> u32 {

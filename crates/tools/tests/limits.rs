@@ -115,3 +115,75 @@ fn every_strategy_stops_promptly_on_sigterm() {
         assert_no_survivors(&program);
     }
 }
+
+/// Executions of the /proc-sampling fixture in the loaded search below.
+const PROC_LOOP_RUNS: u64 = 30;
+
+#[test]
+fn processes_that_open_their_own_proc_files_in_a_loop_end_cleanly_next_to_a_cpu_hog() {
+    // Every thread of the target opens /proc/thread-self/stat and /proc/self/status 150 times
+    // and exits, on the CPU a hog computes on: the kernel's reap of those threads and processes
+    // (which invalidates their /proc entries) once spun for minutes while dara looked the same
+    // entries up. Every execution must end as the program ends (exit 0), none as a hang or an
+    // unkillable process, and the limit below is a safety net, not a speed assertion.
+    let hog = Hog::start();
+    let program = private_copy(&fixture("proc_self_loop"), "proc-self-loop");
+    let search = |out: &std::path::Path, runs: u64| {
+        let runs = runs.to_string();
+        dara_trace(&["-o", out.to_str().unwrap(), "--pin-cpu", SHARED_CPU, "--seed", "3", "--runs", &runs, "--", program.to_str().unwrap()], Duration::from_secs(900))
+    };
+    let out = out_dir("proc-self-loop");
+    let run = search(&out, PROC_LOOP_RUNS);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains(&format!("no bug found in {PROC_LOOP_RUNS} executions")), "{}", run.text());
+    assert_eq!(run.stdout.matches("sampled 900 times").count() as u64, PROC_LOOP_RUNS, "every execution sampled all its files\n{}", run.text());
+    assert!(!run.text().contains("could not all be killed") && !run.text().contains("BUG"), "{}", run.text());
+    // The last execution replays on the same loaded CPU, and the same seed makes the same one.
+    let verify = dara_replay(&["-q", "--verify", "--pin-cpu", SHARED_CPU, out.join("trace.bin").to_str().unwrap()], Duration::from_secs(300));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    let again = out_dir("proc-self-loop-again");
+    let rerun = search(&again, PROC_LOOP_RUNS);
+    assert_eq!(rerun.code, 0, "{}", rerun.text());
+    same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
+    drop(hog);
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "shared memory left in /dev/shm: {:?}", dara_shm_files());
+}
+
+/// The thread-start library and a program linked against it (`twin`: the correct one).
+fn start_wrapper_program(twin: bool) -> std::path::PathBuf {
+    let library = private_copy(&fixture_with("start_wrapper_block", &["-shared", "-fPIC", "-DSTART_LIBRARY"]), "start-wrapper-library");
+    let rpath = format!("-Wl,-rpath,{}", library.parent().unwrap().display());
+    let name = if twin { "start_wrapper_block_ok" } else { "start_wrapper_block" };
+    private_copy(&fixture_with(name, &[library.to_str().unwrap(), &rpath]), "start-wrapper")
+}
+
+#[test]
+fn a_thread_blocked_before_dara_s_start_wrapper_is_named_instead_of_a_silent_stall() {
+    // A library's pthread_create runs a prologue in the new thread that takes a flock main
+    // holds while main waits in a modelled join: the scheduler waits for the newborn, which
+    // sleeps in the kernel. Before, nothing watched a thread being born and the run stalled.
+    let program = start_wrapper_program(false);
+    let out = out_dir("start-wrapper-block");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(run.code, 2, "dara's limit, not the program's bug\n{}", run.text());
+    let said = run.stdout.lines().find(|l| l.contains("uncontrolled")).unwrap_or_else(|| panic!("no uncontrolled verdict\n{}", run.text()));
+    assert!(said.contains("thread 1") && said.contains("is being born") && said.contains("flock("), "the newborn and its system call are named: {said}");
+    assert!(!run.stdout.contains("BUG"), "{}", run.text());
+    assert_no_survivors(&program);
+
+    // The twin (the lock is free when the thread is born) runs, searches clean and replays.
+    let twin = start_wrapper_program(true);
+    let out = out_dir("start-wrapper-block-ok");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--seed", "2", "--runs", "10", "--", twin.to_str().unwrap()], Duration::from_secs(300));
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert_eq!(run.stdout.matches("joined").count(), 10, "{}", run.text());
+    let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    let again = out_dir("start-wrapper-block-ok-again");
+    let rerun = dara_trace(&["-o", again.to_str().unwrap(), "--seed", "2", "--runs", "10", "--", twin.to_str().unwrap()], Duration::from_secs(300));
+    assert_eq!(rerun.code, 0, "{}", rerun.text());
+    same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
+    assert_no_survivors(&twin);
+    assert!(dara_shm_files().is_empty(), "shared memory left in /dev/shm: {:?}", dara_shm_files());
+}

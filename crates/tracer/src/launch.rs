@@ -17,13 +17,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::pidns::{self, PidNamespace};
-use crate::reaper::{self, ExitEvent};
+use crate::reaper::{self, ExitEvent, Reaping};
 
 /// How long teardown waits for the killed tree to be reaped. A SIGKILLed process is normally gone
 /// in milliseconds; the bound is generous because a loaded machine (or a hog on the execution's
 /// CPU) delays every process involved, the namespace's init included, and giving up early would
 /// be a false "stuck in the kernel".
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
+
+/// A reap (the kernel's release of an ended process) that takes this long is told to the user.
+pub const REAP_NOTICE: Duration = Duration::from_secs(5);
+
+/// How long teardown waits for a reap the kernel is still working on (past [`TEARDOWN_LIMIT`]):
+/// the process is dead, so this is no "stuck" process, only a slow kernel.
+const REAP_LIMIT: Duration = Duration::from_secs(600);
 
 /// What to start.
 #[derive(Clone, Debug)]
@@ -70,6 +77,10 @@ pub struct ProcessTree {
     spec: LaunchSpec,
     exits: Receiver<ExitEvent>,
     reaper_done: Receiver<()>,
+    /// What the reaper is reaping now.
+    reaping: Arc<Reaping>,
+    /// The last slow reap dara told the user about (0: none).
+    slow_reap_told: u32,
     finished: bool,
     /// Threads copying the target's stdout/stderr pipes to dara's own.
     forwarders: Vec<std::thread::JoinHandle<()>>,
@@ -165,13 +176,36 @@ impl ProcessTree {
             None => (None, None),
         };
         let host_proc = spec.host_proc_fd.and_then(|_| std::fs::File::open("/proc").ok()).map(OwnedFd::from);
-        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, finished: false, forwarders, output_writers: vec![out_w, err_w], stderr_tail, output_pipes, ns, ns_refused, host_proc })
+        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, forwarders, output_writers: vec![out_w, err_w], stderr_tail, output_pipes, ns, ns_refused, host_proc })
     }
 
     fn start_reaper(&mut self, on_exit: impl Fn() + Send + 'static) {
-        let (exits, reaper_done) = reaper::start(self.pgid, on_exit);
-        self.exits = exits;
-        self.reaper_done = reaper_done;
+        let reaper = reaper::start(self.pgid, on_exit);
+        self.exits = reaper.exits;
+        self.reaper_done = reaper.done;
+        self.reaping = reaper.reaping;
+    }
+
+    /// Whether the kernel is still releasing a process of the tree that ended, slowly (for
+    /// [`REAP_NOTICE`] or more, less than [`REAP_LIMIT`]): whoever waits for the tree's end waits
+    /// longer then, rather than call the program hung or the process unkillable.
+    pub fn kernel_still_reaping(&mut self) -> bool {
+        self.slow_reap().is_some_and(|(_, for_)| for_ < REAP_LIMIT)
+    }
+
+    /// The process the kernel has been releasing for [`REAP_NOTICE`] or longer (the reaper's
+    /// `wait4` is still in the kernel), and for how long. The first time a process is seen so,
+    /// dara says so in one line: the wait that follows is the kernel's, not a hang of the program.
+    fn slow_reap(&mut self) -> Option<(u32, Duration)> {
+        let (pid, for_) = self.reaping.current().filter(|&(_, for_)| for_ >= REAP_NOTICE)?;
+        if self.slow_reap_told != pid {
+            self.slow_reap_told = pid;
+            eprintln!(
+                "dara: the kernel has been releasing process {pid} for {} s after it ended (wait4 -> release_task, invalidating its /proc entries; slow on a loaded machine); waiting for it",
+                for_.as_secs()
+            );
+        }
+        Some((pid, for_))
     }
 
     /// Forks and execs `command` set up for dara: in process group `group` as the new process
@@ -329,7 +363,8 @@ impl ProcessTree {
                 }
                 return true;
             }
-            if Instant::now() > deadline {
+            // Past the limit only while the kernel is still releasing a process that ended.
+            if Instant::now() > deadline && !self.kernel_still_reaping() {
                 return false;
             }
             if group_gone {

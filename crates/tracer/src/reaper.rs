@@ -3,7 +3,16 @@
 //! reports each exit. It ends when no child of the group is left, which is how
 //! [`crate::ProcessTree::kill_all`] knows the tree is gone. Waiting on the group, not on any
 //! child, keeps parallel executions (`--jobs`) from reaping each other's processes.
+//!
+//! The thread does nothing but wait, and it says which process it is reaping and since when
+//! ([`Reaping`]): the kernel's release of a process (`wait4` -> `release_task` ->
+//! `proc_flush_pid`, which invalidates the process's /proc entries) has been seen to take
+//! seconds to minutes on a loaded machine, and whoever waits for the reaper must be able to
+//! tell "the kernel is still releasing pid N" from "a process survived SIGKILL".
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 /// A process of the tree ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,31 +27,83 @@ pub enum ExitStatus {
     Signal(i32),
 }
 
-/// Starts the reaper for process group `pgid`. Returns the exit-event queue and a channel that
-/// closes when the reaper found no child of the group left.
-pub(crate) fn start(pgid: u32, on_exit: impl Fn() + Send + 'static) -> (Receiver<ExitEvent>, Receiver<()>) {
-    let (tx, rx) = channel();
-    let (done_tx, done_rx) = channel();
+/// Which process the reaper is releasing right now (its `wait4` is in the kernel), and since
+/// when. Written by the reaper thread, read by anyone.
+#[derive(Debug, Default)]
+pub struct Reaping {
+    /// The pid being reaped; 0 when the reaper is not inside a reap.
+    pid: AtomicU32,
+    /// When that reap began, in microseconds after [`epoch`] (plus one, so never 0).
+    since_us: AtomicU64,
+}
+
+/// A fixed instant all [`Reaping`] times are counted from.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl Reaping {
+    fn begin(&self, pid: u32) {
+        self.since_us.store(epoch().elapsed().as_micros() as u64 + 1, Ordering::Relaxed);
+        self.pid.store(pid, Ordering::Release);
+    }
+
+    fn end(&self) {
+        self.pid.store(0, Ordering::Release);
+    }
+
+    /// The process being reaped and for how long, if a reap is under way.
+    pub fn current(&self) -> Option<(u32, Duration)> {
+        let pid = self.pid.load(Ordering::Acquire);
+        let since = self.since_us.load(Ordering::Relaxed);
+        (pid != 0 && since != 0).then(|| (pid, epoch().elapsed().saturating_sub(Duration::from_micros(since - 1))))
+    }
+}
+
+/// What the reaper hands back: exit events, a channel that closes when no child of the group
+/// is left, and what it is reaping now.
+pub(crate) struct Reaper {
+    pub(crate) exits: Receiver<ExitEvent>,
+    pub(crate) done: Receiver<()>,
+    pub(crate) reaping: Arc<Reaping>,
+}
+
+/// Starts the reaper for process group `pgid`.
+pub(crate) fn start(pgid: u32, on_exit: impl Fn() + Send + 'static) -> Reaper {
+    let (tx, exits) = channel();
+    let (done_tx, done) = channel();
+    let reaping = Arc::new(Reaping::default());
+    let published = reaping.clone();
     std::thread::Builder::new()
         .name("dara-reaper".into())
         .spawn(move || {
             loop {
+                // Which child has ended, without reaping it yet, so the reap itself can be named.
+                let pid = match ended_child(pgid) {
+                    Ok(pid) => pid,
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                    Err(_) => break, // ECHILD: nothing left to reap
+                };
+                published.begin(pid);
                 let mut status = 0;
+                // Reaps whichever child of the group is first now (that one, unless another came
+                // first): on the group, never on a pid that could have been recycled in between,
+                // and without blocking, so a child someone else reaped meanwhile (the scheduler
+                // reaps killed strays) never leaves a reap "under way" that is only a wait.
                 // SAFETY: waitpid writes the status into our local integer.
-                let pid = unsafe { libc::waitpid(-(pgid as i32), &mut status, libc::__WALL) };
-                if pid < 0 {
-                    let err = std::io::Error::last_os_error();
-                    if err.raw_os_error() == Some(libc::EINTR) {
-                        continue;
-                    }
-                    break; // ECHILD: nothing left to reap
+                let reaped = unsafe { libc::waitpid(-(pgid as i32), &mut status, libc::WNOHANG | libc::__WALL) };
+                published.end();
+                if reaped <= 0 {
+                    continue; // reaped elsewhere, or nothing left: the next waitid tells
                 }
+                let pid = reaped as u32;
                 let status = if libc::WIFSIGNALED(status) {
                     ExitStatus::Signal(libc::WTERMSIG(status))
                 } else {
                     ExitStatus::Code(libc::WEXITSTATUS(status))
                 };
-                let _ = tx.send(ExitEvent { pid: pid as u32, status });
+                let _ = tx.send(ExitEvent { pid, status });
                 on_exit();
             }
             // Signal `done` before the wake-up, so the woken scheduler sees it. `on_exit` must
@@ -51,6 +112,37 @@ pub(crate) fn start(pgid: u32, on_exit: impl Fn() + Send + 'static) -> (Receiver
             on_exit();
         })
         .expect("spawning the reaper thread");
-    (rx, done_rx)
+    Reaper { exits, done, reaping }
 }
 
+/// Waits until a child in process group `pgid` has ended and returns its pid, leaving it
+/// unreaped (`waitid(P_PGID, WEXITED | WNOWAIT)`).
+fn ended_child(pgid: u32) -> std::io::Result<u32> {
+    // SAFETY: an all-zero siginfo is a valid value for waitid to fill in.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only into the local siginfo.
+    let rc = unsafe { libc::waitid(libc::P_PGID, pgid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT | libc::__WALL) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: after a successful waitid without WNOHANG the siginfo holds a SIGCHLD record.
+    Ok(unsafe { info.si_pid() } as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reap_under_way_is_named_with_its_duration() {
+        let r = Reaping::default();
+        assert_eq!(r.current(), None);
+        r.begin(4242);
+        let (pid, first) = r.current().expect("a reap is under way");
+        assert_eq!(pid, 4242);
+        let (_, later) = r.current().unwrap();
+        assert!(later >= first, "its duration only grows");
+        r.end();
+        assert_eq!(r.current(), None);
+    }
+}

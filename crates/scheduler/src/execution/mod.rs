@@ -7,6 +7,7 @@
 //! tracer stays ignorant of scheduling. Cluster runs (nodes, workload, check, faults) are in
 //! [`cluster`].
 mod cluster;
+mod newborn;
 mod sent_kills;
 mod signals;
 mod watchdog;
@@ -298,6 +299,8 @@ struct Execution<'a> {
     thread_process: BTreeMap<ThreadId, ProcessId>,
     processes: BTreeMap<ProcessId, ProcessRecord>,
     holder: Option<TokenHolder>,
+    /// Threads being born that the scheduler waits for.
+    newborns: newborn::Newborns,
     symbolizers: BTreeMap<ProcessId, Symbolizer>,
     symbols: BTreeMap<u64, String>,
     /// Where each process took a fatal fault, named while it still existed (`Op::Fault`).
@@ -376,6 +379,7 @@ impl<'a> Execution<'a> {
             thread_process: BTreeMap::new(),
             processes: BTreeMap::new(),
             holder: None,
+            newborns: newborn::Newborns::default(),
             symbolizers: BTreeMap::new(),
             symbols: BTreeMap::new(),
             faults: BTreeMap::new(),
@@ -821,7 +825,7 @@ impl<'a> Execution<'a> {
             // runs concurrently with the next granted thread.
             let (pid, tid) = (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed));
             if pid != tid {
-                wait_thread_gone(pid, tid);
+                procfs::wait_thread_exit(pid, tid, THREAD_EXIT_LIMIT);
             }
             self.finished[thread as usize] = true;
             self.holder = None;
@@ -912,12 +916,17 @@ impl<'a> Execution<'a> {
             let before = Instant::now();
             futex::wait(&self.region.header().sched_wake, seen, pause);
             if before.elapsed() >= pause {
-                // Nothing posted for a while: has a process died unannounced (killed)?
+                // Nothing posted for a while: has a process died unannounced (killed)? Is the
+                // kernel slow to release one that ended (said once, in one line)?
                 if let Some(outcome) = self.check_exits(true) {
                     return Wait::End(outcome);
                 }
+                self.tree.kernel_still_reaping();
             }
             if let Some(outcome) = self.watchdog() {
+                return Wait::End(outcome);
+            }
+            if let Some(outcome) = self.watch_newborns() {
                 return Wait::End(outcome);
             }
         }
@@ -1143,12 +1152,14 @@ impl<'a> Execution<'a> {
         for record in self.processes.values().filter(|r| r.alive && r.pid != root) {
             if let Some(fd) = &record.pidfd {
                 procfs::pidfd_kill(fd);
-                strays.push(record.pid);
+                strays.push((record.pid, fd));
             }
         }
+        // Their pidfds say when they have ended: their /proc entries are not looked up while the
+        // kernel tears them down.
         let deadline = Instant::now() + Duration::from_millis(200);
         while !strays.is_empty() && Instant::now() < deadline {
-            strays.retain(|&pid| procfs::process_end(pid) == procfs::ProcessEnd::Running || !procfs::reap_if_child(pid));
+            strays.retain(|&(pid, fd)| !procfs::pidfd_exited(fd) || !procfs::reap_if_child(pid));
             if !strays.is_empty() {
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -1385,7 +1396,8 @@ impl<'a> Execution<'a> {
     /// Nothing can be scheduled and no thread is live: wait (bounded) for the processes to end.
     fn wait_for_exits(&mut self, stop: &AtomicBool) -> Option<Outcome> {
         let deadline = Instant::now() + self.cfg.busy_limit;
-        while Instant::now() < deadline {
+        // The kernel still releasing an ended process (told in one line) is no hang of the program.
+        while Instant::now() < deadline || self.tree.kernel_still_reaping() {
             let seen = self.region.header().sched_wake.load(Ordering::Acquire);
             if let Some(outcome) = self.drain_exits() {
                 return Some(outcome);
@@ -1442,15 +1454,8 @@ const PRELOAD_REFUSED: i32 = 125;
 /// How long the scheduler waits for a process a `kill` terminates before deciding anyway.
 const DYING_LIMIT: Duration = Duration::from_secs(2);
 
-/// Waits (bounded) until a thread has left the kernel's task list.
-fn wait_thread_gone(pid: u32, tid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let mut pause = Duration::from_micros(5);
-    while procfs::thread_exists(pid, tid) && Instant::now() < deadline {
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(1));
-    }
-}
+/// How long the scheduler waits for an exiting thread to be gone before it goes on anyway.
+const THREAD_EXIT_LIMIT: Duration = Duration::from_secs(2);
 
 /// What a run that reached the process limit says.
 fn too_many_processes(limit: usize) -> String {

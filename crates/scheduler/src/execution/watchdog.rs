@@ -28,7 +28,7 @@ use crate::procfs::{self, ThreadFiles, ThreadSample};
 
 /// How long a token holder runs before the watchdog starts sampling its /proc state (reading
 /// /proc costs more than a whole handoff).
-const WATCHDOG_GRACE: Duration = Duration::from_millis(20);
+pub(super) const WATCHDOG_GRACE: Duration = Duration::from_millis(20);
 
 /// Uninterruptible sleep (disk I/O, page faults, which a loaded machine slows down) counts as
 /// uncontrolled blocking only after this many times the watchdog's limit.
@@ -58,7 +58,7 @@ impl TokenHolder {
 }
 
 /// What one look at the holder concluded.
-enum Look {
+pub(super) enum Look {
     Fine,
     Gone,
     Computed(Duration),
@@ -112,20 +112,20 @@ impl Execution<'_> {
             }),
             Look::Computed(_) => None,
             Look::Asleep { state, for_ } => {
-                let limit = if state == 'D' { self.cfg.watchdog * IO_WAIT_FACTOR } else { self.cfg.watchdog };
-                if for_ < limit || self.writes_to_output(pid, tid) {
+                if for_ < self.sleep_limit(state) || self.writes_to_output(pid, tid) {
                     return None;
                 }
-                let syscall = procfs::blocked_syscall(pid, tid).unwrap_or_else(|| "an unknown system call".into());
-                Some(Outcome::Uncontrolled {
-                    thread,
-                    syscall: syscall.clone(),
-                    detail: format!(
-                        "thread {thread} (pid {pid}, tid {tid}) holds the run token but has been blocked in the kernel in {syscall} for {} ms without running, outside dara's control (--watchdog-ms); the run was stopped",
-                        for_.as_millis()
-                    ),
-                })
+                Some(blocked_outside(thread, pid, tid, "holds the run token but", for_, ""))
             }
+        }
+    }
+
+    /// How long a watched thread may sleep in the kernel in `state` without running.
+    pub(super) fn sleep_limit(&self, state: char) -> Duration {
+        if state == 'D' {
+            self.cfg.watchdog * IO_WAIT_FACTOR
+        } else {
+            self.cfg.watchdog
         }
     }
 
@@ -138,7 +138,31 @@ impl Execution<'_> {
     }
 }
 
+/// The verdict on a watched thread (pid, tid) that slept in the kernel for `for_` without
+/// running: `role` says what it is ("holds the run token but"), `waited` what waited for it.
+pub(super) fn blocked_outside(thread: ThreadId, pid: u32, tid: u32, role: &str, for_: Duration, waited: &str) -> Outcome {
+    let syscall = procfs::blocked_syscall(pid, tid).unwrap_or_else(|| "an unknown system call".into());
+    Outcome::Uncontrolled {
+        thread,
+        syscall: syscall.clone(),
+        detail: format!(
+            "thread {thread} (pid {pid}, tid {tid}) {role} has been blocked in the kernel in {syscall} for {} ms without running, outside dara's control (--watchdog-ms){waited}; the run was stopped",
+            for_.as_millis()
+        ),
+    }
+}
+
 impl TokenHolder {
+    /// Samples thread `tid` of process `pid` through its /proc files (opened at the first look
+    /// and kept) and folds the sample in.
+    pub(super) fn look_at(&mut self, pid: u32, tid: u32, now: Instant) -> Look {
+        if self.files.is_none() {
+            self.files = ThreadFiles::open(pid, tid);
+        }
+        let sample = self.files.as_ref().and_then(ThreadFiles::sample);
+        self.look(sample, now)
+    }
+
     /// Folds one sample into what the watchdog knows of the holder.
     fn look(&mut self, sample: Option<ThreadSample>, now: Instant) -> Look {
         let Some(sample) = sample.filter(|s| self.first_look.is_none_or(|f| f.start == s.start)) else {
