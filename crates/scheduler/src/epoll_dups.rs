@@ -15,6 +15,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 /// `KCMP_FILE` from `<linux/kcmp.h>`: compare two descriptors' open files.
 const KCMP_FILE: libc::c_long = 0;
+/// Most duplicates kept at once: a program that makes epoll sets by the thousand (one per call)
+/// must not fill dara's descriptor table; past this, a duplicate is closed after its probe.
+const MAX_KEPT: usize = 64;
 
 /// Kept duplicates by (kernel pid, the target's descriptor number).
 #[derive(Default)]
@@ -35,9 +38,12 @@ impl EpollDups {
         same.then_some(dup)
     }
 
-    /// Keeps `dup`, a duplicate of descriptor `fd` of process `pid`, for the next probe.
+    /// Keeps `dup`, a duplicate of descriptor `fd` of process `pid`, for the next probe (closes
+    /// it when [`MAX_KEPT`] are kept already).
     pub fn keep(&mut self, pid: u32, fd: i32, dup: OwnedFd) {
-        self.kept.insert((pid, fd), dup);
+        if self.kept.len() < MAX_KEPT {
+            self.kept.insert((pid, fd), dup);
+        }
     }
 }
 
@@ -71,5 +77,17 @@ mod tests {
         assert!(dups.take(me, fd).is_none());
         assert!(dups.take(me, fd).is_none(), "a stale duplicate is dropped");
         drop(set);
+    }
+
+    #[test]
+    fn no_more_than_max_kept_are_kept() {
+        let me = std::process::id();
+        let sets: Vec<OwnedFd> = (0..MAX_KEPT + 2).map(|_| epoll()).collect();
+        let mut dups = EpollDups::default();
+        for set in &sets {
+            dups.keep(me, set.as_raw_fd(), set.try_clone().expect("dup"));
+        }
+        assert_eq!(dups.kept.len(), MAX_KEPT);
+        assert!(dups.take(me, sets[MAX_KEPT].as_raw_fd()).is_none());
     }
 }
