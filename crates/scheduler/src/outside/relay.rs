@@ -27,12 +27,6 @@ const CHUNK: usize = 64 * 1024;
 /// sending (see [`Outside::pump`]), and most bytes held.
 const HOLD_STEPS: u64 = 64;
 const HOLD_BYTES: usize = 256 * 1024;
-/// How long [`Outside::wait`] looks at the relay's sockets without sleeping before it blocks.
-/// While dara waits for outside input every program thread is parked, so the CPU the run is
-/// pinned to has nothing else of the run to do; a client's next request usually comes within
-/// tens of microseconds of its answer, and a sleeping dara costs that client's CPU an
-/// inter-processor wake-up and dara's CPU an idle exit and a context switch per request.
-const SPIN: Duration = Duration::from_micros(100);
 /// epoll tokens: the low bits say what the high bits index.
 const TAG_LISTENER: u64 = 0;
 const TAG_INNER: u64 = 1;
@@ -383,7 +377,6 @@ impl Outside {
     /// true if something came, false on timeout or when `stop` was set.
     pub fn wait(&mut self, limit: Option<Duration>, stop: &std::sync::atomic::AtomicBool) -> Result<bool, RelayError> {
         let started = Instant::now();
-        let mut spun = false;
         loop {
             if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 return Ok(false);
@@ -401,11 +394,7 @@ impl Outside {
             if stdin_open && wait_readable(&[self.epoll.as_raw_fd(), 0], slice) == Some(1) {
                 return Ok(true);
             }
-            let ready = match self.spin(if spun || stdin_open { Duration::ZERO } else { SPIN.min(slice) })? {
-                ready if !ready.is_empty() || stdin_open => ready,
-                _ => self.ready_tokens(timeout_ms(slice))?,
-            };
-            spun = true;
+            let ready = self.ready_tokens(if stdin_open { 0 } else { timeout_ms(slice) })?;
             // A client whose bytes cannot be delivered yet (the program is not reading) stays
             // readable: that is not news.
             if ready.iter().any(|&(tag, index)| tag != TAG_OUTER || self.streams.get(index).is_some_and(|s| s.to_inner.len() < INBOUND_BUFFER)) {
@@ -443,20 +432,6 @@ impl Outside {
             return Err(RelayError::Broken(format!("epoll_ctl: {}", std::io::Error::last_os_error())));
         }
         Ok(())
-    }
-
-    /// [`Outside::ready_tokens`] without sleeping, again and again for up to `budget` until
-    /// something is ready (at least once), yielding the CPU between looks.
-    fn spin(&self, budget: Duration) -> Result<Vec<(u64, usize)>, RelayError> {
-        let started = Instant::now();
-        loop {
-            let ready = self.ready_tokens(0)?;
-            if !ready.is_empty() || started.elapsed() >= budget {
-                return Ok(ready);
-            }
-            // A client on this CPU gets it meanwhile.
-            std::thread::yield_now();
-        }
     }
 
     /// (tag, index) of the relay sockets that are ready, in a deterministic order.
