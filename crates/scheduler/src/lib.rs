@@ -27,6 +27,7 @@ pub use outcome::Outcome;
 pub mod futex;
 pub mod region;
 pub mod memory;
+pub mod epoll_dups;
 pub mod netprobe;
 pub mod outside;
 pub mod sockdiag;

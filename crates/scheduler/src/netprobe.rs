@@ -7,6 +7,8 @@
 //! (Linux 5.6; the same permission as `process_vm_readv`, which dara already needs), looks at it
 //! (`poll` with a zero timeout, `FIONREAD`, a 4-byte `MSG_PEEK`, `getsockname`/`getpeername`) and
 //! closes the duplicate at once, so it never keeps a socket alive after the program closed it.
+//! Only epoll sets are kept from one probe to the next (`epoll_dups`: they keep no watched file
+//! alive), and used again while `kcmp` says the program's descriptor still names the same set.
 //! Nothing here consumes data, and nothing runs while a target thread runs.
 //!
 //! # Identities
@@ -51,6 +53,7 @@ use std::time::{Duration, Instant};
 use dara_abi::{net_flags, Op};
 
 use crate::choice::ProcessId;
+use crate::epoll_dups::EpollDups;
 use crate::sockdiag::{tcpi, SockDiag};
 use crate::model::net::{describe, kind, NetView, NO_ENDPOINT};
 use crate::model::Request;
@@ -124,6 +127,8 @@ pub struct ProbeError(pub String);
 #[derive(Default)]
 pub struct NetProbe {
     pidfds: BTreeMap<u32, OwnedFd>,
+    /// Duplicates of epoll sets, kept across probes (see `epoll_dups`).
+    epolls: EpollDups,
     ids: BTreeMap<u64, u64>,
     by_key: BTreeMap<PortKey, u64>,
     owed: BTreeMap<PortKey, u32>,
@@ -334,7 +339,13 @@ impl NetProbe {
                 Ok(NetView { ready: true, ready_entries: 1, size: 0, obj: describe(ep.id, self.peer(ep), ep.kind, &[]) })
             }
             Op::NetEpollWait => {
-                let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
+                let dup = match self.epolls.take(pid, fd) {
+                    Some(dup) => dup,
+                    None => match self.dup(pid, fd)? {
+                        Some(dup) => dup,
+                        None => return Ok(closed_view()),
+                    },
+                };
                 // An epoll set: named by (process, fd) like every anonymous inode.
                 let id = self.id_of(ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64);
                 // Wait for what the interest list is owed before asking the epoll set.
@@ -346,6 +357,7 @@ impl NetProbe {
                     }
                 }
                 let ready = poll_now(&dup, libc::POLLIN) != 0;
+                self.epolls.keep(pid, fd, dup);
                 Ok(NetView { ready, ready_entries: u32::from(ready), size: i64::from(ready), obj: describe(id, NO_ENDPOINT, kind::EPOLL, &[]) })
             }
             Op::NetPoll => self.poll_view(process, pid, request),
