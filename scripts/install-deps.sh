@@ -11,7 +11,7 @@
 # (`xz -T 4`), libsqlite3-dev and libuv1-dev (the sqlite_threads and uv_echo fixtures link them),
 # and Debian's PostgreSQL 15 (initdb, postgres, pg_ctl under /usr/lib/postgresql/15/bin; psql),
 # Debian's default JDK (javac and java: the JVM test compiles tests/fixtures/java/Workers.java),
-# and GNU make (`make -j4` builds a small C project under dara).
+# GNU make (`make -j4` builds a small C project under dara), and perl with ithreads.
 # postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
 # from util-linux).
 #
@@ -47,6 +47,7 @@ command -v runuser >/dev/null 2>&1 || need+=(util-linux)
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client-15)
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v make >/dev/null 2>&1 || need+=(make)
+perl -Mthreads -e 1 >/dev/null 2>&1 || need+=(perl)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || services+=(postgresql-15)
 need+=("${services[@]}")
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo is missing: install a Rust toolchain (rustup) first" >&2; exit 1; }

@@ -138,6 +138,10 @@ real_functions! {
     fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
     fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
     fn openat64(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int;
+    fn __open_2(path: *const c_char, flags: c_int) -> c_int;
+    fn __open64_2(path: *const c_char, flags: c_int) -> c_int;
+    fn __openat_2(dir: c_int, path: *const c_char, flags: c_int) -> c_int;
+    fn __openat64_2(dir: c_int, path: *const c_char, flags: c_int) -> c_int;
     fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE;
     fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE;
     fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE;

@@ -53,19 +53,32 @@ fn a_threads_destructors_run_under_control_and_never_hang() {
     assert_no_survivors(&program);
 }
 
+/// Searches `program args` twice with 20 random executions of `seed`: each prints `answer`, none
+/// is a bug, the last one replays with `--verify`, and both searches decide alike.
+fn searches_clean_and_alike(test: &str, program: &Path, args: &[&str], seed: u64, answer: &str) {
+    const RUNS: usize = 20;
+    let search_once = |out: &Path| {
+        let (seed, runs) = (seed.to_string(), RUNS.to_string());
+        let mut options = vec!["-q", "-o", out.to_str().unwrap(), "--strategy", "random", "--seed", &seed, "--runs", &runs, "--", program.to_str().unwrap()];
+        options.extend_from_slice(args);
+        dara_trace(&options, Duration::from_secs(300))
+    };
+    let out = out_dir(test);
+    let run = search_once(&out);
+    assert_eq!(run.code, 0, "{test}: {}", run.text());
+    assert!(run.stdout.contains(&format!("no bug found in {RUNS} executions")), "{test}: {}", run.text());
+    assert_eq!(run.stdout.matches(answer).count(), RUNS, "{test}: {}", run.text());
+    verifies_clean(&out);
+    let again = out_dir(&format!("{test}-again"));
+    assert_eq!(search_once(&again).code, 0, "{test}");
+    same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
+}
+
 #[test]
 fn a_fault_handler_that_blocks_every_signal_runs_its_system_calls_under_control() {
     // HotSpot's pattern: a SIGSEGV handler whose mask is every signal makes system calls.
     let program = private_copy(&fixture("fault_handler_mask"), "fault-handler-mask");
-    let out = out_dir("fault-handler-mask");
-    let run = search(&out, "random", 2, 20, &program);
-    assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains("no bug found in 20 executions"), "{}", run.text());
-    assert_eq!(run.stdout.matches("recovered 6 faults").count(), 20, "{}", run.text());
-    verifies_clean(&out);
-    let again = out_dir("fault-handler-mask-again");
-    assert_eq!(search(&again, "random", 2, 20, &program).code, 0);
-    same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
+    searches_clean_and_alike("fault-handler-mask", &program, &[], 2, "recovered 6 faults");
     assert_no_survivors(&program);
 }
 
@@ -73,20 +86,8 @@ fn a_fault_handler_that_blocks_every_signal_runs_its_system_calls_under_control(
 fn a_wait_under_its_own_signal_mask_is_ended_by_the_signals_it_lets_through() {
     // GNU make's jobserver pattern: SIGCHLD blocked but in pselect's (ppoll's, epoll_pwait's) mask.
     let program = private_copy(&fixture("masked_wait_sigchld"), "masked-wait");
-    let search_calling = |out: &Path, call: &str| {
-        let args = ["-q", "-o", out.to_str().unwrap(), "--strategy", "random", "--seed", "3", "--runs", "20", "--", program.to_str().unwrap(), call];
-        dara_trace(&args, Duration::from_secs(300))
-    };
     for call in ["pselect", "ppoll", "epoll_pwait"] {
-        let out = out_dir(&format!("masked-wait-{call}"));
-        let run = search_calling(&out, call);
-        assert_eq!(run.code, 0, "{call}: {}", run.text());
-        assert!(run.stdout.contains("no bug found in 20 executions"), "{call}: {}", run.text());
-        assert_eq!(run.stdout.matches("reaped 3 children after").count(), 20, "{call}: {}", run.text());
-        verifies_clean(&out);
-        let again = out_dir(&format!("masked-wait-{call}-again"));
-        assert_eq!(search_calling(&again, call).code, 0);
-        same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
+        searches_clean_and_alike(&format!("masked-wait-{call}"), &program, &[call], 3, "reaped 3 children after");
     }
     assert_no_survivors(&program);
 }
@@ -96,15 +97,7 @@ fn a_semaphore_shared_between_processes_is_one_semaphore() {
     // Named (sem_open, inherited over fork and opened again after an exec) and unnamed in a
     // shared mapping: the children's posts are the parent's semaphore's.
     let program = private_copy(&fixture("shared_sem_fork"), "shared-sem");
-    let out = out_dir("shared-sem");
-    let run = search(&out, "random", 1, 20, &program);
-    assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains("no bug found in 20 executions"), "{}", run.text());
-    assert_eq!(run.stdout.matches("parent saw 3 named and 2 unnamed posts").count(), 20, "{}", run.text());
-    verifies_clean(&out);
-    let again = out_dir("shared-sem-again");
-    assert_eq!(search(&again, "random", 1, 20, &program).code, 0);
-    same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
+    searches_clean_and_alike("shared-sem", &program, &[], 1, "parent saw 3 named and 2 unnamed posts");
     assert_no_survivors(&program);
 }
 

@@ -41,28 +41,65 @@ unsafe fn random_device(path: *const c_char, cloexec: bool) -> Option<c_int> {
     })
 }
 
+/// An open of `path` with `flags`: a random device's seeded file, else `real_open`'s result
+/// (noted when it opened for writing).
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string (the contract of open).
+unsafe fn open_with(path: *const c_char, flags: c_int, real_open: impl FnOnce() -> c_int) -> c_int {
+    // SAFETY: forwarded from the caller.
+    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0) }.unwrap_or_else(|| opened(real_open(), flags))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the program's own arguments.
-    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| opened(real::open(path, flags, mode), flags)) }
+    unsafe { open_with(path, flags, || real::open(path, flags, mode)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the program's own arguments.
-    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| opened(real::open64(path, flags, mode), flags)) }
+    unsafe { open_with(path, flags, || real::open64(path, flags, mode)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the program's own arguments (the device paths are absolute, so `dir` is moot).
-    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| opened(real::openat(dir, path, flags, mode), flags)) }
+    unsafe { open_with(path, flags, || real::openat(dir, path, flags, mode)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn openat64(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the program's own arguments.
-    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0).unwrap_or_else(|| opened(real::openat64(dir, path, flags, mode), flags)) }
+    unsafe { open_with(path, flags, || real::openat64(dir, path, flags, mode)) }
+}
+
+// The variants `_FORTIFY_SOURCE` compiles an `open` without a mode into (perl's and python's
+// opens of /dev/urandom for their hash seeds go through `__open64_2`).
+
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the program's own arguments.
+    unsafe { open_with(path, flags, || real::__open_2(path, flags)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the program's own arguments.
+    unsafe { open_with(path, flags, || real::__open64_2(path, flags)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dir: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the program's own arguments.
+    unsafe { open_with(path, flags, || real::__openat_2(dir, path, flags)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dir: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the program's own arguments.
+    unsafe { open_with(path, flags, || real::__openat64_2(dir, path, flags)) }
 }
 
 /// `fopen` of a random device: the seeded file wrapped in a stdio stream.
