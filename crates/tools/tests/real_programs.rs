@@ -292,7 +292,9 @@ fn java_threads_record_search_and_replay_on_the_jvm() {
     let source = repo_root().join("tests/fixtures/java/Workers.java");
     let javac = Command::new("javac").arg("-d").arg(&classes).arg(&source).status().unwrap();
     assert!(javac.success(), "javac failed on {}", source.display());
-    let java = ["java", "-cp", classes.to_str().unwrap(), "Workers"];
+    // No /tmp/hsperfdata_<user>/<pid> file: under dara every JVM is pid 2 of its namespace, so
+    // JVMs under two daras at once (two test suites) wrote the same file and a replay diverged.
+    let java = ["java", "-XX:-UsePerfData", "-cp", classes.to_str().unwrap(), "Workers"];
     const ANSWER: &str = "pool 499500 counter 4000 queue 5050";
     let (trace, printed) = record("java", &java);
     assert!(printed.contains(ANSWER), "{printed}");
