@@ -311,6 +311,8 @@ impl Model {
             }
 
             Op::SemInit => {
+                // A new semaphore at this address, maybe of the other kind: look again.
+                self.objects.sem_keys.remove(&(process, r.args[0]));
                 let k = self.sem_key(process, r.args[0], mem);
                 self.objects.sems.insert(k, r.args[1]);
                 Step::Grant(0)
