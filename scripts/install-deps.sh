@@ -48,6 +48,7 @@ command -v psql >/dev/null 2>&1 || need+=(postgresql-client-15)
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v make >/dev/null 2>&1 || need+=(make)
 perl -Mthreads -e 1 >/dev/null 2>&1 || need+=(perl)
+command -v git >/dev/null 2>&1 || need+=(git)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || services+=(postgresql-15)
 need+=("${services[@]}")
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo is missing: install a Rust toolchain (rustup) first" >&2; exit 1; }

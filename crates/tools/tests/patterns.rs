@@ -93,6 +93,25 @@ fn a_wait_under_its_own_signal_mask_is_ended_by_the_signals_it_lets_through() {
 }
 
 #[test]
+fn a_write_larger_than_a_pipes_room_waits_for_the_reader() {
+    // git clone --no-local's pattern: upload-pack writes its pack into the pipe its parent reads,
+    // 64 KiB at a time; the hooked write, writev and libc's own write (stdio on descriptor 1).
+    let program = private_copy(&fixture("pipe_big_write"), "pipe-big-write");
+    for how in ["write", "writev", "stdio"] {
+        searches_clean_and_alike(&format!("pipe-big-write-{how}"), &program, &[how], 4, &format!("{how}: 262144 bytes through the pipe"));
+    }
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn an_exec_that_closes_a_pipes_last_writer_ends_the_readers_wait() {
+    // git's start_command: end-of-file on a close-on-exec pipe says the child's exec succeeded.
+    let program = private_copy(&fixture("exec_notify_pipe"), "exec-notify");
+    searches_clean_and_alike("exec-notify", &program, &[], 5, "exec seen, child answered: through cat");
+    assert_no_survivors(&program);
+}
+
+#[test]
 fn a_semaphore_shared_between_processes_is_one_semaphore() {
     // Named (sem_open, inherited over fork and opened again after an exec) and unnamed in a
     // shared mapping: the children's posts are the parent's semaphore's.

@@ -366,3 +366,46 @@ fn perl_threads_record_search_and_replay() {
     replays_identically(&last);
     assert!(processes_with(&["perl", script.to_str().unwrap()]).is_empty(), "a perl survived");
 }
+
+/// git clone over git's own protocol between processes (`--no-local`: clone, sh, upload-pack,
+/// pack-objects with threads, index-pack with threads, rev-list): pipes that fill up (a pack
+/// written 64 KiB at a time) and a child whose exec is announced by end-of-file on a
+/// close-on-exec pipe. Before: "uncontrolled ... blocked in the kernel in write(1, ..., 0xffeb)",
+/// then a false deadlock on the exec's pipe.
+#[test]
+fn git_clone_over_its_pack_protocol_records_searches_and_replays() {
+    let source = out_dir("git-source");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git").args(["-c", "user.name=dara", "-c", "user.email=dara@localhost", "-c", "init.defaultBranch=main"]).args(args).current_dir(&source).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    git(&["init", "-q"]);
+    // Incompressible enough that the pack is several hundred KiB: more than a pipe holds.
+    let mut x: u64 = 7;
+    for commit in 0..3 {
+        for file in 0..4 {
+            let text: String = (0..40_000).map(|_| { x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407); char::from(b'a' + (x >> 59) as u8 % 26) }).collect();
+            std::fs::write(source.join(format!("f{file}.txt")), text).unwrap();
+        }
+        git(&["add", "."]);
+        git(&["commit", "-q", "-m", &format!("commit {commit}")]);
+    }
+    let head = git(&["rev-parse", "HEAD"]);
+    let dest = out_dir("git-dest").join("clone");
+    let (src, dst) = (source.to_str().unwrap(), dest.to_str().unwrap());
+    let setup = format!("rm -rf {dst}");
+    let clone = ["git", "clone", "-q", "--no-local", src, dst];
+    let cloned_head = || {
+        let out = std::process::Command::new("git").args(["-C", dst, "rev-parse", "HEAD"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let (trace, _) = record_with("git-clone", &["--setup", &setup], &clone);
+    assert_eq!(cloned_head(), head, "the recorded clone has the source's head");
+    assert!(steps_with(&trace, Op::ProcessExec) >= 3, "git ran its helpers as processes");
+    replays_identically(&trace);
+    let (last, _) = search_clean("git-clone-search", SEARCH_RUNS, &["--setup", &setup], &clone);
+    assert_eq!(cloned_head(), head, "the searched clone has the source's head");
+    replays_identically(&last);
+    assert!(processes_with(&["git", src]).is_empty(), "a git survived");
+}

@@ -28,6 +28,7 @@ pub mod spawn;
 pub mod sync;
 pub mod thread;
 pub mod time;
+pub mod write_now;
 
 /// A pointer the program passed to a hooked libc function, forwarded unchanged to the real one.
 pub struct Obj<T>(*mut T);

@@ -15,7 +15,7 @@ use core::sync::atomic::{AtomicU8, Ordering};
 use dara_abi::{net_flags, Op, NO_DEADLINE};
 use libc::{c_int, c_uint, c_void, size_t, socklen_t, ssize_t};
 
-use super::{set_errno, sigwait};
+use super::{set_errno, sigwait, write_now};
 use crate::gate::Gated;
 use crate::{real, sys};
 
@@ -24,9 +24,11 @@ const TRACKED_FDS: usize = 4096;
 const UNKNOWN: u8 = 0;
 const NET: u8 = 1;
 const OTHER: u8 = 2;
-/// A network descriptor known to be a TCP socket, and one known not to be.
+/// A network descriptor known to be a TCP socket, another socket, or no socket at all (a pipe,
+/// FIFO or eventfd).
 const NET_TCP: u8 = 3;
-const NET_NOT_TCP: u8 = 4;
+const NET_SOCKET: u8 = 4;
+const NET_NOT_SOCKET: u8 = 5;
 /// What we know about each descriptor number (reset on close).
 static FD_NET: [AtomicU8; TRACKED_FDS] = [const { AtomicU8::new(UNKNOWN) }; TRACKED_FDS];
 
@@ -77,31 +79,37 @@ pub fn is_net(fd: c_int) -> bool {
     net
 }
 
-/// Whether `fd` is a socket (one `fstat`).
-fn is_socket(fd: c_int) -> bool {
-    // SAFETY: an all-zero stat is a valid out-buffer; fstat writes at most its size.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    // SAFETY: fstat on a descriptor number with a live out-buffer.
-    let rc = unsafe { sys::syscall(libc::SYS_fstat, &[fd as u64, &mut st as *mut libc::stat as u64]) };
-    rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
+/// Whether network descriptor `fd` is a TCP socket.
+fn is_tcp(fd: c_int) -> bool {
+    net_kind(fd) == NET_TCP
 }
 
-/// Whether network descriptor `fd` is a TCP socket (asked once per descriptor number, until it
-/// is closed).
-fn is_tcp(fd: c_int) -> bool {
-    let Some(entry) = FD_NET.get(fd as usize) else { return false };
-    match entry.load(Ordering::Relaxed) {
-        NET_TCP => return true,
-        NET => {}
-        _ => return false,
+/// Whether network descriptor `fd` is a socket of any kind (not a pipe, FIFO or eventfd).
+fn is_net_socket(fd: c_int) -> bool {
+    net_kind(fd) != NET_NOT_SOCKET
+}
+
+/// [`NET_TCP`], [`NET_SOCKET`] or [`NET_NOT_SOCKET`] for network descriptor `fd`: asked once per
+/// descriptor number below [`TRACKED_FDS`] (until it is closed), every time above.
+fn net_kind(fd: c_int) -> u8 {
+    let entry = FD_NET.get(fd as usize);
+    match entry.map(|e| e.load(Ordering::Relaxed)) {
+        Some(known @ (NET_TCP | NET_SOCKET | NET_NOT_SOCKET)) => return known,
+        Some(NET) | None => {}
+        Some(_) => return NET_NOT_SOCKET,
     }
     let option = |name| super::outside::sockopt(fd, libc::SOL_SOCKET, name);
-    let tcp = matches!(option(libc::SO_DOMAIN), Some(libc::AF_INET | libc::AF_INET6)) && option(libc::SO_TYPE) == Some(libc::SOCK_STREAM);
-    entry.store(if tcp { NET_TCP } else { NET_NOT_TCP }, Ordering::Relaxed);
-    tcp
+    let kind = match option(libc::SO_TYPE) {
+        None => NET_NOT_SOCKET,
+        Some(libc::SOCK_STREAM) if matches!(option(libc::SO_DOMAIN), Some(libc::AF_INET | libc::AF_INET6)) => NET_TCP,
+        Some(_) => NET_SOCKET,
+    };
+    if let Some(entry) = entry {
+        entry.store(kind, Ordering::Relaxed);
+    }
+    kind
 }
 
-/// Whether the descriptor itself is non-blocking.
 fn fd_nonblocking(fd: c_int) -> bool {
     // SAFETY: F_GETFL takes no pointer.
     let fl = unsafe { sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_GETFL as u64]) };
@@ -338,8 +346,36 @@ fn transmit_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, d
         if r == -(libc::EAGAIN as i64) && !nonblock {
             continue;
         }
+        if !nonblock && r > 0 && (r as usize) < total {
+            // A blocking caller gets every byte, as from the kernel: the rest by further grants.
+            return ret(finish_vector(gate, fd, iov, n, r as usize, dest_port));
+        }
         return ret(r);
     }
+}
+
+/// The rest of a blocking vectored write whose first `done` bytes went out: buffer by buffer,
+/// each written as a blocking `write` is (posted, at most what fits, again for the rest). Returns
+/// the bytes written in all, or `-errno` when none were.
+fn finish_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, mut done: usize, dest_port: u16) -> i64 {
+    let socket = is_net_socket(fd);
+    // SAFETY: the caller's `n` iovecs.
+    let (first, mut offset) = unsafe { write_now::skip(iov, n, done) };
+    for i in first..n.max(0) as usize {
+        // SAFETY: within the caller's `n` iovecs.
+        let part = unsafe { *iov.add(i) };
+        let len = part.iov_len - offset;
+        // SAFETY: `offset` is within the buffer (`skip`), whose memory the caller names.
+        let base = unsafe { (part.iov_base as *const u8).add(offset) };
+        offset = 0;
+        // SAFETY: `base` holds `len` readable bytes.
+        let r = raw(transmit(gate, fd, base, len, false, dest_port, &mut |b, l| ret(unsafe { write_now::write(fd, socket, b, l) })));
+        if r < 0 {
+            return if done > 0 { done as i64 } else { r };
+        }
+        done += r as usize;
+    }
+    done as i64
 }
 
 fn iov_total(iov: *const libc::iovec, n: c_int) -> usize {
@@ -598,36 +634,37 @@ pub fn trapped_read(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64> 
 
 /// A `write`/`writev` the syscall trap caught (libc's own writes to descriptor 1, e.g. stdio
 /// flushing `printf`, which bash's `printf ... >&3` sends to a socket): a send when the descriptor
-/// is a socket, `None` otherwise (the caller runs it for real). Returns the raw result.
-///
-/// Only sockets: a pipe delivers inside the write, so a write dara does not see cannot make a
-/// probe racy, and a program printing into a pipe (`out=$(node)` in a test script) keeps the
-/// scheduling points it had.
+/// is a socket; on a pipe, FIFO or eventfd no scheduling point while it takes the bytes (a pipe
+/// delivers inside the write, so a write dara does not see cannot make a probe racy, and a
+/// program printing into a pipe, `out=$(node)` in a test script, keeps the scheduling points it
+/// had), a posted wait for room when it is full; `None` for other descriptors (the caller runs it
+/// for real). Returns the raw result.
 pub fn trapped_write(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64> {
     let fd = a[0] as c_int;
-    if !is_net(fd) || !is_socket(fd) {
+    if !is_net(fd) {
         return None;
     }
-    let ret_errno = |r: i64| {
-        if r < 0 {
-            set_errno(-r as c_int);
-            -1
-        } else {
-            r as ssize_t
+    let socket = is_net_socket(fd);
+    // One buffer is a vector of one.
+    let one = libc::iovec { iov_base: a[1] as *mut c_void, iov_len: a[2] as usize };
+    let (iov, n) = if nr == libc::SYS_write { (&one as *const libc::iovec, 1) } else { (a[1] as *const libc::iovec, a[2] as c_int) };
+    if !socket {
+        // libc's own writes to a pipe (stdio into a pipeline) were never scheduling points, and
+        // are not while the pipe takes them; one that finds the pipe full waits in the model.
+        // SAFETY: the program's own iovecs.
+        let r = unsafe { write_now::writev(fd, false, iov, n) };
+        let total = iov_total(iov, n);
+        if fd_nonblocking(fd) || (r < 0 && r != -(libc::EAGAIN as i64)) || r as usize >= total {
+            return Some(r);
         }
-    };
+        return Some(finish_vector(gate, fd, iov, n, r.max(0) as usize, 0));
+    }
     let r = if nr == libc::SYS_write {
-        // As the `write` hook: a TCP socket is written with MSG_DONTWAIT, so it never blocks.
-        let tcp = is_tcp(fd);
-        let mut call = |b: *const u8, l: usize| {
-            let (nr, args) = if tcp { (libc::SYS_sendto, [fd as u64, b as u64, l as u64, libc::MSG_DONTWAIT as u64, 0, 0]) } else { (nr, [fd as u64, b as u64, l as u64, 0, 0, 0]) };
-            // SAFETY: the write the program made, on its own buffer (or the part not sent yet).
-            ret_errno(unsafe { sys::syscall6(nr, args) })
-        };
-        transmit(gate, fd, a[1] as *const u8, a[2] as usize, false, 0, &mut call)
+        // SAFETY: the program's own buffer, written without blocking.
+        transmit(gate, fd, one.iov_base as *const u8, one.iov_len, false, 0, &mut |b, l| ret(unsafe { write_now::write(fd, true, b, l) }))
     } else {
-        // SAFETY: the syscall the program made, with its own arguments.
-        transmit_vector(gate, fd, a[1] as *const libc::iovec, a[2] as c_int, false, 0, &mut || ret_errno(unsafe { sys::syscall6(nr, a) }))
+        // SAFETY: the program's own iovecs, written without blocking.
+        transmit_vector(gate, fd, iov, n, false, 0, &mut || ret(unsafe { write_now::writev(fd, true, iov, n) }))
     };
     Some(if r < 0 { -errno() } else { r as i64 })
 }
@@ -707,11 +744,10 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
         // SAFETY: the program's own arguments, forwarded unchanged.
         _ => return unsafe { real::write(fd, buf, len) },
     };
-    // A TCP socket is written as `send` with MSG_DONTWAIT (the same call for a socket), so a write
-    // larger than the room there is never blocks: a blocking caller posts again for the rest.
-    let tcp = is_tcp(fd);
-    // SAFETY: as for `send`; granted writes to a pipe find room.
-    transmit(&gate, fd, buf.cast(), len, false, 0, &mut |b, l| unsafe { if tcp { real::send(fd, b.cast(), l, libc::MSG_DONTWAIT) } else { real::write(fd, b.cast(), l) } })
+    // Written without blocking (`write_now`): a blocking caller posts again for the rest.
+    let socket = is_net_socket(fd);
+    // SAFETY: as for `send`.
+    transmit(&gate, fd, buf.cast(), len, false, 0, &mut |b, l| ret(unsafe { write_now::write(fd, socket, b, l) }))
 }
 
 #[no_mangle]
@@ -721,6 +757,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) ->
         // SAFETY: the program's own arguments, forwarded unchanged.
         _ => return unsafe { real::writev(fd, iov, n) },
     };
-    // SAFETY: the program's own arguments; granted only when the descriptor has room.
-    transmit_vector(&gate, fd, iov, n, false, 0, &mut || unsafe { real::writev(fd, iov, n) })
+    let socket = is_net_socket(fd);
+    // SAFETY: the program's own arguments; written without blocking (`write_now`).
+    transmit_vector(&gate, fd, iov, n, false, 0, &mut || ret(unsafe { write_now::writev(fd, socket, iov, n) }))
 }

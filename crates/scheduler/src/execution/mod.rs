@@ -1212,6 +1212,10 @@ impl<'a> Execution<'a> {
             self.holder = None;
         }
         self.model.process_replaced_image(process);
+        // The exec closed the process's close-on-exec descriptors: a pipe whose last writer that
+        // was now reads end-of-file (git's start_command waits for exactly that to learn that its
+        // child's exec succeeded).
+        self.net_dirty = true;
         self.symbolizers.remove(&process);
         self.modules.remove(&process);
     }
