@@ -11,41 +11,17 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use common::*;
 use dara_scheduler::trace;
 
-static CLANG_LOCK: Mutex<()> = Mutex::new(());
-
 /// Builds tests/fixtures/NAME.c with clang and sancov edges, loads and stores, linked against
 /// libdara_cov.so (the build line of docs/memory-preemption.md).
 fn sancov_fixture(name: &str) -> PathBuf {
-    let _guard = CLANG_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let src = repo_root().join("tests/fixtures").join(format!("{name}.c"));
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join(format!("{name}.sancov-mem"));
-    let fresh = exe.metadata().and_then(|m| m.modified()).ok() > src.metadata().and_then(|m| m.modified()).ok();
-    if !fresh {
-        let lib = cov_lib_dir();
-        let tmp = exe.with_extension("tmp");
-        let status = Command::new("clang")
-            .args(["-O1", "-g", "-pthread", "-Wall", "-fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores", "-o"])
-            .arg(&tmp)
-            .arg(&src)
-            .args(["-fno-sanitize-link-runtime", "-L"])
-            .arg(&lib)
-            .arg("-ldara_cov")
-            .arg(format!("-Wl,-rpath,{}", lib.display()))
-            .status()
-            .expect("running clang");
-        assert!(status.success(), "compiling {} with clang", src.display());
-        std::fs::rename(&tmp, &exe).unwrap();
-    }
-    exe
+    let lib = cov_lib_dir();
+    let (dir, rpath) = (lib.to_str().unwrap().to_string(), format!("-Wl,-rpath,{}", lib.display()));
+    fixture_built_by(name, Some("clang"), &["-fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores", "-fno-sanitize-link-runtime", "-L", &dir, "-ldara_cov", &rpath])
 }
 
 fn trace_run(out: &Path, program: &Path, extra: &[&str]) -> Run {

@@ -48,7 +48,8 @@ pub fn fixture_built_by(name: &str, compiler: Option<&str>, flags: &[&str]) -> P
     let exe = dir.join(if suffix.is_empty() { name.to_string() } else { format!("{name}.{suffix}") });
     let fresh = exe.metadata().and_then(|m| m.modified()).ok() > newest_source(&src);
     if !fresh {
-        let tmp = exe.with_extension("tmp");
+        // Private to this process: two copies of the suite may build the same fixture at once.
+        let tmp = exe.with_extension(format!("tmp{}", std::process::id()));
         let mut build = match src.extension().and_then(|e| e.to_str()) {
             Some("rs") => {
                 let mut c = Command::new(compiler.unwrap_or("rustc"));
@@ -83,9 +84,12 @@ fn newest_source(src: &Path) -> Option<std::time::SystemTime> {
 }
 
 /// A copy of `program` private to one test, so the test can check afterwards that no process
-/// running it survived (other tests run the same fixture concurrently).
+/// running it survived (other tests run the same fixture concurrently). Private to this test
+/// process too: two copies of the suite at once (the check that tests hold on a busy machine)
+/// must neither overwrite each other's running copy ("Text file busy") nor see each other's
+/// processes as survivors.
 pub fn private_copy(program: &Path, test: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("private").join(test);
+    let dir = own_tmp("private").join(test);
     std::fs::create_dir_all(&dir).unwrap();
     let copy = dir.join(program.file_name().unwrap());
     std::fs::copy(program, &copy).unwrap();
@@ -108,9 +112,29 @@ pub fn cov_lib_dir() -> PathBuf {
         .unwrap_or_else(|| panic!("libdara_cov.so not found near {}: build the workspace first (cargo build --release)", dir.display()))
 }
 
+/// `CARGO_TARGET_TMPDIR/<kind>/<this test process's pid>`: two copies of the suite at once (the
+/// check that tests hold on a busy machine) must not remove or overwrite each other's files. The
+/// first call in a process removes the directories of test processes that are gone.
+fn own_tmp(kind: &str) -> PathBuf {
+    static SWEPT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(kind);
+    let mut swept = SWEPT.lock().unwrap_or_else(|e| e.into_inner());
+    if !swept.iter().any(|k| k == kind) {
+        swept.push(kind.to_string());
+        for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let gone = name.parse::<u32>().is_ok_and(|pid| pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists());
+            if gone {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    base.join(std::process::id().to_string())
+}
+
 /// A fresh output directory for one test.
 pub fn out_dir(test: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("out").join(test);
+    let dir = own_tmp("out").join(test);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
