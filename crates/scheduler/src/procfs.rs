@@ -42,6 +42,23 @@ pub fn blocked_syscall(pid: u32, tid: u32) -> Option<String> {
     Some(format!("{}({})", syscall_name(nr), args.join(", ")))
 }
 
+/// Where a sleeping thread sleeps in the kernel, for a person reading a verdict: the kernel
+/// function (`wchan`), and when it is in no system call what `/proc/.../syscall` says instead
+/// ("-1": blocked outside a system call, e.g. in a page fault; "running").
+pub fn sleeping_where(pid: u32, tid: u32) -> String {
+    let read = |file: &str| fs::read_to_string(format!("/proc/{pid}/task/{tid}/{file}")).map(|t| t.trim().to_string()).unwrap_or_default();
+    let wchan = read("wchan");
+    let syscall = read("syscall");
+    let mut parts = Vec::new();
+    if !wchan.is_empty() && wchan != "0" {
+        parts.push(format!("kernel function {wchan}"));
+    }
+    if blocked_syscall(pid, tid).is_none() && !syscall.is_empty() {
+        parts.push(format!("/proc syscall \"{}\"", syscall.split_whitespace().next().unwrap_or("")));
+    }
+    parts.join(", ")
+}
+
 fn shorten_arg(hex: &str) -> String {
     u64::from_str_radix(hex.trim_start_matches("0x"), 16).map(|v| if v < 4096 { v.to_string() } else { format!("{v:#x}") }).unwrap_or_else(|_| hex.to_string())
 }
@@ -389,12 +406,17 @@ pub fn syscall_name(nr: i64) -> String {
         2 => "open",
         7 => "poll",
         17 => "pread64",
+        16 => "ioctl",
         19 => "readv",
+        20 => "writev",
         23 => "select",
         34 => "pause",
         35 => "nanosleep",
         43 => "accept",
+        42 => "connect",
+        44 => "sendto",
         45 => "recvfrom",
+        46 => "sendmsg",
         47 => "recvmsg",
         56 => "clone",
         57 => "fork",

@@ -142,11 +142,13 @@ impl Execution<'_> {
 /// running: `role` says what it is ("holds the run token but"), `waited` what waited for it.
 pub(super) fn blocked_outside(thread: ThreadId, pid: u32, tid: u32, role: &str, for_: Duration, waited: &str) -> Outcome {
     let syscall = procfs::blocked_syscall(pid, tid).unwrap_or_else(|| "an unknown system call".into());
+    let place = procfs::sleeping_where(pid, tid);
+    let place = if place.is_empty() { String::new() } else { format!(" ({place})") };
     Outcome::Uncontrolled {
         thread,
         syscall: syscall.clone(),
         detail: format!(
-            "thread {thread} (pid {pid}, tid {tid}) {role} has been blocked in the kernel in {syscall} for {} ms without running, outside dara's control (--watchdog-ms){waited}; the run was stopped",
+            "thread {thread} (pid {pid}, tid {tid}) {role} has been blocked in the kernel in {syscall}{place} for {} ms without running, outside dara's control (--watchdog-ms){waited}; the run was stopped",
             for_.as_millis()
         ),
     }
