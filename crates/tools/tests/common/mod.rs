@@ -274,10 +274,32 @@ pub fn free_ports(count: u16) -> u16 {
     loop {
         let base = start + NEXT.fetch_add(count, Ordering::Relaxed);
         assert!(base < 32000, "no {count} free ports below 32000");
-        if (base..base + count).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() && std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok()) {
+        if (base..base + count).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() && std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok()) && reserve_ports(base, count) {
             return base;
         }
     }
+}
+
+/// Reserves ports `base..base + count` for this test process's lifetime against other test
+/// processes (another copy of the suite running at once would otherwise pick the same free port
+/// for its own server, and a script under dara would reach the other suite's server): one lock
+/// file per port, locked and kept open until the process exits.
+fn reserve_ports(base: u16, count: u16) -> bool {
+    use std::os::fd::AsRawFd;
+    static HELD: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("dara-test-ports");
+    let _ = std::fs::create_dir_all(&dir);
+    let mut taken = Vec::new();
+    for port in base..base + count {
+        let Ok(file) = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(port.to_string())) else { return false };
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return false;
+        }
+        taken.push(file);
+    }
+    HELD.lock().unwrap_or_else(|e| e.into_inner()).extend(taken);
+    true
 }
 
 /// Sends SIGINT to `child` after `delay` and waits (at most 20 s) for it to exit.
