@@ -49,6 +49,8 @@ command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v make >/dev/null 2>&1 || need+=(make)
 perl -Mthreads -e 1 >/dev/null 2>&1 || need+=(perl)
 command -v git >/dev/null 2>&1 || need+=(git)
+command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
+command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || services+=(postgresql-15)
 need+=("${services[@]}")
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo is missing: install a Rust toolchain (rustup) first" >&2; exit 1; }

@@ -37,7 +37,9 @@ use crate::sys;
 const TRACKED_FDS: usize = 4096;
 /// Per descriptor: local port << 16 | peer port, once both are known (0: not looked up yet).
 static PORTS: [AtomicU32; TRACKED_FDS] = [const { AtomicU32::new(0) }; TRACKED_FDS];
-/// `struct tcp_info` offsets: bytes sent and retransmitted (Linux 4.19 and later).
+/// `struct tcp_info` offsets: bytes written but not sent yet (a u32), bytes sent and
+/// retransmitted (Linux 4.19 and later).
+const TCPI_NOTSENT_BYTES: usize = 144;
 const TCPI_BYTES_SENT: usize = 200;
 const TCPI_BYTES_RETRANS: usize = 208;
 
@@ -145,8 +147,11 @@ fn ports(fd: i32) -> u32 {
     0
 }
 
-/// Bytes TCP socket `fd` has sent in all (retransmissions counted once), `u64::MAX` if the kernel
-/// does not say.
+/// Bytes the program has written to TCP socket `fd` in all: sent (retransmissions counted once)
+/// and still queued unsent (Nagle holds a small segment while an earlier one is unacknowledged:
+/// counting only what was sent, dara took such a send as settled while its bytes were still in
+/// the program's queue, and read them one step later than when recorded: mosquitto's replays
+/// diverged). `u64::MAX` if the kernel does not say.
 fn bytes_sent(fd: i32) -> u64 {
     let mut info = [0u8; TCPI_BYTES_RETRANS + 8];
     let mut len = info.len() as libc::socklen_t;
@@ -156,5 +161,6 @@ fn bytes_sent(fd: i32) -> u64 {
         return u64::MAX;
     }
     let at = |offset: usize| u64::from_ne_bytes(info[offset..offset + 8].try_into().unwrap_or([0; 8]));
-    at(TCPI_BYTES_SENT).saturating_sub(at(TCPI_BYTES_RETRANS))
+    let not_sent = u32::from_ne_bytes(info[TCPI_NOTSENT_BYTES..TCPI_NOTSENT_BYTES + 4].try_into().unwrap_or([0; 4]));
+    at(TCPI_BYTES_SENT).saturating_sub(at(TCPI_BYTES_RETRANS)) + u64::from(not_sent)
 }

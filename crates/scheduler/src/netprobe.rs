@@ -73,6 +73,18 @@ const ANON_INODE_KEY: u64 = 1 << 63;
 /// An address pair of an INET socket: (protocol kind, local port, remote port or 0).
 type PortKey = (u64, u16, u16);
 
+/// Marks, in the `owed` map, a TCP connection owed to an IPv6 listener. One port may have a
+/// listener of each family (mosquitto, nginx with `listen 80` and `listen [::]:80`), and a
+/// connection only ever shows on its own family's (or on a dual-stack IPv6 listener): keyed by the
+/// port alone, dara waited on the IPv4 listener for a connection made to `[::1]`, for good.
+const OWED_V6: u64 = 1 << 62;
+
+/// The `owed` key of a TCP connection to `server`.
+fn owed_connection(server: std::net::SocketAddr) -> PortKey {
+    let v6 = matches!(server, std::net::SocketAddr::V6(a) if a.ip().to_ipv4_mapped().is_none());
+    (kind::TCP | if v6 { OWED_V6 } else { 0 }, server.port(), 0)
+}
+
 /// (local, remote) addresses of a connected INET socket.
 pub(crate) type AddressPair = (std::net::SocketAddr, std::net::SocketAddr);
 
@@ -390,7 +402,8 @@ impl NetProbe {
 
     /// `poll` that first waits for anything owed to `ep` to show.
     fn settled_poll(&mut self, fd: &OwnedFd, ep: Endpoint, events: libc::c_short) -> Result<libc::c_short, ProbeError> {
-        let owed = |me: &Self| ep.key.and_then(|k| me.owed.get(&k)).copied().unwrap_or(0);
+        let keys = owed_keys(fd, ep);
+        let owed = |me: &Self| keys.iter().flatten().filter_map(|k| me.owed.get(k)).sum::<u32>();
         let revents = poll_now(fd, events);
         if owed(self) == 0 || revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
             return Ok(revents);
@@ -436,20 +449,23 @@ impl NetProbe {
                 None => return Ok(()),
             },
         };
-        let ep = match self.probed.get(&(pid, fd)) {
-            Some(ep) => *ep,
-            None => self.endpoint(0, fd, &dup),
+        // A socket not probed yet is not named here: which sockets get endpoint ids, in which
+        // order, is part of the trace, and whether a send takes this slower way depends on timing
+        // (bytes Nagle held back), so naming it here made replays diverge ("close e4" / "close e5").
+        let (k, addrs, name) = match self.probed.get(&(pid, fd)) {
+            Some(ep) => (ep.kind, ep.addrs, format!("endpoint e{}", ep.id)),
+            None => (socket_kind(&dup), addresses(&dup), format!("descriptor {fd} of pid {pid}")),
         };
-        if ep.kind != kind::TCP {
+        if k != kind::TCP {
             return Ok(());
         }
         let started = Instant::now();
         if self.diag.is_none() {
             self.diag = SockDiag::open();
         }
-        while !sent_bytes_arrived(&dup, ep.addrs, self.diag.as_ref(), false, own) {
+        while !sent_bytes_arrived(&dup, addrs, self.diag.as_ref(), false, own) {
             if started.elapsed() > SETTLE_LIMIT {
-                return Err(ProbeError(format!("bytes sent on endpoint e{} were not acknowledged by the loopback peer within {} ms; the run was stopped", ep.id, SETTLE_LIMIT.as_millis())));
+                return Err(ProbeError(format!("bytes sent on {name} were not acknowledged by the loopback peer within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
             }
             std::thread::yield_now();
         }
@@ -478,12 +494,10 @@ impl NetProbe {
         }
         // A socket with no peer was refused (its error already taken by a second connect call);
         // one already counted is being checked again by a second connect call.
-        if let Some((_, _, remote)) = ep.key.or_else(|| inet_key(&dup, kind::TCP)).filter(|k| k.2 != 0) {
-            if self.connected.insert(ep.id) {
-                *self.owed.entry((kind::TCP, remote, 0)).or_default() += 1;
-                if let Some(server) = socket_address(&dup, true) {
-                    self.connections.push((pid, server));
-                }
+        if ep.key.or_else(|| inet_key(&dup, kind::TCP)).is_some_and(|k| k.2 != 0) {
+            if let Some(server) = socket_address(&dup, true).filter(|_| self.connected.insert(ep.id)) {
+                *self.owed.entry(owed_connection(server)).or_default() += 1;
+                self.connections.push((pid, server));
             }
         }
         Ok(())
@@ -532,9 +546,11 @@ impl NetProbe {
     fn pay_back(&mut self, pid: u32, fd: i32, want: u64) -> Result<(), ProbeError> {
         let Some(dup) = self.dup(pid, fd)? else { return Ok(()) };
         let ep = self.endpoint(0, fd, &dup);
-        if let (true, Some(key)) = (ep.kind == want, ep.key) {
-            if let Some(n) = self.owed.get_mut(&key) {
-                *n = n.saturating_sub(1);
+        if ep.kind == want {
+            let keys = owed_keys(&dup, ep);
+            let key = keys.iter().flatten().find(|k| self.owed.get(k).is_some_and(|&n| n > 0));
+            if let Some(n) = key.and_then(|k| self.owed.get_mut(k)) {
+                *n -= 1;
             }
         }
         Ok(())
@@ -544,7 +560,7 @@ impl NetProbe {
     /// bound to any more died with its socket, and a node restarted on the same port must not
     /// wait for it.
     pub fn forget_owed_to_closed_ports(&mut self) {
-        self.owed.retain(|&(k, port, _), _| port_bound(k, port));
+        self.owed.retain(|&(k, port, _), _| port_bound(k & !OWED_V6, port));
     }
 
     /// Resets every TCP connection between a process of `a` and a process of `b` (a `ConnReset`
@@ -600,9 +616,9 @@ impl NetProbe {
         self.by_key.contains_key(&(kind::TCP, local, remote))
     }
 
-    /// dara accepted a connection a traced client made to `port`: it is no longer owed there.
-    pub fn connection_taken(&mut self, port: u16) {
-        if let Some(n) = self.owed.get_mut(&(kind::TCP, port, 0)) {
+    /// dara accepted a connection a traced client made to `server`: it is no longer owed there.
+    pub fn connection_taken(&mut self, server: std::net::SocketAddr) {
+        if let Some(n) = self.owed.get_mut(&owed_connection(server)) {
             *n = n.saturating_sub(1);
         }
     }
@@ -775,12 +791,9 @@ fn unix_peer_pid(fd: &OwnedFd) -> Option<u32> {
     (rc == 0 && cred.pid > 0).then_some(cred.pid as u32)
 }
 
+/// An integer `SOL_SOCKET` option of `fd`, if it has it.
 fn sockopt(fd: &OwnedFd, opt: libc::c_int) -> Option<libc::c_int> {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: reads one int option into `v`.
-    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, (&mut v as *mut libc::c_int).cast(), &mut len) };
-    (rc == 0).then_some(v)
+    sockopt_int(fd, libc::SOL_SOCKET, opt)
 }
 
 fn socket_kind(fd: &OwnedFd) -> u64 {
@@ -806,6 +819,33 @@ fn anon_kind(fd: &OwnedFd) -> u64 {
 }
 
 /// (kind, local port, remote port or 0) of an INET socket.
+/// The `owed` keys what is owed to endpoint `ep` (descriptor `fd`) is counted under: its own key,
+/// but for a TCP listener the key of its family's connections, and of both families' for a
+/// dual-stack IPv6 listener (`IPV6_V6ONLY` off), which IPv4 clients reach too.
+fn owed_keys(fd: &OwnedFd, ep: Endpoint) -> [Option<PortKey>; 2] {
+    let Some(key) = ep.key else { return [None, None] };
+    if ep.kind != kind::TCP || key.2 != 0 {
+        return [Some(key), None];
+    }
+    match socket_address(fd, false) {
+        Some(std::net::SocketAddr::V6(_)) => {
+            let v6 = (kind::TCP | OWED_V6, key.1, 0);
+            let v6_only = sockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) != Some(0);
+            [Some(v6), (!v6_only).then_some(key)]
+        }
+        _ => [Some(key), None],
+    }
+}
+
+/// An integer socket option of `fd`, if it has it.
+fn sockopt_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int) -> Option<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into the live local `value`.
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&mut value as *mut libc::c_int).cast(), &mut len) };
+    (rc == 0).then_some(value)
+}
+
 fn inet_key(fd: &OwnedFd, k: u64) -> Option<PortKey> {
     Some((k, socket_address(fd, false)?.port(), socket_address(fd, true).map_or(0, |a| a.port())))
 }
@@ -987,24 +1027,12 @@ fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&So
 }
 
 /// A send made without a post, to a peer that is dara's own socket (`total`: the sender's local
-/// port, peer port and bytes sent in all): waits, bounded by [`SETTLE_LIMIT`], until dara's
-/// socket has received them all; Ok(false) when the peer is not dara's or the count is unknown
-/// (the caller settles the send by looking at the sender).
+/// port, peer port and bytes written in all, sent or still queued): whether dara's socket has
+/// received them all already (the usual case: loopback delivers inside the send). Otherwise, or
+/// when the peer is not dara's or the count is unknown, the caller settles the send by looking
+/// at the sender, which pushes bytes Nagle holds back and waits for the rest.
 fn own_received_all((local, peer, sent): (u16, u16, u64), own: OwnReceived) -> Result<bool, ProbeError> {
-    if sent == u64::MAX {
-        return Ok(false);
-    }
-    let started = Instant::now();
-    loop {
-        match own(peer, local) {
-            None => return Ok(false),
-            Some(received) if received >= sent => return Ok(true),
-            Some(_) if started.elapsed() > SETTLE_LIMIT => {
-                return Err(ProbeError(format!("bytes a traced thread sent on port {local} did not reach dara's end of the connection (port {peer}) within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
-            }
-            Some(_) => std::thread::yield_now(),
-        }
-    }
+    Ok(sent != u64::MAX && own(peer, local).is_some_and(|received| received >= sent))
 }
 
 /// Waits until everything sent on dara's relay socket `fd` (addresses `addrs`; bytes and a FIN)

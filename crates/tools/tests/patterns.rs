@@ -112,6 +112,14 @@ fn an_exec_that_closes_a_pipes_last_writer_ends_the_readers_wait() {
 }
 
 #[test]
+fn listeners_of_both_families_on_one_port_each_get_their_own_connections() {
+    // mosquitto's pattern: 127.0.0.1:P and [::1]:P (IPV6_V6ONLY) in one epoll set.
+    let program = private_copy(&fixture("dual_family_listeners"), "dual-family");
+    searches_clean_and_alike("dual-family", &program, &[], 6, "served 4 clients over both families");
+    assert_no_survivors(&program);
+}
+
+#[test]
 fn a_semaphore_shared_between_processes_is_one_semaphore() {
     // Named (sem_open, inherited over fork and opened again after an exec) and unnamed in a
     // shared mapping: the children's posts are the parent's semaphore's.

@@ -409,3 +409,44 @@ fn git_clone_over_its_pack_protocol_records_searches_and_replays() {
     replays_identically(&last);
     assert!(processes_with(&["git", src]).is_empty(), "a git survived");
 }
+
+/// mosquitto (an MQTT broker listening on 127.0.0.1 and ::1 at once) in a closed-world script:
+/// a subscriber over IPv6, three QoS 1 publishes over both families. Before: "loopback delivery
+/// to endpoint eN did not arrive within 2000 ms" (a connection made to [::1] was waited for on
+/// the IPv4 listener of the same port).
+#[test]
+fn mosquitto_test_script_searches_clean_and_replays() {
+    let port = free_ports(1).to_string();
+    let script = repo_root().join("tests/fixtures/scripts/mosquitto_test.sh");
+    let (last, run) = search_clean("mosquitto-search", SEARCH_RUNS, &[], &[script.to_str().unwrap(), &port]);
+    assert_eq!(run.stdout.matches("mosquitto_test: the subscriber got every message").count() as u64, SEARCH_RUNS, "{}", run.text());
+    replays_identically(&last);
+    assert!(processes_with(&["mosquitto", "-p", &port]).is_empty(), "a mosquitto survived");
+}
+
+/// mosquitto recorded with its clients outside dara, over both families, stopped by one Ctrl-C.
+#[test]
+fn mosquitto_under_outside_clients_records_and_replays() {
+    let port = free_ports(1).to_string();
+    let out = out_dir("mosquitto");
+    let mut broker = start_recording(&out, &["mosquitto", "-p", &port], &port);
+    let mut sub = Command::new("mosquitto_sub").args(["-h", "::1", "-p", &port, "-t", "test/#", "-C", "3", "-W", "60"]).stdout(Stdio::piped()).spawn().expect("mosquitto_sub (run ./scripts/install-deps.sh)");
+    // The subscription is in place once a message published after it arrives: publish until then.
+    let publish = |host: &str, n: u32| {
+        let status = Command::new("mosquitto_pub").args(["-h", host, "-p", &port, "-t", &format!("test/{n}"), "-m", &format!("message {n}"), "-q", "1"]).status().unwrap();
+        assert!(status.success(), "publish {n} over {host}");
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    publish("127.0.0.1", 1);
+    publish("::1", 2);
+    publish("127.0.0.1", 3);
+    let got = wait_at_most(&mut sub, Duration::from_secs(60)).expect("the subscriber got three messages");
+    let mut text = String::new();
+    std::io::Read::read_to_string(sub.stdout.as_mut().unwrap(), &mut text).unwrap();
+    assert!(got.success(), "{text}");
+    assert!(text.ends_with("message 3\n"), "the subscriber got the last message: {text}");
+    let (status, stderr) = ctrl_c(&mut broker, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "one Ctrl-C stops mosquitto, and dara with its exit: {status:?} {stderr}");
+    replays_identically(&out.join("trace.bin"));
+    assert!(processes_with(&["mosquitto", "-p", &port]).is_empty(), "a mosquitto survived");
+}

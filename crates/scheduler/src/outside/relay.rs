@@ -468,7 +468,9 @@ impl Outside {
             let port = self.listeners[index].public_port;
             let traced = peer_port(&client).is_some_and(|p| net.is_traced_endpoint(p, port));
             if traced {
-                net.connection_taken(port);
+                if let Some(server) = netprobe::socket_address(&client, false) {
+                    net.connection_taken(server);
+                }
             } else if self.replay.is_some() {
                 continue; // nobody outside takes part in a replay: turned away
             }
