@@ -114,7 +114,8 @@ pub fn cov_lib_dir() -> PathBuf {
 
 /// `CARGO_TARGET_TMPDIR/<kind>/<this test process's pid>`: two copies of the suite at once (the
 /// check that tests hold on a busy machine) must not remove or overwrite each other's files. The
-/// first call in a process removes the directories of test processes that are gone.
+/// first call in a process removes the directories of test processes that are gone and were last
+/// written more than an hour ago (a failed test's traces stay to be looked at meanwhile).
 fn own_tmp(kind: &str) -> PathBuf {
     static SWEPT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(kind);
@@ -124,7 +125,8 @@ fn own_tmp(kind: &str) -> PathBuf {
         for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let gone = name.parse::<u32>().is_ok_and(|pid| pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists());
-            if gone {
+            let old = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).is_some_and(|age| age > Duration::from_secs(3600));
+            if gone && old {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }
