@@ -441,6 +441,7 @@ impl<'a> Execution<'a> {
                     cluster::Advance::Decide => {}
                 }
             }
+            self.replay_signals_before(self.steps.len() as u64);
             self.refresh_signals();
             let mut choices = self.model.choices();
             match self.await_outside(&choices, stop) {
@@ -501,7 +502,6 @@ impl<'a> Execution<'a> {
             };
             self.steps.push(Step { choice, result, now_ns: self.model.now() });
             if let Some(result) = result {
-                self.replay_signals_with_grant(step, choice.thread);
                 self.grant(choice.thread, choice.op, result);
             }
         }
@@ -572,12 +572,17 @@ impl<'a> Execution<'a> {
             eprintln!("dara: waiting for outside input ({}); Ctrl-C passes SIGINT on to the program, a second one stops dara and keeps the trace", self.waiting_for());
             self.idle_since = Some((since, true));
         }
+        // A signal someone outside sends straight to a parked thread (`kill <server pid>`) ends
+        // a wait only once dara looks: while some wait could be ended so, look every
+        // SIGNAL_LOOK (before, such a recording waited for good unless something else woke it).
+        let interruptible = !self.model.interruptible_waits().is_empty();
         let outside = self.outside.as_mut().expect("checked above");
         let slice = match (unrelayed, limit) {
             (false, limit) => Some(limit.map_or(IDLE_NOTICE, |l| l.min(IDLE_NOTICE))),
             (true, None) => Some(UNRELAYED_POLL),
             (true, Some(limit)) => Some(limit.min(UNRELAYED_POLL)),
         };
+        let slice = if interruptible { slice.map(|s| s.min(SIGNAL_LOOK)) } else { slice };
         match outside.wait(slice, stop) {
             Ok(true) => {
                 self.idle_since = None;
@@ -587,6 +592,9 @@ impl<'a> Execution<'a> {
             Ok(false) => {
                 if unrelayed {
                     self.net_dirty = true; // look at the sockets again
+                }
+                if interruptible {
+                    self.signals_may_be_pending();
                 }
                 Ok(true) // look again: the deadline may have come, or more waiting is due
             }
@@ -776,18 +784,20 @@ impl<'a> Execution<'a> {
         entry.relay_port.store(u32::from(relayed.relay.port()), Ordering::Release);
     }
 
-    /// Replay: sends `thread` the signals that reached it from outside with the grant of `step`
-    /// in the recording; it lets them through as it comes back from the grant, as it did then.
-    fn replay_signals_with_grant(&mut self, step: u64, thread: ThreadId) {
+    /// Replay: sends the signals that reached a thread from outside with its grant of `step` in
+    /// the recording, before that step's decision: the thread, parked and blocking them, lets
+    /// them through as it comes back from the grant, as it did then. Sent before the decision
+    /// because one may be what ended its wait (an `Interrupt` choice, offered only for a signal
+    /// that is pending).
+    fn replay_signals_before(&mut self, step: u64) {
         let Some(outside) = self.outside.as_mut() else { return };
-        let signals = outside.signals_with_grant(step, thread);
-        if signals.is_empty() {
-            return;
-        }
-        let (pid, tid) = (self.pid_of(thread), self.region.slot(thread as usize).tid.load(Ordering::Acquire));
-        for sig in signals {
-            // The thread is parked in the target, blocking the signal.
+        let signals = outside.signals_before(step);
+        for &(thread, sig) in &signals {
+            let (pid, tid) = (self.pid_of(thread as ThreadId), self.region.slot(thread as usize).tid.load(Ordering::Acquire));
             procfs::thread_signal(pid, tid, sig);
+        }
+        if !signals.is_empty() {
+            self.signals_may_be_pending();
         }
     }
 
@@ -1449,6 +1459,9 @@ fn relay_outcome(step: u64, e: RelayError) -> Outcome {
 /// How often a recording that waits for a peer dara does not relay looks at the program's sockets
 /// again.
 const UNRELAYED_POLL: Duration = Duration::from_millis(20);
+/// How often a recording waiting for outside input looks for signals sent straight to its parked
+/// threads.
+const SIGNAL_LOOK: Duration = Duration::from_millis(50);
 /// How long the run waits for outside input before it says so.
 const IDLE_NOTICE: Duration = Duration::from_secs(2);
 

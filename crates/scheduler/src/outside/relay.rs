@@ -268,18 +268,19 @@ impl Outside {
         self.events.push(OutsideEvent { step, stream: thread + 1, what: OutsideWhat::Signal(sig) });
     }
 
-    /// Replay: the signals to send to `thread` before it is granted `step` (see
+    /// Replay: the signals to send, as (thread, signal), before the decision of `step`: those
+    /// that reached the thread granted at `step` in the recording (see
     /// [`Outside::signal_with_grant`]).
-    pub fn signals_with_grant(&mut self, step: u64, thread: u32) -> Vec<i32> {
+    pub fn signals_before(&mut self, step: u64) -> Vec<(u32, i32)> {
         let Some(r) = &mut self.replay else { return Vec::new() };
         let mut found = Vec::new();
         while let Some(e) = r.grant_signals.front().filter(|e| e.step <= step) {
-            if let (true, OutsideWhat::Signal(s)) = (e.step == step && e.stream == thread + 1, &e.what) {
-                found.push(*s);
+            if let (true, OutsideWhat::Signal(s)) = (e.step == step && e.stream > 0, &e.what) {
+                found.push((e.stream - 1, *s));
             }
             r.grant_signals.pop_front();
         }
-        for &s in &found {
+        for &(thread, s) in &found {
             self.events.push(OutsideEvent { step, stream: thread + 1, what: OutsideWhat::Signal(s) });
         }
         found
