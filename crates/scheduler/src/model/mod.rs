@@ -368,7 +368,13 @@ impl Model {
     /// `Interrupt`.
     fn thread_choices(&self, id: ThreadId, thread: &Thread, out: &mut Vec<Choice>) {
         let Some(request) = thread.request() else { return };
-        let obj = if request.op.is_net() { self.net_obj(id) } else { request.args[0] };
+        let obj = if request.op.is_net() {
+            self.net_obj(id)
+        } else if sharing::named_objects(&request)[0].is_some() {
+            self.objects.name(thread.process, request.args[0])
+        } else {
+            request.args[0]
+        };
         let choice = |kind, alt| Choice { thread: id, kind, alt, op: request.op, obj };
         for alt in 0..self.run_alternatives(id, thread) {
             out.push(choice(ChoiceKind::Run, alt));

@@ -252,6 +252,9 @@ pub(crate) struct Objects {
     /// The key of each process-shared object a process named, by its address there (see
     /// `sharing.rs`); an address not here is a process-private object.
     pub placed: BTreeMap<(ProcessId, u64), ObjKey>,
+    /// The name of each object in shared memory: the address at which the execution first met it
+    /// (in the choices, so that strategies see one object wherever each process maps it).
+    pub shared_names: BTreeMap<ObjKey, u64>,
     /// Shared memories met so far, by what backs them.
     pub shared_spaces: BTreeMap<SharedBacking, u32>,
 }
@@ -273,6 +276,12 @@ pub struct SharedLocation {
 }
 
 impl Objects {
+    /// The address that names the object at `addr` of `process` in choices: its own, unless it
+    /// lies in shared memory and was first met at another address.
+    pub fn name(&self, process: ProcessId, addr: u64) -> u64 {
+        self.placed.get(&(process, addr)).and_then(|k| self.shared_names.get(k)).copied().unwrap_or(addr)
+    }
+
     /// The key of the object at `addr` of `process`, as last placed (`Model::place_objects`).
     pub fn key(&self, process: ProcessId, addr: u64) -> ObjKey {
         self.placed.get(&(process, addr)).copied().unwrap_or_else(|| ObjKey::local(process, addr))

@@ -17,6 +17,10 @@
 //! program would have to re-initialise its objects there, which drops the key when they read as
 //! private, but not when they read as shared again).
 //!
+//! In choices (what strategies and traces see) such an object is named by the address at which
+//! the execution first met it, in whichever process: DPOR's "same object" is then right for
+//! processes that map the memory at different addresses (LMDB's lock file).
+//!
 //! `pthread_once` controls and the locks a thread took without a post (`Op::Held`: the preload's
 //! solo path refuses process-shared locks) stay keyed per process.
 use dara_abi::{FutexMatch, Op};
@@ -105,6 +109,72 @@ impl Model {
         let Some(at) = mem.shared_location(process, addr) else { return ObjKey::local(process, addr) };
         let next = self.objects.shared_spaces.len() as u32;
         let space = *self.objects.shared_spaces.entry(at.backing).or_insert(next);
-        ObjKey { space: Space::Shared(space), addr: at.offset }
+        let k = ObjKey { space: Space::Shared(space), addr: at.offset };
+        self.objects.shared_names.entry(k).or_insert(addr);
+        k
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads this test process's own memory: the objects below, as glibc initialised them.
+    struct OwnMemory;
+
+    impl MemoryReader for OwnMemory {
+        fn read_u32(&mut self, _process: ProcessId, addr: u64) -> Option<u32> {
+            // SAFETY: the tests pass addresses inside live, 4-aligned pthread objects of theirs.
+            Some(unsafe { std::ptr::read_volatile(addr as *const u32) })
+        }
+    }
+
+    /// glibc's own initialisers, private then shared, against the fields `says_shared` reads.
+    #[test]
+    fn the_glibc_layouts_tell_shared_objects_from_private_ones() {
+        for pshared in [libc::PTHREAD_PROCESS_PRIVATE, libc::PTHREAD_PROCESS_SHARED] {
+            let expect = pshared == libc::PTHREAD_PROCESS_SHARED;
+            let shared = |class: ObjClass, addr: *const u8| class.says_shared(0, addr as u64, &mut OwnMemory);
+            // SAFETY: each object is zeroed, initialised by glibc with its attribute, only read
+            // after, and destroyed; every call gets valid pointers to locals.
+            unsafe {
+                let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
+                let mut m: libc::pthread_mutex_t = std::mem::zeroed();
+                libc::pthread_mutexattr_init(&mut attr);
+                libc::pthread_mutexattr_setpshared(&mut attr, pshared);
+                libc::pthread_mutex_init(&mut m, &attr);
+                assert_eq!(shared(ObjClass::Mutex, &m as *const _ as *const u8), expect, "mutex, pshared {pshared}");
+                libc::pthread_mutex_destroy(&mut m);
+
+                let mut attr: libc::pthread_rwlockattr_t = std::mem::zeroed();
+                let mut l: libc::pthread_rwlock_t = std::mem::zeroed();
+                libc::pthread_rwlockattr_init(&mut attr);
+                libc::pthread_rwlockattr_setpshared(&mut attr, pshared);
+                libc::pthread_rwlock_init(&mut l, &attr);
+                assert_eq!(shared(ObjClass::RwLock, &l as *const _ as *const u8), expect, "rwlock, pshared {pshared}");
+                libc::pthread_rwlock_destroy(&mut l);
+
+                let mut attr: libc::pthread_condattr_t = std::mem::zeroed();
+                let mut c: libc::pthread_cond_t = std::mem::zeroed();
+                libc::pthread_condattr_init(&mut attr);
+                libc::pthread_condattr_setpshared(&mut attr, pshared);
+                libc::pthread_cond_init(&mut c, &attr);
+                assert_eq!(shared(ObjClass::Cond, &c as *const _ as *const u8), expect, "cond, pshared {pshared}");
+                libc::pthread_cond_destroy(&mut c);
+
+                let mut attr: libc::pthread_barrierattr_t = std::mem::zeroed();
+                let mut b: libc::pthread_barrier_t = std::mem::zeroed();
+                libc::pthread_barrierattr_init(&mut attr);
+                libc::pthread_barrierattr_setpshared(&mut attr, pshared);
+                libc::pthread_barrier_init(&mut b, &attr, 2);
+                assert_eq!(shared(ObjClass::Barrier, &b as *const _ as *const u8), expect, "barrier, pshared {pshared}");
+                libc::pthread_barrier_destroy(&mut b);
+
+                let mut sem: libc::sem_t = std::mem::zeroed();
+                libc::sem_init(&mut sem, i32::from(expect), 1);
+                assert_eq!(shared(ObjClass::Semaphore, &sem as *const _ as *const u8), expect, "sem, pshared {pshared}");
+                libc::sem_destroy(&mut sem);
+            }
+        }
     }
 }

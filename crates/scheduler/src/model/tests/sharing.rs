@@ -65,6 +65,8 @@ fn a_process_shared_mutex_is_one_mutex_wherever_each_process_maps_it() {
     assert!(!s.can_run(2), "held by the other process");
     assert!(s.detail(2).contains("held by thread 1"), "{}", s.detail(2));
     assert_eq!(s.unlock(1, M, mutex_kind::NORMAL), grant(0));
+    // Named in choices by the address where the execution first met it, in every process.
+    assert_eq!(s.m.choices().iter().filter(|c| c.thread == 2).map(|c| c.obj).collect::<Vec<_>>(), [M]);
     assert_eq!(s.run(2), grant(0));
     // A normal mutex may be unlocked by another process's thread (glibc does not check).
     assert_eq!(s.unlock(1, M, mutex_kind::NORMAL), grant(0));
