@@ -489,6 +489,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_futex_call_without_the_private_flag_is_shared() {
+        let wait = futex_match(libc::FUTEX_WAIT, true, 0);
+        assert_eq!(wait, FutexMatch { bitset: FUTEX_BITSET_MATCH_ANY, shared: true });
+        let private = futex_match(libc::FUTEX_WAKE_BITSET | libc::FUTEX_PRIVATE_FLAG, false, 0b101);
+        assert_eq!(private, FutexMatch { bitset: 0b101, shared: false });
+        assert_eq!(FutexMatch::from_arg(wait.to_arg()), wait);
+        assert_eq!(FutexMatch::from_arg(private.to_arg()), private);
+    }
+
+    #[test]
     fn filter_jumps_stay_in_bounds() {
         let p = program(0x1234_5678_9abc_def0);
         for (i, ins) in p.iter().enumerate() {
