@@ -8,7 +8,8 @@
 # /usr/bin/python3), memcached and libmemcached-tools (memcslap), nginx (master and
 # workers recorded while curl fetches pages) and curl, openssl (`openssl speed -multi`, whose
 # parent reads its children's pipes through stdio: crates/tools/tests/patterns.rs), xz-utils
-# (`xz -T 4`), libsqlite3-dev and libuv1-dev (the sqlite_threads and uv_echo fixtures link them),
+# (`xz -T 4`), libsqlite3-dev, libuv1-dev and liblmdb-dev (the sqlite_threads, uv_echo and
+# lmdb_writers fixtures link them; lmdb-utils' mdb_stat reads the LMDB environment afterwards),
 # and Debian's PostgreSQL 15 (initdb, postgres, pg_ctl under /usr/lib/postgresql/15/bin; psql),
 # Debian's default JDK (javac and java: the JVM test compiles tests/fixtures/java/Workers.java),
 # GNU make (`make -j4` builds a small C project under dara), and perl with ithreads.
@@ -43,6 +44,8 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 [ -f /usr/include/uv.h ] || need+=(libuv1-dev)
+[ -f /usr/include/lmdb.h ] || need+=(liblmdb-dev)
+command -v mdb_stat >/dev/null 2>&1 || need+=(lmdb-utils)
 command -v runuser >/dev/null 2>&1 || need+=(util-linux)
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client-15)
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)

@@ -34,7 +34,7 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 15;
+pub const VERSION: u32 = 16;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -168,11 +168,11 @@ pub enum Op {
     /// args: [sem addr]
     SemPost = 63,
 
-    /// Raw futex wait. args: [addr, expected value, deadline, bitset]. The scheduler reads the
-    /// word when it picks this thread: result -EAGAIN if it differs, else the thread blocks until
-    /// a matching `FutexWake` (result 0) or its deadline (result -ETIMEDOUT).
+    /// Raw futex wait. args: [addr, expected value, deadline, [`FutexMatch`]]. The scheduler reads
+    /// the word when it picks this thread: result -EAGAIN if it differs, else the thread blocks
+    /// until a matching `FutexWake` (result 0) or its deadline (result -ETIMEDOUT).
     FutexWait = 70,
-    /// Raw futex wake. args: [addr, max waiters, bitset]. result: number woken.
+    /// Raw futex wake. args: [addr, max waiters, [`FutexMatch`]]. result: number woken.
     FutexWake = 71,
 
     /// `sched_yield` and friends.
@@ -485,6 +485,30 @@ pub mod start_kind {
 
 /// Deadline argument meaning "wait forever".
 pub const NO_DEADLINE: u64 = u64::MAX;
+
+/// Which waiters a raw futex operation matches: its bitset (all ones for plain `FUTEX_WAIT` /
+/// `FUTEX_WAKE`), and whether the futex is process-shared (the call had no `FUTEX_PRIVATE_FLAG`:
+/// the kernel keys it by the memory behind the address, so waiters in other processes that map
+/// that memory match too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FutexMatch {
+    pub bitset: u32,
+    pub shared: bool,
+}
+
+impl FutexMatch {
+    /// Where `shared` sits in the op argument, above the 32 bits of the bitset.
+    const SHARED_BIT: u64 = 1 << 32;
+
+    /// The op argument (`FutexWait` args[3], `FutexWake` args[2]).
+    pub const fn to_arg(self) -> u64 {
+        self.bitset as u64 | if self.shared { Self::SHARED_BIT } else { 0 }
+    }
+
+    pub const fn from_arg(arg: u64) -> FutexMatch {
+        FutexMatch { bitset: arg as u32, shared: arg & Self::SHARED_BIT != 0 }
+    }
+}
 
 /// Mutex kinds as sent in `MutexLock` args (glibc `__kind & 3`, adaptive folded into normal).
 pub mod mutex_kind {

@@ -14,7 +14,7 @@
 //! the scheduler ends the execution ("fail closed").
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use dara_abi::{Op, NO_DEADLINE};
+use dara_abi::{FutexMatch, Op, NO_DEADLINE};
 use libc::{c_int, c_long, c_void, siginfo_t, sock_filter, sock_fprog, timespec, ucontext_t};
 
 use crate::gate::Gated;
@@ -23,7 +23,7 @@ use crate::vclock::{self, ClockBase, Slept};
 use crate::{entropy, real, stop_world, sys, timecalls};
 
 const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-const FUTEX_BITSET_MATCH_ANY: u64 = 0xFFFF_FFFF;
+const FUTEX_BITSET_MATCH_ANY: u32 = 0xFFFF_FFFF;
 
 /// Syscalls trapped whatever their arguments. `rt_sigprocmask` so that libc's own masks never
 /// block SIGSYS (see [`crate::sigmask`]): a trap whose SIGSYS is blocked kills the process.
@@ -437,15 +437,11 @@ fn futex(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
                     vclock::absolute_deadline(base, ts)
                 }
             };
-            let bitset = if cmd == libc::FUTEX_WAIT {
-                FUTEX_BITSET_MATCH_ANY
-            } else {
-                a[5] as u32 as u64
-            };
+            let matching = futex_match(op, cmd == libc::FUTEX_WAIT, a[5]);
             match deadline {
                 None => -(libc::EINVAL as i64),
-                Some(_) if bitset == 0 => -(libc::EINVAL as i64),
-                Some(deadline) => match gate.post(Op::FutexWait, [addr, val, deadline, bitset]).result {
+                Some(_) if matching.bitset == 0 => -(libc::EINVAL as i64),
+                Some(deadline) => match gate.post(Op::FutexWait, [addr, val, deadline, matching.to_arg()]).result {
                     // A timed wait is never restarted once a handler ran; an untimed one is
                     // when every handler asked for SA_RESTART. The handler runs as this
                     // handler returns, before the call returns or is made again.
@@ -455,15 +451,18 @@ fn futex(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
             }
         }
         libc::FUTEX_WAKE | libc::FUTEX_WAKE_BITSET => {
-            let bitset = if cmd == libc::FUTEX_WAKE {
-                FUTEX_BITSET_MATCH_ANY
-            } else {
-                a[5] as u32 as u64
-            };
-            gate.post(Op::FutexWake, [addr, val, bitset, 0]).result
+            let matching = futex_match(op, cmd == libc::FUTEX_WAKE, a[5]);
+            gate.post(Op::FutexWake, [addr, val, matching.to_arg(), 0]).result
         }
         _ => unsupported(gate, nr, a),
     }
+}
+
+/// Which waiters a futex call with operation word `op` matches: every one for the plain
+/// commands (`any`), else the bitset argument's; process-shared without `FUTEX_PRIVATE_FLAG`.
+fn futex_match(op: c_int, any: bool, bitset_arg: u64) -> FutexMatch {
+    let bitset = if any { FUTEX_BITSET_MATCH_ANY } else { bitset_arg as u32 };
+    FutexMatch { bitset, shared: op & libc::FUTEX_PRIVATE_FLAG == 0 }
 }
 
 /// A shared reference to a user-supplied pointer, `None` if null.
@@ -488,6 +487,16 @@ pub unsafe fn user_mut<'a, T>(addr: u64) -> Option<&'a mut T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_futex_call_without_the_private_flag_is_shared() {
+        let wait = futex_match(libc::FUTEX_WAIT, true, 0);
+        assert_eq!(wait, FutexMatch { bitset: FUTEX_BITSET_MATCH_ANY, shared: true });
+        let private = futex_match(libc::FUTEX_WAKE_BITSET | libc::FUTEX_PRIVATE_FLAG, false, 0b101);
+        assert_eq!(private, FutexMatch { bitset: 0b101, shared: false });
+        assert_eq!(FutexMatch::from_arg(wait.to_arg()), wait);
+        assert_eq!(FutexMatch::from_arg(private.to_arg()), private);
+    }
 
     #[test]
     fn filter_jumps_stay_in_bounds() {

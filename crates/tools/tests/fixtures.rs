@@ -94,6 +94,7 @@ bug!(cpp_lost_wakeup, "cpp_lost_wakeup", "deadlock", 1, 1, 100);
 bug!(crowd_order, "crowd_order", "Assertion `!broken' failed", 1, 2, 300);
 bug!(tsd_destructor_lock, "tsd_destructor_lock", "a worker's destructors have not run yet", 1, 1, 100);
 bug!(stdio_pipe_results, "stdio_pipe_results", "BUG: exited with status 1", 1, 1, 100);
+bug!(pshared_queue, "pshared_queue", "SIGABRT", 1, 1, 100);
 
 twin!(demo_ok, "demo_ok");
 twin!(lost_update_ok, "lost_update_ok");
@@ -111,6 +112,7 @@ twin!(cpp_lost_wakeup_ok, "cpp_lost_wakeup_ok");
 twin!(crowd_order_ok, "crowd_order_ok");
 twin!(tsd_destructor_lock_ok, "tsd_destructor_lock_ok");
 twin!(stdio_pipe_results_ok, "stdio_pipe_results_ok");
+twin!(pshared_queue_ok, "pshared_queue_ok");
 
 // Locks a single-threaded process took without a post (crates/preload/src/solo.rs) are known to
 // the model before anything can depend on them: a worker created while main holds them waits in

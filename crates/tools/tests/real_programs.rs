@@ -9,7 +9,8 @@
 //! OpenJDK (a thread pool, `synchronized`, a blocking queue, beside the JVM's own compiler and GC
 //! threads); GNU make building a small C project with `-j4` (its jobserver learns of finished
 //! jobs from SIGCHLD inside `pselect`); Python's multiprocessing (a Pool, a Queue, a Lock:
-//! semaphores shared between processes); and perl ithreads (a Thread::Queue, shared variables). The first four used to stop with a false "a lock taken without a
+//! semaphores shared between processes); perl ithreads (a Thread::Queue, shared variables); and
+//! three writer processes in one LMDB environment (its process-shared mutexes). The first four used to stop with a false "a lock taken without a
 //! scheduling point" (issue 14). The programs come from Debian packages that
 //! `scripts/install-deps.sh` installs; docs/real-programs.md has the table.
 mod common;
@@ -348,6 +349,38 @@ fn python_multiprocessing_records_searches_and_replays() {
     assert_eq!(run.stdout.matches(ANSWER).count(), SEARCH_RUNS as usize, "{}", run.text());
     replays_identically(&last);
     assert!(processes_with(&[PYTHON, script.to_str().unwrap()]).is_empty(), "a python survived");
+}
+
+/// Three writer processes and a reader in one LMDB environment (tests/fixtures/lmdb_writers.c on
+/// Debian's liblmdb): LMDB serialises writers with a process-shared robust pthread mutex in its
+/// lock file, which the parent maps at another address than the writers do. Before, keyed per
+/// process, a second writer was granted the mutex another process held and blocked in the kernel
+/// on it (the run stopped as uncontrolled blocking). Recorded, searched, replayed; `mdb_stat`
+/// (lmdb-utils) then reads the environment the last replay left.
+#[test]
+fn lmdb_writer_processes_record_search_and_replay() {
+    let program = private_copy(&fixture_with("lmdb_writers", &["-llmdb"]), "lmdb_writers");
+    let env = out_dir("lmdb-env");
+    let command = [program.to_str().unwrap(), env.to_str().unwrap()];
+    const ANSWER: &str = "lmdb_writers: counter 1+3*4, 13 keys";
+    let (trace, stdout) = record("lmdb", &command);
+    assert!(stdout.contains(ANSWER), "{stdout}");
+    assert_eq!(steps_with(&trace, Op::ProcessFork), 3);
+    replays_identically(&trace);
+
+    let (last, run) = search_clean("lmdb-search", SEARCH_RUNS, &[], &command);
+    assert_eq!(run.stdout.matches(ANSWER).count() as u64, SEARCH_RUNS, "{}", run.text());
+    let t = dara_scheduler::trace::read_file(&last).unwrap();
+    let lockers: std::collections::BTreeSet<u32> = t.steps.iter().filter(|s| s.choice.op == Op::MutexLock).map(|s| s.choice.thread).collect();
+    assert!(lockers.len() >= 3, "every writer took the writers' mutex under control: {lockers:?}");
+    replays_identically(&last);
+    let (again, _) = search_clean("lmdb-search-again", SEARCH_RUNS, &[], &command);
+    same_decisions(&last, &again);
+
+    let stat = Command::new("mdb_stat").arg(&env).output().expect("mdb_stat (lmdb-utils) runs: scripts/install-deps.sh installs it");
+    let stat = String::from_utf8_lossy(&stat.stdout);
+    assert!(stat.contains("Entries: 13"), "{stat}");
+    assert_no_survivors(&program);
 }
 
 /// Perl ithreads: a Thread::Queue and a shared total under lock(). Perl reads its hash seed from

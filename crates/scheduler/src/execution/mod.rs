@@ -1074,7 +1074,7 @@ impl<'a> Execution<'a> {
         if matches!(op, Op::SigSuspend | Op::SigWait) {
             self.signals_may_be_pending(); // a signal it lets through may be pending already
         }
-        self.model.post(thread, Request { op, args });
+        self.model.post(thread, Request { op, args }, &mut self.memory);
         None
     }
 

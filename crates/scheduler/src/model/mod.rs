@@ -6,6 +6,7 @@
 //!
 //! * `thread.rs`: a thread's life cycle (running, pending, waiting, exited).
 //! * `objects.rs`: each kind of object and its rules taken alone (glibc's answers included).
+//! * `sharing.rs`: which objects are process-shared, so keyed by the memory behind them.
 //! * `ops.rs`: what every [`Op`] does: when its `Run` is enabled, and what applying `Run` or
 //!   `Timeout` changes and returns.
 //! * `report.rs`: the deadlock report (who waits for what, held by whom).
@@ -42,6 +43,7 @@ mod ops;
 mod pause;
 mod process;
 mod report;
+mod sharing;
 mod signals;
 mod thread;
 #[cfg(test)]
@@ -138,7 +140,8 @@ impl Model {
         self.threads.insert(thread, Thread { process, phase: Phase::Running });
     }
 
-    /// `thread` stopped at a scheduling point with `request` pending.
+    /// `thread` stopped at a scheduling point with `request` pending. `mem` tells whether the
+    /// objects it names are process-shared (see `sharing.rs`).
     ///
     /// With coarse steps a `CondWait` takes effect here, not at a decision: the preload released
     /// the real mutex before it posted, and the other threads take private locks for real without
@@ -148,7 +151,10 @@ impl Model {
     /// either: glibc queues the waiter before it releases the mutex, so a signal sent by whoever
     /// takes it next must find the waiter. A search keeps the decision before the wait (its
     /// threads take no lock without a post, so the mutex stays where the model has it).
-    pub fn post(&mut self, thread: ThreadId, request: Request) {
+    pub fn post(&mut self, thread: ThreadId, request: Request, mem: &mut dyn MemoryReader) {
+        if let Some(process) = self.process_of(thread) {
+            self.place_objects(process, &request, mem);
+        }
         if self.resume_after_handler(thread, request) {
             self.signalled.remove(&thread);
             return;
@@ -362,7 +368,13 @@ impl Model {
     /// `Interrupt`.
     fn thread_choices(&self, id: ThreadId, thread: &Thread, out: &mut Vec<Choice>) {
         let Some(request) = thread.request() else { return };
-        let obj = if request.op.is_net() { self.net_obj(id) } else { request.args[0] };
+        let obj = if request.op.is_net() {
+            self.net_obj(id)
+        } else if sharing::named_objects(&request)[0].is_some() {
+            self.objects.name(thread.process, request.args[0])
+        } else {
+            request.args[0]
+        };
         let choice = |kind, alt| Choice { thread: id, kind, alt, op: request.op, obj };
         for alt in 0..self.run_alternatives(id, thread) {
             out.push(choice(ChoiceKind::Run, alt));

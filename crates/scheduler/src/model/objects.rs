@@ -1,9 +1,10 @@
 //! The synchronization objects the model tracks, and the rules of each one taken alone.
 //!
 //! Objects are keyed by `(process, address)`: address spaces are per process, so the same address
-//! in two processes is two objects, unless the object lives in memory processes share (a
-//! process-shared semaphore in a `sem_open` file or a shared mapping a fork passed on): then it
-//! is keyed by that memory and its offset there, wherever each process maps it ([`Space`]). An object springs into existence (free, unlocked, no waiters)
+//! in two processes is two objects, unless the object is process-shared and lives in memory
+//! processes share (a `sem_open` file, a shared mapping a fork passed on, an LMDB lock file): then
+//! it is keyed by that memory and its offset there, wherever each process maps it ([`Space`];
+//! `sharing.rs` tells which). An object springs into existence (free, unlocked, no waiters)
 //! the first time an operation names it; objects initialised statically in the target
 //! (`PTHREAD_MUTEX_INITIALIZER`) therefore need no init operation. Semaphores and barriers carry a
 //! value the program chose at init time: when their init was not seen, the model reads it from
@@ -248,9 +249,12 @@ pub(crate) struct Objects {
     pub sems: BTreeMap<ObjKey, u64>,
     /// Futex wait queues in FIFO order; a key is removed when its queue empties.
     pub futexes: BTreeMap<ObjKey, Vec<FutexWaiter>>,
-    /// The key of each semaphore address a process used, once the model looked whether it is
-    /// process-shared (see `Model::sem_key`).
-    pub sem_keys: BTreeMap<(ProcessId, u64), ObjKey>,
+    /// The key of each process-shared object a process named, by its address there (see
+    /// `sharing.rs`); an address not here is a process-private object.
+    pub placed: BTreeMap<(ProcessId, u64), ObjKey>,
+    /// The name of each object in shared memory: the address at which the execution first met it
+    /// (in the choices, so that strategies see one object wherever each process maps it).
+    pub shared_names: BTreeMap<ObjKey, u64>,
     /// Shared memories met so far, by what backs them.
     pub shared_spaces: BTreeMap<SharedBacking, u32>,
 }
@@ -272,6 +276,17 @@ pub struct SharedLocation {
 }
 
 impl Objects {
+    /// The address that names the object at `addr` of `process` in choices: its own, unless it
+    /// lies in shared memory and was first met at another address.
+    pub fn name(&self, process: ProcessId, addr: u64) -> u64 {
+        self.placed.get(&(process, addr)).and_then(|k| self.shared_names.get(k)).copied().unwrap_or(addr)
+    }
+
+    /// The key of the object at `addr` of `process`, as last placed (`Model::place_objects`).
+    pub fn key(&self, process: ProcessId, addr: u64) -> ObjKey {
+        self.placed.get(&(process, addr)).copied().unwrap_or_else(|| ObjKey::local(process, addr))
+    }
+
     /// Wakes up to `max` waiters on `key` whose bitset intersects `bitset`, oldest first, and
     /// returns them.
     pub fn futex_wake(&mut self, key: ObjKey, max: u64, bitset: u32) -> Vec<ThreadId> {

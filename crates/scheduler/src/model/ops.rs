@@ -15,9 +15,9 @@
 //! by a process the model did not watch) are read from target memory when first applied, which is
 //! why `Run` of a `SemWait` on an unknown semaphore is enabled: applying it learns the value, and
 //! if that is 0 the thread stays pending (`Effect::Blocked`) until a post.
-use dara_abi::{held, Op};
+use dara_abi::{held, FutexMatch, Op};
 
-use super::objects::{Barrier, FutexWaiter, ObjKey, Once, RwLock, Space};
+use super::objects::{Barrier, FutexWaiter, ObjKey, Once, RwLock};
 use super::thread::{Phase, Thread, Wait};
 use super::{MemoryReader, Model, Request};
 use crate::choice::{ProcessId, ThreadId};
@@ -53,18 +53,9 @@ pub(crate) fn timer(thread: &Thread) -> Option<u64> {
     }
 }
 
-fn key(process: ProcessId, addr: u64) -> ObjKey {
-    ObjKey::local(process, addr)
-}
-
-/// Byte offset of glibc's `private` in a `sem_t` (x86_64): `FUTEX_PRIVATE_FLAG` (128) for a
-/// process-shared semaphore (`sem_open`, `sem_init` with `pshared`; glibc XORs it into its futex
-/// calls), 0 for a private one.
-const GLIBC_SEM_PRIVATE_OFFSET: u64 = 8;
-const GLIBC_SEM_SHARED: u32 = 128;
-
+/// The bitset of a futex op's [`FutexMatch`] argument.
 fn bitset(arg: u64) -> u32 {
-    match arg as u32 {
+    match FutexMatch::from_arg(arg).bitset {
         0 => FUTEX_BITSET_ANY,
         b => b,
     }
@@ -80,7 +71,7 @@ impl Model {
                     return self.net_alternatives(me, &r);
                 }
                 if r.op == Op::CondSignal {
-                    let waiters = self.objects.conds.get(&key(thread.process, r.args[0])).map_or(0, |c| c.waiters.len());
+                    let waiters = self.objects.conds.get(&self.objects.key(thread.process, r.args[0])).map_or(0, |c| c.waiters.len());
                     return waiters.max(1) as u32;
                 }
                 if r.op == Op::ProcessWait {
@@ -100,7 +91,7 @@ impl Model {
 
     /// Whether a pending request's `Run` can be taken now.
     fn pending_enabled(&self, me: ThreadId, process: ProcessId, r: Request) -> bool {
-        let k = key(process, r.args[0]);
+        let k = self.objects.key(process, r.args[0]);
         match r.op {
             Op::ThreadJoin => r.args[0] == u64::from(me) || self.has_exited(r.args[0]),
             Op::MutexLock => self.mutex_lock_result(me, process, r.args[0], r.args[1]).is_some(),
@@ -108,7 +99,7 @@ impl Model {
             Op::RwWriteLock => self.rwlock_result(k, |l| l.write_result(me)).is_some(),
             Op::OnceBegin => !matches!(self.objects.onces.get(&k), Some(Once::Running(_))),
             // Unknown value: enabled, applying it reads memory.
-            Op::SemWait => self.objects.sems.get(&self.known_sem_key(process, r.args[0])) != Some(&0),
+            Op::SemWait => self.objects.sems.get(&k) != Some(&0),
             Op::Sleep | Op::Unsupported | Op::SigSuspend | Op::SigWait => false,
             _ => true,
         }
@@ -122,7 +113,7 @@ impl Model {
     }
 
     fn mutex_lock_result(&self, me: ThreadId, process: ProcessId, addr: u64, kind: u64) -> Option<i64> {
-        match self.objects.mutexes.get(&key(process, addr)) {
+        match self.objects.mutexes.get(&self.objects.key(process, addr)) {
             Some(m) => m.lock_result(me, kind),
             None => Some(0),
         }
@@ -138,7 +129,8 @@ impl Model {
     /// model or already `me`'s; anything else means the model and the program disagree.
     pub fn adopt(&mut self, me: ThreadId, addr: u64, what: u64, depth: u64) -> Result<(), String> {
         let Some((process, _)) = self.thread_parts(me) else { return Err(format!("thread {me} is not known")) };
-        let k = key(process, addr);
+        // A lock taken without a post is a process-private one (the preload's solo path).
+        let k = ObjKey::local(process, addr);
         for _ in 0..depth {
             let free = match what {
                 held::MUTEX => {
@@ -195,7 +187,7 @@ impl Model {
         if r.op.is_net() {
             return Step::Grant(self.net_run(me, &r, alt));
         }
-        let k = key(process, r.args[0]);
+        let k = self.objects.key(process, r.args[0]);
         let obj = &mut self.objects;
         match r.op {
             Op::ProcessStart
@@ -295,7 +287,7 @@ impl Model {
                 obj.barriers.entry(k).or_default().count = Some(count);
                 Step::Grant(0)
             }
-            Op::BarrierWait => self.barrier_wait(me, k, mem),
+            Op::BarrierWait => self.barrier_wait(me, process, r.args[0], mem),
 
             Op::OnceBegin => match obj.onces.get(&k) {
                 None => {
@@ -311,10 +303,7 @@ impl Model {
             }
 
             Op::SemInit => {
-                // A new semaphore at this address, maybe of the other kind: look again.
-                self.objects.sem_keys.remove(&(process, r.args[0]));
-                let k = self.sem_key(process, r.args[0], mem);
-                self.objects.sems.insert(k, r.args[1]);
+                obj.sems.insert(k, r.args[1]);
                 Step::Grant(0)
             }
             Op::SemWait => {
@@ -326,7 +315,6 @@ impl Model {
             }
             Op::SemTryWait => Step::Grant(if self.sem_take(process, r.args[0], mem) { 0 } else { EAGAIN }),
             Op::SemPost => {
-                let k = self.sem_key(process, r.args[0], mem);
                 let v = self.sem_value(k, process, r.args[0], mem);
                 self.objects.sems.insert(k, v.saturating_add(1));
                 Step::Grant(0)
@@ -366,7 +354,8 @@ impl Model {
                 Op::Sleep => Step::Grant(0),
                 Op::SigWait => Step::Grant(-EAGAIN),
                 Op::CondWait => {
-                    self.objects.mutexes.entry(key(process, r.args[1])).or_default().unlock(me, r.args[3]);
+                    let m = self.objects.key(process, r.args[1]);
+                    self.objects.mutexes.entry(m).or_default().unlock(me, r.args[3]);
                     self.cond_timed_out(me, process, r)
                 }
                 Op::FutexWait => match mem.read_u32(process, r.args[0]) {
@@ -401,8 +390,9 @@ impl Model {
     /// preload already released the real one the way glibc does; this mirrors it).
     pub(super) fn begin_cond_wait(&mut self, me: ThreadId, r: Request) -> Step {
         let Some((process, _)) = self.thread_parts(me) else { return Step::StayPending };
-        self.objects.mutexes.entry(key(process, r.args[1])).or_default().unlock(me, r.args[3]);
-        let cond = self.objects.conds.entry(key(process, r.args[0])).or_default();
+        let (c, m) = (self.objects.key(process, r.args[0]), self.objects.key(process, r.args[1]));
+        self.objects.mutexes.entry(m).or_default().unlock(me, r.args[3]);
+        let cond = self.objects.conds.entry(c).or_default();
         cond.waiters.push(me);
         Step::Park(Wait::Cond { signals_seen: cond.signals })
     }
@@ -419,7 +409,8 @@ impl Model {
 
     /// Takes back the mutex of a finished `CondWait` request.
     fn reacquire(&mut self, me: ThreadId, process: ProcessId, r: Request) {
-        let m = self.objects.mutexes.entry(key(process, r.args[1])).or_default();
+        let k = self.objects.key(process, r.args[1]);
+        let m = self.objects.mutexes.entry(k).or_default();
         if m.lock_result(me, r.args[3]) == Some(0) {
             m.acquire(me);
         }
@@ -437,13 +428,13 @@ impl Model {
         }
     }
 
-    fn barrier_wait(&mut self, me: ThreadId, k: ObjKey, mem: &mut dyn MemoryReader) -> Step {
+    fn barrier_wait(&mut self, me: ThreadId, process: ProcessId, addr: u64, mem: &mut dyn MemoryReader) -> Step {
+        let k = self.objects.key(process, addr);
         let barrier: &mut Barrier = self.objects.barriers.entry(k).or_default();
         let count = *barrier.count.get_or_insert_with(|| {
             // Unreadable or zero: treat as a barrier of one rather than block forever on a count
             // the model cannot know.
-            let Space::Process(process) = k.space else { return 1 };
-            mem.read_u32(process, k.addr.wrapping_add(GLIBC_BARRIER_COUNT_OFFSET)).unwrap_or(1).max(1)
+            mem.read_u32(process, addr.wrapping_add(GLIBC_BARRIER_COUNT_OFFSET)).unwrap_or(1).max(1)
         });
         if barrier.waiting.len() + 1 < count as usize {
             barrier.waiting.push(me);
@@ -455,31 +446,6 @@ impl Model {
         Step::Grant(BARRIER_SERIAL_THREAD)
     }
 
-    /// The key of the semaphore at `addr` of `process`: in shared memory, that memory's (a
-    /// `multiprocessing` lock taken in one process and released in another is one semaphore);
-    /// else the process's. Looked up once per process and address.
-    fn sem_key(&mut self, process: ProcessId, addr: u64, mem: &mut dyn MemoryReader) -> ObjKey {
-        if let Some(&k) = self.objects.sem_keys.get(&(process, addr)) {
-            return k;
-        }
-        let shared = mem.read_u32(process, addr.wrapping_add(GLIBC_SEM_PRIVATE_OFFSET)) == Some(GLIBC_SEM_SHARED);
-        let k = match shared.then(|| mem.shared_location(process, addr)).flatten() {
-            Some(at) => {
-                let next = self.objects.shared_spaces.len() as u32;
-                let space = *self.objects.shared_spaces.entry(at.backing).or_insert(next);
-                ObjKey { space: Space::Shared(space), addr: at.offset }
-            }
-            None => key(process, addr),
-        };
-        self.objects.sem_keys.insert((process, addr), k);
-        k
-    }
-
-    /// The semaphore key [`Self::sem_key`] found, or the process's before it looked.
-    pub(super) fn known_sem_key(&self, process: ProcessId, addr: u64) -> ObjKey {
-        self.objects.sem_keys.get(&(process, addr)).copied().unwrap_or_else(|| key(process, addr))
-    }
-
     /// A semaphore's value, read from memory at `addr` of `process` (low 32 bits of glibc's
     /// 64-bit `data`) when unknown.
     fn sem_value(&mut self, k: ObjKey, process: ProcessId, addr: u64, mem: &mut dyn MemoryReader) -> u64 {
@@ -488,7 +454,7 @@ impl Model {
 
     /// Decrements the semaphore at `addr` of `process` if it is positive; whether it did.
     fn sem_take(&mut self, process: ProcessId, addr: u64, mem: &mut dyn MemoryReader) -> bool {
-        let k = self.sem_key(process, addr, mem);
+        let k = self.objects.key(process, addr);
         let v = self.sem_value(k, process, addr, mem);
         if v > 0 {
             self.objects.sems.insert(k, v - 1);

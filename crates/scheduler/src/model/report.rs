@@ -4,7 +4,7 @@
 //! Symbols are left empty: the driver resolves addresses against the target's binaries.
 use dara_abi::Op;
 
-use super::objects::{ObjKey, Once};
+use super::objects::Once;
 use super::thread::{Phase, Thread, Wait};
 use super::{Model, Request};
 use crate::choice::ThreadId;
@@ -27,7 +27,7 @@ impl Model {
         if self.run_alternatives(me, thread) > 0 {
             return format!("is ready to proceed ({})", r.op.name());
         }
-        let k = ObjKey::local(thread.process, r.args[0]);
+        let k = self.objects.key(thread.process, r.args[0]);
         let a = r.args[0];
         match r.op {
             Op::ProcessWait => self.wait_detail(thread.process, &r),
@@ -83,7 +83,7 @@ impl Model {
     }
 
     fn waiting_detail(&self, me: ThreadId, thread: &Thread, r: Request, wait: Wait) -> String {
-        let k = ObjKey::local(thread.process, r.args[0]);
+        let k = self.objects.key(thread.process, r.args[0]);
         let a = r.args[0];
         match wait {
             Wait::Cond { signals_seen } => {
@@ -119,7 +119,7 @@ impl Model {
 
     /// "waits for mutex 0x… held by thread N" for a thread that cannot take that mutex.
     fn mutex_wait(&self, me: ThreadId, thread: &Thread, addr: u64) -> String {
-        let owner = self.objects.mutexes.get(&ObjKey::local(thread.process, addr)).and_then(|m| m.owner);
+        let owner = self.objects.mutexes.get(&self.objects.key(thread.process, addr)).and_then(|m| m.owner);
         match owner {
             Some(o) if o == me => {
                 format!("waits for mutex {addr:#x} that it already holds (relocking a non-recursive mutex)")

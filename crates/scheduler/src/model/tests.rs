@@ -1,4 +1,5 @@
 //! Unit tests of the model: synthetic post/choose scripts against a fake target memory.
+//! `tests/sharing.rs`: objects shared between processes.
 use std::collections::BTreeMap;
 
 use dara_abi::{mutex_kind, Op, NO_DEADLINE};
@@ -49,6 +50,8 @@ impl Default for Sim {
     }
 }
 
+mod sharing;
+
 const TICK_NS: u64 = crate::time::DEFAULT_STEP_NS;
 
 impl Sim {
@@ -70,14 +73,14 @@ impl Sim {
         for t in 1..=n {
             s.m.add_thread(t, 0);
             let op = if t == 1 { Op::ProcessStart } else { Op::ThreadStart };
-            s.m.post(t, Request::new(op, [0; 4]));
+            s.m.post(t, Request::new(op, [0; 4]), &mut s.mem);
             assert_eq!(s.run(t), Effect::Grant { result: 0 });
         }
         s
     }
 
     fn post(&mut self, t: ThreadId, op: Op, args: [u64; 4]) {
-        self.m.post(t, Request::new(op, args));
+        self.m.post(t, Request::new(op, args), &mut self.mem);
     }
 
     /// The (kind, alt) pairs thread `t` offers.
@@ -443,41 +446,6 @@ fn semaphore_counts() {
     assert_eq!(s.offered(2), vec![(ChoiceKind::Timeout, 0)]);
     assert_eq!(s.timeout(2), grant(ETIMEDOUT));
     assert_eq!(s.m.now(), 4_000_000);
-}
-
-/// Threads 1 (process 0) and 2 (process 1), each seeing a semaphore at `S` whose glibc
-/// `private` word is `private` and which lies in one shared file at offset 64 in both.
-fn two_processes_with_semaphore(private: u32) -> Sim {
-    let mut s = Sim::default();
-    for (t, process) in [(1, 0), (2, 1)] {
-        s.m.add_thread(t, process);
-        s.post(t, Op::ProcessStart, [0; 4]);
-        assert_eq!(s.run(t), grant(0));
-        s.mem.0.insert((process, S), 0);
-        s.mem.0.insert((process, S + 8), private);
-        let backing = SharedBacking { device: 0x1a, inode: 99 };
-        s.mem.1.insert((process, S), SharedLocation { backing, offset: 64 });
-    }
-    s
-}
-
-#[test]
-fn a_process_shared_semaphore_is_one_object_in_every_process() {
-    // multiprocessing's locks: sem_open'd (or inherited over fork), waited for in one process
-    // and posted in another.
-    let mut s = two_processes_with_semaphore(128);
-    s.post(1, Op::SemWait, [S, NO_DEADLINE, 0, 0]);
-    assert_eq!(s.run(1), Effect::Blocked);
-    assert_eq!(s.op(2, Op::SemPost, [S, 0, 0, 0]), grant(0));
-    assert!(s.can_run(1), "the other process's post is this semaphore's");
-    assert_eq!(s.run(1), grant(0));
-
-    // A private semaphore at the same address of two processes is two (fork copied it).
-    let mut s = two_processes_with_semaphore(0);
-    s.post(1, Op::SemWait, [S, NO_DEADLINE, 0, 0]);
-    assert_eq!(s.run(1), Effect::Blocked);
-    assert_eq!(s.op(2, Op::SemPost, [S, 0, 0, 0]), grant(0));
-    assert!(!s.can_run(1));
 }
 
 #[test]
