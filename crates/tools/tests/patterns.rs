@@ -55,8 +55,9 @@ fn a_threads_destructors_run_under_control_and_never_hang() {
 }
 
 /// Searches `program args` twice with 20 random executions of `seed`: each prints `answer`, none
-/// is a bug, the last one replays with `--verify`, and both searches decide alike.
-fn searches_clean_and_alike(test: &str, program: &Path, args: &[&str], seed: u64, answer: &str) {
+/// is a bug, the last one replays with `--verify`, and both searches decide alike. Returns the
+/// first search's last trace.
+fn searches_clean_and_alike(test: &str, program: &Path, args: &[&str], seed: u64, answer: &str) -> std::path::PathBuf {
     const RUNS: usize = 20;
     let search_once = |out: &Path| {
         let (seed, runs) = (seed.to_string(), RUNS.to_string());
@@ -73,6 +74,7 @@ fn searches_clean_and_alike(test: &str, program: &Path, args: &[&str], seed: u64
     let again = out_dir(&format!("{test}-again"));
     assert_eq!(search_once(&again).code, 0, "{test}");
     same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
+    out.join("trace.bin")
 }
 
 #[test]
@@ -130,10 +132,6 @@ fn a_semaphore_shared_between_processes_is_one_semaphore() {
 }
 
 /// The last execution's trace of the search `searches_clean_and_alike` ran as `test`.
-fn last_trace(test: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("out").join(test).join("trace.bin")
-}
-
 /// Records `program` as a user would (one run, coarse steps): it prints `answer`, and the trace
 /// replays with `--verify`.
 fn records_and_replays(test: &str, program: &Path, answer: &str) {
@@ -150,10 +148,10 @@ fn a_queue_of_processes_on_a_shared_mutex_and_condvars_is_one_queue() {
     // the real one and blocked in the kernel ("uncontrolled"). The buggy twin is in fixtures.rs.
     let program = private_copy(&fixture("pshared_queue_ok"), "pshared-queue");
     const ANSWER: &str = "pshared_queue: consumed 6 items, sum 21";
-    searches_clean_and_alike("pshared-queue", &program, &[], 4, ANSWER);
+    let last = searches_clean_and_alike("pshared-queue", &program, &[], 4, ANSWER);
     records_and_replays("pshared-queue-record", &program, ANSWER);
     // Each process has one thread: the producer and both consumers locked the one mutex.
-    let t = trace::read_file(&last_trace("pshared-queue")).unwrap();
+    let t = trace::read_file(&last).unwrap();
     let lockers: std::collections::BTreeSet<u32> =
         t.steps.iter().filter(|s| s.choice.op == dara_abi::Op::MutexLock).map(|s| s.choice.thread).collect();
     assert_eq!(lockers.len(), 3, "{lockers:?}");
@@ -166,9 +164,9 @@ fn a_raw_futex_barrier_and_rwlock_shared_across_fork_are_one_each() {
     // FUTEX_WAKEs woke nobody: a false deadlock.
     let program = private_copy(&fixture("pshared_futex"), "pshared-futex");
     const ANSWER: &str = "pshared_futex: parent saw 3 children";
-    searches_clean_and_alike("pshared-futex", &program, &[], 5, ANSWER);
+    let last = searches_clean_and_alike("pshared-futex", &program, &[], 5, ANSWER);
     records_and_replays("pshared-futex-record", &program, ANSWER);
-    let t = trace::read_file(&last_trace("pshared-futex")).unwrap();
+    let t = trace::read_file(&last).unwrap();
     assert!(t.steps.iter().any(|s| s.choice.op == dara_abi::Op::FutexWake), "the children woke the futex under control");
     assert_no_survivors(&program);
 }
