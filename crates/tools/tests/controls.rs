@@ -42,7 +42,7 @@ fn sched_yield_spin_loop_terminates_under_every_strategy() {
 
 #[test]
 fn blocking_syscall_outside_control_ends_with_a_diagnostic() {
-    let program = fixture("raw_blocking");
+    let program = private_copy(&fixture("raw_blocking"), "raw_blocking");
     let out = out_dir("raw_blocking");
     let started = Instant::now();
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(30));
@@ -55,7 +55,7 @@ fn blocking_syscall_outside_control_ends_with_a_diagnostic() {
 
 #[test]
 fn sigint_stops_cleanly_and_leaves_nothing_behind() {
-    let program = fixture("lock_pingpong");
+    let program = private_copy(&fixture("lock_pingpong"), "sigint");
     let out = out_dir("sigint");
     let mut child = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
         .args(["-q", "-o", out.to_str().unwrap(), "--runs", "100000", "--", program.to_str().unwrap(), "100000000"])

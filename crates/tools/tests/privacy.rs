@@ -27,7 +27,7 @@ fn replay_with(secret: Option<&str>, args: &[&str]) -> Run {
 #[test]
 fn an_excluded_variable_stays_out_of_the_trace_and_comes_back_from_the_replaying_environment() {
     let out = out_dir("env-exclude");
-    let program = fixture("env_secret");
+    let program = private_copy(&fixture("env_secret"), "env_secret");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_dara-trace"));
     cmd.args(["-o", out.to_str().unwrap(), "--env-exclude", "DARA_SEC*", "--", program.to_str().unwrap()]).env("DARA_SECRET", SECRET);
     let run = run_with_limit(cmd, Duration::from_secs(60));
