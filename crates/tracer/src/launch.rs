@@ -374,6 +374,31 @@ impl ProcessTree {
     }
 }
 
+impl ProcessTree {
+    /// What is left after a teardown that gave up: each process of the group, and the
+    /// namespace's init, with its state and the kernel function it sleeps in (`wchan`), for a
+    /// person reading the error. Empty when nothing is left to see.
+    pub fn survivors(&self) -> String {
+        let init = self.ns.as_ref().map(PidNamespace::init_pid);
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+            let mut rest = stat[close + 1..].split_whitespace();
+            let (state, pgrp) = (rest.next().unwrap_or("?"), rest.nth(1).and_then(|p| p.parse::<u32>().ok()));
+            if pgrp != Some(self.pgid) && Some(pid) != init {
+                continue;
+            }
+            let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+            let place = if wchan.is_empty() || wchan == "0" { String::new() } else { format!(" in {wchan}") };
+            found.push(format!("pid {pid} ({}) state {state}{place}", &stat[open + 1..close]));
+        }
+        found.join(", ")
+    }
+}
+
 /// A pipe whose ends are closed on exec (a launched command gets its own copy of the write end).
 fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];

@@ -121,8 +121,8 @@ pub enum ExecutionError {
     Region(std::io::Error),
     #[error(transparent)]
     Launch(#[from] dara_tracer::LaunchError),
-    #[error("the target's processes could not all be killed (a process is stuck in the kernel)")]
-    Teardown,
+    #[error("the target's processes could not all be killed (a process is stuck in the kernel; left: {0})")]
+    Teardown(String),
     #[error("cannot set up the relay to outside peers: {0}")]
     Outside(RelayError),
     #[error("the {which} command `{command}` failed: {detail}")]
@@ -184,7 +184,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     run.region.header().shutdown.store(1, Ordering::Release);
     run.kill_strays();
     if !run.tree.kill_all() {
-        return Err(ExecutionError::Teardown);
+        return Err(ExecutionError::Teardown(run.tree.survivors()));
     }
     if let Some(cleanup) = &cfg.cleanup {
         run_harness("cleanup", cleanup, cfg)?;
