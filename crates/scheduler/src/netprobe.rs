@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 
 use dara_abi::{net_flags, Op};
 
-use crate::choice::ProcessId;
+use crate::choice::{ProcessId, ThreadId};
 use crate::epoll_dups::EpollDups;
 use crate::sockdiag::{tcpi, SockDiag};
 use crate::model::net::{describe, kind, NetView, NO_ENDPOINT};
@@ -129,6 +129,9 @@ pub struct NetProbe {
     pidfds: BTreeMap<u32, OwnedFd>,
     /// Duplicates of epoll sets, kept across probes (see `epoll_dups`).
     epolls: EpollDups,
+    /// Readiness of the epoll sets [`NetProbe::poll_epoll_sets`] polled together, by (pid, fd):
+    /// what the next view of each says (cleared by the next batch).
+    polled_epolls: BTreeMap<(u32, i32), bool>,
     ids: BTreeMap<u64, u64>,
     by_key: BTreeMap<PortKey, u64>,
     owed: BTreeMap<PortKey, u32>,
@@ -164,7 +167,10 @@ pub struct NetProbe {
 impl NetProbe {
     /// A network request of a thread of process `pid` was granted (or timed out).
     /// Called before the thread runs: a UDP send's receiver is looked up now.
-    pub fn granted(&mut self, pid: u32, request: Request, timed_out: bool) {
+    pub fn granted(&mut self, thread: ThreadId, pid: u32, request: Request, timed_out: bool) {
+        if request.op == Op::NetEpollWait {
+            self.epolls.wait_ended(thread);
+        }
         let datagram_to = match (request.op, timed_out) {
             (Op::NetSend, false) => self.datagram_receiver(pid, request.args[0] as i32, request.args[3] as u16),
             _ => None,
@@ -259,8 +265,8 @@ impl NetProbe {
     /// outside dara behind the descriptor (a Unix socket connected by an untraced process, a
     /// datagram no traced thread sent) is an error: what it sends would be input dara neither
     /// controls nor records.
-    pub fn view(&mut self, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
-        let view = self.look(process, pid, request);
+    pub fn view(&mut self, thread: ThreadId, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
+        let view = self.look(thread, process, pid, request);
         self.no_outside_peer(&format!("process {process} (descriptor {})", request.args[0] as i32))?;
         view
     }
@@ -291,7 +297,7 @@ impl NetProbe {
         }
     }
 
-    fn look(&mut self, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
+    fn look(&mut self, thread: ThreadId, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
         let fd = request.args[0] as i32;
         match request.op {
             Op::NetRecv | Op::NetAccept => {
@@ -339,15 +345,18 @@ impl NetProbe {
                 Ok(NetView { ready: true, ready_entries: 1, size: 0, obj: describe(ep.id, self.peer(ep), ep.kind, &[]) })
             }
             Op::NetEpollWait => {
-                let dup = match self.epolls.take(pid, fd) {
+                // An epoll set: named by (process, fd) like every anonymous inode.
+                let id = self.id_of(ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64);
+                if let Some(&ready) = self.polled_epolls.get(&(pid, fd)) {
+                    return Ok(NetView { ready, ready_entries: u32::from(ready), size: i64::from(ready), obj: describe(id, NO_ENDPOINT, kind::EPOLL, &[]) });
+                }
+                let dup = match self.epolls.take(thread, pid, fd) {
                     Some(dup) => dup,
                     None => match self.dup(pid, fd)? {
                         Some(dup) => dup,
                         None => return Ok(closed_view()),
                     },
                 };
-                // An epoll set: named by (process, fd) like every anonymous inode.
-                let id = self.id_of(ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64);
                 // Wait for what the interest list is owed before asking the epoll set.
                 let owed = self.owed.values().any(|&n| n > 0);
                 for target in if owed { epoll_targets(pid, fd) } else { Vec::new() } {
@@ -357,12 +366,54 @@ impl NetProbe {
                     }
                 }
                 let ready = poll_now(&dup, libc::POLLIN) != 0;
-                self.epolls.keep(pid, fd, dup);
+                self.epolls.keep(thread, pid, fd, dup);
                 Ok(NetView { ready, ready_entries: u32::from(ready), size: i64::from(ready), obj: describe(id, NO_ENDPOINT, kind::EPOLL, &[]) })
             }
             Op::NetPoll => self.poll_view(process, pid, request),
             _ => Ok(NetView::default()),
         }
+    }
+
+    /// Looks at the epoll sets `waits` ((thread, pid, descriptor) of threads parked in
+    /// `epoll_wait`, about to be viewed) with one `poll` for all, instead of one each: their
+    /// views, taken next, use what it said. Only when nothing is owed to any socket (else each
+    /// view first waits for what its interest list is owed, see [`NetProbe::view`]); a set that
+    /// cannot be duplicated now is left to its own view. Called at a quiet point, right before the
+    /// views: nothing runs in between that could change what the sets show.
+    pub fn poll_epoll_sets(&mut self, waits: &[(ThreadId, u32, i32)]) -> Result<(), ProbeError> {
+        self.polled_epolls.clear();
+        if waits.len() < 2 || self.owed.values().any(|&n| n > 0) {
+            return Ok(());
+        }
+        let mut sets: Vec<(ThreadId, u32, i32, OwnedFd)> = Vec::with_capacity(waits.len());
+        for &(thread, pid, fd) in waits {
+            if sets.iter().any(|s| (s.1, s.2) == (pid, fd)) {
+                continue;
+            }
+            let dup = match self.epolls.take(thread, pid, fd) {
+                Some(dup) => dup,
+                None => match self.dup(pid, fd)? {
+                    Some(dup) => dup,
+                    None => continue,
+                },
+            };
+            sets.push((thread, pid, fd, dup));
+        }
+        let mut polls: Vec<libc::pollfd> = sets.iter().map(|s| libc::pollfd { fd: s.3.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+        // SAFETY: a live array of pollfds of the given length, zero timeout.
+        let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, 0) };
+        if n < 0 {
+            // Each view polls its set alone.
+            for (thread, pid, fd, dup) in sets {
+                self.epolls.keep(thread, pid, fd, dup);
+            }
+            return Ok(());
+        }
+        for ((thread, pid, fd, dup), p) in sets.into_iter().zip(&polls) {
+            self.polled_epolls.insert((pid, fd), p.revents != 0);
+            self.epolls.keep(thread, pid, fd, dup);
+        }
+        Ok(())
     }
 
     /// A poll/select: reads the `pollfd` array from the target and probes every entry.
