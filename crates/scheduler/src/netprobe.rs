@@ -1010,30 +1010,37 @@ fn inet_address(addr: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
 /// back are pushed out first: every byte written counts, not only those the kernel transmitted.
 /// One `TCP_INFO` read when everything is acknowledged.
 fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, with_fin: bool, own: OwnReceived) -> bool {
-    let Some(mut t) = TcpSnapshot::of(fd) else { return true };
+    arrival(fd, addrs, diag, with_fin, own).is_some()
+}
+
+/// [`sent_bytes_arrived`], and if so the room the peer's window had for more bytes as the last
+/// `TCP_INFO` read saw it (0 when the kernel did not say): a lower bound while nobody but the
+/// peer's reader touches the connection, since reading only opens the window.
+fn arrival(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, with_fin: bool, own: OwnReceived) -> Option<usize> {
+    let Some(mut t) = TcpSnapshot::of(fd) else { return Some(0) };
     if t.holds_back() {
         push_held(fd);
-        let Some(pushed) = TcpSnapshot::of(fd) else { return true };
+        let Some(pushed) = TcpSnapshot::of(fd) else { return Some(0) };
         t = pushed;
     }
+    let room = t.window.saturating_sub(t.queued()) as usize;
     let fin = with_fin && FIN_IN_FLIGHT.contains(&t.state);
     if t.state == TCP_CLOSE || (t.queued() == 0 && !fin) {
-        return true;
+        return Some(room);
     }
     if t.holds_back() {
-        return false; // the congestion window: the peer's next ACK sends them
+        return None; // the congestion window: the peer's next ACK sends them
     }
-    let Some((local, remote)) = addrs.or_else(|| addresses(fd)) else { return false };
+    let (local, remote) = addrs.or_else(|| addresses(fd))?;
     if let (false, Some(received)) = (fin, own(remote.port(), local.port())) {
-        return received >= t.sent;
+        return (received >= t.sent).then_some(room);
     }
-    let Some(diag) = diag else { return false };
-    match diag.received(remote, local) {
+    match diag?.received(remote, local) {
         // The exact lookup falls back to the listener when the connection is gone: nothing will
         // ever take the bytes, so there is nothing to wait for.
-        Some((TCP_LISTEN, _)) => true,
-        Some((state, received)) => received >= t.sent && !(fin && FIN_NOT_SEEN.contains(&state)),
-        None => false,
+        Some((TCP_LISTEN, _)) => Some(room),
+        Some((state, received)) => (received >= t.sent && !(fin && FIN_NOT_SEEN.contains(&state))).then_some(room),
+        None => None,
     }
 }
 
@@ -1060,15 +1067,18 @@ fn own_received_all((local, peer, sent): (u16, u16, u64), own: OwnReceived) -> R
 
 /// Waits until everything sent on dara's relay socket `fd` (addresses `addrs`; bytes and a FIN)
 /// is in the program's receive queue, or the connection is over; bounded by [`SETTLE_LIMIT`]
-/// from `started`.
-pub(crate) fn wait_acknowledged(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, started: Instant) -> Result<(), ProbeError> {
-    while !sent_bytes_arrived(fd, addrs, diag, true, &|_, _| None) {
+/// from `started`. Returns the room the program's receive window then had for more (see
+/// [`arrival`]; 0 when unknown).
+pub(crate) fn wait_acknowledged(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, started: Instant) -> Result<usize, ProbeError> {
+    loop {
+        if let Some(room) = arrival(fd, addrs, diag, true, &|_, _| None) {
+            return Ok(room);
+        }
         if started.elapsed() > SETTLE_LIMIT {
             return Err(ProbeError(format!("bytes dara relayed from an outside peer were not acknowledged by the program's socket within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
         }
         std::thread::yield_now();
     }
-    Ok(())
 }
 
 /// Whether some socket of kind `k` (TCP: listening) has local port `port`, from /proc/net.
