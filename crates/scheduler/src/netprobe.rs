@@ -225,7 +225,7 @@ impl NetProbe {
                 _ => {}
             }
         }
-        self.no_outside_peer("a traced process")
+        self.no_outside_peer(|| "a traced process".to_string())
     }
 
     /// The model dropped its views (kernel state may have changed): the duplicates their send
@@ -267,7 +267,7 @@ impl NetProbe {
     /// controls nor records.
     pub fn view(&mut self, thread: ThreadId, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
         let view = self.look(thread, process, pid, request);
-        self.no_outside_peer(&format!("process {process} (descriptor {})", request.args[0] as i32))?;
+        self.no_outside_peer(|| format!("process {process} (descriptor {})", request.args[0] as i32))?;
         view
     }
 
@@ -290,9 +290,10 @@ impl NetProbe {
     }
 
     /// An error if identifying an endpoint found a peer outside dara (see [`NetProbe::view`]).
-    fn no_outside_peer(&mut self, whom: &str) -> Result<(), ProbeError> {
+    /// `whom` names the receiver (made only for the error: views are taken by the thousand).
+    fn no_outside_peer(&mut self, whom: impl FnOnce() -> String) -> Result<(), ProbeError> {
         match self.outside_peer.take() {
-            Some(peer) => Err(ProbeError(format!("{peer} reached {whom}: what it sends would be input dara neither controls nor records; only TCP clients of a recorded server are relayed and recorded (docs/outside.md)"))),
+            Some(peer) => Err(ProbeError(format!("{peer} reached {}: what it sends would be input dara neither controls nor records; only TCP clients of a recorded server are relayed and recorded (docs/outside.md)", whom()))),
             None => Ok(()),
         }
     }
