@@ -8,7 +8,8 @@
 //! (`poll` with a zero timeout, `FIONREAD`, a 4-byte `MSG_PEEK`, `getsockname`/`getpeername`) and
 //! closes the duplicate at once, so it never keeps a socket alive after the program closed it.
 //! Only epoll sets are kept from one probe to the next (`epoll_dups`: they keep no watched file
-//! alive), and used again while `kcmp` says the program's descriptor still names the same set.
+//! alive), and used again while `kcmp` says the program's descriptor still names the same set
+//! (checked once a wait); the sets of all parked `epoll_wait`s are polled with one `poll`.
 //! Nothing here consumes data, and nothing runs while a target thread runs.
 //!
 //! # Identities
