@@ -8,7 +8,8 @@
 //! (`poll` with a zero timeout, `FIONREAD`, a 4-byte `MSG_PEEK`, `getsockname`/`getpeername`) and
 //! closes the duplicate at once, so it never keeps a socket alive after the program closed it.
 //! Only epoll sets are kept from one probe to the next (`epoll_dups`: they keep no watched file
-//! alive), and used again while `kcmp` says the program's descriptor still names the same set.
+//! alive), and used again while `kcmp` says the program's descriptor still names the same set
+//! (checked once a wait); the sets of all parked `epoll_wait`s are polled with one `poll`.
 //! Nothing here consumes data, and nothing runs while a target thread runs.
 //!
 //! # Identities
@@ -52,7 +53,7 @@ use std::time::{Duration, Instant};
 
 use dara_abi::{net_flags, Op};
 
-use crate::choice::ProcessId;
+use crate::choice::{ProcessId, ThreadId};
 use crate::epoll_dups::EpollDups;
 use crate::sockdiag::{tcpi, SockDiag};
 use crate::model::net::{describe, kind, NetView, NO_ENDPOINT};
@@ -141,6 +142,9 @@ pub struct NetProbe {
     pidfds: BTreeMap<u32, OwnedFd>,
     /// Duplicates of epoll sets, kept across probes (see `epoll_dups`).
     epolls: EpollDups,
+    /// Readiness of the epoll sets [`NetProbe::poll_epoll_sets`] polled together, by (pid, fd):
+    /// what the next view of each says (cleared by the next batch).
+    polled_epolls: BTreeMap<(u32, i32), bool>,
     ids: BTreeMap<u64, u64>,
     by_key: BTreeMap<PortKey, u64>,
     owed: BTreeMap<PortKey, u32>,
@@ -176,7 +180,10 @@ pub struct NetProbe {
 impl NetProbe {
     /// A network request of a thread of process `pid` was granted (or timed out).
     /// Called before the thread runs: a UDP send's receiver is looked up now.
-    pub fn granted(&mut self, pid: u32, request: Request, timed_out: bool) {
+    pub fn granted(&mut self, thread: ThreadId, pid: u32, request: Request, timed_out: bool) {
+        if request.op == Op::NetEpollWait {
+            self.epolls.wait_ended(thread);
+        }
         let datagram_to = match (request.op, timed_out) {
             (Op::NetSend, false) => self.datagram_receiver(pid, request.args[0] as i32, request.args[3] as u16),
             _ => None,
@@ -231,7 +238,7 @@ impl NetProbe {
                 _ => {}
             }
         }
-        self.no_outside_peer("a traced process")
+        self.no_outside_peer(|| "a traced process".to_string())
     }
 
     /// The model dropped its views (kernel state may have changed): the duplicates their send
@@ -271,9 +278,9 @@ impl NetProbe {
     /// outside dara behind the descriptor (a Unix socket connected by an untraced process, a
     /// datagram no traced thread sent) is an error: what it sends would be input dara neither
     /// controls nor records.
-    pub fn view(&mut self, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
-        let view = self.look(process, pid, request);
-        self.no_outside_peer(&format!("process {process} (descriptor {})", request.args[0] as i32))?;
+    pub fn view(&mut self, thread: ThreadId, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
+        let view = self.look(thread, process, pid, request);
+        self.no_outside_peer(|| format!("process {process} (descriptor {})", request.args[0] as i32))?;
         view
     }
 
@@ -296,14 +303,15 @@ impl NetProbe {
     }
 
     /// An error if identifying an endpoint found a peer outside dara (see [`NetProbe::view`]).
-    fn no_outside_peer(&mut self, whom: &str) -> Result<(), ProbeError> {
+    /// `whom` names the receiver (made only for the error: views are taken by the thousand).
+    fn no_outside_peer(&mut self, whom: impl FnOnce() -> String) -> Result<(), ProbeError> {
         match self.outside_peer.take() {
-            Some(peer) => Err(ProbeError(format!("{peer} reached {whom}: what it sends would be input dara neither controls nor records; only TCP clients of a recorded server are relayed and recorded (docs/outside.md)"))),
+            Some(peer) => Err(ProbeError(format!("{peer} reached {}: what it sends would be input dara neither controls nor records; only TCP clients of a recorded server are relayed and recorded (docs/outside.md)", whom()))),
             None => Ok(()),
         }
     }
 
-    fn look(&mut self, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
+    fn look(&mut self, thread: ThreadId, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
         let fd = request.args[0] as i32;
         match request.op {
             Op::NetRecv | Op::NetAccept => {
@@ -351,15 +359,18 @@ impl NetProbe {
                 Ok(NetView { ready: true, ready_entries: 1, size: 0, obj: describe(ep.id, self.peer(ep), ep.kind, &[]) })
             }
             Op::NetEpollWait => {
-                let dup = match self.epolls.take(pid, fd) {
+                // An epoll set: named by (process, fd) like every anonymous inode.
+                let id = self.id_of(ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64);
+                if let Some(&ready) = self.polled_epolls.get(&(pid, fd)) {
+                    return Ok(NetView { ready, ready_entries: u32::from(ready), size: i64::from(ready), obj: describe(id, NO_ENDPOINT, kind::EPOLL, &[]) });
+                }
+                let dup = match self.epolls.take(thread, pid, fd) {
                     Some(dup) => dup,
                     None => match self.dup(pid, fd)? {
                         Some(dup) => dup,
                         None => return Ok(closed_view()),
                     },
                 };
-                // An epoll set: named by (process, fd) like every anonymous inode.
-                let id = self.id_of(ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64);
                 // Wait for what the interest list is owed before asking the epoll set.
                 let owed = self.owed.values().any(|&n| n > 0);
                 for target in if owed { epoll_targets(pid, fd) } else { Vec::new() } {
@@ -369,12 +380,54 @@ impl NetProbe {
                     }
                 }
                 let ready = poll_now(&dup, libc::POLLIN) != 0;
-                self.epolls.keep(pid, fd, dup);
+                self.epolls.keep(thread, pid, fd, dup);
                 Ok(NetView { ready, ready_entries: u32::from(ready), size: i64::from(ready), obj: describe(id, NO_ENDPOINT, kind::EPOLL, &[]) })
             }
             Op::NetPoll => self.poll_view(process, pid, request),
             _ => Ok(NetView::default()),
         }
+    }
+
+    /// Looks at the epoll sets `waits` ((thread, pid, descriptor) of threads parked in
+    /// `epoll_wait`, about to be viewed) with one `poll` for all, instead of one each: their
+    /// views, taken next, use what it said. Only when nothing is owed to any socket (else each
+    /// view first waits for what its interest list is owed, see [`NetProbe::view`]); a set that
+    /// cannot be duplicated now is left to its own view. Called at a quiet point, right before the
+    /// views: nothing runs in between that could change what the sets show.
+    pub fn poll_epoll_sets(&mut self, waits: &[(ThreadId, u32, i32)]) -> Result<(), ProbeError> {
+        self.polled_epolls.clear();
+        if waits.len() < 2 || self.owed.values().any(|&n| n > 0) {
+            return Ok(());
+        }
+        let mut sets: Vec<(ThreadId, u32, i32, OwnedFd)> = Vec::with_capacity(waits.len());
+        for &(thread, pid, fd) in waits {
+            if sets.iter().any(|s| (s.1, s.2) == (pid, fd)) {
+                continue;
+            }
+            let dup = match self.epolls.take(thread, pid, fd) {
+                Some(dup) => dup,
+                None => match self.dup(pid, fd)? {
+                    Some(dup) => dup,
+                    None => continue,
+                },
+            };
+            sets.push((thread, pid, fd, dup));
+        }
+        let mut polls: Vec<libc::pollfd> = sets.iter().map(|s| libc::pollfd { fd: s.3.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+        // SAFETY: a live array of pollfds of the given length, zero timeout.
+        let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, 0) };
+        if n < 0 {
+            // Each view polls its set alone.
+            for (thread, pid, fd, dup) in sets {
+                self.epolls.keep(thread, pid, fd, dup);
+            }
+            return Ok(());
+        }
+        for ((thread, pid, fd, dup), p) in sets.into_iter().zip(&polls) {
+            self.polled_epolls.insert((pid, fd), p.revents != 0);
+            self.epolls.keep(thread, pid, fd, dup);
+        }
+        Ok(())
     }
 
     /// A poll/select: reads the `pollfd` array from the target and probes every entry.
@@ -999,30 +1052,37 @@ fn inet_address(addr: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
 /// back are pushed out first: every byte written counts, not only those the kernel transmitted.
 /// One `TCP_INFO` read when everything is acknowledged.
 fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, with_fin: bool, own: OwnReceived) -> bool {
-    let Some(mut t) = TcpSnapshot::of(fd) else { return true };
+    arrival(fd, addrs, diag, with_fin, own).is_some()
+}
+
+/// [`sent_bytes_arrived`], and if so the room the peer's window had for more bytes as the last
+/// `TCP_INFO` read saw it (0 when the kernel did not say): a lower bound while nobody but the
+/// peer's reader touches the connection, since reading only opens the window.
+fn arrival(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, with_fin: bool, own: OwnReceived) -> Option<usize> {
+    let Some(mut t) = TcpSnapshot::of(fd) else { return Some(0) };
     if t.holds_back() {
         push_held(fd);
-        let Some(pushed) = TcpSnapshot::of(fd) else { return true };
+        let Some(pushed) = TcpSnapshot::of(fd) else { return Some(0) };
         t = pushed;
     }
+    let room = t.window.saturating_sub(t.queued()) as usize;
     let fin = with_fin && FIN_IN_FLIGHT.contains(&t.state);
     if t.state == TCP_CLOSE || (t.queued() == 0 && !fin) {
-        return true;
+        return Some(room);
     }
     if t.holds_back() {
-        return false; // the congestion window: the peer's next ACK sends them
+        return None; // the congestion window: the peer's next ACK sends them
     }
-    let Some((local, remote)) = addrs.or_else(|| addresses(fd)) else { return false };
+    let (local, remote) = addrs.or_else(|| addresses(fd))?;
     if let (false, Some(received)) = (fin, own(remote.port(), local.port())) {
-        return received >= t.sent;
+        return (received >= t.sent).then_some(room);
     }
-    let Some(diag) = diag else { return false };
-    match diag.received(remote, local) {
+    match diag?.received(remote, local) {
         // The exact lookup falls back to the listener when the connection is gone: nothing will
         // ever take the bytes, so there is nothing to wait for.
-        Some((TCP_LISTEN, _)) => true,
-        Some((state, received)) => received >= t.sent && !(fin && FIN_NOT_SEEN.contains(&state)),
-        None => false,
+        Some((TCP_LISTEN, _)) => Some(room),
+        Some((state, received)) => (received >= t.sent && !(fin && FIN_NOT_SEEN.contains(&state))).then_some(room),
+        None => None,
     }
 }
 
@@ -1037,15 +1097,18 @@ fn own_received_all((local, peer, sent): (u16, u16, u64), own: OwnReceived) -> R
 
 /// Waits until everything sent on dara's relay socket `fd` (addresses `addrs`; bytes and a FIN)
 /// is in the program's receive queue, or the connection is over; bounded by [`SETTLE_LIMIT`]
-/// from `started`.
-pub(crate) fn wait_acknowledged(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, started: Instant) -> Result<(), ProbeError> {
-    while !sent_bytes_arrived(fd, addrs, diag, true, &|_, _| None) {
+/// from `started`. Returns the room the program's receive window then had for more (see
+/// [`arrival`]; 0 when unknown).
+pub(crate) fn wait_acknowledged(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, started: Instant) -> Result<usize, ProbeError> {
+    loop {
+        if let Some(room) = arrival(fd, addrs, diag, true, &|_, _| None) {
+            return Ok(room);
+        }
         if started.elapsed() > SETTLE_LIMIT {
             return Err(ProbeError(format!("bytes dara relayed from an outside peer were not acknowledged by the program's socket within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
         }
         std::thread::yield_now();
     }
-    Ok(())
 }
 
 /// Whether some socket of kind `k` (TCP: listening) has local port `port`, from /proc/net.

@@ -489,7 +489,7 @@ impl<'a> Execution<'a> {
             let effect = self.model.apply(&choice, &mut self.memory);
             if let (Some(request), Effect::Grant { .. }) = (pending, effect) {
                 let pid = self.pid_of(choice.thread);
-                self.net.granted(pid, request, matches!(choice.kind, crate::choice::ChoiceKind::Timeout | crate::choice::ChoiceKind::Interrupt));
+                self.net.granted(choice.thread, pid, request, matches!(choice.kind, crate::choice::ChoiceKind::Timeout | crate::choice::ChoiceKind::Interrupt));
                 self.net_dirty = true;
                 self.new_connections |= matches!(request.op, Op::NetConnect | Op::NetAccept);
                 if let (Op::NetClose, 0, Some(outside)) = (request.op, request.args[1], self.outside.as_mut()) {
@@ -732,13 +732,15 @@ impl<'a> Execution<'a> {
             self.model.forget_net_views();
             self.net.forget_views();
         }
-        for (thread, request) in self.model.net_requests() {
-            if self.model.has_net_view(thread) {
-                continue;
-            }
+        let requests: Vec<(ThreadId, Request)> = self.model.net_requests().into_iter().filter(|&(thread, _)| !self.model.has_net_view(thread)).collect();
+        let epoll_waits: Vec<(ThreadId, u32, i32)> = requests.iter().filter(|(_, r)| r.op == Op::NetEpollWait).map(|&(thread, r)| (thread, self.pid_of(thread), r.args[0] as i32)).collect();
+        if let Err(e) = self.net.poll_epoll_sets(&epoll_waits) {
+            return Some(Outcome::Uncontrolled { thread: epoll_waits[0].0, syscall: Op::NetEpollWait.name().into(), detail: e.0 });
+        }
+        for (thread, request) in requests {
             let process = self.thread_process.get(&thread).copied().unwrap_or(0);
             let pid = self.pid_of(thread);
-            match self.net.view(process, pid, &request) {
+            match self.net.view(thread, process, pid, &request) {
                 Ok(view) => self.model.set_net_view(thread, view),
                 Err(e) => return Some(Outcome::Uncontrolled { thread, syscall: request.op.name().into(), detail: e.0 }),
             }

@@ -82,6 +82,10 @@ struct Stream {
     recorded: bool,
     /// Bytes from the client not yet written to the program's side.
     to_inner: Vec<u8>,
+    /// Room the program's receive window had after the last delivery settled (a lower bound
+    /// until dara sends again: the program's reads only open it); 0 when unknown. A delivery
+    /// that fits goes without reading the window first (see [`deliver`]).
+    room: usize,
     /// Bytes from the program not yet written to the client.
     to_outer: Vec<u8>,
     /// The client closed its side (`outer_reset`: with a reset); `closed_inner`: the program has
@@ -511,7 +515,7 @@ impl Outside {
             self.events.push(OutsideEvent { step, stream: stream as u32, what: OutsideWhat::Connect { listener: index as u32, peer } });
         }
         self.changed = true;
-        self.streams.push(Stream { inner: Some(inner), inner_addrs, outer, recorded, to_inner: Vec::new(), to_outer: Vec::new(), outer_eof: false, outer_reset: false, closed_inner: false, inner_eof: false });
+        self.streams.push(Stream { inner: Some(inner), inner_addrs, outer, recorded, to_inner: Vec::new(), room: 0, to_outer: Vec::new(), outer_eof: false, outer_reset: false, closed_inner: false, inner_eof: false });
         Ok(())
     }
 
@@ -541,7 +545,7 @@ impl Outside {
         let s = &mut self.streams[index];
         let Some(inner) = &s.inner else { return Ok(()) };
         if !s.to_inner.is_empty() && !s.inner_eof {
-            let n = deliver(inner, s.inner_addrs, &s.to_inner, false, self.diag.as_ref())?;
+            let n = deliver(inner, s.inner_addrs, &s.to_inner, Some(&mut s.room), self.diag.as_ref())?;
             if n > 0 {
                 self.changed = true;
                 let data: Vec<u8> = s.to_inner.drain(..n).collect();
@@ -679,7 +683,7 @@ impl Outside {
                     let Some((inner, addrs)) = stream.and_then(|s| Some((s.inner.as_ref()?, s.inner_addrs))) else {
                         return Err(RelayError::Diverged { expected: describe_event(&e), seen: "that connection closed".into() });
                     };
-                    deliver(inner, addrs, bytes, true, self.diag.as_ref())?;
+                    deliver(inner, addrs, bytes, None, self.diag.as_ref())?;
                     self.changed = true;
                     self.events.push(e);
                 }
@@ -906,26 +910,34 @@ fn read_some(fd: &OwnedFd, out: &mut Vec<u8>, max: usize) -> Read {
     }
 }
 
-/// Writes `bytes` (all of them when `all`, else what the peer's receive window takes now) to
-/// dara's socket toward the program, and waits until the program's side acknowledged them: they
-/// are in its receive queue before anything is probed. Returns how many were written.
-fn deliver(fd: &OwnedFd, addrs: Option<(SocketAddr, SocketAddr)>, bytes: &[u8], all: bool, diag: Option<&SockDiag>) -> Result<usize, RelayError> {
+/// Writes `bytes` (all of them when `room` is None, else what the peer's receive window takes
+/// now) to dara's socket toward the program, and waits until the program's side acknowledged
+/// them: they are in its receive queue before anything is probed. Returns how many were written.
+/// `room`: what the window had left when the last delivery settled (updated here); when the
+/// bytes fit in it the window is not read again (one `TCP_INFO` read less a request).
+fn deliver(fd: &OwnedFd, addrs: Option<(SocketAddr, SocketAddr)>, bytes: &[u8], mut room: Option<&mut usize>, diag: Option<&SockDiag>) -> Result<usize, RelayError> {
     let started = Instant::now();
     let mut done = 0;
     while done < bytes.len() {
-        let room = if all { bytes.len() - done } else { netprobe::send_window(fd).min(bytes.len() - done) };
-        if room == 0 {
+        let left = bytes.len() - done;
+        let take = match room.as_deref() {
+            None => left,
+            Some(&known) if known >= left => left,
+            Some(_) => netprobe::send_window(fd).min(left),
+        };
+        if take == 0 {
             break;
         }
         // SAFETY: writes from a live buffer of the given length.
-        let n = unsafe { libc::send(fd.as_raw_fd(), bytes[done..].as_ptr().cast(), room, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        let n = unsafe { libc::send(fd.as_raw_fd(), bytes[done..].as_ptr().cast(), take, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
         if n > 0 {
             done += n as usize;
         } else if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
             return Ok(done); // the program closed: what was written is what it could get
         }
-        netprobe::wait_acknowledged(fd, addrs, diag, started).map_err(|e| RelayError::Broken(e.0))?;
-        if !all {
+        let left_after = netprobe::wait_acknowledged(fd, addrs, diag, started).map_err(|e| RelayError::Broken(e.0))?;
+        if let Some(known) = room.as_deref_mut() {
+            *known = left_after;
             break;
         }
     }
@@ -936,7 +948,7 @@ fn deliver(fd: &OwnedFd, addrs: Option<(SocketAddr, SocketAddr)>, bytes: &[u8], 
 fn close_sending_side(fd: &OwnedFd, addrs: Option<(SocketAddr, SocketAddr)>, diag: Option<&SockDiag>) -> Result<(), RelayError> {
     // SAFETY: shutdown of a socket we own.
     unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_WR) };
-    netprobe::wait_acknowledged(fd, addrs, diag, Instant::now()).map_err(|e| RelayError::Broken(e.0))
+    netprobe::wait_acknowledged(fd, addrs, diag, Instant::now()).map(|_room| ()).map_err(|e| RelayError::Broken(e.0))
 }
 
 fn local_port(fd: &OwnedFd) -> Option<u16> {
