@@ -106,6 +106,16 @@ pub struct OutsideEvent {
     pub what: OutsideWhat,
 }
 
+/// `events` in an order that does not depend on when, within one quiet point, dara noticed them:
+/// by step, signals first, then by stream, each stream's own events in their order. A Ctrl-C and
+/// a client's close that reached dara in the same wait reach the program before the same decision,
+/// whichever came first; a replay applies them in its own order.
+pub fn in_step_order(events: &[OutsideEvent]) -> Vec<OutsideEvent> {
+    let mut sorted = events.to_vec();
+    sorted.sort_by_key(|e| (e.step, !matches!(e.what, OutsideWhat::Signal(_)), e.stream));
+    sorted
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OutsideWhat {
     /// An outside client connected to the program's `listener`-th listening socket (in the order
@@ -196,4 +206,21 @@ pub fn loopback_address(fd: &std::os::fd::OwnedFd) -> Option<std::net::SocketAdd
 fn take_pending_signals() -> Vec<i32> {
     let bits = PENDING.swap(0, Ordering::SeqCst);
     (1..64).filter(|s| bits & (1u64 << s) != 0).collect()
+}
+
+#[cfg(test)]
+mod step_order_tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_and_a_close_of_one_quiet_point_compare_alike_in_either_order() {
+        let ev = |step, stream, what| OutsideEvent { step, stream, what };
+        let recorded = [ev(3, 1, OutsideWhat::Data(b"a".to_vec())), ev(75, 0, OutsideWhat::Signal(2)), ev(75, 4, OutsideWhat::Close), ev(76, 4, OutsideWhat::Output(b"x".to_vec()))];
+        let replayed = [ev(3, 1, OutsideWhat::Data(b"a".to_vec())), ev(75, 4, OutsideWhat::Close), ev(75, 0, OutsideWhat::Signal(2)), ev(76, 4, OutsideWhat::Output(b"x".to_vec()))];
+        assert_eq!(in_step_order(&recorded), in_step_order(&replayed));
+        // One stream's own events keep their order.
+        let swapped = [ev(5, 2, OutsideWhat::Data(b"2".to_vec())), ev(5, 2, OutsideWhat::Data(b"1".to_vec()))];
+        let straight = [ev(5, 2, OutsideWhat::Data(b"1".to_vec())), ev(5, 2, OutsideWhat::Data(b"2".to_vec()))];
+        assert_ne!(in_step_order(&swapped), in_step_order(&straight));
+    }
 }

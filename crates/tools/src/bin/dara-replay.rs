@@ -139,9 +139,10 @@ fn judge(recorded: &Trace, report: &ExecutionReport) -> Option<u8> {
         println!("DIVERGED at step {step}: {what}");
         return Some(DIVERGED);
     }
-    if report.outside != recorded.outside {
-        let at = recorded.outside.iter().zip(&report.outside).position(|(a, b)| a != b).unwrap_or(recorded.outside.len().min(report.outside.len()));
-        println!("DIVERGED: outside event {at} differs: the trace has {}, the replay {}", recorded.outside.get(at).map_or("nothing".into(), dara_scheduler::outside::describe_event), report.outside.get(at).map_or("nothing".into(), dara_scheduler::outside::describe_event));
+    let (recorded_outside, replayed_outside) = (dara_scheduler::outside::in_step_order(&recorded.outside), dara_scheduler::outside::in_step_order(&report.outside));
+    if replayed_outside != recorded_outside {
+        let at = recorded_outside.iter().zip(&replayed_outside).position(|(a, b)| a != b).unwrap_or(recorded_outside.len().min(replayed_outside.len()));
+        println!("DIVERGED: outside event {at} differs: the trace has {}, the replay {}", recorded_outside.get(at).map_or("nothing".into(), dara_scheduler::outside::describe_event), replayed_outside.get(at).map_or("nothing".into(), dara_scheduler::outside::describe_event));
         return Some(DIVERGED);
     }
     if stopped_there {
