@@ -7,7 +7,7 @@
 //! * `poll`/`select`/`epoll_wait`, `sigsuspend`/`pause`, `sigwait*`, and sleeps (`nanosleep`,
 //!   `clock_nanosleep`, `usleep`, `sleep`): the handler runs and the call fails with EINTR (a
 //!   relative sleep reports the time left; `sleep` returns the seconds left). Never restarted.
-//! * a blocking receive, accept or send the preload marks interruptible
+//! * a blocking receive, accept, send or FIFO open the preload marks interruptible
 //!   (`net_flags::INTERRUPTIBLE`), `sem_wait` and an untimed raw futex wait: the handler runs,
 //!   then the call waits again when every handler that ran asked for `SA_RESTART`, else fails
 //!   with EINTR. `sem_timedwait` and a timed futex wait always fail with EINTR (the kernel's
@@ -39,7 +39,7 @@ pub fn interruptible(request: &Request) -> bool {
     let marked = |flags: u64| flags & (net_flags::NONBLOCK | net_flags::INTERRUPTIBLE) == net_flags::INTERRUPTIBLE;
     match request.op {
         Op::NetPoll | Op::NetEpollWait => request.args[3] & net_flags::NONBLOCK == 0,
-        Op::NetRecv | Op::NetAccept => marked(request.args[1]),
+        Op::NetRecv | Op::NetAccept | Op::FifoOpen => marked(request.args[1]),
         Op::NetSend => marked(request.args[1] >> net_flags::SEND_SHIFT),
         Op::SigSuspend | Op::SigWait | Op::Sleep | Op::SemWait => true,
         _ => false,
