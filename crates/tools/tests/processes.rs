@@ -132,6 +132,24 @@ fn posix_spawn_and_system_run_traced_children() {
     assert_no_survivors(&program);
 }
 
+/// What a program leaves in /dev/shm stays in its execution's own /dev/shm (a tmpfs of the
+/// execution's mount namespace): every execution starts with it empty, and nothing reaches the
+/// machine's.
+#[test]
+fn what_a_program_leaves_in_dev_shm_goes_with_its_execution() {
+    let test = script("shm_leftover.sh");
+    let out = out_dir("shm-leftover");
+    let run = trace_search(&out, "random", 1, 3, &[test.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert_eq!(run.stdout.matches("shm entries before: 0").count(), 3, "{}", run.text());
+    let verify = dara_replay(&["--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    let again = out_dir("shm-leftover-again");
+    assert_eq!(trace_search(&again, "random", 1, 3, &[test.to_str().unwrap()]).code, 0);
+    same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
 /// A pipeline through `mkfifo` (`cat f & echo hi > f`, and the other way round): each blocking
 /// open of the FIFO waits in the model for the other side instead of in the kernel, the script's
 /// checks hold in every schedule, and runs replay exactly.
