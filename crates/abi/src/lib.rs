@@ -34,7 +34,7 @@ pub mod access;
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 16;
+pub const VERSION: u32 = 17;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -275,6 +275,13 @@ pub enum Op {
     /// hands each one over as a connection to the twin), then the preload puts the twin in place
     /// of the program's descriptor. See docs/outside.md.
     NetListen = 127,
+    /// A blocking `open` of a FIFO for reading or for writing only, which Linux makes wait for the
+    /// other side. args: [the reader's descriptor (the preload opened it non-blocking, so the
+    /// waiting reader counts as a reader, as in the kernel), or `u64::MAX` for a writer; flags
+    /// ([`net_flags::FIFO_READER`], [`net_flags::INTERRUPTIBLE`]); the FIFO's device; its inode].
+    /// Enabled once a traced process holds the FIFO open for the other direction; the preload
+    /// then completes the open without blocking. See docs/processes.md.
+    FifoOpen = 128,
 
     // Injected faults (130–139): never posted by the preload. They are the scheduler's own
     // choices in a cluster run (`Choice::kind` is `Fault`), recorded and replayed like any
@@ -314,6 +321,8 @@ pub mod net_flags {
     /// again (`SA_RESTART`) or fails with EINTR (a send that sent part returns that part). Not
     /// set where it cannot run the handler (inside its syscall trap).
     pub const INTERRUPTIBLE: u64 = 4;
+    /// A `FifoOpen` that opens for reading (else for writing).
+    pub const FIFO_READER: u64 = 8;
     /// Shift of the flags in `NetSend`'s second argument (below it: the length).
     pub const SEND_SHIFT: u32 = 48;
 }
@@ -375,6 +384,7 @@ impl Op {
             125 => NetEpollWait,
             126 => NetClose,
             127 => NetListen,
+            128 => FifoOpen,
             130 => NodeCrash,
             131 => NodeRestart,
             132 => Partition,
@@ -444,6 +454,7 @@ impl Op {
             NetEpollWait => "epoll-wait",
             NetClose => "close",
             NetListen => "listen",
+            FifoOpen => "fifo-open",
             NodeCrash => "crash",
             NodeRestart => "restart",
             Partition => "partition",

@@ -15,7 +15,8 @@
 //!   statically linked program could never post: it is refused before the exec.
 //! * **wait** (trapped `wait4`/`waitid`): post `ProcessWait`; the model grants it once a
 //!   matching child has exited (or at once for `WNOHANG`) and names the child to collect, which
-//!   the thread then reaps for real without blocking.
+//!   the thread then reaps for real without blocking. A caught signal ends a blocking wait
+//!   (`Interrupt`): EINTR, or the call made again when every handler asked for `SA_RESTART`.
 //!
 //! Everything here may run in the SIGSYS handler: raw syscalls only, no allocation (the exec
 //! environment is built in pages mapped for the purpose), no locks.
@@ -190,6 +191,10 @@ pub fn wait(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
             }
             0
         }
+        // A caught signal ended the wait (never while a matching child has exited: the kernel
+        // collects that child first). The handler runs as the SIGSYS handler returns; wait4 and
+        // waitid are made again when every handler asked for SA_RESTART, as in Linux.
+        crate::hooks::sigwait::INTERRUPTED if crate::hooks::sigwait::handlers_restart() => crate::trap::RESTART,
         err => err,
     }
 }

@@ -266,7 +266,7 @@ extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_void
 
 /// What an emulated call answers to be made again once the pending signal's handler has run
 /// (the kernel's own `-ERESTARTSYS`, which never reaches a program).
-const RESTART: i64 = -512;
+pub(crate) const RESTART: i64 = -512;
 
 /// Length of the x86-64 `syscall` instruction (`0f 05`) a seccomp trap returns after.
 const SYSCALL_INSN_BYTES: i64 = 2;

@@ -28,6 +28,7 @@ pub mod futex;
 pub mod region;
 pub mod memory;
 pub mod epoll_dups;
+pub mod fifo;
 pub mod netprobe;
 pub mod outside;
 pub mod sockdiag;

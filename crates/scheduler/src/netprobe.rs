@@ -55,6 +55,7 @@ use dara_abi::{net_flags, Op};
 
 use crate::choice::{ProcessId, ThreadId};
 use crate::epoll_dups::EpollDups;
+use crate::fifo::FifoWait;
 use crate::sockdiag::{tcpi, SockDiag};
 use crate::model::net::{describe, kind, NetView, NO_ENDPOINT};
 use crate::model::Request;
@@ -352,6 +353,20 @@ impl NetProbe {
                     (port, Some((k, local, _))) => self.lookup(&[(k, port as u16, local), (k, port as u16, 0)]),
                 };
                 Ok(NetView { ready, ready_entries: u32::from(ready), size: len as i64, obj: describe(ep.id, peer, ep.kind, &first[..(len as usize).min(4)]) })
+            }
+            Op::FifoOpen => {
+                let wait = FifoWait { device: request.args[2], inode: request.args[3], reader: request.args[1] & net_flags::FIFO_READER != 0 };
+                // A reader is woken by a writer's open even when that writer has closed again
+                // since (the kernel counts opens): its own end then shows POLLHUP (no writer now,
+                // one came since the reader opened) or POLLIN (data left behind).
+                let came = match wait.reader.then(|| self.dup(pid, fd)).transpose()?.flatten() {
+                    Some(end) => poll_now(&end, libc::POLLIN) & (libc::POLLIN | libc::POLLHUP) != 0,
+                    None => false,
+                };
+                let ready = came || wait.partner_present(self.traced.iter().copied());
+                // Keyed by inode like the FIFO's descriptors once open, so it is one endpoint.
+                let id = self.id_of(wait.inode);
+                Ok(NetView { ready, ready_entries: u32::from(ready), size: 0, obj: describe(id, NO_ENDPOINT, kind::PIPE, &[]) })
             }
             Op::NetConnect | Op::NetClose | Op::NetListen => {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(NetView { ready: true, ..closed_view() }) };

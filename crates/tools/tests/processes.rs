@@ -132,6 +132,50 @@ fn posix_spawn_and_system_run_traced_children() {
     assert_no_survivors(&program);
 }
 
+/// What a program leaves in /dev/shm stays in its execution's own /dev/shm (a tmpfs of the
+/// execution's mount namespace): every execution starts with it empty, and nothing reaches the
+/// machine's.
+#[test]
+fn what_a_program_leaves_in_dev_shm_goes_with_its_execution() {
+    let test = script("shm_leftover.sh");
+    let out = out_dir("shm-leftover");
+    let run = trace_search(&out, "random", 1, 3, &[test.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert_eq!(run.stdout.matches("shm entries before: 0").count(), 3, "{}", run.text());
+    let verify = dara_replay(&["--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    let again = out_dir("shm-leftover-again");
+    assert_eq!(trace_search(&again, "random", 1, 3, &[test.to_str().unwrap()]).code, 0);
+    same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// A pipeline through `mkfifo` (`cat f & echo hi > f`, and the other way round): each blocking
+/// open of the FIFO waits in the model for the other side instead of in the kernel, the script's
+/// checks hold in every schedule, and runs replay exactly.
+#[test]
+fn a_script_through_a_named_pipe_runs_clean_and_replays() {
+    let test = script("fifo_pipeline.sh");
+    for (strategy, seed) in [("random", 6u64), ("pct:3", 7)] {
+        let tag = format!("fifo-pipeline-{}", strategy.replace(':', ""));
+        let out = out_dir(&tag);
+        let run = trace_search(&out, strategy, seed, 20, &[test.to_str().unwrap()]);
+        assert_eq!(run.code, 0, "{}", run.text());
+        assert!(run.stdout.contains("no bug found in 20 executions"), "{}", run.text());
+        let last = out.join("trace.bin");
+        let t = trace::read_file(&last).unwrap();
+        let fifo_opens = t.steps.iter().filter(|s| s.choice.op == dara_abi::Op::FifoOpen).count();
+        assert!(fifo_opens >= 4, "both sides of both opens wait in the model: {fifo_opens}");
+        let verify = dara_replay(&["--verify", last.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(verify.code, 0, "{}", verify.text());
+        assert!(verify.stdout.contains("through the fifo: hi back"), "{}", verify.text());
+        let again = out_dir(&format!("{tag}-again"));
+        assert_eq!(trace_search(&again, strategy, seed, 20, &[test.to_str().unwrap()]).code, 0);
+        same_decisions(&last, &again.join("trace.bin"));
+    }
+    assert!(processes_mentioning("fifo_pipeline").is_empty(), "nothing of the script survives");
+}
+
 /// Command substitution, pipelines, a background process stopped with kill, and wait: the
 /// script's own checks hold in every schedule, and runs replay exactly.
 #[test]

@@ -117,6 +117,24 @@ fn a_signal_ends_a_semaphore_wait_with_eintr_unless_sa_restart_restarts_it() {
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
+/// A caught signal ends a `waitpid` that has no exited child to collect (EINTR without
+/// SA_RESTART, waits on with it), and a `pthread_kill` to a thread parked in a sleep ends that
+/// sleep at the sender's next scheduling point.
+#[test]
+fn a_signal_ends_waitpid_and_pthread_kill_ends_a_parked_sleep() {
+    twin_clean("sig_waitpid", 20, "waitpid: EINTR without SA_RESTART, restarted with it; pthread_kill ended the sleep", Op::ProcessWait);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// A blocking FIFO open waits in the model for the other side (reader for a writer, writer for a
+/// reader, a writer that only opens and closes still ends a reader's wait) and a signal ends it
+/// as Linux's: EINTR without SA_RESTART, restarted with it.
+#[test]
+fn a_fifo_open_waits_for_the_other_side_and_a_signal_ends_it() {
+    twin_clean("fifo_open", 20, "fifo: opens waited for the other side; EINTR without SA_RESTART, restarted with it", Op::FifoOpen);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
 #[test]
 fn a_signal_ends_a_raw_futex_wait_with_eintr_unless_sa_restart_restarts_it() {
     twin_clean("sig_futex_wait", 20, "futex wait: restarted with SA_RESTART, EINTR without it, EINTR when timed", Op::FutexWait);

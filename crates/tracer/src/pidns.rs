@@ -3,7 +3,8 @@
 //!
 //! dara clones a tiny *init* into new PID and mount namespaces. The init (pid 1 there) makes its
 //! mounts private to the namespace (`MS_SLAVE`), mounts a fresh /proc (so `/proc/self` and
-//! `/proc/<pid>` speak namespace pids), closes every descriptor it inherited, and then only
+//! `/proc/<pid>` speak namespace pids) and a fresh /dev/shm (what the program leaves there goes
+//! with the namespace), closes every descriptor it inherited, and then only
 //! reaps the orphans reparented to it. It dies with dara (`PR_SET_PDEATHSIG`) and its death
 //! makes the kernel kill everything in the namespace: nothing dara started survives dara.
 //!
@@ -199,6 +200,14 @@ unsafe fn init_main(ready: i32) -> ! {
         libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
         let private = libc::mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_SLAVE, std::ptr::null()) == 0;
         let proc_mounted = private && libc::mount(c"proc".as_ptr(), c"/proc".as_ptr(), c"proc".as_ptr(), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, std::ptr::null()) == 0;
+        // A fresh /dev/shm of the execution's own (best effort: a system without one keeps the
+        // host's): POSIX shared memory and named semaphores the program leaves behind (a
+        // postgres killed before its cleanup leaves its PostgreSQL.* segments) go with the
+        // namespace, and names the seeded program draws in every run (postgres's segment
+        // handles) never meet another run's.
+        if proc_mounted {
+            libc::mount(c"tmpfs".as_ptr(), c"/dev/shm".as_ptr(), c"tmpfs".as_ptr(), libc::MS_NOSUID | libc::MS_NODEV, c"mode=1777".as_ptr().cast());
+        }
         let byte = if proc_mounted { INIT_READY } else { INIT_FAILED };
         libc::write(ready, (&byte as *const u8).cast(), 1);
         if !proc_mounted {

@@ -4,6 +4,8 @@
 //! program's dynamic loader opens its libraries before the preload is back. glibc's own code does
 //! not read these devices (it uses `getrandom`, which is trapped).
 //!
+//! A blocking open of a FIFO waits in the model, not in the kernel (see [`super::fifo`]).
+//!
 //! Every other open that asks for writing is noted in the region ([`crate::written`]): a replay
 //! that diverges names the files the recorded run wrote.
 //!
@@ -12,7 +14,7 @@
 //! is exact.
 use libc::{c_char, c_int, c_uint, FILE};
 
-use super::set_errno;
+use super::{fifo, set_errno};
 use crate::{entropy, real, region, written};
 
 /// Passes on the result of a real open, noting the file when it was opened for writing.
@@ -41,38 +43,44 @@ unsafe fn random_device(path: *const c_char, cloexec: bool) -> Option<c_int> {
     })
 }
 
-/// An open of `path` with `flags`: a random device's seeded file, else `real_open`'s result
-/// (noted when it opened for writing).
+/// An open of `path` (relative to `dir`) with `flags`: a random device's seeded file, a blocking
+/// FIFO open made a wait of the model ([`fifo::open`]), else `real_open`'s result (noted when it
+/// opened for writing). `real_open` opens with the flags it is given.
 ///
 /// # Safety
 /// `path` is null or a NUL-terminated string (the contract of open).
-unsafe fn open_with(path: *const c_char, flags: c_int, real_open: impl FnOnce() -> c_int) -> c_int {
+unsafe fn open_with(dir: c_int, path: *const c_char, flags: c_int, mut real_open: impl FnMut(c_int) -> c_int) -> c_int {
     // SAFETY: forwarded from the caller.
-    unsafe { random_device(path, flags & libc::O_CLOEXEC != 0) }.unwrap_or_else(|| opened(real_open(), flags))
+    if let Some(fd) = unsafe { random_device(path, flags & libc::O_CLOEXEC != 0) } {
+        return fd;
+    }
+    // SAFETY: forwarded from the caller.
+    let fd = unsafe { fifo::open(dir, path, flags, &mut real_open) }.unwrap_or_else(|| real_open(flags));
+    opened(fd, flags)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the program's own arguments.
-    unsafe { open_with(path, flags, || real::open(path, flags, mode)) }
+    unsafe { open_with(libc::AT_FDCWD, path, flags, |f| real::open(path, f, mode)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the program's own arguments.
-    unsafe { open_with(path, flags, || real::open64(path, flags, mode)) }
+    unsafe { open_with(libc::AT_FDCWD, path, flags, |f| real::open64(path, f, mode)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn openat(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the program's own arguments (the device paths are absolute, so `dir` is moot).
-    unsafe { open_with(path, flags, || real::openat(dir, path, flags, mode)) }
+    unsafe { open_with(dir, path, flags, |f| real::openat(dir, path, f, mode)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn openat64(dir: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the program's own arguments.
-    unsafe { open_with(path, flags, || real::openat64(dir, path, flags, mode)) }
+    unsafe { open_with(dir, path, flags, |f| real::openat64(dir, path, f, mode)) }
 }
 
 // The variants `_FORTIFY_SOURCE` compiles an `open` without a mode into (perl's and python's
@@ -81,25 +89,25 @@ pub unsafe extern "C" fn openat64(dir: c_int, path: *const c_char, flags: c_int,
 #[no_mangle]
 pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
     // SAFETY: the program's own arguments.
-    unsafe { open_with(path, flags, || real::__open_2(path, flags)) }
+    unsafe { open_with(libc::AT_FDCWD, path, flags, |f| real::__open_2(path, f)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
     // SAFETY: the program's own arguments.
-    unsafe { open_with(path, flags, || real::__open64_2(path, flags)) }
+    unsafe { open_with(libc::AT_FDCWD, path, flags, |f| real::__open64_2(path, f)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat_2(dir: c_int, path: *const c_char, flags: c_int) -> c_int {
     // SAFETY: the program's own arguments.
-    unsafe { open_with(path, flags, || real::__openat_2(dir, path, flags)) }
+    unsafe { open_with(dir, path, flags, |f| real::__openat_2(dir, path, f)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat64_2(dir: c_int, path: *const c_char, flags: c_int) -> c_int {
     // SAFETY: the program's own arguments.
-    unsafe { open_with(path, flags, || real::__openat64_2(dir, path, flags)) }
+    unsafe { open_with(dir, path, flags, |f| real::__openat64_2(dir, path, f)) }
 }
 
 /// `fopen` of a random device: the seeded file wrapped in a stdio stream.
@@ -132,11 +140,11 @@ unsafe fn fopened(file: *mut FILE, mode: *const c_char) -> *mut FILE {
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
     // SAFETY: the program's own arguments.
-    unsafe { fopen_random(path, mode).unwrap_or_else(|| fopened(real::fopen(path, mode), mode)) }
+    unsafe { fopen_random(path, mode).or_else(|| fifo::fopen(path, mode)).unwrap_or_else(|| fopened(real::fopen(path, mode), mode)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
     // SAFETY: the program's own arguments.
-    unsafe { fopen_random(path, mode).unwrap_or_else(|| fopened(real::fopen64(path, mode), mode)) }
+    unsafe { fopen_random(path, mode).or_else(|| fifo::fopen(path, mode)).unwrap_or_else(|| fopened(real::fopen64(path, mode), mode)) }
 }

@@ -201,9 +201,13 @@ fn kill_gated(pid: libc::pid_t, sig: c_int) -> Option<c_int> {
     if rc == 0 && dies && pid > 0 {
         crate::process::wait_until_dead(pid as u32);
     }
+    // The post parked the thread with its caught signals blocked, so `saved` is that parked
+    // mask; the program's own is the one the post kept (restoring `saved` left every caught
+    // signal blocked in this thread for good after its first kill).
+    let program = crate::gate::program_mask().unwrap_or(saved);
     drop(gate);
-    // SAFETY: restores the mask saved above; pending caught signals are delivered now.
-    unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &saved as *const u64 as u64, 0, 8]) };
+    // SAFETY: restores the program's mask; pending caught signals are delivered now.
+    unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &program as *const u64 as u64, 0, 8]) };
     Some(rc)
 }
 
@@ -217,7 +221,11 @@ fn post_kill(gate: &crate::gate::Gated, pid: libc::pid_t, sig: c_int) -> bool {
 /// A trapped `tgkill(tgid, tid, sig)` (glibc's `raise`, `pthread_kill` and `abort` make one, as
 /// does a raw system call): a SIGKILL, which ends the whole process `tgid`, is posted as that
 /// process's kill first, so that dara knows it as the program's own and not a kill from outside.
-/// Other signals go as they are. Returns the call's result.
+/// A signal this process catches, sent to another of its threads (`pthread_kill`), is posted as
+/// a kill too: that thread may be parked in a wait the signal ends, and the scheduler looks at
+/// pending signals after a kill, so the `Interrupt` is offered at the sender's next scheduling
+/// point in every run (not at whatever kill or exit came later). Other signals go as they are.
+/// Returns the call's result.
 ///
 /// The signal is sent with every signal but SIGSYS blocked: one sent to this very thread must
 /// not run its handler here, inside dara's SIGSYS handler (where the handler would see dara's
@@ -226,7 +234,12 @@ fn post_kill(gate: &crate::gate::Gated, pid: libc::pid_t, sig: c_int) -> bool {
 /// the call, as it would have without dara.
 pub fn trapped_tgkill(gate: &crate::gate::Gated, a: [u64; 6]) -> i64 {
     let (tgid, sig) = (a[0] as libc::pid_t, a[2] as c_int);
-    if sig == libc::SIGKILL && tgid > 0 {
+    let to_other_thread = || {
+        // SAFETY: gettid takes no arguments.
+        a[1] as i64 != unsafe { sys::syscall(libc::SYS_gettid, &[]) }
+    };
+    let caught_here = (1..=64).contains(&sig) && caught() & (1 << (sig - 1)) != 0;
+    if tgid > 0 && (sig == libc::SIGKILL || caught_here && to_other_thread()) {
         post_kill(gate, tgid, sig);
     }
     let all_but_sigsys: u64 = !(1 << (libc::SIGSYS - 1));

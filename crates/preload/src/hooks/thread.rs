@@ -7,7 +7,7 @@
 //! the real `pthread_create`; the scheduler takes no decision while a slot is STARTING, so the
 //! child posts its ThreadStart (naming its creator) before anything else happens. The start routine and its argument wait in a
 //! static per-slot table (no malloc); the real thread runs [`thread_main`] with the slot index.
-use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use dara_abi::{state, Op, MAX_SLOTS};
 use libc::{c_int, c_void, pthread_attr_t, pthread_t};
@@ -22,13 +22,19 @@ struct StartRecord {
     routine: AtomicUsize,
     arg: AtomicUsize,
     creator: AtomicU32,
+    /// The creator's own signal mask ([`NO_MASK`]: it catches no signal, nothing to restore).
+    mask: AtomicU64,
 }
+
+/// No mask recorded (never a program's mask: SIGSYS is never blocked).
+const NO_MASK: u64 = u64::MAX;
 
 static STARTS: [StartRecord; MAX_SLOTS] = [const {
     StartRecord {
         routine: AtomicUsize::new(0),
         arg: AtomicUsize::new(0),
         creator: AtomicU32::new(0),
+        mask: AtomicU64::new(NO_MASK),
     }
 }; MAX_SLOTS];
 
@@ -58,6 +64,9 @@ pub fn create(
     record.routine.store(routine as usize, Ordering::Relaxed);
     record.arg.store(arg as usize, Ordering::Relaxed);
     record.creator.store(gate.index(), Ordering::Relaxed);
+    // The creator is parked-masked now (its post blocked the signals it catches) and the new
+    // thread inherits that kernel mask; it takes the creator's own mask once it starts.
+    record.mask.store(gate::program_mask().unwrap_or(NO_MASK), Ordering::Relaxed);
     slot.process.store(region::process(), Ordering::Relaxed);
     slot.pid.store(sys::host_ids().0, Ordering::Relaxed);
     slot.state.store(state::STARTING, Ordering::Release);
@@ -106,6 +115,14 @@ extern "C" fn thread_main(arg: *mut c_void) -> *mut c_void {
     gate::adopt(index, core::ptr::addr_of!(stack_marker) as usize);
     if let Some(gate) = Gated::enter() {
         gate.post(Op::ThreadStart, [creator as u64, 0, 0, 0]);
+    }
+    // Linux starts a thread with its creator's mask; it inherited the creator's parked one
+    // (the caught signals blocked). Restored here, out of the preload, before the program's
+    // routine: a signal sent to the thread meanwhile (pthread_kill) is delivered now.
+    let mask = record.mask.load(Ordering::Relaxed);
+    if mask != NO_MASK {
+        // SAFETY: rt_sigprocmask reads one live 8-byte set.
+        unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &mask as *const u64 as u64, 0, 8]) };
     }
     routine(user_arg)
 }

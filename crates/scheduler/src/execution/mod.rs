@@ -993,6 +993,10 @@ impl<'a> Execution<'a> {
         let Some(op) = Op::from_u32(raw_op) else {
             return Some(Outcome::Uncontrolled { thread, syscall: format!("op {raw_op}"), detail: "the preload posted an operation this dara does not know (version mismatch?)".into() });
         };
+        if op == Op::FifoOpen {
+            // A reader posts holding its end open: a writer waiting for a reader may go on now.
+            self.net_dirty = true;
+        }
         match op {
             Op::ProcessStart => {
                 if process as usize >= self.cfg.max_processes.min(MAX_PROCESSES) {

@@ -338,7 +338,7 @@ impl Model {
 
             // Never enabled; network ops were handled above.
             Op::Sleep | Op::Unsupported => Step::StayPending,
-            Op::NetRecv | Op::NetSend | Op::NetAccept | Op::NetConnect | Op::NetPoll | Op::NetEpollWait | Op::NetClose | Op::NetListen => Step::StayPending,
+            Op::NetRecv | Op::NetSend | Op::NetAccept | Op::NetConnect | Op::NetPoll | Op::NetEpollWait | Op::NetClose | Op::NetListen | Op::FifoOpen => Step::StayPending,
         }
     }
 

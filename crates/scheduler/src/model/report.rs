@@ -76,6 +76,12 @@ impl Model {
                 };
                 format!("waits for {what}{on}, which no other thread can still provide")
             }
+            Op::FifoOpen => {
+                let (fifo, _, _, _) = super::net::undescribe(self.net_obj(me));
+                let fifo = fifo.map_or(String::new(), |e| format!(" e{e}"));
+                let other = if r.args[1] & dara_abi::net_flags::FIFO_READER != 0 { "writer" } else { "reader" };
+                format!("waits in open of FIFO{fifo} for a {other}, which no other thread can still provide")
+            }
             Op::SigWait => format!("waits in sigwait for a signal of {a:#x} that nothing left can send"),
             Op::SigSuspend => format!("waits in sigsuspend for a signal (wait mask {a:#x}) that nothing left can send"),
             op => format!("waits to {}", op.name()),

@@ -7,11 +7,13 @@
 //! * `poll`/`select`/`epoll_wait`, `sigsuspend`/`pause`, `sigwait*`, and sleeps (`nanosleep`,
 //!   `clock_nanosleep`, `usleep`, `sleep`): the handler runs and the call fails with EINTR (a
 //!   relative sleep reports the time left; `sleep` returns the seconds left). Never restarted.
-//! * a blocking receive, accept or send the preload marks interruptible
+//! * a blocking receive, accept, send or FIFO open the preload marks interruptible
 //!   (`net_flags::INTERRUPTIBLE`), `sem_wait` and an untimed raw futex wait: the handler runs,
 //!   then the call waits again when every handler that ran asked for `SA_RESTART`, else fails
 //!   with EINTR. `sem_timedwait` and a timed futex wait always fail with EINTR (the kernel's
 //!   restart block for a timed futex wait becomes EINTR once a handler ran).
+//! * a blocking `waitpid`/`wait4`/`waitid` while no matching child has exited: the handler runs,
+//!   then the call waits again with `SA_RESTART`, else fails with EINTR.
 //! * a condition wait (`pthread_cond_wait`/`timedwait`): the handler runs *inside* the wait and
 //!   the wait goes on, as glibc's does: the thread stays in the condvar's queue while its
 //!   handler runs ([`Model::in_handler`]), so a signal the handler sends to the condvar wakes it,
@@ -39,9 +41,10 @@ pub fn interruptible(request: &Request) -> bool {
     let marked = |flags: u64| flags & (net_flags::NONBLOCK | net_flags::INTERRUPTIBLE) == net_flags::INTERRUPTIBLE;
     match request.op {
         Op::NetPoll | Op::NetEpollWait => request.args[3] & net_flags::NONBLOCK == 0,
-        Op::NetRecv | Op::NetAccept => marked(request.args[1]),
+        Op::NetRecv | Op::NetAccept | Op::FifoOpen => marked(request.args[1]),
         Op::NetSend => marked(request.args[1] >> net_flags::SEND_SHIFT),
         Op::SigSuspend | Op::SigWait | Op::Sleep | Op::SemWait => true,
+        Op::ProcessWait => request.args[1] & libc::WNOHANG as u64 == 0,
         _ => false,
     }
 }
@@ -78,8 +81,14 @@ impl Model {
     }
 
     /// Whether `thread` offers an `Interrupt` now.
+    /// A `waitpid` whose child has exited is not: the kernel collects the child before it looks
+    /// for signals (a `SIGCHLD` handler runs after the wait returns).
     pub(super) fn offers_interrupt(&self, thread: ThreadId) -> bool {
-        self.signalled.contains(&thread) && self.threads.get(&thread).and_then(|t| interruptible_wait(t.phase)).is_some()
+        let Some(t) = self.threads.get(&thread).filter(|_| self.signalled.contains(&thread)) else { return false };
+        match interruptible_wait(t.phase) {
+            Some(r) if r.op == Op::ProcessWait => self.wait_alternatives(t.process, &r) == 0,
+            wait => wait.is_some(),
+        }
     }
 
     /// Applies `Interrupt`: the wait ends with [`INTERRUPTED`]. A futex waiter leaves its queue;

@@ -175,7 +175,8 @@ impl Request {
             | Op::NetPoll
             | Op::NetEpollWait
             | Op::NetClose
-            | Op::NetListen => 0,
+            | Op::NetListen
+            | Op::FifoOpen => 0,
         }
     }
 }
