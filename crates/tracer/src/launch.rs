@@ -30,7 +30,7 @@ pub const REAP_NOTICE: Duration = Duration::from_secs(5);
 
 /// How long teardown waits for a reap the kernel is still working on (past [`TEARDOWN_LIMIT`]):
 /// the process is dead, so this is no "stuck" process, only a slow kernel.
-const REAP_LIMIT: Duration = Duration::from_secs(600);
+pub const REAP_LIMIT: Duration = Duration::from_secs(600);
 
 /// What to start.
 #[derive(Clone, Debug)]

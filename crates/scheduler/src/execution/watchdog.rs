@@ -12,7 +12,15 @@
 //!   that long *without being put on a CPU once* (schedstat's run count unchanged), not having
 //!   posted, and not writing to the output pipes dara drains (a write there waits for dara, not
 //!   for something outside). Uninterruptible sleep (`D`: disk I/O, page faults) gets
-//!   [`IO_WAIT_FACTOR`] times longer.
+//!   [`IO_WAIT_FACTOR`] times longer. A real `wait4`/`waitid` is the program reaping a child
+//!   dara already saw end (waits are scheduling points, granted once the child is a zombie): the
+//!   kernel's release of it can take seconds on a loaded machine (`release_task` invalidating
+//!   its /proc entries), which is no outside event, so it is waited for up to the reaper's own
+//!   limit. And a verdict is only given on a thread that is still asleep *now*: the look that
+//!   found it asleep long enough is taken again, with its slot, just before, since a thread that
+//!   woke meanwhile has moved on (with two test suites at once, bash's reap of memcached slept
+//!   500 ms in `wait4`, woke, and had posted its next step by the time the verdict read its
+//!   system call, and was reported as "blocked in the kernel in futex(...)" on its own slot).
 //! - A holder that is **gone** (its thread left the kernel's task list, its tid is another
 //!   thread's now, or its process ended by its pidfd) is neither: it computes nothing, and if its
 //!   process ended, that end is an exit, waited for and judged like any other.
@@ -37,6 +45,9 @@ const IO_WAIT_FACTOR: u32 = 20;
 /// x86_64 numbers of the writes that can wait for dara's output pipes to drain.
 const SYS_WRITE: i64 = 1;
 const SYS_WRITEV: i64 = 20;
+/// x86_64 numbers of the waits that reap a child.
+const SYS_WAIT4: i64 = 61;
+const SYS_WAITID: i64 = 247;
 
 /// Who holds the run token, since when, and what the watchdog has seen of it.
 pub(super) struct TokenHolder {
@@ -112,7 +123,14 @@ impl Execution<'_> {
             }),
             Look::Computed(_) => None,
             Look::Asleep { state, for_ } => {
-                if for_ < self.sleep_limit(state) || self.writes_to_output(pid, tid) {
+                if for_ < self.sleep_limit(state) || self.writes_to_output(pid, tid) || reaps_a_child(pid, tid, for_) {
+                    return None;
+                }
+                // Still asleep in the same sleep, and not posted since (see the module doc)?
+                let again = self.holder.as_mut()?.look_at(pid, tid, Instant::now());
+                let slot = self.region.slot(thread as usize);
+                let moved_on = slot.state.load(Ordering::Acquire) == state::POSTED || slot.posts.load(Ordering::Acquire) != self.seen_posts[thread as usize];
+                if moved_on || !matches!(again, Look::Asleep { .. }) {
                     return None;
                 }
                 Some(blocked_outside(thread, pid, tid, "holds the run token but", for_, ""))
@@ -136,6 +154,12 @@ impl Execution<'_> {
         let pipes = &self.region.header().output_pipes;
         matches!(nr, SYS_WRITE | SYS_WRITEV) && procfs::fd_inode(pid, fd).is_some_and(|inode| inode != 0 && pipes.iter().any(|p| p.load(Ordering::Relaxed) == inode))
     }
+}
+
+/// Whether the thread sits in a real `wait4`/`waitid`, reaping a child that already ended (see
+/// the module doc), for less than the reaper's limit.
+fn reaps_a_child(pid: u32, tid: u32, for_: Duration) -> bool {
+    for_ < dara_tracer::launch::REAP_LIMIT && matches!(procfs::blocked_syscall_raw(pid, tid), Some((SYS_WAIT4 | SYS_WAITID, _)))
 }
 
 /// The verdict on a watched thread (pid, tid) that slept in the kernel for `for_` without
