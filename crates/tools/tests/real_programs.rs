@@ -108,7 +108,8 @@ fn sort_parallel_records_searches_and_replays() {
 /// (tests/fixtures/python_threads.py).
 #[test]
 fn python_threads_on_the_gil_record_search_and_replay() {
-    let script = repo_root().join("tests/fixtures/python_threads.py");
+    // A private copy: the survivor check below must not see another test process running it.
+    let script = private_copy(&repo_root().join("tests/fixtures/python_threads.py"), "python-threads");
     let (trace, stdout) = record("python", &[PYTHON, script.to_str().unwrap(), "100000", "500"]);
     let expected = 4 * (0..100_000u64).map(|k| k * k % 7).sum::<u64>();
     assert!(stdout.contains(&format!("sums {expected} {}", (0..500).sum::<u64>())), "{stdout}");
@@ -275,7 +276,10 @@ fn nginx_master_and_workers_under_curl_record_and_replay() {
     let connects = trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Connect { .. })).count();
     assert_eq!(connects, FETCHES + 1, "every fetch was recorded, and the probe that waited for the listener");
     let interrupted = |op: Op| trace.steps.iter().filter(|s| s.choice.kind == ChoiceKind::Interrupt && s.choice.op == op).count();
-    assert_eq!(interrupted(Op::NetEpollWait), 2, "the Ctrl-C ends each worker's epoll_wait");
+    // A worker whose epoll_wait timer came due in the same quiet point as the Ctrl-C (a recording
+    // keeps real time) takes the signal as it comes back from the timeout instead: at least one
+    // wait is ended by it, and nginx stops on the one Ctrl-C either way (asserted above).
+    assert!((1..=2).contains(&interrupted(Op::NetEpollWait)), "the Ctrl-C ends the workers' epoll_wait");
     assert!(interrupted(Op::SigSuspend) >= 2, "the Ctrl-C and the workers' SIGCHLD end the master's sigsuspend");
     assert_eq!(trace.steps.iter().filter(|s| s.choice.op == Op::NetListen).count(), 1, "nginx's second listen() splits nothing");
     std::fs::remove_file(dir.join("nginx.pid")).ok(); // nginx removes it; a replay starts afresh
@@ -338,7 +342,8 @@ fn make_j4_builds_records_searches_and_replays() {
 /// end and in the Queue's feeder threads).
 #[test]
 fn python_multiprocessing_records_searches_and_replays() {
-    let script = repo_root().join("tests/fixtures/python/mp_workers.py");
+    // A private copy: the survivor check below must not see another test process running it.
+    let script = private_copy(&repo_root().join("tests/fixtures/python/mp_workers.py"), "python-mp");
     let python = [PYTHON, script.to_str().unwrap()];
     const ANSWER: &str = "pool 285 queue [0, 1, 2] counter 30";
     let (trace, printed) = record("python-mp", &python);
@@ -388,7 +393,8 @@ fn lmdb_writer_processes_record_search_and_replay() {
 /// had another seed, other heap addresses and diverged (at step 121).
 #[test]
 fn perl_threads_record_search_and_replay() {
-    let script = repo_root().join("tests/fixtures/perl/queue_threads.pl");
+    // A private copy: the survivor check below must not see another test process running it.
+    let script = private_copy(&repo_root().join("tests/fixtures/perl/queue_threads.pl"), "perl-threads");
     let perl = ["perl", script.to_str().unwrap()];
     let (trace, printed) = record("perl", &perl);
     assert!(printed.contains("sum 5050 keys "), "{printed}");
