@@ -12,7 +12,8 @@
 # lmdb_writers fixtures link them; lmdb-utils' mdb_stat reads the LMDB environment afterwards),
 # and Debian's PostgreSQL 15 (initdb, postgres, pg_ctl under /usr/lib/postgresql/15/bin; psql),
 # Debian's default JDK (javac and java: the JVM test compiles tests/fixtures/java/Workers.java),
-# GNU make (`make -j4` builds a small C project under dara), and perl with ithreads.
+# GNU make (`make -j4` builds a small C project under dara), perl with ithreads, git (`git clone
+# --no-local` between processes), and mosquitto with its clients (an MQTT broker on both families).
 # postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
 # from util-linux).
 #
