@@ -154,13 +154,15 @@ fn sqlite_threads_on_one_wal_database_record_search_and_replay() {
 fn memcached_under_memcslap_records_and_replays() {
     let port = free_ports(1).to_string();
     let out = out_dir("memcached");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
-        .args(["-q", "-o", out.to_str().unwrap(), "--", "memcached", "-u", "root", "-t", "4", "-U", "0", "-l", "127.0.0.1", "-p", &port])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut server = Recording(
+        Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+            .args(["-q", "-o", out.to_str().unwrap(), "--", "memcached", "-u", "root", "-t", "4", "-U", "0", "-l", "127.0.0.1", "-p", &port])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     wait_for_listener(port.parse().unwrap(), Duration::from_secs(30), "memcached under dara-trace");
     let server_arg = format!("127.0.0.1:{port}");
     for test in ["set", "get"] {
@@ -168,7 +170,7 @@ fn memcached_under_memcslap_records_and_replays() {
         let said = format!("{}{}", String::from_utf8_lossy(&slap.stdout), String::from_utf8_lossy(&slap.stderr));
         assert!(slap.status.success() && !said.contains("error") && !said.contains("FAILURE"), "memcslap -t {test}: {said}");
     }
-    let (status, stderr) = ctrl_c(&mut server, Duration::from_secs(60));
+    let (status, stderr) = ctrl_c(&mut server.0, Duration::from_secs(60));
     assert_eq!(status.code(), Some(0), "one Ctrl-C stops memcached, and dara with its exit: {status:?} {stderr}");
 
     let trace_path = out.join("trace.bin");
@@ -215,15 +217,8 @@ fn memcached_test_script_with_split_requests_searches_the_same_twice() {
 
 /// Starts `dara-trace -q -o OUT -- command` for a server that will listen on `port`, and waits
 /// until it does.
-fn start_recording(out: &std::path::Path, command: &[&str], port: &str) -> std::process::Child {
-    let server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
-        .args(["-q", "-o", out.to_str().unwrap(), "--"])
-        .args(command)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+fn start_recording(out: &std::path::Path, command: &[&str], port: &str) -> Recording {
+    let server = Recording(Command::new(env!("CARGO_BIN_EXE_dara-trace")).args(["-q", "-o", out.to_str().unwrap(), "--"]).args(command).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
     wait_for_listener(port.parse().unwrap(), Duration::from_secs(30), &format!("{} under dara-trace", command[0]));
     server
 }
@@ -266,7 +261,7 @@ fn nginx_master_and_workers_under_curl_record_and_replay() {
         assert!(curl.status.success(), "fetch {fetch}: {curl:?}");
         assert_eq!(String::from_utf8_lossy(&curl.stdout), "served under dara\n", "fetch {fetch}");
     }
-    let (status, stderr) = ctrl_c(&mut server, Duration::from_secs(60));
+    let (status, stderr) = ctrl_c(&mut server.0, Duration::from_secs(60));
     let log = std::fs::read_to_string(&error_log).unwrap_or_default();
     assert_eq!(status.code(), Some(0), "one Ctrl-C stops nginx, and dara with its exit: {status:?} {stderr}\n{log}");
     assert!(log.contains("signal 2 (SIGINT) received") && log.contains("exit"), "nginx saw the Ctrl-C and exited: {log}");
@@ -484,7 +479,7 @@ fn mosquitto_under_outside_clients_records_and_replays() {
     std::io::Read::read_to_string(sub.stdout.as_mut().unwrap(), &mut text).unwrap();
     assert!(got.success(), "{text}");
     assert!(text.ends_with("message 3\n"), "the subscriber got the last message: {text}");
-    let (status, stderr) = ctrl_c(&mut broker, Duration::from_secs(60));
+    let (status, stderr) = ctrl_c(&mut broker.0, Duration::from_secs(60));
     assert_eq!(status.code(), Some(0), "one Ctrl-C stops mosquitto, and dara with its exit: {status:?} {stderr}");
     replays_identically(&out.join("trace.bin"));
     assert!(processes_with(&["mosquitto", "-p", &port]).is_empty(), "a mosquitto survived");

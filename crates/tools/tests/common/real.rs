@@ -90,6 +90,27 @@ pub fn text(lines: usize) -> String {
     out
 }
 
+/// A recording `dara-trace` under way, as a child of the test. If the test fails before ending it
+/// (a client's assertion), dropping it stops dara with two SIGINTs and waits: a failed test must
+/// not leave dara-trace and the server it records running (one did, for an hour).
+pub struct Recording(pub std::process::Child);
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            // SAFETY: signalling our own child; two SIGINTs stop a recording.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+            std::thread::sleep(Duration::from_millis(100));
+            // SAFETY: as above.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+            if wait_at_most(&mut self.0, Duration::from_secs(30)).is_none() {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+    }
+}
+
 /// One Ctrl-C to a recording `dara-trace` (dara passes it on), a second one if it has not ended
 /// within `wait`: its exit status and what it wrote to stderr.
 pub fn ctrl_c(server: &mut std::process::Child, wait: Duration) -> (std::process::ExitStatus, String) {
