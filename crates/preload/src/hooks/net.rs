@@ -111,8 +111,7 @@ fn net_kind(fd: c_int) -> u8 {
 }
 
 fn fd_nonblocking(fd: c_int) -> bool {
-    // SAFETY: F_GETFL takes no pointer.
-    let fl = unsafe { sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_GETFL as u64]) };
+    let fl = write_now::status_flags(fd);
     fl >= 0 && fl as c_int & libc::O_NONBLOCK != 0
 }
 
@@ -651,10 +650,13 @@ pub fn trapped_write(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64>
     if !socket {
         // libc's own writes to a pipe (stdio into a pipeline) were never scheduling points, and
         // are not while the pipe takes them; one that finds the pipe full waits in the model.
+        let flags = write_now::status_flags(fd);
+        if flags >= 0 && flags as c_int & libc::O_NONBLOCK != 0 {
+            return None; // a non-blocking caller gets what the kernel says: the call as made
+        }
         // SAFETY: the program's own iovecs.
-        let r = unsafe { write_now::writev(fd, false, iov, n) };
-        let total = iov_total(iov, n);
-        if fd_nonblocking(fd) || (r < 0 && r != -(libc::EAGAIN as i64)) || r as usize >= total {
+        let r = write_now::with_nonblock(fd, flags, || unsafe { sys::syscall6(libc::SYS_writev, [fd as u64, iov as u64, n as u64, 0, 0, 0]) });
+        if (r < 0 && r != -(libc::EAGAIN as i64)) || r as usize >= iov_total(iov, n) {
             return Some(r);
         }
         return Some(finish_vector(gate, fd, iov, n, r.max(0) as usize, 0));

@@ -53,8 +53,17 @@ pub unsafe fn writev(fd: c_int, socket: bool, iov: *const libc::iovec, n: c_int)
 /// Runs `call` with `O_NONBLOCK` set on `fd`'s open file description, restoring the program's
 /// flags after (nothing to do when they have it already).
 fn nonblocking(fd: c_int, call: impl FnOnce() -> i64) -> i64 {
-    // SAFETY: F_GETFL and F_SETFL take integers only.
-    let flags = unsafe { sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_GETFL as u64]) };
+    with_nonblock(fd, status_flags(fd), call)
+}
+
+/// `fd`'s file status flags (`F_GETFL`), negative on error.
+pub fn status_flags(fd: c_int) -> i64 {
+    // SAFETY: F_GETFL takes no pointer.
+    unsafe { sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_GETFL as u64]) }
+}
+
+/// [`nonblocking`] for a caller that read `fd`'s status `flags` already.
+pub fn with_nonblock(fd: c_int, flags: i64, call: impl FnOnce() -> i64) -> i64 {
     if flags < 0 || flags as c_int & libc::O_NONBLOCK != 0 {
         return call();
     }
