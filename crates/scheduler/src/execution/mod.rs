@@ -575,7 +575,7 @@ impl<'a> Execution<'a> {
         // A signal someone outside sends straight to a parked thread (`kill <server pid>`) ends
         // a wait only once dara looks: while some wait could be ended so, look every
         // SIGNAL_LOOK (before, such a recording waited for good unless something else woke it).
-        let interruptible = !self.model.interruptible_waits().is_empty();
+        let interruptible = self.model.has_interruptible_wait();
         let outside = self.outside.as_mut().expect("checked above");
         let slice = match (unrelayed, limit) {
             (false, limit) => Some(limit.map_or(IDLE_NOTICE, |l| l.min(IDLE_NOTICE))),

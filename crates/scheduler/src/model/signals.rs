@@ -61,6 +61,11 @@ fn interruptible_wait(phase: Phase) -> Option<Request> {
 }
 
 impl Model {
+    /// Whether some thread is parked in a wait a signal may end.
+    pub fn has_interruptible_wait(&self) -> bool {
+        self.threads.values().any(|t| interruptible_wait(t.phase).is_some())
+    }
+
     /// Threads parked in a wait a signal may end, with the wait.
     pub fn interruptible_waits(&self) -> Vec<(ThreadId, Request)> {
         self.threads.iter().filter_map(|(&id, t)| interruptible_wait(t.phase).map(|r| (id, r))).collect()
