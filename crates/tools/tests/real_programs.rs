@@ -464,21 +464,31 @@ fn mosquitto_under_outside_clients_records_and_replays() {
     let port = free_ports(1).to_string();
     let out = out_dir("mosquitto");
     let mut broker = start_recording(&out, &["mosquitto", "-p", &port], &port);
-    let mut sub = Command::new("mosquitto_sub").args(["-h", "::1", "-p", &port, "-t", "test/#", "-C", "3", "-W", "60"]).stdout(Stdio::piped()).spawn().expect("mosquitto_sub (run ./scripts/install-deps.sh)");
-    // The subscription is in place once a message published after it arrives: publish until then.
+    // mosquitto opens its IPv6 listener after the IPv4 one that start_recording waited for.
+    wait_for_listener_on("::1", port.parse().unwrap(), Duration::from_secs(30), "mosquitto's IPv6 listener");
+    // With -d (and its stdout line-buffered: into a pipe, stdio would hold the lines until the
+    // first message) the subscriber prints its protocol exchange as it goes: publish once its
+    // SUBACK shows. A fixed nap before publishing lost the first message on a loaded machine, and
+    // the subscriber then waited out its -W for a third message that never came.
+    let mut sub = Command::new("stdbuf").args(["-oL", "mosquitto_sub", "-d", "-h", "::1", "-p", &port, "-t", "test/#", "-C", "3", "-W", "60"]).stdout(Stdio::piped()).spawn().expect("mosquitto_sub (run ./scripts/install-deps.sh)");
+    let mut said = std::io::BufReader::new(sub.stdout.take().unwrap());
+    let mut text = String::new();
+    while !text.contains("received SUBACK") {
+        let read = std::io::BufRead::read_line(&mut said, &mut text).unwrap();
+        assert!(read > 0, "the subscriber ended before its subscription was in place: {text}");
+    }
     let publish = |host: &str, n: u32| {
         let status = Command::new("mosquitto_pub").args(["-h", host, "-p", &port, "-t", &format!("test/{n}"), "-m", &format!("message {n}"), "-q", "1"]).status().unwrap();
         assert!(status.success(), "publish {n} over {host}");
     };
-    std::thread::sleep(Duration::from_millis(500));
     publish("127.0.0.1", 1);
     publish("::1", 2);
     publish("127.0.0.1", 3);
     let got = wait_at_most(&mut sub, Duration::from_secs(60)).expect("the subscriber got three messages");
-    let mut text = String::new();
-    std::io::Read::read_to_string(sub.stdout.as_mut().unwrap(), &mut text).unwrap();
+    std::io::Read::read_to_string(&mut said, &mut text).unwrap();
     assert!(got.success(), "{text}");
-    assert!(text.ends_with("message 3\n"), "the subscriber got the last message: {text}");
+    let messages: Vec<&str> = text.lines().filter(|l| l.starts_with("message ")).collect();
+    assert_eq!(messages, ["message 1", "message 2", "message 3"], "the subscriber got every message, in order: {text}");
     let (status, stderr) = ctrl_c(&mut broker.0, Duration::from_secs(60));
     assert_eq!(status.code(), Some(0), "one Ctrl-C stops mosquitto, and dara with its exit: {status:?} {stderr}");
     replays_identically(&out.join("trace.bin"));

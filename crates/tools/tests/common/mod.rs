@@ -276,9 +276,31 @@ pub fn free_ports(count: u16) -> u16 {
     loop {
         let base = start + NEXT.fetch_add(count, Ordering::Relaxed);
         assert!(base < 32000, "no {count} free ports below 32000");
-        if (base..base + count).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() && std::net::UdpSocket::bind(("127.0.0.1", p)).is_ok()) && reserve_ports(base, count) {
+        if (base..base + count).all(|p| binds_plainly(libc::SOCK_STREAM, p) && binds_plainly(libc::SOCK_DGRAM, p)) && reserve_ports(base, count) {
             return base;
         }
+    }
+}
+
+/// Whether a socket of `kind` binds 127.0.0.1:`port` without `SO_REUSEADDR`, as most fixtures
+/// and many servers bind. (std's `TcpListener::bind` sets `SO_REUSEADDR`, which succeeds while a
+/// connection an earlier test made from that port lingers in TIME_WAIT; the server under test
+/// then failed to listen and its exit was reported as a bug.)
+fn binds_plainly(kind: libc::c_int, port: u16) -> bool {
+    // SAFETY: plain socket calls on a descriptor this function owns and closes; `addr` lives
+    // across the bind.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, kind | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return false;
+        }
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_port = port.to_be();
+        addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+        let bound = libc::bind(fd, (&addr as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t) == 0;
+        libc::close(fd);
+        bound
     }
 }
 

@@ -67,9 +67,15 @@ pub fn threads_created(trace: &Path) -> usize {
 
 /// Waits until something accepts TCP connections on 127.0.0.1:`port` (at most `limit`).
 pub fn wait_for_listener(port: u16, limit: Duration, what: &str) {
+    wait_for_listener_on("127.0.0.1", port, limit, what);
+}
+
+/// Waits until something accepts TCP connections on `host`'s `port`. A server that listens on
+/// several addresses opens them one after another: wait for each one a client will use.
+pub fn wait_for_listener_on(host: &str, port: u16, limit: Duration, what: &str) {
     let started = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(started.elapsed() < limit, "{what} did not listen on port {port}");
+    while std::net::TcpStream::connect((host, port)).is_err() {
+        assert!(started.elapsed() < limit, "{what} did not listen on {host} port {port}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
