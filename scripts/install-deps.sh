@@ -13,11 +13,13 @@
 # and Debian's PostgreSQL 15 (initdb, postgres, pg_ctl under /usr/lib/postgresql/15/bin; psql),
 # Debian's default JDK (javac and java: the JVM test compiles tests/fixtures/java/Workers.java),
 # GNU make (`make -j4` builds a small C project under dara), perl with ithreads, git (`git clone
-# --no-local` between processes), and mosquitto with its clients (an MQTT broker on both families).
+# --no-local` between processes), mosquitto with its clients (an MQTT broker on both families), and
+# haproxy in front of lighttpd (a threaded proxy and a web server: tests/fixtures/scripts/haproxy_test.sh).
 # postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
 # from util-linux).
 #
-# The redis, memcached and nginx packages would start a system service (on ports 6379, 11211 and 80) where
+# The redis, memcached, nginx, mosquitto, lighttpd and haproxy packages would start a system service (on
+# ports 6379, 11211, 80 and 1883) where
 # the init system lets them (Debian's postinst runs invoke-rc.d / deb-systemd-invoke). The tests
 # start their own servers on free ports and want no other on the machine, so while installing them
 # a policy-rc.d that denies every start is put in place (unless one is there already: container
@@ -53,7 +55,9 @@ command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v make >/dev/null 2>&1 || need+=(make)
 perl -Mthreads -e 1 >/dev/null 2>&1 || need+=(perl)
 command -v git >/dev/null 2>&1 || need+=(git)
-command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || need+=(mosquitto)
+command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || services+=(mosquitto)
+command -v lighttpd >/dev/null 2>&1 || [ -x /usr/sbin/lighttpd ] || services+=(lighttpd)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || services+=(haproxy)
 command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || services+=(postgresql-15)
 need+=("${services[@]}")
@@ -99,5 +103,8 @@ if [ ${#need[@]} -gt 0 ]; then
         no_service memcached /run/memcached/memcached.pid 11211
         no_service nginx /run/nginx.pid 80
         no_service postgresql /run/postgresql/15-main.pid 5432
+        no_service mosquitto /run/mosquitto/mosquitto.pid 1883
+        no_service lighttpd /run/lighttpd.pid 80
+        no_service haproxy /run/haproxy.pid 80
     fi
 fi

@@ -200,7 +200,12 @@ pub fn wait(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
 }
 
 /// Waits (bounded, about two seconds) until process `pid` has died: its /proc/<pid>/stat says
-/// zombie, or it is gone.
+/// zombie, or it is gone. When this process is its parent, until the child can be collected
+/// (`waitid` with `WNOWAIT` sees it), which is when the kernel has queued our SIGCHLD: a
+/// multithreaded process's main thread shows as a zombie while its other threads are still on
+/// their way out, and the parent's SIGCHLD comes only after the last of them. Returning at the
+/// zombie let the SIGCHLD arrive some time after `kill` returned (bash's `kill -TERM $a $b` ran
+/// its SIGCHLD handler before the second kill in one run and after it in another).
 pub fn wait_until_dead(pid: u32) {
     let mut path = [0u8; 32];
     let prefix = b"/proc/";
@@ -208,6 +213,7 @@ pub fn wait_until_dead(pid: u32) {
     let end = prefix.len() + sys::decimal(pid, &mut path[prefix.len()..]);
     path[end..end + 5].copy_from_slice(b"/stat");
     let pause = libc::timespec { tv_sec: 0, tv_nsec: 50_000 };
+    let me = sys::getpid();
     for _ in 0..40_000 {
         // SAFETY: a NUL-terminated path in a local buffer (zero-filled past its end).
         let fd = unsafe { sys::syscall(libc::SYS_open, &[path.as_ptr() as u64, (libc::O_RDONLY | libc::O_CLOEXEC) as u64]) };
@@ -221,7 +227,10 @@ pub fn wait_until_dead(pid: u32) {
         if got > 0 {
             let text = &buf[..got as usize];
             if let Some(close) = text.iter().rposition(|&b| b == b')') {
-                if text.get(close + 2) == Some(&b'Z') {
+                let zombie = text.get(close + 2) == Some(&b'Z');
+                // "S ppid ...": the parent's pid follows the state.
+                let parent = text.get(close + 4..).map(leading_decimal);
+                if zombie && (parent != Some(me) || collectable(pid)) {
                     return;
                 }
             }
@@ -230,6 +239,22 @@ pub fn wait_until_dead(pid: u32) {
         // page's address is the filter's exception).
         unsafe { sys::syscall(libc::SYS_nanosleep, &[&pause as *const libc::timespec as u64, 0]) };
     }
+}
+
+/// Whether our child `pid` has exited for good (every thread) and can be collected, or cannot be
+/// waited for at all (auto-reaped: SIGCHLD ignored). Collects nothing (`WNOWAIT`).
+fn collectable(pid: u32) -> bool {
+    let mut info = [0u64; 16]; // a siginfo_t (128 bytes)
+    let options = (libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) as u64;
+    // SAFETY: waitid writes at most one siginfo_t into the live, zeroed 128-byte buffer.
+    let rc = unsafe { sys::syscall(libc::SYS_waitid, &[libc::P_PID as u64, u64::from(pid), info.as_mut_ptr() as u64, options, 0]) };
+    // si_pid sits at byte 16 of a siginfo_t: nonzero once the child is ready.
+    rc < 0 || info[2] as u32 != 0
+}
+
+/// The decimal number at the start of `text` (0 when none).
+fn leading_decimal(text: &[u8]) -> u32 {
+    text.iter().take_while(|b| b.is_ascii_digit()).fold(0u32, |n, &b| n.wrapping_mul(10).wrapping_add(u32::from(b - b'0')))
 }
 
 /// The logical process whose kernel pid is `pid`, if it is traced.

@@ -55,6 +55,9 @@ pub enum Outcome {
     /// A process died of a SIGKILL that neither dara nor a traced process sent (`kill -9` by
     /// someone else, the OOM killer): not the program's doing, and not part of the schedule.
     KilledFromOutside { process: u32 },
+    /// The launched program died of the SIGINT or SIGTERM dara passed on from the user (its
+    /// default action, as at a terminal): the user stopped it; no bug.
+    StoppedBySignal { process: u32, signal: i32, name: String },
     /// dara-trace was interrupted (SIGINT/SIGTERM) before the execution ended.
     Interrupted,
     /// The execution reached its time limit (`--run-for`) with no bug: an endless program (a
@@ -71,7 +74,7 @@ impl Outcome {
         match self {
             Outcome::Exited { code, .. } => *code != 0,
             Outcome::Crashed { .. } | Outcome::NodeExited { .. } | Outcome::CheckFailed { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
-            Outcome::Uncontrolled { .. } | Outcome::KilledFromOutside { .. } | Outcome::Interrupted | Outcome::RanFor { .. } | Outcome::Diverged { .. } => false,
+            Outcome::Uncontrolled { .. } | Outcome::KilledFromOutside { .. } | Outcome::StoppedBySignal { .. } | Outcome::Interrupted | Outcome::RanFor { .. } | Outcome::Diverged { .. } => false,
         }
     }
 
@@ -95,6 +98,7 @@ impl Outcome {
             Outcome::Hang { .. } => "hang".to_string(),
             Outcome::Uncontrolled { syscall, .. } => format!("uncontrolled:{syscall}"),
             Outcome::KilledFromOutside { .. } => "killed-from-outside".to_string(),
+            Outcome::StoppedBySignal { name, .. } => format!("stopped:{name}"),
             Outcome::Interrupted => "interrupted".to_string(),
             Outcome::RanFor { .. } => "ran-for".to_string(),
             Outcome::Diverged { step, .. } => format!("diverged:{step}"),
@@ -128,6 +132,7 @@ impl Outcome {
                 format!("uncontrolled: thread {thread} {syscall}: {detail}")
             }
             Outcome::KilledFromOutside { process } => format!("killed from outside (SIGKILL not sent by the program or dara): not a bug of the program; the run is not saved as a bug (process {process}: kill -9 by someone else, or the kernel's OOM killer)"),
+            Outcome::StoppedBySignal { process, name, .. } => format!("stopped by {name}, passed on from dara-trace: process {process} took its default action (not a bug)"),
             Outcome::Interrupted => "interrupted".to_string(),
             Outcome::RanFor { virtual_ns } => format!("ran for {} of virtual time with no bug (--run-for)", crate::time::format_vtime(*virtual_ns)),
             Outcome::Diverged { step, expected, seen } => {

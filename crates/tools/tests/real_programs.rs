@@ -494,3 +494,58 @@ fn mosquitto_under_outside_clients_records_and_replays() {
     replays_identically(&out.join("trace.bin"));
     assert!(processes_with(&["mosquitto", "-p", &port]).is_empty(), "a mosquitto survived");
 }
+
+/// haproxy with four threads in front of lighttpd, in a closed-world test script
+/// (tests/fixtures/scripts/haproxy_test.sh: curl fetches three pages through the proxy), searched.
+#[test]
+fn haproxy_test_script_searches_clean_and_replays() {
+    let port = free_ports(2).to_string();
+    let script = repo_root().join("tests/fixtures/scripts/haproxy_test.sh");
+    let (last, run) = search_clean("haproxy-search", SEARCH_RUNS, &[], &[script.to_str().unwrap(), &port]);
+    assert_eq!(run.stdout.matches("haproxy_test: every page was right").count() as u64, SEARCH_RUNS, "{}", run.text());
+    assert!(steps_with(&last, Op::NetAccept) >= 3, "haproxy and lighttpd accepted the fetches under control");
+    replays_identically(&last);
+    assert!(processes_with(&["haproxy", &format!("haproxy_test.{port}.")]).is_empty(), "a haproxy survived");
+}
+
+/// haproxy and lighttpd recorded with curl outside, stopped by one Ctrl-C. haproxy does not catch
+/// SIGINT: it dies of the signal dara passes on, as at a terminal. That is the user stopping it,
+/// not a crash: dara exits 0 and says so, and the replay ends the same way.
+#[test]
+fn haproxy_under_curl_is_recorded_and_one_ctrl_c_stops_it_without_a_false_bug() {
+    let port = free_ports(2).to_string();
+    let out = out_dir("haproxy");
+    let script = repo_root().join("tests/fixtures/scripts/haproxy_test.sh");
+    let mut server = Recording(
+        Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+            .args(["-o", out.to_str().unwrap(), "--", script.to_str().unwrap(), &port, "serve"])
+            .env("TMPDIR", &out)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_listener(port.parse().unwrap(), Duration::from_secs(30), "haproxy under dara-trace");
+    for n in [1, 2, 3, 1] {
+        let url = format!("http://127.0.0.1:{port}/{n}.html");
+        let curl = Command::new("curl").args(["-s", "-f", "-m", "30", &url]).output().expect("curl (run ./scripts/install-deps.sh)");
+        assert!(curl.status.success(), "fetch {url}: {curl:?}");
+        assert_eq!(String::from_utf8_lossy(&curl.stdout), format!("page {n}\n"));
+    }
+    let (status, stderr) = ctrl_c(&mut server.0, Duration::from_secs(60));
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(server.0.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    assert_eq!(status.code(), Some(0), "a Ctrl-C that ends haproxy is no bug: {status:?}\n{stdout}\n{stderr}");
+    assert!(stdout.contains("no bug found"), "{stdout}\n{stderr}");
+    let trace_path = out.join("trace.bin");
+    let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    assert!(matches!(trace.outcome, dara_scheduler::Outcome::StoppedBySignal { signal: libc::SIGINT, .. }), "{:?}", trace.outcome);
+    let connects = trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Connect { .. })).count();
+    assert!(connects >= 4, "every fetch was recorded ({connects} connections)");
+    let replay = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(300));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert!(replay.stdout.contains("stopped by SIGINT") && replay.stdout.contains("(same as recorded)"), "{}", replay.text());
+    assert!(processes_with(&["haproxy", &format!("haproxy_test.{port}.")]).is_empty(), "a haproxy survived");
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}

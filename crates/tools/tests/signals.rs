@@ -204,3 +204,41 @@ fn a_signal_ends_a_blocking_send_with_eintr() {
     twin_clean("sig_send_block", 20, "send: EINTR after the handler ran", Op::NetSend);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
+
+/// A recording of a program that does not catch SIGINT (coreutils' `cat`), stopped by one
+/// Ctrl-C: dara passes it on and the program dies of it, as at a terminal. The user stopped it;
+/// that is no bug: dara exits 0 and says so, the trace's outcome says so, and the replay ends
+/// the same way (it sends the recorded signal at the same step).
+#[test]
+fn a_ctrl_c_that_ends_a_recorded_program_is_no_bug() {
+    use std::io::BufRead;
+    let out = out_dir("cat-recorded");
+    // The line says the program runs; cat then waits for dara-trace's stdin (input from
+    // outside, which this test keeps open and never writes).
+    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-o", out.to_str().unwrap(), "--", "sh", "-c", "echo waiting; exec cat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(run.stdout.take().unwrap());
+    let mut line = String::new();
+    said.read_line(&mut line).unwrap();
+    assert_eq!(line, "waiting\n");
+    let stdin = run.stdin.take();
+    let (status, stderr) = common::real::ctrl_c(&mut run, Duration::from_secs(60));
+    drop(stdin);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?} {rest} {stderr}");
+    assert!(rest.contains("stopped by SIGINT, passed on from dara-trace") && rest.contains("no bug found"), "{rest} {stderr}");
+    let trace_path = out.join("trace.bin");
+    let recorded = trace::read_file(&trace_path).unwrap();
+    assert!(matches!(recorded.outcome, dara_scheduler::Outcome::StoppedBySignal { process: 0, signal: libc::SIGINT, .. }), "{:?}", recorded.outcome);
+    assert!(!out.join("bug-0001").exists(), "nothing saved as a bug");
+    let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("stopped by SIGINT") && verify.stdout.contains("(same as recorded)"), "{}", verify.text());
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}

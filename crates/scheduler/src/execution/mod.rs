@@ -8,7 +8,7 @@
 //! [`cluster`].
 mod cluster;
 mod newborn;
-mod sent_kills;
+mod outside_deaths;
 mod signals;
 mod watchdog;
 
@@ -337,7 +337,7 @@ struct Execution<'a> {
     /// Processes a crash fault killed: their end is not judged.
     crashing: Vec<ProcessId>,
     /// Processes a traced process sent a SIGKILL (any other SIGKILL came from outside).
-    sent_kills: sent_kills::SentKills,
+    outside_deaths: outside_deaths::OutsideDeaths,
     /// A connect or accept ran since partitions were last enforced.
     new_connections: bool,
     /// The relay to peers outside dara (recording and replay runs).
@@ -397,7 +397,7 @@ impl<'a> Execution<'a> {
             nodes: cfg.cluster.clone().map(crate::cluster::Nodes::new),
             arriving: None,
             crashing: Vec::new(),
-            sent_kills: Default::default(),
+            outside_deaths: Default::default(),
             new_connections: false,
             outside: None,
             pending_end: None,
@@ -649,6 +649,9 @@ impl<'a> Execution<'a> {
                 if let Some(pidfd) = &record.pidfd {
                     procfs::pidfd_signal(pidfd, sig);
                 }
+                // Noted whatever the process's mask says now: one parked at an exec has every
+                // signal blocked, and takes this one, and dies of it, once it goes on.
+                self.outside_deaths.note_passed_on(process, sig);
                 if terminates {
                     self.dying.push((process, now));
                     self.exiting.push(process);
@@ -1199,7 +1202,7 @@ impl<'a> Execution<'a> {
                 g => procfs::process_group(record.pid) == Some((-g) as u32),
             };
             if hit {
-                self.sent_kills.note(process, sig);
+                self.outside_deaths.note_kill(process, sig);
             }
             if hit && procfs::signal_terminates(record.pid, sig) {
                 self.dying.push((process, now));
@@ -1315,8 +1318,11 @@ impl<'a> Execution<'a> {
         }
         let status = status?;
         if let ExitStatus::Signal(signal) = status {
-            if let Some(outcome) = self.sent_kills.outside_kill(process, signal) {
+            if let Some(outcome) = self.outside_deaths.outside_kill(process, signal) {
                 return Some(outcome);
+            }
+            if self.outside_deaths.stopped_by_user(process, signal) {
+                return None; // the user's Ctrl-C, passed on: judged with the run (final_outcome)
             }
         }
         if self.nodes.is_some() {
@@ -1401,6 +1407,9 @@ impl<'a> Execution<'a> {
     fn final_outcome(&self) -> Outcome {
         match self.verdict.and_then(|v| self.processes.get(&v)).and_then(|p| p.exit) {
             Some(ExitStatus::Code(code)) => Outcome::Exited { code, location: None },
+            Some(ExitStatus::Signal(signal)) if self.outside_deaths.stopped_by_user(self.verdict.unwrap_or(0), signal) => {
+                Outcome::StoppedBySignal { process: self.verdict.unwrap_or(0), signal, name: signal_name(signal) }
+            }
             Some(ExitStatus::Signal(signal)) => {
                 let process = self.verdict.unwrap_or(0);
                 Outcome::Crashed { process, signal, name: signal_name(signal), location: self.faults.get(&process).cloned() }
