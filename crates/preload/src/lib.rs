@@ -41,6 +41,7 @@ pub mod access;
 pub mod coverage;
 pub mod entropy;
 pub mod fault;
+pub mod fd;
 pub mod fdguard;
 pub mod gate;
 pub mod hooks;

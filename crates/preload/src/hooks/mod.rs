@@ -13,6 +13,7 @@
 pub mod cond;
 pub mod cookie;
 pub mod cpu;
+pub mod descriptors;
 pub mod fifo;
 pub mod files;
 pub mod killpg;
