@@ -39,6 +39,7 @@
 
 pub mod access;
 pub mod coverage;
+pub mod dispositions;
 pub mod entropy;
 pub mod fault;
 pub mod fd;
@@ -46,6 +47,7 @@ pub mod fdguard;
 pub mod gate;
 pub mod hooks;
 pub mod init;
+pub mod interrupt;
 pub mod process;
 pub mod real;
 pub mod region;
@@ -57,6 +59,7 @@ pub mod thread_end;
 pub mod timecalls;
 pub mod tsc;
 pub mod trap;
+pub mod trapped;
 pub mod unposted;
 pub mod vclock;
 pub mod vdso;
