@@ -13,11 +13,12 @@
 //!   closed where no hook saw it (`fclose` closes inside libc);
 //! * `closed`: the `close` hook; `closed_range`: `close_range` and `closefrom` (trapped, see
 //!   [`crate::fdguard`]), and the spawn hook's `closefrom` action;
-//! * `duplicated(from, to)`: `dup`, `dup2`, `dup3`, `fcntl(F_DUPFD)` and `fcntl(F_DUPFD_CLOEXEC)`,
-//!   trapped whoever makes them (libc, a raw `syscall`, glibc's own `freopen`), and the listener
-//!   swap's own `dup3`. Everything the table keeps belongs to the open file both numbers now name
-//!   (what it is, its ports, the listener's public port), so all of it carries over to the copy;
-//!   close-on-exec belongs to the number, and dara does not keep it.
+//! * `duplicated(from, to)`: the hooks of `dup`, `dup2`, `dup3`, `fcntl`/`fcntl64` with `F_DUPFD`
+//!   or `F_DUPFD_CLOEXEC` ([`crate::hooks::descriptors`]), whoever calls them. Everything the
+//!   table keeps belongs to the open file both numbers now name (what it is, its ports, the
+//!   listener's public port), so all of it carries over to the copy; close-on-exec belongs to the
+//!   number, and dara does not keep it. (A raw system call, or glibc's own `dup3` in `freopen`,
+//!   is not seen: the copy keeps what its number knew before, unless that was nothing.)
 //! * `exec` needs no operation: the table lives in the program image, and a successful `execve`
 //!   starts the next image's preload with an empty one (every descriptor it inherits is asked
 //!   again on first use); a failed one changes nothing.
