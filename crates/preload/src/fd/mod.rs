@@ -110,7 +110,9 @@ struct Entry {
 }
 
 impl Entry {
-    const EMPTY: Entry = Entry { kind: AtomicU8::new(0), public_port: AtomicU16::new(0), ports: AtomicU32::new(0) };
+    const fn empty() -> Entry {
+        Entry { kind: AtomicU8::new(0), public_port: AtomicU16::new(0), ports: AtomicU32::new(0) }
+    }
 
     fn set(&self, kind: Kind, public_port: u16, ports: u32) {
         self.kind.store(kind.to_u8(), Ordering::Relaxed);
@@ -119,7 +121,7 @@ impl Entry {
     }
 }
 
-static TABLE: [Entry; TRACKED] = [Entry::EMPTY; TRACKED];
+static TABLE: [Entry; TRACKED] = [const { Entry::empty() }; TRACKED];
 
 fn entry(fd: c_int) -> Option<&'static Entry> {
     usize::try_from(fd).ok().and_then(|i| TABLE.get(i))
