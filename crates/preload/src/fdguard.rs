@@ -8,9 +8,10 @@
 //! 125. So the filter traps `close_range` and `close` of these descriptors: a `close` of one
 //! reports success and leaves it open, a range that holds them is closed as the two ranges
 //! around them. (A `dup2`/`dup3` onto one cannot be honoured: the trap refuses it, see `trap`.)
+//! The numbers a range closed are forgotten in the descriptor table ([`crate::fd`]).
 //!
 //! Runs in the SIGSYS handler: raw system calls through the trampoline only.
-use crate::sys;
+use crate::{fd, sys};
 
 /// The first and last of dara's descriptors (adjacent numbers).
 pub const FIRST_KEPT: u64 = dara_abi::SHM_FD as u64;
@@ -41,6 +42,10 @@ pub fn close_range(first: u64, last: u64, flags: u64) -> i64 {
         let rc = unsafe { sys::syscall(libc::SYS_close_range, &[from, to, flags]) };
         if rc < 0 {
             return rc;
+        }
+        // Closed (not only marked close-on-exec): the numbers name nothing now.
+        if flags & u64::from(libc::CLOSE_RANGE_CLOEXEC) == 0 {
+            fd::closed_range(from, to);
         }
     }
     0

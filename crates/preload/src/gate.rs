@@ -164,7 +164,7 @@ impl Gated {
     /// stayed pending here for good: memcached's workers block SIGINT, and its main thread never
     /// saw a Ctrl-C.)
     pub(crate) fn tell_signals(&self, program_mask: u64) {
-        let parked = crate::hooks::signal::caught() & PARKED_MASK;
+        let parked = crate::dispositions::caught() & PARKED_MASK;
         let mut pending: u64 = 0;
         // SAFETY: rt_sigpending writes one 8-byte set into a live local.
         unsafe { sys::syscall(libc::SYS_rt_sigpending, &[&mut pending as *mut u64 as u64, 8]) };
@@ -374,7 +374,7 @@ fn handoff(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
     // Coming back, the thread tells the scheduler who sent any of them (`Gated::tell_signals`:
     // dara records a signal from outside). A program that catches no signal (most) pays nothing
     // for this; one that does pays an `rt_sigpending` per post besides the two mask changes.
-    let parked = crate::hooks::signal::caught() & PARKED_MASK;
+    let parked = crate::dispositions::caught() & PARKED_MASK;
     if parked != 0 && PARKED_SAVED.with(|m| m.get()).is_none() {
         let mut saved_mask: u64 = 0;
         // SAFETY: rt_sigprocmask reads and writes one 8-byte signal set each, both live locals.

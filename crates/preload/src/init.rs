@@ -73,7 +73,7 @@ extern "C" fn dara_preload_init(
     // thread will ever have (_start's included), so it bounds the main thread's own stack.
     crate::process::become_main_thread(slot, index, process, envp as usize);
 
-    if let Err(e) = trap::install() {
+    if let Err(e) = trap::install(crate::trapped::on_sigsys) {
         sys::die(
             match e {
                 InstallError::Handler => b"dara: cannot install the SIGSYS handler\n",

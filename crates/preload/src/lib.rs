@@ -7,9 +7,9 @@
 //! * [`hooks`]: symbols that shadow libc's (pthreads, semaphores, sleeps, clocks, randomness, CPU
 //!   count). An uncontended `pthread_mutex_lock` never enters the kernel, so only a symbol hook
 //!   can see it.
-//! * [`trap`]: a seccomp filter + SIGSYS handler for what the hooks cannot see: glibc-internal and
-//!   raw syscalls (futex, clocks, sleeps, getrandom, /dev/urandom, new processes); with
-//!   [`sigmask`] it keeps SIGSYS out of every signal mask libc sets.
+//! * [`trap`]: a seccomp filter + SIGSYS handler ([`trapped`]) for what the hooks cannot see:
+//!   glibc-internal and raw syscalls (futex, clocks, sleeps, getrandom, /dev/urandom, new
+//!   processes); with [`sigmask`] it keeps SIGSYS out of every signal mask libc sets.
 //!
 //! [`coverage`] counts sancov edges of instrumented programs into the region (and posts
 //! `EdgeQuantum` every N edges under `--preempt-on edges:N`); [`access`] turns sancov load/store
@@ -23,7 +23,22 @@
 //! The plumbing: [`init`] (the constructor and start barrier), [`gate`] (per-thread state, the
 //! reentrancy guard and the handoff), [`region`] (the mapping), [`sys`] (the one syscall
 //! trampoline every raw syscall goes through), [`real`] (the libc functions behind the hooks),
+//! [`fd`] (what dara knows about each descriptor number, and its lifecycle), [`dispositions`]
+//! and [`interrupt`] (which signals the program catches, and what a wait one ends does),
 //! [`vclock`] and [`entropy`] (virtual time and seeded randomness, shared by both layers).
+//!
+//! The modules form layers, bottom first; a module imports from its own layer or lower ones,
+//! never from a higher one, and no imports go round in a circle (the `layers` unit test checks
+//! both against this list). What runs in the SIGSYS handler or on every post sits low, with no
+//! policy; the entry points the program reaches (symbols, the SIGSYS handler's dispatch, the
+//! vDSO thunks, the constructor) sit on top and call down.
+//!
+//! 1. base: `sys`, `region`, `real`, `stop_world`, `solo`, `entropy`, `written`, `fd`,
+//!    `fdguard`, `dispositions`, `fault::program_action`, `sigmask`, `trap`
+//! 2. handoff: `unposted`, `gate`
+//! 3. services over the handoff: `interrupt`, `vclock`, `timecalls`, `tsc`, `thread_end`,
+//!    `process`, `fault`, `coverage`, `access`
+//! 4. entry points: `hooks`, `trapped`, `vdso`, `init`
 //!
 //! Without `DARA_SHM` in the environment the library is inert: the constructor returns at once
 //! and every hook forwards to libc.
@@ -37,14 +52,20 @@
 // contract is libc's, documented once in `hooks`.
 #![allow(clippy::missing_safety_doc)]
 
+#[cfg(test)]
+mod layers;
+
 pub mod access;
 pub mod coverage;
+pub mod dispositions;
 pub mod entropy;
 pub mod fault;
+pub mod fd;
 pub mod fdguard;
 pub mod gate;
 pub mod hooks;
 pub mod init;
+pub mod interrupt;
 pub mod process;
 pub mod real;
 pub mod region;
@@ -56,6 +77,7 @@ pub mod thread_end;
 pub mod timecalls;
 pub mod tsc;
 pub mod trap;
+pub mod trapped;
 pub mod unposted;
 pub mod vclock;
 pub mod vdso;

@@ -69,7 +69,7 @@ pub fn fork(gate: &Gated) -> pid_t {
     let child_process = header.next_process.fetch_add(1, Ordering::AcqRel);
     let child_index = header.next_slot.fetch_add(1, Ordering::AcqRel);
     let Some(slot) = region::slot(child_index) else {
-        crate::hooks::set_errno(libc::EAGAIN);
+        real::set_errno(libc::EAGAIN);
         return -1;
     };
     slot.process.store(child_process, Ordering::Relaxed);
@@ -194,7 +194,7 @@ pub fn wait(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
         // A caught signal ended the wait (never while a matching child has exited: the kernel
         // collects that child first). The handler runs as the SIGSYS handler returns; wait4 and
         // waitid are made again when every handler asked for SA_RESTART, as in Linux.
-        crate::hooks::sigwait::INTERRUPTED if crate::hooks::sigwait::handlers_restart() => crate::trap::RESTART,
+        crate::interrupt::INTERRUPTED if crate::interrupt::handlers_restart() => crate::trap::RESTART,
         err => err,
     }
 }

@@ -19,6 +19,12 @@ pub type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
 pub type InitRoutine = extern "C" fn();
 pub type MainFn = extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
 
+/// Sets the calling thread's `errno` (libc's, which the hooks set as the real functions do).
+pub fn set_errno(e: c_int) {
+    // SAFETY: __errno_location always returns this thread's errno.
+    unsafe { *libc::__errno_location() = e };
+}
+
 fn resolve(cache: &AtomicUsize, name: &'static [u8]) -> usize {
     let cached = cache.load(Ordering::Relaxed);
     if cached != 0 {
@@ -193,6 +199,8 @@ real_functions! {
     fn dup(fd: c_int) -> c_int;
     fn dup2(fd: c_int, to: c_int) -> c_int;
     fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int;
+    fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int;
+    fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int;
     fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int;
     fn ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: *const timespec, mask: *const sigset_t) -> c_int;
     fn select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, timeout: *mut timeval) -> c_int;

@@ -23,20 +23,18 @@
 //! With each socket sent on, the post says how many bytes it has sent in all and its ports:
 //! when the peer is dara's own end of a connection it relays, the scheduler settles the send by
 //! reading its own socket's count, without looking into the program. That costs the thread one
-//! `TCP_INFO` read per socket and post (and, once per descriptor, its addresses).
+//! `TCP_INFO` read per socket and post (and, once per descriptor, its addresses, kept in the
+//! descriptor table [`crate::fd`]).
 //!
 //! The tables are per thread, emptied into the slot by every post; no allocation, no lock.
 use core::cell::Cell;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::Ordering;
 
 use dara_abi::{Slot, SENT_MAX};
 
+use crate::fd::{self, sockets::inet_port, Ports};
 use crate::sys;
 
-/// Descriptors below this have their ports remembered in [`PORTS`].
-const TRACKED_FDS: usize = 4096;
-/// Per descriptor: local port << 16 | peer port, once both are known (0: not looked up yet).
-static PORTS: [AtomicU32; TRACKED_FDS] = [const { AtomicU32::new(0) }; TRACKED_FDS];
 /// `struct tcp_info` offsets: bytes written but not sent yet (a u32), bytes sent and
 /// retransmitted (Linux 4.19 and later).
 const TCPI_NOTSENT_BYTES: usize = 144;
@@ -122,29 +120,19 @@ pub fn publish(slot: &Slot) {
     FRUITLESS.with(|f| f.set(0));
 }
 
-/// Descriptor `fd` was closed or is new: its ports are to be looked up again.
-pub fn forget(fd: i32) {
-    if let Some(p) = PORTS.get(fd as usize) {
-        p.store(0, Ordering::Relaxed);
-    }
-}
-
-/// The socket's local port << 16 | its peer's port (remembered per descriptor), 0 if unknown.
+/// The socket's local port << 16 | its peer's port (remembered in the descriptor table), 0 if
+/// unknown.
 fn ports(fd: i32) -> u32 {
-    let known = PORTS.get(fd as usize).map_or(0, |p| p.load(Ordering::Relaxed));
-    if known != 0 {
-        return known;
+    if let Some(known) = fd::ports(fd) {
+        return known.packed();
     }
-    let port = |peer| crate::hooks::outside::inet_port(fd, peer);
-    let (Some(local), Some(peer)) = (port(false), port(true)) else { return 0 };
-    let value = u32::from(local) << 16 | u32::from(peer);
-    if local != 0 && peer != 0 {
-        if let Some(p) = PORTS.get(fd as usize) {
-            p.store(value, Ordering::Relaxed);
-        }
-        return value;
+    let (Some(local), Some(peer)) = (inet_port(fd, false), inet_port(fd, true)) else { return 0 };
+    if local == 0 || peer == 0 {
+        return 0;
     }
-    0
+    let ports = Ports { local, peer };
+    fd::learned_ports(fd, ports);
+    ports.packed()
 }
 
 /// Bytes the program has written to TCP socket `fd` in all: sent (retransmissions counted once)

@@ -119,7 +119,7 @@ pub enum Slept {
 /// early (the caller then runs the handler and fails with EINTR: sleeps are never restarted).
 pub fn sleep_until(gate: &Gated, deadline: u64) -> Slept {
     let grant = gate.post(Op::Sleep, [deadline, 0, 0, 0]);
-    if grant.result == crate::hooks::sigwait::INTERRUPTED {
+    if grant.result == crate::interrupt::INTERRUPTED {
         Slept::Interrupted { left_ns: deadline.saturating_sub(grant.now_ns) }
     } else {
         Slept::Full

@@ -1,5 +1,5 @@
 //! The vDSO's entries answered by dara: each one's first bytes are overwritten with a jump to a
-//! thunk in the preload that answers like the system call it stands for ([`trap::emulate`]).
+//! thunk in the preload that answers like the system call it stands for ([`trapped::emulate`]).
 //!
 //! The kernel maps the vDSO (its ELF image at `getauxval(AT_SYSINFO_EHDR)`) into every process,
 //! and its functions read the real clocks from shared memory without a system call, so neither
@@ -16,7 +16,7 @@
 //! alone (its calls then reach the real clock; docs/determinism.md).
 use libc::{c_long, Elf64_Ehdr, Elf64_Shdr, Elf64_Sym};
 
-use crate::{sys, trap};
+use crate::{sys, trapped};
 
 /// `movabs r11, imm64; jmp r11`: 13 bytes (r11 is scratch at a call).
 const JUMP_LEN: usize = 13;
@@ -37,7 +37,7 @@ macro_rules! thunks {
                 let mut a = [0u64; 6];
                 let args = [$($arg),*];
                 a[..args.len()].copy_from_slice(&args);
-                crate::gate::vdso_clock_read(|| trap::emulate($nr, a))
+                crate::gate::vdso_clock_read(|| trapped::emulate($nr, a))
             }
         )*
     };
@@ -58,7 +58,7 @@ extern "C" fn getrandom_thunk(buf: u64, len: u64, flags: u64, _state: u64, opaqu
     if opaque_len == u64::MAX {
         return -(libc::ENOSYS as i64);
     }
-    trap::emulate(libc::SYS_getrandom as c_long, [buf, len, flags, 0, 0, 0])
+    trapped::emulate(libc::SYS_getrandom as c_long, [buf, len, flags, 0, 0, 0])
 }
 
 fn entries() -> [Entry; 6] {

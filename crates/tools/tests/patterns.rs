@@ -4,7 +4,8 @@
 //! jobserver: pselect, ppoll, epoll_pwait), a semaphore several processes share (Python's
 //! multiprocessing), a mutex, condition variables, a barrier, a rwlock and a raw futex several
 //! processes share, a target killed from outside, and a parent that reads its children's
-//! pipe through stdio (`openssl speed -multi`). The buggy fixtures and their twins are also in
+//! pipe through stdio (`openssl speed -multi`), and descriptor numbers that change what they name
+//! (dup2, F_DUPFD, close_range). The buggy fixtures and their twins are also in
 //! fixtures.rs (found, replayed 20/20, same seed same decisions, twins clean over 300 runs).
 mod common;
 
@@ -132,11 +133,13 @@ fn a_semaphore_shared_between_processes_is_one_semaphore() {
 }
 
 /// The last execution's trace of the search `searches_clean_and_alike` ran as `test`.
-/// Records `program` as a user would (one run, coarse steps): it prints `answer`, and the trace
+/// Records `program args` as a user would (one run, coarse steps): it prints `answer`, and the trace
 /// replays with `--verify`.
-fn records_and_replays(test: &str, program: &Path, answer: &str) {
+fn records_and_replays(test: &str, program: &Path, args: &[&str], answer: &str) {
     let out = out_dir(test);
-    let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(120));
+    let mut options = vec!["-q", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap()];
+    options.extend_from_slice(args);
+    let run = dara_trace(&options, Duration::from_secs(120));
     assert_eq!(run.code, 0, "{test}: {}", run.text());
     assert!(run.stdout.contains(answer), "{test}: {}", run.text());
     verifies_clean(&out);
@@ -149,7 +152,7 @@ fn a_queue_of_processes_on_a_shared_mutex_and_condvars_is_one_queue() {
     let program = private_copy(&fixture("pshared_queue_ok"), "pshared-queue");
     const ANSWER: &str = "pshared_queue: consumed 6 items, sum 21";
     let last = searches_clean_and_alike("pshared-queue", &program, &[], 4, ANSWER);
-    records_and_replays("pshared-queue-record", &program, ANSWER);
+    records_and_replays("pshared-queue-record", &program, &[], ANSWER);
     // Each process has one thread: the producer and both consumers locked the one mutex.
     let t = trace::read_file(&last).unwrap();
     let lockers: std::collections::BTreeSet<u32> =
@@ -165,7 +168,7 @@ fn a_raw_futex_barrier_and_rwlock_shared_across_fork_are_one_each() {
     let program = private_copy(&fixture("pshared_futex"), "pshared-futex");
     const ANSWER: &str = "pshared_futex: parent saw 3 children";
     let last = searches_clean_and_alike("pshared-futex", &program, &[], 5, ANSWER);
-    records_and_replays("pshared-futex-record", &program, ANSWER);
+    records_and_replays("pshared-futex-record", &program, &[], ANSWER);
     let t = trace::read_file(&last).unwrap();
     assert!(t.steps.iter().any(|s| s.choice.op == dara_abi::Op::FutexWake), "the children woke the futex under control");
     assert_no_survivors(&program);
@@ -243,6 +246,26 @@ fn a_sigkill_the_program_sends_is_its_own() {
         assert!(run.stdout.contains("no bug found in 3 executions"), "{tag}: {}", run.text());
         verifies_clean(&out);
     }
+}
+
+#[test]
+fn a_descriptor_number_is_what_it_names_now() {
+    // The preload's descriptor table (issue 15): dup2 of a socket over a file and of /dev/null
+    // over a socket, fcntl(F_DUPFD, F_DUPFD_CLOEXEC) onto the number of a file closed by a raw
+    // close, close_range over sockets whose numbers pipes and /dev/null take next. Before, the
+    // last three failed: ENOTSOCK on /dev/null, recv blocked in the kernel on the copy.
+    let program = private_copy(&fixture("fd_renumbered"), "fd-renumbered");
+    for (how, answer) in [
+        ("dup2-over-file", "dup2-over-file: read hello through the file's number"),
+        ("file-over-socket", "file-over-socket: /dev/null took both writes"),
+        ("dupfd", "dupfd: the copies received first and second"),
+        ("close-range", "close-range: pipes and /dev/null on the sockets' numbers"),
+    ] {
+        searches_clean_and_alike(&format!("fd-renumbered-{how}"), &program, &[how], 7, answer);
+        // A recording takes coarse steps: TCP sends and receives without a post.
+        records_and_replays(&format!("fd-renumbered-{how}-record"), &program, &[how], answer);
+    }
+    assert_no_survivors(&program);
 }
 
 #[test]

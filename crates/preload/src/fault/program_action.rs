@@ -95,8 +95,9 @@ pub unsafe fn deliver(signal: c_int, info: *mut siginfo_t, context: *mut c_void)
         block |= 1 << (signal - 1);
     }
     // Never SIGSYS (a trapped system call in the handler would kill the process) nor SIGSEGV (an
-    // rdtsc in the handler faults with it), as for every other handler's mask.
-    block = crate::hooks::signal::keep_traps_open(block);
+    // rdtsc in the handler faults with it, and this store holds the action only while it does),
+    // as for every other handler's mask.
+    block &= !(1 << (libc::SIGSYS - 1) | 1 << (libc::SIGSEGV - 1));
     if flags & libc::SA_RESETHAND != 0 {
         HANDLER.store(libc::SIG_DFL, Ordering::Relaxed);
         FLAGS.store(0, Ordering::Relaxed);

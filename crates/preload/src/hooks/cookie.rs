@@ -55,7 +55,7 @@ pub unsafe fn stream(fd: c_int, mode: *const c_char) -> *mut FILE {
 /// a terminal, dara's own output pipes) glibc's own stream.
 #[no_mangle]
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
-    if region::active() && !mode.is_null() && super::net::is_net(fd) {
+    if region::active() && !mode.is_null() && crate::fd::is_net(fd) {
         // SAFETY: the program's own descriptor and mode string, handed to the stream as fdopen
         // hands them to glibc's.
         return unsafe { stream(fd, mode) };

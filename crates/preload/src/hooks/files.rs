@@ -15,7 +15,7 @@
 use libc::{c_char, c_int, c_uint, FILE};
 
 use super::{fifo, set_errno};
-use crate::{entropy, real, region, written};
+use crate::{entropy, fd, real, region, written};
 
 /// Passes on the result of a real open, noting the file when it was opened for writing.
 fn opened(fd: c_int, flags: c_int) -> c_int {
@@ -23,6 +23,18 @@ fn opened(fd: c_int, flags: c_int) -> c_int {
         written::note(fd);
     }
     fd
+}
+
+/// A stream's descriptor is new: nothing known about its number holds (see [`crate::fd`]).
+///
+/// # Safety
+/// `file` is null or a live stream.
+unsafe fn new_stream(file: *mut FILE) -> *mut FILE {
+    if !file.is_null() {
+        // SAFETY: a live stream.
+        fd::opened(unsafe { libc::fileno(file) }, fd::Kind::Unknown);
+    }
+    file
 }
 
 /// The fd of a fresh random-device file if `path` names one and dara is active, else `None`.
@@ -51,12 +63,14 @@ unsafe fn random_device(path: *const c_char, cloexec: bool) -> Option<c_int> {
 /// `path` is null or a NUL-terminated string (the contract of open).
 unsafe fn open_with(dir: c_int, path: *const c_char, flags: c_int, mut real_open: impl FnMut(c_int) -> c_int) -> c_int {
     // SAFETY: forwarded from the caller.
-    if let Some(fd) = unsafe { random_device(path, flags & libc::O_CLOEXEC != 0) } {
-        return fd;
-    }
-    // SAFETY: forwarded from the caller.
-    let fd = unsafe { fifo::open(dir, path, flags, &mut real_open) }.unwrap_or_else(|| real_open(flags));
-    opened(fd, flags)
+    let fd = match unsafe { random_device(path, flags & libc::O_CLOEXEC != 0) } {
+        Some(fd) => fd,
+        // SAFETY: forwarded from the caller.
+        None => opened(unsafe { fifo::open(dir, path, flags, &mut real_open) }.unwrap_or_else(|| real_open(flags)), flags),
+    };
+    // A new number: nothing known about its previous holder holds (see `crate::fd`).
+    fd::opened(fd, fd::Kind::Unknown);
+    fd
 }
 
 #[no_mangle]
@@ -140,11 +154,11 @@ unsafe fn fopened(file: *mut FILE, mode: *const c_char) -> *mut FILE {
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut FILE {
     // SAFETY: the program's own arguments.
-    unsafe { fopen_random(path, mode).or_else(|| fifo::fopen(path, mode)).unwrap_or_else(|| fopened(real::fopen(path, mode), mode)) }
+    unsafe { new_stream(fopen_random(path, mode).or_else(|| fifo::fopen(path, mode)).unwrap_or_else(|| fopened(real::fopen(path, mode), mode))) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut FILE {
     // SAFETY: the program's own arguments.
-    unsafe { fopen_random(path, mode).or_else(|| fifo::fopen(path, mode)).unwrap_or_else(|| fopened(real::fopen64(path, mode), mode)) }
+    unsafe { new_stream(fopen_random(path, mode).or_else(|| fifo::fopen(path, mode)).unwrap_or_else(|| fopened(real::fopen64(path, mode), mode))) }
 }

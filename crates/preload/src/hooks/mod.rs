@@ -13,6 +13,7 @@
 pub mod cond;
 pub mod cookie;
 pub mod cpu;
+pub mod descriptors;
 pub mod fifo;
 pub mod files;
 pub mod killpg;
@@ -85,8 +86,4 @@ impl<T> Obj<T> {
     }
 }
 
-/// Sets the calling thread's `errno`.
-pub fn set_errno(e: libc::c_int) {
-    // SAFETY: __errno_location always returns this thread's errno.
-    unsafe { *libc::__errno_location() = e };
-}
+pub use crate::real::set_errno;

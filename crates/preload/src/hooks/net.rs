@@ -6,108 +6,31 @@
 //! returning EAGAIN; a non-blocking one returns what the kernel says.
 //!
 //! Which descriptors count: those created by the hooked `socket`/`socketpair`/`accept`/`pipe`/
-//! `eventfd` (remembered in [`FD_NET`], no allocation), and any other descriptor that `fstat` says
-//! is a socket or a pipe (a pipeline's stdin, inherited across `execve`), except the pipes dara
-//! forwards the program's stdout and stderr through (their inodes are in the region header; dara
-//! drains them, so writes never block). Regular files are left alone.
-use core::sync::atomic::{AtomicU8, Ordering};
-
+//! `eventfd`, and any other descriptor that `fstat` says is a socket or a pipe (a pipeline's
+//! stdin, inherited across `execve`), except the pipes dara forwards the program's stdout and
+//! stderr through. The descriptor table ([`crate::fd`]) remembers which is which. Regular files
+//! are left alone.
 use dara_abi::{net_flags, Op, NO_DEADLINE};
 use libc::{c_int, c_uint, c_void, size_t, socklen_t, ssize_t};
 
 use super::{set_errno, sigwait, write_now};
+use crate::fd::{self, is_net, net_kind, Kind, NetKind};
 use crate::gate::Gated;
 use crate::{real, sys};
 
-/// Descriptors below this are remembered in [`FD_NET`]; higher ones are asked with `fstat`.
-const TRACKED_FDS: usize = 4096;
-const UNKNOWN: u8 = 0;
-const NET: u8 = 1;
-const OTHER: u8 = 2;
-/// A network descriptor known to be a TCP socket, another socket, or no socket at all (a pipe,
-/// FIFO or eventfd).
-const NET_TCP: u8 = 3;
-const NET_SOCKET: u8 = 4;
-const NET_NOT_SOCKET: u8 = 5;
-/// What we know about each descriptor number (reset on close).
-static FD_NET: [AtomicU8; TRACKED_FDS] = [const { AtomicU8::new(UNKNOWN) }; TRACKED_FDS];
-
-/// Remembers that `fd` is a socket, pipe end or eventfd.
-pub fn mark_net(fd: c_int) {
-    if let Some(e) = FD_NET.get(fd as usize) {
-        e.store(NET, Ordering::Relaxed);
-    }
-    crate::unposted::forget(fd);
-}
-
-fn forget(fd: c_int) {
-    if let Some(e) = FD_NET.get(fd as usize) {
-        e.store(UNKNOWN, Ordering::Relaxed);
-    }
-    crate::unposted::forget(fd);
-}
-
-/// Whether `inode` is one of the pipes dara forwards the program's output through.
-fn is_output_pipe(inode: u64) -> bool {
-    crate::region::header().is_some_and(|h| h.output_pipes.iter().any(|p| p.load(Ordering::Relaxed) == inode))
-}
-
-/// Whether calls on `fd` are network scheduling points.
-pub fn is_net(fd: c_int) -> bool {
-    if fd < 0 {
-        return false;
-    }
-    let known = FD_NET.get(fd as usize).map_or(UNKNOWN, |e| e.load(Ordering::Relaxed));
-    if known != UNKNOWN {
-        return known != OTHER;
-    }
-    // SAFETY: an all-zero stat is a valid out-buffer; fstat writes at most its size.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    // SAFETY: fstat on a descriptor number with a live out-buffer.
-    let rc = unsafe { sys::syscall(libc::SYS_fstat, &[fd as u64, &mut st as *mut libc::stat as u64]) };
-    let net = rc == 0
-        && match st.st_mode & libc::S_IFMT {
-            libc::S_IFSOCK => true,
-            libc::S_IFIFO => !is_output_pipe(st.st_ino),
-            _ => false,
-        };
-    if rc == 0 {
-        if let Some(e) = FD_NET.get(fd as usize) {
-            e.store(if net { NET } else { OTHER }, Ordering::Relaxed);
-        }
-    }
-    net
-}
-
 /// Whether network descriptor `fd` is a TCP socket.
 fn is_tcp(fd: c_int) -> bool {
-    net_kind(fd) == NET_TCP
+    net_kind(fd) == NetKind::Tcp
 }
 
 /// Whether network descriptor `fd` is a socket of any kind (not a pipe, FIFO or eventfd).
 fn is_net_socket(fd: c_int) -> bool {
-    net_kind(fd) != NET_NOT_SOCKET
+    net_kind(fd) != NetKind::NotSocket
 }
 
-/// [`NET_TCP`], [`NET_SOCKET`] or [`NET_NOT_SOCKET`] for network descriptor `fd`: asked once per
-/// descriptor number below [`TRACKED_FDS`] (until it is closed), every time above.
-fn net_kind(fd: c_int) -> u8 {
-    let entry = FD_NET.get(fd as usize);
-    match entry.map(|e| e.load(Ordering::Relaxed)) {
-        Some(known @ (NET_TCP | NET_SOCKET | NET_NOT_SOCKET)) => return known,
-        Some(NET) | None => {}
-        Some(_) => return NET_NOT_SOCKET,
-    }
-    let option = |name| super::outside::sockopt(fd, libc::SOL_SOCKET, name);
-    let kind = match option(libc::SO_TYPE) {
-        None => NET_NOT_SOCKET,
-        Some(libc::SOCK_STREAM) if matches!(option(libc::SO_DOMAIN), Some(libc::AF_INET | libc::AF_INET6)) => NET_TCP,
-        Some(_) => NET_SOCKET,
-    };
-    if let Some(entry) = entry {
-        entry.store(kind, Ordering::Relaxed);
-    }
-    kind
+/// Descriptor `fd` (if the call made one) is a socket, pipe end or eventfd.
+fn made(fd: c_int) {
+    fd::opened(fd, Kind::Net);
 }
 
 fn fd_nonblocking(fd: c_int) -> bool {
@@ -388,7 +311,7 @@ fn iov_total(iov: *const libc::iovec, n: c_int) -> usize {
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
     // SAFETY: plain integers.
     let fd = unsafe { real::socket(domain, ty, protocol) };
-    mark_net(fd);
+    made(fd);
     fd
 }
 
@@ -398,7 +321,7 @@ pub unsafe extern "C" fn socketpair(domain: c_int, ty: c_int, protocol: c_int, s
     let rc = unsafe { real::socketpair(domain, ty, protocol, sv) };
     if rc == 0 {
         // SAFETY: filled by a successful socketpair.
-        unsafe { (mark_net(*sv), mark_net(*sv.add(1))) };
+        unsafe { (made(*sv), made(*sv.add(1))) };
     }
     rc
 }
@@ -415,7 +338,7 @@ pub unsafe extern "C" fn pipe2(fds: *mut c_int, flags: c_int) -> c_int {
     let rc = unsafe { real::pipe2(fds, flags) };
     if rc == 0 {
         // SAFETY: filled by a successful pipe2.
-        unsafe { (mark_net(*fds), mark_net(*fds.add(1))) };
+        unsafe { (made(*fds), made(*fds.add(1))) };
     }
     rc
 }
@@ -424,36 +347,8 @@ pub unsafe extern "C" fn pipe2(fds: *mut c_int, flags: c_int) -> c_int {
 pub unsafe extern "C" fn eventfd(initval: c_uint, flags: c_int) -> c_int {
     // SAFETY: plain integers.
     let fd = unsafe { real::eventfd(initval, flags) };
-    mark_net(fd);
+    made(fd);
     fd
-}
-
-/// A descriptor number `dup`, `dup2` or `dup3` (re)made names whatever it was copied from (bash
-/// points descriptor 1 at a socket for `printf ... >&3` and back at its stdout after): what was
-/// known about the number no longer holds, so it is asked again on first use.
-fn renumbered(fd: c_int) -> c_int {
-    if fd >= 0 {
-        forget(fd);
-    }
-    fd
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    // SAFETY: plain integer.
-    renumbered(unsafe { real::dup(fd) })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
-    // SAFETY: plain integers.
-    renumbered(unsafe { real::dup2(fd, to) })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
-    // SAFETY: plain integers.
-    renumbered(unsafe { real::dup3(fd, to, flags) })
 }
 
 // ---- connections -------------------------------------------------------------------------
@@ -493,7 +388,7 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut
             continue;
         }
         if r >= 0 {
-            mark_net(r as c_int);
+            made(r as c_int);
             // SAFETY: a successful accept filled the caller's buffer of `room` bytes.
             unsafe { super::outside::show_relayed_peer(addr, len, room, false) };
         }
@@ -533,8 +428,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if let (Some(gate), true) = (Gated::enter(), is_net(fd)) {
         gate.post(Op::NetClose, [fd as u64, 0, 0, 0]);
     }
-    forget(fd);
-    super::outside::forget(fd);
+    fd::closed(fd);
     // SAFETY: plain integer.
     unsafe { real::close(fd) }
 }

@@ -22,65 +22,17 @@
 //! dara's socket: the same address in a recording and in its replay.
 //!
 //! Not a hot path: a listen happens a few times per program. No allocation; raw syscalls only.
-use core::sync::atomic::{AtomicU16, Ordering};
+use core::sync::atomic::Ordering;
 
 use dara_abi::Op;
 use libc::{c_int, socklen_t};
 
+use crate::fd::sockets::{local_address, port_of, sockopt};
 use crate::gate::Gated;
-use crate::{real, sys};
-
-/// Descriptors below this can be swapped listeners (the same bound as the network table).
-const TRACKED_FDS: usize = 4096;
-/// Public port of each swapped listener by descriptor number; 0 = not swapped.
-static PUBLIC_PORT: [AtomicU16; TRACKED_FDS] = [const { AtomicU16::new(0) }; TRACKED_FDS];
-
-/// Forgets that `fd` was a swapped listener (it was closed).
-pub fn forget(fd: c_int) {
-    if let Some(p) = PUBLIC_PORT.get(fd as usize) {
-        p.store(0, Ordering::Relaxed);
-    }
-}
+use crate::{fd, real, sys};
 
 fn outside_apart() -> bool {
     crate::region::header().is_some_and(|h| h.outside != 0)
-}
-
-/// `getsockopt(fd, level, opt)` as an int, None on failure.
-pub(crate) fn sockopt(fd: c_int, level: c_int, opt: c_int) -> Option<c_int> {
-    let mut v: c_int = 0;
-    let mut len = core::mem::size_of::<c_int>() as socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `v`.
-    let rc = unsafe { sys::syscall(libc::SYS_getsockopt, &[fd as u64, level as u64, opt as u64, &mut v as *mut c_int as u64, &mut len as *mut socklen_t as u64]) };
-    (rc == 0).then_some(v)
-}
-
-/// The socket's own address, and its length.
-fn local_address(fd: c_int) -> Option<(libc::sockaddr_storage, socklen_t)> {
-    socket_address(fd, libc::SYS_getsockname)
-}
-
-/// The socket's own (`SYS_getsockname`) or its peer's (`SYS_getpeername`) address, and its length.
-fn socket_address(fd: c_int, nr: libc::c_long) -> Option<(libc::sockaddr_storage, socklen_t)> {
-    // SAFETY: sockaddr_storage is plain data; all-zero is valid.
-    let mut addr: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
-    let mut len = core::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `addr`.
-    let rc = unsafe { sys::syscall(nr, &[fd as u64, &mut addr as *mut _ as u64, &mut len as *mut socklen_t as u64]) };
-    (rc == 0).then_some((addr, len))
-}
-
-/// The port of an INET socket's own address, or (`peer`) of its peer's; None for other sockets.
-pub(crate) fn inet_port(fd: c_int, peer: bool) -> Option<u16> {
-    let (addr, _) = socket_address(fd, if peer { libc::SYS_getpeername } else { libc::SYS_getsockname })?;
-    matches!(c_int::from(addr.ss_family), libc::AF_INET | libc::AF_INET6).then(|| port_of(&addr))
-}
-
-/// The port of an AF_INET/AF_INET6 address (both keep it at offset 2).
-fn port_of(addr: &libc::sockaddr_storage) -> u16 {
-    // SAFETY: sockaddr_in and sockaddr_in6 both start with family then port, and the storage is
-    // large enough for either.
-    u16::from_be(unsafe { (*(addr as *const libc::sockaddr_storage as *const libc::sockaddr_in)).sin_port })
 }
 
 fn set_port(addr: &mut libc::sockaddr_storage, port: u16) {
@@ -138,9 +90,7 @@ fn swap_in_twin(gate: &Gated, fd: c_int, kind: c_int, backlog: c_int) {
     let rc = unsafe { sys::syscall(libc::SYS_dup3, &[twin as u64, fd as u64, if cloexec { libc::O_CLOEXEC as u64 } else { 0 }]) };
     sys::close(twin);
     if rc >= 0 {
-        if let Some(p) = PUBLIC_PORT.get(fd as usize) {
-            p.store(port_of(&public), Ordering::Relaxed);
-        }
+        fd::swapped_listener(fd, port_of(&public));
     }
 }
 
@@ -178,8 +128,8 @@ pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut libc::sockaddr, len: 
     let room = if len.is_null() { 0 } else { (unsafe { *len }) as usize };
     // SAFETY: the program's own arguments, forwarded unchanged.
     let rc = unsafe { real::getsockname(fd, addr, len) };
-    let public = PUBLIC_PORT.get(fd as usize).map_or(0, |p| p.load(Ordering::Relaxed));
-    if rc == 0 && public != 0 && !addr.is_null() && room >= 4 {
+    let public = fd::public_port(fd);
+    if let (0, Some(public), false, true) = (rc, public, addr.is_null(), room >= 4) {
         let port = public.to_be_bytes();
         // SAFETY: the caller's buffer holds at least `room >= 4` bytes, and a successful
         // getsockname of an INET socket put its port at offset 2 (both families).

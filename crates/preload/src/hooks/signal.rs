@@ -1,4 +1,4 @@
-//! Signals. Which ones the program catches is tracked here ([`caught`]): a parked thread blocks
+//! Signals. Which ones the program catches is noted in [`crate::dispositions`]: a parked thread blocks
 //! those, so a handler never runs beside the token holder and a pending one runs right after the
 //! thread's next grant, at the same point of every run (see `gate`). Signals left at their
 //! default action are not blocked: a process told to terminate dies at once, as it would
@@ -11,11 +11,10 @@
 //! never holds it. (libc's raw `rt_sigprocmask` calls are trapped for the same reason: see
 //! `sigmask`.) SIGSEGV likewise, while the time-stamp counter faults with it: the program's
 //! action is kept by [`crate::fault::program_action`], which runs it for real faults.
-use core::sync::atomic::{AtomicU64, Ordering};
-
 use libc::{c_int, sigset_t};
 
 use super::Obj;
+use crate::dispositions::{caught, note_disposition, note_restart};
 use crate::fault::program_action;
 use crate::{real, sys, trap};
 
@@ -142,46 +141,6 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
         note_restart(sig, true); // glibc's signal() has BSD semantics
     }
     old
-}
-
-/// Signals the program has a handler for, as a kernel signal-set word (bit `sig - 1`).
-static CAUGHT: AtomicU64 = AtomicU64::new(0);
-
-/// The signals the program currently catches.
-pub fn caught() -> u64 {
-    CAUGHT.load(Ordering::Relaxed)
-}
-
-/// Caught signals whose handler asked for `SA_RESTART` (bit `sig - 1`).
-static RESTARTING: AtomicU64 = AtomicU64::new(0);
-
-/// The signals whose handler restarts an interrupted receive or accept (`SA_RESTART`).
-pub fn restarting() -> u64 {
-    RESTARTING.load(Ordering::Relaxed)
-}
-
-fn note_restart(sig: c_int, restart: bool) {
-    if !(1..=64).contains(&sig) {
-        return;
-    }
-    let bit = 1u64 << (sig - 1);
-    if restart {
-        RESTARTING.fetch_or(bit, Ordering::Relaxed);
-    } else {
-        RESTARTING.fetch_and(!bit, Ordering::Relaxed);
-    }
-}
-
-fn note_disposition(sig: c_int, handler: libc::sighandler_t) {
-    if !(1..=64).contains(&sig) {
-        return;
-    }
-    let bit = 1u64 << (sig - 1);
-    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-        CAUGHT.fetch_and(!bit, Ordering::Relaxed);
-    } else {
-        CAUGHT.fetch_or(bit, Ordering::Relaxed);
-    }
 }
 
 /// `kill` by a traced thread: a scheduling point naming the target by logical process (pids
