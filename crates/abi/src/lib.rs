@@ -30,6 +30,9 @@
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 
 pub mod access;
+pub mod request;
+
+pub use request::{Addr, CloseHow, Deadline, DecodeError, HeldKind, MutexKind, NetFlags, ProcessTarget, Request, StartKind, Unsupported, WaitOptions};
 
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
@@ -91,9 +94,9 @@ pub mod state {
     pub const EXITED: u32 = 5;
 }
 
-/// What a thread asks for at a scheduling point. `args` meanings are given per variant; addresses
-/// are the target's virtual addresses, times are virtual nanoseconds (`v`, not wall-clock).
-/// `NO_DEADLINE` in a deadline argument means "no timeout".
+/// What a thread asks for at a scheduling point: the op word of a slot. What its four argument
+/// words mean is the matching [`Request`] variant's fields (packed and unpacked only by
+/// [`Request::encode`] and [`Request::decode`]); here, what each op does.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Op {
@@ -501,7 +504,7 @@ pub const NO_DEADLINE: u64 = u64::MAX;
 /// `FUTEX_WAKE`), and whether the futex is process-shared (the call had no `FUTEX_PRIVATE_FLAG`:
 /// the kernel keys it by the memory behind the address, so waiters in other processes that map
 /// that memory match too).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FutexMatch {
     pub bitset: u32,
     pub shared: bool,
