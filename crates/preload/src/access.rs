@@ -20,7 +20,7 @@
 //! Runs inside instrumented code, possibly in a signal handler: no allocation, no lock, no
 //! syscall besides the handoff's futex calls. A handler that interrupts user code posts like any
 //! hook would; one that interrupts the preload is refused by the guard.
-use dara_abi::{access, preempt, Op};
+use dara_abi::{access, preempt, Addr, Request};
 
 use crate::gate::{self, Gated};
 use crate::region;
@@ -47,8 +47,8 @@ fn on_access(addr: usize, size: u64, write: bool) {
             return;
         }
         let Some(gate) = Gated::enter() else { return };
-        let op = if write { Op::MemoryWrite } else { Op::MemoryRead };
-        gate.post(op, [addr, size, 0, 0]);
+        let addr = Addr(addr);
+        gate.post(if write { Request::MemoryWrite { addr, size } } else { Request::MemoryRead { addr, size } });
     }
 }
 

@@ -112,7 +112,7 @@ fn record(index: usize, pc: usize) {
     let quantum = region::header().map_or(0, |h| h.preempt_edges);
     if quantum != 0 && gate::edge_quantum_due(quantum) {
         if let Some(gate) = Gated::enter() {
-            gate.post(dara_abi::Op::EdgeQuantum, [0; 4]);
+            gate.post(dara_abi::Request::EdgeQuantum);
         }
     }
 }

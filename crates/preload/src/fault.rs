@@ -17,7 +17,7 @@
 //! For the other signals a program's handler simply replaces dara's.
 use core::ffi::{c_int, c_void};
 
-use dara_abi::Op;
+use dara_abi::{Addr, Request};
 use libc::siginfo_t;
 
 use crate::gate::Gated;
@@ -72,7 +72,7 @@ extern "C" fn on_fault(signal: c_int, info: *mut siginfo_t, context: *mut c_void
     }
     let pc = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
     if let Some(gate) = Gated::enter() {
-        gate.post(Op::Fault, [signal as u64, pc, addr, 0]);
+        gate.post(Request::Fault { signal, pc: Addr(pc), addr: Addr(addr) });
     }
     if code <= 0 {
         // Sent by kill/raise/tgkill, not raised by an instruction: returning would continue the

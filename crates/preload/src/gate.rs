@@ -17,7 +17,7 @@ use core::cell::Cell;
 use core::marker::PhantomData;
 use core::sync::atomic::Ordering;
 
-use dara_abi::{state, Op, Slot};
+use dara_abi::{state, Request, Slot};
 use libc::timespec;
 
 use crate::{region, solo, sys};
@@ -131,11 +131,11 @@ impl Gated {
         self.now().saturating_add(duration_ns)
     }
 
-    /// Posts `op` and parks until the scheduler grants it. Locks a solo thread took without a
-    /// post are handed to the model first (`solo::flush`).
-    pub fn post(&self, op: Op, args: [u64; 4]) -> Grant {
+    /// Posts `request` and parks until the scheduler grants it. Locks a solo thread took without
+    /// a post are handed to the model first (`solo::flush`).
+    pub fn post(&self, request: Request) -> Grant {
         self.flush_solo();
-        let grant = handoff(self.slot, op, args);
+        let grant = handoff(self.slot, request);
         self.slot.state.store(state::RUNNING, Ordering::Release);
         grant
     }
@@ -145,7 +145,7 @@ impl Gated {
     /// thread's last system call, once glibc's teardown and destructors ran ([`crate::thread_end`]).
     pub fn exit_thread(self) {
         self.flush_solo();
-        handoff(self.slot, Op::ThreadExit, [0; 4]);
+        handoff(self.slot, Request::ThreadExit);
         self.slot.state.store(state::EXITED, Ordering::Release);
         wake_scheduler();
         SLOT.with(|s| s.set(NO_SLOT));
@@ -188,7 +188,7 @@ impl Gated {
             let value = if code == libc::SI_QUEUE { info[3] } else { 0 };
             if code <= 0 {
                 // Sent by a process (kill, sigqueue, tgkill), not raised by the kernel.
-                handoff(self.slot, Op::SignalArrived, [sig as u64, u64::from(sender), code as u32 as u64, value]);
+                handoff(self.slot, Request::SignalArrived { signal: sig, sender, code, value });
                 self.slot.state.store(state::RUNNING, Ordering::Release);
             }
             // SAFETY: queues the same siginfo to this very thread (allowed for any si_code).
@@ -199,8 +199,8 @@ impl Gated {
     /// Posts the acquisitions the solo fast path made without a post (see [`solo`]).
     #[inline]
     fn flush_solo(&self) {
-        solo::flush(|op, args| {
-            handoff(self.slot, op, args);
+        solo::flush(|request| {
+            handoff(self.slot, request);
             self.slot.state.store(state::RUNNING, Ordering::Release);
         });
     }
@@ -292,10 +292,10 @@ pub fn stack_top() -> usize {
     STACK_TOP.with(|t| t.get())
 }
 
-/// Posts `op` on `slot` for a thread that has just adopted it and is still inside the preload
-/// (a forked child announcing itself), and parks until the grant.
-pub fn post_on(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
-    let grant = handoff(slot, op, args);
+/// Posts `request` on `slot` for a thread that has just adopted it and is still inside the
+/// preload (a forked child announcing itself), and parks until the grant.
+pub fn post_on(slot: &Slot, request: Request) -> Grant {
+    let grant = handoff(slot, request);
     slot.state.store(state::RUNNING, Ordering::Release);
     grant
 }
@@ -355,7 +355,9 @@ pub fn wake_scheduler() {
 
 /// The protocol of `dara_abi`: publish, wake the scheduler, park until GRANTED. Leaves the slot
 /// in GRANTED; the caller decides the next state.
-fn handoff(slot: &Slot, op: Op, args: [u64; 4]) -> Grant {
+/// Every post goes through here: the one place a request becomes slot words.
+fn handoff(slot: &Slot, request: Request) -> Grant {
+    let (op, args) = request.encode();
     slot.op.store(op as u32, Ordering::Relaxed);
     for (word, value) in slot.args.iter().zip(args) {
         word.store(value, Ordering::Relaxed);

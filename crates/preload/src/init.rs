@@ -7,7 +7,7 @@
 //! streams and `AT_RANDOM` are set up after it.
 use core::sync::atomic::Ordering;
 
-use dara_abi::{start_kind, Op};
+use dara_abi::{Request, StartKind};
 use libc::{c_char, c_int};
 
 use crate::gate::Gated;
@@ -50,8 +50,8 @@ extern "C" fn dara_preload_init(
     // A new image of a traced process (after execve) keeps its logical process and adopts the
     // slot the exec'ing thread claimed for it; anything else is a new process.
     let (process, index, kind) = match crate::process::exec_claim(header, pid) {
-        Some((process, slot)) => (process, slot, start_kind::EXEC),
-        None => (header.next_process.fetch_add(1, Ordering::AcqRel), header.next_slot.fetch_add(1, Ordering::AcqRel), start_kind::LAUNCHED),
+        Some((process, slot)) => (process, slot, StartKind::Exec),
+        None => (header.next_process.fetch_add(1, Ordering::AcqRel), header.next_slot.fetch_add(1, Ordering::AcqRel), StartKind::Launched),
     };
     let Some(entry) = header.processes.get(process as usize) else {
         sys::die(
@@ -91,7 +91,7 @@ extern "C" fn dara_preload_init(
     let Some(gate) = Gated::enter() else {
         sys::die(b"dara: main thread is not gated\n", SETUP_FAILED)
     };
-    gate.post(Op::ProcessStart, [u64::MAX, kind, 0, 0]);
+    gate.post(Request::ProcessStart { parent: None, kind });
     // After the start post and inside the preload: dlsym may allocate, and the program's
     // allocator (redis's jemalloc) takes locks that must not reach the model before the thread
     // is known to it.

@@ -23,7 +23,7 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 
-use dara_abi::{state, start_kind, Header, Op, Slot};
+use dara_abi::{state, Addr, Header, ProcessTarget, Request, Slot, StartKind, Unsupported, WaitOptions};
 use libc::{c_char, c_long, pid_t};
 
 use crate::gate::{self, Gated};
@@ -60,7 +60,7 @@ pub fn become_main_thread(slot: &Slot, index: u32, process: u32, stack_top: usiz
 
 /// `fork`/`vfork` of a gated thread. Returns what fork returns (errno set on failure).
 pub fn fork(gate: &Gated) -> pid_t {
-    gate.post(Op::ProcessFork, [0; 4]);
+    gate.post(Request::ProcessFork);
     let Some(header) = region::header() else {
         // SAFETY: not traced after all: the real fork.
         return unsafe { real::fork() };
@@ -84,7 +84,7 @@ pub fn fork(gate: &Gated) -> pid_t {
                 entry.pid.store(sys::getpid(), Ordering::Release);
             }
             become_main_thread(slot, child_index, child_process, stack_top);
-            gate::post_on(slot, Op::ProcessStart, [u64::from(parent), start_kind::FORK, 0, 0]);
+            gate::post_on(slot, Request::ProcessStart { parent: Some(parent), kind: StartKind::Fork });
             if let Some(entry) = header.processes.get(child_process as usize) {
                 entropy::seed_process(entry.random_seed.load(Ordering::Acquire));
             }
@@ -112,10 +112,10 @@ pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
     // SAFETY: the program passed a NUL-terminated path to execve (or a bad pointer, which the
     // probe treats as "not an ELF we can read" and the kernel then refuses).
     if nr == libc::SYS_execve && unsafe { is_static_elf(a[path_arg] as *const c_char) } {
-        gate.post(Op::Unsupported, [nr as u64, a[path_arg], dara_abi::UNSUPPORTED_STATIC_EXEC, 0]);
+        gate.post(Request::Unsupported(Unsupported::StaticExec { path: Addr(a[path_arg]) }));
         return -(libc::ENOEXEC as i64);
     }
-    gate.post(Op::ProcessExec, [0; 4]);
+    gate.post(Request::ProcessExec);
     let Some(header) = region::header() else { return passthrough(nr, a) };
     let process = region::process();
     let Some(entry) = header.processes.get(process as usize) else { return passthrough(nr, a) };
@@ -160,13 +160,13 @@ pub fn wait(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
         }
         (target, a[3] as i32)
     };
-    let wanted = (options & (libc::WNOHANG | libc::WNOWAIT)) as u64;
+    let options = WaitOptions { nohang: options & libc::WNOHANG != 0, nowait: options & libc::WNOWAIT != 0 };
     // Decisions name processes by logical id, never by pid.
     let target = match target {
-        pid if pid > 0 => logical_process(pid as u32).map_or(dara_abi::ANY_PROCESS - 1, u64::from),
-        _ => dara_abi::ANY_PROCESS,
+        pid if pid > 0 => logical_process(pid as u32).map_or(ProcessTarget::Untraced, ProcessTarget::Process),
+        _ => ProcessTarget::Any,
     };
-    let grant = gate.post(Op::ProcessWait, [target, wanted, 0, 0]);
+    let grant = gate.post(Request::ProcessWait { target, options });
     match grant.result {
         collect if collect > 0 => {
             let Some(child) = region::header().and_then(|h| h.processes.get(collect as usize - 1)).map(|e| e.pid.load(Ordering::Acquire)) else {
@@ -265,7 +265,7 @@ pub fn logical_process(pid: u32) -> Option<u32> {
 }
 
 fn unsupported(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
-    gate.post(Op::Unsupported, [nr as u64, a[0], a[1], a[2]]);
+    gate.post(Request::Unsupported(Unsupported::Syscall { nr: nr as u64, args: [a[0], a[1], a[2]] }));
     -(libc::ENOSYS as i64)
 }
 

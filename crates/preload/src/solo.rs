@@ -36,7 +36,7 @@
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use dara_abi::{held, preempt, Op};
+use dara_abi::{preempt, Addr, HeldKind, MutexKind, Request};
 
 /// Gated threads of this process that exist or may still run (created and not yet joined).
 /// A new image (exec) starts at 1; a forked child is set back to 1 by [`become_sole_thread`].
@@ -48,8 +48,8 @@ const HELD_MAX: usize = 32;
 /// What a held entry is (bits 40..48 of its meta word).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Held {
-    /// A mutex of the given `dara_abi::mutex_kind`.
-    Mutex(u64),
+    /// A mutex of the given kind.
+    Mutex(MutexKind),
     Read,
     Write,
 }
@@ -57,7 +57,7 @@ pub enum Held {
 impl Held {
     fn encode(self) -> u64 {
         match self {
-            Held::Mutex(kind) => (kind & 0xff) << 32,
+            Held::Mutex(kind) => (kind.to_arg() & 0xff) << 32,
             Held::Read => 1 << 40,
             Held::Write => 2 << 40,
         }
@@ -67,7 +67,7 @@ impl Held {
         match (meta >> 40) & 0xff {
             1 => Held::Read,
             2 => Held::Write,
-            _ => Held::Mutex((meta >> 32) & 0xff),
+            _ => Held::Mutex(MutexKind::from_arg((meta >> 32) & 0xff).unwrap_or_default()),
         }
     }
 }
@@ -166,22 +166,22 @@ pub fn released(addr: u64) -> bool {
 }
 
 /// Hands every remembered acquisition to the model, through `post` (the raw handoff: the caller
-/// is inside the preload), as one [`Op::Held`] per object, and empties the table. Called before
+/// is inside the preload), as one [`Request::Held`] per object, and empties the table. Called before
 /// each post of the thread; costs a thread-local load when nothing is held.
 #[inline]
-pub fn flush(mut post: impl FnMut(Op, [u64; 4])) {
+pub fn flush(mut post: impl FnMut(Request)) {
     if TABLE.with(|t| t.len.get()) == 0 {
         return;
     }
     // Taken out first: the posts below must not flush again.
     let (entries, len): ([(u64, u64); HELD_MAX], usize) = TABLE.with(|t| (core::array::from_fn(|i| t.entries[i].get()), t.len.replace(0)));
     for &(addr, meta) in &entries[..len] {
-        let (what, kind) = match Held::decode(meta) {
-            Held::Mutex(kind) => (held::MUTEX, kind),
-            Held::Read => (held::READ, 0),
-            Held::Write => (held::WRITE, 0),
+        let (what, mutex_kind) = match Held::decode(meta) {
+            Held::Mutex(kind) => (HeldKind::Mutex, kind),
+            Held::Read => (HeldKind::Read, MutexKind::Normal),
+            Held::Write => (HeldKind::Write, MutexKind::Normal),
         };
-        post(Op::Held, [addr, what, meta & DEPTH_MASK, kind]);
+        post(Request::Held { lock: Addr(addr), what, depth: meta & DEPTH_MASK, mutex_kind });
     }
 }
 
@@ -194,17 +194,19 @@ mod tests {
     fn the_table_counts_depths_and_flushes_each_acquisition() {
         become_sole_thread();
         assert!(is_solo());
-        acquired(0x10, Held::Mutex(dara_abi::mutex_kind::RECURSIVE));
-        acquired(0x10, Held::Mutex(dara_abi::mutex_kind::RECURSIVE));
+        acquired(0x10, Held::Mutex(MutexKind::Recursive));
+        acquired(0x10, Held::Mutex(MutexKind::Recursive));
         acquired(0x20, Held::Read);
         acquired(0x30, Held::Write);
         assert!(released(0x30));
         assert!(!released(0x40));
         let mut posts = std::vec::Vec::new();
-        flush(|op, args| posts.push((op, args)));
-        assert_eq!(posts, [(Op::Held, [0x10, held::MUTEX, 2, dara_abi::mutex_kind::RECURSIVE]), (Op::Held, [0x20, held::READ, 1, 0])]);
+        flush(|request| posts.push(request));
+        let mutex = Request::Held { lock: Addr(0x10), what: HeldKind::Mutex, depth: 2, mutex_kind: MutexKind::Recursive };
+        let read = Request::Held { lock: Addr(0x20), what: HeldKind::Read, depth: 1, mutex_kind: MutexKind::Normal };
+        assert_eq!(posts, [mutex, read]);
         let mut again = 0;
-        flush(|_, _| again += 1);
+        flush(|_| again += 1);
         assert_eq!(again, 0, "a flush empties the table");
         thread_created();
         assert!(!is_solo());

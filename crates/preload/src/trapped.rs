@@ -11,7 +11,7 @@
 //! the trampoline, thread-local `Cell`s and atomics. A thread without a slot, or one already
 //! inside the preload, gets the real syscall. The vDSO thunks ([`crate::vdso`]) answer through
 //! [`emulate`] too, outside any signal handler.
-use dara_abi::{FutexMatch, Op, NO_DEADLINE};
+use dara_abi::{Addr, Deadline, FutexMatch, Request, Unsupported, NO_DEADLINE};
 use libc::{c_int, c_long, c_void, siginfo_t, timespec, ucontext_t};
 
 use crate::gate::Gated;
@@ -90,7 +90,7 @@ fn clone3(ip: u64, a: [u64; 6]) -> i64 {
             // SAFETY: the program passed clone3 a `struct clone_args`, whose first field is the
             // 64-bit flags (or a bad pointer: then the flags are not shown).
             let flags = (a[0] != 0 && a[1] >= 8).then(|| unsafe { (a[0] as *const u64).read_unaligned() });
-            gate.post(Op::Unsupported, [libc::SYS_clone3 as u64, flags.unwrap_or(0), a[1], 0]);
+            gate.post(Request::Unsupported(Unsupported::Clone3 { flags: flags.unwrap_or(0), size: a[1] }));
             -(libc::ENOSYS as i64)
         }
         _ => -(libc::ENOSYS as i64),
@@ -135,7 +135,7 @@ fn ungated(nr: c_long, a: [u64; 6]) -> i64 {
 }
 
 fn unsupported(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
-    gate.post(Op::Unsupported, [nr as u64, a[0], a[1], a[2]]);
+    gate.post(Request::Unsupported(Unsupported::Syscall { nr: nr as u64, args: [a[0], a[1], a[2]] }));
     // The scheduler never grants this; if it ever does, refuse the call.
     -(libc::ENOSYS as i64)
 }
@@ -147,7 +147,7 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
     match nr {
         libc::SYS_futex => futex(gate, nr, a),
         libc::SYS_sched_yield => {
-            gate.post(Op::Yield, [0; 4]);
+            gate.post(Request::Yield);
             0
         }
         libc::SYS_nanosleep => {
@@ -213,7 +213,7 @@ fn sleep(
 fn futex(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
     let op = a[1] as c_int;
     let cmd = op & !(libc::FUTEX_PRIVATE_FLAG | libc::FUTEX_CLOCK_REALTIME);
-    let (addr, val) = (a[0], a[2] as u32 as u64);
+    let (addr, val) = (Addr(a[0]), a[2] as u32);
     match cmd {
         libc::FUTEX_WAIT | libc::FUTEX_WAIT_BITSET => {
             // SAFETY: the program passed this timeout (or null) to futex.
@@ -236,7 +236,7 @@ fn futex(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
             match deadline {
                 None => -(libc::EINVAL as i64),
                 Some(_) if matching.bitset == 0 => -(libc::EINVAL as i64),
-                Some(deadline) => match gate.post(Op::FutexWait, [addr, val, deadline, matching.to_arg()]).result {
+                Some(deadline) => match gate.post(Request::FutexWait { addr, expected: val, deadline: Deadline::from_ns(deadline), matching }).result {
                     // A timed wait is never restarted once a handler ran; an untimed one is
                     // when every handler asked for SA_RESTART. The handler runs as this
                     // handler returns, before the call returns or is made again.
@@ -247,7 +247,7 @@ fn futex(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
         }
         libc::FUTEX_WAKE | libc::FUTEX_WAKE_BITSET => {
             let matching = futex_match(op, cmd == libc::FUTEX_WAKE, a[5]);
-            gate.post(Op::FutexWake, [addr, val, matching.to_arg(), 0]).result
+            gate.post(Request::FutexWake { addr, count: val, matching }).result
         }
         _ => unsupported(gate, nr, a),
     }

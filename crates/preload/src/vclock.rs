@@ -2,7 +2,7 @@
 //! on each, and how timeouts given as `timespec`s become absolute virtual deadlines.
 //!
 //! Shared by the symbol hooks and the SIGSYS handler, so nothing here allocates or locks.
-use dara_abi::{Op, MONOTONIC_BASE_NS, NO_DEADLINE, REALTIME_EPOCH_NS};
+use dara_abi::{Deadline, Request, MONOTONIC_BASE_NS, NO_DEADLINE, REALTIME_EPOCH_NS};
 use libc::{clockid_t, timespec};
 
 use crate::gate::Gated;
@@ -98,7 +98,7 @@ pub fn read(gate: &Gated, base: ClockBase) -> u64 {
     if crate::gate::clock_read_unposted() {
         return base.reading(gate.now());
     }
-    let grant = gate.post(Op::ClockRead, [0; 4]);
+    let grant = gate.post(Request::ClockRead);
     let reading = base.reading(grant.now_ns);
     match base {
         ClockBase::Realtime => reading.saturating_add_signed(grant.result),
@@ -118,7 +118,7 @@ pub enum Slept {
 /// Sleeps until the virtual `deadline`: a `Sleep` scheduling point, which a caught signal may end
 /// early (the caller then runs the handler and fails with EINTR: sleeps are never restarted).
 pub fn sleep_until(gate: &Gated, deadline: u64) -> Slept {
-    let grant = gate.post(Op::Sleep, [deadline, 0, 0, 0]);
+    let grant = gate.post(Request::Sleep { deadline: Deadline::from_ns(deadline) });
     if grant.result == crate::interrupt::INTERRUPTED {
         Slept::Interrupted { left_ns: deadline.saturating_sub(grant.now_ns) }
     } else {

@@ -7,7 +7,7 @@
 //! again, which resumes it where it stood (woken if the handler signalled the condvar).
 use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
-use dara_abi::{Op, NO_DEADLINE};
+use dara_abi::{Addr, Deadline, Request, NO_DEADLINE};
 use libc::{
     c_int, c_uint, clockid_t, pthread_barrier_t, pthread_barrierattr_t, pthread_cond_t,
     pthread_mutex_t, pthread_once_t, timespec,
@@ -51,11 +51,11 @@ pub fn cond_wait(
     if rc != 0 {
         return rc;
     }
-    let wait = [c.addr(), m.addr(), deadline, mutex_kind];
-    let mut grant = gate.post(Op::CondWait, wait);
+    let wait = Request::CondWait { cond: Addr(c.addr()), mutex: Addr(m.addr()), deadline: Deadline::from_ns(deadline), mutex_kind };
+    let mut grant = gate.post(wait);
     while grant.result == super::sigwait::INTERRUPTED {
         super::sigwait::run_handlers(gate, false);
-        grant = gate.post(Op::CondWait, wait);
+        grant = gate.post(wait);
     }
     // Signalled or timed out: either way the model has given the mutex back to this thread.
     // SAFETY: the program's mutex, free according to the model.
@@ -138,7 +138,7 @@ pub unsafe extern "C" fn pthread_cond_clockwait(
 #[no_mangle]
 pub unsafe extern "C" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c_int {
     match Gated::enter() {
-        Some(gate) => gate.post(Op::CondSignal, [c as u64, 0, 0, 0]).result as c_int,
+        Some(gate) => gate.post(Request::CondSignal { cond: Addr(c as u64) }).result as c_int,
         // SAFETY: the program's own argument, forwarded unchanged.
         None => unsafe { real::pthread_cond_signal(c) },
     }
@@ -147,7 +147,7 @@ pub unsafe extern "C" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn pthread_cond_broadcast(c: *mut pthread_cond_t) -> c_int {
     match Gated::enter() {
-        Some(gate) => gate.post(Op::CondBroadcast, [c as u64, 0, 0, 0]).result as c_int,
+        Some(gate) => gate.post(Request::CondBroadcast { cond: Addr(c as u64) }).result as c_int,
         // SAFETY: the program's own argument, forwarded unchanged.
         None => unsafe { real::pthread_cond_broadcast(c) },
     }
@@ -163,7 +163,7 @@ pub unsafe extern "C" fn pthread_barrier_init(
     let rc = unsafe { real::pthread_barrier_init(b, attr, count) };
     if rc == 0 {
         if let Some(gate) = Gated::enter() {
-            gate.post(Op::BarrierInit, [b as u64, count as u64, 0, 0]);
+            gate.post(Request::BarrierInit { barrier: Addr(b as u64), count });
         }
     }
     rc
@@ -172,7 +172,7 @@ pub unsafe extern "C" fn pthread_barrier_init(
 #[no_mangle]
 pub unsafe extern "C" fn pthread_barrier_wait(b: *mut pthread_barrier_t) -> c_int {
     match Gated::enter() {
-        Some(gate) => gate.post(Op::BarrierWait, [b as u64, 0, 0, 0]).result as c_int,
+        Some(gate) => gate.post(Request::BarrierWait { barrier: Addr(b as u64) }).result as c_int,
         // SAFETY: the program's own argument, forwarded unchanged.
         None => unsafe { real::pthread_barrier_wait(b) },
     }
@@ -201,13 +201,13 @@ pub fn once(gate: Gated, o: Obj<pthread_once_t>, init: InitRoutine) -> c_int {
     if once_word(o).is_some_and(|w| w.load(Ordering::Acquire) & ONCE_DONE != 0) {
         return 0;
     }
-    if gate.post(Op::OnceBegin, [o.addr(), 0, 0, 0]).result != 1 {
+    if gate.post(Request::OnceBegin { once: Addr(o.addr()) }).result != 1 {
         return 0;
     }
     drop(gate);
     init();
     if let Some(gate) = Gated::enter() {
-        gate.post(Op::OnceDone, [o.addr(), 0, 0, 0]);
+        gate.post(Request::OnceDone { once: Addr(o.addr()) });
     }
     if let Some(w) = once_word(o) {
         w.store(ONCE_DONE, Ordering::Release);

@@ -14,7 +14,7 @@
 //! `O_RDWR` (never waits on Linux) or `O_PATH`, and opens of anything but a FIFO, are left alone.
 //! A caught signal ends the wait like the kernel's: restarted when every handler asked for
 //! `SA_RESTART`, else `EINTR`.
-use dara_abi::{net_flags, Op};
+use dara_abi::{net_flags, NetFlags, Request};
 use libc::{c_char, c_int};
 
 use super::{set_errno, sigwait};
@@ -73,7 +73,7 @@ pub unsafe fn open(dir: c_int, path: *const c_char, flags: c_int, real_open: &mu
     }
     loop {
         let role = if reader { net_flags::FIFO_READER } else { 0 };
-        let g = gate.post(Op::FifoOpen, [fd as i64 as u64, role | sigwait::interruptible(), device, inode]);
+        let g = gate.post(Request::FifoOpen { reader: reader.then_some(fd), flags: NetFlags(role | sigwait::interruptible()), device, inode });
         if g.result == sigwait::INTERRUPTED {
             if sigwait::run_handlers(&gate, true) {
                 continue;

@@ -10,7 +10,7 @@
 //! stdin, inherited across `execve`), except the pipes dara forwards the program's stdout and
 //! stderr through. The descriptor table ([`crate::fd`]) remembers which is which. Regular files
 //! are left alone.
-use dara_abi::{net_flags, Op, NO_DEADLINE};
+use dara_abi::{net_flags, CloseHow, Deadline, NetFlags, Request, NO_DEADLINE};
 use libc::{c_int, c_uint, c_void, size_t, socklen_t, ssize_t};
 
 use super::{set_errno, sigwait, write_now};
@@ -112,7 +112,7 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks
     }
     let deadline = if nonblock { NO_DEADLINE } else { recv_deadline(gate, fd) };
     loop {
-        let g = gate.post(Op::NetRecv, [fd as u64, flag(nonblock) | interruptible(nonblock), deadline, len as u64]);
+        let g = gate.post(Request::NetRecv { fd, flags: NetFlags(flag(nonblock) | interruptible(nonblock)), deadline: Deadline::from_ns(deadline), len: len as u64 });
         if g.result == sigwait::INTERRUPTED && !nonblock {
             if sigwait::run_handlers(gate, deadline == NO_DEADLINE) {
                 continue;
@@ -151,8 +151,8 @@ fn transmit(gate: &Gated, fd: c_int, buf: *const u8, len: usize, dontwait: bool,
             // from offset `done < len`.
             unsafe { core::ptr::copy_nonoverlapping(buf.add(done), first.as_mut_ptr(), n) };
         }
-        let arg1 = (rest as u64 & ((1 << net_flags::SEND_SHIFT) - 1)) | ((flag(nonblock) | interruptible(nonblock)) << net_flags::SEND_SHIFT);
-        let g = gate.post(Op::NetSend, [fd as u64, arg1, u64::from_le_bytes(first), u64::from(dest_port)]);
+        let flags = NetFlags(flag(nonblock) | interruptible(nonblock));
+        let g = gate.post(Request::NetSend { fd, len: rest as u64, flags, head: first, dest_port });
         if g.result == sigwait::INTERRUPTED && !nonblock {
             if sigwait::run_handlers(gate, true) {
                 continue;
@@ -227,9 +227,9 @@ fn sockaddr_port(addr: *const libc::sockaddr, len: socklen_t) -> u16 {
 }
 
 /// First bytes of an iovec array (at most 8, from the first entry) and the total length.
-fn iov_preview(iov: *const libc::iovec, n: c_int) -> (u64, usize) {
+fn iov_preview(iov: *const libc::iovec, n: c_int) -> ([u8; 8], usize) {
     if iov.is_null() || n <= 0 {
-        return (0, 0);
+        return ([0; 8], 0);
     }
     // SAFETY: the caller's iovec array of `n` entries; we read at most 8 bytes of the first.
     unsafe {
@@ -239,7 +239,7 @@ fn iov_preview(iov: *const libc::iovec, n: c_int) -> (u64, usize) {
         if !first.iov_base.is_null() {
             core::ptr::copy_nonoverlapping(first.iov_base as *const u8, bytes.as_mut_ptr(), k);
         }
-        (u64::from_le_bytes(bytes), iov_total(iov, n))
+        (bytes, iov_total(iov, n))
     }
 }
 
@@ -256,8 +256,8 @@ fn transmit_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, d
         }
     }
     loop {
-        let arg1 = (total as u64 & ((1 << net_flags::SEND_SHIFT) - 1)) | ((flag(nonblock) | interruptible(nonblock)) << net_flags::SEND_SHIFT);
-        let g = gate.post(Op::NetSend, [fd as u64, arg1, first, u64::from(dest_port)]);
+        let flags = NetFlags(flag(nonblock) | interruptible(nonblock));
+        let g = gate.post(Request::NetSend { fd, len: total as u64, flags, head: first, dest_port });
         if g.result == sigwait::INTERRUPTED && !nonblock {
             if sigwait::run_handlers(gate, true) {
                 continue;
@@ -371,7 +371,7 @@ pub unsafe extern "C" fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut
     // SAFETY: the program's length argument, read before a call overwrites it.
     let room = if len.is_null() { 0 } else { unsafe { *len } };
     loop {
-        let g = gate.post(Op::NetAccept, [fd as u64, flag(nonblock) | interruptible(nonblock), deadline, 0]);
+        let g = gate.post(Request::NetAccept { fd, flags: NetFlags(flag(nonblock) | interruptible(nonblock)), deadline: Deadline::from_ns(deadline) });
         if g.result == sigwait::INTERRUPTED && !nonblock {
             if sigwait::run_handlers(&gate, deadline == NO_DEADLINE) {
                 continue;
@@ -408,7 +408,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const libc::sockaddr, len: so
     // SAFETY: the program's address argument of `len` bytes.
     let relayed = unsafe { super::outside::relayed_destination(addr, len) };
     let (addr, len) = relayed.as_ref().map_or((addr, len), |(a, l)| ((a as *const libc::sockaddr_storage).cast(), *l));
-    gate.post(Op::NetConnect, [fd as u64, flag(fd_nonblocking(fd)), 0, 0]);
+    gate.post(Request::NetConnect { fd, flags: NetFlags(flag(fd_nonblocking(fd))) });
     // Loopback connects complete or fail without waiting; the scheduler settles the handshake.
     // SAFETY: the program's own arguments (or the address dara's socket has instead).
     unsafe { real::connect(fd, addr, len) }
@@ -417,7 +417,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const libc::sockaddr, len: so
 #[no_mangle]
 pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     if let (Some(gate), true) = (Gated::enter(), is_net(fd)) {
-        gate.post(Op::NetClose, [fd as u64, 1 + how as u64, 0, 0]);
+        gate.post(Request::NetClose { fd, how: CloseHow::Shutdown(how as u32) });
     }
     // SAFETY: plain integers.
     unsafe { real::shutdown(fd, how) }
@@ -426,7 +426,7 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if let (Some(gate), true) = (Gated::enter(), is_net(fd)) {
-        gate.post(Op::NetClose, [fd as u64, 0, 0, 0]);
+        gate.post(Request::NetClose { fd, how: CloseHow::Close });
     }
     fd::closed(fd);
     // SAFETY: plain integer.

@@ -13,7 +13,7 @@
 //! A UDP socket is split the same way when it is bound (`bind`): dara keeps the public socket,
 //! the program gets a twin bound to the same address with a port of the kernel's choice, and
 //! every datagram reaches the program from a socket of dara's, one per peer (see the scheduler's
-//! `outside::relay`). The post says which kind it is (`NetListen` args[2]: 1 for datagrams).
+//! `outside::relay`). The post says which kind it is (`Request::NetListen`'s `datagrams`).
 //!
 //! `getsockname` on a swapped socket answers with the public port, so a program that binds
 //! port 0 and prints the port it got tells its clients the address they can actually reach. And
@@ -24,7 +24,7 @@
 //! Not a hot path: a listen happens a few times per program. No allocation; raw syscalls only.
 use core::sync::atomic::Ordering;
 
-use dara_abi::Op;
+use dara_abi::Request;
 use libc::{c_int, socklen_t};
 
 use crate::fd::sockets::{local_address, port_of, sockopt};
@@ -83,7 +83,7 @@ fn swap_in_twin(gate: &Gated, fd: c_int, kind: c_int, backlog: c_int) {
     }
     let Some((public, _)) = local_address(fd) else { return };
     let Some(twin) = open_twin(fd, kind, backlog) else { return };
-    gate.post(Op::NetListen, [fd as u64, twin as u64, u64::from(kind == libc::SOCK_DGRAM), 0]);
+    gate.post(Request::NetListen { fd, twin, datagrams: kind == libc::SOCK_DGRAM });
     // SAFETY: F_GETFD takes no pointer.
     let cloexec = unsafe { sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_GETFD as u64]) } & i64::from(libc::FD_CLOEXEC) != 0;
     // SAFETY: dup3 of two descriptors this process owns; it atomically replaces `fd`.

@@ -15,7 +15,7 @@
 //! so: SIGCHLD blocked everywhere but in its `pselect`.
 //!
 //! `select` is turned into a `pollfd` array on this thread's stack (no allocation) and back.
-use dara_abi::{net_flags, Op, NO_DEADLINE};
+use dara_abi::{net_flags, Addr, Deadline, NetFlags, Request, NO_DEADLINE};
 use libc::{c_int, nfds_t, pollfd, sigset_t, timespec, timeval};
 
 use super::set_errno;
@@ -77,7 +77,7 @@ fn poll_entries(gate: &Gated, fds: *mut pollfd, n: nfds_t, timeout_ns: Option<u6
     let flags = if nonblock { net_flags::NONBLOCK } else { 0 };
     let deadline = if nonblock { NO_DEADLINE } else { deadline(gate, timeout_ns) };
     loop {
-        let g = gate.post(Op::NetPoll, [fds as u64, n, deadline, flags]);
+        let g = gate.post(Request::NetPoll { fds: Addr(fds as u64), count: n, deadline: Deadline::from_ns(deadline), flags: NetFlags(flags) });
         if g.result == INTERRUPTED {
             return interrupted();
         }
@@ -233,7 +233,7 @@ fn epoll_entries(gate: &Gated, ep: c_int, events: *mut libc::epoll_event, max: c
     let flags = if nonblock { net_flags::NONBLOCK } else { 0 };
     let deadline = if nonblock { NO_DEADLINE } else { deadline(gate, ms_timeout(timeout)) };
     loop {
-        let g = gate.post(Op::NetEpollWait, [ep as u64, 0, deadline, flags]);
+        let g = gate.post(Request::NetEpollWait { epoll: ep, deadline: Deadline::from_ns(deadline), flags: NetFlags(flags) });
         if g.result == INTERRUPTED {
             return interrupted();
         }

@@ -5,7 +5,7 @@
 //! waits again if every handler asked for `SA_RESTART` (its untimed futex wait is restarted) and
 //! otherwise fails with EINTR; `sem_timedwait`/`sem_clockwait` always fail with EINTR (the
 //! kernel never restarts a timed futex wait once a handler ran).
-use dara_abi::{Op, NO_DEADLINE};
+use dara_abi::{Addr, Deadline, Request, NO_DEADLINE};
 use libc::{c_int, c_uint, clockid_t, sem_t, timespec};
 
 use super::sync::deadline_on;
@@ -25,7 +25,7 @@ fn finish(s: Obj<sem_t>, result: i64) -> c_int {
 
 pub fn sem_wait_until(gate: &Gated, s: Obj<sem_t>, deadline: u64) -> c_int {
     loop {
-        let grant = gate.post(Op::SemWait, [s.addr(), deadline, 0, 0]);
+        let grant = gate.post(Request::SemWait { sem: Addr(s.addr()), deadline: Deadline::from_ns(deadline) });
         if grant.result == sigwait::INTERRUPTED && sigwait::run_handlers(gate, deadline == NO_DEADLINE) {
             continue;
         }
@@ -54,7 +54,7 @@ pub unsafe extern "C" fn sem_init(s: *mut sem_t, pshared: c_int, value: c_uint) 
     let rc = unsafe { real::sem_init(s, pshared, value) };
     if rc == 0 {
         if let Some(gate) = Gated::enter() {
-            gate.post(Op::SemInit, [s as u64, value as u64, 0, 0]);
+            gate.post(Request::SemInit { sem: Addr(s as u64), value });
         }
     }
     rc
@@ -107,7 +107,7 @@ pub unsafe extern "C" fn sem_clockwait(
 pub unsafe extern "C" fn sem_trywait(s: *mut sem_t) -> c_int {
     match Gated::enter() {
         Some(gate) => {
-            let grant = gate.post(Op::SemTryWait, [s as u64, 0, 0, 0]);
+            let grant = gate.post(Request::SemTryWait { sem: Addr(s as u64) });
             // SAFETY: the program's own argument.
             finish(unsafe { Obj::new(s) }, grant.result)
         }
@@ -119,7 +119,7 @@ pub unsafe extern "C" fn sem_trywait(s: *mut sem_t) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn sem_post(s: *mut sem_t) -> c_int {
     if let Some(gate) = Gated::enter() {
-        let grant = gate.post(Op::SemPost, [s as u64, 0, 0, 0]);
+        let grant = gate.post(Request::SemPost { sem: Addr(s as u64) });
         if grant.result != 0 {
             set_errno(grant.result.unsigned_abs() as c_int);
             return -1;

@@ -17,7 +17,7 @@
 //! the signals it waits for) or by a caught signal the thread's mask lets through; granted, the
 //! thread takes the signal with a real `rt_sigtimedwait` of zero timeout, or, when none of the
 //! set is there (a handler's signal ended the wait), fails with EINTR. Its timeout is a timer.
-use dara_abi::{Op, NO_DEADLINE};
+use dara_abi::{Deadline, Request, NO_DEADLINE};
 use libc::{c_int, sigset_t, siginfo_t, timespec};
 
 use super::Obj;
@@ -33,7 +33,7 @@ const SIGSYS_BIT: u64 = 1 << (libc::SIGSYS - 1);
 /// Posts the wait for `wait_mask`, then waits for real (returns at once: the signal is pending).
 fn suspend(gate: Gated, wait_mask: u64) -> c_int {
     let wait_mask = wait_mask & !SIGSYS_BIT;
-    gate.post(Op::SigSuspend, [wait_mask, 0, 0, 0]);
+    gate.post(Request::SigSuspend { mask: wait_mask });
     let program_mask = gate::program_mask().unwrap_or(u64::MAX);
     // Signals the wait mask lets through and the program's own mask holds: told here, since the
     // thread's return to its own mask (below, `Gated::drop`) tells only the others.
@@ -89,7 +89,7 @@ fn wait_for(gate: Gated, set: u64, info: *mut siginfo_t, timeout_ns: Option<u64>
     let zero = timespec { tv_sec: 0, tv_nsec: 0 };
     if timeout_ns != Some(0) {
         let deadline = timeout_ns.map_or(NO_DEADLINE, |t| gate.deadline_after(t));
-        if gate.post(Op::SigWait, [set, deadline, 0, 0]).result == -(libc::EAGAIN as i64) {
+        if gate.post(Request::SigWait { set, deadline: Deadline::from_ns(deadline) }).result == -(libc::EAGAIN as i64) {
             super::set_errno(libc::EAGAIN);
             return -1;
         }

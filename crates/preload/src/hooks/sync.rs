@@ -7,7 +7,7 @@
 //! of held objects remembers what the model must learn at the thread's next post.
 use core::sync::atomic::{AtomicI32, Ordering};
 
-use dara_abi::{mutex_kind, Op, NO_DEADLINE};
+use dara_abi::{Addr, Deadline, MutexKind, Request, NO_DEADLINE};
 use libc::{c_int, clockid_t, pthread_mutex_t, pthread_rwlock_t, timespec};
 
 use super::Obj;
@@ -43,10 +43,10 @@ fn raw_kind(m: Obj<pthread_mutex_t>) -> i32 {
 }
 
 /// The model's kind of a glibc mutex: `__kind & 3`, adaptive folded into normal.
-pub fn kind(m: Obj<pthread_mutex_t>) -> u64 {
+pub fn kind(m: Obj<pthread_mutex_t>) -> MutexKind {
     match raw_kind(m) & MUTEX_KIND_MASK {
-        GLIBC_ADAPTIVE => mutex_kind::NORMAL,
-        k => k as u64,
+        GLIBC_ADAPTIVE => MutexKind::Normal,
+        k => MutexKind::from_arg(k as u64).unwrap_or_default(),
     }
 }
 
@@ -113,7 +113,7 @@ pub fn mutex_lock(gate: &Gated, m: Obj<pthread_mutex_t>, deadline: u64) -> c_int
     if deadline == NO_DEADLINE && solo_mutex_acquire(m) {
         return 0;
     }
-    let grant = gate.post(Op::MutexLock, [m.addr(), kind(m), deadline, 0]);
+    let grant = gate.post(Request::MutexLock { mutex: Addr(m.addr()), kind: kind(m), deadline: Deadline::from_ns(deadline) });
     if grant.result != 0 {
         return grant.result as c_int;
     }
@@ -138,7 +138,7 @@ pub fn mutex_trylock(gate: &Gated, m: Obj<pthread_mutex_t>) -> c_int {
     if solo_mutex_acquire(m) {
         return 0;
     }
-    let grant = gate.post(Op::MutexTryLock, [m.addr(), kind(m), 0, 0]);
+    let grant = gate.post(Request::MutexTryLock { mutex: Addr(m.addr()), kind: kind(m) });
     if grant.result != 0 {
         return grant.result as c_int;
     }
@@ -151,7 +151,7 @@ pub fn mutex_unlock(gate: &Gated, m: Obj<pthread_mutex_t>) -> c_int {
         // SAFETY: the program's mutex, taken by this thread on the solo fast path.
         return unsafe { real::pthread_mutex_unlock(m.ptr()) };
     }
-    let grant = gate.post(Op::MutexUnlock, [m.addr(), kind(m), 0, 0]);
+    let grant = gate.post(Request::MutexUnlock { mutex: Addr(m.addr()), kind: kind(m) });
     if grant.result != 0 {
         return grant.result as c_int;
     }
@@ -170,12 +170,12 @@ pub fn rw_lock(gate: &Gated, l: Obj<pthread_rwlock_t>, side: Side, deadline: u64
     if deadline == NO_DEADLINE && solo_rw_acquire(l, side) {
         return 0;
     }
-    let op = if side == Side::Read {
-        Op::RwReadLock
-    } else {
-        Op::RwWriteLock
+    let (lock, deadline) = (Addr(l.addr()), Deadline::from_ns(deadline));
+    let request = match side {
+        Side::Read => Request::RwReadLock { lock, deadline },
+        Side::Write => Request::RwWriteLock { lock, deadline },
     };
-    let grant = gate.post(op, [l.addr(), deadline, 0, 0]);
+    let grant = gate.post(request);
     if grant.result != 0 {
         return grant.result as c_int;
     }
@@ -205,12 +205,12 @@ pub fn rw_trylock(gate: &Gated, l: Obj<pthread_rwlock_t>, side: Side) -> c_int {
     if solo_rw_acquire(l, side) {
         return 0;
     }
-    let op = if side == Side::Read {
-        Op::RwTryReadLock
-    } else {
-        Op::RwTryWriteLock
+    let lock = Addr(l.addr());
+    let request = match side {
+        Side::Read => Request::RwTryReadLock { lock },
+        Side::Write => Request::RwTryWriteLock { lock },
     };
-    let grant = gate.post(op, [l.addr(), 0, 0, 0]);
+    let grant = gate.post(request);
     if grant.result != 0 {
         return grant.result as c_int;
     }
@@ -228,7 +228,7 @@ pub fn rw_unlock(gate: &Gated, l: Obj<pthread_rwlock_t>) -> c_int {
         // SAFETY: the program's rwlock, taken by this thread on the solo fast path.
         return unsafe { real::pthread_rwlock_unlock(l.ptr()) };
     }
-    let grant = gate.post(Op::RwUnlock, [l.addr(), 0, 0, 0]);
+    let grant = gate.post(Request::RwUnlock { lock: Addr(l.addr()) });
     if grant.result != 0 {
         return grant.result as c_int;
     }

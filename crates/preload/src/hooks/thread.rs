@@ -9,7 +9,7 @@
 //! static per-slot table (no malloc); the real thread runs [`thread_main`] with the slot index.
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use dara_abi::{state, Op, MAX_SLOTS};
+use dara_abi::{state, Request, MAX_SLOTS};
 use libc::{c_int, c_void, pthread_attr_t, pthread_t};
 
 use super::Obj;
@@ -46,7 +46,7 @@ pub fn create(
     routine: StartRoutine,
     arg: *mut c_void,
 ) -> c_int {
-    let grant = gate.post(Op::ThreadCreate, [0; 4]);
+    let grant = gate.post(Request::ThreadCreate);
     if grant.result != 0 {
         return grant.result as c_int;
     }
@@ -114,7 +114,7 @@ extern "C" fn thread_main(arg: *mut c_void) -> *mut c_void {
     let stack_marker = 0u8;
     gate::adopt(index, core::ptr::addr_of!(stack_marker) as usize);
     if let Some(gate) = Gated::enter() {
-        gate.post(Op::ThreadStart, [creator as u64, 0, 0, 0]);
+        gate.post(Request::ThreadStart { creator });
     }
     // Linux starts a thread with its creator's mask; it inherited the creator's parked one
     // (the caught signals blocked). Restored here, out of the preload, before the program's
@@ -148,7 +148,7 @@ fn slot_of(thread: pthread_t) -> Option<u32> {
 /// `pthread_join`; `None` when the thread is not one dara knows (the caller forwards to libc).
 pub fn join(gate: &Gated, thread: pthread_t, retval: Obj<*mut c_void>) -> Option<c_int> {
     let target = slot_of(thread)?;
-    let grant = gate.post(Op::ThreadJoin, [target as u64, 0, 0, 0]);
+    let grant = gate.post(Request::ThreadJoin { target });
     if grant.result != 0 {
         return Some(grant.result as c_int);
     }
@@ -171,7 +171,7 @@ pub fn join(gate: &Gated, thread: pthread_t, retval: Obj<*mut c_void>) -> Option
 /// `pthread_detach`.
 pub fn detach(gate: &Gated, thread: pthread_t) -> c_int {
     if let Some(target) = slot_of(thread) {
-        let grant = gate.post(Op::ThreadDetach, [target as u64, 0, 0, 0]);
+        let grant = gate.post(Request::ThreadDetach { target });
         if grant.result != 0 {
             return grant.result as c_int;
         }
@@ -182,7 +182,7 @@ pub fn detach(gate: &Gated, thread: pthread_t) -> c_int {
 
 /// `exit`, `_exit`, `_Exit`: report the status; the caller then runs the real function.
 pub fn process_exit(gate: &Gated, status: c_int) {
-    gate.post(Op::ProcessExit, [status as u32 as u64, 0, 0, 0]);
+    gate.post(Request::ProcessExit { status });
 }
 
 #[no_mangle]

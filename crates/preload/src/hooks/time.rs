@@ -3,7 +3,7 @@
 //! runs and `nanosleep`, `clock_nanosleep` and `usleep` fail with EINTR (the relative ones write
 //! the time left into `rem`), `sleep` returns the seconds left; never restarted, `SA_RESTART` or
 //! not. The clock reads share [`timecalls`] with the syscall trap and the vDSO thunks.
-use dara_abi::Op;
+use dara_abi::Request;
 use libc::{c_int, c_uint, c_void, clockid_t, time_t, timespec, timeval, useconds_t};
 
 use super::{set_errno, sigwait, Obj};
@@ -59,7 +59,7 @@ pub fn clock_sleep(
 pub unsafe extern "C" fn sched_yield() -> c_int {
     match Gated::enter() {
         Some(gate) => {
-            gate.post(Op::Yield, [0; 4]);
+            gate.post(Request::Yield);
             0
         }
         // SAFETY: no arguments.
