@@ -44,7 +44,9 @@ pub struct Choice {
     pub alt: u32,
     /// The thread's pending operation (informational for strategies, checked by replay).
     pub op: Op,
-    /// The object the operation is about (mutex address, deadline for sleeps, ...), `args[0]`.
+    /// The object the operation is about (mutex address, deadline for sleeps, ...): the request's
+    /// first argument word ([`dara_abi::Request::subject`]), a shared object's name, or a network
+    /// description.
     pub obj: u64,
 }
 

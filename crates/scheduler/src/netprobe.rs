@@ -51,7 +51,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use dara_abi::{net_flags, Op};
+use dara_abi::{CloseHow, NetFlags, Op, Request as R};
 
 use crate::choice::{ProcessId, ThreadId};
 use crate::epoll_dups::EpollDups;
@@ -182,20 +182,19 @@ impl NetProbe {
     /// A network request of a thread of process `pid` was granted (or timed out).
     /// Called before the thread runs: a UDP send's receiver is looked up now.
     pub fn granted(&mut self, thread: ThreadId, pid: u32, request: Request, timed_out: bool) {
-        if request.op == Op::NetEpollWait {
+        if request.op() == Op::NetEpollWait {
             self.epolls.wait_ended(thread);
         }
-        let datagram_to = match (request.op, timed_out) {
-            (Op::NetSend, false) => self.datagram_receiver(pid, request.args[0] as i32, request.args[3] as u16),
+        let datagram_to = match (request, timed_out) {
+            (R::NetSend { fd, dest_port, .. }, false) => self.datagram_receiver(pid, fd, dest_port),
             _ => None,
         };
-        if request.op == Op::NetClose && request.args[1] == 0 {
+        if let R::NetClose { fd, how: CloseHow::Close } = request {
             // The descriptor number may name another socket next time.
-            self.probed.remove(&(pid, request.args[0] as i32));
+            self.probed.remove(&(pid, fd));
         }
-        let key = (pid, request.args[0] as i32);
-        let sender = match (request.op, timed_out) {
-            (Op::NetSend, false) => self.send_dups.remove(&key).or_else(|| self.dup(key.0, key.1).ok().flatten()),
+        let sender = match (request, timed_out) {
+            (R::NetSend { fd, .. }, false) => self.send_dups.remove(&(pid, fd)).or_else(|| self.dup(pid, fd).ok().flatten()),
             _ => None,
         };
         self.settles.push(Settle { pid, request, timed_out, datagram_to, sent_total: None, sender });
@@ -205,7 +204,7 @@ impl NetProbe {
     /// at the next quiet point like a granted send. `total`: the socket's (local port, peer port,
     /// bytes sent in all) if the thread could tell.
     pub fn sent_unposted(&mut self, pid: u32, fd: i32, total: Option<(u16, u16, u64)>) {
-        let request = Request { op: Op::NetSend, args: [fd as u64, 0, 0, 0] };
+        let request = R::NetSend { fd, len: 0, flags: NetFlags::default(), head: [0; 8], dest_port: 0 };
         self.settles.push(Settle { pid, request, timed_out: false, datagram_to: None, sent_total: total, sender: None });
     }
 
@@ -226,8 +225,8 @@ impl NetProbe {
     /// Settles what the operations granted since the last call left in flight.
     pub fn settle(&mut self, own: OwnReceived) -> Result<(), ProbeError> {
         for s in std::mem::take(&mut self.settles) {
-            let fd = s.request.args[0] as i32;
-            match (s.request.op, s.timed_out) {
+            let fd = s.request.fd().unwrap_or(-1);
+            match (s.request.op(), s.timed_out) {
                 (Op::NetSend, false) => match s.sent_total {
                     Some(total) if own_received_all(total, own)? => {}
                     _ => self.settle_send(s.pid, fd, s.sender, s.datagram_to, own)?,
@@ -281,16 +280,16 @@ impl NetProbe {
     /// controls nor records.
     pub fn view(&mut self, thread: ThreadId, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
         let view = self.look(thread, process, pid, request);
-        self.no_outside_peer(|| format!("process {process} (descriptor {})", request.args[0] as i32))?;
+        self.no_outside_peer(|| format!("process {process} (descriptor {})", request.fd().unwrap_or(-1)))?;
         view
     }
 
     /// Whether a pending `poll`/`epoll_wait` of process `pid` (`request`) watches a socket only a
     /// peer dara does not relay could wake: a UDP socket, or a Unix-domain listening socket.
     pub fn watches_unrelayed(&mut self, pid: u32, request: &Request) -> bool {
-        let fds: Vec<i32> = match request.op {
-            Op::NetEpollWait => epoll_targets(pid, request.args[0] as i32),
-            Op::NetPoll => read_pollfds(pid, request.args[0], (request.args[1] as usize).min(MAX_POLL_ENTRIES)).unwrap_or_default().iter().map(|p| p.fd).filter(|&fd| fd >= 0).collect(),
+        let fds: Vec<i32> = match *request {
+            R::NetEpollWait { epoll, .. } => epoll_targets(pid, epoll),
+            R::NetPoll { fds, count, .. } => read_pollfds(pid, fds.0, (count as usize).min(MAX_POLL_ENTRIES)).unwrap_or_default().iter().map(|p| p.fd).filter(|&fd| fd >= 0).collect(),
             _ => Vec::new(),
         };
         fds.into_iter().any(|fd| {
@@ -313,9 +312,9 @@ impl NetProbe {
     }
 
     fn look(&mut self, thread: ThreadId, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
-        let fd = request.args[0] as i32;
-        match request.op {
-            Op::NetRecv | Op::NetAccept => {
+        let fd = request.fd().unwrap_or(-1);
+        match *request {
+            R::NetRecv { .. } | R::NetAccept { .. } => {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
                 let ep = self.endpoint(process, fd, &dup);
                 self.probed.insert((pid, fd), ep);
@@ -323,7 +322,7 @@ impl NetProbe {
                 let ready = revents != 0;
                 let mut preview = [0u8; 4];
                 // A peek would consume a pending error (a reset) the program must read itself.
-                let peekable = ready && request.op == Op::NetRecv && revents & libc::POLLERR == 0;
+                let peekable = ready && request.op() == Op::NetRecv && revents & libc::POLLERR == 0;
                 let peeked = match (peekable, ep.kind) {
                     (false, _) => 0,
                     (true, kind::UDP) => {
@@ -337,25 +336,26 @@ impl NetProbe {
                     (true, _) => peek(&dup, &mut preview),
                 };
                 let avail = if ready { inq(&dup).max(peeked as i64) } else { -(libc::EAGAIN as i64) };
-                let size = if request.op == Op::NetRecv && avail >= 0 { avail.min(request.args[3] as i64) } else { i64::from(ready) };
+                let size = match *request {
+                    R::NetRecv { len, .. } if avail >= 0 => avail.min(len as i64),
+                    _ => i64::from(ready),
+                };
                 Ok(NetView { ready, ready_entries: u32::from(ready), size, obj: describe(ep.id, self.peer(ep), ep.kind, &preview[..peeked]) })
             }
-            Op::NetSend => {
+            R::NetSend { len, head: first, dest_port, .. } => {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
                 let ep = self.endpoint(process, fd, &dup);
                 self.probed.insert((pid, fd), ep);
                 let dup = &*self.send_dups.entry((pid, fd)).insert_entry(dup).into_mut();
                 let ready = poll_now(&dup, libc::POLLOUT) != 0;
-                let len = request.args[1] & ((1 << net_flags::SEND_SHIFT) - 1);
-                let first = request.args[2].to_le_bytes();
-                let peer = match (request.args[3], ep.key) {
+                let peer = match (dest_port, ep.key) {
                     (0, _) | (_, None) => self.peer(ep),
-                    (port, Some((k, local, _))) => self.lookup(&[(k, port as u16, local), (k, port as u16, 0)]),
+                    (port, Some((k, local, _))) => self.lookup(&[(k, port, local), (k, port, 0)]),
                 };
                 Ok(NetView { ready, ready_entries: u32::from(ready), size: len as i64, obj: describe(ep.id, peer, ep.kind, &first[..(len as usize).min(4)]) })
             }
-            Op::FifoOpen => {
-                let wait = FifoWait { device: request.args[2], inode: request.args[3], reader: request.args[1] & net_flags::FIFO_READER != 0 };
+            R::FifoOpen { flags, device, inode, .. } => {
+                let wait = FifoWait { device, inode, reader: flags.fifo_reader() };
                 // A reader is woken by a writer's open even when that writer has closed again
                 // since (the kernel counts opens): its own end then shows POLLHUP (no writer now,
                 // one came since the reader opened) or POLLIN (data left behind).
@@ -368,12 +368,12 @@ impl NetProbe {
                 let id = self.id_of(wait.inode);
                 Ok(NetView { ready, ready_entries: u32::from(ready), size: 0, obj: describe(id, NO_ENDPOINT, kind::PIPE, &[]) })
             }
-            Op::NetConnect | Op::NetClose | Op::NetListen => {
+            R::NetConnect { .. } | R::NetClose { .. } | R::NetListen { .. } => {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(NetView { ready: true, ..closed_view() }) };
                 let ep = self.endpoint(process, fd, &dup);
                 Ok(NetView { ready: true, ready_entries: 1, size: 0, obj: describe(ep.id, self.peer(ep), ep.kind, &[]) })
             }
-            Op::NetEpollWait => {
+            R::NetEpollWait { .. } => {
                 // An epoll set: named by (process, fd) like every anonymous inode.
                 let id = self.id_of(ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64);
                 if let Some(&ready) = self.polled_epolls.get(&(pid, fd)) {
@@ -398,7 +398,7 @@ impl NetProbe {
                 self.epolls.keep(thread, pid, fd, dup);
                 Ok(NetView { ready, ready_entries: u32::from(ready), size: i64::from(ready), obj: describe(id, NO_ENDPOINT, kind::EPOLL, &[]) })
             }
-            Op::NetPoll => self.poll_view(process, pid, request),
+            R::NetPoll { fds, count, .. } => self.poll_view(process, pid, fds.0, count),
             _ => Ok(NetView::default()),
         }
     }
@@ -446,9 +446,9 @@ impl NetProbe {
     }
 
     /// A poll/select: reads the `pollfd` array from the target and probes every entry.
-    fn poll_view(&mut self, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
-        let n = (request.args[1] as usize).min(MAX_POLL_ENTRIES);
-        let entries = read_pollfds(pid, request.args[0], n).ok_or_else(|| ProbeError("cannot read the pollfd array of a poll call from the target".into()))?;
+    fn poll_view(&mut self, process: ProcessId, pid: u32, fds: u64, count: u64) -> Result<NetView, ProbeError> {
+        let n = (count as usize).min(MAX_POLL_ENTRIES);
+        let entries = read_pollfds(pid, fds, n).ok_or_else(|| ProbeError("cannot read the pollfd array of a poll call from the target".into()))?;
         let mut ready = 0u32;
         let mut first = NO_ENDPOINT;
         for e in entries.iter().filter(|e| e.fd >= 0) {

@@ -108,7 +108,7 @@ impl Execution<'_> {
     fn node_waits(&self, node: usize) -> bool {
         let serving = |op: Op| matches!(op, Op::NetRecv | Op::NetAccept | Op::NetPoll | Op::NetEpollWait | Op::Sleep | Op::ProcessWait);
         self.node_threads(node).into_iter().all(|t| match self.model.status(t) {
-            Some(ThreadStatus::Pending(r)) => serving(r.op),
+            Some(ThreadStatus::Pending(r)) => serving(r.op()),
             Some(ThreadStatus::Blocked(_)) => true,
             _ => false,
         })
@@ -237,7 +237,7 @@ impl Execution<'_> {
         if nodes.may_drop() {
             // A ready datagram receive may instead lose the datagram it would get.
             for (thread, request) in self.model.net_requests() {
-                let view = self.model.probed_view(thread).filter(|v| v.ready && request.op == Op::NetRecv && undescribe(v.obj).2 == net_kind::UDP);
+                let view = self.model.probed_view(thread).filter(|v| v.ready && request.op() == Op::NetRecv && undescribe(v.obj).2 == net_kind::UDP);
                 if let Some(view) = view {
                     choices.push(Choice { thread, kind: ChoiceKind::Fault, alt: 0, op: Op::DropDatagram, obj: view.obj });
                 }
@@ -267,9 +267,9 @@ impl Execution<'_> {
             }
             Op::NodeRestart => self.launch(Role::Node(choice.obj as usize), true).err(),
             Op::DropDatagram => {
-                let request = self.model.net_requests().into_iter().find(|(t, _)| *t == choice.thread).map(|(_, r)| r)?;
+                let fd = self.model.net_requests().into_iter().find(|(t, _)| *t == choice.thread).and_then(|(_, r)| r.fd())?;
                 let pid = self.pid_of(choice.thread);
-                self.net.drop_datagram(pid, request.args[0] as i32).err().map(|e| Outcome::Uncontrolled { thread: choice.thread, syscall: "drop".into(), detail: e.0 })
+                self.net.drop_datagram(pid, fd).err().map(|e| Outcome::Uncontrolled { thread: choice.thread, syscall: "drop".into(), detail: e.0 })
             }
             Op::Partition | Op::ConnReset => {
                 let (a, b) = obj_pair(choice.obj);

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dara_abi::{splitmix64, start_kind, state, Op, MAX_PROCESSES};
+use dara_abi::{splitmix64, state, CloseHow, Op, StartKind, Unsupported, MAX_PROCESSES};
 use dara_tracer::reaper::ExitStatus;
 use dara_tracer::{LaunchSpec, ProcessTree};
 
@@ -483,7 +483,7 @@ impl<'a> Execution<'a> {
                 continue;
             }
             let pending = match self.model.status(choice.thread) {
-                Some(ThreadStatus::Pending(r)) if r.op.is_net() => Some(r),
+                Some(ThreadStatus::Pending(r)) if r.op().is_net() => Some(r),
                 _ => None,
             };
             let effect = self.model.apply(&choice, &mut self.memory);
@@ -491,9 +491,9 @@ impl<'a> Execution<'a> {
                 let pid = self.pid_of(choice.thread);
                 self.net.granted(choice.thread, pid, request, matches!(choice.kind, crate::choice::ChoiceKind::Timeout | crate::choice::ChoiceKind::Interrupt));
                 self.net_dirty = true;
-                self.new_connections |= matches!(request.op, Op::NetConnect | Op::NetAccept);
-                if let (Op::NetClose, 0, Some(outside)) = (request.op, request.args[1], self.outside.as_mut()) {
-                    outside.forget_listeners(self.thread_process.get(&choice.thread).copied().unwrap_or(0), Some(request.args[0] as i32));
+                self.new_connections |= matches!(request.op(), Op::NetConnect | Op::NetAccept);
+                if let (Request::NetClose { fd, how: CloseHow::Close }, Some(outside)) = (request, self.outside.as_mut()) {
+                    outside.forget_listeners(self.thread_process.get(&choice.thread).copied().unwrap_or(0), Some(fd));
                 }
             }
             let result = match effect {
@@ -507,12 +507,18 @@ impl<'a> Execution<'a> {
         }
     }
 
+    /// The request `thread` posted last, decoded again from its slot (where it stays until the
+    /// thread's next post); `None` if the slot holds no request (it decoded when it was posted).
+    fn posted(&self, thread: ThreadId) -> Option<Request> {
+        let slot = self.region.slot(thread as usize);
+        let op = Op::from_u32(slot.op.load(Ordering::Acquire))?;
+        Request::decode(op, std::array::from_fn(|k| slot.args[k].load(Ordering::Acquire))).ok()
+    }
+
     /// A listening socket was split (`NetListen`, before its grant: both descriptors are still
     /// the program's): dara takes a duplicate of the public one and notes the twin's address.
     fn note_listener(&mut self, thread: ThreadId) {
-        let slot = self.region.slot(thread as usize);
-        let (fd, twin_fd) = (slot.args[0].load(Ordering::Relaxed) as i32, slot.args[1].load(Ordering::Relaxed) as i32);
-        let datagrams = slot.args[2].load(Ordering::Relaxed) == 1;
+        let Some(Request::NetListen { fd, twin: twin_fd, datagrams }) = self.posted(thread) else { return };
         let process = self.thread_process.get(&thread).copied().unwrap_or(0);
         let pid = self.pid_of(thread);
         let taken = (|| {
@@ -609,7 +615,7 @@ impl<'a> Execution<'a> {
         use crate::model::net::{kind, undescribe};
         for (thread, request) in self.model.net_requests() {
             let waiting_on = self.model.probed_view(thread).filter(|v| !v.ready).map(|v| undescribe(v.obj).2);
-            let unrelayed = match (request.op, waiting_on) {
+            let unrelayed = match (request.op(), waiting_on) {
                 (Op::NetRecv, Some(kind::UDP)) | (Op::NetAccept, Some(kind::UNIX_STREAM)) => true,
                 (Op::NetEpollWait, Some(kind::EPOLL)) | (Op::NetPoll, Some(kind::POLL)) => {
                     let pid = self.pid_of(thread);
@@ -721,7 +727,7 @@ impl<'a> Execution<'a> {
             }
         }
         if let Some(outside) = self.outside.as_mut() {
-            let sending = self.steps.last().is_some_and(|s| matches!(self.model.status(s.choice.thread), Some(ThreadStatus::Pending(r)) if r.op == Op::NetSend));
+            let sending = self.steps.last().is_some_and(|s| matches!(self.model.status(s.choice.thread), Some(ThreadStatus::Pending(r)) if r.op() == Op::NetSend));
             match outside.pump(self.steps.len() as u64, &mut self.net, sending) {
                 // New bytes or connections change what the program's sockets show.
                 Ok(changed) => self.net_dirty |= changed,
@@ -736,7 +742,13 @@ impl<'a> Execution<'a> {
             self.net.forget_views();
         }
         let requests: Vec<(ThreadId, Request)> = self.model.net_requests().into_iter().filter(|&(thread, _)| !self.model.has_net_view(thread)).collect();
-        let epoll_waits: Vec<(ThreadId, u32, i32)> = requests.iter().filter(|(_, r)| r.op == Op::NetEpollWait).map(|&(thread, r)| (thread, self.pid_of(thread), r.args[0] as i32)).collect();
+        let epoll_waits: Vec<(ThreadId, u32, i32)> = requests
+            .iter()
+            .filter_map(|&(thread, r)| match r {
+                Request::NetEpollWait { epoll, .. } => Some((thread, self.pid_of(thread), epoll)),
+                _ => None,
+            })
+            .collect();
         if let Err(e) = self.net.poll_epoll_sets(&epoll_waits) {
             return Some(Outcome::Uncontrolled { thread: epoll_waits[0].0, syscall: Op::NetEpollWait.name().into(), detail: e.0 });
         }
@@ -745,7 +757,7 @@ impl<'a> Execution<'a> {
             let pid = self.pid_of(thread);
             match self.net.view(thread, process, pid, &request) {
                 Ok(view) => self.model.set_net_view(thread, view),
-                Err(e) => return Some(Outcome::Uncontrolled { thread, syscall: request.op.name().into(), detail: e.0 }),
+                Err(e) => return Some(Outcome::Uncontrolled { thread, syscall: request.op().name().into(), detail: e.0 }),
             }
         }
         None
@@ -811,9 +823,9 @@ impl<'a> Execution<'a> {
         if op == Op::ProcessKill {
             // Before the thread goes on to send it: the targets are still there to look at. The
             // result tells the sender how many processes the signal ends (it waits for them).
-            let region = Arc::clone(&self.region);
-            let args = &region.slot(thread as usize).args;
-            result = self.note_kill(thread, args[1].load(Ordering::Relaxed) as i32, args[2].load(Ordering::Relaxed) as i64) as i64;
+            if let Some(Request::ProcessKill { signal, pid, .. }) = self.posted(thread) {
+                result = self.note_kill(thread, signal, i64::from(pid)) as i64;
+            }
             self.signals_may_be_pending();
         }
         if op == Op::ClockRead {
@@ -996,20 +1008,25 @@ impl<'a> Execution<'a> {
         let Some(op) = Op::from_u32(raw_op) else {
             return Some(Outcome::Uncontrolled { thread, syscall: format!("op {raw_op}"), detail: "the preload posted an operation this dara does not know (version mismatch?)".into() });
         };
+        // The one place a posted slot's words become a request.
+        let request = match Request::decode(op, args) {
+            Ok(request) => request,
+            Err(e) => return Some(Outcome::Uncontrolled { thread, syscall: op.name().into(), detail: e.to_string() }),
+        };
         if op == Op::FifoOpen {
             // A reader posts holding its end open: a writer waiting for a reader may go on now.
             self.net_dirty = true;
         }
-        match op {
-            Op::ProcessStart => {
+        match request {
+            Request::ProcessStart { parent, kind } => {
                 if process as usize >= self.cfg.max_processes.min(MAX_PROCESSES) {
                     return Some(Outcome::Uncontrolled { thread, syscall: "fork".into(), detail: too_many_processes(self.cfg.max_processes) });
                 }
                 let pid = slot.pid.load(Ordering::Acquire);
-                if args[1] == start_kind::EXEC {
+                if kind == StartKind::Exec {
                     self.image_replaced(process, thread);
                 } else {
-                    let parent = (args[1] == start_kind::FORK).then_some(args[0] as ProcessId);
+                    let parent = parent.filter(|_| kind == StartKind::Fork);
                     self.place_process(process, pid, parent);
                     let entry = &self.region.header().processes[process as usize];
                     entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
@@ -1035,67 +1052,66 @@ impl<'a> Execution<'a> {
                 self.thread_process.insert(thread, process);
                 self.model.add_thread(thread, process);
             }
-            Op::ThreadStart => {
+            Request::ThreadStart { .. } => {
                 self.thread_process.insert(thread, process);
                 self.model.add_thread(thread, process);
             }
-            Op::Fault => {
-                self.note_fault(thread, process, args);
+            Request::Fault { signal, pc, addr } => {
+                self.note_fault(thread, process, signal, pc.0, addr.0);
                 return None;
             }
-            Op::SignalArrived => {
+            Request::SignalArrived { signal, sender, code, value } => {
                 self.signals_may_be_pending(); // the thread took one: others may have none left
-                if let Some(outcome) = self.signal_arrived(thread, args) {
+                if let Some(outcome) = self.signal_arrived(thread, signal, sender, code, value) {
                     return Some(outcome);
                 }
                 self.grant(thread, Op::SignalArrived, 0);
                 return None;
             }
-            Op::Held => {
+            Request::Held { lock, what, depth, .. } => {
                 // A lock taken without a post (see the preload's `solo`): the model learns its
                 // owner, and the thread goes on, with no decision and no step.
-                if let Err(detail) = self.model.adopt(thread, args[0], args[1], args[2]) {
+                if let Err(detail) = self.model.adopt(thread, lock, what, depth) {
                     return Some(Outcome::Uncontrolled { thread, syscall: "a lock taken without a scheduling point".into(), detail });
                 }
                 self.grant(thread, Op::Held, 0);
                 return None;
             }
-            Op::Unsupported => {
-                let name = procfs::syscall_name(args[0] as i64);
-                let detail = match args[0] as i64 {
-                    435 => {
-                        let what = if args[1] & libc::CLONE_THREAD as u64 != 0 { "thread" } else { "process" };
-                        format!("a raw clone3 system call (flags {:#x}) would start a {what} that bypasses pthread_create and fork, which dara cannot follow; the run was stopped rather than left with an untraced {what}", args[1])
+            Request::Unsupported(call) => {
+                let name = procfs::syscall_name(call.nr() as i64);
+                let detail = match call {
+                    Unsupported::Clone3 { flags, .. } => {
+                        let what = if flags & libc::CLONE_THREAD as u64 != 0 { "thread" } else { "process" };
+                        format!("a raw clone3 system call (flags {flags:#x}) would start a {what} that bypasses pthread_create and fork, which dara cannot follow; the run was stopped rather than left with an untraced {what}")
                     }
-                    56 | 57 | 58 => "a raw clone/fork system call that bypasses libc's fork() is not supported; the run was stopped rather than left with an untraced process".to_string(),
-                    33 | 292 => format!("the program asked for descriptor {} ({name} onto it), which dara keeps for its shared region in every traced process; the run was stopped rather than lose the region", dara_abi::SHM_FD),
-                    59 if args[2] == dara_abi::UNSUPPORTED_STATIC_EXEC => format!("{} is statically linked, so dara's preload cannot enter it; statically linked programs are not supported yet", procfs::c_string_of(self.processes.get(&process).map_or(0, |p| p.pid), args[1]).unwrap_or_else(|| "the program to run".into())),
-                    _ => format!("{name} cannot be modelled by dara (arguments {:#x}, {:#x}); the run was stopped rather than left uncontrolled", args[1], args[2]),
+                    Unsupported::Syscall { nr: 56 | 57 | 58, .. } => "a raw clone/fork system call that bypasses libc's fork() is not supported; the run was stopped rather than left with an untraced process".to_string(),
+                    Unsupported::Syscall { nr: 33 | 292, .. } => format!("the program asked for descriptor {} ({name} onto it), which dara keeps for its shared region in every traced process; the run was stopped rather than lose the region", dara_abi::SHM_FD),
+                    Unsupported::StaticExec { path } => format!("{} is statically linked, so dara's preload cannot enter it; statically linked programs are not supported yet", procfs::c_string_of(self.processes.get(&process).map_or(0, |p| p.pid), path.0).unwrap_or_else(|| "the program to run".into())),
+                    Unsupported::Syscall { args: [first, second, _], .. } => format!("{name} cannot be modelled by dara (arguments {first:#x}, {second:#x}); the run was stopped rather than left uncontrolled"),
                 };
                 return Some(Outcome::Uncontrolled { thread, syscall: name, detail });
             }
             _ => {}
         }
         if self.cfg.symbolize {
-            self.note_symbol(process, args[0]);
+            self.note_symbol(process, request.subject());
         }
         self.note_modules(process, op);
         if matches!(op, Op::SigSuspend | Op::SigWait) {
             self.signals_may_be_pending(); // a signal it lets through may be pending already
         }
-        self.model.post(thread, Request { op, args }, &mut self.memory);
+        self.model.post(thread, request, &mut self.memory);
         None
     }
 
     /// A signal sent by a process (not raised by the kernel) reached `thread` with its last grant
-    /// (`args`: signal, sender pid, si_code). From dara or a traced process it is part of the run.
+    /// (its sender pid, si_code and si_value). From dara or a traced process it is part of the run.
     /// From outside, a recording records it (its replay sends it to the same thread with the same
     /// grant); anywhere else it is input dara neither controls nor records: the run stops.
-    fn signal_arrived(&mut self, thread: ThreadId, args: [u64; 4]) -> Option<Outcome> {
-        let (sig, sender) = (args[0] as i32, args[1] as u32);
+    fn signal_arrived(&mut self, thread: ThreadId, sig: i32, sender: u32, code: i32, value: u64) -> Option<Outcome> {
         // dara's own signals carry its mark (its pid would read 0 from inside a PID namespace,
         // as an outside sender's does).
-        let from_dara = args[2] as u32 as i32 == libc::SI_QUEUE && args[3] == dara_abi::DARA_SIGNAL_VALUE;
+        let from_dara = code == libc::SI_QUEUE && value == dara_abi::DARA_SIGNAL_VALUE;
         if from_dara || self.processes.values().any(|p| p.own_pid == sender) {
             return None;
         }
@@ -1115,8 +1131,7 @@ impl<'a> Execution<'a> {
 
     /// A thread is dying of a fault: name the faulting function while the process still exists,
     /// then let the thread go (no decision, no step: the fault is not a scheduling choice).
-    fn note_fault(&mut self, thread: ThreadId, process: ProcessId, args: [u64; 4]) {
-        let (signal, pc, addr) = (args[0] as i32, args[1], args[2]);
+    fn note_fault(&mut self, thread: ThreadId, process: ProcessId, signal: i32, pc: u64, addr: u64) {
         let function = self.processes.get(&process).and_then(|p| {
             let pid = p.pid;
             self.symbolizers.entry(process).or_insert_with(|| Symbolizer::for_process(pid)).name(pc)

@@ -13,7 +13,7 @@
 //! (recorded or modelled) and the look happens at the same step in its replay.
 use std::sync::atomic::Ordering;
 
-use dara_abi::Op;
+use dara_abi::Request;
 
 use super::Execution;
 use crate::procfs;
@@ -40,12 +40,12 @@ impl Execution<'_> {
         for (thread, request) in self.model.interruptible_waits() {
             let slot = self.region.slot(thread as usize);
             let (pid, tid) = (slot.pid.load(Ordering::Acquire), slot.tid.load(Ordering::Acquire));
-            let lets_through = !match request.op {
-                Op::SigSuspend => request.args[0],
+            let lets_through = !match request {
+                Request::SigSuspend { mask } => mask,
                 _ => slot.program_mask.load(Ordering::Acquire),
             };
             // A sigwait is ended by a signal of its set too, caught or not.
-            let waited_for = if request.op == Op::SigWait { request.args[0] } else { 0 };
+            let waited_for = if let Request::SigWait { set, .. } = request { set } else { 0 };
             let due = procfs::signals(pid, tid).is_some_and(|s| s.pending & (s.caught & lets_through & !SYNCHRONOUS | waited_for) != 0);
             self.model.set_signalled(thread, due);
         }

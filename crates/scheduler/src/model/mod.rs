@@ -66,12 +66,9 @@ pub trait MemoryReader {
     }
 }
 
-/// A pending operation as posted by a thread.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Request {
-    pub op: Op,
-    pub args: [u64; 4],
-}
+/// A pending operation as posted by a thread, decoded from its slot once, where the driver
+/// reads the post.
+pub use dara_abi::{Addr, Request};
 
 /// What applying a choice did to the chosen thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,7 +166,7 @@ impl Model {
                 return;
             }
         }
-        if self.coarse && request.op == Op::CondWait {
+        if self.coarse && request.op() == Op::CondWait {
             let step = self.begin_cond_wait(thread, request);
             self.finish(thread, step);
         }
@@ -368,14 +365,14 @@ impl Model {
     /// `Interrupt`.
     fn thread_choices(&self, id: ThreadId, thread: &Thread, out: &mut Vec<Choice>) {
         let Some(request) = thread.request() else { return };
-        let obj = if request.op.is_net() {
+        let obj = if request.op().is_net() {
             self.net_obj(id)
-        } else if sharing::named_objects(&request)[0].is_some() {
-            self.objects.name(thread.process, request.args[0])
+        } else if let Some((addr, _)) = sharing::named_objects(&request)[0] {
+            self.objects.name(thread.process, addr)
         } else {
-            request.args[0]
+            request.subject()
         };
-        let choice = |kind, alt| Choice { thread: id, kind, alt, op: request.op, obj };
+        let choice = |kind, alt| Choice { thread: id, kind, alt, op: request.op(), obj };
         for alt in 0..self.run_alternatives(id, thread) {
             out.push(choice(ChoiceKind::Run, alt));
         }
@@ -411,7 +408,7 @@ impl Model {
         let Some(request) = thread.request() else { return Effect::Blocked };
         match step {
             ops::Step::Grant(result) => {
-                thread.phase = if request.op == Op::ThreadExit { Phase::Exited } else { Phase::Running };
+                thread.phase = if request == Request::ThreadExit { Phase::Exited } else { Phase::Running };
                 Effect::Grant { result }
             }
             ops::Step::Park(wait) => {

@@ -20,7 +20,7 @@
 //! so a thread disabled on a descriptor is re-examined exactly when another thread's operation could
 //! have changed it. Determinism rests on the probes: the driver makes the kernel state settled
 //! before it probes (see `netprobe`), so the same history gives the same views.
-use dara_abi::{net_flags, Op};
+use dara_abi::Op;
 
 use super::{Model, Request};
 use crate::choice::ThreadId;
@@ -80,13 +80,7 @@ pub fn undescribe(obj: u64) -> (Option<u64>, Option<u64>, u64, Vec<u8>) {
 
 /// Whether a network request must not block (its `Run` is always enabled).
 pub(crate) fn nonblocking(r: &Request) -> bool {
-    let flags = match r.op {
-        Op::NetSend => r.args[1] >> net_flags::SEND_SHIFT,
-        Op::NetRecv | Op::NetAccept | Op::NetConnect => r.args[1],
-        Op::NetPoll | Op::NetEpollWait => r.args[3],
-        _ => 0,
-    };
-    flags & net_flags::NONBLOCK != 0
+    r.net_flags().nonblocking()
 }
 
 impl Model {
@@ -95,7 +89,7 @@ impl Model {
     pub fn net_requests(&self) -> Vec<(ThreadId, Request)> {
         self.threads
             .iter()
-            .filter_map(|(&id, t)| t.request().filter(|r| r.op.is_net() && t.is_pending()).map(|r| (id, r)))
+            .filter_map(|(&id, t)| t.request().filter(|r| r.op().is_net() && t.is_pending()).map(|r| (id, r)))
             .collect()
     }
 
@@ -125,7 +119,7 @@ impl Model {
 
     /// Whether a pending network request's `Run` can be taken now.
     pub(super) fn net_enabled(&self, me: ThreadId, r: &Request) -> bool {
-        match r.op {
+        match r.op() {
             Op::NetConnect | Op::NetClose | Op::NetListen => true,
             _ => nonblocking(r) || self.net_view(me).ready,
         }
@@ -138,7 +132,7 @@ impl Model {
             return 0;
         }
         let view = self.net_view(me);
-        if r.op == Op::NetPoll && view.ready_entries >= 2 {
+        if r.op() == Op::NetPoll && view.ready_entries >= 2 {
             1 + view.ready_entries
         } else {
             1
@@ -148,7 +142,7 @@ impl Model {
     /// Result of `Run` alternative `alt` (see `Op::NetPoll` for the poll encoding).
     pub(super) fn net_run(&mut self, me: ThreadId, r: &Request, alt: u32) -> i64 {
         let view = self.net.remove(&me).unwrap_or_default();
-        match r.op {
+        match r.op() {
             Op::NetPoll if !view.ready => 0,
             Op::NetPoll if alt == 0 => 1,
             Op::NetPoll => 1 + i64::from(alt),
@@ -161,7 +155,7 @@ impl Model {
     /// fails with EAGAIN (what Linux returns).
     pub(super) fn net_timeout(&mut self, me: ThreadId, r: &Request) -> i64 {
         self.net.remove(&me);
-        match r.op {
+        match r.op() {
             Op::NetPoll | Op::NetEpollWait => 0,
             _ => -(libc::EAGAIN as i64),
         }

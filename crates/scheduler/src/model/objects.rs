@@ -16,7 +16,7 @@
 //! deterministic.
 use std::collections::BTreeMap;
 
-use dara_abi::mutex_kind;
+use dara_abi::MutexKind;
 
 use crate::choice::{ProcessId, ThreadId};
 
@@ -62,13 +62,13 @@ pub(crate) struct Mutex {
 impl Mutex {
     /// What a blocking lock by `me` returns right now, or `None` if it has to wait (held by
     /// another thread, or relocking a normal mutex, which deadlocks in glibc too).
-    pub fn lock_result(&self, me: ThreadId, kind: u64) -> Option<i64> {
+    pub fn lock_result(&self, me: ThreadId, kind: MutexKind) -> Option<i64> {
         match self.owner {
             None => Some(0),
             Some(owner) if owner == me => match kind {
-                mutex_kind::RECURSIVE => Some(0),
-                mutex_kind::ERRORCHECK => Some(EDEADLK),
-                _ => None,
+                MutexKind::Recursive => Some(0),
+                MutexKind::ErrorCheck => Some(EDEADLK),
+                MutexKind::Normal => None,
             },
             Some(_) => None,
         }
@@ -85,13 +85,13 @@ impl Mutex {
         }
     }
 
-    pub fn try_lock(&mut self, me: ThreadId, kind: u64) -> i64 {
+    pub fn try_lock(&mut self, me: ThreadId, kind: MutexKind) -> i64 {
         match self.owner {
             None => {
                 self.acquire(me);
                 0
             }
-            Some(owner) if owner == me && kind == mutex_kind::RECURSIVE => {
+            Some(owner) if owner == me && kind == MutexKind::Recursive => {
                 self.acquire(me);
                 0
             }
@@ -101,11 +101,11 @@ impl Mutex {
 
     /// glibc: errorcheck and recursive mutexes check the owner (EPERM otherwise, also when
     /// free); a normal mutex is released by whoever unlocks it.
-    pub fn unlock(&mut self, me: ThreadId, kind: u64) -> i64 {
-        let checked = kind == mutex_kind::RECURSIVE || kind == mutex_kind::ERRORCHECK;
+    pub fn unlock(&mut self, me: ThreadId, kind: MutexKind) -> i64 {
+        let checked = kind != MutexKind::Normal;
         if self.owner == Some(me) {
             self.count = self.count.saturating_sub(1);
-            if self.count == 0 || kind != mutex_kind::RECURSIVE {
+            if self.count == 0 || kind != MutexKind::Recursive {
                 self.owner = None;
                 self.count = 0;
             }

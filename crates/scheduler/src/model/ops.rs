@@ -15,7 +15,7 @@
 //! by a process the model did not watch) are read from target memory when first applied, which is
 //! why `Run` of a `SemWait` on an unknown semaphore is enabled: applying it learns the value, and
 //! if that is 0 the thread stays pending (`Effect::Blocked`) until a post.
-use dara_abi::{held, FutexMatch, Op};
+use dara_abi::{Addr, FutexMatch, HeldKind, MutexKind};
 
 use super::objects::{Barrier, FutexWaiter, ObjKey, Once, RwLock};
 use super::thread::{Phase, Thread, Wait};
@@ -53,11 +53,19 @@ pub(crate) fn timer(thread: &Thread) -> Option<u64> {
     }
 }
 
-/// The bitset of a futex op's [`FutexMatch`] argument.
-fn bitset(arg: u64) -> u32 {
-    match FutexMatch::from_arg(arg).bitset {
+/// The bitset a futex op's [`FutexMatch`] wakes or waits for.
+fn bitset(matching: FutexMatch) -> u32 {
+    match matching.bitset {
         0 => FUTEX_BITSET_ANY,
         b => b,
+    }
+}
+
+/// The mutex a condition wait releases and re-acquires (`None` for any other request).
+fn cond_mutex(r: Request) -> Option<(Addr, MutexKind)> {
+    match r {
+        Request::CondWait { mutex, mutex_kind, .. } => Some((mutex, mutex_kind)),
+        _ => None,
     }
 }
 
@@ -66,21 +74,17 @@ impl Model {
     /// only for a `CondSignal` with several waiters (one alternative per waiter).
     pub(super) fn run_alternatives(&self, me: ThreadId, thread: &Thread) -> u32 {
         let enabled = match thread.phase {
-            Phase::Pending(r) => {
-                if r.op.is_net() {
-                    return self.net_alternatives(me, &r);
-                }
-                if r.op == Op::CondSignal {
-                    let waiters = self.objects.conds.get(&self.objects.key(thread.process, r.args[0])).map_or(0, |c| c.waiters.len());
+            Phase::Pending(r) => match r {
+                _ if r.op().is_net() => return self.net_alternatives(me, &r),
+                Request::CondSignal { cond } => {
+                    let waiters = self.objects.conds.get(&self.objects.key(thread.process, cond.0)).map_or(0, |c| c.waiters.len());
                     return waiters.max(1) as u32;
                 }
-                if r.op == Op::ProcessWait {
-                    return self.wait_alternatives(thread.process, &r);
-                }
-                self.pending_enabled(me, thread.process, r)
-            }
+                Request::ProcessWait { target, options } => return self.wait_alternatives(thread.process, target, options),
+                _ => self.pending_enabled(me, thread.process, r),
+            },
             Phase::Waiting(r, Wait::CondReacquire { .. }) => {
-                self.mutex_lock_result(me, thread.process, r.args[1], r.args[3]).is_some()
+                cond_mutex(r).is_some_and(|(mutex, kind)| self.mutex_lock_result(me, thread.process, mutex, kind).is_some())
             }
             Phase::Waiting(_, Wait::Woken { .. }) => true,
             Phase::Waiting(_, Wait::Cond { .. } | Wait::Futex | Wait::Barrier) => false,
@@ -91,29 +95,26 @@ impl Model {
 
     /// Whether a pending request's `Run` can be taken now.
     fn pending_enabled(&self, me: ThreadId, process: ProcessId, r: Request) -> bool {
-        let k = self.objects.key(process, r.args[0]);
-        match r.op {
-            Op::ThreadJoin => r.args[0] == u64::from(me) || self.has_exited(r.args[0]),
-            Op::MutexLock => self.mutex_lock_result(me, process, r.args[0], r.args[1]).is_some(),
-            Op::RwReadLock => self.rwlock_result(k, |l| l.read_result(me)).is_some(),
-            Op::RwWriteLock => self.rwlock_result(k, |l| l.write_result(me)).is_some(),
-            Op::OnceBegin => !matches!(self.objects.onces.get(&k), Some(Once::Running(_))),
+        let key = |addr: Addr| self.objects.key(process, addr.0);
+        match r {
+            Request::ThreadJoin { target } => target == me || self.has_exited(target),
+            Request::MutexLock { mutex, kind, .. } => self.mutex_lock_result(me, process, mutex, kind).is_some(),
+            Request::RwReadLock { lock, .. } => self.rwlock_result(key(lock), |l| l.read_result(me)).is_some(),
+            Request::RwWriteLock { lock, .. } => self.rwlock_result(key(lock), |l| l.write_result(me)).is_some(),
+            Request::OnceBegin { once } => !matches!(self.objects.onces.get(&key(once)), Some(Once::Running(_))),
             // Unknown value: enabled, applying it reads memory.
-            Op::SemWait => self.objects.sems.get(&k) != Some(&0),
-            Op::Sleep | Op::Unsupported | Op::SigSuspend | Op::SigWait => false,
+            Request::SemWait { sem, .. } => self.objects.sems.get(&key(sem)) != Some(&0),
+            Request::Sleep { .. } | Request::Unsupported(_) | Request::SigSuspend { .. } | Request::SigWait { .. } => false,
             _ => true,
         }
     }
 
-    fn has_exited(&self, slot: u64) -> bool {
-        ThreadId::try_from(slot)
-            .ok()
-            .and_then(|t| self.threads.get(&t))
-            .is_some_and(|t| !t.is_live())
+    fn has_exited(&self, slot: ThreadId) -> bool {
+        self.threads.get(&slot).is_some_and(|t| !t.is_live())
     }
 
-    fn mutex_lock_result(&self, me: ThreadId, process: ProcessId, addr: u64, kind: u64) -> Option<i64> {
-        match self.objects.mutexes.get(&self.objects.key(process, addr)) {
+    fn mutex_lock_result(&self, me: ThreadId, process: ProcessId, mutex: Addr, kind: MutexKind) -> Option<i64> {
+        match self.objects.mutexes.get(&self.objects.key(process, mutex.0)) {
             Some(m) => m.lock_result(me, kind),
             None => Some(0),
         }
@@ -124,16 +125,17 @@ impl Model {
         self.objects.rwlocks.get(&k).map_or(Some(0), query)
     }
 
-    /// `me` took a lock without a post (`Op::Held`: a solo process, or coarse steps): record it
-    /// as `me`'s, `depth` times. Only the token holder runs, so the lock must be free in the
+    /// `me` took a lock without a post (`Request::Held`: a solo process, or coarse steps): record
+    /// it as `me`'s, `depth` times. Only the token holder runs, so the lock must be free in the
     /// model or already `me`'s; anything else means the model and the program disagree.
-    pub fn adopt(&mut self, me: ThreadId, addr: u64, what: u64, depth: u64) -> Result<(), String> {
+    pub fn adopt(&mut self, me: ThreadId, lock: Addr, what: HeldKind, depth: u64) -> Result<(), String> {
+        let addr = lock.0;
         let Some((process, _)) = self.thread_parts(me) else { return Err(format!("thread {me} is not known")) };
         // A lock taken without a post is a process-private one (the preload's solo path).
         let k = ObjKey::local(process, addr);
         for _ in 0..depth {
             let free = match what {
-                held::MUTEX => {
+                HeldKind::Mutex => {
                     let m = self.objects.mutexes.entry(k).or_default();
                     let free = m.owner.is_none_or(|o| o == me);
                     if free {
@@ -141,7 +143,7 @@ impl Model {
                     }
                     free
                 }
-                held::READ => {
+                HeldKind::Read => {
                     let l = self.objects.rwlocks.entry(k).or_default();
                     let free = l.writer.is_none();
                     if free {
@@ -149,7 +151,7 @@ impl Model {
                     }
                     free
                 }
-                held::WRITE => {
+                HeldKind::Write => {
                     let l = self.objects.rwlocks.entry(k).or_default();
                     let free = l.writer.is_none() && l.readers.is_empty();
                     if free {
@@ -157,7 +159,6 @@ impl Model {
                     }
                     free
                 }
-                other => return Err(format!("unknown held-lock kind {other}")),
             };
             if !free {
                 return Err(format!("thread {me} took the lock at {addr:#x} without a scheduling point, but dara's model has it held by another thread"));
@@ -184,39 +185,37 @@ impl Model {
     }
 
     fn run_pending(&mut self, me: ThreadId, process: ProcessId, r: Request, alt: u32, mem: &mut dyn MemoryReader) -> Step {
-        if r.op.is_net() {
+        if r.op().is_net() {
             return Step::Grant(self.net_run(me, &r, alt));
         }
-        let k = self.objects.key(process, r.args[0]);
+        let k = self.objects.key(process, r.object().map_or(0, |a| a.0));
         let obj = &mut self.objects;
-        match r.op {
-            Op::ProcessStart
-            | Op::ThreadStart
-            | Op::ThreadCreate
-            | Op::ThreadDetach
-            | Op::ThreadExit
-            | Op::ProcessExit
-            | Op::Yield
-            | Op::EdgeQuantum
-            | Op::Fault
-            | Op::SignalArrived
-            | Op::Held
-            | Op::ProcessFork
-            | Op::ProcessExec
-            | Op::ProcessKill
-            | Op::MemoryRead
-            | Op::MemoryWrite
-            | Op::ClockRead => Step::Grant(0),
-            // Never posted by a thread (faults are the driver's own choices).
-            Op::NodeCrash | Op::NodeRestart | Op::Partition | Op::Heal | Op::DropDatagram | Op::ConnReset | Op::ClockSkew | Op::Pause | Op::NodePause => Step::Grant(0),
+        match r {
+            Request::ProcessStart { .. }
+            | Request::ThreadStart { .. }
+            | Request::ThreadCreate
+            | Request::ThreadDetach { .. }
+            | Request::ThreadExit
+            | Request::ProcessExit { .. }
+            | Request::Yield
+            | Request::EdgeQuantum
+            | Request::Fault { .. }
+            | Request::SignalArrived { .. }
+            | Request::Held { .. }
+            | Request::ProcessFork
+            | Request::ProcessExec
+            | Request::ProcessKill { .. }
+            | Request::MemoryRead { .. }
+            | Request::MemoryWrite { .. }
+            | Request::ClockRead => Step::Grant(0),
             // Never enabled: only an `Interrupt` ends it (see `signals.rs`).
-            Op::SigSuspend | Op::SigWait => Step::StayPending,
-            Op::ThreadJoin => Step::Grant(if r.args[0] == u64::from(me) { EDEADLK } else { 0 }),
-            Op::ProcessWait => Step::Grant(self.apply_wait(process, &r, alt)),
+            Request::SigSuspend { .. } | Request::SigWait { .. } => Step::StayPending,
+            Request::ThreadJoin { target } => Step::Grant(if target == me { EDEADLK } else { 0 }),
+            Request::ProcessWait { target, options } => Step::Grant(self.apply_wait(process, target, options, alt)),
 
-            Op::MutexLock => {
+            Request::MutexLock { kind, .. } => {
                 let m = obj.mutexes.entry(k).or_default();
-                match m.lock_result(me, r.args[1]) {
+                match m.lock_result(me, kind) {
                     Some(0) => {
                         m.acquire(me);
                         Step::Grant(0)
@@ -225,10 +224,10 @@ impl Model {
                     None => Step::StayPending,
                 }
             }
-            Op::MutexTryLock => Step::Grant(obj.mutexes.entry(k).or_default().try_lock(me, r.args[1])),
-            Op::MutexUnlock => Step::Grant(obj.mutexes.entry(k).or_default().unlock(me, r.args[1])),
+            Request::MutexTryLock { kind, .. } => Step::Grant(obj.mutexes.entry(k).or_default().try_lock(me, kind)),
+            Request::MutexUnlock { kind, .. } => Step::Grant(obj.mutexes.entry(k).or_default().unlock(me, kind)),
 
-            Op::RwReadLock => {
+            Request::RwReadLock { .. } => {
                 let l = obj.rwlocks.entry(k).or_default();
                 match l.read_result(me) {
                     Some(0) => {
@@ -239,7 +238,7 @@ impl Model {
                     None => Step::StayPending,
                 }
             }
-            Op::RwWriteLock => {
+            Request::RwWriteLock { .. } => {
                 let l = obj.rwlocks.entry(k).or_default();
                 match l.write_result(me) {
                     Some(0) => {
@@ -250,12 +249,12 @@ impl Model {
                     None => Step::StayPending,
                 }
             }
-            Op::RwTryReadLock => Step::Grant(obj.rwlocks.entry(k).or_default().try_read(me)),
-            Op::RwTryWriteLock => Step::Grant(obj.rwlocks.entry(k).or_default().try_write(me)),
-            Op::RwUnlock => Step::Grant(obj.rwlocks.entry(k).or_default().unlock(me)),
+            Request::RwTryReadLock { .. } => Step::Grant(obj.rwlocks.entry(k).or_default().try_read(me)),
+            Request::RwTryWriteLock { .. } => Step::Grant(obj.rwlocks.entry(k).or_default().try_write(me)),
+            Request::RwUnlock { .. } => Step::Grant(obj.rwlocks.entry(k).or_default().unlock(me)),
 
-            Op::CondWait => self.begin_cond_wait(me, r),
-            Op::CondSignal => {
+            Request::CondWait { .. } => self.begin_cond_wait(me, r),
+            Request::CondSignal { .. } => {
                 let cond = obj.conds.entry(k).or_default();
                 cond.signals += 1;
                 let woken = if cond.waiters.is_empty() {
@@ -270,7 +269,7 @@ impl Model {
                 }
                 Step::Grant(0)
             }
-            Op::CondBroadcast => {
+            Request::CondBroadcast { .. } => {
                 let cond = obj.conds.entry(k).or_default();
                 cond.signals += 1;
                 if cond.waiters.is_empty() {
@@ -282,14 +281,13 @@ impl Model {
                 Step::Grant(0)
             }
 
-            Op::BarrierInit => {
-                let count = u32::try_from(r.args[1]).unwrap_or(u32::MAX).max(1);
-                obj.barriers.entry(k).or_default().count = Some(count);
+            Request::BarrierInit { count, .. } => {
+                obj.barriers.entry(k).or_default().count = Some(count.max(1));
                 Step::Grant(0)
             }
-            Op::BarrierWait => self.barrier_wait(me, process, r.args[0], mem),
+            Request::BarrierWait { barrier } => self.barrier_wait(me, process, barrier.0, mem),
 
-            Op::OnceBegin => match obj.onces.get(&k) {
+            Request::OnceBegin { .. } => match obj.onces.get(&k) {
                 None => {
                     obj.onces.insert(k, Once::Running(me));
                     Step::Grant(1)
@@ -297,39 +295,39 @@ impl Model {
                 Some(Once::Done) => Step::Grant(0),
                 Some(Once::Running(_)) => Step::StayPending,
             },
-            Op::OnceDone => {
+            Request::OnceDone { .. } => {
                 obj.onces.insert(k, Once::Done);
                 Step::Grant(0)
             }
 
-            Op::SemInit => {
-                obj.sems.insert(k, r.args[1]);
+            Request::SemInit { value, .. } => {
+                obj.sems.insert(k, u64::from(value));
                 Step::Grant(0)
             }
-            Op::SemWait => {
-                if self.sem_take(process, r.args[0], mem) {
+            Request::SemWait { sem, .. } => {
+                if self.sem_take(process, sem.0, mem) {
                     Step::Grant(0)
                 } else {
                     Step::StayPending
                 }
             }
-            Op::SemTryWait => Step::Grant(if self.sem_take(process, r.args[0], mem) { 0 } else { EAGAIN }),
-            Op::SemPost => {
-                let v = self.sem_value(k, process, r.args[0], mem);
+            Request::SemTryWait { sem } => Step::Grant(if self.sem_take(process, sem.0, mem) { 0 } else { EAGAIN }),
+            Request::SemPost { sem } => {
+                let v = self.sem_value(k, process, sem.0, mem);
                 self.objects.sems.insert(k, v.saturating_add(1));
                 Step::Grant(0)
             }
 
-            Op::FutexWait => {
-                if mem.read_u32(process, r.args[0]) != Some(r.args[1] as u32) {
+            Request::FutexWait { addr, expected, matching, .. } => {
+                if mem.read_u32(process, addr.0) != Some(expected) {
                     return Step::Grant(-EAGAIN);
                 }
-                let waiter = FutexWaiter { thread: me, bitset: bitset(r.args[3]) };
+                let waiter = FutexWaiter { thread: me, bitset: bitset(matching) };
                 obj.futexes.entry(k).or_default().push(waiter);
                 Step::Park(Wait::Futex)
             }
-            Op::FutexWake => {
-                let woken = obj.futex_wake(k, r.args[1], bitset(r.args[2]));
+            Request::FutexWake { count, matching, .. } => {
+                let woken = obj.futex_wake(k, u64::from(count), bitset(matching));
                 for &w in &woken {
                     self.wake(w, Wait::Woken { result: 0 });
                 }
@@ -337,8 +335,16 @@ impl Model {
             }
 
             // Never enabled; network ops were handled above.
-            Op::Sleep | Op::Unsupported => Step::StayPending,
-            Op::NetRecv | Op::NetSend | Op::NetAccept | Op::NetConnect | Op::NetPoll | Op::NetEpollWait | Op::NetClose | Op::NetListen | Op::FifoOpen => Step::StayPending,
+            Request::Sleep { .. } | Request::Unsupported(_) => Step::StayPending,
+            Request::NetRecv { .. }
+            | Request::NetSend { .. }
+            | Request::NetAccept { .. }
+            | Request::NetConnect { .. }
+            | Request::NetPoll { .. }
+            | Request::NetEpollWait { .. }
+            | Request::NetClose { .. }
+            | Request::NetListen { .. }
+            | Request::FifoOpen { .. } => Step::StayPending,
         }
     }
 
@@ -349,20 +355,20 @@ impl Model {
             self.clock.advance_to(deadline);
         }
         match self.thread_parts(me) {
-            Some((_, Phase::Pending(r))) if r.op.is_net() => Step::Grant(self.net_timeout(me, &r)),
-            Some((process, Phase::Pending(r))) => match r.op {
-                Op::Sleep => Step::Grant(0),
-                Op::SigWait => Step::Grant(-EAGAIN),
-                Op::CondWait => {
-                    let m = self.objects.key(process, r.args[1]);
-                    self.objects.mutexes.entry(m).or_default().unlock(me, r.args[3]);
+            Some((_, Phase::Pending(r))) if r.op().is_net() => Step::Grant(self.net_timeout(me, &r)),
+            Some((process, Phase::Pending(r))) => match r {
+                Request::Sleep { .. } => Step::Grant(0),
+                Request::SigWait { .. } => Step::Grant(-EAGAIN),
+                Request::CondWait { mutex, mutex_kind, .. } => {
+                    let m = self.objects.key(process, mutex.0);
+                    self.objects.mutexes.entry(m).or_default().unlock(me, mutex_kind);
                     self.cond_timed_out(me, process, r)
                 }
-                Op::FutexWait => match mem.read_u32(process, r.args[0]) {
-                    Some(v) if v == r.args[1] as u32 => Step::Grant(-ETIMEDOUT),
+                Request::FutexWait { addr, expected, .. } => match mem.read_u32(process, addr.0) {
+                    Some(v) if v == expected => Step::Grant(-ETIMEDOUT),
                     _ => Step::Grant(-EAGAIN),
                 },
-                Op::MutexLock | Op::RwReadLock | Op::RwWriteLock | Op::SemWait => {
+                Request::MutexLock { .. } | Request::RwReadLock { .. } | Request::RwWriteLock { .. } | Request::SemWait { .. } => {
                     if self.pending_enabled(me, process, r) {
                         match self.run_pending(me, process, r, 0, mem) {
                             Step::StayPending => Step::Grant(ETIMEDOUT),
@@ -390,8 +396,9 @@ impl Model {
     /// preload already released the real one the way glibc does; this mirrors it).
     pub(super) fn begin_cond_wait(&mut self, me: ThreadId, r: Request) -> Step {
         let Some((process, _)) = self.thread_parts(me) else { return Step::StayPending };
-        let (c, m) = (self.objects.key(process, r.args[0]), self.objects.key(process, r.args[1]));
-        self.objects.mutexes.entry(m).or_default().unlock(me, r.args[3]);
+        let Request::CondWait { cond, mutex, mutex_kind, .. } = r else { return Step::StayPending };
+        let (c, m) = (self.objects.key(process, cond.0), self.objects.key(process, mutex.0));
+        self.objects.mutexes.entry(m).or_default().unlock(me, mutex_kind);
         let cond = self.objects.conds.entry(c).or_default();
         cond.waiters.push(me);
         Step::Park(Wait::Cond { signals_seen: cond.signals })
@@ -399,7 +406,7 @@ impl Model {
 
     /// A condvar wait whose timer fired: it re-acquires the mutex now if it can, else waits for it.
     fn cond_timed_out(&mut self, me: ThreadId, process: ProcessId, r: Request) -> Step {
-        if self.mutex_lock_result(me, process, r.args[1], r.args[3]).is_some() {
+        if cond_mutex(r).is_some_and(|(mutex, kind)| self.mutex_lock_result(me, process, mutex, kind).is_some()) {
             self.reacquire(me, process, r);
             Step::Grant(ETIMEDOUT)
         } else {
@@ -409,9 +416,10 @@ impl Model {
 
     /// Takes back the mutex of a finished `CondWait` request.
     fn reacquire(&mut self, me: ThreadId, process: ProcessId, r: Request) {
-        let k = self.objects.key(process, r.args[1]);
+        let Some((mutex, kind)) = cond_mutex(r) else { return };
+        let k = self.objects.key(process, mutex.0);
         let m = self.objects.mutexes.entry(k).or_default();
-        if m.lock_result(me, r.args[3]) == Some(0) {
+        if m.lock_result(me, kind) == Some(0) {
             m.acquire(me);
         }
     }

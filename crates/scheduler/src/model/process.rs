@@ -10,9 +10,9 @@
 //! alternative per such child, in creation order: which exit the parent sees first is a choice),
 //! when `WNOHANG` was asked, or when no child matches at all (ECHILD). Its result is the pid the
 //! thread then collects for real, which cannot block because that child has exited.
-use dara_abi::ANY_PROCESS;
+use dara_abi::{ProcessTarget, WaitOptions};
 
-use super::{Model, Request};
+use super::Model;
 use crate::choice::ProcessId;
 
 /// A child's life as its parent sees it.
@@ -31,8 +31,6 @@ pub(crate) struct ProcessInfo {
 }
 
 const ECHILD: i64 = libc::ECHILD as i64;
-const WNOHANG: u64 = libc::WNOHANG as u64;
-const WNOWAIT: u64 = libc::WNOWAIT as u64;
 
 impl Model {
     /// A process's main thread posted `ProcessStart`: `parent` is the traced process that forked
@@ -61,14 +59,14 @@ impl Model {
         }
     }
 
-    /// The children of `parent` a wait for `target` (a logical process, or `ANY_PROCESS`) may
-    /// collect: exited ones in creation order, and whether any matching child exists at all.
-    fn wait_candidates(&self, parent: ProcessId, target: u64) -> (Vec<ProcessId>, bool) {
+    /// The children of `parent` a wait for `target` may collect: exited ones in creation order,
+    /// and whether any matching child exists at all.
+    fn wait_candidates(&self, parent: ProcessId, target: ProcessTarget) -> (Vec<ProcessId>, bool) {
         let matching = self
             .processes
             .iter()
             .filter(|(_, c)| c.parent == Some(parent) && c.life != Life::Collected)
-            .filter(|(&id, _)| target == ANY_PROCESS || u64::from(id) == target);
+            .filter(|(&id, _)| target.matches(id));
         let mut exited = Vec::new();
         let mut any = false;
         for (&id, child) in matching {
@@ -82,36 +80,36 @@ impl Model {
 
     /// Run alternatives of a pending `ProcessWait`: one per exited child, one for an immediate
     /// answer (WNOHANG, or ECHILD), none while it must block.
-    pub(super) fn wait_alternatives(&self, process: ProcessId, r: &Request) -> u32 {
-        let (exited, any) = self.wait_candidates(process, r.args[0]);
+    pub(super) fn wait_alternatives(&self, process: ProcessId, target: ProcessTarget, options: WaitOptions) -> u32 {
+        let (exited, any) = self.wait_candidates(process, target);
         if !exited.is_empty() {
             exited.len() as u32
         } else {
-            u32::from(!any || r.args[1] & WNOHANG != 0)
+            u32::from(!any || options.nohang)
         }
     }
 
     /// Applies alternative `alt` of a `ProcessWait`: the pid to collect, 0 (WNOHANG, nothing
     /// exited) or -ECHILD.
-    pub(super) fn apply_wait(&mut self, process: ProcessId, r: &Request, alt: u32) -> i64 {
-        let (exited, any) = self.wait_candidates(process, r.args[0]);
+    pub(super) fn apply_wait(&mut self, process: ProcessId, target: ProcessTarget, options: WaitOptions, alt: u32) -> i64 {
+        let (exited, any) = self.wait_candidates(process, target);
         let Some(&child) = exited.get(alt as usize) else {
             return if any { 0 } else { -ECHILD };
         };
         let Some(info) = self.processes.get_mut(&child) else { return -ECHILD };
-        if r.args[1] & WNOWAIT == 0 {
+        if !options.nowait {
             info.life = Life::Collected;
         }
         i64::from(child) + 1
     }
 
     /// For the deadlock report: what a blocked wait waits for.
-    pub(super) fn wait_detail(&self, process: ProcessId, r: &Request) -> String {
+    pub(super) fn wait_detail(&self, process: ProcessId, target: ProcessTarget) -> String {
         let live: Vec<String> = self
             .processes
             .iter()
             .filter(|(_, c)| c.parent == Some(process) && c.life == Life::Alive)
-            .filter(|(&id, _)| r.args[0] == ANY_PROCESS || u64::from(id) == r.args[0])
+            .filter(|(&id, _)| target.matches(id))
             .map(|(id, _)| format!("process {id}"))
             .collect();
         format!("waits for a child to exit ({} still running)", live.join(", "))

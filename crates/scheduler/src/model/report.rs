@@ -2,7 +2,7 @@
 //! waits for and who stands in the way ("waits for mutex 0x4040 held by thread 2").
 //!
 //! Symbols are left empty: the driver resolves addresses against the target's binaries.
-use dara_abi::Op;
+use dara_abi::{Addr, Op, Request as R};
 
 use super::objects::Once;
 use super::thread::{Phase, Thread, Wait};
@@ -15,9 +15,9 @@ impl Model {
         let (op, addr, detail) = match thread.phase {
             Phase::Running => ("running".to_string(), 0, "is running (holds the run token)".to_string()),
             Phase::Exited => ("exited".to_string(), 0, "has exited".to_string()),
-            Phase::Pending(r) => (r.op.name().to_string(), r.object_addr(), self.pending_detail(id, thread, r)),
+            Phase::Pending(r) => (r.op().name().to_string(), object_addr(&r), self.pending_detail(id, thread, r)),
             Phase::Waiting(r, wait) => {
-                (r.op.name().to_string(), r.object_addr(), self.waiting_detail(id, thread, r, wait))
+                (r.op().name().to_string(), object_addr(&r), self.waiting_detail(id, thread, r, wait))
             }
         };
         BlockedThread { thread: id, process: thread.process, op, addr, symbol: None, detail }
@@ -25,14 +25,14 @@ impl Model {
 
     fn pending_detail(&self, me: ThreadId, thread: &Thread, r: Request) -> String {
         if self.run_alternatives(me, thread) > 0 {
-            return format!("is ready to proceed ({})", r.op.name());
+            return format!("is ready to proceed ({})", r.op().name());
         }
-        let k = self.objects.key(thread.process, r.args[0]);
-        let a = r.args[0];
-        match r.op {
-            Op::ProcessWait => self.wait_detail(thread.process, &r),
-            Op::MutexLock => self.mutex_wait(me, thread, a),
-            Op::RwReadLock | Op::RwWriteLock => {
+        let key = |a: u64| self.objects.key(thread.process, a);
+        match r {
+            R::ProcessWait { target, .. } => self.wait_detail(thread.process, target),
+            R::MutexLock { mutex, .. } => self.mutex_wait(me, thread, mutex.0),
+            R::RwReadLock { lock, .. } | R::RwWriteLock { lock, .. } => {
+                let (a, k) = (lock.0, key(lock.0));
                 let Some(l) = self.objects.rwlocks.get(&k) else { return format!("waits for rwlock {a:#x}") };
                 if let Some(w) = l.writer {
                     format!("waits for rwlock {a:#x} write-locked by {}", self.who(me, w))
@@ -41,12 +41,11 @@ impl Model {
                     format!("waits for rwlock {a:#x} read-locked by {}", readers.join(", "))
                 }
             }
-            Op::ThreadJoin => {
-                let known = ThreadId::try_from(a).ok().is_some_and(|t| self.threads.contains_key(&t));
-                let note = if known { "" } else { " (no such thread was started)" };
-                format!("waits to join thread {a}{note}")
+            R::ThreadJoin { target } => {
+                let note = if self.threads.contains_key(&target) { "" } else { " (no such thread was started)" };
+                format!("waits to join thread {target}{note}")
             }
-            Op::OnceBegin => match self.objects.onces.get(&k) {
+            R::OnceBegin { once: Addr(a) } => match self.objects.onces.get(&key(a)) {
                 Some(&Once::Running(t)) if t == me => {
                     format!("re-entered once-control {a:#x} from its own init routine")
                 }
@@ -55,20 +54,20 @@ impl Model {
                 }
                 _ => format!("waits for once-control {a:#x}"),
             },
-            Op::SemWait => format!("waits on semaphore {a:#x} (value 0, never posted since)"),
-            Op::Sleep => match r.deadline() {
+            R::SemWait { sem, .. } => format!("waits on semaphore {:#x} (value 0, never posted since)", sem.0),
+            R::Sleep { deadline } => match deadline.at() {
                 None => "sleeps forever".to_string(),
                 Some(d) => format!("sleeps until virtual time {d} ns"),
             },
-            Op::Unsupported => format!("stopped at uncontrolled syscall {a}"),
-            Op::NetRecv | Op::NetAccept | Op::NetPoll | Op::NetEpollWait | Op::NetSend => {
+            R::Unsupported(call) => format!("stopped at uncontrolled syscall {}", call.nr()),
+            R::NetRecv { .. } | R::NetAccept { .. } | R::NetPoll { .. } | R::NetEpollWait { .. } | R::NetSend { .. } => {
                 let (ep, peer, _, _) = super::net::undescribe(self.net_obj(me));
                 let on = match (ep, peer) {
                     (Some(e), Some(p)) => format!(" on endpoint e{e} (peer e{p})"),
                     (Some(e), None) => format!(" on endpoint e{e}"),
                     _ => String::new(),
                 };
-                let what = match r.op {
+                let what = match r.op() {
                     Op::NetAccept => "a connection",
                     Op::NetSend => "room to send",
                     Op::NetRecv => "data",
@@ -76,21 +75,22 @@ impl Model {
                 };
                 format!("waits for {what}{on}, which no other thread can still provide")
             }
-            Op::FifoOpen => {
+            R::FifoOpen { flags, .. } => {
                 let (fifo, _, _, _) = super::net::undescribe(self.net_obj(me));
                 let fifo = fifo.map_or(String::new(), |e| format!(" e{e}"));
-                let other = if r.args[1] & dara_abi::net_flags::FIFO_READER != 0 { "writer" } else { "reader" };
+                let other = if flags.fifo_reader() { "writer" } else { "reader" };
                 format!("waits in open of FIFO{fifo} for a {other}, which no other thread can still provide")
             }
-            Op::SigWait => format!("waits in sigwait for a signal of {a:#x} that nothing left can send"),
-            Op::SigSuspend => format!("waits in sigsuspend for a signal (wait mask {a:#x}) that nothing left can send"),
-            op => format!("waits to {}", op.name()),
+            R::SigWait { set, .. } => format!("waits in sigwait for a signal of {set:#x} that nothing left can send"),
+            R::SigSuspend { mask } => format!("waits in sigsuspend for a signal (wait mask {mask:#x}) that nothing left can send"),
+            r => format!("waits to {}", r.op().name()),
         }
     }
 
     fn waiting_detail(&self, me: ThreadId, thread: &Thread, r: Request, wait: Wait) -> String {
-        let k = self.objects.key(thread.process, r.args[0]);
-        let a = r.args[0];
+        // The object waited on: a condition variable, a futex or a barrier.
+        let a = object_addr(&r);
+        let k = self.objects.key(thread.process, a);
         match wait {
             Wait::Cond { signals_seen } => {
                 let cond = self.objects.conds.get(&k);
@@ -107,19 +107,20 @@ impl Model {
                 format!("waits on condition variable {a:#x} ({why}{lost})")
             }
             Wait::CondReacquire { .. } => {
-                format!("was woken on condition variable {a:#x} and {}", self.mutex_wait(me, thread, r.args[1]))
+                let mutex = if let R::CondWait { mutex, .. } = r { mutex.0 } else { 0 };
+                format!("was woken on condition variable {a:#x} and {}", self.mutex_wait(me, thread, mutex))
             }
-            Wait::Futex => format!(
-                "waits on futex {a:#x} (value was {:#x} as expected; no matching wake since)",
-                r.args[1] as u32
-            ),
+            Wait::Futex => {
+                let expected = if let R::FutexWait { expected, .. } = r { expected } else { 0 };
+                format!("waits on futex {a:#x} (value was {expected:#x} as expected; no matching wake since)")
+            }
             Wait::Barrier => {
                 let b = self.objects.barriers.get(&k);
                 let arrived = b.map_or(0, |b| b.waiting.len());
                 let count = b.and_then(|b| b.count).unwrap_or(0);
                 format!("waits at barrier {a:#x} ({arrived} of {count} arrived)")
             }
-            Wait::Woken { .. } => format!("was woken from {} and is ready to proceed", r.op.name()),
+            Wait::Woken { .. } => format!("was woken from {} and is ready to proceed", r.op().name()),
         }
     }
 
@@ -145,4 +146,9 @@ impl Model {
             format!("thread {t}")
         }
     }
+}
+
+/// The address of the synchronization object `r` is about, 0 when it names none.
+fn object_addr(r: &Request) -> u64 {
+    r.object().map_or(0, |a| a.0)
 }

@@ -23,7 +23,7 @@
 //!
 //! `pthread_once` controls and the locks a thread took without a post (`Op::Held`: the preload's
 //! solo path refuses process-shared locks) stay keyed per process.
-use dara_abi::{FutexMatch, Op};
+use dara_abi::Request as R;
 
 use super::objects::{ObjKey, Space};
 use super::{MemoryReader, Model, Request};
@@ -74,17 +74,15 @@ impl ObjClass {
 
 /// The objects `r` names, each with its class (a condition wait names its mutex too).
 pub(crate) fn named_objects(r: &Request) -> [Option<(u64, ObjClass)>; 2] {
-    let a = r.args;
-    let one = |class| [Some((a[0], class)), None];
-    match r.op {
-        Op::MutexLock | Op::MutexTryLock | Op::MutexUnlock => one(ObjClass::Mutex),
-        Op::RwReadLock | Op::RwWriteLock | Op::RwTryReadLock | Op::RwTryWriteLock | Op::RwUnlock => one(ObjClass::RwLock),
-        Op::CondWait => [Some((a[0], ObjClass::Cond)), Some((a[1], ObjClass::Mutex))],
-        Op::CondSignal | Op::CondBroadcast => one(ObjClass::Cond),
-        Op::BarrierInit | Op::BarrierWait => one(ObjClass::Barrier),
-        Op::SemInit | Op::SemWait | Op::SemTryWait | Op::SemPost => one(ObjClass::Semaphore),
-        Op::FutexWait => one(ObjClass::Futex { shared: FutexMatch::from_arg(a[3]).shared }),
-        Op::FutexWake => one(ObjClass::Futex { shared: FutexMatch::from_arg(a[2]).shared }),
+    let one = |class| [r.object().map(|a| (a.0, class)), None];
+    match *r {
+        R::MutexLock { .. } | R::MutexTryLock { .. } | R::MutexUnlock { .. } => one(ObjClass::Mutex),
+        R::RwReadLock { .. } | R::RwWriteLock { .. } | R::RwTryReadLock { .. } | R::RwTryWriteLock { .. } | R::RwUnlock { .. } => one(ObjClass::RwLock),
+        R::CondWait { cond, mutex, .. } => [Some((cond.0, ObjClass::Cond)), Some((mutex.0, ObjClass::Mutex))],
+        R::CondSignal { .. } | R::CondBroadcast { .. } => one(ObjClass::Cond),
+        R::BarrierInit { .. } | R::BarrierWait { .. } => one(ObjClass::Barrier),
+        R::SemInit { .. } | R::SemWait { .. } | R::SemTryWait { .. } | R::SemPost { .. } => one(ObjClass::Semaphore),
+        R::FutexWait { matching, .. } | R::FutexWake { matching, .. } => one(ObjClass::Futex { shared: matching.shared }),
         _ => [None, None],
     }
 }

@@ -23,7 +23,7 @@
 //!
 //! A `SigSuspend` or `SigWait` has no `Run` at all: only a signal (or a `SigWait`'s timeout)
 //! ends it.
-use dara_abi::{net_flags, Op};
+use dara_abi::Request as R;
 
 use super::thread::{Phase, Wait};
 use super::{Model, Request};
@@ -36,15 +36,14 @@ pub const INTERRUPTED: i64 = -(libc::EINTR as i64);
 /// blocking poll or epoll wait, a blocking receive, accept or send marked interruptible, a
 /// sigsuspend, a sigwait (which a signal of its set ends too, caught or not), a sleep or a
 /// semaphore wait. The mask that decides which signals count is the wait's own for a
-/// sigsuspend (`args[0]`), else the thread's (see `dara_abi::Slot::program_mask`).
+/// sigsuspend (its `mask`), else the thread's (see `dara_abi::Slot::program_mask`).
 pub fn interruptible(request: &Request) -> bool {
-    let marked = |flags: u64| flags & (net_flags::NONBLOCK | net_flags::INTERRUPTIBLE) == net_flags::INTERRUPTIBLE;
-    match request.op {
-        Op::NetPoll | Op::NetEpollWait => request.args[3] & net_flags::NONBLOCK == 0,
-        Op::NetRecv | Op::NetAccept | Op::FifoOpen => marked(request.args[1]),
-        Op::NetSend => marked(request.args[1] >> net_flags::SEND_SHIFT),
-        Op::SigSuspend | Op::SigWait | Op::Sleep | Op::SemWait => true,
-        Op::ProcessWait => request.args[1] & libc::WNOHANG as u64 == 0,
+    let flags = request.net_flags();
+    match request {
+        R::NetPoll { .. } | R::NetEpollWait { .. } => !flags.nonblocking(),
+        R::NetRecv { .. } | R::NetAccept { .. } | R::FifoOpen { .. } | R::NetSend { .. } => flags.interruptible() && !flags.nonblocking(),
+        R::SigSuspend { .. } | R::SigWait { .. } | R::Sleep { .. } | R::SemWait { .. } => true,
+        R::ProcessWait { options, .. } => !options.nohang,
         _ => false,
     }
 }
@@ -91,7 +90,7 @@ impl Model {
     pub(super) fn offers_interrupt(&self, thread: ThreadId) -> bool {
         let Some(t) = self.threads.get(&thread).filter(|_| self.signalled.contains(&thread)) else { return false };
         match interruptible_wait(t.phase) {
-            Some(r) if r.op == Op::ProcessWait => self.wait_alternatives(t.process, &r) == 0,
+            Some(R::ProcessWait { target, options }) => self.wait_alternatives(t.process, target, options) == 0,
             wait => wait.is_some(),
         }
     }
@@ -123,7 +122,7 @@ impl Model {
             }
             return true;
         }
-        if request.op == Op::ThreadExit {
+        if request == R::ThreadExit {
             self.leave_handler(thread);
         }
         false

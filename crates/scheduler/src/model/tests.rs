@@ -73,14 +73,14 @@ impl Sim {
         for t in 1..=n {
             s.m.add_thread(t, 0);
             let op = if t == 1 { Op::ProcessStart } else { Op::ThreadStart };
-            s.m.post(t, Request::new(op, [0; 4]), &mut s.mem);
+            s.m.post(t, req(op, [0; 4]), &mut s.mem);
             assert_eq!(s.run(t), Effect::Grant { result: 0 });
         }
         s
     }
 
     fn post(&mut self, t: ThreadId, op: Op, args: [u64; 4]) {
-        self.m.post(t, Request::new(op, args), &mut self.mem);
+        self.m.post(t, req(op, args), &mut self.mem);
     }
 
     /// The (kind, alt) pairs thread `t` offers.
@@ -132,6 +132,11 @@ impl Sim {
         let report = self.m.blocked_report();
         report.into_iter().find(|b| b.thread == t).map(|b| b.detail).unwrap_or_default()
     }
+}
+
+/// The request `op` posts with `args` (as the driver decodes it).
+fn req(op: Op, args: [u64; 4]) -> Request {
+    Request::decode(op, args).expect("a test request decodes")
 }
 
 fn grant(result: i64) -> Effect {
@@ -259,7 +264,7 @@ fn cond_signal_offers_one_choice_per_waiter() {
     assert_eq!(s.offered(1), vec![(ChoiceKind::Run, 0), (ChoiceKind::Run, 1), (ChoiceKind::Run, 2)]);
     // Wake the second waiter in FIFO order: thread 3.
     assert_eq!(s.pick(1, ChoiceKind::Run, 1), grant(0));
-    assert_eq!(s.m.status(3), Some(ThreadStatus::Blocked(Request::new(Op::CondWait, [C, M, NO_DEADLINE, k]))));
+    assert_eq!(s.m.status(3), Some(ThreadStatus::Blocked(req(Op::CondWait, [C, M, NO_DEADLINE, k]))));
     // It needs the mutex, which the signaller still holds.
     assert!(!s.can_run(3));
     assert!(s.detail(3).contains("was woken on condition variable"), "{}", s.detail(3));
@@ -844,7 +849,7 @@ fn a_coarse_cond_wait_takes_effect_when_posted() {
     s.post(1, Op::CondWait, [C, M, 5_000_000, k]);
     assert_eq!(s.offered(1), vec![(ChoiceKind::Timeout, 0)], "already waiting: only its timer");
     // Thread 2 took the mutex without a post (Op::Held): the model has it free.
-    assert_eq!(s.m.adopt(2, M, dara_abi::held::MUTEX, 1), Ok(()));
+    assert_eq!(s.m.adopt(2, dara_abi::Addr(M), dara_abi::HeldKind::Mutex, 1), Ok(()));
     assert_eq!(s.op(2, Op::CondSignal, [C, 0, 0, 0]), grant(0));
     assert!(!s.can_run(1), "signalled, waits for the mutex thread 2 holds");
     assert_eq!(s.unlock(2, M, k), grant(0));
@@ -854,7 +859,7 @@ fn a_coarse_cond_wait_takes_effect_when_posted() {
     let mut s = Sim::with_threads(2);
     assert_eq!(s.lock(1, M, k), grant(0));
     s.post(1, Op::CondWait, [C, M, 5_000_000, k]);
-    assert!(s.m.adopt(2, M, dara_abi::held::MUTEX, 1).is_err());
+    assert!(s.m.adopt(2, dara_abi::Addr(M), dara_abi::HeldKind::Mutex, 1).is_err());
 }
 
 #[test]

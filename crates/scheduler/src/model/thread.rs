@@ -13,8 +13,6 @@
 //! `Pending` means the request has not taken effect yet; `Waiting` means it has (the thread sits
 //! in a condvar, futex or barrier queue, or was woken and still has to finish) and `Wait` says
 //! what it waits for. Either way the thread is parked and only a choice moves it.
-use dara_abi::Op;
-
 use super::Request;
 use crate::choice::ProcessId;
 
@@ -91,92 +89,5 @@ impl Thread {
 
     pub(crate) fn is_live(&self) -> bool {
         self.phase != Phase::Exited
-    }
-}
-
-impl Request {
-    pub fn new(op: Op, args: [u64; 4]) -> Request {
-        Request { op, args }
-    }
-
-    /// The virtual time at which this request times out, if it can time out at all.
-    pub fn deadline(&self) -> Option<u64> {
-        let arg = match self.op {
-            Op::Sleep => self.args[0],
-            Op::RwReadLock | Op::RwWriteLock | Op::SemWait | Op::SigWait => self.args[1],
-            Op::MutexLock | Op::CondWait | Op::FutexWait => self.args[2],
-            Op::NetRecv | Op::NetAccept | Op::NetPoll | Op::NetEpollWait => self.args[2],
-            _ => return None,
-        };
-        (arg != dara_abi::NO_DEADLINE).then_some(arg)
-    }
-
-    /// Address of the synchronization object the request is about, 0 when its first argument is
-    /// not an address (a thread slot, a deadline, a status, a syscall number).
-    pub fn object_addr(&self) -> u64 {
-        match self.op {
-            Op::MutexLock
-            | Op::MutexTryLock
-            | Op::MutexUnlock
-            | Op::RwReadLock
-            | Op::RwWriteLock
-            | Op::RwTryReadLock
-            | Op::RwTryWriteLock
-            | Op::RwUnlock
-            | Op::Held
-            | Op::CondWait
-            | Op::CondSignal
-            | Op::CondBroadcast
-            | Op::BarrierInit
-            | Op::BarrierWait
-            | Op::OnceBegin
-            | Op::OnceDone
-            | Op::SemInit
-            | Op::SemWait
-            | Op::SemTryWait
-            | Op::SemPost
-            | Op::FutexWait
-            | Op::FutexWake
-            | Op::MemoryRead
-            | Op::MemoryWrite => self.args[0],
-            Op::ProcessStart
-            | Op::ThreadStart
-            | Op::ThreadCreate
-            | Op::ThreadExit
-            | Op::ThreadJoin
-            | Op::ThreadDetach
-            | Op::ProcessExit
-            | Op::Yield
-            | Op::EdgeQuantum
-            | Op::Fault
-            | Op::SignalArrived
-            | Op::SigSuspend
-            | Op::SigWait
-            | Op::ProcessFork
-            | Op::ProcessExec
-            | Op::ProcessWait
-            | Op::ProcessKill
-            | Op::Sleep
-            | Op::ClockRead
-            | Op::Unsupported
-            | Op::NodeCrash
-            | Op::NodeRestart
-            | Op::Partition
-            | Op::Heal
-            | Op::DropDatagram
-            | Op::ConnReset
-            | Op::ClockSkew
-            | Op::Pause
-            | Op::NodePause
-            | Op::NetRecv
-            | Op::NetSend
-            | Op::NetAccept
-            | Op::NetConnect
-            | Op::NetPoll
-            | Op::NetEpollWait
-            | Op::NetClose
-            | Op::NetListen
-            | Op::FifoOpen => 0,
-        }
     }
 }

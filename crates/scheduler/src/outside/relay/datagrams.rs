@@ -48,7 +48,7 @@ pub(super) struct Peer {
 }
 
 impl Outside {
-    /// A traced UDP `bind` was split (`NetListen` with args[2] = 1): `public` is dara's duplicate
+    /// A traced UDP `bind` was split (a `NetListen` request with `datagrams`): `public` is dara's duplicate
     /// of the program's socket, the twin is bound at `twin`.
     pub fn add_datagram_socket(&mut self, process: ProcessId, fd: i32, public: OwnedFd, twin: SocketAddr) -> Result<(), RelayError> {
         let public = UdpSocket::from(public);
