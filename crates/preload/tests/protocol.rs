@@ -12,8 +12,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use dara_abi::{
-    splitmix64, state, Header, Op, Slot, MAGIC, MAX_SLOTS, MONOTONIC_BASE_NS, REALTIME_EPOCH_NS,
-    REGION_SIZE, VERSION,
+    splitmix64, state, Deadline, FutexMatch, Header, MutexKind, Op, Request, Slot, StartKind, Unsupported, MAGIC, MAX_SLOTS,
+    MONOTONIC_BASE_NS, REALTIME_EPOCH_NS, REGION_SIZE, VERSION,
 };
 
 /// The virtual time the stand-in scheduler starts at.
@@ -117,7 +117,15 @@ fn futex_wake(word: &std::sync::atomic::AtomicU32) {
 struct Seen {
     slot: u32,
     op: Op,
-    args: [u64; 4],
+    /// The post, decoded as the scheduler decodes it.
+    request: Request,
+}
+
+/// The request a posted slot carries (every post of the preload must decode).
+fn decode(slot: &Slot) -> Request {
+    let op = Op::from_u32(slot.op.load(Ordering::Relaxed)).expect("unknown op");
+    let args: [u64; 4] = std::array::from_fn(|k| slot.args[k].load(Ordering::Relaxed));
+    Request::decode(op, args).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Runs `target` under the preload and the stand-in scheduler.
@@ -170,11 +178,8 @@ fn run(target: &Path, seed: u64, args: &[&str]) -> (Output, Vec<Seen>) {
             if states[i as usize] != state::POSTED {
                 return false;
             }
-            match Op::from_u32(slot.op.load(Ordering::Relaxed)) {
-                Some(Op::ThreadJoin) => {
-                    let target = slot.args[0].load(Ordering::Relaxed) as usize;
-                    states.get(target) == Some(&state::EXITED)
-                }
+            match decode(slot) {
+                Request::ThreadJoin { target } => states.get(target as usize) == Some(&state::EXITED),
                 _ => true,
             }
         });
@@ -183,37 +188,37 @@ fn run(target: &Path, seed: u64, args: &[&str]) -> (Output, Vec<Seen>) {
             continue;
         };
         let slot = region.slot(i);
-        let op = Op::from_u32(slot.op.load(Ordering::Relaxed)).expect("unknown op");
-        let args: [u64; 4] = std::array::from_fn(|k| slot.args[k].load(Ordering::Relaxed));
-        seen.push(Seen { slot: i, op, args });
-        let result: i64 = match op {
-            Op::ProcessStart => {
+        let request = decode(slot);
+        let op = request.op();
+        seen.push(Seen { slot: i, op, request });
+        let result: i64 = match request {
+            Request::ProcessStart { .. } => {
                 let p = slot.process.load(Ordering::Relaxed) as usize;
                 header.processes[p]
                     .random_seed
                     .store(splitmix64(seed ^ p as u64), Ordering::Release);
                 0
             }
-            Op::Sleep => {
-                now = now.max(args[0]);
+            Request::Sleep { deadline } => {
+                now = now.max(deadline.to_ns());
                 0
             }
-            Op::CondWait => {
+            Request::CondWait { deadline, .. } => {
                 // Time out at once: the deadline must be exactly the one the program asked for.
-                now = now.max(args[2]);
+                now = now.max(deadline.to_ns());
                 libc::ETIMEDOUT as i64
             }
             // A trylock on a held lock, a semaphore without units, a futex word that changed.
-            Op::MutexTryLock => libc::EBUSY as i64,
-            Op::SemTryWait => libc::EAGAIN as i64,
-            Op::FutexWait => -(libc::EAGAIN as i64),
-            Op::OnceBegin => !seen
+            Request::MutexTryLock { .. } => libc::EBUSY as i64,
+            Request::SemTryWait { .. } => libc::EAGAIN as i64,
+            Request::FutexWait { .. } => -(libc::EAGAIN as i64),
+            Request::OnceBegin { .. } => !seen
                 .iter()
                 .rev()
                 .skip(1)
-                .any(|s: &Seen| s.op == Op::OnceBegin && s.args[0] == args[0])
+                .any(|s: &Seen| s.request == request)
                 as i64,
-            Op::Unsupported => {
+            Request::Unsupported(_) => {
                 // Never granted: end the execution; the parked thread notices within a second.
                 header.shutdown.store(1, Ordering::Release);
                 let status = child.wait().unwrap();
@@ -330,42 +335,37 @@ fn protocol_threads_clocks_and_randomness() {
             (0, ProcessExit),
         ]
     );
-    let find = |op: Op| seen.iter().find(|s| s.op == op).unwrap();
-    assert_eq!(find(ProcessStart).args[0], u64::MAX);
+    let find = |op: Op| seen.iter().find(|s| s.op == op).unwrap().request;
+    assert_eq!(find(ProcessStart), Request::ProcessStart { parent: None, kind: StartKind::Launched });
     assert_eq!(
-        find(ThreadCreate).args,
-        [0; 4],
+        find(ThreadCreate),
+        Request::ThreadCreate,
         "ThreadCreate carries no arguments: the child's slot is claimed after the grant"
     );
     assert_eq!(
-        find(ThreadStart).args[0],
-        0,
+        find(ThreadStart),
+        Request::ThreadStart { creator: 0 },
         "ThreadStart names the creator's slot"
     );
-    assert_eq!(find(ThreadJoin).args[0], 1);
-    assert_eq!(find(MutexLock).args[0], find(MutexUnlock).args[0]);
-    assert_eq!(find(MutexLock).args[1], dara_abi::mutex_kind::NORMAL);
-    assert_eq!(find(Sleep).args[0], slept);
-    assert_eq!(find(FutexWake).args[1], 1);
-    let cond_wait = find(CondWait);
+    assert_eq!(find(ThreadJoin), Request::ThreadJoin { target: 1 });
+    let Request::MutexUnlock { mutex, .. } = find(MutexUnlock) else { unreachable!() };
+    assert_eq!(find(MutexLock), Request::MutexLock { mutex, kind: MutexKind::Normal, deadline: Deadline::Never });
+    assert_eq!(find(Sleep), Request::Sleep { deadline: Deadline::At(slept) });
+    assert!(matches!(find(FutexWake), Request::FutexWake { count: 1, .. }));
+    let Request::CondWait { mutex: waited_with, deadline, .. } = find(CondWait) else { unreachable!() };
+    assert_eq!(waited_with, mutex, "CondWait names the mutex");
     assert_eq!(
-        cond_wait.args[1],
-        find(MutexUnlock).args[0],
-        "CondWait names the mutex"
-    );
-    assert_eq!(
-        cond_wait.args[2],
-        slept + 1_000_000_000,
+        deadline,
+        Deadline::At(slept + 1_000_000_000),
         "CLOCK_REALTIME abstime -> virtual deadline"
     );
-    assert_eq!(find(SemWait).args[1], dara_abi::NO_DEADLINE);
-    assert_eq!(find(SemInit).args[1], 1);
-    let futex_wait = find(FutexWait);
-    assert_eq!(
-        (futex_wait.args[1], futex_wait.args[2], futex_wait.args[3]),
-        (1, dara_abi::NO_DEADLINE, 0xFFFF_FFFF)
-    );
-    assert_eq!(find(ProcessExit).args[0], 3);
+    assert!(matches!(find(SemWait), Request::SemWait { deadline: Deadline::Never, .. }));
+    assert!(matches!(find(SemInit), Request::SemInit { value: 1, .. }));
+    assert!(matches!(
+        find(FutexWait),
+        Request::FutexWait { expected: 1, deadline: Deadline::Never, matching: FutexMatch { bitset: u32::MAX, shared: false }, .. }
+    ));
+    assert_eq!(find(ProcessExit), Request::ProcessExit { status: 3 });
 
     // Randomness is a function of the seed.
     let (again, _) = run(&target, 7, &[]);
@@ -400,13 +400,11 @@ fn raw_clone_is_reported_unsupported_and_shutdown_ends_the_process() {
     );
     assert!(output.stdout.is_empty(), "no process was created");
     let last = seen.last().unwrap();
-    assert_eq!(last.op, Op::Unsupported);
-    assert_eq!(
-        last.args[0],
-        libc::SYS_clone as u64,
-        "a clone without CLONE_THREAD that bypasses the fork hook"
-    );
-    assert_eq!(last.args[1] & libc::CLONE_THREAD as u64, 0);
+    let Request::Unsupported(Unsupported::Syscall { nr, args: [flags, ..] }) = last.request else {
+        panic!("the last post is no unsupported syscall: {:?}", last.request)
+    };
+    assert_eq!(nr, libc::SYS_clone as u64, "a clone without CLONE_THREAD that bypasses the fork hook");
+    assert_eq!(flags & libc::CLONE_THREAD as u64, 0);
     std::fs::remove_file(&target).ok();
 }
 

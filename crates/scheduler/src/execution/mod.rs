@@ -512,7 +512,7 @@ impl<'a> Execution<'a> {
     fn posted(&self, thread: ThreadId) -> Option<Request> {
         let slot = self.region.slot(thread as usize);
         let op = Op::from_u32(slot.op.load(Ordering::Acquire))?;
-        Request::decode(op, std::array::from_fn(|k| slot.args[k].load(Ordering::Acquire))).ok()
+        Request::decode(op, slot_args(slot)).ok()
     }
 
     /// A listening socket was split (`NetListen`, before its grant: both descriptors are still
@@ -984,7 +984,7 @@ impl<'a> Execution<'a> {
     fn ingest(&mut self, thread: ThreadId) -> Option<Outcome> {
         let slot = self.region.slot(thread as usize);
         let raw_op = slot.op.load(Ordering::Acquire);
-        let args = [0, 1, 2, 3].map(|k| slot.args[k].load(Ordering::Acquire));
+        let args = slot_args(slot);
         let process = slot.process.load(Ordering::Acquire);
         if self.holder.as_ref().is_some_and(|h| h.thread == thread) {
             self.holder = None;
@@ -1535,4 +1535,9 @@ pub fn signal_name(signal: i32) -> String {
         _ => return format!("signal {signal}"),
     };
     name.to_string()
+}
+
+/// A posted slot's four argument words, for [`Request::decode`].
+fn slot_args(slot: &dara_abi::Slot) -> [u64; 4] {
+    std::array::from_fn(|k| slot.args[k].load(Ordering::Acquire))
 }
