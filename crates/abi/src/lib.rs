@@ -102,188 +102,157 @@ pub mod state {
 pub enum Op {
     /// First post of a process's main thread, from the preload constructor (or, in a forked
     /// child, from the fork hook) before any user code of that image runs.
-    /// args: [parent logical process or u64::MAX, [`start_kind`], 0, 0]
     ProcessStart = 1,
-    /// First post of a new thread, before its start routine runs. args: [creator slot, ..]
+    /// First post of a new thread, before its start routine runs; it names its creator.
     ThreadStart = 2,
-    /// About to create a thread. args: none. The creator claims the child's slot only after the
-    /// grant (a claimed slot that has not posted yet stalls every decision, this one included);
-    /// the child names its creator in `ThreadStart`.
+    /// About to create a thread. The creator claims the child's slot only after the grant (a
+    /// claimed slot that has not posted yet stalls every decision, this one included); the child
+    /// names its creator in `ThreadStart`.
     ThreadCreate = 3,
     /// The thread is done (start routine returned or `pthread_exit`). Never returns to user code.
     ThreadExit = 4,
-    /// `pthread_join`. args: [target slot, ..]
+    /// `pthread_join`.
     ThreadJoin = 5,
-    /// `pthread_detach`. args: [target slot, ..]
+    /// `pthread_detach`.
     ThreadDetach = 6,
-    /// `exit`/`_exit`/`exit_group` called by user code. args: [status, ..]
+    /// `exit`/`_exit`/`exit_group` called by user code.
     ProcessExit = 7,
 
-    /// args: [mutex addr, kind (0 normal, 1 recursive, 2 errorcheck), deadline]
     MutexLock = 10,
-    /// args: [mutex addr, kind]
     MutexTryLock = 11,
-    /// args: [mutex addr, kind]
     MutexUnlock = 12,
 
-    /// args: [rwlock addr, deadline]
     RwReadLock = 20,
-    /// args: [rwlock addr, deadline]
     RwWriteLock = 21,
-    /// args: [rwlock addr]
     RwTryReadLock = 22,
-    /// args: [rwlock addr]
     RwTryWriteLock = 23,
-    /// args: [rwlock addr]
     RwUnlock = 24,
-    /// A lock the thread took without a post ([`held`] says how; see the preload's `solo`
+    /// A lock the thread took without a post ([`HeldKind`] says how; see the preload's `solo`
     /// module): the model records it as the thread's, as if each acquisition had been granted.
-    /// args: [lock addr, [`held`] kind, depth, mutex kind]. Granted at once, without a decision
-    /// and without a step.
+    /// Granted at once, without a decision and without a step.
     Held = 25,
 
-    /// The preload has already released the real mutex. args: [cond addr, mutex addr, deadline,
-    /// mutex kind]. Completes (result 0 or ETIMEDOUT) once signalled or timed out *and* the
-    /// mutex is re-acquired in the model.
+    /// The preload has already released the real mutex. Completes (result 0 or ETIMEDOUT) once
+    /// signalled or timed out *and* the mutex is re-acquired in the model.
     CondWait = 30,
-    /// args: [cond addr]
     CondSignal = 31,
-    /// args: [cond addr]
     CondBroadcast = 32,
 
-    /// args: [barrier addr, count]
     BarrierInit = 40,
-    /// args: [barrier addr]. result: PTHREAD_BARRIER_SERIAL_THREAD for one waiter, else 0.
+    /// result: PTHREAD_BARRIER_SERIAL_THREAD for one waiter, else 0.
     BarrierWait = 41,
 
-    /// `pthread_once` entry. args: [once addr]. result: 1 = caller must run the init routine
-    /// and then post `OnceDone`; 0 = already done.
+    /// `pthread_once` entry. result: 1 = caller must run the init routine and then post
+    /// `OnceDone`; 0 = already done.
     OnceBegin = 50,
-    /// args: [once addr]
     OnceDone = 51,
 
-    /// args: [sem addr, initial value]
     SemInit = 60,
-    /// args: [sem addr, deadline]
     SemWait = 61,
-    /// args: [sem addr]
     SemTryWait = 62,
-    /// args: [sem addr]
     SemPost = 63,
 
-    /// Raw futex wait. args: [addr, expected value, deadline, [`FutexMatch`]]. The scheduler reads
-    /// the word when it picks this thread: result -EAGAIN if it differs, else the thread blocks
-    /// until a matching `FutexWake` (result 0) or its deadline (result -ETIMEDOUT).
+    /// Raw futex wait. The scheduler reads the word when it picks this thread: result -EAGAIN if
+    /// it differs, else the thread blocks until a matching `FutexWake` (result 0) or its deadline
+    /// (result -ETIMEDOUT).
     FutexWait = 70,
-    /// Raw futex wake. args: [addr, max waiters, [`FutexMatch`]]. result: number woken.
+    /// Raw futex wake. result: number woken.
     FutexWake = 71,
 
     /// `sched_yield` and friends.
     Yield = 80,
-    /// `nanosleep`, `clock_nanosleep`, `usleep`, `sleep`. args: [deadline]
+    /// `nanosleep`, `clock_nanosleep`, `usleep`, `sleep`.
     Sleep = 81,
     /// A clock read. The grant's `now_ns` is the answer; its result is the reading process's
     /// wall-clock skew in ns (0 unless a `ClockSkew` fault set one), added to realtime clocks.
     ClockRead = 82,
 
     /// Memory-level scheduling points (`--preempt-on memory`, sancov `trace-loads`/`trace-stores`
-    /// builds): the thread is about to read / write a watched address. args: [addr, size].
-    /// Always enabled; two accesses conflict when they overlap and one of them writes.
+    /// builds): the thread is about to read / write a watched address. Always enabled; two
+    /// accesses conflict when they overlap and one of them writes.
     MemoryRead = 83,
     MemoryWrite = 84,
     /// Voluntary preemption point every N coverage edges (`--preempt-on edges:N`), so spinning
-    /// instrumented code yields the token. Behaves as `Yield`. args: none.
+    /// instrumented code yields the token. Behaves as `Yield`.
     EdgeQuantum = 85,
     /// The thread took a fatal fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL) and is about to die of
     /// it; posted from the preload's fault handler so the scheduler can name the faulting
-    /// function while the process still exists. args: [signal, pc, fault address]. Granted at
-    /// once, without a decision.
+    /// function while the process still exists. Granted at once, without a decision.
     Fault = 86,
     /// A caught signal was pending for the thread when it came back from a grant (blocked while
-    /// it was parked), sent by someone other than the kernel: args: [signal, sender pid,
-    /// `si_code`, `si_value` of a sigqueue (else 0; [`DARA_SIGNAL_VALUE`] marks dara's own)]. Posted before the thread lets the signal through, so the scheduler can tell
-    /// dara's and traced senders from outside ones (recorded in a recording, to be sent to the
-    /// same thread with the same grant in its replay). Granted at once, without a decision.
+    /// it was parked), sent by someone other than the kernel. Posted before the thread lets the
+    /// signal through, so the scheduler can tell dara's and traced senders from outside ones
+    /// (recorded in a recording, to be sent to the same thread with the same grant in its
+    /// replay). Granted at once, without a decision.
     SignalArrived = 87,
     /// `sigsuspend`/`pause`: the thread waits until a signal its wait mask lets through runs a
-    /// handler. args: [the wait mask (kernel signal-set word), 0, 0, 0]. Never `Run`: only an
-    /// `Interrupt` choice ends it, offered once such a caught signal is pending for the thread
-    /// (see [`Slot::program_mask`]); result `-EINTR`, after which the thread makes the real call,
-    /// which runs the handler and returns at once.
+    /// handler. Never `Run`: only an `Interrupt` choice ends it, offered once such a caught
+    /// signal is pending for the thread (see [`Slot::program_mask`]); result `-EINTR`, after
+    /// which the thread makes the real call, which runs the handler and returns at once.
     SigSuspend = 88,
-    /// `sigwaitinfo`/`sigtimedwait`/`sigwait`: the thread waits until a signal of `set` is
-    /// pending, to take it without a handler. args: [set (kernel signal-set word), deadline, 0,
-    /// 0]. Never `Run`: an `Interrupt` choice (result `-EINTR`) is offered once a signal of `set`
-    /// is pending, or a caught signal the thread's mask lets through (which ends the wait with
-    /// EINTR); the thread then takes the signal for real. `Timeout` at the deadline: `-EAGAIN`.
+    /// `sigwaitinfo`/`sigtimedwait`/`sigwait`: the thread waits until a signal of its set is
+    /// pending, to take it without a handler. Never `Run`: an `Interrupt` choice (result
+    /// `-EINTR`) is offered once a signal of the set is pending, or a caught signal the thread's
+    /// mask lets through (which ends the wait with EINTR); the thread then takes the signal for
+    /// real. `Timeout` at the deadline: `-EAGAIN`.
     SigWait = 89,
 
     /// About to `fork` (also `vfork`, run as a fork). Granted at once; after the grant the
     /// parent claims the child's slot (STARTING) and process entry, forks, and the child posts
-    /// `ProcessStart` with [`start_kind::FORK`]. args: none.
+    /// `ProcessStart` with [`StartKind::Fork`].
     ProcessFork = 110,
     /// About to `execve`. Granted at once; after the grant the thread claims the slot the new
     /// image's main thread will use (STARTING, recorded in its [`ProcessEntry::exec_slot`]);
-    /// the new image posts `ProcessStart` with [`start_kind::EXEC`] on it. If the exec fails the
-    /// slot is released (EXITED) and the thread goes on. args: none.
+    /// the new image posts `ProcessStart` with [`StartKind::Exec`] on it. If the exec fails the
+    /// slot is released (EXITED) and the thread goes on.
     ProcessExec = 111,
-    /// `wait4`/`waitpid`/`wait`/`waitid` for exited children. args: [logical process waited
-    /// for, or [`ANY_PROCESS`] (any child; also process groups), or `ANY_PROCESS - 1` (a pid
-    /// that is no traced process); options (`WNOHANG`, and `WNOWAIT` from waitid), 0, 0].
-    /// result: 1 + the logical process of the exited child the thread may now collect for real
-    /// (which one, when several have exited, is a choice), 0 for `WNOHANG` with none exited,
-    /// `-ECHILD` when no child matches. Pids never appear: they differ from run to run.
+    /// `wait4`/`waitpid`/`wait`/`waitid` for exited children. result: 1 + the logical process
+    /// of the exited child the thread may now collect for real (which one, when several have
+    /// exited, is a choice), 0 for `WNOHANG` with none exited, `-ECHILD` when no child matches.
+    /// Pids never appear: they differ from run to run.
     ProcessWait = 112,
-    /// `kill`. args: [logical target process, [`ANY_PROCESS`] for a process group or every
-    /// process, `ANY_PROCESS - 1` for a pid dara does not trace; signal; the raw pid argument as
-    /// i64 (for the scheduler's /proc checks only, never part of a decision); 0]. Granted at
-    /// once; the thread then sends the signal for real, and the scheduler does not decide again
-    /// until every traced process the signal terminates is gone.
+    /// `kill`. Granted at once; the thread then sends the signal for real, and the scheduler
+    /// does not decide again until every traced process the signal terminates is gone.
     ProcessKill = 113,
 
-    /// A syscall dara cannot control was about to run. args: [syscall number, arg0, arg1, arg2].
-    /// Ends the execution with an "uncontrolled" outcome; never granted.
+    /// A syscall dara cannot control was about to run. Ends the execution with an
+    /// "uncontrolled" outcome; never granted.
     Unsupported = 90,
 
     // Networking (120–159): sockets, pipes, eventfds, poll/epoll/select. See docs/networking.md.
-    // `fd` is the caller's descriptor; `flags` bit 0 ([`net_flags::NONBLOCK`]) says the call must
-    // not block (non-blocking descriptor or MSG_DONTWAIT), so its `Run` is always enabled; bit 2
-    // ([`net_flags::INTERRUPTIBLE`]) says a signal may end a blocking `NetRecv`/`NetAccept`/`NetSend`.
-    // `deadline` is a virtual time or `NO_DEADLINE`.
+    // A non-blocking call ([`NetFlags::nonblocking`]) has its `Run` always enabled; an
+    // interruptible one ([`NetFlags::interruptible`]) may be ended by a signal.
     // The grant's result is the model's prediction (bytes, ready count) for the listing; the
     // preload then performs the real, non-blocking call.
     /// recv/recvfrom/recvmsg/read/readv on a socket, pipe or eventfd.
-    /// args: [fd, flags, deadline (SO_RCVTIMEO), buffer length]
     NetRecv = 120,
-    /// send/sendto/sendmsg/write/writev. args: [fd, length | flags << 48, first 8 bytes (LE),
-    /// destination port of a sendto (0: the connected peer)]
+    /// send/sendto/sendmsg/write/writev.
     NetSend = 121,
-    /// accept/accept4. args: [fd, flags, deadline (SO_RCVTIMEO), 0]
+    /// accept/accept4.
     NetAccept = 122,
-    /// connect. args: [fd, flags, 0, 0]. Always enabled; the scheduler settles the handshake.
+    /// connect. Always enabled; the scheduler settles the handshake.
     NetConnect = 123,
-    /// poll/ppoll/select/pselect. args: [address of a `struct pollfd` array, count, deadline, 0].
-    /// result: 0 = the timer fired (report nothing), 1 = report every ready entry, 2 + i = report
-    /// only ready entry `i` (a choice of which ready peer is seen first).
+    /// poll/ppoll/select/pselect. result: 0 = the timer fired (report nothing), 1 = report every
+    /// ready entry, 2 + i = report only ready entry `i` (a choice of which ready peer is seen
+    /// first).
     NetPoll = 124,
-    /// epoll_wait/epoll_pwait. args: [epoll fd, 0, deadline, 0]. result: 0 = timer fired.
+    /// epoll_wait/epoll_pwait. result: 0 = timer fired.
     NetEpollWait = 125,
-    /// close/shutdown of a socket or pipe end. args: [fd, how (0 close, 1 + SHUT_*), 0, 0]
+    /// close/shutdown of a socket or pipe end.
     NetClose = 126,
     /// A TCP socket started listening, or a UDP socket was bound, while dara keeps outside peers
-    /// apart ([`Header::outside`]). args: [the program's descriptor, listening on (bound to) its
-    /// own (public) address; a private twin listening on (bound to) the same address with a port
-    /// of the kernel's choice; 1 for a UDP socket, 0 for TCP; 0]. Granted at once:
-    /// the scheduler keeps a duplicate of the public socket (it accepts outside clients itself and
-    /// hands each one over as a connection to the twin), then the preload puts the twin in place
-    /// of the program's descriptor. See docs/outside.md.
+    /// apart ([`Header::outside`]): the program's descriptor listens on (is bound to) its own
+    /// (public) address, and the preload made a private twin listening on (bound to) the same
+    /// address with a port of the kernel's choice. Granted at once: the scheduler keeps a
+    /// duplicate of the public socket (it accepts outside clients itself and hands each one over
+    /// as a connection to the twin), then the preload puts the twin in place of the program's
+    /// descriptor. See docs/outside.md.
     NetListen = 127,
     /// A blocking `open` of a FIFO for reading or for writing only, which Linux makes wait for the
-    /// other side. args: [the reader's descriptor (the preload opened it non-blocking, so the
-    /// waiting reader counts as a reader, as in the kernel), or `u64::MAX` for a writer; flags
-    /// ([`net_flags::FIFO_READER`], [`net_flags::INTERRUPTIBLE`]); the FIFO's device; its inode].
-    /// Enabled once a traced process holds the FIFO open for the other direction; the preload
-    /// then completes the open without blocking. See docs/processes.md.
+    /// other side (a reader's descriptor is already open non-blocking, so the waiting reader
+    /// counts as a reader, as in the kernel). Enabled once a traced process holds the FIFO open
+    /// for the other direction; the preload then completes the open without blocking. See
+    /// docs/processes.md.
     FifoOpen = 128,
 
     // Injected faults (130–139): never posted by the preload. They are the scheduler's own
@@ -315,7 +284,7 @@ pub enum Op {
     NodePause = 138,
 }
 
-/// Bits of the `flags` argument of the networking ops.
+/// Bits of the networking ops' flags ([`NetFlags`]).
 pub mod net_flags {
     /// The call must not block: non-blocking descriptor or `MSG_DONTWAIT`.
     pub const NONBLOCK: u64 = 1;
@@ -481,13 +450,14 @@ impl Op {
     }
 }
 
-/// `Unsupported` args[2] of an `execve` of a statically linked program (args[1]: its path).
+/// The third word of an `Unsupported` post of an `execve` of a statically linked program
+/// ([`Unsupported::StaticExec`]).
 pub const UNSUPPORTED_STATIC_EXEC: u64 = 1;
 
 /// `ProcessWait` target meaning "any child".
 pub const ANY_PROCESS: u64 = u64::MAX;
 
-/// How a process's main thread came to post `ProcessStart` (its args[1]).
+/// How a process's main thread came to post `ProcessStart`: the words of [`StartKind`].
 pub mod start_kind {
     /// The first program dara launched, or an orphan nobody announced.
     pub const LAUNCHED: u64 = 0;
@@ -514,7 +484,7 @@ impl FutexMatch {
     /// Where `shared` sits in the op argument, above the 32 bits of the bitset.
     const SHARED_BIT: u64 = 1 << 32;
 
-    /// The op argument (`FutexWait` args[3], `FutexWake` args[2]).
+    /// The word this match is encoded as in a `FutexWait` or `FutexWake` post.
     pub const fn to_arg(self) -> u64 {
         self.bitset as u64 | if self.shared { Self::SHARED_BIT } else { 0 }
     }
@@ -524,7 +494,7 @@ impl FutexMatch {
     }
 }
 
-/// Mutex kinds as sent in `MutexLock` args (glibc `__kind & 3`, adaptive folded into normal).
+/// The words of [`MutexKind`] (glibc `__kind & 3`, adaptive folded into normal).
 pub mod mutex_kind {
     pub const NORMAL: u64 = 0;
     pub const RECURSIVE: u64 = 1;
@@ -706,7 +676,7 @@ pub mod preempt {
     pub const COARSE: u32 = 4;
 }
 
-/// What an [`Op::Held`] lock is (args[1]).
+/// The words of [`HeldKind`]: what an [`Op::Held`] lock is.
 pub mod held {
     pub const MUTEX: u64 = 0;
     pub const READ: u64 = 1;
