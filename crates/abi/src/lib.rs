@@ -1,6 +1,6 @@
 //! The contract between the in-target agent (`preload/`) and the scheduler: the layout of the
-//! shared-memory region, the operation codes a thread posts at a scheduling point, and the
-//! handoff protocol on each slot's state word.
+//! shared-memory region, the operation codes a thread posts at a scheduling point with their typed
+//! arguments ([`request`]), and the handoff protocol on each slot's state word.
 //!
 //! Everything here is `#[repr(C)]`, fixed-size and free of pointers, because the same bytes are
 //! mapped into the scheduler (inside `dara-trace`) and into every traced process. `no_std` and
@@ -518,6 +518,7 @@ pub struct Slot {
     /// Identifier the program uses for this thread (`pthread_t`), so `pthread_join` can name a
     /// slot.
     pub handle: AtomicU64,
+    /// The posted request's argument words ([`Request::encode`]; read with [`Request::decode`]).
     pub args: [AtomicU64; 4],
     /// Return value for the hook (0, a positive count, or a negative errno).
     pub result: AtomicU64,
