@@ -28,7 +28,6 @@ use dara_scheduler::trace::{Step, Trace};
 use dara_scheduler::{Choice, Outcome};
 
 use crate::reproduce::{config_for, reproduce};
-use crate::strategy::choice_label;
 
 pub mod guided;
 mod search;
@@ -171,9 +170,9 @@ fn check_reproduces(trace: &Trace, run: &Schedule) -> Result<(), MinimizeError> 
     if let Some(i) = (0..trace.steps.len().min(run.steps.len())).find(|&i| trace.steps[i] != run.steps[i]) {
         let (want, saw) = (&trace.steps[i], &run.steps[i]);
         let what = if want.choice == saw.choice {
-            format!("step {i} ({}) returned {:?} at {} ns, the trace recorded {:?} at {} ns", choice_label(&want.choice), saw.result, saw.now_ns, want.result, want.now_ns)
+            format!("step {i} ({}) returned {:?} at {} ns, the trace recorded {:?} at {} ns", want.choice, saw.result, saw.now_ns, want.result, want.now_ns)
         } else {
-            format!("step {i} was not offered as recorded: the trace has {}, the run took {}", choice_label(&want.choice), choice_label(&saw.choice))
+            format!("step {i} was not offered as recorded: the trace has {}, the run took {}", want.choice, saw.choice)
         };
         return Err(MinimizeError::NotReproduced(what));
     }

@@ -6,6 +6,9 @@
 use dara_abi::Op;
 use serde::{Deserialize, Serialize};
 
+pub mod object;
+pub use object::{ChoiceObject, NetObject};
+
 /// Logical thread id: the thread's slot index, assigned in creation order across the execution.
 pub type ThreadId = u32;
 /// Logical process id, in creation order.
@@ -45,8 +48,8 @@ pub struct Choice {
     /// The thread's pending operation (informational for strategies, checked by replay).
     pub op: Op,
     /// The object the operation is about (mutex address, deadline for sleeps, ...): the request's
-    /// first argument word ([`dara_abi::Request::subject`]), a shared object's name, or a network
-    /// description.
+    /// first argument word ([`dara_abi::Request::subject`]), a shared object's name, a network
+    /// description or a fault's node(s). Read it typed with [`Choice::object`].
     pub obj: u64,
 }
 

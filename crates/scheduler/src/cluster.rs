@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use dara_abi::Op;
 use serde::{Deserialize, Serialize};
 
-use crate::choice::{Choice, ChoiceKind, ProcessId, FAULT_THREAD};
+use crate::choice::{Choice, ChoiceKind, ChoiceObject, ProcessId, FAULT_THREAD};
 
 /// What a cluster run starts and may break. Recorded in the trace header, so a replay starts the
 /// same nodes and offers the same faults.
@@ -92,15 +92,7 @@ pub fn skew_ns(budget: &FaultBudget, alt: u32) -> i64 {
     }
 }
 
-/// A node pair as a fault choice's `obj`.
-pub fn pair_obj(a: usize, b: usize) -> u64 {
-    (a as u64) << 32 | b as u64
-}
-
-/// The node pair of a fault choice's `obj`.
-pub fn obj_pair(obj: u64) -> (usize, usize) {
-    ((obj >> 32) as usize, (obj & 0xffff_ffff) as usize)
-}
+pub use crate::choice::object::pair_obj;
 
 /// Where a cluster execution is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,27 +213,34 @@ impl Nodes {
     /// the deed).
     pub fn note_fault(&mut self, choice: &Choice) {
         match choice.op {
-            Op::NodeCrash => {
-                self.used.crashes += 1;
-                self.crashed[choice.obj as usize] = true;
-            }
-            Op::NodeRestart => {
-                self.used.restarts += 1;
-                self.crashed[choice.obj as usize] = false;
+            Op::NodeCrash | Op::NodeRestart => {
+                let crash = choice.op == Op::NodeCrash;
+                if crash {
+                    self.used.crashes += 1;
+                } else {
+                    self.used.restarts += 1;
+                }
+                if let Some(crashed) = choice.node().and_then(|n| self.crashed.get_mut(n)) {
+                    *crashed = crash;
+                }
             }
             Op::Partition => {
                 self.used.partitions += 1;
-                self.partitions.insert(obj_pair(choice.obj));
+                self.partitions.extend(choice.node_pair());
             }
             Op::Heal => {
-                self.partitions.remove(&obj_pair(choice.obj));
+                if let Some(pair) = choice.node_pair() {
+                    self.partitions.remove(&pair);
+                }
             }
             Op::ConnReset => self.used.resets += 1,
             Op::NodePause => self.used.node_pauses += 1,
             Op::DropDatagram => self.used.drops += 1,
             Op::ClockSkew => {
                 self.used.skews += 1;
-                self.skew[choice.obj as usize] = skew_ns(&self.spec.faults, choice.alt);
+                if let Some(skew) = choice.node().and_then(|n| self.skew.get_mut(n)) {
+                    *skew = skew_ns(&self.spec.faults, choice.alt);
+                }
             }
             _ => {}
         }
@@ -252,18 +251,17 @@ impl Nodes {
     pub fn describe(spec: Option<&ClusterSpec>, choice: &Choice) -> String {
         let name = |n: usize| spec.and_then(|s| s.nodes.get(n)).map_or_else(|| format!("node {n}"), |s| s.name.clone());
         let skew_ms = |alt| spec.map_or(0, |s| skew_ns(&s.faults, alt) / 1_000_000);
-        match choice.op {
-            Op::NodeCrash | Op::NodeRestart => format!("{} {}", choice.op.name(), name(choice.obj as usize)),
-            Op::NodePause => format!("pause node {} while time passes", name(choice.obj as usize)),
-            Op::Partition | Op::Heal | Op::ConnReset => {
-                let (a, b) = obj_pair(choice.obj);
+        match (choice.op, choice.object()) {
+            (Op::NodeCrash | Op::NodeRestart, ChoiceObject::Node(n)) => format!("{} {}", choice.op.name(), name(n)),
+            (Op::NodePause, ChoiceObject::Node(n)) => format!("pause node {} while time passes", name(n)),
+            (Op::Partition | Op::Heal | Op::ConnReset, ChoiceObject::NodePair(a, b)) => {
                 let what = if choice.op == Op::ConnReset { "reset connections" } else { choice.op.name() };
                 format!("{what} {} | {}", name(a), name(b))
             }
-            Op::ClockSkew => format!("skew {} {:+} ms", name(choice.obj as usize), skew_ms(choice.alt)),
-            Op::DropDatagram => format!("drop a datagram for thread {}", choice.thread),
-            Op::Pause => format!("pause thread {} until {}", choice.thread, crate::time::format_vtime(choice.obj)),
-            op => op.name().to_string(),
+            (Op::ClockSkew, ChoiceObject::Node(n)) => format!("skew {} {:+} ms", name(n), skew_ms(choice.alt)),
+            (Op::DropDatagram, _) => format!("drop a datagram for thread {}", choice.thread),
+            (Op::Pause, ChoiceObject::Time(t)) => format!("pause thread {} until {}", choice.thread, crate::time::format_vtime(t)),
+            (op, _) => op.name().to_string(),
         }
     }
 }
@@ -271,6 +269,7 @@ impl Nodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::choice::object::obj_pair;
 
     fn spec(nodes: usize, faults: FaultBudget) -> ClusterSpec {
         ClusterSpec { nodes: (0..nodes).map(|i| NodeSpec { name: format!("n{i}"), start: vec!["./n".into()], restart: vec![] }).collect(), check: None, faults }

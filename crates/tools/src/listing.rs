@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use dara_scheduler::choice::{ProcessId, ThreadId, FAULT_THREAD};
+use dara_scheduler::choice::{Choice, ChoiceObject, ProcessId, ThreadId, FAULT_THREAD};
 use dara_scheduler::cluster::Nodes;
 use dara_scheduler::trace::Step;
 use dara_scheduler::ChoiceKind;
@@ -53,7 +53,7 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
         let object = match names.programs.get(&c.thread) {
             _ if c.kind == ChoiceKind::Fault => Nodes::describe(names.cluster, c),
             Some(program) if c.op == dara_abi::Op::ProcessStart => program.clone(),
-            _ => describe_object(c.obj, c.op, names.symbols),
+            _ => describe_object(c, names.symbols),
         };
         let result = match step.result {
             Some(r) => format!("-> {r}"),
@@ -96,55 +96,28 @@ fn outside_line(e: &dara_scheduler::outside::OutsideEvent) -> String {
     }
 }
 
-fn describe_object(obj: u64, op: dara_abi::Op, symbols: &BTreeMap<u64, String>) -> String {
+/// A step's object for the listing: what the choice is about ([`Choice::object`]), with a
+/// symbol for an address the target's binaries name.
+fn describe_object(c: &Choice, symbols: &BTreeMap<u64, String>) -> String {
     use dara_abi::Op::*;
-    match op {
-        Sleep => return format!("until {}", format_vtime(obj)),
-        ThreadJoin | ThreadDetach => return format!("thread {obj}"),
-        ProcessWait if obj == dara_abi::ANY_PROCESS => return "any child".to_string(),
-        ProcessWait if obj == dara_abi::ANY_PROCESS - 1 => return "a process dara does not trace".to_string(),
-        ProcessWait => return format!("process {obj}"),
-        ProcessFork | ProcessExec => return String::new(),
-        ProcessKill if obj == dara_abi::ANY_PROCESS => return "a process group".to_string(),
-        ProcessKill if obj == dara_abi::ANY_PROCESS - 1 => return "a process dara does not trace".to_string(),
-        ProcessKill => return format!("process {obj}"),
-        ProcessStart | ThreadStart | ThreadCreate | ThreadExit | ProcessExit | Yield | EdgeQuantum | ClockRead => return String::new(),
-        op if op.is_net() => return describe_net(obj),
-        _ => {}
+    use dara_abi::ProcessTarget;
+    match (c.op, c.object()) {
+        (ProcessStart | ThreadStart | ThreadCreate | ThreadExit | ProcessExit | Yield | EdgeQuantum | ClockRead | ProcessFork | ProcessExec, _) => String::new(),
+        (_, ChoiceObject::None) => String::new(),
+        (_, ChoiceObject::Time(t)) => format!("until {}", format_vtime(t)),
+        (_, ChoiceObject::Thread(t)) => format!("thread {t}"),
+        (ProcessWait, ChoiceObject::Process(ProcessTarget::Any)) => "any child".to_string(),
+        (_, ChoiceObject::Process(ProcessTarget::Any)) => "a process group".to_string(),
+        (_, ChoiceObject::Process(ProcessTarget::Untraced)) => "a process dara does not trace".to_string(),
+        (_, ChoiceObject::Process(ProcessTarget::Process(p))) => format!("process {p}"),
+        (_, ChoiceObject::Net(net)) => net.to_string(),
+        (_, ChoiceObject::Node(n)) => format!("node {n}"),
+        (_, ChoiceObject::NodePair(a, b)) => format!("nodes {a} | {b}"),
+        (_, ChoiceObject::Address(obj) | ChoiceObject::Word(obj)) => match symbols.get(&obj) {
+            Some(name) => format!("{name} ({obj:#x})"),
+            None => format!("{obj:#x}"),
+        },
     }
-    match symbols.get(&obj) {
-        Some(name) => format!("{name} ({obj:#x})"),
-        None => format!("{obj:#x}"),
-    }
-}
-
-/// A network step's object: kind, logical endpoint, peer and the first bytes, e.g.
-/// `tcp e2->e1 "GET "` (see `dara_scheduler::model::net::describe`).
-fn describe_net(obj: u64) -> String {
-    use dara_scheduler::model::net::{kind, undescribe};
-    let (ep, peer, k, preview) = undescribe(obj);
-    let name = match k {
-        kind::TCP => "tcp",
-        kind::UDP => "udp",
-        kind::UNIX_STREAM => "unix",
-        kind::UNIX_DGRAM => "unix-dgram",
-        kind::PIPE => "pipe",
-        kind::EVENTFD => "eventfd",
-        kind::EPOLL => "epoll",
-        kind::POLL => "poll",
-        _ => "fd",
-    };
-    let mut out = match (ep, peer) {
-        (Some(e), Some(p)) => format!("{name} e{e}<->e{p}"),
-        (Some(e), None) if k == kind::POLL => format!("{name} first ready e{e}"),
-        (Some(e), None) => format!("{name} e{e}"),
-        (None, _) => name.to_string(),
-    };
-    if !preview.is_empty() {
-        let text: String = preview.iter().map(|&b| if (0x20..0x7f).contains(&b) && b != b'"' { b as char } else { '.' }).collect();
-        let _ = write!(out, " \"{text}\"");
-    }
-    out
 }
 
 pub use dara_scheduler::time::format_vtime;

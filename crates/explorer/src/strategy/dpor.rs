@@ -71,7 +71,7 @@
 //! only in the order of such code are taken as equivalent and may not all run. `dfs` runs every
 //! order of the scheduled steps, and with them every order of the code between them.
 use dara_abi::Op;
-use dara_scheduler::choice::ThreadId;
+use dara_scheduler::choice::{ChoiceObject, ThreadId};
 use dara_scheduler::{Choice, ChoiceKind, Decide, Divergence};
 
 use super::dfs::{check_replayed, default_index, ended_early};
@@ -307,7 +307,7 @@ pub fn dependent(a: &Choice, b: &Choice) -> bool {
         return true;
     }
     let joins = |x: &Choice, y: &Choice| {
-        x.op == Op::ThreadExit && y.op == Op::ThreadJoin && y.obj == u64::from(x.thread)
+        x.op == Op::ThreadExit && y.op == Op::ThreadJoin && y.object() == ChoiceObject::Thread(x.thread)
     };
     if joins(a, b) || joins(b, a) {
         return true;

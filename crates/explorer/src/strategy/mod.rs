@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 
 use dara_scheduler::choice::ProcessId;
 use dara_scheduler::coverage::ProcessCoverage;
-use dara_scheduler::{Choice, ChoiceKind, Decide};
+use dara_scheduler::{Choice, Decide};
 
 pub mod coverage;
 pub mod dfs;
@@ -165,36 +165,13 @@ pub fn parse(spec: &str, seed: u64) -> Result<Box<dyn Strategy + Send>, Strategy
     Err(StrategyError::Unknown { spec: spec.to_string() })
 }
 
-/// One choice as people read it in divergence reports: `<thread 2 run mutex-lock 0x4040>`,
-/// with ` alt N` when the alternative is not 0.
-pub fn choice_label(c: &Choice) -> String {
-    let kind = match c.kind {
-        ChoiceKind::Run => "run",
-        ChoiceKind::Timeout => "timeout",
-        ChoiceKind::Fault => "fault",
-        ChoiceKind::Interrupt => "interrupt",
-    };
-    let alt = if c.alt != 0 {
-        format!(" alt {}", c.alt)
-    } else {
-        String::new()
-    };
-    if c.op.is_net() && !c.op.is_fault() {
-        // The object is a description (endpoints and first bytes): show it readably.
-        let (endpoint, peer, _, bytes) = dara_scheduler::model::net::undescribe(c.obj);
-        let ep = |e: Option<u64>| e.map_or("?".to_string(), |e| format!("e{e}"));
-        let data = if bytes.is_empty() { String::new() } else { format!(" {}", dara_scheduler::outside::quoted(&bytes, 4)) };
-        return format!("<thread {} {kind} {} {}<->{}{data}{alt}>", c.thread, c.op.name(), ep(endpoint), ep(peer));
-    }
-    format!("<thread {} {kind} {} {:#x}{alt}>", c.thread, c.op.name(), c.obj)
-}
-
-/// Several choices, comma-separated.
+/// Several choices as people read them in divergence reports (each as `Choice`'s `Display`:
+/// `<thread 2 run mutex-lock 0x4040>`), comma-separated.
 pub fn choices_label(choices: &[Choice]) -> String {
     if choices.is_empty() {
         return "nothing".to_string();
     }
-    choices.iter().map(choice_label).collect::<Vec<_>>().join(", ")
+    choices.iter().map(Choice::to_string).collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]
@@ -379,13 +356,13 @@ mod tests {
     #[test]
     fn labels_read_like_the_interleaving_log() {
         let c = run_choice(2, Op::MutexLock, 0x4040);
-        assert_eq!(choice_label(&c), "<thread 2 run mutex-lock 0x4040>");
+        assert_eq!(c.to_string(), "<thread 2 run mutex-lock 0x4040>");
         let t = Choice {
-            kind: ChoiceKind::Timeout,
+            kind: dara_scheduler::ChoiceKind::Timeout,
             alt: 1,
             ..run_choice(3, Op::CondSignal, 0x10)
         };
-        assert_eq!(choice_label(&t), "<thread 3 timeout cond-signal 0x10 alt 1>");
+        assert_eq!(t.to_string(), "<thread 3 timeout cond-signal 0x10 alt 1>");
         assert_eq!(
             choices_label(&[c, t]),
             "<thread 2 run mutex-lock 0x4040>, <thread 3 timeout cond-signal 0x10 alt 1>"

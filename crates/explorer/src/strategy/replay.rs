@@ -9,7 +9,7 @@
 //! offered.
 use dara_scheduler::{Choice, Decide, Divergence};
 
-use super::{choice_label, choices_label, Strategy};
+use super::{choices_label, Strategy};
 
 pub struct Replay {
     expected: Vec<Choice>,
@@ -37,7 +37,7 @@ impl Replay {
             step: self.position as u64,
             expected: format!(
                 "{} (the trace has {} steps)",
-                choice_label(&self.expected[self.position]),
+                self.expected[self.position],
                 self.expected.len()
             ),
             seen: "nothing: the run ended".to_string(),
@@ -64,7 +64,7 @@ impl Decide for Replay {
             }
             None => Err(Divergence {
                 step,
-                expected: choice_label(want),
+                expected: want.to_string(),
                 seen: choices_label(choices),
             }),
         }

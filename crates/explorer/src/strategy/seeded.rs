@@ -7,7 +7,7 @@
 //! matched on the whole recorded choice (thread, kind, alternative, op, object), as replay does.
 use dara_scheduler::{Choice, Decide, Divergence};
 
-use super::{choice_label, Feedback, Strategy};
+use super::{Feedback, Strategy};
 
 pub struct Seeded {
     inner: Box<dyn Strategy + Send>,
@@ -42,7 +42,7 @@ impl Decide for Seeded {
                         return Ok(i);
                     }
                     None => {
-                        self.left = Some(format!("the program no longer offered {} at step {step}", choice_label(want)));
+                        self.left = Some(format!("the program no longer offered {} at step {step}", want));
                         self.following = false;
                     }
                 },

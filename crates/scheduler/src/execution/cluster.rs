@@ -13,8 +13,9 @@ use dara_tracer::reaper::ExitStatus;
 
 use super::{Execution, ProcessRecord};
 use crate::choice::{Choice, ChoiceKind, ProcessId, ThreadId};
-use crate::cluster::{obj_pair, Phase, Role};
-use crate::model::net::{kind as net_kind, undescribe};
+use crate::cluster::{Phase, Role};
+use crate::choice::NetObject;
+use crate::model::net::kind as net_kind;
 use crate::model::ThreadStatus;
 use crate::outcome::Outcome;
 use crate::procfs;
@@ -237,7 +238,7 @@ impl Execution<'_> {
         if nodes.may_drop() {
             // A ready datagram receive may instead lose the datagram it would get.
             for (thread, request) in self.model.net_requests() {
-                let view = self.model.probed_view(thread).filter(|v| v.ready && request.op() == Op::NetRecv && undescribe(v.obj).2 == net_kind::UDP);
+                let view = self.model.probed_view(thread).filter(|v| v.ready && request.op() == Op::NetRecv && NetObject::decode(v.obj).kind == net_kind::UDP);
                 if let Some(view) = view {
                     choices.push(Choice { thread, kind: ChoiceKind::Fault, alt: 0, op: Op::DropDatagram, obj: view.obj });
                 }
@@ -252,7 +253,7 @@ impl Execution<'_> {
         self.net_dirty = true;
         match choice.op {
             Op::NodeCrash => {
-                let node = choice.obj as usize;
+                let node = choice.node()?;
                 let now = Instant::now();
                 let victims: Vec<ProcessId> = self.live_processes_of(node).map(|(p, _)| p).collect();
                 for process in victims {
@@ -265,18 +266,18 @@ impl Execution<'_> {
                 }
                 None
             }
-            Op::NodeRestart => self.launch(Role::Node(choice.obj as usize), true).err(),
+            Op::NodeRestart => self.launch(Role::Node(choice.node()?), true).err(),
             Op::DropDatagram => {
                 let fd = self.model.net_requests().into_iter().find(|(t, _)| *t == choice.thread).and_then(|(_, r)| r.fd())?;
                 let pid = self.pid_of(choice.thread);
                 self.net.drop_datagram(pid, fd).err().map(|e| Outcome::Uncontrolled { thread: choice.thread, syscall: "drop".into(), detail: e.0 })
             }
             Op::Partition | Op::ConnReset => {
-                let (a, b) = obj_pair(choice.obj);
+                let (a, b) = choice.node_pair()?;
                 self.reset_between(a, b).err()
             }
             Op::NodePause => {
-                let threads = self.node_threads(choice.obj as usize);
+                let threads = self.node_threads(choice.node()?);
                 self.model.pause_group(&threads);
                 None
             }

@@ -612,9 +612,9 @@ impl<'a> Execution<'a> {
     /// on a UDP socket, or a connection to a Unix-domain listening socket (directly, or through
     /// `poll` or an epoll set that watches such a socket).
     fn waits_for_unrelayed_peers(&mut self) -> bool {
-        use crate::model::net::{kind, undescribe};
+        use crate::model::net::kind;
         for (thread, request) in self.model.net_requests() {
-            let waiting_on = self.model.probed_view(thread).filter(|v| !v.ready).map(|v| undescribe(v.obj).2);
+            let waiting_on = self.model.probed_view(thread).filter(|v| !v.ready).map(|v| crate::choice::NetObject::decode(v.obj).kind);
             let unrelayed = match (request.op(), waiting_on) {
                 (Op::NetRecv, Some(kind::UDP)) | (Op::NetAccept, Some(kind::UNIX_STREAM)) => true,
                 (Op::NetEpollWait, Some(kind::EPOLL)) | (Op::NetPoll, Some(kind::POLL)) => {

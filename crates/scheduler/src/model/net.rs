@@ -40,43 +40,7 @@ pub struct NetView {
     pub obj: u64,
 }
 
-/// Kinds of endpoint in a described `obj`.
-pub mod kind {
-    pub const UNKNOWN: u64 = 0;
-    pub const TCP: u64 = 1;
-    pub const UDP: u64 = 2;
-    pub const UNIX_STREAM: u64 = 3;
-    pub const UNIX_DGRAM: u64 = 4;
-    pub const PIPE: u64 = 5;
-    pub const EVENTFD: u64 = 6;
-    pub const EPOLL: u64 = 7;
-    pub const POLL: u64 = 8;
-}
-
-/// "No endpoint" in a described `obj`.
-pub const NO_ENDPOINT: u64 = 0xFFF;
-
-/// Packs what the listing shows about a network step into the choice's 64-bit `obj`:
-/// bits 0–11 the logical endpoint, 12–23 its peer ([`NO_ENDPOINT`] when unknown), 24–27 the
-/// [`kind`], 28–31 how many preview bytes follow, 32–63 up to four first bytes of the data.
-pub fn describe(endpoint: u64, peer: u64, kind: u64, preview: &[u8]) -> u64 {
-    let n = preview.len().min(4);
-    let mut bytes = [0u8; 4];
-    bytes[..n].copy_from_slice(&preview[..n]);
-    (endpoint.min(NO_ENDPOINT))
-        | (peer.min(NO_ENDPOINT) << 12)
-        | ((kind & 0xF) << 24)
-        | ((n as u64) << 28)
-        | (u64::from(u32::from_le_bytes(bytes)) << 32)
-}
-
-/// The parts of a described `obj`: (endpoint, peer, kind, preview bytes).
-pub fn undescribe(obj: u64) -> (Option<u64>, Option<u64>, u64, Vec<u8>) {
-    let id = |v: u64| (v != NO_ENDPOINT).then_some(v);
-    let n = ((obj >> 28) & 0xF).min(4) as usize;
-    let bytes = ((obj >> 32) as u32).to_le_bytes();
-    (id(obj & 0xFFF), id((obj >> 12) & 0xFFF), (obj >> 24) & 0xF, bytes[..n].to_vec())
-}
+pub use crate::choice::object::{describe, kind, NO_ENDPOINT};
 
 /// Whether a network request must not block (its `Run` is always enabled).
 pub(crate) fn nonblocking(r: &Request) -> bool {

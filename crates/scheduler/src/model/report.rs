@@ -7,7 +7,7 @@ use dara_abi::{Addr, Op, Request as R};
 use super::objects::Once;
 use super::thread::{Phase, Thread, Wait};
 use super::{Model, Request};
-use crate::choice::ThreadId;
+use crate::choice::{NetObject, ThreadId};
 use crate::outcome::BlockedThread;
 
 impl Model {
@@ -61,8 +61,8 @@ impl Model {
             },
             R::Unsupported(call) => format!("stopped at uncontrolled syscall {}", call.nr()),
             R::NetRecv { .. } | R::NetAccept { .. } | R::NetPoll { .. } | R::NetEpollWait { .. } | R::NetSend { .. } => {
-                let (ep, peer, _, _) = super::net::undescribe(self.net_obj(me));
-                let on = match (ep, peer) {
+                let net = NetObject::decode(self.net_obj(me));
+                let on = match (net.endpoint, net.peer) {
                     (Some(e), Some(p)) => format!(" on endpoint e{e} (peer e{p})"),
                     (Some(e), None) => format!(" on endpoint e{e}"),
                     _ => String::new(),
@@ -76,8 +76,7 @@ impl Model {
                 format!("waits for {what}{on}, which no other thread can still provide")
             }
             R::FifoOpen { flags, .. } => {
-                let (fifo, _, _, _) = super::net::undescribe(self.net_obj(me));
-                let fifo = fifo.map_or(String::new(), |e| format!(" e{e}"));
+                let fifo = NetObject::decode(self.net_obj(me)).endpoint.map_or(String::new(), |e| format!(" e{e}"));
                 let other = if flags.fifo_reader() { "writer" } else { "reader" };
                 format!("waits in open of FIFO{fifo} for a {other}, which no other thread can still provide")
             }

@@ -637,7 +637,8 @@ fn same_script_same_choices() {
 
 mod net {
     use super::*;
-    use crate::model::net::{describe, kind, undescribe, NetView, NO_ENDPOINT};
+    use crate::choice::{ChoiceObject, NetObject};
+    use crate::model::net::{describe, kind, NetView, NO_ENDPOINT};
     use dara_abi::net_flags;
 
     fn ready(obj: u64) -> NetView {
@@ -656,7 +657,9 @@ mod net {
         s.m.set_net_view(1, ready(describe(2, 1, kind::TCP, b"abc")));
         assert_eq!(s.offered(1), vec![(ChoiceKind::Run, 0)]);
         let c = s.m.choices().into_iter().find(|c| c.thread == 1).unwrap();
-        assert_eq!(undescribe(c.obj), (Some(2), Some(1), kind::TCP, b"abc".to_vec()));
+        let ChoiceObject::Net(net) = c.object() else { panic!("a receive's object is a network object") };
+        assert_eq!(net, NetObject::decode(describe(2, 1, kind::TCP, b"abc")));
+        assert_eq!((net.endpoint, net.peer, net.kind, net.preview()), (Some(2), Some(1), kind::TCP, &b"abc"[..]));
         assert_eq!(s.m.apply(&c, &mut s.mem), Effect::Grant { result: 5 });
     }
 

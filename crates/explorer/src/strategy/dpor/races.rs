@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use dara_abi::Op;
-use dara_scheduler::choice::{ThreadId, FAULT_THREAD};
+use dara_scheduler::choice::{ChoiceObject, ThreadId, FAULT_THREAD};
 use dara_scheduler::{Choice, ChoiceKind};
 
 use super::{dependent, Node};
@@ -168,7 +168,7 @@ fn creation_clock(events: &[Event], first: &Choice) -> Clock {
     events
         .iter()
         .rev()
-        .find(|e| e.choice.op == Op::ThreadCreate && u64::from(e.choice.thread) == first.obj)
+        .find(|e| e.choice.op == Op::ThreadCreate && first.object() == ChoiceObject::Thread(e.choice.thread))
         .map(|e| e.clock.clone())
         .unwrap_or_default()
 }
