@@ -369,7 +369,8 @@ pub enum Request {
     FifoOpen { reader: Option<i32>, flags: NetFlags, device: u64, inode: u64 },
 }
 
-/// A posted slot whose words do not make a request: which op, and which field is wrong.
+/// A posted slot whose words do not make a request: which op, and which field is wrong (`"op"`
+/// itself for an op only the scheduler chooses, an injected fault).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeError {
     pub op: Op,
@@ -389,7 +390,8 @@ impl core::fmt::Display for DecodeError {
 /// Largest `NetSend` length: the bits below [`net_flags::SEND_SHIFT`].
 pub const SEND_LEN_MASK: u64 = (1 << net_flags::SEND_SHIFT) - 1;
 
-fn fd(word: u64) -> i32 {
+/// A descriptor word: the preload writes a `c_int` sign-extended (`fd as u64`).
+fn descriptor(word: u64) -> i32 {
     word as i32
 }
 
@@ -532,19 +534,19 @@ impl Request {
     pub fn decode(op: Op, a: [u64; 4]) -> Result<Request, DecodeError> {
         use Request as R;
         let bad = |field| DecodeError { op, field };
-        let slot = |word: u64, field| u32::try_from(word).map_err(|_| bad(field));
+        let word32 = |word: u64, field| u32::try_from(word).map_err(|_| bad(field));
         let kind = |word, field| MutexKind::from_arg(word).ok_or(bad(field));
         let addr = Addr(a[0]);
         Ok(match op {
             Op::ProcessStart => R::ProcessStart {
-                parent: if a[0] == u64::MAX { None } else { Some(slot(a[0], "parent")?) },
+                parent: if a[0] == u64::MAX { None } else { Some(word32(a[0], "parent")?) },
                 kind: StartKind::from_arg(a[1]).ok_or(bad("start kind"))?,
             },
-            Op::ThreadStart => R::ThreadStart { creator: slot(a[0], "creator slot")? },
+            Op::ThreadStart => R::ThreadStart { creator: word32(a[0], "creator slot")? },
             Op::ThreadCreate => R::ThreadCreate,
             Op::ThreadExit => R::ThreadExit,
-            Op::ThreadJoin => R::ThreadJoin { target: slot(a[0], "target slot")? },
-            Op::ThreadDetach => R::ThreadDetach { target: slot(a[0], "target slot")? },
+            Op::ThreadJoin => R::ThreadJoin { target: word32(a[0], "target slot")? },
+            Op::ThreadDetach => R::ThreadDetach { target: word32(a[0], "target slot")? },
             Op::ProcessExit => R::ProcessExit { status: a[0] as u32 as i32 },
             Op::MutexLock => R::MutexLock { mutex: addr, kind: kind(a[1], "mutex kind")?, deadline: Deadline::from_ns(a[2]) },
             Op::MutexTryLock => R::MutexTryLock { mutex: addr, kind: kind(a[1], "mutex kind")? },
@@ -563,16 +565,16 @@ impl Request {
             Op::CondWait => R::CondWait { cond: addr, mutex: Addr(a[1]), deadline: Deadline::from_ns(a[2]), mutex_kind: kind(a[3], "mutex kind")? },
             Op::CondSignal => R::CondSignal { cond: addr },
             Op::CondBroadcast => R::CondBroadcast { cond: addr },
-            Op::BarrierInit => R::BarrierInit { barrier: addr, count: slot(a[1], "count")? },
+            Op::BarrierInit => R::BarrierInit { barrier: addr, count: word32(a[1], "count")? },
             Op::BarrierWait => R::BarrierWait { barrier: addr },
             Op::OnceBegin => R::OnceBegin { once: addr },
             Op::OnceDone => R::OnceDone { once: addr },
-            Op::SemInit => R::SemInit { sem: addr, value: slot(a[1], "initial value")? },
+            Op::SemInit => R::SemInit { sem: addr, value: word32(a[1], "initial value")? },
             Op::SemWait => R::SemWait { sem: addr, deadline: Deadline::from_ns(a[1]) },
             Op::SemTryWait => R::SemTryWait { sem: addr },
             Op::SemPost => R::SemPost { sem: addr },
-            Op::FutexWait => R::FutexWait { addr, expected: slot(a[1], "expected value")?, deadline: Deadline::from_ns(a[2]), matching: FutexMatch::from_arg(a[3]) },
-            Op::FutexWake => R::FutexWake { addr, count: slot(a[1], "waiter count")?, matching: FutexMatch::from_arg(a[2]) },
+            Op::FutexWait => R::FutexWait { addr, expected: word32(a[1], "expected value")?, deadline: Deadline::from_ns(a[2]), matching: FutexMatch::from_arg(a[3]) },
+            Op::FutexWake => R::FutexWake { addr, count: word32(a[1], "waiter count")?, matching: FutexMatch::from_arg(a[2]) },
             Op::Yield => R::Yield,
             Op::Sleep => R::Sleep { deadline: Deadline::from_ns(a[0]) },
             Op::ClockRead => R::ClockRead,
@@ -580,7 +582,7 @@ impl Request {
             Op::MemoryWrite => R::MemoryWrite { addr, size: a[1] },
             Op::EdgeQuantum => R::EdgeQuantum,
             Op::Fault => R::Fault { signal: a[0] as i32, pc: Addr(a[1]), addr: Addr(a[2]) },
-            Op::SignalArrived => R::SignalArrived { signal: a[0] as i32, sender: slot(a[1], "sender pid")?, code: a[2] as u32 as i32, value: a[3] },
+            Op::SignalArrived => R::SignalArrived { signal: a[0] as i32, sender: word32(a[1], "sender pid")?, code: a[2] as u32 as i32, value: a[3] },
             Op::SigSuspend => R::SigSuspend { mask: a[0] },
             Op::SigWait => R::SigWait { set: a[0], deadline: Deadline::from_ns(a[1]) },
             Op::ProcessFork => R::ProcessFork,
@@ -596,27 +598,27 @@ impl Request {
                 Unsupported::SYS_EXECVE if a[2] == UNSUPPORTED_STATIC_EXEC => Unsupported::StaticExec { path: Addr(a[1]) },
                 nr => Unsupported::Syscall { nr, args: [a[1], a[2], a[3]] },
             }),
-            Op::NetRecv => R::NetRecv { fd: fd(a[0]), flags: NetFlags(a[1]), deadline: Deadline::from_ns(a[2]), len: a[3] },
+            Op::NetRecv => R::NetRecv { fd: descriptor(a[0]), flags: NetFlags(a[1]), deadline: Deadline::from_ns(a[2]), len: a[3] },
             Op::NetSend => R::NetSend {
-                fd: fd(a[0]),
+                fd: descriptor(a[0]),
                 len: a[1] & SEND_LEN_MASK,
                 flags: NetFlags(a[1] >> net_flags::SEND_SHIFT),
                 head: a[2].to_le_bytes(),
                 dest_port: u16::try_from(a[3]).map_err(|_| bad("destination port"))?,
             },
-            Op::NetAccept => R::NetAccept { fd: fd(a[0]), flags: NetFlags(a[1]), deadline: Deadline::from_ns(a[2]) },
-            Op::NetConnect => R::NetConnect { fd: fd(a[0]), flags: NetFlags(a[1]) },
+            Op::NetAccept => R::NetAccept { fd: descriptor(a[0]), flags: NetFlags(a[1]), deadline: Deadline::from_ns(a[2]) },
+            Op::NetConnect => R::NetConnect { fd: descriptor(a[0]), flags: NetFlags(a[1]) },
             Op::NetPoll => R::NetPoll { fds: addr, count: a[1], deadline: Deadline::from_ns(a[2]), flags: NetFlags(a[3]) },
-            Op::NetEpollWait => R::NetEpollWait { epoll: fd(a[0]), deadline: Deadline::from_ns(a[2]), flags: NetFlags(a[3]) },
+            Op::NetEpollWait => R::NetEpollWait { epoll: descriptor(a[0]), deadline: Deadline::from_ns(a[2]), flags: NetFlags(a[3]) },
             Op::NetClose => R::NetClose {
-                fd: fd(a[0]),
+                fd: descriptor(a[0]),
                 how: match a[1] {
                     0 => CloseHow::Close,
-                    how => CloseHow::Shutdown(slot(how - 1, "shutdown how")?),
+                    how => CloseHow::Shutdown(word32(how - 1, "shutdown how")?),
                 },
             },
-            Op::NetListen => R::NetListen { fd: fd(a[0]), twin: fd(a[1]), datagrams: a[2] == 1 },
-            Op::FifoOpen => R::FifoOpen { reader: if a[0] == u64::MAX { None } else { Some(fd(a[0])) }, flags: NetFlags(a[1]), device: a[2], inode: a[3] },
+            Op::NetListen => R::NetListen { fd: descriptor(a[0]), twin: descriptor(a[1]), datagrams: a[2] == 1 },
+            Op::FifoOpen => R::FifoOpen { reader: if a[0] == u64::MAX { None } else { Some(descriptor(a[0])) }, flags: NetFlags(a[1]), device: a[2], inode: a[3] },
             Op::NodeCrash | Op::NodeRestart | Op::Partition | Op::Heal | Op::DropDatagram | Op::ConnReset | Op::ClockSkew | Op::Pause | Op::NodePause => {
                 return Err(bad("op"))
             }
