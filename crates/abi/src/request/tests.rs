@@ -2,6 +2,7 @@
 //! the preload and scheduler used before requests were typed.
 
 use super::*;
+use crate::{ANY_PROCESS, NO_DEADLINE};
 
 fn every_variant() -> [Request; 54] {
     use Request as R;
