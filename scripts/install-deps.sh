@@ -14,7 +14,8 @@
 # Debian's default JDK (javac and java: the JVM test compiles tests/fixtures/java/Workers.java),
 # GNU make (`make -j4` builds a small C project under dara), perl with ithreads, git (`git clone
 # --no-local` between processes), mosquitto with its clients (an MQTT broker on both families), and
-# haproxy in front of lighttpd (a threaded proxy and a web server: tests/fixtures/scripts/haproxy_test.sh).
+# haproxy in front of lighttpd (a threaded proxy and a web server: tests/fixtures/scripts/haproxy_test.sh),
+# and Node.js (worker_threads: tests/fixtures/node/workers.js; any `node` on PATH will do).
 # postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
 # from util-linux).
 #
@@ -55,6 +56,7 @@ command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v make >/dev/null 2>&1 || need+=(make)
 perl -Mthreads -e 1 >/dev/null 2>&1 || need+=(perl)
 command -v git >/dev/null 2>&1 || need+=(git)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || services+=(mosquitto)
 command -v lighttpd >/dev/null 2>&1 || [ -x /usr/sbin/lighttpd ] || services+=(lighttpd)
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || services+=(haproxy)

@@ -549,3 +549,20 @@ fn haproxy_under_curl_is_recorded_and_one_ctrl_c_stops_it_without_a_false_bug() 
     assert!(processes_with(&["haproxy", &format!("haproxy_test.{port}.")]).is_empty(), "a haproxy survived");
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
+
+/// Node.js: three worker_threads adding into a SharedArrayBuffer (tests/fixtures/node/workers.js),
+/// with V8's platform threads and libuv's pool around them. Recorded, searched, replayed.
+#[test]
+fn node_worker_threads_record_search_and_replay() {
+    let script = private_copy(&repo_root().join("tests/fixtures/node/workers.js"), "node-workers");
+    let node = ["node", script.to_str().unwrap()];
+    const ANSWER: &str = "workers: total 3000";
+    let (trace, printed) = record("node-workers", &node);
+    assert!(printed.contains(ANSWER), "{printed}");
+    assert!(threads_created(&trace) >= 3, "the workers ran as threads under control");
+    replays_identically(&trace);
+    let (last, run) = search_clean("node-workers-search", SEARCH_RUNS, &[], &node);
+    assert_eq!(run.stdout.matches(ANSWER).count(), SEARCH_RUNS as usize, "{}", run.text());
+    replays_identically(&last);
+    assert!(processes_with(&["node", script.to_str().unwrap()]).is_empty(), "a node survived");
+}
