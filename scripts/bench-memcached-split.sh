@@ -109,10 +109,13 @@ done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 names=(native relay)
 for build in "${!traces[@]}"; do names+=("recorded$build"); echo "recorded$build: ${traces[build]}"; done
-printf '%-10s %8s %8s %26s %9s %12s\n' "" "set (s)" "get (s)" "CPU µs a set: each process" "CPU0 idle" "switches/req"
+printf '%-10s %8s %8s %-40s %9s %12s\n' "" "set (s)" "get (s)" "CPU µs a set, by process" "CPU0 idle" "switches/req"
 for name in "${names[@]}"; do
     col() { awk -v k="$1" '{ for (i = 1; i < NF; i++) if ($i == k) print $(i + 1) }' "$out/$name" | median; }
-    cpus="$(col cpu0)"
-    [ "$name" = native ] || cpus+=" + $(col cpu1)"
-    printf '%-10s %8s %8s %26s %9s %12s\n' "$name" "$(col set)" "$(col get)" "$cpus" "$(col idle0)" "$(col switches)"
+    case $name in
+        native) cpus="memcached $(col cpu0)" ;;
+        relay) cpus="memcached $(col cpu0) + tcp_relay $(col cpu1)" ;;
+        *) cpus="dara-trace $(col cpu0) + memcached $(col cpu1)" ;;
+    esac
+    printf '%-10s %8s %8s %-40s %9s %12s\n' "$name" "$(col set)" "$(col get)" "$cpus" "$(col idle0)" "$(col switches)"
 done
