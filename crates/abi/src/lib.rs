@@ -32,12 +32,12 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 pub mod access;
 pub mod request;
 
-pub use request::{Addr, CloseHow, Deadline, DecodeError, HeldKind, MutexKind, NetFlags, ProcessTarget, Request, StartKind, Unsupported, WaitOptions};
+pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind, MutexKind, NetFlags, ProcessTarget, Request, StartKind, Unsupported, WaitOptions};
 
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 17;
+pub const VERSION: u32 = 18;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -214,6 +214,13 @@ pub enum Op {
     /// `kill`. Granted at once; the thread then sends the signal for real, and the scheduler
     /// does not decide again until every traced process the signal terminates is gone.
     ProcessKill = 113,
+    /// A blocking file lock (`flock` with `LOCK_SH`/`LOCK_EX`, `fcntl` with `F_SETLKW` or
+    /// `F_OFD_SETLKW`, `lockf(F_LOCK)`) the kernel would make wait: the preload tried it without
+    /// blocking and another holder has it. Enabled again once another thread has taken a step
+    /// since the post (a file lock is released by an unlock, a close or a process's end, which
+    /// dara does not all see as such); the grant (result 0) makes the preload try again, and post
+    /// again while it is still taken. With nobody else able to move, the thread is deadlocked.
+    FileLock = 114,
 
     /// A syscall dara cannot control was about to run. Ends the execution with an
     /// "uncontrolled" outcome; never granted.
@@ -347,6 +354,7 @@ impl Op {
             111 => ProcessExec,
             112 => ProcessWait,
             113 => ProcessKill,
+            114 => FileLock,
             90 => Unsupported,
             120 => NetRecv,
             121 => NetSend,
@@ -417,6 +425,7 @@ impl Op {
             ProcessExec => "exec",
             ProcessWait => "wait",
             ProcessKill => "kill",
+            FileLock => "file-lock",
             Unsupported => "unsupported-syscall",
             NetRecv => "recv",
             NetSend => "send",

@@ -14,7 +14,7 @@
 use crate::{net_flags, FutexMatch, Op, UNSUPPORTED_STATIC_EXEC};
 
 mod args;
-pub use args::{Addr, CloseHow, Deadline, HeldKind, MutexKind, NetFlags, ProcessTarget, StartKind, Unsupported, WaitOptions};
+pub use args::{Addr, CloseHow, Deadline, FileLockKind, HeldKind, MutexKind, NetFlags, ProcessTarget, StartKind, Unsupported, WaitOptions};
 
 /// A posted operation with its arguments. Fields are listed in their encoding's word order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -99,6 +99,10 @@ pub enum Request {
     /// `kill` of `signal`; `pid` is the raw pid argument, for /proc checks only (never part of a
     /// decision). Encoded as `[target, signal, pid as i64, 0]`.
     ProcessKill { target: ProcessTarget, signal: i32, pid: i32 },
+
+    /// A blocking file lock on `fd` that another holder has: the preload's non-blocking try
+    /// failed. Enabled again once another thread has taken a step; the preload then tries again.
+    FileLock { fd: i32, kind: FileLockKind },
 
     /// A system call dara cannot control was about to run; ends the execution.
     Unsupported(Unsupported),
@@ -201,6 +205,7 @@ impl Request {
             R::ProcessExec => Op::ProcessExec,
             R::ProcessWait { .. } => Op::ProcessWait,
             R::ProcessKill { .. } => Op::ProcessKill,
+            R::FileLock { .. } => Op::FileLock,
             R::Unsupported(_) => Op::Unsupported,
             R::NetRecv { .. } => Op::NetRecv,
             R::NetSend { .. } => Op::NetSend,
@@ -256,6 +261,7 @@ impl Request {
             R::SigWait { set, deadline } => [set, deadline.to_ns(), 0, 0],
             R::ProcessWait { target, options } => [target.to_arg(), options.to_arg(), 0, 0],
             R::ProcessKill { target, signal, pid } => [target.to_arg(), signal as u64, pid as i64 as u64, 0],
+            R::FileLock { fd, kind } => [fd as u64, kind.to_arg(), 0, 0],
             R::Unsupported(call) => match call {
                 Unsupported::Clone3 { flags, size } => [Unsupported::SYS_CLONE3, flags, size, 0],
                 Unsupported::StaticExec { path } => [Unsupported::SYS_EXECVE, path.0, UNSUPPORTED_STATIC_EXEC, 0],
@@ -351,6 +357,7 @@ impl Request {
                 signal: a[1] as i32,
                 pid: i32::try_from(a[2] as i64).map_err(|_| bad("pid"))?,
             },
+            Op::FileLock => R::FileLock { fd: descriptor(a[0]), kind: FileLockKind::from_arg(a[1]).ok_or(bad("lock kind"))? },
             Op::Unsupported => R::Unsupported(match a[0] {
                 Unsupported::SYS_CLONE3 => Unsupported::Clone3 { flags: a[1], size: a[2] },
                 Unsupported::SYS_EXECVE if a[2] == UNSUPPORTED_STATIC_EXEC => Unsupported::StaticExec { path: Addr(a[1]) },

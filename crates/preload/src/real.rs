@@ -201,6 +201,8 @@ real_functions! {
     fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int;
     fn fcntl64(fd: c_int, cmd: c_int, arg: libc::c_ulong) -> c_int;
+    fn flock(fd: c_int, operation: c_int) -> c_int;
+    fn lockf(fd: c_int, cmd: c_int, len: libc::off_t) -> c_int;
     fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int;
     fn ppoll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: *const timespec, mask: *const sigset_t) -> c_int;
     fn select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, timeout: *mut timeval) -> c_int;

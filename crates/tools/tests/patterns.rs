@@ -282,3 +282,27 @@ fn openssl_speed_multi_reads_its_children_through_stdio_under_control() {
     }
     verifies_clean(&out);
 }
+
+#[test]
+fn a_blocking_file_lock_waits_under_control_and_an_abba_of_flocks_is_a_deadlock() {
+    // flock, fcntl(F_SETLKW), lockf(F_LOCK) between two processes and F_OFD_SETLKW between two
+    // threads, each with a nap in its critical section. Before, the waiter slept in the kernel
+    // holding the run token: "uncontrolled: ... blocked in the kernel in flock".
+    let program = private_copy(&fixture("file_lock"), "file-lock");
+    for mode in ["flock", "posix", "lockf", "ofd"] {
+        let dir = out_dir(&format!("file-lock-{mode}-files"));
+        let answer = format!("file_lock {mode}: counter 10");
+        let last = searches_clean_and_alike(&format!("file-lock-{mode}"), &program, &[mode, dir.to_str().unwrap()], 8, &answer);
+        let t = trace::read_file(&last).unwrap();
+        assert!(t.steps.iter().any(|s| s.choice.op == dara_abi::Op::FileLock), "{mode}: a worker waited for the lock under control");
+        records_and_replays(&format!("file-lock-{mode}-record"), &program, &[mode, dir.to_str().unwrap()], &answer);
+    }
+    // Two processes taking two flock locks in opposite orders: a deadlock that names the locks.
+    let dir = out_dir("file-lock-abba-files");
+    let out = out_dir("file-lock-abba");
+    let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--runs", "20", "--seed", "1", "--", program.to_str().unwrap(), "abba", dir.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(run.code, 1, "{}", run.text());
+    assert!(run.stdout.contains("BUG: deadlock") && run.stdout.contains("waits in flock on descriptor"), "{}", run.text());
+    replays(&out.join("bug-0001").join("trace.bin"), "waits in flock on descriptor");
+    assert_no_survivors(&program);
+}

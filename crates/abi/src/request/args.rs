@@ -214,6 +214,44 @@ impl NetFlags {
     }
 }
 
+/// Which kind of file lock a [`Request::FileLock`](super::Request::FileLock) waits for: `flock`,
+/// a POSIX record lock (`fcntl(F_SETLKW)`, `lockf(F_LOCK)`) or an open-file-description lock
+/// (`fcntl(F_OFD_SETLKW)`). Encoded as 0, 1, 2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileLockKind {
+    Flock,
+    Posix,
+    OpenFile,
+}
+
+impl FileLockKind {
+    pub const fn to_arg(self) -> u64 {
+        match self {
+            FileLockKind::Flock => 0,
+            FileLockKind::Posix => 1,
+            FileLockKind::OpenFile => 2,
+        }
+    }
+
+    pub const fn from_arg(arg: u64) -> Option<FileLockKind> {
+        match arg {
+            0 => Some(FileLockKind::Flock),
+            1 => Some(FileLockKind::Posix),
+            2 => Some(FileLockKind::OpenFile),
+            _ => None,
+        }
+    }
+
+    /// The call's name, for listings and reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            FileLockKind::Flock => "flock",
+            FileLockKind::Posix => "fcntl(F_SETLKW)",
+            FileLockKind::OpenFile => "fcntl(F_OFD_SETLKW)",
+        }
+    }
+}
+
 /// What a `NetClose` does: close the descriptor, or `shutdown` with a `SHUT_*` value. Encoded as
 /// 0, or 1 + `how`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -4,7 +4,7 @@
 use super::*;
 use crate::{ANY_PROCESS, NO_DEADLINE};
 
-fn every_variant() -> [Request; 54] {
+fn every_variant() -> [Request; 56] {
     use Request as R;
     let (a, b) = (Addr(0x7f00_1000), Addr(0x7f00_2040));
     let at = Deadline::At(5_000_000_000);
@@ -43,6 +43,8 @@ fn every_variant() -> [Request; 54] {
         R::FutexWait { addr: a, expected: u32::MAX, deadline: Deadline::Never, matching: futex },
         R::FutexWake { addr: a, count: i32::MAX as u32, matching: FutexMatch { bitset: u32::MAX, shared: false } },
         R::Yield,
+        R::FileLock { fd: 7, kind: FileLockKind::Flock },
+        R::FileLock { fd: 3, kind: FileLockKind::OpenFile },
         R::Sleep { deadline: at },
         R::ClockRead,
         R::MemoryRead { addr: a, size: 4 },

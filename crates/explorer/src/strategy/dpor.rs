@@ -334,8 +334,10 @@ fn is_memory_access(op: Op) -> bool {
 
 fn ends_everything(op: Op) -> bool {
     // Process operations touch other processes' lives (a wait sees exits, a kill ends a
-    // process): treated as dependent on everything, which is safe, not minimal.
-    matches!(op, Op::ProcessExit | Op::Unsupported | Op::ProcessFork | Op::ProcessExec | Op::ProcessWait | Op::ProcessKill)
+    // process): treated as dependent on everything, which is safe, not minimal. A file lock's
+    // retry is too: any other step may be the one that released the lock (file locks are not
+    // modelled, see the scheduler's model/file_locks.rs).
+    matches!(op, Op::ProcessExit | Op::Unsupported | Op::ProcessFork | Op::ProcessExec | Op::ProcessWait | Op::ProcessKill | Op::FileLock)
 }
 
 fn on_sync_object(op: Op) -> bool {

@@ -6,7 +6,8 @@
 //!
 //! `fcntl` is variadic in C; on x86-64 its optional argument travels in the register a fixed
 //! third parameter would use, so declaring it fixed and passing it on unchanged is exact (as for
-//! `open`). Every other command goes straight to libc.
+//! `open`). A blocking lock command (`F_SETLKW`, `F_OFD_SETLKW`) waits in the scheduler
+//! ([`super::file_locks`]); every other command goes straight to libc.
 use libc::{c_int, c_ulong};
 
 use crate::{fd, real};
@@ -49,12 +50,18 @@ fn after_fcntl(fd: c_int, cmd: c_int, rc: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    if let Some(rc) = super::file_locks::fcntl_lock(fd, cmd, arg, real::fcntl) {
+        return rc;
+    }
     // SAFETY: the program's own arguments, forwarded unchanged.
     after_fcntl(fd, cmd, unsafe { real::fcntl(fd, cmd, arg) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    if let Some(rc) = super::file_locks::fcntl_lock(fd, cmd, arg, real::fcntl64) {
+        return rc;
+    }
     // SAFETY: the program's own arguments, forwarded unchanged.
     after_fcntl(fd, cmd, unsafe { real::fcntl64(fd, cmd, arg) })
 }

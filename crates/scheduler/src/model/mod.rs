@@ -37,6 +37,7 @@ use crate::outcome::BlockedThread;
 use crate::time::{TimeConfig, TimerPolicy};
 
 mod clock;
+mod file_locks;
 pub mod net;
 mod objects;
 mod ops;
@@ -104,6 +105,8 @@ pub struct Model {
     /// Threads running a signal handler in the middle of a condition wait, with the wait and
     /// where it stood: they resume it when the handler returns (see `signals.rs`).
     in_handler: BTreeMap<ThreadId, (Request, thread::Wait)>,
+    /// Threads waiting for a file lock another holder has (see `file_locks.rs`).
+    file_locks: file_locks::FileLockWaits,
 }
 
 impl Model {
@@ -160,6 +163,9 @@ impl Model {
             Some(t) if t.phase == Phase::Running => {
                 t.phase = Phase::Pending(request);
                 self.signalled.remove(&thread);
+                if let Request::FileLock { .. } = request {
+                    self.file_locks.wait(thread);
+                }
             }
             other => {
                 debug_assert!(false, "post by thread {thread} in state {other:?}");
@@ -299,6 +305,9 @@ impl Model {
             return Effect::Blocked;
         }
         self.clock.tick();
+        if choice.op != Op::FileLock {
+            self.file_locks.step(); // a retry that fails again releases nothing
+        }
         self.paused.chosen(choice.thread);
         let step = match choice.kind {
             ChoiceKind::Run => self.run(choice.thread, choice.alt, mem),
@@ -329,6 +338,7 @@ impl Model {
             self.threads.iter().filter(|(_, t)| t.process == process && t.is_live()).map(|(&id, _)| id).collect();
         for id in dead {
             self.in_handler.remove(&id);
+            self.file_locks.forget(id);
             self.objects.forget_waiter(id);
             self.paused.forget(id);
             if let Some(t) = self.threads.get_mut(&id) {

@@ -105,6 +105,7 @@ impl Model {
             // Unknown value: enabled, applying it reads memory.
             Request::SemWait { sem, .. } => self.objects.sems.get(&key(sem)) != Some(&0),
             Request::Sleep { .. } | Request::Unsupported(_) | Request::SigSuspend { .. } | Request::SigWait { .. } => false,
+            Request::FileLock { .. } => self.file_locks.may_retry(me),
             _ => true,
         }
     }
@@ -205,6 +206,8 @@ impl Model {
             | Request::ProcessFork
             | Request::ProcessExec
             | Request::ProcessKill { .. }
+            // The preload tries the lock again (and posts again while it is still taken).
+            | Request::FileLock { .. }
             | Request::MemoryRead { .. }
             | Request::MemoryWrite { .. }
             | Request::ClockRead => Step::Grant(0),

@@ -60,6 +60,10 @@ impl Model {
                 Some(d) => format!("sleeps until virtual time {d} ns"),
             },
             R::Unsupported(call) => format!("stopped at uncontrolled syscall {}", call.nr()),
+            R::FileLock { fd, kind } => format!(
+                "waits in {} on descriptor {fd} for a file lock another holder keeps (no thread left can release it)",
+                kind.name()
+            ),
             R::NetRecv { .. } | R::NetAccept { .. } | R::NetPoll { .. } | R::NetEpollWait { .. } | R::NetSend { .. } => {
                 let net = NetObject::decode(self.net_obj(me));
                 let on = match (net.endpoint, net.peer) {
