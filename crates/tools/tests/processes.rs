@@ -199,3 +199,22 @@ fn a_script_with_pipes_and_kill_runs_clean_and_replays() {
     }
     assert!(processes_mentioning(&format!("sleep {nap}")).is_empty(), "the killed server is gone");
 }
+
+/// A test script whose background jobs serialise on util-linux's `flock(1)`: the job that finds
+/// the lock taken waits under control (before: "uncontrolled ... blocked in the kernel in flock").
+#[test]
+fn background_jobs_under_flock_lose_no_update_and_replay() {
+    let test = script("flock_counter.sh");
+    let out = out_dir("flock-counter");
+    let run = trace_search(&out, "random", 2, 20, &[test.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert_eq!(run.stdout.matches("flock_counter: counter 6").count(), 20, "{}", run.text());
+    let last = out.join("trace.bin");
+    let t = dara_scheduler::trace::read_file(&last).unwrap();
+    assert!(t.steps.iter().any(|s| s.choice.op == dara_abi::Op::FileLock), "a job waited for the lock under control");
+    let verify = dara_replay(&["-q", "--verify", last.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    let again = out_dir("flock-counter-again");
+    assert_eq!(trace_search(&again, "random", 2, 20, &[test.to_str().unwrap()]).code, 0);
+    same_decisions(&last, &again.join("trace.bin"));
+}
