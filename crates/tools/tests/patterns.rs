@@ -306,3 +306,17 @@ fn a_blocking_file_lock_waits_under_control_and_an_abba_of_flocks_is_a_deadlock(
     replays(&out.join("bug-0001").join("trace.bin"), "waits in flock on descriptor");
     assert_no_survivors(&program);
 }
+
+#[test]
+fn a_robust_mutex_whose_owner_died_is_taken_with_eownerdead() {
+    // A child process (shared mutex) or a thread (private one) ends holding a robust mutex; the
+    // next locker gets EOWNERDEAD. Before, the model kept the dead owner holding it: a false
+    // deadlock.
+    let program = private_copy(&fixture("robust_owner_dies"), "robust-owner-dies");
+    for mode in ["process", "thread"] {
+        let answer = format!("robust {mode}: EOWNERDEAD, consistent, locked again");
+        searches_clean_and_alike(&format!("robust-{mode}"), &program, &[mode], 9, &answer);
+        records_and_replays(&format!("robust-{mode}-record"), &program, &[mode], &answer);
+    }
+    assert_no_survivors(&program);
+}

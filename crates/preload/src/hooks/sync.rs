@@ -114,10 +114,11 @@ pub fn mutex_lock(gate: &Gated, m: Obj<pthread_mutex_t>, deadline: u64) -> c_int
         return 0;
     }
     let grant = gate.post(Request::MutexLock { mutex: Addr(m.addr()), kind: kind(m), deadline: Deadline::from_ns(deadline) });
-    if grant.result != 0 {
+    if grant.result != 0 && grant.result != i64::from(libc::EOWNERDEAD) {
         return grant.result as c_int;
     }
-    // SAFETY: the program's mutex, free (or recursively ours) according to the model.
+    // SAFETY: the program's mutex, free (or recursively ours) according to the model; a robust
+    // one whose owner died is free too, and glibc's lock answers EOWNERDEAD itself.
     unsafe { real::pthread_mutex_lock(m.ptr()) }
 }
 
@@ -139,10 +140,11 @@ pub fn mutex_trylock(gate: &Gated, m: Obj<pthread_mutex_t>) -> c_int {
         return 0;
     }
     let grant = gate.post(Request::MutexTryLock { mutex: Addr(m.addr()), kind: kind(m) });
-    if grant.result != 0 {
+    if grant.result != 0 && grant.result != i64::from(libc::EOWNERDEAD) {
         return grant.result as c_int;
     }
-    // SAFETY: the program's mutex, free according to the model.
+    // SAFETY: the program's mutex, free according to the model (a robust one whose owner died
+    // included: glibc's try-lock answers EOWNERDEAD itself).
     unsafe { real::pthread_mutex_trylock(m.ptr()) }
 }
 

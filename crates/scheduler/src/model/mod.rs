@@ -154,6 +154,7 @@ impl Model {
     pub fn post(&mut self, thread: ThreadId, request: Request, mem: &mut dyn MemoryReader) {
         if let Some(process) = self.process_of(thread) {
             self.place_objects(process, &request, mem);
+            self.note_robust(process, &request, mem);
         }
         if self.resume_after_handler(thread, request) {
             self.signalled.remove(&thread);
@@ -339,6 +340,7 @@ impl Model {
         for id in dead {
             self.in_handler.remove(&id);
             self.file_locks.forget(id);
+            self.objects.robust_owner_gone(id);
             self.objects.forget_waiter(id);
             self.paused.forget(id);
             if let Some(t) = self.threads.get_mut(&id) {
@@ -419,6 +421,9 @@ impl Model {
         match step {
             ops::Step::Grant(result) => {
                 thread.phase = if request == Request::ThreadExit { Phase::Exited } else { Phase::Running };
+                if request == Request::ThreadExit {
+                    self.objects.robust_owner_gone(id);
+                }
                 Effect::Grant { result }
             }
             ops::Step::Park(wait) => {

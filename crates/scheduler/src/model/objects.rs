@@ -21,6 +21,7 @@ use dara_abi::MutexKind;
 use crate::choice::{ProcessId, ThreadId};
 
 const EBUSY: i64 = libc::EBUSY as i64;
+const EOWNERDEAD: i64 = libc::EOWNERDEAD as i64;
 const EDEADLK: i64 = libc::EDEADLK as i64;
 const EPERM: i64 = libc::EPERM as i64;
 
@@ -57,6 +58,11 @@ pub(crate) struct Mutex {
     /// Lock depth of a recursive mutex; 1 for any held mutex of another kind.
     /// Invariant: `count == 0` iff `owner.is_none()`.
     pub count: u32,
+    /// A robust mutex (`PTHREAD_MUTEX_ROBUST`, read from glibc's `__kind` at each post): when its
+    /// owner dies, the kernel marks it and the next locker gets it with `EOWNERDEAD`.
+    pub robust: bool,
+    /// Its owner died holding it: free, and the next lock or try-lock returns `EOWNERDEAD`.
+    pub owner_died: bool,
 }
 
 impl Mutex {
@@ -85,7 +91,24 @@ impl Mutex {
         }
     }
 
+    /// Takes a mutex whose owner died: `EOWNERDEAD`, as glibc's lock answers once it has it.
+    pub fn take_from_the_dead(&mut self, me: ThreadId) -> i64 {
+        self.owner_died = false;
+        self.acquire(me);
+        EOWNERDEAD
+    }
+
+    /// The owner of a robust mutex died (its thread or process ended) holding it.
+    pub fn owner_gone(&mut self) {
+        self.owner = None;
+        self.count = 0;
+        self.owner_died = true;
+    }
+
     pub fn try_lock(&mut self, me: ThreadId, kind: MutexKind) -> i64 {
+        if self.owner.is_none() && self.owner_died {
+            return self.take_from_the_dead(me);
+        }
         match self.owner {
             None => {
                 self.acquire(me);
@@ -308,6 +331,14 @@ impl Objects {
     }
 
     /// Takes `thread` out of every wait queue (it timed out or died). Locks it holds stay held.
+    /// Thread `thread` is gone: robust mutexes it held are free with their owner dead (other
+    /// mutexes stay held, as they do for real).
+    pub fn robust_owner_gone(&mut self, thread: ThreadId) {
+        for m in self.mutexes.values_mut().filter(|m| m.robust && m.owner == Some(thread)) {
+            m.owner_gone();
+        }
+    }
+
     pub fn forget_waiter(&mut self, thread: ThreadId) {
         for cond in self.conds.values_mut() {
             cond.waiters.retain(|&t| t != thread);

@@ -218,6 +218,9 @@ impl Model {
 
             Request::MutexLock { kind, .. } => {
                 let m = obj.mutexes.entry(k).or_default();
+                if m.owner.is_none() && m.owner_died {
+                    return Step::Grant(m.take_from_the_dead(me));
+                }
                 match m.lock_result(me, kind) {
                     Some(0) => {
                         m.acquire(me);
