@@ -1,0 +1,181 @@
+//! The ledger of owed deliveries: work a granted network operation leaves ([`Settle`]), the
+//! `TCP_INFO` snapshot settling reads, pushing held-back bytes, and waiting until sent bytes
+//! arrive (or a listener's queue fills).
+
+use super::*;
+
+
+/// How many bytes a loopback socket of dara's own with these (local, remote) ports has received,
+/// if dara has one (the relay's end of a connection it relays to the program): a send to it
+/// settles by one `TCP_INFO` read of dara's own socket instead of a sock_diag round trip.
+pub type OwnReceived<'a> = &'a dyn Fn(u16, u16) -> Option<u64>;
+
+/// Work left by a granted network operation, done at the next quiet point.
+#[derive(Debug)]
+pub(super) struct Settle {
+    pub(super) pid: u32,
+    pub(super) request: Request,
+    pub(super) timed_out: bool,
+    /// A UDP send whose destination port had a socket bound when it was granted: that port.
+    pub(super) datagram_to: Option<u16>,
+    /// A send made without a post: the socket's (local port, peer port, bytes sent in all), as
+    /// the sending thread saw them.
+    pub(super) sent_total: Option<(u16, u16, u64)>,
+    /// A granted send: the socket it was granted on, taken before the sender ran. By the settle
+    /// the descriptor number may name something else (bash points descriptor 1 at a socket for
+    /// one write and back at its stdout before its next scheduling point).
+    pub(super) sender: Option<OwnedFd>,
+}
+
+/// What a send may offer when the window is not known.
+pub(super) const DEFAULT_SEND_ROOM: usize = 16 * 1024;
+
+/// The fields of one `TCP_INFO` read that settling uses.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TcpSnapshot {
+    pub(super) state: u8,
+    /// Bytes sent once (retransmissions not counted twice), acknowledged, and not sent yet.
+    pub(super) sent: u64,
+    pub(super) acked: u64,
+    pub(super) not_sent: u64,
+    /// The peer's advertised receive window (0 where the kernel does not say).
+    pub(super) window: u64,
+}
+
+impl TcpSnapshot {
+    pub(super) fn of(fd: &OwnedFd) -> Option<TcpSnapshot> {
+        let info = tcp_info_field::<{ tcpi::SND_WND + 4 }>(fd, 0).or_else(|| tcp_info_field::<{ tcpi::BYTES_RETRANS + 8 }>(fd, 0).map(|short| {
+            let mut info = [0u8; tcpi::SND_WND + 4];
+            info[..short.len()].copy_from_slice(&short);
+            info
+        }))?;
+        let u64_at = |offset: usize| u64::from_ne_bytes(info[offset..offset + 8].try_into().expect("8 bytes"));
+        let u32_at = |offset: usize| u64::from(u32::from_ne_bytes(info[offset..offset + 4].try_into().expect("4 bytes")));
+        Some(TcpSnapshot {
+            state: info[0],
+            sent: u64_at(tcpi::BYTES_SENT).saturating_sub(u64_at(tcpi::BYTES_RETRANS)),
+            acked: u64_at(tcpi::BYTES_ACKED),
+            not_sent: u32_at(tcpi::NOTSENT_BYTES),
+            window: u32_at(tcpi::SND_WND),
+        })
+    }
+
+    /// Bytes written and not acknowledged (in flight or not sent yet): `SIOCOUTQ`.
+    pub(super) fn queued(&self) -> u64 {
+        self.sent.saturating_sub(self.acked) + self.not_sent
+    }
+
+    /// Whether bytes written are not sent yet although the peer's window has room for them: held
+    /// back by Nagle's algorithm (a small write while earlier bytes wait for an ACK the peer
+    /// delays by 40 ms or more), a cork, or the congestion window. They leave without the
+    /// receiver reading: a push ([`push_held`]) or the peer's next ACK sends them. Bytes beyond
+    /// the peer's window wait for its read instead (docs/networking.md, "Not yet").
+    pub(super) fn holds_back(&self) -> bool {
+        self.not_sent > 0 && self.window > self.sent.saturating_sub(self.acked)
+    }
+}
+
+/// Sends at once what TCP socket `fd` holds back in its send queue (see
+/// [`TcpSnapshot::holds_back`]): setting `TCP_NODELAY` pushes the queued segments out (Linux
+/// `__tcp_sock_set_nodelay`, which overrides a cork for what is queued); the option is then put
+/// back as the program had it. Without the push, when the bytes reach the peer would depend on
+/// the peer's delayed-ACK timer, in real time.
+pub(super) fn push_held(fd: &OwnedFd) {
+    let option = |value: libc::c_int| {
+        // SAFETY: sets one int option from a live local.
+        unsafe { libc::setsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, (&value as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) }
+    };
+    let mut was: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: reads one int option into a live local.
+    let known = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, (&mut was as *mut libc::c_int).cast(), &mut len) } == 0;
+    option(1);
+    if known && was == 0 {
+        option(0);
+    }
+}
+
+/// Waits until listening socket `fd` holds at least `count` connections, bounded by
+/// [`SETTLE_LIMIT`].
+pub(crate) fn wait_queued(fd: &OwnedFd, count: u32) -> Result<(), ProbeError> {
+    let started = Instant::now();
+    while accept_queue(fd) < count {
+        if started.elapsed() > SETTLE_LIMIT {
+            return Err(ProbeError(format!("a connection dara made to the program's listening socket did not reach its accept queue within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
+        }
+        std::thread::yield_now();
+    }
+    Ok(())
+}
+
+/// TCP states in which a FIN we sent is not acknowledged yet.
+pub(super) const FIN_IN_FLIGHT: [u8; 3] = [4 /* FIN_WAIT1 */, 9 /* LAST_ACK */, 11 /* CLOSING */];
+/// TCP states of a peer that has not received our FIN.
+pub(super) const FIN_NOT_SEEN: [u8; 3] = [1 /* ESTABLISHED */, 4 /* FIN_WAIT1 */, 5 /* FIN_WAIT2 */];
+
+
+/// Whether every byte sent on the loopback TCP socket `fd` (addresses `addrs`, looked up when
+/// not given), and its FIN once one was sent if `with_fin`, is in the peer's receive queue: acknowledged, or
+/// counted by the peer itself (sock_diag: no waiting for an ACK the peer may delay by 40 ms), or
+/// the connection is over (a peer that had closed answers with a reset). Bytes the socket holds
+/// back are pushed out first: every byte written counts, not only those the kernel transmitted.
+/// One `TCP_INFO` read when everything is acknowledged.
+pub(super) fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, with_fin: bool, own: OwnReceived) -> bool {
+    arrival(fd, addrs, diag, with_fin, own).is_some()
+}
+
+/// [`sent_bytes_arrived`], and if so the room the peer's window had for more bytes as the last
+/// `TCP_INFO` read saw it (0 when the kernel did not say): a lower bound while nobody but the
+/// peer's reader touches the connection, since reading only opens the window.
+pub(super) fn arrival(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, with_fin: bool, own: OwnReceived) -> Option<usize> {
+    let Some(mut t) = TcpSnapshot::of(fd) else { return Some(0) };
+    if t.holds_back() {
+        push_held(fd);
+        let Some(pushed) = TcpSnapshot::of(fd) else { return Some(0) };
+        t = pushed;
+    }
+    let room = t.window.saturating_sub(t.queued()) as usize;
+    let fin = with_fin && FIN_IN_FLIGHT.contains(&t.state);
+    if t.state == TCP_CLOSE || (t.queued() == 0 && !fin) {
+        return Some(room);
+    }
+    if t.holds_back() {
+        return None; // the congestion window: the peer's next ACK sends them
+    }
+    let (local, remote) = addrs.or_else(|| addresses(fd))?;
+    if let (false, Some(received)) = (fin, own(remote.port(), local.port())) {
+        return (received >= t.sent).then_some(room);
+    }
+    match diag?.received(remote, local) {
+        // The exact lookup falls back to the listener when the connection is gone: nothing will
+        // ever take the bytes, so there is nothing to wait for.
+        Some((TCP_LISTEN, _)) => Some(room),
+        Some((state, received)) => (received >= t.sent && !(fin && FIN_NOT_SEEN.contains(&state))).then_some(room),
+        None => None,
+    }
+}
+
+/// A send made without a post, to a peer that is dara's own socket (`total`: the sender's local
+/// port, peer port and bytes written in all, sent or still queued): whether dara's socket has
+/// received them all already (the usual case: loopback delivers inside the send). Otherwise, or
+/// when the peer is not dara's or the count is unknown, the caller settles the send by looking
+/// at the sender, which pushes bytes Nagle holds back and waits for the rest.
+pub(super) fn own_received_all((local, peer, sent): (u16, u16, u64), own: OwnReceived) -> Result<bool, ProbeError> {
+    Ok(sent != u64::MAX && own(peer, local).is_some_and(|received| received >= sent))
+}
+
+/// Waits until everything sent on dara's relay socket `fd` (addresses `addrs`; bytes and a FIN)
+/// is in the program's receive queue, or the connection is over; bounded by [`SETTLE_LIMIT`]
+/// from `started`. Returns the room the program's receive window then had for more (see
+/// [`arrival`]; 0 when unknown).
+pub(crate) fn wait_acknowledged(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, started: Instant) -> Result<usize, ProbeError> {
+    loop {
+        if let Some(room) = arrival(fd, addrs, diag, true, &|_, _| None) {
+            return Ok(room);
+        }
+        if started.elapsed() > SETTLE_LIMIT {
+            return Err(ProbeError(format!("bytes dara relayed from an outside peer were not acknowledged by the program's socket within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
+        }
+        std::thread::yield_now();
+    }
+}

@@ -1,0 +1,213 @@
+//! Free socket helpers: zero-timeout polls, `ioctl`s, `TCP_INFO` fields, peeks, socket options,
+//! addresses, and what /proc says of ports, epoll sets and a target's pollfds. Nothing here
+//! keeps state or consumes data.
+
+use super::*;
+
+/// Resets TCP connection `fd` (`connect(AF_UNSPEC)` disconnects it, sending a reset).
+pub(crate) fn reset(fd: &OwnedFd) {
+    let unspec = libc::sockaddr { sa_family: libc::AF_UNSPEC as libc::sa_family_t, sa_data: [0; 14] };
+    // SAFETY: connect reads a sockaddr of the given length from a live local.
+    unsafe { libc::connect(fd.as_raw_fd(), &unspec, std::mem::size_of::<libc::sockaddr>() as libc::socklen_t) };
+}
+
+pub(super) fn poll_now(fd: &OwnedFd, events: libc::c_short) -> libc::c_short {
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    if n > 0 { p.revents } else { 0 }
+}
+
+pub(super) fn ioctl_int(fd: &OwnedFd, request: libc::c_ulong) -> i64 {
+    let mut v: libc::c_int = 0;
+    // SAFETY: the request writes one int.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request, &mut v) };
+    if rc == 0 { i64::from(v) } else { 0 }
+}
+
+/// The kernel's TCP state of a socket (`tcpi_state`, the first byte of `struct tcp_info`).
+pub(super) fn tcp_state(fd: &OwnedFd) -> Option<u8> {
+    tcp_info_field::<1>(fd, 0).map(|b| b[0])
+}
+
+/// `N` bytes at `offset` of the socket's `struct tcp_info`; None when the kernel gives fewer.
+pub(super) fn tcp_info_field<const N: usize>(fd: &OwnedFd, offset: usize) -> Option<[u8; N]> {
+    let mut info = [0u8; 256];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `info` and updates `len`.
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, info.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 || (len as usize) < offset + N {
+        return None;
+    }
+    info[offset..offset + N].try_into().ok()
+}
+
+/// Bytes queued for reading (FIONREAD), 0 where the descriptor does not say.
+pub(super) fn inq(fd: &OwnedFd) -> i64 {
+    ioctl_int(fd, libc::FIONREAD)
+}
+
+/// Copies up to 4 queued bytes without consuming them; how many.
+pub(super) fn peek(fd: &OwnedFd, buf: &mut [u8; 4]) -> usize {
+    // SAFETY: `buf` is 4 writable bytes; MSG_PEEK leaves the queue as it was.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 4, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    n.max(0) as usize
+}
+
+/// Like [`peek`] for a datagram socket, with the sender's address of the datagram at the head of
+/// the queue.
+pub(super) fn peek_from(fd: &OwnedFd, buf: &mut [u8; 4]) -> (usize, Option<std::net::SocketAddr>) {
+    // SAFETY: sockaddr_storage is plain data large enough for any address.
+    let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `buf` is 4 writable bytes and `from` holds `len` bytes; MSG_PEEK leaves the queue.
+    let n = unsafe { libc::recvfrom(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 4, libc::MSG_PEEK | libc::MSG_DONTWAIT, (&mut from as *mut libc::sockaddr_storage).cast(), &mut len) };
+    if n < 0 {
+        return (0, None);
+    }
+    (n as usize, inet_address(&from))
+}
+
+/// The pid of the process that connected (or accepted) the other end of Unix socket `fd`
+/// (`SO_PEERCRED`); None when not connected or not known.
+pub(super) fn unix_peer_pid(fd: &OwnedFd) -> Option<u32> {
+    // SAFETY: ucred is plain data.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `cred`.
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len) };
+    (rc == 0 && cred.pid > 0).then_some(cred.pid as u32)
+}
+
+/// An integer `SOL_SOCKET` option of `fd`, if it has it.
+pub(super) fn sockopt(fd: &OwnedFd, opt: libc::c_int) -> Option<libc::c_int> {
+    sockopt_int(fd, libc::SOL_SOCKET, opt)
+}
+
+pub(super) fn socket_kind(fd: &OwnedFd) -> u64 {
+    match (sockopt(fd, libc::SO_DOMAIN), sockopt(fd, libc::SO_TYPE)) {
+        (Some(libc::AF_INET | libc::AF_INET6), Some(libc::SOCK_STREAM)) => kind::TCP,
+        (Some(libc::AF_INET | libc::AF_INET6), Some(libc::SOCK_DGRAM)) => kind::UDP,
+        (Some(libc::AF_UNIX), Some(libc::SOCK_STREAM | libc::SOCK_SEQPACKET)) => kind::UNIX_STREAM,
+        (Some(libc::AF_UNIX), Some(libc::SOCK_DGRAM)) => kind::UNIX_DGRAM,
+        _ => kind::UNKNOWN,
+    }
+}
+
+pub(super) fn anon_kind(fd: &OwnedFd) -> u64 {
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default();
+    let link = link.to_string_lossy();
+    if link.contains("eventfd") {
+        kind::EVENTFD
+    } else if link.contains("eventpoll") {
+        kind::EPOLL
+    } else {
+        kind::UNKNOWN
+    }
+}
+
+/// An integer socket option of `fd`, if it has it.
+pub(super) fn sockopt_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int) -> Option<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into the live local `value`.
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&mut value as *mut libc::c_int).cast(), &mut len) };
+    (rc == 0).then_some(value)
+}
+
+pub(super) fn inet_key(fd: &OwnedFd, k: u64) -> Option<PortKey> {
+    Some((k, socket_address(fd, false)?.port(), socket_address(fd, true).map_or(0, |a| a.port())))
+}
+
+/// Bytes a TCP socket of dara's own has received (`tcpi_bytes_received`).
+pub(crate) fn bytes_received(fd: &OwnedFd) -> Option<u64> {
+    tcp_info_field::<8>(fd, tcpi::BYTES_RECEIVED).map(u64::from_ne_bytes)
+}
+
+/// Bytes a TCP socket can send now without waiting for its peer to read: the peer's advertised
+/// window less what is already in flight.
+pub(crate) fn send_window(fd: &OwnedFd) -> usize {
+    match TcpSnapshot::of(fd) {
+        Some(t) if t.window > 0 => t.window.saturating_sub(t.queued()) as usize,
+        _ => DEFAULT_SEND_ROOM,
+    }
+}
+
+/// Connections waiting in a listening socket's accept queue.
+pub(crate) fn accept_queue(fd: &OwnedFd) -> u32 {
+    tcp_info_field::<4>(fd, tcpi::UNACKED).map_or(0, u32::from_ne_bytes)
+}
+
+/// The full (local, remote) addresses of a connected INET socket.
+pub(crate) fn addresses(fd: &OwnedFd) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
+    Some((socket_address(fd, false)?, socket_address(fd, true)?))
+}
+
+/// The socket's own address (`getsockname`), or its peer's (`getpeername`); None for a socket
+/// that is not INET or not connected.
+pub(crate) fn socket_address(fd: &OwnedFd, peer: bool) -> Option<std::net::SocketAddr> {
+    // SAFETY: sockaddr_storage is plain data large enough for any address.
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let p = (&mut addr as *mut libc::sockaddr_storage).cast();
+    // SAFETY: the kernel writes at most `len` bytes into `addr`.
+    let rc = unsafe { if peer { libc::getpeername(fd.as_raw_fd(), p, &mut len) } else { libc::getsockname(fd.as_raw_fd(), p, &mut len) } };
+    if rc != 0 {
+        return None;
+    }
+    inet_address(&addr)
+}
+
+/// An INET or INET6 address as the kernel wrote it; None for other families.
+pub(super) fn inet_address(addr: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+    match i32::from(addr.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin: libc::sockaddr_in = unsafe { std::ptr::read((addr as *const libc::sockaddr_storage).cast()) };
+            Some(std::net::SocketAddr::from((u32::from_be(sin.sin_addr.s_addr).to_be_bytes(), u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read((addr as *const libc::sockaddr_storage).cast()) };
+            Some(std::net::SocketAddr::from((sin6.sin6_addr.s6_addr, u16::from_be(sin6.sin6_port))))
+        }
+        _ => None,
+    }
+}
+
+/// Whether some socket of kind `k` (TCP: listening) has local port `port`, from /proc/net.
+pub(super) fn port_bound(k: u64, port: u16) -> bool {
+    let (files, listen_only) = if k == kind::TCP { (["/proc/net/tcp", "/proc/net/tcp6"], true) } else { (["/proc/net/udp", "/proc/net/udp6"], false) };
+    let wanted = format!(":{port:04X}");
+    files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).any(|table| {
+        table.lines().skip(1).any(|line| {
+            let mut cols = line.split_whitespace();
+            let local = cols.nth(1).unwrap_or("");
+            let state = cols.nth(1).unwrap_or("");
+            local.ends_with(&wanted) && (!listen_only || state == "0A")
+        })
+    })
+}
+
+/// Descriptors in an epoll set, from /proc/<pid>/fdinfo/<epfd> ("tfd: N events: ..."), in
+/// descriptor order: the kernel lists them in the order of its own object addresses, which
+/// differ from run to run, and the first probe of a descriptor names its endpoint.
+pub(super) fn epoll_targets(pid: u32, epfd: i32) -> Vec<i32> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{epfd}")).unwrap_or_default();
+    let mut fds: Vec<i32> = text.lines().filter_map(|l| l.strip_prefix("tfd:")).filter_map(|r| r.split_whitespace().next()?.parse().ok()).collect();
+    fds.sort_unstable();
+    fds
+}
+
+pub(super) fn read_pollfds(pid: u32, addr: u64, n: usize) -> Option<Vec<libc::pollfd>> {
+    let mut out = vec![libc::pollfd { fd: -1, events: 0, revents: 0 }; n];
+    if n == 0 {
+        return Some(out);
+    }
+    let bytes = n * std::mem::size_of::<libc::pollfd>();
+    let local = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: bytes };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: bytes };
+    // SAFETY: the local iovec covers our own vector; the remote one is interpreted in the target.
+    let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    (got == bytes as isize).then_some(out)
+}
