@@ -62,3 +62,160 @@ pub(super) fn owed_keys(fd: &OwnedFd, ep: Endpoint) -> [Option<PortKey>; 2] {
         _ => [Some(key), None],
     }
 }
+
+impl NetProbe {
+    /// A process of the execution (kernel pid): its Unix sockets' peers are traced.
+    pub fn add_traced(&mut self, pid: u32) {
+        self.traced.insert(pid);
+    }
+
+    /// dara sends datagrams to the program from a socket with this port (the relay).
+    pub fn add_relay_port(&mut self, port: u16) {
+        self.relay_ports.insert(port);
+    }
+
+    /// Whether a datagram from this port comes from a traced thread's socket (or from dara).
+    pub fn is_traced_datagram_source(&self, port: u16) -> bool {
+        self.by_key.contains_key(&(kind::UDP, port, 0)) || self.relay_ports.contains(&port)
+    }
+
+    /// Resets every TCP connection between a process of `a` and a process of `b` (a `ConnReset`
+    /// or `Partition` fault): `connect(AF_UNSPEC)` on one end sends a reset, so both ends see
+    /// ECONNRESET, as when a middlebox or a rebooted peer kills the connection. Waits until the
+    /// other end has taken the reset in, so the next probe sees it. Returns how many.
+    pub fn reset_between(&mut self, a: &[u32], b: &[u32]) -> Result<usize, ProbeError> {
+        let theirs = self.connections(b)?;
+        let mut count = 0;
+        for (key, mine) in self.connections(a)? {
+            let Some((_, other)) = theirs.iter().find(|(k, _)| *k == (key.0, key.2, key.1)) else { continue };
+            reset(&mine);
+            let started = Instant::now();
+            while tcp_state(other).is_some_and(|s| s != TCP_CLOSE) {
+                if started.elapsed() > SETTLE_LIMIT {
+                    return Err(ProbeError(format!("a reset connection (ports {} and {}) did not close within {} s", key.1, key.2, SETTLE_LIMIT.as_secs())));
+                }
+                std::thread::yield_now();
+            }
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// Established TCP connections of the processes `pids`: their address pair and our duplicate.
+    pub(super) fn connections(&mut self, pids: &[u32]) -> Result<Vec<(PortKey, OwnedFd)>, ProbeError> {
+        let mut found = Vec::new();
+        for &pid in pids {
+            let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+            let mut fds: Vec<i32> = dir
+                .flatten()
+                .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:")))
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect();
+            fds.sort_unstable();
+            for fd in fds {
+                let Some(dup) = self.dup(pid, fd)? else { continue };
+                if socket_kind(&dup) != kind::TCP {
+                    continue;
+                }
+                if let Some(key) = inet_key(&dup, kind::TCP).filter(|k| k.2 != 0 && tcp_state(&dup) != Some(TCP_CLOSE)) {
+                    found.push((key, dup));
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Whether a traced process has a TCP endpoint with local port `local` connected to port
+    /// `remote` (seen when its connect was settled): a client dara accepted on a public socket
+    /// with that address pair is traced, not outside.
+    pub fn is_traced_endpoint(&self, local: u16, remote: u16) -> bool {
+        self.by_key.contains_key(&(kind::TCP, local, remote))
+    }
+
+    /// The target's descriptor `fd` (process `pid`) as dara's own; `None` if it has no such
+    /// descriptor. The caller decides how long to keep it.
+    pub fn duplicate(&mut self, pid: u32, fd: i32) -> Result<Option<OwnedFd>, ProbeError> {
+        self.dup(pid, fd)
+    }
+
+    /// The target's descriptor `fd` as our own, `None` if the target has no such descriptor.
+    pub(super) fn dup(&mut self, pid: u32, fd: i32) -> Result<Option<OwnedFd>, ProbeError> {
+        if !self.pidfds.contains_key(&pid) {
+            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+            let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
+            if pidfd < 0 {
+                return Err(ProbeError(format!("pidfd_open of pid {pid} failed ({}); dara needs Linux 5.6+ to look at the target's sockets", std::io::Error::last_os_error())));
+            }
+            // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
+            self.pidfds.insert(pid, unsafe { OwnedFd::from_raw_fd(pidfd as i32) });
+        }
+        let pidfd = self.pidfds[&pid].as_raw_fd();
+        // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags; returns a new fd.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd as libc::c_long, fd as libc::c_long, 0 as libc::c_long) };
+        if fd < 0 {
+            let err = std::io::Error::last_os_error();
+            return match err.raw_os_error() {
+                Some(libc::EBADF) | Some(libc::ESRCH) => Ok(None),
+                _ => Err(ProbeError(format!("cannot look at a descriptor of pid {pid} (pidfd_getfd: {err})"))),
+            };
+        }
+        // SAFETY: a descriptor pidfd_getfd just returned, owned by nobody else.
+        Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+    }
+
+    /// Identifies the endpoint behind `dup` (descriptor `fd` of `process`), naming it on first sight.
+    pub(super) fn endpoint(&mut self, process: ProcessId, fd: i32, dup: &OwnedFd) -> Endpoint {
+        // SAFETY: fstat fills a plain struct for a descriptor we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let rc = unsafe { libc::fstat(dup.as_raw_fd(), &mut st) };
+        if rc == 0 && matches!(st.st_mode & libc::S_IFMT, libc::S_IFSOCK | libc::S_IFIFO) {
+            if let Some(ep) = self.stable.get(&st.st_ino) {
+                return *ep;
+            }
+        }
+        let (inode_key, k) = match st.st_mode & libc::S_IFMT {
+            _ if rc != 0 => (ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64, kind::UNKNOWN),
+            libc::S_IFSOCK => (st.st_ino, socket_kind(dup)),
+            libc::S_IFIFO => (st.st_ino, kind::PIPE),
+            _ => (ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64, anon_kind(dup)),
+        };
+        let id = self.id_of(inode_key);
+        let key = if k == kind::TCP || k == kind::UDP { inet_key(dup, k) } else { None };
+        if let Some(key) = key {
+            self.by_key.insert(key, id);
+            if k == kind::UDP {
+                self.by_key.insert((k, key.1, 0), id);
+            }
+        }
+        if k == kind::UNIX_STREAM {
+            if let Some(peer) = unix_peer_pid(dup).filter(|p| !self.traced.contains(p) && *p != std::process::id()) {
+                self.outside_peer = Some(format!("a Unix-socket connection from process {peer}, which dara does not trace,"));
+            }
+        }
+        let addrs = if k == kind::TCP && key.is_some_and(|k| k.2 != 0) { addresses(dup) } else { None };
+        let ep = Endpoint { id, kind: k, key: key.map(|(k, l, r)| if k == kind::UDP { (k, l, 0) } else { (k, l, r) }), addrs };
+        if rc == 0 && ep.is_stable() {
+            self.stable.insert(st.st_ino, ep);
+        }
+        ep
+    }
+
+    /// The logical id of the object with this key (an inode, or an anonymous inode's key), given
+    /// on first sight.
+    pub(super) fn id_of(&mut self, key: u64) -> u64 {
+        let next = self.ids.len() as u64;
+        *self.ids.entry(key).or_insert(next)
+    }
+
+    pub(super) fn peer(&self, ep: Endpoint) -> u64 {
+        match ep.key {
+            Some((k, l, r)) if r != 0 => self.lookup(&[(k, r, l), (k, r, 0)]),
+            _ => NO_ENDPOINT,
+        }
+    }
+
+    pub(super) fn lookup(&self, keys: &[PortKey]) -> u64 {
+        keys.iter().find_map(|k| self.by_key.get(k)).copied().unwrap_or(NO_ENDPOINT)
+    }
+}

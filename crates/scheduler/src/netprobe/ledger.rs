@@ -179,3 +179,87 @@ pub(crate) fn wait_acknowledged(fd: &OwnedFd, addrs: Option<AddressPair>, diag: 
         std::thread::yield_now();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::{TcpListener, TcpStream};
+
+    const SIOCOUTQ: libc::c_ulong = 0x5411;
+    const SIOCOUTQNSD: libc::c_ulong = 0x894B;
+
+    /// A send on loopback settles by one `TCP_INFO` read (acknowledged) or by asking the peer
+    /// (sock_diag) when it delays its ACK; either way the bytes are then in its receive queue.
+    #[test]
+    fn loopback_bytes_settle_into_the_peers_queue() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let receiver = OwnedFd::from(listener.accept().unwrap().0);
+        let fd = OwnedFd::from(sender.try_clone().unwrap());
+        assert!(send_window(&fd) > 1000, "an idle connection has room");
+        sender.write_all(&[7u8; 1000]).unwrap();
+        let diag = SockDiag::open();
+        let started = Instant::now();
+        while !sent_bytes_arrived(&fd, addresses(&fd), diag.as_ref(), false, &|_, _| None) {
+            assert!(started.elapsed() < SETTLE_LIMIT, "1000 bytes never reached the peer");
+            std::thread::yield_now();
+        }
+        assert_eq!(inq(&receiver), 1000);
+        assert_eq!(TcpSnapshot::of(&fd).unwrap().sent, 1000);
+    }
+
+    /// A small write behind bytes the peer has not acknowledged yet waits in the sender's queue
+    /// (Nagle's algorithm) until the peer's delayed ACK, some 40 ms later. The settle pushes it
+    /// out, so both writes are in the peer's queue, and leaves TCP_NODELAY as the program had it.
+    #[test]
+    fn bytes_held_back_by_nagle_are_pushed_into_the_peers_queue() {
+        let nodelay = |fd: &OwnedFd| {
+            let (mut v, mut len) = (0 as libc::c_int, std::mem::size_of::<libc::c_int>() as libc::socklen_t);
+            // SAFETY: reads one int option into a live local.
+            unsafe { libc::getsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, (&mut v as *mut libc::c_int).cast(), &mut len) };
+            v
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let receiver = OwnedFd::from(listener.accept().unwrap().0);
+        let off: libc::c_int = 0;
+        // SAFETY: sets one int option from a live local: the receiver delays its ACKs, as a
+        // server does once it has answered.
+        unsafe { libc::setsockopt(receiver.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_QUICKACK, (&off as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
+        let fd = OwnedFd::from(sender.try_clone().unwrap());
+        let diag = SockDiag::open();
+        let settle = || {
+            let started = Instant::now();
+            while !sent_bytes_arrived(&fd, addresses(&fd), diag.as_ref(), false, &|_, _| None) {
+                assert!(started.elapsed() < SETTLE_LIMIT, "the bytes never reached the peer");
+                std::thread::yield_now();
+            }
+        };
+        sender.write_all(b"GET ").unwrap();
+        settle();
+        sender.write_all(b"key1").unwrap();
+        settle();
+        assert_eq!(inq(&receiver), 8, "the second write is in the peer's queue too");
+        assert_eq!(nodelay(&fd), 0, "Nagle's algorithm is on again, as the program had it");
+    }
+
+    /// Bytes sent to a peer that already closed are never acknowledged (the queues stay apart)
+    /// but the reset closes the connection: that is what ends a send's settling.
+    #[test]
+    fn a_send_to_a_closed_peer_settles_on_the_reset() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        drop(listener.accept().unwrap().0);
+        let fd = OwnedFd::from(sender.try_clone().unwrap());
+        assert_ne!(tcp_state(&fd), Some(TCP_CLOSE), "only the peer closed so far");
+        sender.write_all(b"OK\n").unwrap();
+        let started = Instant::now();
+        while tcp_state(&fd) != Some(TCP_CLOSE) {
+            assert!(started.elapsed() < SETTLE_LIMIT, "no reset from the closed peer");
+            std::thread::yield_now();
+        }
+        assert_ne!(ioctl_int(&fd, SIOCOUTQ), ioctl_int(&fd, SIOCOUTQNSD), "the reset bytes stay unacknowledged");
+    }
+}
+
