@@ -19,6 +19,12 @@ pub type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
 pub type InitRoutine = extern "C" fn();
 pub type MainFn = extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
 
+/// The calling thread's `errno` (libc's).
+pub fn errno() -> c_int {
+    // SAFETY: __errno_location always returns this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
 /// Sets the calling thread's `errno` (libc's, which the hooks set as the real functions do).
 pub fn set_errno(e: c_int) {
     // SAFETY: __errno_location always returns this thread's errno.

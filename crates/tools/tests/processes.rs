@@ -15,6 +15,17 @@ fn script(name: &str) -> PathBuf {
     repo_root().join("tests/fixtures/scripts").join(name)
 }
 
+/// The last execution of the search in `out` replays with `--verify`, and the same search
+/// (`strategy`, seed, runs) run again into `again` makes the same decisions.
+fn verifies_and_repeats(out: &Path, again: &str, (strategy, seed, runs): (&str, u64, u64), command: &[&str]) {
+    let last = out.join("trace.bin");
+    let verify = dara_replay(&["-q", "--verify", last.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    let again = out_dir(again);
+    assert_eq!(trace_search(&again, strategy, seed, runs, command).code, 0);
+    same_decisions(&last, &again.join("trace.bin"));
+}
+
 /// `dara-trace` over `command`, returning the run.
 fn trace_search(out: &Path, strategy: &str, seed: u64, runs: u64, command: &[&str]) -> common::Run {
     let (seed, runs) = (seed.to_string(), runs.to_string());
@@ -142,11 +153,7 @@ fn what_a_program_leaves_in_dev_shm_goes_with_its_execution() {
     let run = trace_search(&out, "random", 1, 3, &[test.to_str().unwrap()]);
     assert_eq!(run.code, 0, "{}", run.text());
     assert_eq!(run.stdout.matches("shm entries before: 0").count(), 3, "{}", run.text());
-    let verify = dara_replay(&["--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
-    assert_eq!(verify.code, 0, "{}", verify.text());
-    let again = out_dir("shm-leftover-again");
-    assert_eq!(trace_search(&again, "random", 1, 3, &[test.to_str().unwrap()]).code, 0);
-    same_decisions(&out.join("trace.bin"), &again.join("trace.bin"));
+    verifies_and_repeats(&out, "shm-leftover-again", ("random", 1, 3), &[test.to_str().unwrap()]);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
@@ -212,9 +219,5 @@ fn background_jobs_under_flock_lose_no_update_and_replay() {
     let last = out.join("trace.bin");
     let t = dara_scheduler::trace::read_file(&last).unwrap();
     assert!(t.steps.iter().any(|s| s.choice.op == dara_abi::Op::FileLock), "a job waited for the lock under control");
-    let verify = dara_replay(&["-q", "--verify", last.to_str().unwrap()], Duration::from_secs(60));
-    assert_eq!(verify.code, 0, "{}", verify.text());
-    let again = out_dir("flock-counter-again");
-    assert_eq!(trace_search(&again, "random", 2, 20, &[test.to_str().unwrap()]).code, 0);
-    same_decisions(&last, &again.join("trace.bin"));
+    verifies_and_repeats(&out, "flock-counter-again", ("random", 2, 20), &[test.to_str().unwrap()]);
 }

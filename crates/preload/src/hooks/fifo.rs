@@ -18,6 +18,7 @@ use dara_abi::{net_flags, NetFlags, Request};
 use libc::{c_char, c_int};
 
 use super::{set_errno, sigwait};
+use crate::real::errno;
 use crate::gate::Gated;
 use crate::{real, sys};
 
@@ -43,11 +44,6 @@ fn make_blocking(fd: c_int) {
             sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_SETFL as u64, (fl as u64) & !(libc::O_NONBLOCK as u64)]);
         }
     }
-}
-
-fn errno() -> c_int {
-    // SAFETY: this thread's errno.
-    unsafe { *libc::__errno_location() }
 }
 
 /// A blocking open of a FIFO, made a wait of the model; `None` when this open is not one (the

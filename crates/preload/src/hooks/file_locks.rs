@@ -21,10 +21,8 @@ fn wait_for_lock(fd: c_int, kind: FileLockKind, try_once: impl Fn() -> c_int, ta
     let gate = Gated::enter()?;
     loop {
         let rc = try_once();
-        let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-        if rc == 0 || !taken(err) {
-            real::set_errno(err);
-            return Some(rc);
+        if rc == 0 || !taken(real::errno()) {
+            return Some(rc); // errno as the try left it
         }
         gate.post(Request::FileLock { fd, kind });
     }

@@ -83,8 +83,7 @@ fn ret(r: i64) -> ssize_t {
 }
 
 fn errno() -> i64 {
-    // SAFETY: this thread's errno.
-    i64::from(unsafe { *libc::__errno_location() })
+    i64::from(real::errno())
 }
 
 /// The real call's result as `-errno` on failure.
