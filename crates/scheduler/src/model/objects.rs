@@ -91,6 +91,11 @@ impl Mutex {
         }
     }
 
+    /// Whether the mutex is free because its owner died holding it (robust).
+    pub fn free_from_the_dead(&self) -> bool {
+        self.owner.is_none() && self.owner_died
+    }
+
     /// Takes a mutex whose owner died: `EOWNERDEAD`, as glibc's lock answers once it has it.
     pub fn take_from_the_dead(&mut self, me: ThreadId) -> i64 {
         self.owner_died = false;
@@ -106,7 +111,7 @@ impl Mutex {
     }
 
     pub fn try_lock(&mut self, me: ThreadId, kind: MutexKind) -> i64 {
-        if self.owner.is_none() && self.owner_died {
+        if self.free_from_the_dead() {
             return self.take_from_the_dead(me);
         }
         match self.owner {

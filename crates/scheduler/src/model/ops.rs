@@ -218,7 +218,7 @@ impl Model {
 
             Request::MutexLock { kind, .. } => {
                 let m = obj.mutexes.entry(k).or_default();
-                if m.owner.is_none() && m.owner_died {
+                if m.free_from_the_dead() {
                     return Step::Grant(m.take_from_the_dead(me));
                 }
                 match m.lock_result(me, kind) {
