@@ -35,3 +35,5 @@ pub mod sockdiag;
 pub mod procfs;
 pub mod symbols;
 pub mod execution;
+pub mod own_tsc;
+pub mod coarse_time;

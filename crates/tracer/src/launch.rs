@@ -249,6 +249,10 @@ impl ProcessTree {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
+                // The scheduler thread may run with the time-stamp counter disabled (the
+                // scheduler's own_tsc.rs), which a fork inherits and an exec keeps: the new
+                // program's dynamic loader reads the counter before anything could catch that.
+                libc::prctl(libc::PR_SET_TSC, libc::PR_TSC_ENABLE, 0, 0, 0);
                 if let Some(cpu) = cpu {
                     let mut set: libc::cpu_set_t = std::mem::zeroed();
                     libc::CPU_SET(cpu, &mut set);

@@ -160,6 +160,8 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     for (word, inode) in region.header().output_pipes.iter().zip(tree.output_pipe_inodes()) {
         word.store(inode, Ordering::Release);
     }
+    // After the launch: the launcher's threads start with the counter as it was.
+    let _counter_disabled = crate::own_tsc::disable_in_this_thread();
     let mut run = Execution::new(cfg, region, tree);
     run.outside = outside;
     if let Some(o) = run.outside.as_mut() {
@@ -216,6 +218,13 @@ fn run_harness(which: &'static str, command: &str, cfg: &ExecutionConfig) -> Res
     cmd.arg("-c").arg(command).env_clear().envs(cfg.env.iter().map(|(k, v)| (k, v))).stdin(std::process::Stdio::null());
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);
+    }
+    // SAFETY: the closure makes one async-signal-safe system call.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            crate::own_tsc::enable_in_child();
+            Ok(())
+        });
     }
     let failed = |detail: String| ExecutionError::Harness { which, command: command.to_string(), detail };
     let out = cmd.output().map_err(|e| failed(e.to_string()))?;
@@ -940,9 +949,7 @@ impl<'a> Execution<'a> {
             }
             // A process on its way out posts nothing more: look again soon.
             let pause = if self.exiting.is_empty() { Duration::from_millis(20) } else { Duration::from_micros(200) };
-            let before = Instant::now();
-            futex::wait(&self.region.header().sched_wake, seen, pause);
-            if before.elapsed() >= pause {
+            if futex::wait(&self.region.header().sched_wake, seen, pause) == futex::Waited::TimedOut {
                 // Nothing posted for a while: has a process died unannounced (killed)? Is the
                 // kernel slow to release one that ended (said once, in one line)?
                 if let Some(outcome) = self.check_exits(true) {

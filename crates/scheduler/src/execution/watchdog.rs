@@ -27,6 +27,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::coarse_time::CoarseInstant;
+
 use dara_abi::state;
 
 use super::Execution;
@@ -52,7 +54,7 @@ const SYS_WAITID: i64 = 247;
 /// Who holds the run token, since when, and what the watchdog has seen of it.
 pub(super) struct TokenHolder {
     pub(super) thread: ThreadId,
-    since: Instant,
+    since: CoarseInstant,
     /// The thread as the watchdog first saw it: CPU time is counted from there, and a thread
     /// that started at another time is another thread with a recycled tid.
     first_look: Option<ThreadSample>,
@@ -64,7 +66,7 @@ pub(super) struct TokenHolder {
 
 impl TokenHolder {
     pub(super) fn new(thread: ThreadId) -> TokenHolder {
-        TokenHolder { thread, since: Instant::now(), first_look: None, asleep: None, files: None }
+        TokenHolder { thread, since: CoarseInstant::now(), first_look: None, asleep: None, files: None }
     }
 }
 
@@ -79,8 +81,9 @@ pub(super) enum Look {
 impl Execution<'_> {
     /// Checks the token holder: asleep in the kernel → uncontrolled; computing too long → hang.
     pub(super) fn watchdog(&mut self) -> Option<Outcome> {
-        let now = Instant::now();
-        if self.holder.as_ref().is_none_or(|h| now - h.since < WATCHDOG_GRACE) {
+        // Coarse: read at every wake-up of the scheduler, against a limit of many milliseconds.
+        let now = CoarseInstant::now();
+        if self.holder.as_ref().is_none_or(|h| now.since(h.since) < WATCHDOG_GRACE) {
             return None;
         }
         // An exit that arrived while this thread was not running (a loaded machine) is not a
@@ -103,7 +106,7 @@ impl Execution<'_> {
             holder.files = ThreadFiles::open(pid, tid);
         }
         let sample = if ended { None } else { holder.files.as_ref().and_then(ThreadFiles::sample) };
-        match holder.look(sample, now) {
+        match holder.look(sample, Instant::now()) {
             Look::Fine => None,
             Look::Gone => {
                 let alive = process.and_then(|p| self.processes.get(&p)).is_some_and(|r| r.alive);
