@@ -37,7 +37,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 18;
+pub const VERSION: u32 = 19;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -71,9 +71,11 @@ pub const DARA_SIGNAL_VALUE: u64 = 0xDA7A_5167;
 /// Set by the tracer on the launched command so that a preload loaded outside dara stays inert.
 pub const ENV_ACTIVE: &str = "DARA_ACTIVE";
 
-/// Fixed offsets of the virtual clocks: the target sees `CLOCK_REALTIME = REALTIME_EPOCH_NS + v`
-/// and `CLOCK_MONOTONIC = MONOTONIC_BASE_NS + v` where `v` is the execution's virtual time.
-/// 2024-01-01T00:00:00Z.
+/// Offsets of the virtual clocks: the target sees `CLOCK_REALTIME = Header::realtime_epoch_ns + v`
+/// and `CLOCK_MONOTONIC = MONOTONIC_BASE_NS + v` where `v` is the execution's virtual time. The
+/// realtime epoch is a setting of the run (dara-trace takes the real time its search or recording
+/// starts, and a replay the recorded one); this is the one used when nothing set it, and by
+/// traces written before it was a setting: 2024-01-01T00:00:00Z.
 pub const REALTIME_EPOCH_NS: u64 = 1_704_067_200 * 1_000_000_000;
 /// Monotonic clocks start at one hour of uptime, so `v = 0` never looks like an unset clock.
 pub const MONOTONIC_BASE_NS: u64 = 3_600 * 1_000_000_000;
@@ -596,6 +598,9 @@ pub struct Header {
     pub cpus: u32,
     /// Base seed of this execution's application randomness.
     pub random_seed: u64,
+    /// What `CLOCK_REALTIME` reads at virtual time 0, in nanoseconds since 1970 (written before
+    /// the launch; see [`REALTIME_EPOCH_NS`]).
+    pub realtime_epoch_ns: AtomicU64,
     /// Non-zero once the execution is over: parked threads must not expect a grant.
     pub shutdown: AtomicU32,
     /// Scheduler's pid, so a preload can notice that dara died.

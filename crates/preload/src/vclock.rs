@@ -12,7 +12,7 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 /// The families of clocks dara virtualises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClockBase {
-    /// `REALTIME_EPOCH_NS + v`.
+    /// The run's realtime epoch (`Header::realtime_epoch_ns`) `+ v`.
     Realtime,
     /// `MONOTONIC_BASE_NS + v`.
     Monotonic,
@@ -40,7 +40,7 @@ impl ClockBase {
 
     fn offset(self) -> u64 {
         match self {
-            ClockBase::Realtime => REALTIME_EPOCH_NS,
+            ClockBase::Realtime => realtime_epoch_ns(),
             ClockBase::Monotonic => MONOTONIC_BASE_NS,
             ClockBase::CpuTime => 0,
         }
@@ -54,6 +54,15 @@ impl ClockBase {
     /// The virtual time at which this clock reads `abs_ns` (0 if that lies before the epoch).
     pub fn to_virtual(self, abs_ns: u64) -> u64 {
         abs_ns.saturating_sub(self.offset())
+    }
+}
+
+/// What `CLOCK_REALTIME` reads at virtual time 0: the run's setting, [`REALTIME_EPOCH_NS`] when
+/// no region is mapped or the scheduler wrote none.
+fn realtime_epoch_ns() -> u64 {
+    match crate::region::header().map(|h| h.realtime_epoch_ns.load(core::sync::atomic::Ordering::Relaxed)) {
+        Some(epoch) if epoch != 0 => epoch,
+        _ => REALTIME_EPOCH_NS,
     }
 }
 

@@ -60,11 +60,18 @@ pub struct TimeConfig {
     /// server or chaos loop is then not a hang): `--run-for`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_for_ns: Option<u64>,
+    /// What the program's wall clock (`CLOCK_REALTIME`, `time`, `gettimeofday`) reads at virtual
+    /// time 0, in nanoseconds since 1970. dara-trace takes the real time at which its search or
+    /// recording starts, the same for every execution of it, so a program compares its clock
+    /// with the times of files made before, certificates and peers' timestamps as natively; a
+    /// replay uses the recorded value. Traces written before this setting existed read
+    /// 2024-01-01 ([`dara_abi::REALTIME_EPOCH_NS`]).
+    pub realtime_epoch_ns: u64,
 }
 
 impl Default for TimeConfig {
     fn default() -> TimeConfig {
-        TimeConfig { timers: TimerPolicy::Deadline, step_ns: DEFAULT_STEP_NS, pauses: 0, run_for_ns: None }
+        TimeConfig { timers: TimerPolicy::Deadline, step_ns: DEFAULT_STEP_NS, pauses: 0, run_for_ns: None, realtime_epoch_ns: dara_abi::REALTIME_EPOCH_NS }
     }
 }
 

@@ -1,7 +1,9 @@
 //! Every clock path reads the virtual clock (docs/determinism.md): clock_paths reads the time
 //! through libc, the vDSO found by hand, raw system calls and rdtsc, from three threads; the
-//! same seed prints the same values, the values are dara's (realtime at its fixed epoch), and
-//! replay --verify holds. A real SIGSEGV is still a crash while rdtsc faults into dara.
+//! same seed prints the same values, the values are dara's (realtime at the `--epoch` given), and
+//! replay --verify holds. Without `--epoch` the wall clock starts at the real time dara-trace
+//! started, and a replay reads the recorded start. A real SIGSEGV is still a crash while rdtsc
+//! faults into dara.
 mod common;
 
 use std::path::Path;
@@ -40,7 +42,7 @@ fn seconds(value: &str, digits_after: usize) -> i64 {
 }
 
 fn trace_probe(program: &Path, out: &Path, extra: &[&str]) -> Run {
-    let mut args = vec!["-q", "--seed", "5", "--cpus", "3", "-o", out.to_str().unwrap()];
+    let mut args = vec!["-q", "--seed", "5", "--cpus", "3", "--epoch", "1704067200", "-o", out.to_str().unwrap()];
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--", program.to_str().unwrap(), "4"]);
     let run = dara_trace(&args, Duration::from_secs(120));
@@ -95,9 +97,40 @@ fn every_clock_path_reads_the_virtual_clock_the_same_way_every_run() {
 #[test]
 fn an_execd_program_reads_the_virtual_clock_too() {
     let out = out_dir("clock_exec");
-    let run = dara_trace(&["-q", "--closed", "-o", out.to_str().unwrap(), "--", "sh", "-c", "date -u +%Y-%m-%d"], Duration::from_secs(60));
+    let run = dara_trace(&["-q", "--closed", "--epoch", "1704067200", "-o", out.to_str().unwrap(), "--", "sh", "-c", "date -u +%Y-%m-%d"], Duration::from_secs(60));
     assert_eq!(run.code, 0, "{}", run.text());
     assert!(run.stdout.contains("2024-01-01"), "date after exec did not read dara's epoch\n{}", run.text());
+}
+
+fn real_now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// The seconds `date +%s` printed (its only line of output that is a number).
+fn printed_seconds(run: &Run) -> u64 {
+    let line = run.stdout.lines().find(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()));
+    line.unwrap_or_else(|| panic!("date printed no seconds\n{}", run.text())).parse().unwrap()
+}
+
+#[test]
+fn the_wall_clock_starts_at_the_real_time_and_a_replay_reads_the_recorded_start() {
+    let out = out_dir("clock_epoch_now");
+    let before = real_now_s();
+    let run = dara_trace(&["-q", "--closed", "-o", out.to_str().unwrap(), "--", "date", "+%s"], Duration::from_secs(60));
+    let after = real_now_s();
+    assert_eq!(run.code, 0, "{}", run.text());
+    let printed = printed_seconds(&run);
+    assert!((before..=after + WINDOW_S as u64).contains(&printed), "date read {printed}, not the real time ({before}..{after})\n{}", run.text());
+
+    // A replay reads the recorded start, not its own time.
+    let out = out_dir("clock_epoch_given");
+    let run = dara_trace(&["-q", "--closed", "--epoch", "1000000000", "-o", out.to_str().unwrap(), "--", "date", "+%s"], Duration::from_secs(60));
+    assert_eq!((run.code, printed_seconds(&run)), (0, 1_000_000_000), "{}", run.text());
+    let trace = out.join("trace.bin");
+    let replay = dara_replay(&["-q", trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!((replay.code, printed_seconds(&replay)), (0, 1_000_000_000), "{}", replay.text());
+    let info = std::process::Command::new(env!("CARGO_BIN_EXE_dara")).arg("info").arg(&trace).output().unwrap();
+    assert!(String::from_utf8_lossy(&info.stdout).contains("starts at 1000000000.000000000 s"), "{}", String::from_utf8_lossy(&info.stdout));
 }
 
 /// A real SIGSEGV is a crash located in its function, with and without a program handler of its

@@ -140,6 +140,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         run_harness("setup", setup, cfg)?;
     }
     let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, cfg.profile, !cfg.outside.is_closed()).map_err(ExecutionError::Region)?);
+    region.header().realtime_epoch_ns.store(cfg.time.realtime_epoch_ns, Ordering::Release);
     let outside = Outside::new(&cfg.outside).map_err(ExecutionError::Outside)?;
     let spec = LaunchSpec {
         command: cfg.command.clone(),

@@ -1,7 +1,7 @@
 //! The virtual clock of one execution.
 //!
 //! Time is a plain counter of virtual nanoseconds (`v` in the abi: the target sees
-//! `REALTIME_EPOCH_NS + v` and `MONOTONIC_BASE_NS + v`). It only moves forward: every decision
+//! the run's realtime epoch `+ v` and `MONOTONIC_BASE_NS + v`). It only moves forward: every decision
 //! adds the step cost so a thread spinning on clock reads sees time pass; when nothing can run,
 //! the driver moves it to the earliest pending deadline; a recording brings it up to real time
 //! (see `Model::advance_clock`); and with `TimerPolicy::Any` firing a timer early jumps it to

@@ -51,7 +51,7 @@ fn header() -> TraceHeader {
         cleanup: None,
         outside: true,
         stdin: true,
-        time: crate::time::TimeConfig { timers: crate::time::TimerPolicy::Any, step_ns: 250, pauses: 2, run_for_ns: Some(30_000_000_000) },
+        time: crate::time::TimeConfig { timers: crate::time::TimerPolicy::Any, step_ns: 250, pauses: 2, run_for_ns: Some(30_000_000_000), realtime_epoch_ns: 1_790_000_000_123_456_789 },
         written: WrittenFiles { paths: vec!["/work/fixtures/server.pid".into()], more: true },
     }
 }

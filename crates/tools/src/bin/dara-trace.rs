@@ -105,6 +105,11 @@ struct Cli {
     /// Virtual nanoseconds one scheduling decision costs.
     #[arg(long, value_name = "NS", default_value_t = dara_scheduler::time::DEFAULT_STEP_NS)]
     step_cost: u64,
+    /// What the program's wall clock reads when each execution starts, in seconds since 1970
+    /// (default: the real time at which dara-trace starts, the same for every execution; a
+    /// replay uses the recorded value). See docs/time.md.
+    #[arg(long, value_name = "SECONDS")]
+    epoch: Option<u64>,
     /// Stop each execution after this many virtual seconds and judge it as it stands (an endless
     /// server or chaos loop is then not a hang); a cluster run's check runs then and judges it.
     #[arg(long, value_name = "SECONDS")]
@@ -287,7 +292,14 @@ fn time_config(cli: &Cli, pauses: u32) -> anyhow::Result<dara_scheduler::time::T
         Some(s) => Some((s * 1e9) as u64),
         None => None,
     };
-    Ok(dara_scheduler::time::TimeConfig { timers, step_ns: cli.step_cost, pauses, run_for_ns })
+    let realtime_epoch_ns = match cli.epoch {
+        Some(s) => s.checked_mul(1_000_000_000).context("--epoch takes seconds since 1970, before the year 2554")?,
+        None => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).context("the system clock reads before 1970: give --epoch")?;
+            u64::try_from(now.as_nanos()).context("the system clock reads after 2554: give --epoch")?
+        }
+    };
+    Ok(dara_scheduler::time::TimeConfig { timers, step_ns: cli.step_cost, pauses, run_for_ns, realtime_epoch_ns })
 }
 
 /// The decisions of a seed trace (`--seed-trace`).

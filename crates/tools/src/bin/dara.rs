@@ -88,6 +88,7 @@ struct Summary<'a> {
     timers: &'static str,
     step_ns: u64,
     pauses: u32,
+    realtime_epoch_ns: u64,
     ops: BTreeMap<&'static str, usize>,
     outcome: &'a dara_scheduler::Outcome,
     bug: bool,
@@ -116,6 +117,7 @@ fn summarize(t: &Trace) -> Summary<'_> {
         timers: t.header.time.timers.name(),
         step_ns: t.header.time.step_ns,
         pauses: t.header.time.pauses,
+        realtime_epoch_ns: t.header.time.realtime_epoch_ns,
         ops,
         outcome: &t.outcome,
         bug: t.outcome.is_bug(),
@@ -130,6 +132,7 @@ fn print_summary(s: &Summary<'_>) {
     println!("steps:        {} ({} blocked, {} timeouts fired)", s.steps, s.blocked_steps, s.timeouts_fired);
     println!("threads:      {}", s.threads);
     println!("virtual time: {} (timers at {}, {} ns a step, pause budget {})", format_vtime(s.virtual_time_ns), if s.timers == "any" { "any step" } else { "deadlines" }, s.step_ns, s.pauses);
+    println!("wall clock:   starts at {}.{:09} s since 1970 (--epoch)", s.realtime_epoch_ns / 1_000_000_000, s.realtime_epoch_ns % 1_000_000_000);
     println!("operations:");
     for (op, n) in &s.ops {
         println!("  {op:<16} {n}");

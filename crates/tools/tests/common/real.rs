@@ -14,7 +14,7 @@ pub const SEARCH_RUNS: u64 = 20;
 pub const SEARCH_SEED: u64 = 1;
 
 /// Records `command` in a fresh output directory (`test`), expects a clean exit, and returns the
-/// trace and what the program printed.
+/// trace and what the run printed (stdout and stderr, as `Run::text`).
 pub fn record(test: &str, command: &[&str]) -> (PathBuf, String) {
     record_with(test, &[], command)
 }
@@ -28,7 +28,7 @@ pub fn record_with(test: &str, options: &[&str], command: &[&str]) -> (PathBuf, 
     args.extend_from_slice(command);
     let run = dara_trace(&args, Duration::from_secs(180));
     assert_eq!(run.code, 0, "{test}: {}", run.text());
-    (out.join("trace.bin"), run.stdout)
+    (out.join("trace.bin"), run.text())
 }
 
 /// Searches `command` with `runs` random executions (seed [`SEARCH_SEED`], `options` before the
