@@ -19,7 +19,7 @@ use dara_scheduler::execution::{self, ExecutionConfig, ExecutionError, Execution
 use dara_scheduler::trace::{self, Trace, TraceError, TraceHeader};
 use dara_scheduler::Outcome;
 
-use crate::strategy::{self, Strategy, StrategyError};
+use crate::strategy::{self, Feedback, Start, Status, Strategy, StrategyError};
 
 /// A search: the execution template plus how many executions, how chosen.
 #[derive(Clone, Debug)]
@@ -80,7 +80,7 @@ pub struct SearchSummary {
     /// Distinct (process, edge) pairs reached over all executions (sancov builds only).
     pub coverage: usize,
     pub wall: Duration,
-    /// What the strategy wants the user to know (`Strategy::notes`), e.g. guidance was off.
+    /// What the strategy wants the user to know (the last [`Status::notes`]), e.g. guidance was off.
     pub notes: Vec<String>,
 }
 
@@ -127,61 +127,65 @@ pub fn search(cfg: &SearchConfig, stop: &AtomicBool, progress: impl FnMut(Progre
 
 /// The search, with `halt` (the user's `stop` or the budget's end) as the executions' stop.
 fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, started: Instant, mut progress: impl FnMut(Progress<'_>)) -> Result<SearchSummary, SearchError> {
-    let mut strategy = strategy::parse(&cfg.strategy, cfg.seed)?;
-    if cfg.jobs > 1 && !strategy.parallel_safe() {
-        return Err(SearchError::NotParallel(strategy.describe()));
+    let parsed = strategy::parse(&cfg.strategy, cfg.seed)?;
+    let (info, mut strategy) = (parsed.info, parsed.strategy);
+    if cfg.jobs > 1 && !info.parallel_safe() {
+        return Err(SearchError::NotParallel(info.spec));
     }
     if let Some(seed) = &cfg.seed_trace {
-        if !strategy.accepts_seed_trace() {
-            return Err(SearchError::NoSeedTrace(strategy.describe()));
+        if !info.accepts_seed_trace() {
+            return Err(SearchError::NoSeedTrace(info.spec));
         }
-        strategy = Box::new(strategy::Seeded::new(strategy, seed.clone()));
+        strategy = Box::new(strategy::Seeded::new(strategy, &info.spec, seed.clone()));
     }
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| SearchError::Output { path: cfg.out_dir.clone(), source })?;
-    let mut judge = Judge::new(cfg, strategy.describe(), started, stop);
+    let mut judge = Judge::new(cfg, info.spec, started, stop);
     if cfg.runs == 0 {
         return Ok(judge.finish(SearchEnd::Completed));
     }
 
-    // Execution 0, alone: it calibrates the strategy (PCT's step estimate).
-    let first = run_execution(cfg, &mut *strategy, 0, cfg.execution.pin_cpu, halt)?;
-    strategy.calibrate(first.steps.len() as u64);
+    // Execution 0, alone: its length calibrates every later execution (PCT's step estimate).
+    let (first, mut status) = run_execution(cfg, &mut *strategy, Start::at(0), cfg.execution.pin_cpu, halt)?;
+    let first_steps = first.steps.len() as u64;
     if let Some(end) = judge.judge(0, first, &mut progress)? {
-        return Ok(judge.finish(end).with_notes(&*strategy));
+        return Ok(judge.finish(end).with_notes(status));
     }
 
     let end = if cfg.jobs <= 1 {
-        sequential(cfg, &mut *strategy, &mut judge, halt, &mut progress)?
+        sequential(cfg, &mut *strategy, first_steps, &mut status, &mut judge, halt, &mut progress)?
     } else {
-        let first_steps = judge.first_steps;
         parallel(cfg, first_steps, &mut judge, halt, &mut progress)?
     };
-    Ok(judge.finish(end).with_notes(&*strategy))
+    Ok(judge.finish(end).with_notes(status))
 }
 
+/// Executions 1.. one after another; `status` is the strategy's after the last one.
 fn sequential(
     cfg: &SearchConfig,
     strategy: &mut (dyn Strategy + Send),
+    first_steps: u64,
+    status: &mut Status,
     judge: &mut Judge<'_>,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SearchEnd, SearchError> {
     for k in 1..cfg.runs {
-        if strategy.exhausted() {
-            return Ok(SearchEnd::Exhausted(strategy.exhausted_note().unwrap_or_else(|| "explored every schedule".into())));
+        if let Some(proved) = &status.exhausted {
+            return Ok(SearchEnd::Exhausted(proved.clone()));
         }
         if judge.over_budget() {
             return Ok(SearchEnd::TimeBudget);
         }
-        let report = run_execution(cfg, strategy, k, cfg.execution.pin_cpu, stop)?;
+        let (report, after) = run_execution(cfg, strategy, Start::calibrated(k, first_steps), cfg.execution.pin_cpu, stop)?;
+        *status = after;
         if let Some(end) = judge.judge(k, report, progress)? {
             return Ok(end);
         }
     }
-    if strategy.exhausted() {
-        return Ok(SearchEnd::Exhausted(strategy.exhausted_note().unwrap_or_else(|| "explored every schedule".into())));
-    }
-    Ok(SearchEnd::Completed)
+    Ok(match &status.exhausted {
+        Some(proved) => SearchEnd::Exhausted(proved.clone()),
+        None => SearchEnd::Completed,
+    })
 }
 
 fn parallel(
@@ -205,13 +209,12 @@ fn parallel(
             let cpu = cpus.get((cpus.iter().position(|&c| c == base_cpu).unwrap_or(0) + worker) % cpus.len().max(1)).copied();
             scope.spawn(move || {
                 let mut strategy = match strategy::parse(&cfg.strategy, cfg.seed) {
-                    Ok(s) => s,
+                    Ok(parsed) => parsed.strategy,
                     Err(e) => {
                         let _ = tx.send((u64::MAX, Err(e.into())));
                         return;
                     }
                 };
-                strategy.calibrate(first_steps);
                 loop {
                     if stop.load(Ordering::Relaxed) || out_of_time.load(Ordering::Relaxed) {
                         return;
@@ -220,7 +223,7 @@ fn parallel(
                     if k >= limit.load(Ordering::SeqCst) {
                         return;
                     }
-                    let result = run_execution(cfg, &mut *strategy, k, cpu, stop);
+                    let result = run_execution(cfg, &mut *strategy, Start::calibrated(k, first_steps), cpu, stop).map(|(report, _)| report);
                     let failed = result.is_err();
                     if tx.send((k, result)).is_err() || failed {
                         return;
@@ -277,16 +280,16 @@ fn parallel(
     })
 }
 
-fn run_execution(cfg: &SearchConfig, strategy: &mut (dyn Strategy + Send), k: u64, cpu: Option<usize>, stop: &AtomicBool) -> Result<ExecutionReport, SearchError> {
+/// Runs the execution `start` begins, and what the strategy says after it.
+fn run_execution(cfg: &SearchConfig, strategy: &mut (dyn Strategy + Send), start: Start, cpu: Option<usize>, stop: &AtomicBool) -> Result<(ExecutionReport, Status), SearchError> {
     let mut exec = cfg.execution.clone();
-    exec.random_seed = execution_random_seed(cfg.seed, k);
+    exec.random_seed = execution_random_seed(cfg.seed, start.execution);
     exec.pin_cpu = cpu;
-    strategy.begin_execution(k);
+    strategy.begin_execution(start);
     let report = execution::run(&exec, &mut *strategy, stop)?;
-    strategy.end_execution(report.steps.len() as u64);
     let choices: Vec<dara_scheduler::Choice> = report.steps.iter().map(|s| s.choice).collect();
-    strategy.observe(&strategy::Feedback { choices: &choices, coverage: &report.coverage });
-    Ok(report)
+    let status = strategy.end_execution(&Feedback { choices: &choices, coverage: &report.coverage });
+    Ok((report, status))
 }
 
 /// CPUs this process may run on.
@@ -311,7 +314,6 @@ struct Judge<'a> {
     started: Instant,
     bugs: Vec<SavedBug>,
     executions: u64,
-    first_steps: u64,
     last_trace: Option<PathBuf>,
     outcome_counts: BTreeMap<String, u64>,
     covered: std::collections::BTreeSet<(u32, u32)>,
@@ -326,7 +328,6 @@ impl<'a> Judge<'a> {
             started,
             bugs: Vec::new(),
             executions: 0,
-            first_steps: 0,
             last_trace: None,
             outcome_counts: BTreeMap::new(),
             covered: Default::default(),
@@ -343,9 +344,6 @@ impl<'a> Judge<'a> {
 
     /// Judges execution `k`; Some(end) when the search must stop here.
     fn judge(&mut self, k: u64, report: ExecutionReport, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Option<SearchEnd>, SearchError> {
-        if k == 0 {
-            self.first_steps = report.steps.len() as u64;
-        }
         self.executions = k + 1;
         let kind = report.outcome.signature().split(':').next().unwrap_or_default().to_string();
         *self.outcome_counts.entry(kind).or_insert(0) += 1;
@@ -392,8 +390,8 @@ impl<'a> Judge<'a> {
 }
 
 impl SearchSummary {
-    fn with_notes(mut self, strategy: &(dyn Strategy + Send)) -> SearchSummary {
-        self.notes = strategy.notes();
+    fn with_notes(mut self, status: Status) -> SearchSummary {
+        self.notes = status.notes;
         self
     }
 }

@@ -4,15 +4,13 @@
 //! POPL 2011).
 //!
 //! Stateless, as in VeriSoft and CHESS: nothing of the program is saved, every execution restarts
-//! it and replays a prefix of decisions. We keep, per depth of the last execution, the choices
-//! offered there and the alternatives still to try. The next execution replays the path down to
+//! it and replays a prefix of decisions ([`prefix`](super::prefix), which also turns a replayed
+//! node offered differently into a [`Divergence`] that stops the search). We keep, per depth of
+//! the last execution, the alternatives still to try. The next execution replays the path down to
 //! the deepest node with an untried alternative, takes it, and from there on takes each node's
-//! *default* (the choice of the base scheduler below). A replayed node that is not offered
-//! exactly as before means the program is not deterministic under dara: `choose` returns a
-//! [`Divergence`] and the search stops, rather than exploring a tree that is not there.
-//!
-//! The base scheduler: keep running the thread that ran last if it can continue; otherwise the
-//! lowest thread id. Bounds count departures from it:
+//! *default*, the choice of the base scheduler ([`base`](super::base)): keep running the thread
+//! that ran last if it can continue; otherwise the lowest thread id. Bounds count departures from
+//! it:
 //!
 //! * `dfs:preempt=K`: at most K preemptions, a preemption being a switch away from a thread
 //!   that could have continued.
@@ -35,11 +33,12 @@
 //!   choice costs a preemption (or, under delays, the round-robin distance): otherwise a
 //!   `sched_yield` spin loop would make the default schedule spin until the step bound, and
 //!   every bounded tree infinite. Unbounded `dfs` still has an infinite tree on such programs.
-use dara_abi::Op;
 use dara_scheduler::choice::ThreadId;
-use dara_scheduler::{Choice, ChoiceKind, Decide, Divergence};
+use dara_scheduler::{Choice, Decide, Divergence};
 
-use super::{choices_label, Strategy};
+use super::base::{base_thread, can_continue, default_index, is_yielding, threads};
+use super::prefix::{Path, Recorded};
+use super::{Describe, Feedback, Info, Order, Start, Status, Strategy};
 
 /// What a bounded search counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,20 +54,13 @@ pub struct Dfs {
     limit: u32,
     /// `dfs:preempt` / `dfs:delay` without K: raise `limit` whenever a pass cut something.
     iterative: bool,
-    /// Node `i` is the state before decision `i` of the current (or last) execution.
-    path: Vec<Node>,
-    /// Nodes of `path` the current execution replays (set at `begin_execution`).
-    replay: usize,
-    /// Decisions taken so far in the current execution.
-    depth: usize,
-    execution: u64,
+    /// The decisions of the current (or last) execution and what is left to try at each.
+    path: Path<Node>,
     /// Some alternative in this pass was left out because it exceeded the bound.
     cut: bool,
     /// Executions completed in this pass (each a distinct schedule).
     schedules: u64,
     exhausted: bool,
-    /// The last execution ended inside the replayed prefix; reported by the next `choose`.
-    ended_early: Option<Divergence>,
 }
 
 struct Node {
@@ -88,6 +80,16 @@ impl Node {
     }
 }
 
+impl Recorded for Node {
+    fn offered(&self) -> &[Choice] {
+        &self.choices
+    }
+
+    fn taken(&self) -> usize {
+        self.order[self.at].0
+    }
+}
+
 impl Dfs {
     pub fn unbounded() -> Dfs {
         Dfs::new(Bound::Unbounded, 0, false)
@@ -104,24 +106,17 @@ impl Dfs {
     }
 
     fn new(bound: Bound, limit: u32, iterative: bool) -> Dfs {
-        Dfs {
-            bound,
-            limit,
-            iterative,
-            path: Vec::new(),
-            replay: 0,
-            depth: 0,
-            execution: 0,
-            cut: false,
-            schedules: 0,
-            exhausted: false,
-            ended_early: None,
-        }
+        Dfs { bound, limit, iterative, path: Path::new(), cut: false, schedules: 0, exhausted: false }
     }
 
     /// The bound in force now (for iterative searches, the current pass's).
     pub fn limit(&self) -> Option<u32> {
         (self.bound != Bound::Unbounded).then_some(self.limit)
+    }
+
+    /// Whether every schedule within the bound has run.
+    pub fn exhausted(&self) -> bool {
+        self.exhausted
     }
 
     /// A fresh node: its alternatives in order, default first, within the bound.
@@ -135,8 +130,7 @@ impl Dfs {
         };
         let default = default_index(prev, choices);
         let mut order = Vec::with_capacity(choices.len());
-        let candidates =
-            std::iter::once(default).chain((0..choices.len()).filter(|&i| i != default));
+        let candidates = std::iter::once(default).chain((0..choices.len()).filter(|&i| i != default));
         for i in candidates {
             let cost = match self.bound {
                 Bound::Unbounded => 0,
@@ -149,27 +143,19 @@ impl Dfs {
                 self.cut = true;
             }
         }
-        debug_assert_eq!(
-            order.first().map(|o| o.1),
-            Some(0),
-            "the default is always within the bound"
-        );
-        Node {
-            choices: choices.to_vec(),
-            order,
-            at: 0,
-            spent,
-        }
+        debug_assert_eq!(order.first().map(|o| o.1), Some(0), "the default is always within the bound");
+        Node { choices: choices.to_vec(), order, at: 0, spent }
     }
 
     /// After an execution: move to the next alternative of the deepest node that has one.
     fn advance(&mut self) {
-        while let Some(node) = self.path.last_mut() {
-            if node.at + 1 < node.order.len() {
-                node.at += 1;
-                return;
-            }
-            self.path.pop();
+        let more = self.path.backtrack(|node| {
+            let next = node.at + 1 < node.order.len();
+            node.at += usize::from(next);
+            next
+        });
+        if more {
+            return;
         }
         if self.iterative && self.cut {
             self.limit += 1;
@@ -179,180 +165,57 @@ impl Dfs {
             self.exhausted = true;
         }
     }
+
+    /// What an exhausted search proved.
+    fn proved(&self) -> String {
+        let n = self.schedules;
+        match (self.bound, self.iterative) {
+            (Bound::Unbounded, _) | (_, true) => format!("explored all {n} schedules"),
+            (Bound::Preemptions, false) => format!("explored all {n} schedules with at most {} preemptions", self.limit),
+            (Bound::Delays, false) => format!("explored all {n} schedules with at most {} delays", self.limit),
+        }
+    }
 }
 
 impl Decide for Dfs {
     fn choose(&mut self, step: u64, choices: &[Choice]) -> Result<usize, Divergence> {
         debug_assert!(!choices.is_empty(), "the model offers at least one choice");
-        if let Some(d) = self.ended_early.take() {
-            return Err(d);
-        }
-        let depth = self.depth;
-        if depth < self.replay {
-            let node = &self.path[depth];
-            check_replayed(step, &node.choices, choices)?;
-            self.depth += 1;
-            return Ok(node.taken().0);
+        if let Some(index) = self.path.replayed(step, choices)? {
+            return Ok(index);
         }
         let node = self.fresh(choices);
         let index = node.taken().0;
         self.path.push(node);
-        self.depth += 1;
         Ok(index)
     }
 }
 
 impl Strategy for Dfs {
-    fn describe(&self) -> String {
-        let name = match self.bound {
-            Bound::Unbounded => return "dfs".to_string(),
-            Bound::Preemptions => "preempt",
-            Bound::Delays => "delay",
-        };
-        if self.iterative {
-            format!("dfs:{name}")
-        } else {
-            format!("dfs:{name}={}", self.limit)
-        }
+    fn begin_execution(&mut self, start: Start) {
+        self.path.begin(start.execution);
     }
 
-    fn begin_execution(&mut self, execution: u64) {
-        self.execution = execution;
-        self.depth = 0;
-        self.replay = self.path.len();
-    }
-
-    fn end_execution(&mut self, steps: u64) {
-        if self.depth < self.replay {
-            self.ended_early = Some(ended_early(
-                self.execution,
-                steps,
-                &self.path[self.depth].choices,
-            ));
-            return;
+    fn end_execution(&mut self, feedback: &Feedback<'_>) -> Status {
+        if !self.path.end(feedback.steps()) {
+            return Status::default();
         }
         self.schedules += 1;
         self.advance();
-    }
-
-    fn exhausted(&self) -> bool {
-        self.exhausted
-    }
-
-    fn exhausted_note(&self) -> Option<String> {
-        if !self.exhausted {
-            return None;
-        }
-        let n = self.schedules;
-        Some(match (self.bound, self.iterative) {
-            (Bound::Unbounded, _) | (_, true) => format!("explored all {n} schedules"),
-            (Bound::Preemptions, false) => format!(
-                "explored all {n} schedules with at most {} preemptions",
-                self.limit
-            ),
-            (Bound::Delays, false) => format!(
-                "explored all {n} schedules with at most {} delays",
-                self.limit
-            ),
-        })
-    }
-
-    fn parallel_safe(&self) -> bool {
-        false
-    }
-
-    fn accepts_seed_trace(&self) -> bool {
-        false
+        Status { exhausted: self.exhausted.then(|| self.proved()), notes: Vec::new() }
     }
 }
 
-/// Replay check shared by the systematic strategies: a replayed node must be offered exactly as
-/// when it was first reached.
-pub(super) fn check_replayed(
-    step: u64,
-    recorded: &[Choice],
-    offered: &[Choice],
-) -> Result<(), Divergence> {
-    if recorded == offered {
-        return Ok(());
+impl Describe for Dfs {
+    fn info(&self) -> Info {
+        let spec = match (self.bound, self.iterative) {
+            (Bound::Unbounded, _) => "dfs".to_string(),
+            (Bound::Preemptions, true) => "dfs:preempt".to_string(),
+            (Bound::Delays, true) => "dfs:delay".to_string(),
+            (Bound::Preemptions, false) => format!("dfs:preempt={}", self.limit),
+            (Bound::Delays, false) => format!("dfs:delay={}", self.limit),
+        };
+        Info { spec, order: Order::Systematic }
     }
-    Err(Divergence {
-        step,
-        expected: format!(
-            "{} as in earlier executions with the same decisions",
-            choices_label(recorded)
-        ),
-        seen: choices_label(offered),
-    })
-}
-
-/// An execution that ended before replaying its whole prefix.
-pub(super) fn ended_early(execution: u64, steps: u64, recorded: &[Choice]) -> Divergence {
-    Divergence {
-        step: steps,
-        expected: format!(
-            "{} as in earlier executions with the same decisions",
-            choices_label(recorded)
-        ),
-        seen: format!("nothing: execution {execution} ended after {steps} steps"),
-    }
-}
-
-fn offers_run(choices: &[Choice], t: ThreadId, pred: impl Fn(Op) -> bool) -> bool {
-    choices
-        .iter()
-        .any(|c| c.thread == t && c.kind == ChoiceKind::Run && pred(c.op))
-}
-
-/// `t` offers a `Run` that is not a yield: running something else preempts it.
-fn can_continue(choices: &[Choice], t: ThreadId) -> bool {
-    offers_run(choices, t, |op| op != Op::Yield)
-}
-
-fn is_yielding(choices: &[Choice], t: ThreadId) -> bool {
-    offers_run(choices, t, |op| op == Op::Yield)
-}
-
-/// Threads offering a choice, ascending (choices are ordered by thread).
-fn threads(choices: &[Choice]) -> Vec<ThreadId> {
-    let mut out: Vec<ThreadId> = choices.iter().map(|c| c.thread).collect();
-    out.dedup();
-    out
-}
-
-/// The base scheduler's thread (see the module doc).
-fn base_thread(prev: Option<ThreadId>, choices: &[Choice]) -> ThreadId {
-    if let Some(p) = prev.filter(|&p| can_continue(choices, p)) {
-        return p;
-    }
-    let all = threads(choices);
-    let yielder = prev.filter(|&p| is_yielding(choices, p) && all.len() > 1);
-    let others: Vec<ThreadId> = all
-        .iter()
-        .copied()
-        .filter(|&t| Some(t) != yielder)
-        .collect();
-    let runnable: Vec<ThreadId> = others
-        .iter()
-        .copied()
-        .filter(|&t| offers_run(choices, t, |_| true))
-        .collect();
-    let pool = if runnable.is_empty() {
-        others
-    } else {
-        runnable
-    };
-    let first = pool.first().copied().unwrap_or_default();
-    match yielder {
-        Some(y) => pool.iter().copied().find(|&t| t > y).unwrap_or(first),
-        None => first,
-    }
-}
-
-/// The base scheduler's choice: the first choice of its thread (a `Run` if it offers one).
-pub(super) fn default_index(prev: Option<ThreadId>, choices: &[Choice]) -> usize {
-    let t = base_thread(prev, choices);
-    choices.iter().position(|c| c.thread == t).unwrap_or(0)
 }
 
 fn preemption_cost(prev: Option<ThreadId>, choices: &[Choice], i: usize) -> u32 {
@@ -557,7 +420,7 @@ mod tests {
             Dfs::unbounded(),
         ] {
             let found = exhaust(&mut dfs, &program, 100);
-            assert_eq!(found.executions, 6, "{}", dfs.describe());
+            assert_eq!(found.executions, 6, "{}", dfs.info().spec);
         }
     }
 
@@ -593,15 +456,18 @@ mod tests {
     }
 
     #[test]
-    fn describe_round_trips() {
-        assert_eq!(Dfs::unbounded().describe(), "dfs");
-        assert_eq!(
-            Dfs::bounded(Bound::Preemptions, 3).describe(),
-            "dfs:preempt=3"
-        );
-        assert_eq!(Dfs::bounded(Bound::Delays, 0).describe(), "dfs:delay=0");
-        assert_eq!(Dfs::iterative(Bound::Delays).describe(), "dfs:delay");
-        assert!(!Dfs::unbounded().parallel_safe());
+    fn info_names_the_spec_and_a_sequential_search() {
+        for (dfs, spec) in [
+            (Dfs::unbounded(), "dfs"),
+            (Dfs::bounded(Bound::Preemptions, 3), "dfs:preempt=3"),
+            (Dfs::bounded(Bound::Delays, 0), "dfs:delay=0"),
+            (Dfs::iterative(Bound::Delays), "dfs:delay"),
+            (Dfs::iterative(Bound::Preemptions), "dfs:preempt"),
+        ] {
+            let info = dfs.info();
+            assert_eq!(info.spec, spec);
+            assert!(!info.parallel_safe() && !info.accepts_seed_trace(), "{spec}");
+        }
     }
 
     #[test]

@@ -74,27 +74,22 @@ use dara_abi::Op;
 use dara_scheduler::choice::{ChoiceObject, ThreadId};
 use dara_scheduler::{Choice, ChoiceKind, Decide, Divergence};
 
-use super::dfs::{check_replayed, default_index, ended_early};
-use super::Strategy;
+use super::base::default_index;
+use super::prefix::{Path, Recorded};
+use super::{Describe, Feedback, Info, Order, Start, Status, Strategy};
 
 mod races;
 
 pub struct Dpor {
-    /// Node `i` is the state before decision `i` of the current (or last) execution.
-    path: Vec<Node>,
-    /// Nodes of `path` the current execution replays.
-    replay: usize,
-    /// Decisions taken so far in the current execution.
-    depth: usize,
+    /// The decisions of the current (or last) execution, with their backtrack and sleep sets.
+    path: Path<Node>,
     /// Thread of the last decision, for the default choice.
     last: Option<ThreadId>,
     /// Depth at which the current execution found every offered choice asleep; from there on
     /// it runs outside the tree.
     blocked: Option<usize>,
-    execution: u64,
     executions: u64,
     exhausted: bool,
-    ended_early: Option<Divergence>,
     /// Executions whose race analysis ran out of its work budget (see [`races::Work`]).
     analyses_cut: u64,
     /// Work budget of one execution's analysis.
@@ -133,6 +128,26 @@ impl Node {
         }
         out
     }
+
+    /// Takes the next unexplored backtrack choice here, if there is one.
+    fn next_branch(&mut self) -> bool {
+        let next = (0..self.choices.len()).find(|&i| self.backtrack[i] && !self.done[i] && !self.asleep(i));
+        if let Some(i) = next {
+            self.done[i] = true;
+            self.taken = i;
+        }
+        next.is_some()
+    }
+}
+
+impl Recorded for Node {
+    fn offered(&self) -> &[Choice] {
+        &self.choices
+    }
+
+    fn taken(&self) -> usize {
+        self.taken
+    }
 }
 
 impl Default for Dpor {
@@ -144,15 +159,11 @@ impl Default for Dpor {
 impl Dpor {
     pub fn new() -> Dpor {
         Dpor {
-            path: Vec::new(),
-            replay: 0,
-            depth: 0,
+            path: Path::new(),
             last: None,
             blocked: None,
-            execution: 0,
             executions: 0,
             exhausted: false,
-            ended_early: None,
             analyses_cut: 0,
             analysis_work: races::ANALYSIS_WORK,
         }
@@ -162,6 +173,11 @@ impl Dpor {
     #[cfg(test)]
     fn with_analysis_work(events: u64) -> Dpor {
         Dpor { analysis_work: events, ..Dpor::new() }
+    }
+
+    /// Whether every schedule the race analyses asked for has run.
+    pub fn exhausted(&self) -> bool {
+        self.exhausted
     }
 
     fn fresh(&mut self, choices: &[Choice]) -> usize {
@@ -176,7 +192,7 @@ impl Dpor {
         };
         let awake: Vec<usize> = (0..n).filter(|&i| !node.asleep(i)).collect();
         match awake.first() {
-            None => self.blocked = Some(self.depth),
+            None => self.blocked = Some(self.path.depth()),
             Some(&first) => {
                 if node.asleep(node.taken) {
                     node.taken = first;
@@ -193,84 +209,9 @@ impl Dpor {
         taken
     }
 
-    /// After an execution: take the next unexplored backtrack choice of the deepest node.
-    fn advance(&mut self) {
-        while let Some(node) = self.path.last_mut() {
-            let next = (0..node.choices.len())
-                .find(|&i| node.backtrack[i] && !node.done[i] && !node.asleep(i));
-            if let Some(i) = next {
-                node.done[i] = true;
-                node.taken = i;
-                return;
-            }
-            self.path.pop();
-        }
-        self.exhausted = true;
-    }
-}
-
-impl Decide for Dpor {
-    fn choose(&mut self, step: u64, choices: &[Choice]) -> Result<usize, Divergence> {
-        debug_assert!(!choices.is_empty(), "the model offers at least one choice");
-        if let Some(d) = self.ended_early.take() {
-            return Err(d);
-        }
-        let depth = self.depth;
-        let index = if depth < self.replay {
-            let node = &self.path[depth];
-            check_replayed(step, &node.choices, choices)?;
-            node.taken
-        } else if self.blocked.is_some() {
-            default_index(self.last, choices)
-        } else {
-            self.fresh(choices)
-        };
-        self.depth += 1;
-        self.last = Some(choices[index].thread);
-        Ok(index)
-    }
-}
-
-impl Strategy for Dpor {
-    fn describe(&self) -> String {
-        "dpor".to_string()
-    }
-
-    fn begin_execution(&mut self, execution: u64) {
-        self.execution = execution;
-        self.depth = 0;
-        self.last = None;
-        self.blocked = None;
-        self.replay = self.path.len();
-    }
-
-    fn end_execution(&mut self, steps: u64) {
-        if self.depth < self.replay {
-            self.ended_early = Some(ended_early(
-                self.execution,
-                steps,
-                &self.path[self.depth].choices,
-            ));
-            return;
-        }
-        self.executions += 1;
-        let end = self.blocked.unwrap_or(self.path.len());
-        let mut work = races::Work::new(self.analysis_work);
-        races::analyse(&mut self.path, end, &mut work);
-        self.analyses_cut += u64::from(work.ran_out());
-        self.path.truncate(end);
-        self.advance();
-    }
-
-    fn exhausted(&self) -> bool {
-        self.exhausted
-    }
-
-    fn exhausted_note(&self) -> Option<String> {
-        if !self.exhausted {
-            return None;
-        }
-        Some(match self.analyses_cut {
+    /// What an exhausted search proved.
+    fn proved(&self) -> String {
+        match self.analyses_cut {
             0 => format!(
                 "explored all schedules up to reordering of independent steps in {} executions (exhaustive for programs without data races on plain memory)",
                 self.executions
@@ -279,7 +220,7 @@ impl Strategy for Dpor {
                 "explored every schedule the race analysis asked for in {} executions, but the analysis of {cut} of them was cut short (too many steps to analyse within its budget), so this is not a proof",
                 self.executions
             ),
-        })
+        }
     }
 
     fn notes(&self) -> Vec<String> {
@@ -288,13 +229,49 @@ impl Strategy for Dpor {
             cut => vec![format!("dpor: the race analysis of {cut} executions was cut short (too many steps): fewer schedules than a full analysis would ask for were explored")],
         }
     }
+}
 
-    fn parallel_safe(&self) -> bool {
-        false
+impl Decide for Dpor {
+    fn choose(&mut self, step: u64, choices: &[Choice]) -> Result<usize, Divergence> {
+        debug_assert!(!choices.is_empty(), "the model offers at least one choice");
+        let index = match self.path.replayed(step, choices)? {
+            Some(index) => index,
+            None if self.blocked.is_some() => {
+                self.path.untracked();
+                default_index(self.last, choices)
+            }
+            None => self.fresh(choices),
+        };
+        self.last = Some(choices[index].thread);
+        Ok(index)
+    }
+}
+
+impl Strategy for Dpor {
+    fn begin_execution(&mut self, start: Start) {
+        self.path.begin(start.execution);
+        self.last = None;
+        self.blocked = None;
     }
 
-    fn accepts_seed_trace(&self) -> bool {
-        false
+    fn end_execution(&mut self, feedback: &Feedback<'_>) -> Status {
+        if !self.path.end(feedback.steps()) {
+            return Status { exhausted: None, notes: self.notes() };
+        }
+        self.executions += 1;
+        let end = self.blocked.unwrap_or(self.path.len());
+        let mut work = races::Work::new(self.analysis_work);
+        races::analyse(self.path.nodes_mut(), end, &mut work);
+        self.analyses_cut += u64::from(work.ran_out());
+        self.path.truncate(end);
+        self.exhausted = !self.path.backtrack(Node::next_branch);
+        Status { exhausted: self.exhausted.then(|| self.proved()), notes: self.notes() }
+    }
+}
+
+impl Describe for Dpor {
+    fn info(&self) -> Info {
+        Info { spec: "dpor".to_string(), order: Order::Systematic }
     }
 }
 

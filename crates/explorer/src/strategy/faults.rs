@@ -16,7 +16,7 @@
 //! Reproducibility: the points of execution `k` depend on (seed, k) and the calibration only.
 use dara_scheduler::{Choice, ChoiceKind, Decide, Divergence};
 
-use super::{Feedback, Strategy};
+use super::{Feedback, Start, Status, Strategy};
 use crate::rng::Rng;
 
 /// Most fault points per execution.
@@ -30,7 +30,6 @@ pub struct Faults<S> {
     inner: S,
     seed: u64,
     rng: Rng,
-    expected_steps: u64,
     /// This execution's fault points not yet used, ascending.
     points: Vec<u64>,
     /// The non-fault choices of the current step and their indices (reused buffers).
@@ -40,15 +39,17 @@ pub struct Faults<S> {
 
 impl<S: Strategy> Faults<S> {
     pub fn new(inner: S, seed: u64) -> Faults<S> {
-        let mut wrapper = Faults { inner, seed, rng: Rng::new(seed), expected_steps: UNCALIBRATED_STEPS, points: Vec::new(), others: Vec::new(), other_index: Vec::new() };
-        wrapper.plan(0);
+        let mut wrapper = Faults { inner, seed, rng: Rng::new(seed), points: Vec::new(), others: Vec::new(), other_index: Vec::new() };
+        wrapper.plan(Start::at(0));
         wrapper
     }
 
-    fn plan(&mut self, execution: u64) {
-        self.rng = Rng::for_execution(self.seed ^ FAULT_STREAM, execution);
+    /// Draws the fault points of the execution `start` begins, over its expected length.
+    fn plan(&mut self, start: Start) {
+        let expected_steps = start.first_steps.map_or(UNCALIBRATED_STEPS, |steps| steps.max(1));
+        self.rng = Rng::for_execution(self.seed ^ FAULT_STREAM, start.execution);
         let count = 1 + self.rng.below(MAX_POINTS);
-        self.points = (0..count).map(|_| self.rng.below(self.expected_steps.max(1))).collect();
+        self.points = (0..count).map(|_| self.rng.below(expected_steps)).collect();
         self.points.sort_unstable();
     }
 
@@ -88,38 +89,13 @@ impl<S: Strategy> Decide for Faults<S> {
 }
 
 impl<S: Strategy> Strategy for Faults<S> {
-    fn describe(&self) -> String {
-        self.inner.describe()
+    fn begin_execution(&mut self, start: Start) {
+        self.inner.begin_execution(start);
+        self.plan(start);
     }
 
-    fn begin_execution(&mut self, execution: u64) {
-        self.inner.begin_execution(execution);
-        self.plan(execution);
-    }
-
-    fn end_execution(&mut self, steps: u64) {
-        self.inner.end_execution(steps);
-    }
-
-    fn exhausted(&self) -> bool {
-        self.inner.exhausted()
-    }
-
-    fn exhausted_note(&self) -> Option<String> {
-        self.inner.exhausted_note()
-    }
-
-    fn parallel_safe(&self) -> bool {
-        self.inner.parallel_safe()
-    }
-
-    fn calibrate(&mut self, first_execution_steps: u64) {
-        self.expected_steps = first_execution_steps.max(1);
-        self.inner.calibrate(first_execution_steps);
-    }
-
-    fn observe(&mut self, feedback: &Feedback<'_>) {
-        self.inner.observe(feedback);
+    fn end_execution(&mut self, feedback: &Feedback<'_>) -> Status {
+        self.inner.end_execution(feedback)
     }
 
     fn forced(&mut self, step: u64, choices: &[Choice], chosen: usize) {
@@ -132,14 +108,6 @@ impl<S: Strategy> Strategy for Faults<S> {
             self.inner.forced(step, &others, i);
             self.others = others;
         }
-    }
-
-    fn accepts_seed_trace(&self) -> bool {
-        self.inner.accepts_seed_trace()
-    }
-
-    fn notes(&self) -> Vec<String> {
-        self.inner.notes()
     }
 }
 
@@ -161,8 +129,8 @@ mod tests {
 
     /// Runs up to `steps` steps offering two threads and two crashes: returns the step of the
     /// first fault, if any.
-    fn fault_step(s: &mut Faults<Random>, execution: u64, steps: u64) -> Option<u64> {
-        s.begin_execution(execution);
+    fn fault_step(s: &mut Faults<Random>, start: Start, steps: u64) -> Option<u64> {
+        s.begin_execution(start);
         let choices = [thread(0), thread(1), crash(0), crash(1)];
         (0..steps).find(|&step| choices[s.choose(step, &choices).unwrap()].kind == ChoiceKind::Fault)
     }
@@ -170,8 +138,7 @@ mod tests {
     #[test]
     fn faults_come_at_planned_points_spread_over_the_execution() {
         let mut s = Faults::new(Random::new(7), 7);
-        s.calibrate(100);
-        let steps: Vec<u64> = (0..200).filter_map(|k| fault_step(&mut s, k, 100)).collect();
+        let steps: Vec<u64> = (0..200).filter_map(|k| fault_step(&mut s, Start::calibrated(k, 100), 100)).collect();
         assert_eq!(steps.len(), 200, "every execution plans at least one point within the expected length");
         let early = steps.iter().filter(|&&st| st < 10).count();
         let late = steps.iter().filter(|&&st| st >= 50).count();
@@ -183,10 +150,8 @@ mod tests {
     fn the_same_seed_and_execution_plan_the_same_faults() {
         let mut a = Faults::new(Random::new(3), 3);
         let mut b = Faults::new(Random::new(3), 3);
-        a.calibrate(80);
-        b.calibrate(80);
         for k in [5, 1, 9] {
-            assert_eq!(fault_step(&mut a, k, 80), fault_step(&mut b, k, 80));
+            assert_eq!(fault_step(&mut a, Start::calibrated(k, 80), 80), fault_step(&mut b, Start::calibrated(k, 80), 80));
         }
     }
 
@@ -194,8 +159,8 @@ mod tests {
     fn without_fault_choices_the_wrapped_strategy_decides_alone() {
         let mut wrapped = Faults::new(Random::new(11), 11);
         let mut plain = Random::new(11);
-        wrapped.begin_execution(4);
-        plain.begin_execution(4);
+        wrapped.begin_execution(Start::at(4));
+        plain.begin_execution(Start::at(4));
         let choices = [thread(0), thread(1), thread(2)];
         for step in 0..50 {
             assert_eq!(wrapped.choose(step, &choices).unwrap(), plain.choose(step, &choices).unwrap());
@@ -228,22 +193,23 @@ mod tests {
 
     #[test]
     fn systematic_strategies_try_the_crash_at_every_point() {
-        use crate::strategy::testkit::run;
+        use crate::strategy::testkit::Search;
         use crate::strategy::{Dfs, Dpor};
         let strategies: Vec<(&str, Box<dyn Strategy>)> = vec![("dfs", Box::new(Dfs::unbounded())), ("dpor", Box::new(Dpor::new()))];
         for (name, mut s) in strategies {
             let mut crash_after = std::collections::BTreeSet::new();
+            let mut search = Search::new();
             for k in 0..10_000 {
-                if s.exhausted() {
+                if search.status.exhausted.is_some() {
                     break;
                 }
-                let (taken, _) = run(s.as_mut(), k, &mut CrashableNode { pc: [0; 2], crashed: false }, 100);
+                let (taken, _) = search.run(s.as_mut(), k, &mut CrashableNode { pc: [0; 2], crashed: false }, 100);
                 if let Some(at) = taken.iter().position(|c| c.kind == ChoiceKind::Fault) {
                     // How far thread 1 had got when its node was crashed.
                     crash_after.insert(taken[..at].iter().filter(|c| c.thread == 1).count());
                 }
             }
-            assert!(s.exhausted(), "{name} did not finish the space");
+            assert!(search.status.exhausted.is_some(), "{name} did not finish the space");
             assert_eq!(crash_after.into_iter().collect::<Vec<_>>(), vec![0, 1, 2], "{name}: the crash before each of thread 1's steps");
         }
     }
@@ -251,7 +217,7 @@ mod tests {
     #[test]
     fn only_faults_offered_means_a_fault_is_taken() {
         let mut s = Faults::new(Random::new(1), 1);
-        s.begin_execution(0);
+        s.begin_execution(Start::at(0));
         let choices = [crash(0), crash(1)];
         assert!(s.choose(0, &choices).unwrap() < 2);
     }

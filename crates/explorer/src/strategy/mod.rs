@@ -2,49 +2,68 @@
 //!
 //! A strategy is a small pure type: given the enabled [`Choice`]s of one step it returns an index,
 //! using nothing but its own state and its seeded generator. No I/O, no clock, no processes, so
-//! every strategy is unit-tested here against simulated programs. One file per strategy:
+//! every strategy is unit-tested here against simulated programs. As shuttle's `Scheduler`, the
+//! [`Strategy`] trait is narrow: [`begin_execution`](Strategy::begin_execution), `choose` (from
+//! [`Decide`]) at every step, and [`end_execution`](Strategy::end_execution), which gets what the
+//! execution did ([`Feedback`]: its decisions and coverage) and answers with a [`Status`] (the
+//! space is exhausted; notes for the user). What the search must know before it starts (the spec
+//! stored in traces, whether executions may run in parallel or start from a seed trace) is an
+//! [`Info`] that [`parse`] returns once, from each strategy's [`Describe`]. Wrappers implement the
+//! three methods and, if they make decisions for the strategy they wrap, pass them on with
+//! [`Strategy::forced`]; nothing else.
 //!
-//! * [`random`]: uniform random walk;
-//! * [`pct`]: probabilistic concurrency testing with d−1 priority change points;
-//! * [`replay`]: follow a recorded decision list and report the first divergence;
+//! One file (or folder) per strategy, each citing its paper:
+//!
+//! * [`random`]: uniform random walk (Dara's Random; MaceMC's random walks);
+//! * [`pct`]: probabilistic concurrency testing with d−1 priority change points (Burckhardt et
+//!   al., ASPLOS 2010);
 //! * [`dfs`]: systematic depth-first search of the decision tree, unbounded or bounded by
-//!   preemptions or delays (`dfs`, `dfs:preempt=K`, `dfs:delay=K`, and iteratively deepening
-//!   `dfs:preempt`, `dfs:delay`);
+//!   preemptions (Musuvathi & Qadeer, PLDI 2007) or delays (Emmi, Qadeer & Rakamarić, POPL 2011)
+//!   (`dfs`, `dfs:preempt=K`, `dfs:delay=K`, and iteratively deepening `dfs:preempt`,
+//!   `dfs:delay`);
 //! * [`dpor`]: systematic search up to reordering of independent steps (dynamic partial-order
-//!   reduction with sleep sets);
+//!   reduction, Flanagan & Godefroid, POPL 2005, with sleep sets and source sets);
 //! * [`coverage`]: coverage-guided search (`coverage:unique`, `coverage:frequency`,
-//!   `coverage:node-frequency`) learning which actions reach new code from earlier executions
-//!   ([`Strategy::observe`]);
-//! * [`seeded`]: a wrapper starting execution 0 from a recorded schedule (`--seed-trace`);
+//!   `coverage:node-frequency`, Dara's three objectives) learning from earlier executions which
+//!   actions reach new code;
+//! * [`replay`]: follow a recorded decision list and report the first divergence (dBug's and
+//!   Vtrace's replay);
+//! * [`seeded`]: a wrapper starting execution 0 from a recorded schedule (`--seed-trace`, as
+//!   Dara's explorer starts from a seed schedule);
 //! * [`faults`]: a wrapper that gives the sampling strategies fault points (when to crash,
-//!   partition, ...), so their own choices stay among threads and timers.
+//!   partition, ...; SAMC's fault budgets placed like PCT's change points), so their own choices
+//!   stay among threads and timers.
 //!
-//! The systematic strategies (`dfs`, `dpor`) choose each execution from the ones before it, so
-//! they run sequentially, and say when the whole space has been explored
-//! ([`Strategy::exhausted`]). They replay a prefix of earlier decisions every execution and stop
-//! the search with a [`Divergence`](dara_scheduler::Divergence) if the program does not offer
-//! the same choices again.
+//! The systematic strategies (`dfs`, `dpor`) share the [`prefix`] they replay every execution
+//! (loom's `Path`) and the [`base`] scheduler they depart from. They choose each execution from
+//! the ones before it, so they run sequentially, and say when the whole space has been explored
+//! ([`Status::exhausted`]). A replayed node the program does not offer again stops the search
+//! with a [`Divergence`](dara_scheduler::Divergence).
 //!
 //! Reproducibility rule for seeded strategies: execution `k` of a search with seed `s` depends
-//! only on `(s, k)` (and, for PCT, on the step estimate carried over from earlier executions), via
-//! [`Rng::for_execution`](crate::rng::Rng::for_execution). A trace's header (strategy, seed,
-//! execution) is therefore enough to regenerate its schedule.
+//! only on `(s, k)` (and, for PCT and the fault points, on execution 0's length, passed in
+//! [`Start`]), via [`Rng::for_execution`](crate::rng::Rng::for_execution). A trace's header
+//! (strategy, seed, execution) is therefore enough to regenerate its schedule.
 use std::collections::BTreeMap;
 
 use dara_scheduler::choice::ProcessId;
 use dara_scheduler::coverage::ProcessCoverage;
 use dara_scheduler::{Choice, Decide};
 
+mod base;
 pub mod coverage;
 pub mod dfs;
 pub mod dpor;
 pub mod faults;
 pub mod pct;
+mod prefix;
 pub mod random;
 pub mod replay;
 pub mod seeded;
 #[cfg(test)]
 pub(crate) mod sim;
+#[cfg(test)]
+pub(crate) mod testkit;
 
 pub use dfs::Dfs;
 pub use dpor::Dpor;
@@ -53,7 +72,43 @@ pub use random::Random;
 pub use replay::Replay;
 pub use seeded::Seeded;
 
-/// What a finished execution tells a strategy that learns across executions.
+/// A decision procedure over a whole search: `choose` (from [`Decide`]) at every step, framed by
+/// `begin_execution`/`end_execution` around each execution.
+pub trait Strategy: Decide {
+    /// Execution `start.execution` is about to start: reset per-execution state and derive this
+    /// execution's generator.
+    fn begin_execution(&mut self, start: Start);
+    /// The execution that began last is over: learn from it, and say whether anything is left.
+    fn end_execution(&mut self, feedback: &Feedback<'_>) -> Status;
+    /// Decision `chosen` of `choices` at `step` was made for the strategy (a seed trace's
+    /// prefix) instead of by `choose`. Only strategies whose later decisions depend on the
+    /// earlier ones of the same execution need it. Default: nothing.
+    fn forced(&mut self, _step: u64, _choices: &[Choice], _chosen: usize) {}
+}
+
+/// Which execution begins, and what the search knows of the first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Start {
+    /// 0-based index within the search.
+    pub execution: u64,
+    /// Decisions execution 0 took, for every later execution (None for execution 0 itself):
+    /// PCT draws its change points and the fault wrapper its fault points over this length.
+    pub first_steps: Option<u64>,
+}
+
+impl Start {
+    /// Execution `execution`, without a measured first execution.
+    pub fn at(execution: u64) -> Start {
+        Start { execution, first_steps: None }
+    }
+
+    /// Execution `execution` of a search whose execution 0 took `first_steps` decisions.
+    pub fn calibrated(execution: u64, first_steps: u64) -> Start {
+        Start { execution, first_steps: Some(first_steps) }
+    }
+}
+
+/// What a finished execution did, for the strategy that ran it.
 pub struct Feedback<'a> {
     /// The decisions taken, in order.
     pub choices: &'a [Choice],
@@ -61,47 +116,87 @@ pub struct Feedback<'a> {
     pub coverage: &'a BTreeMap<ProcessId, ProcessCoverage>,
 }
 
-/// A decision procedure over a whole search: `choose` (from [`Decide`]) at every step, framed by
-/// `begin_execution`/`end_execution` around each execution.
-pub trait Strategy: Decide {
-    /// The spec that recreates this strategy with [`parse`] (`random`, `pct:3`); stored in traces.
-    fn describe(&self) -> String;
-    /// Execution `execution` (0-based index within the search) is about to start: reset
-    /// per-execution state and derive this execution's generator.
-    fn begin_execution(&mut self, execution: u64);
-    /// The execution that began last is over after `steps` decisions.
-    fn end_execution(&mut self, steps: u64);
-    /// Systematic strategies: true once every schedule within the bound has been explored; the
-    /// search then stops and reports [`Strategy::exhausted_note`]. Sampling strategies never are.
-    fn exhausted(&self) -> bool {
-        false
+/// Coverage of a program built without it.
+static NO_COVERAGE: BTreeMap<ProcessId, ProcessCoverage> = BTreeMap::new();
+
+impl<'a> Feedback<'a> {
+    /// An execution of a program without coverage.
+    pub fn without_coverage(choices: &'a [Choice]) -> Feedback<'a> {
+        Feedback { choices, coverage: &NO_COVERAGE }
     }
-    /// What an exhausted search proved, e.g. "all 42 schedules with at most 2 preemptions".
-    fn exhausted_note(&self) -> Option<String> {
-        None
+
+    /// Decisions the execution took.
+    pub fn steps(&self) -> u64 {
+        self.choices.len() as u64
     }
-    /// Whether executions may run in parallel (`--jobs`), i.e. whether execution k's decisions
-    /// depend only on (seed, k) and the calibration, never on other executions' results.
-    fn parallel_safe(&self) -> bool {
-        true
+}
+
+/// What a strategy says after an execution.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[must_use = "the status says whether the search is exhausted"]
+pub struct Status {
+    /// Systematic strategies, once every schedule within the bound has run: what the search
+    /// proved ("explored all 42 schedules with at most 2 preemptions"); the search then stops.
+    /// Sampling strategies never are.
+    pub exhausted: Option<String>,
+    /// Things the user should know about how the search went so far (the summary shows the
+    /// last execution's, once).
+    pub notes: Vec<String>,
+}
+
+/// How a strategy's executions depend on each other, which decides what the search may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Execution k depends only on (seed, k) and execution 0's length: executions may run in
+    /// parallel (`--jobs`) and execution 0 may start from a seed trace (`random`, `pct`).
+    Independent,
+    /// Learns from the executions before: one after another; execution 0 may start from a seed
+    /// trace (`coverage:*`).
+    Learning,
+    /// Builds a decision tree from the first step: one after another, never from a seed trace
+    /// (`dfs`, `dpor`).
+    Systematic,
+}
+
+/// What the search needs to know of a strategy before it runs one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Info {
+    /// The spec that recreates the strategy with [`parse`] (`random`, `pct:3`); stored in traces.
+    pub spec: String,
+    pub order: Order,
+}
+
+impl Info {
+    /// Whether executions may run in parallel (`--jobs`).
+    pub fn parallel_safe(&self) -> bool {
+        self.order == Order::Independent
     }
-    /// Called with the step count of execution 0 before any other execution starts (used by PCT
-    /// to size its change-point range). Default: nothing.
-    fn calibrate(&mut self, _first_execution_steps: u64) {}
-    /// Called after every execution (after `end_execution`) with its decisions and coverage.
-    /// Default: nothing (only strategies that learn across executions use it).
-    fn observe(&mut self, _feedback: &Feedback<'_>) {}
-    /// Decision `chosen` of `choices` at `step` was made for the strategy (a seed trace's
-    /// prefix) instead of by `choose`. Default: nothing.
-    fn forced(&mut self, _step: u64, _choices: &[Choice], _chosen: usize) {}
-    /// Whether execution 0 may start from a seed trace (`--seed-trace`). Systematic strategies
-    /// build their decision tree from the root and say no.
-    fn accepts_seed_trace(&self) -> bool {
-        true
+
+    /// Whether execution 0 may start from a seed trace (`--seed-trace`).
+    pub fn accepts_seed_trace(&self) -> bool {
+        self.order != Order::Systematic
     }
-    /// Things the user should know about how the search went (shown once in the summary).
-    fn notes(&self) -> Vec<String> {
-        Vec::new()
+}
+
+/// A strategy that a search can be asked for by name.
+pub trait Describe {
+    fn info(&self) -> Info;
+}
+
+/// A strategy built from its spec, and what it is.
+pub struct Parsed {
+    pub info: Info,
+    pub strategy: Box<dyn Strategy + Send>,
+}
+
+impl Parsed {
+    fn new<S: Strategy + Describe + Send + 'static>(strategy: S) -> Parsed {
+        Parsed { info: strategy.info(), strategy: Box::new(strategy) }
+    }
+
+    /// A sampling strategy, given fault points ([`faults`]).
+    fn sampling<S: Strategy + Describe + Send + 'static>(strategy: S, seed: u64) -> Parsed {
+        Parsed { info: strategy.info(), strategy: Box::new(faults::Faults::new(strategy, seed)) }
     }
 }
 
@@ -127,21 +222,21 @@ pub enum StrategyError {
 }
 
 /// Builds the search strategy named by `spec`, seeded with the search seed.
-pub fn parse(spec: &str, seed: u64) -> Result<Box<dyn Strategy + Send>, StrategyError> {
+pub fn parse(spec: &str, seed: u64) -> Result<Parsed, StrategyError> {
     let spec = spec.trim();
     match spec {
-        "random" => return Ok(Box::new(faults::Faults::new(Random::new(seed), seed))),
-        "pct" => return Ok(Box::new(faults::Faults::new(Pct::new(pct::DEFAULT_DEPTH, seed), seed))),
+        "random" => return Ok(Parsed::sampling(Random::new(seed), seed)),
+        "pct" => return Ok(Parsed::sampling(Pct::new(pct::DEFAULT_DEPTH, seed), seed)),
         "replay" => return Err(StrategyError::ReplayNeedsTrace),
-        "dfs" => return Ok(Box::new(Dfs::unbounded())),
-        "dfs:preempt" => return Ok(Box::new(Dfs::iterative(dfs::Bound::Preemptions))),
-        "dfs:delay" => return Ok(Box::new(Dfs::iterative(dfs::Bound::Delays))),
-        "dpor" => return Ok(Box::new(Dpor::new())),
+        "dfs" => return Ok(Parsed::new(Dfs::unbounded())),
+        "dfs:preempt" => return Ok(Parsed::new(Dfs::iterative(dfs::Bound::Preemptions))),
+        "dfs:delay" => return Ok(Parsed::new(Dfs::iterative(dfs::Bound::Delays))),
+        "dpor" => return Ok(Parsed::new(Dpor::new())),
         _ => {}
     }
     if let Some(name) = spec.strip_prefix("coverage:") {
         return match coverage::Coverage::parse_objective(name) {
-            Some(objective) => Ok(Box::new(faults::Faults::new(coverage::Coverage::new(objective, seed), seed))),
+            Some(objective) => Ok(Parsed::sampling(coverage::Coverage::new(objective, seed), seed)),
             None => Err(StrategyError::CoverageObjective { spec: spec.to_string() }),
         };
     }
@@ -152,13 +247,13 @@ pub fn parse(spec: &str, seed: u64) -> Result<Box<dyn Strategy + Send>, Strategy
             _ => None,
         };
         return match parsed {
-            Some((b, k)) => Ok(Box::new(Dfs::bounded(b, k))),
+            Some((b, k)) => Ok(Parsed::new(Dfs::bounded(b, k))),
             None => Err(StrategyError::DfsBound { spec: spec.to_string() }),
         };
     }
     if let Some(depth) = spec.strip_prefix("pct:") {
         return match depth.parse::<u32>() {
-            Ok(d) if (1..=pct::MAX_DEPTH).contains(&d) => Ok(Box::new(faults::Faults::new(Pct::new(d, seed), seed))),
+            Ok(d) if (1..=pct::MAX_DEPTH).contains(&d) => Ok(Parsed::sampling(Pct::new(d, seed), seed)),
             _ => Err(StrategyError::PctDepth { spec: spec.to_string() }),
         };
     }
@@ -175,114 +270,6 @@ pub fn choices_label(choices: &[Choice]) -> String {
 }
 
 #[cfg(test)]
-pub(crate) mod testkit {
-    //! Simulated programs for strategy tests: each offers choices the way the model does (in
-    //! thread order) and applies the chosen one.
-    use dara_abi::Op;
-    use dara_scheduler::{Choice, ChoiceKind};
-
-    use super::Strategy;
-
-    pub(crate) trait Program {
-        /// Enabled choices; empty when the program is finished.
-        fn choices(&self) -> Vec<Choice>;
-        fn apply(&mut self, c: &Choice);
-    }
-
-    pub(crate) fn run_choice(thread: u32, op: Op, obj: u64) -> Choice {
-        Choice {
-            thread,
-            kind: ChoiceKind::Run,
-            alt: 0,
-            op,
-            obj,
-        }
-    }
-
-    /// Runs `program` under `strategy` (execution `execution`) for at most `max_steps`
-    /// decisions. Returns the decisions taken and whether the program finished.
-    pub(crate) fn run(
-        strategy: &mut dyn Strategy,
-        execution: u64,
-        program: &mut dyn Program,
-        max_steps: u64,
-    ) -> (Vec<Choice>, bool) {
-        strategy.begin_execution(execution);
-        let mut taken = Vec::new();
-        let mut finished = false;
-        for step in 0..max_steps {
-            let choices = program.choices();
-            if choices.is_empty() {
-                finished = true;
-                break;
-            }
-            let i = strategy.choose(step, &choices).expect("strategy diverged");
-            assert!(i < choices.len(), "index {i} out of {} choices", choices.len());
-            program.apply(&choices[i]);
-            taken.push(choices[i]);
-        }
-        finished |= program.choices().is_empty();
-        strategy.end_execution(taken.len() as u64);
-        if execution == 0 {
-            // As the search loop does: execution 0 calibrates the strategy.
-            strategy.calibrate(taken.len() as u64);
-        }
-        (taken, finished)
-    }
-
-    /// Straight-line threads: thread `t` performs `ops[t]` in order, one op per step. The object
-    /// of each choice is `0x1000 * (t + 1) + index` so every step is distinguishable. A `Sleep`
-    /// op also offers a `Timeout` choice.
-    pub(crate) struct Straight {
-        pub ops: Vec<Vec<Op>>,
-        pub pc: Vec<usize>,
-        /// (thread, op index) in execution order.
-        pub history: Vec<(u32, usize)>,
-    }
-
-    impl Straight {
-        pub(crate) fn new(ops: Vec<Vec<Op>>) -> Straight {
-            let n = ops.len();
-            Straight {
-                ops,
-                pc: vec![0; n],
-                history: Vec::new(),
-            }
-        }
-
-        /// Position in `history` of thread `t`'s op `i`.
-        pub(crate) fn when(&self, t: u32, i: usize) -> Option<usize> {
-            self.history.iter().position(|&h| h == (t, i))
-        }
-    }
-
-    impl Program for Straight {
-        fn choices(&self) -> Vec<Choice> {
-            let mut out = Vec::new();
-            for (t, ops) in self.ops.iter().enumerate() {
-                if let Some(&op) = ops.get(self.pc[t]) {
-                    let c = run_choice(t as u32, op, 0x1000 * (t as u64 + 1) + self.pc[t] as u64);
-                    out.push(c);
-                    if op == Op::Sleep {
-                        out.push(Choice {
-                            kind: ChoiceKind::Timeout,
-                            ..c
-                        });
-                    }
-                }
-            }
-            out
-        }
-
-        fn apply(&mut self, c: &Choice) {
-            let t = c.thread as usize;
-            self.history.push((c.thread, self.pc[t]));
-            self.pc[t] += 1;
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use dara_abi::Op;
 
@@ -291,29 +278,26 @@ mod tests {
 
     #[test]
     fn parse_accepts_the_documented_specs() {
-        for (spec, described) in [
-            ("random", "random"),
-            ("pct", "pct:3"),
-            ("pct:1", "pct:1"),
-            ("pct:10", "pct:10"),
-            (" pct:4 ", "pct:4"),
-            ("dfs", "dfs"),
-            ("dfs:preempt=2", "dfs:preempt=2"),
-            ("dfs:delay=0", "dfs:delay=0"),
-            ("dfs:preempt", "dfs:preempt"),
-            ("dfs:delay", "dfs:delay"),
-            ("dpor", "dpor"),
-            ("coverage:unique", "coverage:unique"),
-            ("coverage:frequency", "coverage:frequency"),
-            ("coverage:node-frequency", "coverage:node-frequency"),
+        use Order::*;
+        for (spec, described, order) in [
+            ("random", "random", Independent),
+            ("pct", "pct:3", Independent),
+            ("pct:1", "pct:1", Independent),
+            ("pct:10", "pct:10", Independent),
+            (" pct:4 ", "pct:4", Independent),
+            ("dfs", "dfs", Systematic),
+            ("dfs:preempt=2", "dfs:preempt=2", Systematic),
+            ("dfs:delay=0", "dfs:delay=0", Systematic),
+            ("dfs:preempt", "dfs:preempt", Systematic),
+            ("dfs:delay", "dfs:delay", Systematic),
+            ("dpor", "dpor", Systematic),
+            ("coverage:unique", "coverage:unique", Learning),
+            ("coverage:frequency", "coverage:frequency", Learning),
+            ("coverage:node-frequency", "coverage:node-frequency", Learning),
         ] {
-            let s = parse(spec, 1).unwrap_or_else(|e| panic!("{spec}: {e}"));
-            assert_eq!(s.describe(), described);
-            assert_eq!(
-                parse(&s.describe(), 1).unwrap().describe(),
-                described,
-                "describe() parses back"
-            );
+            let info = parse(spec, 1).unwrap_or_else(|e| panic!("{spec}: {e}")).info;
+            assert_eq!(info, Info { spec: described.to_string(), order }, "{spec}");
+            assert_eq!(parse(&info.spec, 1).unwrap().info, info, "the spec parses back");
         }
     }
 

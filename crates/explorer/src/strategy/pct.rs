@@ -50,7 +50,7 @@ use std::collections::BTreeMap;
 use dara_abi::Op;
 use dara_scheduler::{Choice, ChoiceKind, Decide, Divergence};
 
-use super::Strategy;
+use super::{Describe, Feedback, Info, Order, Start, Status, Strategy};
 use crate::rng::Rng;
 
 /// `pct` without a depth means `pct:3`.
@@ -67,8 +67,9 @@ pub struct Pct {
     depth: u32,
     seed: u64,
     rng: Rng,
-    /// Steps of execution 0, once the search has calibrated us with it.
-    max_steps_seen: Option<u64>,
+    /// The k of this execution: execution 0's step count once it has run
+    /// ([`Start::first_steps`]), [`INITIAL_STEP_ESTIMATE`] before.
+    step_estimate: u64,
     /// `change_points[i - 1]` is the decision number (1-based, within the execution) at which the
     /// thread about to be picked gets priority `i`. d−1 entries, distinct whenever the estimate
     /// allows (k ≥ d−1).
@@ -88,18 +89,18 @@ impl Pct {
             depth: depth.clamp(1, MAX_DEPTH),
             seed,
             rng: Rng::for_execution(seed, 0),
-            max_steps_seen: None,
+            step_estimate: INITIAL_STEP_ESTIMATE,
             change_points: Vec::new(),
             priorities: BTreeMap::new(),
             steps: 0,
         };
-        pct.begin_execution(0);
+        pct.begin_execution(Start::at(0));
         pct
     }
 
     /// The k that change points are drawn from.
     pub fn step_estimate(&self) -> u64 {
-        self.max_steps_seen.unwrap_or(INITIAL_STEP_ESTIMATE).max(1)
+        self.step_estimate
     }
 
     fn assign_initial_priority(&mut self, entity: u64) {
@@ -175,15 +176,12 @@ impl Decide for Pct {
 }
 
 impl Strategy for Pct {
-    fn describe(&self) -> String {
-        format!("pct:{}", self.depth)
-    }
-
-    fn begin_execution(&mut self, execution: u64) {
-        self.rng = Rng::for_execution(self.seed, execution);
+    fn begin_execution(&mut self, start: Start) {
+        self.rng = Rng::for_execution(self.seed, start.execution);
         self.priorities.clear();
         self.steps = 0;
-        let k = self.step_estimate();
+        self.step_estimate = start.first_steps.unwrap_or(INITIAL_STEP_ESTIMATE).max(1);
+        let k = self.step_estimate;
         let want = (self.depth - 1) as usize;
         let distinct = k >= want as u64;
         self.change_points.clear();
@@ -195,10 +193,14 @@ impl Strategy for Pct {
         }
     }
 
-    fn end_execution(&mut self, _steps: u64) {}
+    fn end_execution(&mut self, _feedback: &Feedback<'_>) -> Status {
+        Status::default()
+    }
+}
 
-    fn calibrate(&mut self, first_execution_steps: u64) {
-        self.max_steps_seen = Some(first_execution_steps);
+impl Describe for Pct {
+    fn info(&self) -> Info {
+        Info { spec: format!("pct:{}", self.depth), order: Order::Independent }
     }
 }
 
@@ -206,7 +208,7 @@ impl Strategy for Pct {
 mod tests {
     use dara_scheduler::ChoiceKind;
 
-    use super::super::testkit::{run, run_choice, Program, Straight};
+    use super::super::testkit::{run, run_choice, Program, Search, Straight};
     use super::super::Random;
     use super::*;
 
@@ -226,7 +228,7 @@ mod tests {
         let client = Choice { thread: 1, kind: ChoiceKind::Run, alt: 0, op: Op::MutexLock, obj: 0x40 };
         for seed in 0..20 {
             let mut pct = Pct::new(3, seed);
-            pct.begin_execution(1);
+            pct.begin_execution(Start::at(1));
             let client_steps = (0..100).filter(|&step| pct.choose(step, &[server, client]).unwrap() == 1).count();
             assert!(client_steps >= 40, "seed {seed}: the client ran {client_steps} of 100 steps");
         }
@@ -236,8 +238,9 @@ mod tests {
     fn depth_one_never_preempts() {
         let mut pct = Pct::new(1, 99);
         let mut first = [0; 2];
+        let mut search = Search::new();
         for k in 0..100 {
-            let (taken, finished) = run(&mut pct, k, &mut two_threads(), 100);
+            let (taken, finished) = search.run(&mut pct, k, &mut two_threads(), 100);
             assert!(finished);
             assert_eq!(switches(&taken), 1, "execution {k}: {taken:?}");
             first[taken[0].thread as usize] += 1;
@@ -252,8 +255,9 @@ mod tests {
     fn change_points_preempt_at_most_d_minus_1_times() {
         let mut pct = Pct::new(3, 5);
         let mut preempted = 0;
+        let mut search = Search::new();
         for k in 0..200 {
-            let (taken, _) = run(&mut pct, k, &mut two_threads(), 100);
+            let (taken, _) = search.run(&mut pct, k, &mut two_threads(), 100);
             // One switch is the first thread finishing; each change point adds at most one.
             assert!(switches(&taken) <= 1 + 2, "{taken:?}");
             preempted += usize::from(switches(&taken) > 1);
@@ -265,19 +269,22 @@ mod tests {
     fn step_estimate_is_measured_by_the_first_execution() {
         let mut pct = Pct::new(3, 1);
         assert_eq!(pct.step_estimate(), INITIAL_STEP_ESTIMATE);
-        pct.calibrate(12);
+        pct.begin_execution(Start::calibrated(1, 12));
         assert_eq!(pct.step_estimate(), 12);
-        pct.end_execution(7);
-        assert_eq!(pct.step_estimate(), 12, "later executions do not move the estimate");
-        pct.begin_execution(1);
         assert!(pct.change_points.iter().all(|&p| (1..=12).contains(&p)));
         assert_eq!(pct.change_points.len(), 2);
         assert_ne!(pct.change_points[0], pct.change_points[1]);
+        // The search passes execution 0's length, not the last execution's.
+        let mut search = Search::new();
+        let mut twelve = Pct::new(3, 1);
+        search.run(&mut twelve, 0, &mut two_threads(), 100);
+        search.run(&mut twelve, 1, &mut Straight::new(vec![vec![Op::Yield; 7]]), 100);
+        search.run(&mut twelve, 2, &mut two_threads(), 100);
+        assert_eq!(twelve.step_estimate(), 12);
 
         // Fewer steps than change points: they may repeat, and still lie in range.
         let mut deep = Pct::new(10, 1);
-        deep.calibrate(3);
-        deep.begin_execution(0);
+        deep.begin_execution(Start::calibrated(0, 3));
         assert_eq!(deep.change_points.len(), 9);
         assert!(deep.change_points.iter().all(|&p| (1..=3).contains(&p)));
     }
@@ -286,16 +293,13 @@ mod tests {
     fn an_execution_depends_only_on_seed_index_and_estimate() {
         let mut a = Pct::new(3, 42);
         let mut schedules = Vec::new();
+        let mut search = Search::new();
         for k in 0..6 {
-            schedules.push(run(&mut a, k, &mut two_threads(), 100).0);
-            if k == 0 {
-                a.calibrate(12);
-            }
+            schedules.push(search.run(&mut a, k, &mut two_threads(), 100).0);
         }
         // A fresh strategy that only knows the estimate reproduces execution 5.
         let mut b = Pct::new(3, 42);
-        b.calibrate(12);
-        assert_eq!(run(&mut b, 5, &mut two_threads(), 100).0, schedules[5]);
+        assert_eq!(run(&mut b, Start::calibrated(5, 12), &mut two_threads(), 100).0, schedules[5]);
         assert!(schedules[1..].windows(2).any(|w| w[0] != w[1]), "executions differ");
     }
 
@@ -303,9 +307,10 @@ mod tests {
     fn several_choices_of_the_top_thread_are_picked_uniformly() {
         let mut pct = Pct::new(1, 8);
         let mut kinds = [0; 2];
+        let mut search = Search::new();
         for k in 0..200 {
             let mut p = Straight::new(vec![vec![Op::Sleep]]);
-            let (taken, _) = run(&mut pct, k, &mut p, 10);
+            let (taken, _) = search.run(&mut pct, k, &mut p, 10);
             kinds[usize::from(taken[0].kind == ChoiceKind::Timeout)] += 1;
         }
         assert!(kinds[0] > 60 && kinds[1] > 60, "{kinds:?}");
@@ -350,13 +355,14 @@ mod tests {
         // priority the run would never end.
         let mut pct = Pct::new(1, 3);
         let mut spinner_first = 0;
+        let mut search = Search::new();
         for k in 0..100 {
             let mut p = SpinWait {
                 flag: false,
                 spinner_done: false,
                 setter_pc: 0,
             };
-            let (taken, finished) = run(&mut pct, k, &mut p, 1000);
+            let (taken, finished) = search.run(&mut pct, k, &mut p, 1000);
             assert!(
                 finished && taken.len() <= 8,
                 "execution {k} took {} steps: {taken:?}",
@@ -384,9 +390,10 @@ mod tests {
     /// An order violation: thread A (0) clears a pointer at its op 3 and sets it again at op 4;
     /// thread B (1) uses the pointer at its op 2. The bug shows only if B's use falls between.
     fn order_violation(strategy: &mut dyn Strategy, executions: u64) -> Option<u64> {
+        let mut search = Search::new();
         (0..executions).find(|&k| {
             let mut p = Straight::new(vec![vec![Op::MutexLock; 7], vec![Op::MutexUnlock; 4]]);
-            run(strategy, k, &mut p, 100);
+            search.run(strategy, k, &mut p, 100);
             let (a_clear, a_set, b_use) = (p.when(0, 3).unwrap(), p.when(0, 4).unwrap(), p.when(1, 2).unwrap());
             a_clear < b_use && b_use < a_set
         })

@@ -4,7 +4,7 @@
 //! offers two choices is twice as likely to move as one that offers one.
 use dara_scheduler::{Choice, Decide, Divergence};
 
-use super::Strategy;
+use super::{Describe, Feedback, Info, Order, Start, Status, Strategy};
 use crate::rng::Rng;
 
 pub struct Random {
@@ -31,15 +31,19 @@ impl Decide for Random {
 }
 
 impl Strategy for Random {
-    fn describe(&self) -> String {
-        "random".to_string()
+    fn begin_execution(&mut self, start: Start) {
+        self.rng = Rng::for_execution(self.seed, start.execution);
     }
 
-    fn begin_execution(&mut self, execution: u64) {
-        self.rng = Rng::for_execution(self.seed, execution);
+    fn end_execution(&mut self, _feedback: &Feedback<'_>) -> Status {
+        Status::default()
     }
+}
 
-    fn end_execution(&mut self, _steps: u64) {}
+impl Describe for Random {
+    fn info(&self) -> Info {
+        Info { spec: "random".to_string(), order: Order::Independent }
+    }
 }
 
 #[cfg(test)]
@@ -47,7 +51,7 @@ mod tests {
     use dara_abi::Op;
     use dara_scheduler::ChoiceKind;
 
-    use super::super::testkit::{run, run_choice, Straight};
+    use super::super::testkit::{run_choice, Search, Straight};
     use super::*;
 
     fn offered(n: usize) -> Vec<Choice> {
@@ -56,7 +60,7 @@ mod tests {
 
     fn picks(seed: u64, execution: u64) -> Vec<usize> {
         let mut r = Random::new(seed);
-        r.begin_execution(execution);
+        r.begin_execution(Start::at(execution));
         (0..200u64)
             .map(|step| r.choose(step, &offered(1 + (step % 5) as usize)).unwrap())
             .collect()
@@ -86,11 +90,11 @@ mod tests {
         // Running other executions first changes nothing.
         let mut r = Random::new(11);
         for k in 0..5 {
-            r.begin_execution(k);
-            r.choose(0, &offered(3)).unwrap();
-            r.end_execution(1);
+            r.begin_execution(Start::at(k));
+            let chosen = r.choose(0, &offered(3)).unwrap();
+            let _ = r.end_execution(&Feedback::without_coverage(&offered(3)[chosen..=chosen]));
         }
-        r.begin_execution(5);
+        r.begin_execution(Start::at(5));
         let after: Vec<usize> = (0..200u64)
             .map(|step| r.choose(step, &offered(1 + (step % 5) as usize)).unwrap())
             .collect();
@@ -104,9 +108,10 @@ mod tests {
     fn also_picks_timeouts() {
         let mut r = Random::new(1);
         let mut timeouts = 0;
+        let mut search = Search::new();
         for k in 0..50 {
             let mut p = Straight::new(vec![vec![Op::Sleep], vec![Op::Yield]]);
-            let (taken, finished) = run(&mut r, k, &mut p, 10);
+            let (taken, finished) = search.run(&mut r, k, &mut p, 10);
             assert!(finished);
             timeouts += taken.iter().filter(|c| c.kind == ChoiceKind::Timeout).count();
         }

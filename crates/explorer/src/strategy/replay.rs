@@ -9,7 +9,7 @@
 //! offered.
 use dara_scheduler::{Choice, Decide, Divergence};
 
-use super::{choices_label, Strategy};
+use super::{choices_label, Feedback, Start, Status, Strategy};
 
 pub struct Replay {
     expected: Vec<Choice>,
@@ -72,15 +72,13 @@ impl Decide for Replay {
 }
 
 impl Strategy for Replay {
-    fn describe(&self) -> String {
-        "replay".to_string()
-    }
-
-    fn begin_execution(&mut self, _execution: u64) {
+    fn begin_execution(&mut self, _start: Start) {
         self.position = 0;
     }
 
-    fn end_execution(&mut self, _steps: u64) {}
+    fn end_execution(&mut self, _feedback: &Feedback<'_>) -> Status {
+        Status::default()
+    }
 }
 
 #[cfg(test)]
@@ -101,7 +99,7 @@ mod tests {
 
     /// Drives `replay` over `p` until it finishes or diverges.
     fn replay_on(replay: &mut Replay, p: &mut dyn Program) -> Result<Vec<Choice>, Divergence> {
-        replay.begin_execution(0);
+        replay.begin_execution(Start::at(0));
         let mut taken = Vec::new();
         loop {
             let choices = p.choices();
@@ -119,7 +117,7 @@ mod tests {
     fn reproduces_recorded_schedules() {
         let mut random = Random::new(77);
         for k in 0..20 {
-            let (recorded, finished) = run(&mut random, k, &mut program(), 100);
+            let (recorded, finished) = run(&mut random, Start::at(k), &mut program(), 100);
             assert!(finished);
             let mut replay = Replay::new(recorded.clone());
             assert_eq!(replay_on(&mut replay, &mut program()), Ok(recorded.clone()));
@@ -131,7 +129,7 @@ mod tests {
 
     #[test]
     fn reports_the_first_step_the_run_no_longer_offers() {
-        let (recorded, _) = run(&mut Random::new(5), 3, &mut program(), 100);
+        let (recorded, _) = run(&mut Random::new(5), Start::at(3), &mut program(), 100);
         // The program changed: thread 1's third op is now a trylock.
         let mut changed = program();
         changed.ops[1][2] = Op::MutexTryLock;
@@ -155,7 +153,7 @@ mod tests {
 
     #[test]
     fn a_run_that_outlives_the_trace_diverges_where_the_trace_ended() {
-        let (recorded, _) = run(&mut Random::new(5), 0, &mut program(), 100);
+        let (recorded, _) = run(&mut Random::new(5), Start::at(0), &mut program(), 100);
         let n = recorded.len() - 2;
         let d = replay_on(&mut Replay::new(recorded[..n].to_vec()), &mut program()).unwrap_err();
         assert_eq!(d.step, n as u64);
@@ -165,7 +163,7 @@ mod tests {
 
     #[test]
     fn a_run_that_ends_early_is_reported_by_check_complete() {
-        let (recorded, _) = run(&mut Random::new(5), 0, &mut program(), 100);
+        let (recorded, _) = run(&mut Random::new(5), Start::at(0), &mut program(), 100);
         let mut shorter = program();
         shorter.ops[2].pop();
         let mut extended = recorded.clone();

@@ -14,7 +14,7 @@ use dara_scheduler::choice::ThreadId;
 use dara_scheduler::{Choice, ChoiceKind, Divergence};
 
 use super::testkit::Program;
-use super::Strategy;
+use super::{Describe, Feedback, Start, Status, Strategy};
 use crate::rng::Rng;
 
 /// Deadline reported as the object of a `Sleep`.
@@ -287,6 +287,8 @@ pub(crate) struct Explored {
     pub schedules: HashSet<Vec<Choice>>,
     pub exhausted: bool,
     pub note: Option<String>,
+    /// The notes after the last execution.
+    pub notes: Vec<String>,
 }
 
 /// Runs executions the way the search loop does (execution 0 always; later ones while the
@@ -297,12 +299,13 @@ pub(crate) fn explore(
     max_executions: u64,
 ) -> Result<Explored, Divergence> {
     let mut found = Explored::default();
+    let mut status = Status::default();
     for k in 0..max_executions {
-        if k > 0 && strategy.exhausted() {
+        if status.exhausted.is_some() {
             break;
         }
         let mut program = make(k);
-        strategy.begin_execution(k);
+        strategy.begin_execution(Start::at(k));
         let mut taken = Vec::new();
         while (taken.len() as u64) < MAX_STEPS {
             let choices = program.choices();
@@ -315,29 +318,30 @@ pub(crate) fn explore(
                     taken.push(choices[i]);
                 }
                 Err(d) => {
-                    strategy.end_execution(taken.len() as u64);
+                    let _ = strategy.end_execution(&Feedback::without_coverage(&taken));
                     return Err(d);
                 }
             }
         }
-        strategy.end_execution(taken.len() as u64);
+        status = strategy.end_execution(&Feedback::without_coverage(&taken));
         found.executions += 1;
         found.outcomes.insert(program.outcome());
         found.schedules.insert(taken);
     }
-    found.exhausted = strategy.exhausted();
-    found.note = strategy.exhausted_note();
+    found.exhausted = status.exhausted.is_some();
+    found.note = status.exhausted;
+    found.notes = status.notes;
     Ok(found)
 }
 
 /// Explores `program` until exhausted (panics if `limit` executions do not suffice).
-pub(crate) fn exhaust(strategy: &mut dyn Strategy, program: &Sim, limit: u64) -> Explored {
+pub(crate) fn exhaust<S: Strategy + Describe>(strategy: &mut S, program: &Sim, limit: u64) -> Explored {
     let found = explore(strategy, |_| program.clone(), limit)
         .unwrap_or_else(|d| panic!("diverged on a fixed program: {d}"));
     assert!(
         found.exhausted,
         "{} not exhausted after {limit} executions",
-        strategy.describe()
+        strategy.info().spec
     );
     found
 }

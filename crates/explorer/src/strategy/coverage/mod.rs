@@ -11,7 +11,7 @@
 //! hand-off order apart. More context would split the history so finely that no action repeats
 //! and guidance would degenerate into the fallbacks.
 //!
-//! **Learning.** After each execution ([`Strategy::observe`]) every block the execution reached
+//! **Learning.** After each execution ([`Strategy::end_execution`]) every block the execution reached
 //! is credited to the key of the decision after whose grant it was first reached
 //! (`EdgeHit::first_step`), and per-block counts (executions that reached it, processes that
 //! reached its code) are updated. See [`history`].
@@ -26,18 +26,18 @@
 //! else one whose (decision prefix, action) path was never taken (new path), else any (random).
 //!
 //! **Determinism.** Execution k depends on the seed, k and the history of executions 0..k, so
-//! these strategies run sequentially (not [`Strategy::parallel_safe`]); a trace's header alone
+//! these strategies run sequentially ([`Order::Learning`]); a trace's header alone
 //! does not regenerate its schedule, but its decision list replays it exactly.
 //!
 //! Deviations from Dara: Dara scores actions of a model-checked distributed system; here an
 //! action is a scheduling choice of real threads, and coverage of the step is attributed through
 //! the first-hit step the sancov receivers record rather than by re-running each action.
-//! Programs without coverage get only the fallbacks (said once, in [`Strategy::notes`]).
+//! Programs without coverage get only the fallbacks (said once, in the search's notes).
 use std::collections::HashSet;
 
 use dara_scheduler::{Choice, Decide, Divergence};
 
-use super::{Feedback, Strategy};
+use super::{Describe, Feedback, Info, Order, Start, Status, Strategy};
 use crate::rng::Rng;
 
 pub mod history;
@@ -107,6 +107,18 @@ impl Coverage {
         self.history.blocks()
     }
 
+    /// What the user should know: that guidance was off, when the program reports no coverage.
+    fn notes(&self) -> Vec<String> {
+        if self.history.executions > 0 && self.history.covered_executions == 0 {
+            vec![format!(
+                "the program reports no coverage (not built with -fsanitize-coverage and -ldara_cov, see docs/coverage.md): {} ran unguided, choosing unseen actions, then new paths, then at random",
+                self.info().spec
+            )]
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Records that `c` was taken: advances the context and the predicted coverage.
     fn take(&mut self, c: &Choice) {
         let a = action(c);
@@ -163,30 +175,16 @@ impl Decide for Coverage {
 }
 
 impl Strategy for Coverage {
-    fn describe(&self) -> String {
-        let name = match self.objective {
-            Objective::Unique => "unique",
-            Objective::Frequency => "frequency",
-            Objective::NodeFrequency => "node-frequency",
-        };
-        format!("coverage:{name}")
-    }
-
-    fn begin_execution(&mut self, execution: u64) {
-        self.rng = Rng::for_execution(self.seed, execution);
+    fn begin_execution(&mut self, start: Start) {
+        self.rng = Rng::for_execution(self.seed, start.execution);
         self.previous = START;
         self.prefix = START;
         self.reached.clear();
     }
 
-    fn end_execution(&mut self, _steps: u64) {}
-
-    fn parallel_safe(&self) -> bool {
-        false
-    }
-
-    fn observe(&mut self, feedback: &Feedback<'_>) {
+    fn end_execution(&mut self, feedback: &Feedback<'_>) -> Status {
         self.history.record(feedback);
+        Status { exhausted: None, notes: self.notes() }
     }
 
     fn forced(&mut self, _step: u64, choices: &[Choice], chosen: usize) {
@@ -194,15 +192,15 @@ impl Strategy for Coverage {
             self.take(c);
         }
     }
+}
 
-    fn notes(&self) -> Vec<String> {
-        if self.history.executions > 0 && self.history.covered_executions == 0 {
-            vec![format!(
-                "the program reports no coverage (not built with -fsanitize-coverage and -ldara_cov, see docs/coverage.md): {} ran unguided, choosing unseen actions, then new paths, then at random",
-                self.describe()
-            )]
-        } else {
-            Vec::new()
-        }
+impl Describe for Coverage {
+    fn info(&self) -> Info {
+        let name = match self.objective {
+            Objective::Unique => "unique",
+            Objective::Frequency => "frequency",
+            Objective::NodeFrequency => "node-frequency",
+        };
+        Info { spec: format!("coverage:{name}"), order: Order::Learning }
     }
 }

@@ -8,8 +8,8 @@ use dara_abi::Op;
 use dara_scheduler::coverage::{EdgeHit, ProcessCoverage};
 use dara_scheduler::Choice;
 
-use super::super::testkit::{run_choice, Program, Straight};
-use super::super::{Feedback, Random, Strategy};
+use super::super::testkit::{run, run_choice, Program, Straight};
+use super::super::{Feedback, Random, Start, Strategy};
 use super::history::{action, key, History, START};
 use super::*;
 
@@ -42,10 +42,6 @@ impl Staged {
         e.1 = e.1.saturating_add(1);
     }
 
-    fn coverage(&self) -> BTreeMap<u32, ProcessCoverage> {
-        let edges = self.hits.iter().map(|(&edge, &(first_step, count))| EdgeHit { edge, pc: 0x1000 + u64::from(edge), count, first_step }).collect();
-        BTreeMap::from([(0, ProcessCoverage { guards: 0, edges, modules: vec![] })])
-    }
 }
 
 impl Program for Staged {
@@ -61,6 +57,11 @@ impl Program for Staged {
                 _ => Some(run_choice(t, Op::MutexUnlock, M)),
             })
             .collect()
+    }
+
+    fn coverage(&self) -> BTreeMap<u32, ProcessCoverage> {
+        let edges = self.hits.iter().map(|(&edge, &(first_step, count))| EdgeHit { edge, pc: 0x1000 + u64::from(edge), count, first_step }).collect();
+        BTreeMap::from([(0, ProcessCoverage { guards: 0, edges, modules: vec![] })])
     }
 
     fn apply(&mut self, c: &Choice) {
@@ -82,13 +83,11 @@ impl Program for Staged {
     }
 }
 
-/// Runs one execution of a fresh `Staged` under `s`, feeding its coverage back. Returns the
-/// decisions and whether the bug was reached.
+/// Runs one execution of a fresh `Staged` under `s`, its coverage fed back at the end. Returns
+/// the decisions and whether the bug was reached.
 fn staged_execution(s: &mut dyn Strategy, k: u64, order: &[u32]) -> (Vec<Choice>, bool) {
     let mut p = Staged::new(3, 4, order.to_vec());
-    let (taken, _) = super::super::testkit::run(s, k, &mut p, 1000);
-    let coverage = p.coverage();
-    s.observe(&Feedback { choices: &taken, coverage: &coverage });
+    let (taken, _) = run(s, Start::at(k), &mut p, 1000);
     (taken, p.bug)
 }
 
@@ -122,9 +121,9 @@ fn steers_toward_the_action_that_reached_new_code() {
         // Execution 0 ran thread 2 first, and that reached block 7.
         let taken = [offered[2], offered[0], offered[1]];
         let coverage = BTreeMap::from([(0, ProcessCoverage { guards: 0, edges: vec![EdgeHit { edge: 7, pc: 0x700, count: 1, first_step: 0 }], modules: vec![] })]);
-        s.begin_execution(0);
-        s.observe(&Feedback { choices: &taken, coverage: &coverage });
-        s.begin_execution(1);
+        s.begin_execution(Start::at(0));
+        let _ = s.end_execution(&Feedback { choices: &taken, coverage: &coverage });
+        s.begin_execution(Start::at(1));
         assert_eq!(s.choose(0, &offered).unwrap(), 2, "seed {seed}");
         assert_eq!(s.reasons().guided, 1);
         // Block 7 is now predicted reached: nothing promises more, the next step falls back.
@@ -140,9 +139,8 @@ fn falls_back_to_unseen_actions_first() {
     for seed in 0..20 {
         let mut s = Coverage::new(Objective::Frequency, seed);
         let program = || Straight::new(vec![vec![Op::Yield], vec![Op::Yield]]);
-        let (first, _) = super::super::testkit::run(&mut s, 0, &mut program(), 10);
-        s.observe(&Feedback { choices: &first, coverage: &BTreeMap::new() });
-        let (second, _) = super::super::testkit::run(&mut s, 1, &mut program(), 10);
+        let (first, _) = run(&mut s, Start::at(0), &mut program(), 10);
+        let (second, _) = run(&mut s, Start::at(1), &mut program(), 10);
         assert_ne!(first[0].thread, second[0].thread, "seed {seed}");
         assert_eq!(s.reasons(), Reasons { unseen: 4, ..Reasons::default() }, "seed {seed}");
     }
@@ -158,11 +156,11 @@ fn then_to_new_paths_then_random() {
         // Five of the six orders ran: every action key (thread after thread) has been taken, only
         // the path 2,1,0 has not.
         for (k, order) in [[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1], [1, 0, 2]].iter().enumerate() {
-            s.begin_execution(k as u64);
+            s.begin_execution(Start::at(k as u64));
             let choices: Vec<Choice> = order.iter().map(|&i| t(i)).collect();
-            s.observe(&Feedback { choices: &choices, coverage: &BTreeMap::new() });
+            let _ = s.end_execution(&Feedback::without_coverage(&choices));
         }
-        let (taken, _) = super::super::testkit::run(&mut s, 5, &mut program(), 10);
+        let (taken, _) = run(&mut s, Start::at(5), &mut program(), 10);
         let order: Vec<u32> = taken.iter().map(|c| c.thread).collect();
         let r = s.reasons();
         assert_eq!((r.guided, r.unseen), (0, 0), "seed {seed}: {r:?}");
@@ -227,9 +225,8 @@ fn says_when_the_program_reports_no_coverage() {
     let mut s = Coverage::new(Objective::Unique, 1);
     assert!(s.notes().is_empty(), "nothing to say before any execution");
     let program = || Straight::new(vec![vec![Op::Yield; 2], vec![Op::Yield]]);
-    let (taken, finished) = super::super::testkit::run(&mut s, 0, &mut program(), 10);
+    let (_, finished) = run(&mut s, Start::at(0), &mut program(), 10);
     assert!(finished);
-    s.observe(&Feedback { choices: &taken, coverage: &BTreeMap::new() });
     assert_eq!(s.notes().len(), 1);
     assert!(s.notes()[0].contains("reports no coverage") && s.notes()[0].contains("coverage:unique"), "{:?}", s.notes());
     let mut g = Coverage::new(Objective::Unique, 1);

@@ -3,7 +3,7 @@ use super::super::sim::{
     exhaust, explore, random_memory_program, random_program, with_exits, Explored, Instr, Sim,
     TIMED_OUT,
 };
-use super::super::Dfs;
+use super::super::{Dfs, Feedback, Start};
 use super::*;
 
 const M: u64 = 0x100;
@@ -371,7 +371,8 @@ fn a_race_analysis_out_of_budget_ends_and_says_the_search_is_no_proof() {
     let cut = exhaust(&mut starved, &racy, 10_000);
     assert!(cut.executions < full.executions, "a cut analysis asks for fewer schedules");
     assert!(cut.note.as_deref().is_some_and(|n| n.contains("not a proof")), "{:?}", cut.note);
-    assert!(!starved.notes().is_empty());
+    assert!(!cut.notes.is_empty());
+    assert!(full.notes.is_empty());
 }
 
 #[test]
@@ -381,18 +382,19 @@ fn a_long_execution_is_analysed_within_the_budget() {
     use super::super::testkit::Program;
     let mut long = Sim::new(vec![vec![Instr::Write(X, 1); 20_000], vec![Instr::Write(X, 2); 20_000]]);
     let mut dpor = Dpor::new();
-    dpor.begin_execution(0);
-    let mut steps = 0;
+    dpor.begin_execution(Start::at(0));
+    let mut taken = Vec::new();
     loop {
         let choices = long.choices();
         if choices.is_empty() {
             break;
         }
-        let i = dpor.choose(steps, &choices).unwrap();
+        let i = dpor.choose(taken.len() as u64, &choices).unwrap();
         long.apply(&choices[i]);
-        steps += 1;
+        taken.push(choices[i]);
     }
-    assert!(steps >= 40_000, "{steps} steps");
-    dpor.end_execution(steps);
+    assert!(taken.len() >= 40_000, "{} steps", taken.len());
+    let status = dpor.end_execution(&Feedback::without_coverage(&taken));
+    assert_eq!(status.notes.len(), 1, "{status:?}");
     assert_eq!(dpor.analyses_cut, 1);
 }
