@@ -1,8 +1,27 @@
 //! dara's search side: what to run next.
 //!
-//! * [`strategy`]: the [`Strategy`](strategy::Strategy) trait and one type per strategy
-//!   (`random`, `pct:d`, `replay`), chosen by name with [`strategy::parse`]. Strategies are pure:
-//!   given the enabled choices of a step, they return a decision; no I/O, no processes.
+//! * [`strategy`]: the [`Strategy`](strategy::Strategy) trait (begin an execution, choose among
+//!   the enabled choices, end it) and one file per strategy, chosen by name with
+//!   [`strategy::parse`]. Strategies are pure: given the enabled choices of a step, they return a
+//!   decision; no I/O, no processes (docs/strategies.md).
+//!   * [`random`](strategy::random): uniform random walk (Dara's Random; MaceMC's random walks);
+//!   * [`pct`](strategy::pct) (`pct:D`): probabilistic concurrency testing, Burckhardt et al.,
+//!     ASPLOS 2010;
+//!   * [`dfs`](strategy::dfs) (`dfs`, `dfs:preempt[=K]`, `dfs:delay[=K]`): stateless depth-first
+//!     search, bounded by preemptions (Musuvathi & Qadeer, PLDI 2007) or delays (Emmi, Qadeer &
+//!     Rakamarić, POPL 2011);
+//!   * [`dpor`](strategy::dpor): dynamic partial-order reduction, Flanagan & Godefroid, POPL 2005,
+//!     with sleep sets (Godefroid 1996) and source sets (Abdulla et al., POPL 2014);
+//!   * [`coverage`](strategy::coverage) (`coverage:unique|frequency|node-frequency`): Dara's
+//!     coverage-guided objectives;
+//!   * [`replay`](strategy::replay): follow a recorded decision list, report the first divergence
+//!     (dBug's replay);
+//!   * [`seeded`](strategy::seeded) (`--seed-trace`): a wrapper starting execution 0 from a
+//!     recorded schedule, as Dara's explorer starts from a seed schedule;
+//!   * [`faults`](strategy::faults): a wrapper placing fault points (crash, partition, ...) for the
+//!     sampling strategies, like PCT's change points, within SAMC-style fault budgets.
+//! * [`search`]: the search loop: executions under a strategy, each bug saved once.
+//! * [`reproduce`]: re-running a trace with the replay strategy, and `--verify`'s comparison.
 //! * [`minimize`]: shrink a failing schedule to fewer preemptions and steps that still fail the
 //!   same way, with the [`Guided`](minimize::Guided) strategy that follows a plan.
 //! * [`profile`]: the profiling run that derives the watch set of memory-level scheduling

@@ -4,8 +4,8 @@
 //! spent, or when a systematic strategy has exhausted its space.
 //!
 //! Parallel searches (`jobs > 1`) run exactly the executions a sequential one runs: execution 0
-//! runs alone and calibrates the strategy; then workers, each with its own strategy instance and
-//! CPU, take execution indices in order, and results are judged in index order. A bug at
+//! runs alone and its length is passed to every later one ([`Start::first_steps`]); then workers,
+//! each with its own strategy instance and CPU, take execution indices in order, and results are judged in index order. A bug at
 //! execution k stops new executions above k; executions below k still finish, so the first bug
 //! reported is the same for every `jobs`.
 use std::collections::BTreeMap;

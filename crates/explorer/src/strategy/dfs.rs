@@ -4,11 +4,11 @@
 //! POPL 2011).
 //!
 //! Stateless, as in VeriSoft and CHESS: nothing of the program is saved, every execution restarts
-//! it and replays a prefix of decisions ([`prefix`](super::prefix), which also turns a replayed
+//! it and replays a prefix of decisions (`strategy/prefix.rs`, which also turns a replayed
 //! node offered differently into a [`Divergence`] that stops the search). We keep, per depth of
 //! the last execution, the alternatives still to try. The next execution replays the path down to
 //! the deepest node with an untried alternative, takes it, and from there on takes each node's
-//! *default*, the choice of the base scheduler ([`base`](super::base)): keep running the thread
+//! *default*, the choice of the base scheduler (`strategy/base.rs`): keep running the thread
 //! that ran last if it can continue; otherwise the lowest thread id. Bounds count departures from
 //! it:
 //!

@@ -34,8 +34,8 @@
 //!   partition, ...; SAMC's fault budgets placed like PCT's change points), so their own choices
 //!   stay among threads and timers.
 //!
-//! The systematic strategies (`dfs`, `dpor`) share the [`prefix`] they replay every execution
-//! (loom's `Path`) and the [`base`] scheduler they depart from. They choose each execution from
+//! The systematic strategies (`dfs`, `dpor`) share the `prefix` they replay every execution
+//! (loom's `Path`) and the `base` scheduler they depart from. They choose each execution from
 //! the ones before it, so they run sequentially, and say when the whole space has been explored
 //! ([`Status::exhausted`]). A replayed node the program does not offer again stops the search
 //! with a [`Divergence`](dara_scheduler::Divergence).

@@ -1,5 +1,6 @@
 //! `replay`: follow a recorded decision list exactly, and say precisely where the run stopped
-//! matching it. Used by `dara-replay` and by `--verify` (run a trace twice, compare).
+//! matching it. Used by `dara-replay` and by `--verify` (run a trace twice, compare), as dBug
+//! (Simsa, Bryant & Gibson, SPIN 2011) replays a recorded schedule.
 //!
 //! A recorded choice is matched on everything it records — thread, kind, alternative, op and
 //! object — not just on its index among the offered choices: if the program now offers
