@@ -10,7 +10,8 @@
 //! threads); GNU make building a small C project with `-j4` (its jobserver learns of finished
 //! jobs from SIGCHLD inside `pselect`); Python's multiprocessing (a Pool, a Queue, a Lock:
 //! semaphores shared between processes); perl ithreads (a Thread::Queue, shared variables); and
-//! three writer processes in one LMDB environment (its process-shared mutexes). The first four used to stop with a false "a lock taken without a
+//! three writer processes in one LMDB environment (its process-shared mutexes); openssl's TLS server and a
+//! client that verifies a certificate made just before the run (the wall clock starts at the real time). The first four used to stop with a false "a lock taken without a
 //! scheduling point" (issue 14). The programs come from Debian packages that
 //! `scripts/install-deps.sh` installs; docs/real-programs.md has the table.
 mod common;
@@ -569,4 +570,36 @@ fn node_worker_threads_record_search_and_replay() {
     assert_eq!(run.stdout.matches(ANSWER).count(), SEARCH_RUNS as usize, "{}", run.text());
     replays_identically(&last);
     assert!(processes_with(&["node", script.to_str().unwrap()]).is_empty(), "a node survived");
+}
+
+/// openssl's `s_server` and an `s_client` that verifies a certificate made just before the run
+/// (tests/fixtures/scripts/tls_test.sh), recorded, searched and replayed. The program's wall clock
+/// starts at the real time dara-trace started; with the fixed 2024 epoch dara used before, the
+/// client said "certificate is not yet valid" and the script failed: a false bug. `--epoch`
+/// still sets the old clock, and then the verification fails as it would on a machine set to 2024.
+#[test]
+fn openssl_tls_with_a_fresh_certificate_records_searches_and_replays() {
+    let dir = out_dir("tls-cert");
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .arg("-keyout")
+        .arg(dir.join("key.pem"))
+        .arg("-out")
+        .arg(dir.join("cert.pem"))
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "openssl req: {}", String::from_utf8_lossy(&made.stderr));
+    let script = repo_root().join("tests/fixtures/scripts/tls_test.sh");
+    let (script, dir) = (script.to_str().unwrap(), dir.to_str().unwrap());
+    let port = free_ports(3);
+    let (trace, said) = record_with("tls", &["--closed"], &[script, &port.to_string(), dir]);
+    assert!(said.contains("tls_test: verified page"), "{said}");
+    replays_identically(&trace);
+    let (last, run) = search_clean("tls-search", SEARCH_RUNS, &[], &[script, &(port + 1).to_string(), dir]);
+    assert_eq!(run.stdout.matches("tls_test: verified page").count() as u64, SEARCH_RUNS, "{}", run.text());
+    replays_identically(&last);
+    let out = out_dir("tls-2024");
+    let old = dara_trace(&["-q", "--closed", "--epoch", "1704067200", "-o", out.to_str().unwrap(), "--", script, &(port + 2).to_string(), dir], Duration::from_secs(180));
+    assert!(old.code == 1 && old.stdout.contains("certificate is not yet valid"), "{}", old.text());
+    assert!(processes_with(&["openssl", "s_server"]).is_empty(), "an openssl server survived");
 }
