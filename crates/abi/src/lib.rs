@@ -25,11 +25,16 @@
 //! A new thread's slot is claimed by its creator (state `STARTING`) before the thread exists; the
 //! scheduler takes no decision while any slot is `STARTING`, so a thread that is being born can
 //! never miss a decision it should have been part of (the *start barrier*).
+//!
+//! Both sides make these transitions only through the functions of [`handoff`], which also lists
+//! the protocol's invariants; `tests/loom_handoff.rs` checks them with loom (see
+//! docs/performance.md, "The handoff protocol").
 #![no_std]
 
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 
 pub mod access;
+pub mod handoff;
 pub mod request;
 
 pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind, MutexKind, NetFlags, ProcessTarget, Request, StartKind, Unsupported, WaitOptions};

@@ -11,13 +11,18 @@
 //! LD_PRELOAD they live in static TLS, need no lazy initialisation or destructor, and can be read
 //! from the SIGSYS handler.
 //!
+//! The slot's state transitions are `dara_abi::handoff`'s functions (checked with loom there);
+//! this module adds the thread's side of everything around them: signal masks, the solo locks,
+//! the last grant's time, and [`Parking`], the kernel futex with a liveness check.
+//!
 //! The hot path (`Gated::post`) does not allocate, lock or make any syscall besides the two
 //! futex calls of the protocol; the liveness checks run only after a one-second wait timed out.
 use core::cell::Cell;
 use core::marker::PhantomData;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU32, Ordering};
 
-use dara_abi::{state, Request, Slot};
+use dara_abi::handoff::{self, Futex, Waited};
+use dara_abi::{Request, Slot};
 use libc::timespec;
 
 use crate::{region, solo, sys};
@@ -135,8 +140,8 @@ impl Gated {
     /// a post are handed to the model first (`solo::flush`).
     pub fn post(&self, request: Request) -> Grant {
         self.flush_solo();
-        let grant = handoff(self.slot, request);
-        self.slot.state.store(state::RUNNING, Ordering::Release);
+        let grant = post_and_park(self.slot, request);
+        handoff::resume(self.slot);
         grant
     }
 
@@ -145,8 +150,8 @@ impl Gated {
     /// thread's last system call, once glibc's teardown and destructors ran ([`crate::thread_end`]).
     pub fn exit_thread(self) {
         self.flush_solo();
-        handoff(self.slot, Request::ThreadExit);
-        self.slot.state.store(state::EXITED, Ordering::Release);
+        post_and_park(self.slot, Request::ThreadExit);
+        handoff::finish(self.slot);
         wake_scheduler();
         SLOT.with(|s| s.set(NO_SLOT));
     }
@@ -188,8 +193,8 @@ impl Gated {
             let value = if code == libc::SI_QUEUE { info[3] } else { 0 };
             if code <= 0 {
                 // Sent by a process (kill, sigqueue, tgkill), not raised by the kernel.
-                handoff(self.slot, Request::SignalArrived { signal: sig, sender, code, value });
-                self.slot.state.store(state::RUNNING, Ordering::Release);
+                post_and_park(self.slot, Request::SignalArrived { signal: sig, sender, code, value });
+                handoff::resume(self.slot);
             }
             // SAFETY: queues the same siginfo to this very thread (allowed for any si_code).
             unsafe { sys::syscall(libc::SYS_rt_tgsigqueueinfo, &[sys::getpid() as u64, sys::gettid() as u64, sig as u64, info.as_ptr() as u64]) };
@@ -200,8 +205,8 @@ impl Gated {
     #[inline]
     fn flush_solo(&self) {
         solo::flush(|request| {
-            handoff(self.slot, request);
-            self.slot.state.store(state::RUNNING, Ordering::Release);
+            post_and_park(self.slot, request);
+            handoff::resume(self.slot);
         });
     }
 }
@@ -295,8 +300,8 @@ pub fn stack_top() -> usize {
 /// Posts `request` on `slot` for a thread that has just adopted it and is still inside the
 /// preload (a forked child announcing itself), and parks until the grant.
 pub fn post_on(slot: &Slot, request: Request) -> Grant {
-    let grant = handoff(slot, request);
-    slot.state.store(state::RUNNING, Ordering::Release);
+    let grant = post_and_park(slot, request);
+    handoff::resume(slot);
     grant
 }
 
@@ -348,25 +353,38 @@ pub fn has_slot() -> bool {
 /// Wakes the scheduler to look at the slots again (a slot changed state without a post).
 pub fn wake_scheduler() {
     if let Some(header) = region::header() {
-        header.sched_wake.fetch_add(1, Ordering::Release);
-        sys::futex_wake(&header.sched_wake, i32::MAX as u32);
+        handoff::wake_scheduler(&header.sched_wake, &Parking);
     }
 }
 
-/// The protocol of `dara_abi`: publish, wake the scheduler, park until GRANTED. Leaves the slot
-/// in GRANTED; the caller decides the next state.
-/// Every post goes through here: the one place a request becomes slot words.
-fn handoff(slot: &Slot, request: Request) -> Grant {
-    let (op, args) = request.encode();
-    slot.op.store(op as u32, Ordering::Relaxed);
-    for (word, value) in slot.args.iter().zip(args) {
-        word.store(value, Ordering::Relaxed);
+/// The kernel's futex for the handoff. A wait lasts at most a second; then it checks that the
+/// scheduler is still there (and the execution not over) before the protocol waits again.
+struct Parking;
+
+impl Futex<AtomicU32> for Parking {
+    #[inline(always)]
+    fn wait(&self, word: &AtomicU32, expected: u32) -> Waited {
+        const ONE_SECOND: timespec = timespec { tv_sec: 1, tv_nsec: 0 };
+        if sys::futex_wait(word, expected, Some(&ONE_SECOND)) == -(libc::ETIMEDOUT as i64) {
+            check_scheduler_alive();
+            return Waited::TimedOut;
+        }
+        Waited::Woken
     }
+
+    #[inline(always)]
+    fn wake(&self, word: &AtomicU32, count: u32) {
+        sys::futex_wake(word, count);
+    }
+}
+
+/// The protocol of `dara_abi::handoff`: write the request, publish it, wake the scheduler, park
+/// until GRANTED. Leaves the slot in GRANTED; the caller decides the next state.
+/// Every post goes through here: the one place a request becomes slot words.
+fn post_and_park(slot: &Slot, request: Request) -> Grant {
+    let (op, args) = request.encode();
+    handoff::write_request(slot, op as u32, args);
     crate::unposted::publish(slot);
-    slot.posts.store(
-        slot.posts.load(Ordering::Relaxed).wrapping_add(1),
-        Ordering::Relaxed,
-    );
     // Caught signals wait while the thread is parked: a handler must not run user code beside
     // the token holder, and a signal pending at the grant (a child's SIGCHLD: the scheduler lets
     // the next thread go only once an exiting child is a zombie) is delivered right after it, at
@@ -390,27 +408,11 @@ fn handoff(slot: &Slot, request: Request) -> Grant {
     // SIGCHLD through only there).
     let waits_under = WAIT_MASK.with(|w| w.get()).or_else(program_mask);
     slot.program_mask.store(waits_under.unwrap_or(u64::MAX), Ordering::Relaxed);
-    slot.state.store(state::POSTED, Ordering::Release);
-    wake_scheduler();
-    let timeout = timespec {
-        tv_sec: 1,
-        tv_nsec: 0,
-    };
-    loop {
-        let current = slot.state.load(Ordering::Acquire);
-        if current == state::GRANTED {
-            break;
-        }
-        // POSTED is the normal case; any other value means the scheduler gave up on this
-        // execution, which the timeout path notices.
-        if sys::futex_wait(&slot.state, current, Some(&timeout)) == -(libc::ETIMEDOUT as i64) {
-            check_scheduler_alive();
-        }
-    }
-    let grant = Grant {
-        result: slot.result.load(Ordering::Relaxed) as i64,
-        now_ns: slot.now_ns.load(Ordering::Relaxed),
-    };
+    // (A slot lies in the region, which is never unmapped: the header is there.)
+    let Some(header) = region::header() else { sys::die(b"dara: a post without the region\n", 125) };
+    handoff::publish(slot, &header.sched_wake, &Parking);
+    let answer = handoff::await_grant(slot, &Parking);
+    let grant = Grant { result: answer.result as i64, now_ns: answer.now_ns };
     LAST_NOW.with(|n| n.set(grant.now_ns));
     UNPOSTED_CLOCK_READS.with(|n| n.set(0));
     grant

@@ -51,7 +51,7 @@ extern "C" fn dara_preload_init(
     // slot the exec'ing thread claimed for it; anything else is a new process.
     let (process, index, kind) = match crate::process::exec_claim(header, pid) {
         Some((process, slot)) => (process, slot, StartKind::Exec),
-        None => (header.next_process.fetch_add(1, Ordering::AcqRel), header.next_slot.fetch_add(1, Ordering::AcqRel), StartKind::Launched),
+        None => (header.next_process.fetch_add(1, Ordering::AcqRel), dara_abi::handoff::next_free(&header.next_slot), StartKind::Launched),
     };
     let Some(entry) = header.processes.get(process as usize) else {
         sys::die(

@@ -23,7 +23,8 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 
-use dara_abi::{state, Addr, Header, ProcessTarget, Request, Slot, StartKind, Unsupported, WaitOptions};
+use dara_abi::handoff;
+use dara_abi::{Addr, Header, ProcessTarget, Request, Slot, StartKind, Unsupported, WaitOptions};
 use libc::{c_char, c_long, pid_t};
 
 use crate::gate::{self, Gated};
@@ -53,7 +54,7 @@ pub fn become_main_thread(slot: &Slot, index: u32, process: u32, stack_top: usiz
     slot.process.store(process, Ordering::Relaxed);
     // SAFETY: pthread_self has no preconditions.
     slot.handle.store(unsafe { real::pthread_self() } as u64, Ordering::Relaxed);
-    slot.state.store(state::RUNNING, Ordering::Release);
+    handoff::resume(slot);
     crate::solo::become_sole_thread();
     gate::adopt(index, stack_top);
 }
@@ -67,13 +68,13 @@ pub fn fork(gate: &Gated) -> pid_t {
     };
     let parent = region::process();
     let child_process = header.next_process.fetch_add(1, Ordering::AcqRel);
-    let child_index = header.next_slot.fetch_add(1, Ordering::AcqRel);
+    let child_index = handoff::next_free(&header.next_slot);
     let Some(slot) = region::slot(child_index) else {
         real::set_errno(libc::EAGAIN);
         return -1;
     };
     slot.process.store(child_process, Ordering::Relaxed);
-    slot.state.store(state::STARTING, Ordering::Release);
+    handoff::claim(slot);
     let stack_top = gate::stack_top();
     // SAFETY: fork has no preconditions; the child continues below.
     let pid = unsafe { real::fork() };
@@ -91,7 +92,7 @@ pub fn fork(gate: &Gated) -> pid_t {
             0
         }
         pid if pid < 0 => {
-            slot.state.store(state::EXITED, Ordering::Release);
+            handoff::finish(slot);
             gate::wake_scheduler();
             pid
         }
@@ -119,11 +120,11 @@ pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
     let Some(header) = region::header() else { return passthrough(nr, a) };
     let process = region::process();
     let Some(entry) = header.processes.get(process as usize) else { return passthrough(nr, a) };
-    let index = header.next_slot.fetch_add(1, Ordering::AcqRel);
+    let index = handoff::next_free(&header.next_slot);
     let Some(slot) = region::slot(index) else { return -(libc::EAGAIN as i64) };
     slot.process.store(process, Ordering::Relaxed);
     slot.pid.store(sys::host_ids().0, Ordering::Relaxed);
-    slot.state.store(state::STARTING, Ordering::Release);
+    handoff::claim(slot);
     entry.exec_slot.store(index + 1, Ordering::Release);
 
     let scratch = Scratch::map();
@@ -137,7 +138,7 @@ pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
     set_region_cloexec(true);
     drop(scratch);
     entry.exec_slot.store(0, Ordering::Release);
-    slot.state.store(state::EXITED, Ordering::Release);
+    handoff::finish(slot);
     gate::wake_scheduler();
     rc
 }

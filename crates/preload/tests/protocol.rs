@@ -11,6 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use dara_abi::handoff::{self, Answer, Futex, Waited};
 use dara_abi::{
     splitmix64, state, Deadline, FutexMatch, Header, MutexKind, Op, Request, Slot, StartKind, Unsupported, MAGIC, MAX_SLOTS,
     MONOTONIC_BASE_NS, REALTIME_EPOCH_NS, REGION_SIZE, VERSION,
@@ -107,9 +108,25 @@ impl Drop for Region {
     }
 }
 
-fn futex_wake(word: &std::sync::atomic::AtomicU32) {
-    // SAFETY: FUTEX_WAKE on a live atomic.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+/// The kernel's futex (the stand-in only wakes: it polls the slots instead of sleeping).
+struct Kernel;
+
+impl Futex<std::sync::atomic::AtomicU32> for Kernel {
+    fn wait(&self, word: &std::sync::atomic::AtomicU32, expected: u32) -> Waited {
+        let timeout = libc::timespec { tv_sec: 0, tv_nsec: 50_000 };
+        // SAFETY: FUTEX_WAIT reads a live atomic and a live timespec.
+        let r = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &timeout as *const libc::timespec) };
+        if r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT) {
+            Waited::TimedOut
+        } else {
+            Waited::Woken
+        }
+    }
+
+    fn wake(&self, word: &std::sync::atomic::AtomicU32, count: u32) {
+        // SAFETY: FUTEX_WAKE on a live atomic.
+        unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, count) };
+    }
 }
 
 /// One granted post, as the stand-in saw it.
@@ -231,10 +248,7 @@ fn run(target: &Path, seed: u64, args: &[&str]) -> (Output, Vec<Seen>) {
             }
             _ => 0,
         };
-        slot.result.store(result as u64, Ordering::Relaxed);
-        slot.now_ns.store(now, Ordering::Relaxed);
-        slot.state.store(state::GRANTED, Ordering::Release);
-        futex_wake(&slot.state);
+        handoff::grant(slot, Answer { result: result as u64, now_ns: now }, &Kernel);
         holder = if op == Op::ThreadExit { None } else { Some(i) };
     }
     let output = child.wait_with_output().unwrap();

@@ -14,14 +14,8 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> Waited {
     }
 }
 
-/// How a [`wait`] ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Waited {
-    /// The whole timeout passed.
-    TimedOut,
-    /// Woken, the word had already changed, or a signal: look again.
-    Woken,
-}
+/// How a [`wait`] ended (the handoff protocol's own type).
+pub use dara_abi::handoff::Waited;
 
 /// Wakes up to `n` waiters on `word`, in any process.
 pub fn wake(word: &AtomicU32, n: i32) {

@@ -1,10 +1,16 @@
 //! The shared-memory region of one execution, on the scheduler's side: a memfd (so nothing can
 //! leak into /dev/shm) sized and laid out as `dara_abi` says, mapped here and opened by each target
 //! process through `/proc/<dara-pid>/fd/<n>`.
+//!
+//! The scheduler's side of the slot handoff lives here too ([`Region::observe`],
+//! [`Region::grant`], [`Region::sleep`], ...): thin wrappers that give `dara_abi::handoff`'s
+//! functions, the ones its loom test checks, the region's slots and the kernel's futex.
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
+use dara_abi::handoff::{self, Answer, Futex, Seen, Waited};
 use dara_abi::{Header, Slot, MAGIC, MAX_SLOTS, REGION_SIZE, VERSION};
 use memmap2::MmapMut;
 
@@ -137,13 +143,51 @@ impl Region {
 
     /// Number of slots claimed so far (bounded by MAX_SLOTS).
     pub fn claimed_slots(&self) -> usize {
-        (self.header().next_slot.load(Ordering::Acquire) as usize).min(MAX_SLOTS)
+        (handoff::claimed(&self.header().next_slot) as usize).min(MAX_SLOTS)
     }
 
     /// Wakes the scheduler's wait on `sched_wake` (used by dara's own helper threads).
     pub fn wake_scheduler(&self) {
-        self.header().sched_wake.fetch_add(1, Ordering::AcqRel);
-        futex::wake(&self.header().sched_wake, 1);
+        handoff::wake_scheduler(&self.header().sched_wake, &Kernel(Duration::ZERO));
+    }
+
+    /// What slot `i` shows, given the post count seen last on it.
+    pub fn observe(&self, i: usize, seen_posts: u32) -> Seen {
+        handoff::observe(self.slot(i), seen_posts)
+    }
+
+    /// The op and argument words slot `i` posted (see [`handoff::request`]).
+    pub fn posted_words(&self, i: usize) -> (u32, [u64; 4]) {
+        handoff::request(self.slot(i))
+    }
+
+    /// Answers slot `i`'s post with `result` at virtual time `now_ns`, and wakes its thread.
+    pub fn grant(&self, i: usize, result: i64, now_ns: u64) {
+        handoff::grant(self.slot(i), Answer { result: result as u64, now_ns }, &Kernel(Duration::ZERO));
+    }
+
+    /// The scheduler's wake count, read before looking at the slots; given to [`Region::sleep`].
+    pub fn wake_count(&self) -> u32 {
+        handoff::wake_count(&self.header().sched_wake)
+    }
+
+    /// Sleeps until a thread posts (or anything else wakes the scheduler) after `seen` was read,
+    /// at most `timeout`.
+    pub fn sleep(&self, seen: u32, timeout: Duration) -> Waited {
+        handoff::sleep(&self.header().sched_wake, seen, &Kernel(timeout))
+    }
+}
+
+/// The kernel's futex on the region's words, waiting at most the given time.
+struct Kernel(Duration);
+
+impl Futex<AtomicU32> for Kernel {
+    fn wait(&self, word: &AtomicU32, expected: u32) -> Waited {
+        futex::wait(word, expected, self.0)
+    }
+
+    fn wake(&self, word: &AtomicU32, count: u32) {
+        futex::wake(word, count.min(i32::MAX as u32) as i32);
     }
 }
 

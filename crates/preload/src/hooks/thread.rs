@@ -9,7 +9,7 @@
 //! static per-slot table (no malloc); the real thread runs [`thread_main`] with the slot index.
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use dara_abi::{state, Request, MAX_SLOTS};
+use dara_abi::{handoff, state, Request, MAX_SLOTS};
 use libc::{c_int, c_void, pthread_attr_t, pthread_t};
 
 use super::Obj;
@@ -56,7 +56,7 @@ pub fn create(
     let Some(header) = region::header() else {
         return libc::EAGAIN;
     };
-    let child = header.next_slot.fetch_add(1, Ordering::AcqRel);
+    let child = handoff::next_free(&header.next_slot);
     let Some(slot) = region::slot(child) else {
         return libc::EAGAIN;
     };
@@ -69,7 +69,7 @@ pub fn create(
     record.mask.store(gate::program_mask().unwrap_or(NO_MASK), Ordering::Relaxed);
     slot.process.store(region::process(), Ordering::Relaxed);
     slot.pid.store(sys::host_ids().0, Ordering::Relaxed);
-    slot.state.store(state::STARTING, Ordering::Release);
+    handoff::claim(slot);
     solo::thread_created();
     // SAFETY: `thread` and `attr` are the program's arguments; `thread_main` has the start
     // routine's signature and takes the slot index as its argument.
@@ -82,7 +82,7 @@ pub fn create(
         )
     };
     if rc != 0 {
-        slot.state.store(state::EXITED, Ordering::Release);
+        handoff::finish(slot);
         solo::thread_gone();
         return rc;
     }

@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dara_abi::{splitmix64, state, CloseHow, Op, StartKind, Unsupported, MAX_PROCESSES};
+use dara_abi::handoff::{self, Seen, Waited};
+use dara_abi::{splitmix64, CloseHow, Op, StartKind, Unsupported, MAX_PROCESSES};
 use dara_tracer::reaper::ExitStatus;
 use dara_tracer::{LaunchSpec, ProcessTree};
 
@@ -36,7 +37,7 @@ use crate::region::Region;
 use crate::symbols::Symbolizer;
 use crate::time::{TimeConfig, TimerPolicy};
 use crate::trace::Step;
-use crate::{futex, procfs};
+use crate::procfs;
 
 /// How to run one execution.
 #[derive(Clone, Debug)]
@@ -520,9 +521,8 @@ impl<'a> Execution<'a> {
     /// The request `thread` posted last, decoded again from its slot (where it stays until the
     /// thread's next post); `None` if the slot holds no request (it decoded when it was posted).
     fn posted(&self, thread: ThreadId) -> Option<Request> {
-        let slot = self.region.slot(thread as usize);
-        let op = Op::from_u32(slot.op.load(Ordering::Acquire))?;
-        Request::decode(op, slot_args(slot)).ok()
+        let (op, args) = self.region.posted_words(thread as usize);
+        Request::decode(Op::from_u32(op)?, args).ok()
     }
 
     /// A listening socket was split (`NetListen`, before its grant: both descriptors are still
@@ -847,10 +847,7 @@ impl<'a> Execution<'a> {
         let slot = self.region.slot(thread as usize);
         // Edges this thread reaches first are stamped with the step that granted it.
         self.region.header().step.store(self.steps.len().saturating_sub(1) as u32, Ordering::Relaxed);
-        slot.result.store(result as u64, Ordering::Relaxed);
-        slot.now_ns.store(self.model.now(), Ordering::Relaxed);
-        slot.state.store(state::GRANTED, Ordering::Release);
-        futex::wake(&slot.state, 1);
+        self.region.grant(thread as usize, result, self.model.now());
         self.holder = Some(TokenHolder::new(thread));
         if op == Op::ProcessExit {
             if let Some(&process) = self.thread_process.get(&thread) {
@@ -872,7 +869,7 @@ impl<'a> Execution<'a> {
     /// Waits until no thread is running or starting, ingesting every new post.
     fn wait_until_quiet(&mut self, stop: &AtomicBool) -> Wait {
         loop {
-            let seen = self.region.header().sched_wake.load(Ordering::Acquire);
+            let seen = self.region.wake_count();
             // Before exits: a program refused a thread by dara's limit may crash right after.
             if let Some(outcome) = self.note_new_slots() {
                 return Wait::End(outcome);
@@ -896,48 +893,38 @@ impl<'a> Execution<'a> {
                 if self.finished[i] {
                     continue;
                 }
-                let slot = self.region.slot(i);
-                let pid = slot.pid.load(Ordering::Acquire);
+                let pid = self.region.slot(i).pid.load(Ordering::Acquire);
                 if pid != 0 && self.pid_is_dead(pid) {
                     continue;
                 }
-                match slot.state.load(Ordering::Acquire) {
-                    state::POSTED => {
-                        let posts = slot.posts.load(Ordering::Acquire);
-                        if posts != self.seen_posts[i] {
-                            self.seen_posts[i] = posts;
-                            if let Some(outcome) = self.ingest(i as ThreadId) {
-                                return Wait::End(outcome);
-                            }
-                            // Some posts are granted at once, without a decision (`Held`,
-                            // `Fault`): the thread runs on.
-                            if self.holder.as_ref().is_some_and(|h| h.thread == i as ThreadId) {
-                                quiet = false;
-                            }
+                match self.region.observe(i, self.seen_posts[i]) {
+                    Seen::NewPost(posts) => {
+                        self.seen_posts[i] = posts;
+                        if let Some(outcome) = self.ingest(i as ThreadId) {
+                            return Wait::End(outcome);
+                        }
+                        // Some posts are granted at once, without a decision (`Held`,
+                        // `Fault`): the thread runs on.
+                        if self.holder.as_ref().is_some_and(|h| h.thread == i as ThreadId) {
+                            quiet = false;
                         }
                     }
-                    state::EXITED => self.finished[i] = true,
-                    _ => quiet = false,
+                    Seen::Waiting => {}
+                    Seen::Exited => self.finished[i] = true,
+                    Seen::Starting | Seen::Running => quiet = false,
                 }
             }
             // A post ingested late in the scan may have finished a slot seen busy earlier in it
             // (an exec ends the old image's threads): look once more before sleeping.
             quiet = quiet || self.active.iter().all(|&i| {
-                let slot = self.region.slot(i);
-                let pid = slot.pid.load(Ordering::Acquire);
-                // State first, then the post count, as the thread publishes them in the other
-                // order: a POSTED seen here makes the count of that post visible.
-                self.finished[i] || (pid != 0 && self.pid_is_dead(pid)) || match slot.state.load(Ordering::Acquire) {
-                    state::POSTED => slot.posts.load(Ordering::Acquire) == self.seen_posts[i],
-                    state::EXITED => true,
-                    _ => false,
-                }
+                let pid = self.region.slot(i).pid.load(Ordering::Acquire);
+                self.finished[i] || (pid != 0 && self.pid_is_dead(pid)) || matches!(self.region.observe(i, self.seen_posts[i]), Seen::Waiting | Seen::Exited)
             });
             if quiet && !self.awaiting_deaths() && !self.awaiting_arrival() {
                 // A creator claims its child's slot before it posts again, so a post seen in the
                 // scan makes that claim visible here: a slot claimed during the scan (the child
                 // has not posted yet) means look again, or a decision would leave the child out.
-                if self.region.header().next_slot.load(Ordering::Acquire) as usize > self.known_slots {
+                if handoff::claimed(&self.region.header().next_slot) as usize > self.known_slots {
                     continue;
                 }
                 return Wait::Quiet;
@@ -950,7 +937,7 @@ impl<'a> Execution<'a> {
             }
             // A process on its way out posts nothing more: look again soon.
             let pause = if self.exiting.is_empty() { Duration::from_millis(20) } else { Duration::from_micros(200) };
-            if futex::wait(&self.region.header().sched_wake, seen, pause) == futex::Waited::TimedOut {
+            if self.region.sleep(seen, pause) == Waited::TimedOut {
                 // Nothing posted for a while: has a process died unannounced (killed)? Is the
                 // kernel slow to release one that ended (said once, in one line)?
                 if let Some(outcome) = self.check_exits(true) {
@@ -971,7 +958,7 @@ impl<'a> Execution<'a> {
     /// slot table overflowed: the program was refused a thread (EAGAIN) because of dara's limit,
     /// and whatever it does next is not its own behaviour.
     fn note_new_slots(&mut self) -> Option<Outcome> {
-        let claimed = self.region.header().next_slot.load(Ordering::Acquire) as usize;
+        let claimed = handoff::claimed(&self.region.header().next_slot) as usize;
         if claimed > dara_abi::MAX_SLOTS {
             return Some(Outcome::Uncontrolled {
                 thread: 0,
@@ -991,8 +978,7 @@ impl<'a> Execution<'a> {
     /// A thread posted: tell the model.
     fn ingest(&mut self, thread: ThreadId) -> Option<Outcome> {
         let slot = self.region.slot(thread as usize);
-        let raw_op = slot.op.load(Ordering::Acquire);
-        let args = slot_args(slot);
+        let (raw_op, args) = self.region.posted_words(thread as usize);
         let process = slot.process.load(Ordering::Acquire);
         if self.holder.as_ref().is_some_and(|h| h.thread == thread) {
             self.holder = None;
@@ -1450,7 +1436,7 @@ impl<'a> Execution<'a> {
         let deadline = Instant::now() + self.cfg.busy_limit;
         // The kernel still releasing an ended process (told in one line) is no hang of the program.
         while Instant::now() < deadline || self.tree.kernel_still_reaping() {
-            let seen = self.region.header().sched_wake.load(Ordering::Acquire);
+            let seen = self.region.wake_count();
             if let Some(outcome) = self.drain_exits() {
                 return Some(outcome);
             }
@@ -1463,7 +1449,7 @@ impl<'a> Execution<'a> {
             if self.region.claimed_slots() > self.thread_process.len() {
                 return None; // a thread is being born after all
             }
-            futex::wait(&self.region.header().sched_wake, seen, Duration::from_millis(20));
+            self.region.sleep(seen, Duration::from_millis(20));
         }
         Some(Outcome::Hang { reason: "every thread finished but the process did not exit".into() })
     }
@@ -1543,9 +1529,4 @@ pub fn signal_name(signal: i32) -> String {
         _ => return format!("signal {signal}"),
     };
     name.to_string()
-}
-
-/// A posted slot's four argument words, for [`Request::decode`].
-fn slot_args(slot: &dara_abi::Slot) -> [u64; 4] {
-    std::array::from_fn(|k| slot.args[k].load(Ordering::Acquire))
 }
