@@ -27,8 +27,7 @@
 //! never miss a decision it should have been part of (the *start barrier*).
 //!
 //! Both sides make these transitions only through the functions of [`handoff`], which also lists
-//! the protocol's invariants; `tests/loom_handoff.rs` checks them with loom (see
-//! docs/performance.md, "The handoff protocol").
+//! the protocol's invariants; `tests/loom_handoff.rs` checks them with loom (docs/handoff.md).
 #![no_std]
 
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
