@@ -12,7 +12,7 @@ cargo build --release --workspace
 # not hide the results of the others; cargo still exits non-zero when any test failed.
 status=0
 cargo test --release --workspace --no-fail-fast -- --test-threads="${DARA_TEST_THREADS:-2}" || status=$?
-# The loom model test of the slot handoff (docs/handoff.md), about half a minute: `--cfg loom`
+# The loom model test of the slot handoff (docs/handoff.md), about ten seconds: `--cfg loom`
 # changes every crate's flags, so it builds in a target directory of its own.
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}" \
     cargo test --release -p dara-abi --test loom_handoff --target-dir target/loom || status=$?

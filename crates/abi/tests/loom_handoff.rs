@@ -21,7 +21,7 @@
 //!   scheduler decides nothing before the newborn's first post;
 //! - an exited slot is seen as exited only after its exit was granted.
 //!
-//! Run (about half a minute; docs/handoff.md):
+//! Run (about ten seconds; docs/handoff.md):
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release -p dara-abi --test loom_handoff --target-dir target/loom`
 #![cfg(loom)]
 
@@ -248,6 +248,8 @@ struct Scheduler {
     waiting: [Option<u32>; SLOTS],
     exit_granted: [bool; SLOTS],
     finished: [bool; SLOTS],
+    /// The slot a creator claims for a newborn, if any.
+    newborn: Option<usize>,
     /// Grants that let user code run (all but exits).
     user_grants: u64,
     decisions: u64,
@@ -307,8 +309,8 @@ impl Scheduler {
             });
             assert_eq!(steps, self.user_grants, "the program's memory misses a runner's step");
             // The start barrier: a creator's post after its claim means the newborn is known.
-            if self.waiting.iter().any(|&op| op == Some(CREATED)) {
-                assert!(self.known > 2 && self.seen_posts[2] >= 1, "decided before the newborn's first post");
+            if let Some(c) = self.newborn.filter(|_| self.waiting.contains(&Some(CREATED))) {
+                assert!(self.known > c && self.seen_posts[c] >= 1, "decided before the newborn's first post");
             }
             let pick = (0..self.known)
                 .map(|k| (k + self.decisions as usize) % self.known)
@@ -345,12 +347,12 @@ fn model(name: &str, test: impl Fn() + Send + Sync + 'static) {
     assert!(executions > 1, "loom explored a single interleaving");
 }
 
-/// Two threads, started before the scheduler looks, each making steps and exiting.
+/// Two threads, started before the scheduler looks, each making a step and exiting.
 #[test]
 fn two_threads_take_turns_and_exit() {
     model("two threads", || {
         let shared = Shared::new(2);
-        let workers: Vec<_> = [(0, 1), (1, 0)]
+        let workers: Vec<_> = [(0, 1), (1, 1)]
             .into_iter()
             .map(|(i, steps)| {
                 let s = shared.clone();
@@ -366,25 +368,21 @@ fn two_threads_take_turns_and_exit() {
     });
 }
 
-/// A thread claims a newborn's slot and starts it while a second thread waits: nothing is
-/// decided before the newborn's first post, and all three exit.
+/// A thread claims a newborn's slot and starts it: nothing is decided before the newborn's first
+/// post, and both exit. (With a third thread waiting meanwhile, loom explores 144 613 executions
+/// in 20-64 s; it passed, but is too slow for every test run: docs/handoff.md.)
 #[test]
 fn a_newborn_joins_before_the_next_decision() {
     model("a newborn", || {
-        let shared = Shared::new(2);
+        let shared = Shared::new(1);
         fn newborn(shared: Arc<Shared>, i: usize) {
             thread_body(shared, i, 0, None);
         }
         let s = shared.clone();
         let creator = thread::spawn(move || thread_body(s, 0, 1, Some(newborn)));
-        let s = shared.clone();
-        let other = thread::spawn(move || {
-            thread_body(s, 1, 0, None);
-        });
-        Scheduler::default().run(&shared, 3);
+        Scheduler { newborn: Some(1), ..Scheduler::default() }.run(&shared, 2);
         if let Some(child) = creator.join().unwrap() {
             child.join().unwrap();
         }
-        other.join().unwrap();
     });
 }
