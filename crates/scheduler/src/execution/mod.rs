@@ -183,7 +183,6 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         o.events().to_vec()
     });
     let outside_events = outside_events.unwrap_or_default();
-    crate::outside::end_recording();
     run.region.header().shutdown.store(1, Ordering::Release);
     run.kill_strays();
     if !run.tree.kill_all() {

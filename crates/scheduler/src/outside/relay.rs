@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 mod datagrams;
 
-use super::{OutsideEvent, OutsideMode, OutsideWhat};
+use super::{OutsideEvent, OutsideMode, OutsideWhat, SignalInbox};
 use crate::choice::ProcessId;
 use crate::netprobe::{self, NetProbe};
 use crate::sockdiag::SockDiag;
@@ -100,6 +100,8 @@ struct Stream {
 pub struct Outside {
     /// Replay: the recording's inputs (applied) and outputs (checked), and how far each got.
     replay: Option<Replaying>,
+    /// Recording: the signals dara-trace received, to pass on (open for the run).
+    inbox: Option<SignalInbox>,
     listeners: Vec<Listener>,
     streams: Vec<Stream>,
     epoll: OwnedFd,
@@ -152,21 +154,23 @@ struct Replaying {
 impl Outside {
     /// The relay of a recording (`Live`) or replay run; None for a closed world.
     pub fn new(mode: &OutsideMode) -> Result<Option<Outside>, RelayError> {
-        let replay = match mode {
+        let (replay, inbox) = match mode {
             OutsideMode::Closed => return Ok(None),
-            OutsideMode::Live { .. } => None,
-            OutsideMode::Replay { events, .. } => Some(Replaying::new(events)),
+            OutsideMode::Live { signals, .. } => (None, Some(signals.clone())),
+            OutsideMode::Replay { events, .. } => (Some(Replaying::new(events)), None),
         };
         // SAFETY: epoll_create1 takes flags and returns a new descriptor or -1.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
             return Err(RelayError::Broken(format!("epoll_create1: {}", std::io::Error::last_os_error())));
         }
-        super::set_recording(replay.is_none());
+        if let Some(inbox) = &inbox {
+            inbox.open();
+        }
         // SAFETY: a descriptor epoll_create1 just returned, owned by nobody else.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
         let stdin = if mode.stdin() { Some(StdinPipe::new()?) } else { None };
-        Ok(Some(Outside { replay, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, by_inner_ports: Default::default(), diag: SockDiag::open(), held_since: None, held_bytes: 0, scratch: Vec::new(), datagram_sockets: Vec::new(), peers: Vec::new(), peer_by_sender: Default::default(), recorded_peers: Vec::new(), relayed: Vec::new() }))
+        Ok(Some(Outside { replay, inbox, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, by_inner_ports: Default::default(), diag: SockDiag::open(), held_since: None, held_bytes: 0, scratch: Vec::new(), datagram_sockets: Vec::new(), peers: Vec::new(), peer_by_sender: Default::default(), recorded_peers: Vec::new(), relayed: Vec::new() }))
     }
 
     /// The descriptor to launch the program with as its stdin (None: /dev/null).
@@ -248,7 +252,7 @@ impl Outside {
     /// `dara-trace` received (recording) or the recorded ones (replay).
     pub fn signals(&mut self, step: u64) -> Vec<i32> {
         let signals = match &mut self.replay {
-            None => super::take_pending_signals(),
+            None => self.inbox.as_ref().map(SignalInbox::take_pending).unwrap_or_default(),
             Some(r) => {
                 let mut found = Vec::new();
                 while let Some(e) = r.signals.front().filter(|e| e.step <= step) {
@@ -386,7 +390,7 @@ impl Outside {
             if stop.load(std::sync::atomic::Ordering::Relaxed) {
                 return Ok(false);
             }
-            if super::PENDING.load(std::sync::atomic::Ordering::SeqCst) != 0 {
+            if self.inbox.as_ref().is_some_and(SignalInbox::has_pending) {
                 return Ok(true);
             }
             let left = limit.map(|l| l.saturating_sub(started.elapsed()));
@@ -755,6 +759,15 @@ impl Outside {
             if s.outer_eof {
                 s.outer = None;
             }
+        }
+    }
+}
+
+impl Drop for Outside {
+    /// The recording is over: signals to dara-trace stop it again.
+    fn drop(&mut self) {
+        if let Some(inbox) = &self.inbox {
+            inbox.close();
         }
     }
 }
