@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use dara_abi::Op;
 use dara_tracer::reaper::ExitStatus;
 
-use super::{Execution, ProcessRecord};
+use super::processes::ProcessRecord;
+use super::Execution;
 use crate::choice::{Choice, ChoiceKind, ProcessId, ThreadId};
 use crate::cluster::{Phase, Role};
 use crate::choice::NetObject;
@@ -92,9 +93,9 @@ impl Execution<'_> {
     }
 
     /// A connection made across a partition is reset as soon as it is established.
-    fn enforce_partitions(&mut self) -> Advance {
+    pub(super) fn enforce_partitions(&mut self) -> Advance {
         let partitioned = self.nodes.as_ref().is_some_and(|n| !n.partitions.is_empty());
-        if !partitioned || !std::mem::take(&mut self.new_connections) {
+        if !partitioned || !std::mem::take(&mut self.network.new_connections) {
             return Advance::Decide;
         }
         match self.reset_partitioned() {
@@ -106,7 +107,7 @@ impl Execution<'_> {
     /// Whether `node` has reached the point where it serves: each of its live threads waits for
     /// input, a connection, a timer or a child (a receive, accept, poll, sleep or wait, whether
     /// or not something is ready for it), or is blocked on a lock or condition.
-    fn node_waits(&self, node: usize) -> bool {
+    pub(super) fn node_waits(&self, node: usize) -> bool {
         let serving = |op: Op| matches!(op, Op::NetRecv | Op::NetAccept | Op::NetPoll | Op::NetEpollWait | Op::Sleep | Op::ProcessWait);
         self.node_threads(node).into_iter().all(|t| match self.model.status(t) {
             Some(ThreadStatus::Pending(r)) => serving(r.op()),
@@ -116,7 +117,7 @@ impl Execution<'_> {
     }
 
     /// Launches `role`'s command into the tree and waits for it before the next decision.
-    fn launch(&mut self, role: Role, restart: bool) -> Result<(), Outcome> {
+    pub(super) fn launch(&mut self, role: Role, restart: bool) -> Result<(), Outcome> {
         let nodes = self.nodes.as_mut().expect("cluster");
         let command = match role {
             Role::Node(n) => nodes.command(n, restart),
@@ -136,7 +137,7 @@ impl Execution<'_> {
         }
         match self.tree.launch(&command) {
             Ok(pid) => {
-                self.launched.push(pid);
+                self.processes.launched.push(pid);
                 self.arriving = Some(Arrival { pid, role, command, since: Instant::now() });
                 Ok(())
             }
@@ -144,7 +145,7 @@ impl Execution<'_> {
         }
     }
 
-    fn role_name(&self, role: Role) -> String {
+    pub(super) fn role_name(&self, role: Role) -> String {
         match role {
             Role::Node(n) => format!("node {}", self.nodes.as_ref().map_or("?", |c| c.name(n))),
             Role::Workload => "the workload".into(),
@@ -214,7 +215,7 @@ impl Execution<'_> {
             };
         }
         let node = *nodes.node_of.get(&process)?;
-        let is_node_root = self.processes.get(&process).is_some_and(|r| self.launched.contains(&r.pid));
+        let is_node_root = self.processes.records.get(&process).is_some_and(|r| self.processes.launched.contains(&r.pid));
         (code != 0 && is_node_root).then(|| Outcome::NodeExited { node: nodes.name(node).to_string(), code })
     }
 
@@ -250,27 +251,27 @@ impl Execution<'_> {
     pub(super) fn inject(&mut self, choice: &Choice) -> Option<Outcome> {
         let nodes = self.nodes.as_mut()?;
         nodes.note_fault(choice);
-        self.net_dirty = true;
+        self.network.dirty = true;
         match choice.op {
             Op::NodeCrash => {
                 let node = choice.node()?;
                 let now = Instant::now();
                 let victims: Vec<ProcessId> = self.live_processes_of(node).map(|(p, _)| p).collect();
                 for process in victims {
-                    if let Some(pidfd) = self.processes.get(&process).and_then(|r| r.pidfd.as_ref()) {
+                    if let Some(pidfd) = self.processes.records.get(&process).and_then(|r| r.pidfd.as_ref()) {
                         procfs::pidfd_kill(pidfd);
                     }
-                    self.crashing.push(process);
-                    self.dying.push((process, now));
-                    self.exiting.push(process);
+                    self.processes.crashing.push(process);
+                    self.processes.dying.push((process, now));
+                    self.processes.exiting.push(process);
                 }
                 None
             }
             Op::NodeRestart => self.launch(Role::Node(choice.node()?), true).err(),
             Op::DropDatagram => {
                 let fd = self.model.net_requests().into_iter().find(|(t, _)| *t == choice.thread).and_then(|(_, r)| r.fd())?;
-                let pid = self.pid_of(choice.thread);
-                self.net.drop_datagram(pid, fd).err().map(|e| Outcome::Uncontrolled { thread: choice.thread, syscall: "drop".into(), detail: e.0 })
+                let pid = self.processes.pid_of(choice.thread);
+                self.network.probe.drop_datagram(pid, fd).err().map(|e| Outcome::Uncontrolled { thread: choice.thread, syscall: "drop".into(), detail: e.0 })
             }
             Op::Partition | Op::ConnReset => {
                 let (a, b) = choice.node_pair()?;
@@ -286,7 +287,7 @@ impl Execution<'_> {
     }
 
     /// Resets every connection between the nodes of a partition (after new connections).
-    fn reset_partitioned(&mut self) -> Result<(), Outcome> {
+    pub(super) fn reset_partitioned(&mut self) -> Result<(), Outcome> {
         let pairs: Vec<(usize, usize)> = self.nodes.as_ref().map(|n| n.partitions.iter().copied().collect()).unwrap_or_default();
         for (a, b) in pairs {
             self.reset_between(a, b)?;
@@ -294,13 +295,13 @@ impl Execution<'_> {
         Ok(())
     }
 
-    fn reset_between(&mut self, a: usize, b: usize) -> Result<(), Outcome> {
+    pub(super) fn reset_between(&mut self, a: usize, b: usize) -> Result<(), Outcome> {
         let pids = |node: usize| -> Vec<u32> { self.live_processes_of(node).map(|(_, r)| r.pid).collect() };
         let (pa, pb) = (pids(a), pids(b));
-        match self.net.reset_between(&pa, &pb) {
+        match self.network.probe.reset_between(&pa, &pb) {
             Ok(0) => Ok(()),
             Ok(_) => {
-                self.net_dirty = true;
+                self.network.dirty = true;
                 Ok(())
             }
             Err(e) => Err(Outcome::Uncontrolled { thread: 0, syscall: "connection reset".into(), detail: e.0 }),
@@ -308,20 +309,20 @@ impl Execution<'_> {
     }
 
     /// The live threads of `node`'s processes (none outside a cluster run).
-    fn node_threads(&self, node: usize) -> Vec<ThreadId> {
+    pub(super) fn node_threads(&self, node: usize) -> Vec<ThreadId> {
         let Some(nodes) = &self.nodes else { return Vec::new() };
-        self.model.live_threads().into_iter().filter(|t| self.thread_process.get(t).and_then(|p| nodes.node_of.get(p)) == Some(&node)).collect()
+        self.model.live_threads().into_iter().filter(|t| self.processes.threads.get(t).and_then(|p| nodes.node_of.get(p)) == Some(&node)).collect()
     }
 
     /// The live processes of `node` (none outside a cluster run).
-    fn live_processes_of(&self, node: usize) -> impl Iterator<Item = (ProcessId, &ProcessRecord)> + '_ {
+    pub(super) fn live_processes_of(&self, node: usize) -> impl Iterator<Item = (ProcessId, &ProcessRecord)> + '_ {
         let nodes = self.nodes.as_ref();
-        self.processes.iter().filter(move |(p, r)| r.alive && nodes.and_then(|n| n.node_of.get(p)) == Some(&node)).map(|(&p, r)| (p, r))
+        self.processes.records.iter().filter(move |(p, r)| r.alive && nodes.and_then(|n| n.node_of.get(p)) == Some(&node)).map(|(&p, r)| (p, r))
     }
 
     /// The wall-clock skew a `ClockRead` of `thread` shows (its node's, if skewed).
     pub(super) fn clock_skew(&self, thread: ThreadId) -> i64 {
         let Some(nodes) = &self.nodes else { return 0 };
-        self.thread_process.get(&thread).and_then(|p| nodes.node_of.get(p)).map_or(0, |&n| nodes.skew[n])
+        self.processes.threads.get(&thread).and_then(|p| nodes.node_of.get(p)).map_or(0, |&n| nodes.skew[n])
     }
 }
