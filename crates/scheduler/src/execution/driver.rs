@@ -5,7 +5,6 @@
 use std::ops::ControlFlow;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Instant;
 
 use dara_abi::{CloseHow, Op};
 use dara_tracer::ProcessTree;
@@ -14,12 +13,12 @@ use super::handoff::Handoff;
 use super::network::Network;
 use super::observations::Observations;
 use super::processes::ProcessTable;
-use super::{cluster, ExecutionConfig};
+use super::world::{Advance, World, WorldReport};
+use super::ExecutionConfig;
 use crate::choice::{Choice, ChoiceKind, Decide, ProcessId};
 use crate::memory::TargetMemory;
 use crate::model::{Effect, Model, Request, ThreadStatus};
 use crate::outcome::Outcome;
-use crate::outside::Outside;
 use crate::region::Region;
 use crate::trace::Step;
 
@@ -41,12 +40,12 @@ fn again<T>() -> Flow<T> {
     ControlFlow::Break(Halt::Again)
 }
 
-/// What the cluster's [`cluster::Advance`] means for the turn.
-fn advance(a: cluster::Advance) -> Flow {
+/// What a world's [`Advance`] means for the turn.
+fn advance(a: Advance) -> Flow {
     match a {
-        cluster::Advance::Decide => ControlFlow::Continue(()),
-        cluster::Advance::Launched => again(),
-        cluster::Advance::End(outcome) => end(outcome),
+        Advance::Decide => ControlFlow::Continue(()),
+        Advance::Again => again(),
+        Advance::End(outcome) => end(outcome),
     }
 }
 
@@ -82,24 +81,13 @@ pub(super) struct Execution<'a> {
     /// Something may have sent a traced process a signal since the driver last looked which
     /// parked waits one ends (see `signals.rs`).
     pub(super) signals_dirty: bool,
-    /// A cluster run's nodes and phase.
-    pub(super) nodes: Option<crate::cluster::Nodes>,
-    /// A command dara launched whose `ProcessStart` has not come yet: no decision until it does.
-    pub(super) arriving: Option<cluster::Arrival>,
-    /// The relay to peers outside dara (recording and replay runs).
-    pub(super) outside: Option<Outside>,
-    /// Entries written to the region's table of relayed peers (see `show_relayed_peer`).
-    pub(super) relayed_count: usize,
-    /// When the run started: virtual time 0 (a recording's timers fire no earlier than this plus
-    /// their deadline).
-    pub(super) started: Instant,
-    /// Since when the run has been waiting for outside input with nothing else to do, and
-    /// whether the user was told.
-    pub(super) idle_since: Option<(Instant, bool)>,
+    /// The world around the program (closed, a cluster, or outside peers); taken out while
+    /// one of its hooks runs (see [`Execution::with_world`]).
+    pub(super) world: Option<Box<dyn World>>,
 }
 
 impl<'a> Execution<'a> {
-    pub(super) fn new(cfg: &'a ExecutionConfig, region: Arc<Region>, tree: ProcessTree) -> Execution<'a> {
+    pub(super) fn new(cfg: &'a ExecutionConfig, region: Arc<Region>, tree: ProcessTree, world: Box<dyn World>) -> Execution<'a> {
         let model = Model::with_time(&cfg.time).with_pause_horizon(cfg.time.run_for_ns.unwrap_or(u64::MAX).min(cfg.max_vtime_ns));
         Execution {
             cfg,
@@ -115,13 +103,30 @@ impl<'a> Execution<'a> {
             verdict: if cfg.cluster.is_some() { None } else { Some(0) },
             pending_end: None,
             signals_dirty: false,
-            nodes: cfg.cluster.clone().map(crate::cluster::Nodes::new),
-            arriving: None,
-            outside: None,
-            relayed_count: 0,
-            started: Instant::now(),
-            idle_since: None,
+            world: Some(world),
         }
+    }
+
+    /// Runs `hook` on the world, with the rest of the execution at hand.
+    pub(super) fn with_world<T>(&mut self, hook: impl FnOnce(&mut dyn World, &mut Execution<'_>) -> T) -> T {
+        let mut world = self.world.take().expect("a world hook called another (see world.rs)");
+        let out = hook(&mut *world, self);
+        self.world = Some(world);
+        out
+    }
+
+    /// The world, for its queries.
+    pub(super) fn world(&self) -> &dyn World {
+        self.world.as_deref().expect("a world hook called another (see world.rs)")
+    }
+
+    /// The run is over with `outcome`: the world has its last word (a replay that did not use
+    /// every recorded input diverged) and gives what it adds to the report, and is dropped (a
+    /// recording stops taking the user's signals).
+    pub(super) fn end_world(&mut self, outcome: &mut Outcome, stopped_as_recorded: bool) -> WorldReport {
+        let steps = self.steps.len() as u64;
+        let mut world = self.world.take().expect("the world is there at the end");
+        world.finish(steps, outcome, stopped_as_recorded)
     }
 
     /// Runs the execution to its end: a loop of [`Execution::turn`]s.
@@ -138,7 +143,7 @@ impl<'a> Execution<'a> {
         self.quiet_point(stop)?;
         self.within_bounds()?;
         self.refresh_views()?;
-        self.worlds_act()?;
+        self.world_acts()?;
         let choices = self.choices(stop)?;
         let choice = self.choose(decide, &choices)?;
         self.apply(choice)
@@ -170,24 +175,20 @@ impl<'a> Execution<'a> {
         ControlFlow::Continue(())
     }
 
-    /// Brings the network views up to date (and moves what waits at the outside boundary), and
-    /// passes on the user's signals: a process they end is waited for before the decision.
+    /// Brings the network views up to date (and moves what waits at the world's edge).
     fn refresh_views(&mut self) -> Flow {
         if let Some(outcome) = self.refresh_net() {
             return end(outcome);
         }
-        if self.pass_on_signals() {
-            return again(); // wait for the processes the signals end
-        }
         ControlFlow::Continue(())
     }
 
-    /// Lets the cluster launch its next command, enforce partitions, or (at `--run-for`) start
-    /// the check or end the run.
-    fn worlds_act(&mut self) -> Flow {
-        advance(self.advance_cluster())?;
+    /// Lets the world act before the decision (launch the next command, pass the user's
+    /// signals on, enforce partitions) and, at `--run-for`, end the run or start the check.
+    fn world_acts(&mut self) -> Flow {
+        advance(self.with_world(|world, ex| world.before_choosing(ex)))?;
         match self.cfg.time.run_for_ns.filter(|&t| self.model.now() >= t) {
-            Some(end) => advance(self.run_for_reached(end)),
+            Some(end) => advance(self.with_world(|world, ex| world.run_for_reached(ex, end))),
             None => ControlFlow::Continue(()),
         }
     }
@@ -196,10 +197,11 @@ impl<'a> Execution<'a> {
     /// else can run), then the faults on offer. Waits for outside input first in a recording that
     /// idles; with no choice at all the run ends (deadlock) or waits for the last exits.
     fn choices(&mut self, stop: &AtomicBool) -> Flow<Vec<Choice>> {
-        self.replay_signals_before(self.steps.len() as u64);
+        let step = self.steps.len() as u64;
+        self.with_world(|world, ex| world.before_decision(ex, step));
         self.refresh_signals();
         let mut choices = self.model.choices();
-        match self.await_outside(&choices, stop) {
+        match self.with_world(|world, ex| world.when_idle(ex, &choices, stop)) {
             Ok(true) => return again(),
             Ok(false) => {}
             Err(outcome) => return end(outcome),
@@ -210,7 +212,8 @@ impl<'a> Execution<'a> {
         while choices.is_empty() && self.model.jump_to_next_deadline().is_some() {
             choices = self.model.choices();
         }
-        self.add_fault_choices(&mut choices);
+        self.add_pause_choices(&mut choices);
+        self.world().add_choices(self, &mut choices);
         if !choices.is_empty() {
             return ControlFlow::Continue(choices);
         }
@@ -240,7 +243,7 @@ impl<'a> Execution<'a> {
         if choice.kind == ChoiceKind::Fault {
             if choice.op == Op::Pause {
                 self.model.pause(choice.thread);
-            } else if let Some(outcome) = self.inject(&choice) {
+            } else if let Some(outcome) = self.with_world(|world, ex| world.inject(ex, &choice)) {
                 return end(outcome);
             }
             self.steps.push(Step { choice, result: Some(0), now_ns: self.model.now() });
@@ -271,8 +274,19 @@ impl<'a> Execution<'a> {
         self.network.probe.granted(choice.thread, pid, request, matches!(choice.kind, ChoiceKind::Timeout | ChoiceKind::Interrupt));
         self.network.dirty = true;
         self.network.new_connections |= matches!(request.op(), Op::NetConnect | Op::NetAccept);
-        if let (Request::NetClose { fd, how: CloseHow::Close }, Some(outside)) = (request, self.outside.as_mut()) {
-            outside.forget_listeners(self.processes.of(choice.thread).unwrap_or(0), Some(fd));
+        if let Request::NetClose { fd, how: CloseHow::Close } = request {
+            let process = self.processes.of(choice.thread).unwrap_or(0);
+            self.with_world(|world, _| world.closed(process, fd));
+        }
+    }
+
+    /// Appends this step's thread pauses (any run with a pause budget; the world adds its own
+    /// faults).
+    fn add_pause_choices(&self, choices: &mut Vec<Choice>) {
+        if self.model.pauses_taken() < self.cfg.time.pauses {
+            for (thread, until) in self.model.pausable() {
+                choices.push(Choice { thread, kind: ChoiceKind::Fault, alt: 0, op: Op::Pause, obj: until });
+            }
         }
     }
 

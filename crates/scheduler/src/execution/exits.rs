@@ -18,7 +18,7 @@ impl Execution<'_> {
         while let Some(event) = self.tree.try_exit() {
             let known = self.processes.live_with_pid(event.pid);
             let Some(process) = known else {
-                if let Some(outcome) = self.arrival_failed(event.pid, event.status) {
+                if let Some(outcome) = self.with_world(|world, ex| world.unknown_exit(ex, event.pid, event.status)) {
                     return Some(outcome);
                 }
                 if event.pid == self.tree.root_pid() && self.processes.records.is_empty() && event.status == ExitStatus::Code(PRELOAD_REFUSED) {
@@ -60,9 +60,7 @@ impl Execution<'_> {
         self.model.process_exited(process);
         self.network.dirty = true;
         self.signals_may_be_pending(); // the parent's SIGCHLD
-        if let Some(outside) = self.outside.as_mut() {
-            outside.forget_listeners(process, None);
-        }
+        self.with_world(|world, _| world.process_gone(process));
         let running = self.handoff.holder.as_ref().map(|h| h.thread).filter(|t| self.processes.threads.get(t) == Some(&process));
         if running.is_some() {
             self.handoff.holder = None;
@@ -81,10 +79,8 @@ impl Execution<'_> {
                 return None; // the user's Ctrl-C, passed on: judged with the run (final_outcome)
             }
         }
-        if self.nodes.is_some() {
-            if let Some(outcome) = self.cluster_process_ended(process, status) {
-                return Some(outcome);
-            }
+        if let Some(outcome) = self.with_world(|world, ex| world.judge_exit(ex, process, status)) {
+            return Some(outcome);
         }
         match status {
             ExitStatus::Signal(libc::SIGSYS) => Some(self.killed_by_trap(process, running)),

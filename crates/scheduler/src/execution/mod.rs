@@ -15,8 +15,9 @@
 //! | [`exits`] | ends of processes and of the run, and how each is judged |
 //! | [`observations`] | symbols, programs, fault sites, coverage modules for the report |
 //! | [`network`] | the net probe and readiness views |
-//! | [`boundary`] | peers outside dara: recording and replay runs |
-//! | [`cluster`] | nodes, workload, check, faults |
+//! | [`boundary`] | the world of peers outside dara: recording and replay runs |
+//! | [`world`] | the trait of worlds around the program, and the closed one |
+//! | [`cluster`] | the cluster world: nodes, workload, check, faults |
 //! | [`watchdog`], [`newborn`] | the token holder and threads being born, watched |
 //! | [`signals`], [`outside_deaths`] | pending signals; deaths that are not the program's |
 //! | [`harness`] | setup/cleanup commands, the target's environment, CPU pinning |
@@ -35,6 +36,7 @@ mod processes;
 mod quiet;
 mod signals;
 mod watchdog;
+mod world;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -47,7 +49,7 @@ use dara_tracer::{LaunchSpec, ProcessTree};
 use crate::choice::{Decide, ProcessId, ThreadId};
 use crate::coverage::ProcessCoverage;
 use crate::outcome::Outcome;
-use crate::outside::{Outside, OutsideEvent, OutsideMode, RelayError};
+use crate::outside::{OutsideEvent, OutsideMode, RelayError};
 use crate::preempt::{AccessProfile, Preemption};
 use crate::region::Region;
 use crate::time::TimeConfig;
@@ -158,7 +160,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     }
     let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, cfg.profile, !cfg.outside.is_closed()).map_err(ExecutionError::Region)?);
     region.header().realtime_epoch_ns.store(cfg.time.realtime_epoch_ns, Ordering::Release);
-    let outside = Outside::new(&cfg.outside).map_err(ExecutionError::Outside)?;
+    let mut world = world::for_config(cfg)?;
     let spec = LaunchSpec {
         command: cfg.command.clone(),
         cwd: cfg.cwd.clone(),
@@ -166,7 +168,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         pass_fd: Some((region.fd(), dara_abi::SHM_FD)),
         cpu: cfg.pin_cpu,
         discard_output: cfg.discard_output,
-        stdin_fd: outside.as_ref().and_then(|o| o.stdin_for_program()),
+        stdin_fd: world.stdin_for_program(),
         host_proc_fd: Some(dara_abi::HOST_PROC_FD),
         virtual_pids: true,
     };
@@ -180,26 +182,13 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     }
     // After the launch: the launcher's threads start with the counter as it was.
     let _counter_disabled = crate::own_tsc::disable_in_this_thread();
-    let mut run = Execution::new(cfg, region, tree);
-    run.outside = outside;
-    if let Some(o) = run.outside.as_mut() {
-        o.launched();
-    }
+    world.launched();
+    let mut run = Execution::new(cfg, region, tree, world);
     run.processes.launched.push(run.tree.root_pid());
     let mut outcome = run.drive(decide, stop);
-    // A replay that ended before the recording's outside events were all used diverged, unless
-    // it ended where the recording was stopped.
+    // (A replay that ends where its recording was stopped used what it had to.)
     let stopped_as_recorded = outcome == Outcome::Interrupted && cfg.stop_at_step.is_some();
-    if !matches!(outcome, Outcome::Diverged { .. }) && !stopped_as_recorded {
-        if let Some((step, expected, seen)) = run.outside.as_ref().and_then(|o| o.finish(run.steps.len() as u64)) {
-            outcome = Outcome::Diverged { step, expected, seen };
-        }
-    }
-    let outside_events = run.outside.take().map(|mut o| {
-        o.flush_clients();
-        o.events().to_vec()
-    });
-    let outside_events = outside_events.unwrap_or_default();
+    let ended = run.end_world(&mut outcome, stopped_as_recorded);
     run.region.header().shutdown.store(1, Ordering::Release);
     run.processes.kill_strays(run.tree.root_pid());
     if !run.tree.kill_all() {
@@ -223,10 +212,9 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         })
         .collect();
     let access_profile = cfg.profile.then(|| AccessProfile::read(run.region.access_table()));
-    let nodes = run.nodes.as_ref().map(|n| n.node_of.iter().map(|(&p, &node)| (p, n.name(node).to_string())).chain(n.others.iter().map(|(&p, &r)| (p, r.to_string()))).collect()).unwrap_or_default();
     let (paths, more) = run.region.written_files();
     let written_files = crate::trace::WrittenFiles { paths, more };
-    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes, coverage, access_profile, outside: outside_events, written_files, wall: started.elapsed() })
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, wall: started.elapsed() })
 }
 
 /// "SIGSEGV" for 11, and so on.

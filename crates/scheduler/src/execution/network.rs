@@ -6,10 +6,9 @@ use std::collections::BTreeSet;
 
 use dara_abi::Op;
 
-use super::boundary::relay_outcome;
 use super::Execution;
 use crate::choice::ThreadId;
-use crate::model::{Request, ThreadStatus};
+use crate::model::Request;
 use crate::netprobe::NetProbe;
 use crate::outcome::Outcome;
 use crate::procfs;
@@ -46,8 +45,8 @@ impl Execution<'_> {
     /// (all of them after a network operation or a process exit). Runs while every thread is
     /// parked.
     pub(super) fn refresh_net(&mut self) -> Option<Outcome> {
-        let outside = self.outside.as_ref();
-        if let Err(e) = self.network.probe.settle(&|local, remote| outside.and_then(|o| o.received_by(local, remote))) {
+        let world = self.world.as_deref().expect("not within a world hook");
+        if let Err(e) = self.network.probe.settle(&|local, remote| world.received_by(local, remote)) {
             return Some(Outcome::Uncontrolled { thread: 0, syscall: "loopback delivery".into(), detail: e.0 });
         }
         for (pid, server) in self.network.probe.take_connections() {
@@ -60,16 +59,10 @@ impl Execution<'_> {
                 });
             }
         }
-        if let Some(outside) = self.outside.as_mut() {
-            let sending = self.steps.last().is_some_and(|s| matches!(self.model.status(s.choice.thread), Some(ThreadStatus::Pending(r)) if r.op() == Op::NetSend));
-            match outside.pump(self.steps.len() as u64, &mut self.network.probe, sending) {
-                // New bytes or connections change what the program's sockets show.
-                Ok(changed) => self.network.dirty |= changed,
-                Err(e) => return Some(relay_outcome(self.steps.len() as u64, e)),
-            }
-            for relayed in outside.take_relayed() {
-                self.show_relayed_peer(relayed);
-            }
+        match self.with_world(|world, ex| world.exchange(ex)) {
+            // New bytes or connections change what the program's sockets show.
+            Ok(changed) => self.network.dirty |= changed,
+            Err(outcome) => return Some(outcome),
         }
         if std::mem::take(&mut self.network.dirty) {
             self.model.forget_net_views();
@@ -101,7 +94,7 @@ impl Execution<'_> {
     /// program's listening socket dara relays for (a recording), or a listening socket some
     /// traced process holds. Listeners found traced are remembered (connecting again is common).
     pub(super) fn is_traced_server(&mut self, pid: u32, port: u16) -> bool {
-        if self.outside.as_ref().is_some_and(|o| o.listens_on(port)) {
+        if self.world().listens_on(port) {
             return true;
         }
         let traced = self.processes.live_pids();

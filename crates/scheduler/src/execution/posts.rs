@@ -35,10 +35,13 @@ impl Execution<'_> {
             self.signals_may_be_pending();
         }
         if op == Op::ClockRead {
-            result = self.clock_skew(thread);
+            result = self.world().clock_skew(self, thread);
         }
-        if op == Op::NetListen {
-            self.note_listener(thread);
+        if let (Op::NetListen, Some(request)) = (op, self.posted(thread)) {
+            // Before the grant: both descriptors of the split socket are still the program's.
+            if let Err(detail) = self.with_world(|world, ex| world.listening(ex, thread, request)) {
+                self.pending_end.get_or_insert(Outcome::Uncontrolled { thread, syscall: "listen".into(), detail: format!("dara could not take over a listening socket: {detail}") });
+            }
         }
         // Edges this thread reaches first are stamped with the step that granted it.
         let step = self.steps.len().saturating_sub(1) as u32;
@@ -185,7 +188,7 @@ impl Execution<'_> {
             self.image_replaced(process, thread);
         } else {
             let parent = parent.filter(|_| kind == StartKind::Fork);
-            self.place_process(process, pid, parent);
+            self.with_world(|world, ex| world.process_started(ex, process, pid, parent));
             let entry = &self.region.header().processes[process as usize];
             entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
             let own_pid = own_pid(pid, self.tree.pids_virtual()).map_err(|detail| Outcome::Uncontrolled { thread, syscall: "fork".into(), detail })?;

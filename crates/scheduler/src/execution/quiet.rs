@@ -42,7 +42,7 @@ impl Execution<'_> {
                 }
             }
             let quiet = scan.quiet || self.handoff.all_parked(&self.region, &self.processes);
-            if quiet && !self.processes.awaiting_deaths() && !self.awaiting_arrival() {
+            if quiet && !self.processes.awaiting_deaths() && !self.world().awaiting_arrival() {
                 // A creator claims its child's slot before it posts again, so a post seen in the
                 // scan makes that claim visible here: a slot claimed during the scan (the child
                 // has not posted yet) means look again, or a decision would leave the child out.
