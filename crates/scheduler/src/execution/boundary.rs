@@ -11,7 +11,7 @@ use super::signal_name;
 use crate::choice::{Choice, ChoiceKind, ProcessId, ThreadId};
 use crate::model::Request;
 use crate::outcome::Outcome;
-use crate::outside::{Outside, Relayed, RelayError};
+use crate::outside::{Relay, RelayError, Relayed, Side};
 use crate::procfs;
 use crate::time::TimerPolicy;
 
@@ -26,9 +26,10 @@ const SIGNAL_LOOK: Duration = Duration::from_millis(50);
 /// How long the run waits for outside input before it says so.
 const IDLE_NOTICE: Duration = Duration::from_secs(2);
 
-/// The boundary with outside peers: the relay, and what the execution keeps about it.
-pub(super) struct Boundary {
-    relay: Outside,
+/// The boundary with outside peers: the relay (a recording's or a replay's: `S`), and what the
+/// execution keeps about it.
+pub(super) struct Boundary<S: Side> {
+    relay: Relay<S>,
     /// Entries written to the region's table of relayed peers (see [`show_relayed_peer`]).
     relayed_count: usize,
     /// When the run started: virtual time 0 (a recording's timers fire no earlier than this plus
@@ -39,8 +40,8 @@ pub(super) struct Boundary {
     idle_since: Option<(Instant, bool)>,
 }
 
-impl Boundary {
-    pub(super) fn new(relay: Outside) -> Boundary {
+impl<S: Side> Boundary<S> {
+    pub(super) fn new(relay: Relay<S>) -> Boundary<S> {
         Boundary { relay, relayed_count: 0, started: Instant::now(), idle_since: None }
     }
 
@@ -67,7 +68,7 @@ impl Boundary {
     }
 }
 
-impl World for Boundary {
+impl<S: Side> World for Boundary<S> {
     fn stdin_for_program(&self) -> Option<i32> {
         self.relay.stdin_for_program()
     }

@@ -25,7 +25,7 @@ use crate::outcome::Outcome;
 use super::boundary::Boundary;
 use super::cluster::ClusterWorld;
 use super::{ExecutionConfig, ExecutionError};
-use crate::outside::{Outside, OutsideEvent, RelayError};
+use crate::outside::{OutsideEvent, OutsideMode, Recorder, Relay, RelayError, Replayer};
 
 /// What a world wants before the next decision.
 pub(super) enum Advance {
@@ -163,11 +163,12 @@ impl World for Closed {}
 
 /// The world `cfg` asks for.
 pub(super) fn for_config(cfg: &ExecutionConfig) -> Result<Box<dyn World>, ExecutionError> {
-    let relay = Outside::new(&cfg.outside).map_err(ExecutionError::Outside)?;
-    Ok(match (&cfg.cluster, relay) {
-        (None, None) => Box::new(Closed),
-        (Some(spec), None) => Box::new(ClusterWorld::new(spec.clone())),
-        (None, Some(relay)) => Box::new(Boundary::new(relay)),
-        (Some(_), Some(_)) => return Err(ExecutionError::Outside(RelayError::Broken("a cluster run is a closed world: it cannot also take input from peers outside dara".into()))),
+    let relay_error = ExecutionError::Outside;
+    Ok(match (&cfg.cluster, &cfg.outside) {
+        (None, OutsideMode::Closed) => Box::new(Closed),
+        (Some(spec), OutsideMode::Closed) => Box::new(ClusterWorld::new(spec.clone())),
+        (None, OutsideMode::Live { stdin, signals }) => Box::new(Boundary::new(Relay::new(Recorder::new(signals.clone()), *stdin).map_err(relay_error)?)),
+        (None, OutsideMode::Replay { events, stdin }) => Box::new(Boundary::new(Relay::new(Replayer::new(events), *stdin).map_err(relay_error)?)),
+        (Some(_), _) => return Err(relay_error(RelayError::Broken("a cluster run is a closed world: it cannot also take input from peers outside dara".into()))),
     })
 }

@@ -32,7 +32,7 @@ mod relay;
 use std::sync::Arc;
 
 pub use inbox::SignalInbox;
-pub use relay::{describe_event, quoted, Outside, RelayError, Relayed};
+pub use relay::{describe_event, quoted, RecordSession, Recorder, Relay, RelayError, Relayed, ReplaySession, Replayer, Side};
 
 /// An address as bytes for the trace: family (4 or 6), port (big-endian), the IP's octets;
 /// nothing for None.
