@@ -7,12 +7,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use dara_abi::{CloseHow, Op};
-use dara_tracer::ProcessTree;
 
 use super::handoff::Handoff;
 use super::network::Network;
 use super::observations::Observations;
 use super::processes::ProcessTable;
+use super::target::Target;
 use super::world::{Advance, World, WorldReport};
 use super::ExecutionConfig;
 use crate::choice::{Choice, ChoiceKind, Decide, ProcessId};
@@ -61,7 +61,8 @@ pub(super) enum Wait {
 pub(super) struct Execution<'a> {
     pub(super) cfg: &'a ExecutionConfig,
     pub(super) region: Arc<Region>,
-    pub(super) tree: ProcessTree,
+    /// The processes: the tracer's tree (a fake in the driver's tests).
+    pub(super) tree: Box<dyn Target>,
     pub(super) model: Model,
     pub(super) memory: TargetMemory,
     pub(super) steps: Vec<Step>,
@@ -87,7 +88,7 @@ pub(super) struct Execution<'a> {
 }
 
 impl<'a> Execution<'a> {
-    pub(super) fn new(cfg: &'a ExecutionConfig, region: Arc<Region>, tree: ProcessTree, world: Box<dyn World>) -> Execution<'a> {
+    pub(super) fn new(cfg: &'a ExecutionConfig, region: Arc<Region>, tree: Box<dyn Target>, world: Box<dyn World>) -> Execution<'a> {
         let model = Model::with_time(&cfg.time).with_pause_horizon(cfg.time.run_for_ns.unwrap_or(u64::MAX).min(cfg.max_vtime_ns));
         Execution {
             cfg,

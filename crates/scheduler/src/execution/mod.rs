@@ -20,6 +20,7 @@
 //! | [`cluster`] | the cluster world: nodes, workload, check, faults |
 //! | [`watchdog`], [`newborn`] | the token holder and threads being born, watched |
 //! | [`signals`], [`outside_deaths`] | pending signals; deaths that are not the program's |
+//! | [`target`] | what the driver needs from the processes (the tracer's tree, or a fake) |
 //! | [`harness`] | setup/cleanup commands, the target's environment, CPU pinning |
 mod boundary;
 mod cluster;
@@ -35,6 +36,9 @@ mod posts;
 mod processes;
 mod quiet;
 mod signals;
+mod target;
+#[cfg(test)]
+mod tests;
 mod watchdog;
 mod world;
 
@@ -183,7 +187,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     // After the launch: the launcher's threads start with the counter as it was.
     let _counter_disabled = crate::own_tsc::disable_in_this_thread();
     world.launched();
-    let mut run = Execution::new(cfg, region, tree, world);
+    let mut run = Execution::new(cfg, region, Box::new(tree), world);
     run.processes.launched.push(run.tree.root_pid());
     let mut outcome = run.drive(decide, stop);
     // (A replay that ends where its recording was stopped used what it had to.)
