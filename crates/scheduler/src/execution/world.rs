@@ -5,8 +5,8 @@
 //!   deadlocked (searches, minimization, replays of closed runs).
 //! * [`ClusterWorld`](super::cluster::ClusterWorld): nodes dara launches, crashes and restarts,
 //!   the workload and the check, faults between nodes (docs/cluster.md).
-//! * [`Recording`](super::boundary::Recording) and [`Replaying`](super::boundary::Replaying):
-//!   peers outside dara, their inputs recorded, or fed back and the program's outputs compared
+//! * [`Boundary`](super::boundary::Boundary) around a recording's or a replay's relay: peers
+//!   outside dara, their inputs recorded, or fed back and the program's outputs compared
 //!   (docs/outside.md).
 //!
 //! One execution has one world (a cluster run is a closed world of its own; a recording is of a
