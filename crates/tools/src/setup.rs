@@ -7,14 +7,25 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 use dara_scheduler::execution::ExecutionConfig;
+use dara_scheduler::outside::SignalInbox;
 
 /// Set by SIGINT/SIGTERM; the scheduler polls it and ends the execution cleanly.
 pub static STOP: AtomicBool = AtomicBool::new(false);
 
+/// Where the stop handler leaves signals a recording passes on to the program (see
+/// [`signal_inbox`]); set once, before any recording starts.
+static INBOX: std::sync::OnceLock<SignalInbox> = std::sync::OnceLock::new();
+
+/// The handle a recording (`OutsideMode::Live`) takes the user's SIGINT/SIGTERM through.
+pub fn signal_inbox() -> SignalInbox {
+    INBOX.get_or_init(SignalInbox::default).clone()
+}
+
 /// During a recording the first SIGINT or SIGTERM is passed on to the program (it is an input,
 /// as from the terminal); otherwise, and the second time, dara stops.
 extern "C" fn on_stop_signal(sig: libc::c_int) {
-    if !dara_scheduler::outside::pass_on_signal(sig) {
+    // (`OnceLock::get` is one atomic load; the inbox is atomics only.)
+    if !INBOX.get().is_some_and(|inbox| inbox.take(sig)) {
         STOP.store(true, Ordering::SeqCst);
     }
 }

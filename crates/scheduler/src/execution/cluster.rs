@@ -1,20 +1,22 @@
-//! The cluster side of an execution (docs/cluster.md): launching the nodes one by one, then the
-//! workload once the nodes have settled, then the check; knowing which process is which node;
-//! judging their exits; and injecting the faults a strategy chose (crash, restart, partition,
-//! heal, connection reset, clock skew, node pause). The thread `pause` fault is offered here
-//! too, in any run with a pause budget; the model applies both kinds of pause.
+//! The cluster world (docs/cluster.md): launching the nodes one by one, then the workload once
+//! the nodes have settled, then the check; knowing which process is which node; judging their
+//! exits; and injecting the faults a strategy chose (crash, restart, partition, heal, connection
+//! reset, clock skew, node pause, dropped datagram). The books of nodes and budgets are pure and
+//! live in [`crate::cluster`]; this is where they meet the processes.
 //!
 //! Launches are deterministic: dara starts one command at a time and takes no decision until its
 //! `ProcessStart` has arrived, so logical process ids follow the launch order on every run.
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use dara_abi::Op;
 use dara_tracer::reaper::ExitStatus;
 
-use super::{Execution, ProcessRecord};
-use crate::choice::{Choice, ChoiceKind, ProcessId, ThreadId};
-use crate::cluster::{Phase, Role};
-use crate::choice::NetObject;
+use super::driver::Execution;
+use super::processes::ProcessRecord;
+use super::world::{Advance, World};
+use crate::choice::{Choice, ChoiceKind, NetObject, ProcessId, ThreadId};
+use crate::cluster::{ClusterSpec, Nodes, Phase, Role};
 use crate::model::net::kind as net_kind;
 use crate::model::ThreadStatus;
 use crate::outcome::Outcome;
@@ -25,79 +27,31 @@ const ARRIVAL_LIMIT: Duration = Duration::from_secs(10);
 
 /// A command dara launched that has not posted its `ProcessStart` yet.
 #[derive(Debug)]
-pub(super) struct Arrival {
+struct Arrival {
     pid: u32,
     role: Role,
     command: Vec<String>,
     since: Instant,
 }
 
-/// What the cluster wants before the next decision.
-pub(super) enum Advance {
-    /// Nothing: decide.
-    Decide,
-    /// A command was launched: wait for it.
-    Launched,
-    End(Outcome),
+/// One cluster run's nodes and phase, and the command on its way.
+pub(super) struct ClusterWorld {
+    nodes: Nodes,
+    /// A command dara launched whose `ProcessStart` has not come yet: no decision until it does.
+    arriving: Option<Arrival>,
 }
 
-impl Execution<'_> {
-    /// Starts the next node once the one before it first waits (no choice but timers: listening,
-    /// waiting for input), and the workload once the last node does, so the start order means
-    /// what it says (a node is listening before the next one starts) without waiting for a busy
-    /// cluster to fall silent.
-    pub(super) fn advance_cluster(&mut self) -> Advance {
-        let Some(nodes) = &self.nodes else { return Advance::Decide };
-        if let Some(arrival) = &self.arriving {
-            // Still on its way after the limit (quiet checks stopped waiting for it).
-            let who = self.role_name(arrival.role);
-            return Advance::End(Outcome::Uncontrolled {
-                thread: 0,
-                syscall: "exec".into(),
-                detail: format!("{who} (`{}`) did not reach dara's preload within {} s (a static binary, or a launcher that clears LD_PRELOAD?)", arrival.command.join(" "), ARRIVAL_LIMIT.as_secs()),
-            });
-        }
-        let role = match nodes.phase {
-            Phase::StartingNodes if nodes.launched < nodes.spec.nodes.len() => Role::Node(nodes.launched),
-            Phase::Settling => Role::Workload,
-            _ => return self.enforce_partitions(),
-        };
-        if nodes.launched > 0 && !self.node_waits(nodes.launched - 1) {
-            return Advance::Decide;
-        }
-        match self.launch(role, false) {
-            Ok(()) => Advance::Launched,
-            Err(outcome) => Advance::End(outcome),
-        }
-    }
-
-    /// `--run-for` is reached at `end`. A cluster run whose workload runs and that has a check
-    /// runs the check now, under control, with the nodes and the workload still up; the check
-    /// then gives the verdict (passing, the run ends as ran-for). Otherwise the run ends here.
-    pub(super) fn run_for_reached(&mut self, end: u64) -> Advance {
-        let ran_for = Advance::End(Outcome::RanFor { virtual_ns: end });
-        let Some(nodes) = self.nodes.as_mut() else { return ran_for };
-        match nodes.phase {
-            Phase::Check => Advance::Decide, // the check is on its way or running: it decides
-            Phase::Workload if nodes.spec.check.is_some() => {
-                nodes.ran_for = Some(end);
-                self.verdict = None;
-                match self.launch(Role::Check, false) {
-                    Ok(()) => Advance::Launched,
-                    Err(outcome) => Advance::End(outcome),
-                }
-            }
-            _ => ran_for,
-        }
+impl ClusterWorld {
+    pub(super) fn new(spec: ClusterSpec) -> ClusterWorld {
+        ClusterWorld { nodes: Nodes::new(spec), arriving: None }
     }
 
     /// A connection made across a partition is reset as soon as it is established.
-    fn enforce_partitions(&mut self) -> Advance {
-        let partitioned = self.nodes.as_ref().is_some_and(|n| !n.partitions.is_empty());
-        if !partitioned || !std::mem::take(&mut self.new_connections) {
+    fn enforce_partitions(&mut self, ex: &mut Execution<'_>) -> Advance {
+        if self.nodes.partitions.is_empty() || !std::mem::take(&mut ex.network.new_connections) {
             return Advance::Decide;
         }
-        match self.reset_partitioned() {
+        match self.reset_partitioned(ex) {
             Ok(()) => Advance::Decide,
             Err(outcome) => Advance::End(outcome),
         }
@@ -106,9 +60,9 @@ impl Execution<'_> {
     /// Whether `node` has reached the point where it serves: each of its live threads waits for
     /// input, a connection, a timer or a child (a receive, accept, poll, sleep or wait, whether
     /// or not something is ready for it), or is blocked on a lock or condition.
-    fn node_waits(&self, node: usize) -> bool {
+    fn node_waits(&self, ex: &Execution<'_>, node: usize) -> bool {
         let serving = |op: Op| matches!(op, Op::NetRecv | Op::NetAccept | Op::NetPoll | Op::NetEpollWait | Op::Sleep | Op::ProcessWait);
-        self.node_threads(node).into_iter().all(|t| match self.model.status(t) {
+        self.node_threads(ex, node).into_iter().all(|t| match ex.model.status(t) {
             Some(ThreadStatus::Pending(r)) => serving(r.op()),
             Some(ThreadStatus::Blocked(_)) => true,
             _ => false,
@@ -116,11 +70,11 @@ impl Execution<'_> {
     }
 
     /// Launches `role`'s command into the tree and waits for it before the next decision.
-    fn launch(&mut self, role: Role, restart: bool) -> Result<(), Outcome> {
-        let nodes = self.nodes.as_mut().expect("cluster");
+    fn launch(&mut self, ex: &mut Execution<'_>, role: Role, restart: bool) -> Result<(), Outcome> {
+        let nodes = &mut self.nodes;
         let command = match role {
             Role::Node(n) => nodes.command(n, restart),
-            Role::Workload => self.cfg.command.clone(),
+            Role::Workload => ex.cfg.command.clone(),
             Role::Check => nodes.spec.check.clone().unwrap_or_default(),
         };
         match role {
@@ -134,9 +88,9 @@ impl Execution<'_> {
             Role::Check => nodes.phase = Phase::Check,
             Role::Node(_) => {}
         }
-        match self.tree.launch(&command) {
+        match ex.tree.launch(&command) {
             Ok(pid) => {
-                self.launched.push(pid);
+                ex.processes.launched.push(pid);
                 self.arriving = Some(Arrival { pid, role, command, since: Instant::now() });
                 Ok(())
             }
@@ -146,19 +100,158 @@ impl Execution<'_> {
 
     fn role_name(&self, role: Role) -> String {
         match role {
-            Role::Node(n) => format!("node {}", self.nodes.as_ref().map_or("?", |c| c.name(n))),
+            Role::Node(n) => format!("node {}", self.nodes.name(n)),
             Role::Workload => "the workload".into(),
             Role::Check => "the check command".into(),
         }
     }
 
+    /// Resets every connection between the nodes of a partition (after new connections).
+    fn reset_partitioned(&mut self, ex: &mut Execution<'_>) -> Result<(), Outcome> {
+        let pairs: Vec<(usize, usize)> = self.nodes.partitions.iter().copied().collect();
+        for (a, b) in pairs {
+            self.reset_between(ex, a, b)?;
+        }
+        Ok(())
+    }
+
+    fn reset_between(&self, ex: &mut Execution<'_>, a: usize, b: usize) -> Result<(), Outcome> {
+        let pids = |node: usize| -> Vec<u32> { self.live_processes_of(ex, node).map(|(_, r)| r.pid).collect() };
+        let (pa, pb) = (pids(a), pids(b));
+        match ex.network.probe.reset_between(&pa, &pb) {
+            Ok(0) => Ok(()),
+            Ok(_) => {
+                ex.network.dirty = true;
+                Ok(())
+            }
+            Err(e) => Err(Outcome::Uncontrolled { thread: 0, syscall: "connection reset".into(), detail: e.0 }),
+        }
+    }
+
+    /// The live threads of `node`'s processes.
+    fn node_threads(&self, ex: &Execution<'_>, node: usize) -> Vec<ThreadId> {
+        ex.model.live_threads().into_iter().filter(|t| ex.processes.of(*t).and_then(|p| self.nodes.node_of.get(&p)) == Some(&node)).collect()
+    }
+
+    /// The live processes of `node`.
+    fn live_processes_of<'e>(&'e self, ex: &'e Execution<'_>, node: usize) -> impl Iterator<Item = (ProcessId, &'e ProcessRecord)> + 'e {
+        ex.processes.records.iter().filter(move |(p, r)| r.alive && self.nodes.node_of.get(p) == Some(&node)).map(|(&p, r)| (p, r))
+    }
+}
+
+impl World for ClusterWorld {
+    /// Starts the next node once the one before it first waits (no choice but timers: listening,
+    /// waiting for input), and the workload once the last node does, so the start order means
+    /// what it says (a node is listening before the next one starts) without waiting for a busy
+    /// cluster to fall silent.
+    fn before_choosing(&mut self, ex: &mut Execution<'_>) -> Advance {
+        if let Some(arrival) = &self.arriving {
+            // Still on its way after the limit (quiet checks stopped waiting for it).
+            let who = self.role_name(arrival.role);
+            return Advance::End(Outcome::Uncontrolled {
+                thread: 0,
+                syscall: "exec".into(),
+                detail: format!("{who} (`{}`) did not reach dara's preload within {} s (a static binary, or a launcher that clears LD_PRELOAD?)", arrival.command.join(" "), ARRIVAL_LIMIT.as_secs()),
+            });
+        }
+        let nodes = &self.nodes;
+        let role = match nodes.phase {
+            Phase::StartingNodes if nodes.launched < nodes.spec.nodes.len() => Role::Node(nodes.launched),
+            Phase::Settling => Role::Workload,
+            _ => return self.enforce_partitions(ex),
+        };
+        if nodes.launched > 0 && !self.node_waits(ex, nodes.launched - 1) {
+            return Advance::Decide;
+        }
+        match self.launch(ex, role, false) {
+            Ok(()) => Advance::Again,
+            Err(outcome) => Advance::End(outcome),
+        }
+    }
+
+    /// A cluster run whose workload runs and that has a check runs the check now, under
+    /// control, with the nodes and the workload still up; the check then gives the verdict
+    /// (passing, the run ends as ran-for). Otherwise the run ends here.
+    fn run_for_reached(&mut self, ex: &mut Execution<'_>, end: u64) -> Advance {
+        match self.nodes.phase {
+            Phase::Check => Advance::Decide, // the check is on its way or running: it decides
+            Phase::Workload if self.nodes.spec.check.is_some() => {
+                self.nodes.ran_for = Some(end);
+                ex.verdict = None;
+                match self.launch(ex, Role::Check, false) {
+                    Ok(()) => Advance::Again,
+                    Err(outcome) => Advance::End(outcome),
+                }
+            }
+            _ => Advance::End(Outcome::RanFor { virtual_ns: end }),
+        }
+    }
+
+    /// The node faults of this step, within their budgets.
+    fn add_choices(&self, ex: &Execution<'_>, choices: &mut Vec<Choice>) {
+        let nodes = &self.nodes;
+        nodes.fault_choices(|n| self.live_processes_of(ex, n).next().is_some(), choices);
+        if nodes.may_pause_node() {
+            for node in 0..nodes.spec.nodes.len() {
+                if ex.model.may_pause_group(&self.node_threads(ex, node)) {
+                    choices.push(Choice { thread: crate::choice::FAULT_THREAD, kind: ChoiceKind::Fault, alt: 0, op: Op::NodePause, obj: node as u64 });
+                }
+            }
+        }
+        if nodes.may_drop() {
+            // A ready datagram receive may instead lose the datagram it would get.
+            for (thread, request) in ex.model.net_requests() {
+                let view = ex.model.probed_view(thread).filter(|v| v.ready && request.op() == Op::NetRecv && NetObject::decode(v.obj).kind == net_kind::UDP);
+                if let Some(view) = view {
+                    choices.push(Choice { thread, kind: ChoiceKind::Fault, alt: 0, op: Op::DropDatagram, obj: view.obj });
+                }
+            }
+        }
+    }
+
+    fn inject(&mut self, ex: &mut Execution<'_>, choice: &Choice) -> Option<Outcome> {
+        self.nodes.note_fault(choice);
+        ex.network.dirty = true;
+        match choice.op {
+            Op::NodeCrash => {
+                let node = choice.node()?;
+                let now = Instant::now();
+                let victims: Vec<ProcessId> = self.live_processes_of(ex, node).map(|(p, _)| p).collect();
+                for process in victims {
+                    if let Some(pidfd) = ex.processes.records.get(&process).and_then(|r| r.pidfd.as_ref()) {
+                        procfs::pidfd_kill(pidfd);
+                    }
+                    ex.processes.crashing.push(process);
+                    ex.processes.dies(process, now);
+                }
+                None
+            }
+            Op::NodeRestart => self.launch(ex, Role::Node(choice.node()?), true).err(),
+            Op::DropDatagram => {
+                let fd = ex.model.net_requests().into_iter().find(|(t, _)| *t == choice.thread).and_then(|(_, r)| r.fd())?;
+                let pid = ex.processes.pid_of(choice.thread);
+                ex.network.probe.drop_datagram(pid, fd).err().map(|e| Outcome::Uncontrolled { thread: choice.thread, syscall: "drop".into(), detail: e.0 })
+            }
+            Op::Partition | Op::ConnReset => {
+                let (a, b) = choice.node_pair()?;
+                self.reset_between(ex, a, b).err()
+            }
+            Op::NodePause => {
+                let threads = self.node_threads(ex, choice.node()?);
+                ex.model.pause_group(&threads);
+                None
+            }
+            _ => None, // heal and skew only change the books
+        }
+    }
+
     /// Whether a launched command is still due (bounded by [`ARRIVAL_LIMIT`]).
-    pub(super) fn awaiting_arrival(&self) -> bool {
+    fn awaiting_arrival(&self) -> bool {
         self.arriving.as_ref().is_some_and(|a| a.since.elapsed() < ARRIVAL_LIMIT)
     }
 
     /// An unknown pid exited: if it is the command on its way, it ended before reaching dara.
-    pub(super) fn arrival_failed(&mut self, pid: u32, status: ExitStatus) -> Option<Outcome> {
+    fn unknown_exit(&mut self, _ex: &mut Execution<'_>, pid: u32, status: ExitStatus) -> Option<Outcome> {
         let arrival = self.arriving.take_if(|a| a.pid == pid)?;
         let how = match status {
             ExitStatus::Code(code) => format!("exited with status {code}"),
@@ -172,15 +265,15 @@ impl Execution<'_> {
     }
 
     /// A process registered: the command on its way takes its role; a fork joins its parent's node.
-    pub(super) fn place_process(&mut self, process: ProcessId, pid: u32, parent: Option<ProcessId>) {
-        let Some(nodes) = &mut self.nodes else { return };
+    fn process_started(&mut self, ex: &mut Execution<'_>, process: ProcessId, pid: u32, parent: Option<ProcessId>) {
+        let nodes = &mut self.nodes;
         let role = self.arriving.take_if(|a| a.pid == pid).map(|a| a.role);
         match (role, parent) {
             (Some(Role::Node(n)), _) => {
                 nodes.node_of.insert(process, n);
             }
             (Some(role @ (Role::Workload | Role::Check)), _) => {
-                self.verdict = Some(process);
+                ex.verdict = Some(process);
                 nodes.others.insert(process, if role == Role::Workload { "workload" } else { "check" });
             }
             (None, Some(parent)) => {
@@ -194,134 +287,37 @@ impl Execution<'_> {
         }
     }
 
-    /// Judges the end of a process of a cluster run: the workload's status launches the check or
-    /// ends the run, the check's is the verdict, and a node's own process failing is a bug.
-    pub(super) fn cluster_process_ended(&mut self, process: ProcessId, status: ExitStatus) -> Option<Outcome> {
-        let nodes = self.nodes.as_ref()?;
+    /// The workload's status launches the check or ends the run, the check's is the verdict,
+    /// and a node's own process failing is a bug.
+    fn judge_exit(&mut self, ex: &mut Execution<'_>, process: ProcessId, status: ExitStatus) -> Option<Outcome> {
         let code = match status {
             ExitStatus::Code(code) => code,
             ExitStatus::Signal(_) => return None, // judged like any process's signal
         };
-        if self.verdict == Some(process) {
-            return match nodes.phase {
-                Phase::Workload if code == 0 && nodes.spec.check.is_some() => {
-                    self.verdict = None;
-                    self.launch(Role::Check, false).err()
+        if ex.verdict == Some(process) {
+            return match self.nodes.phase {
+                Phase::Workload if code == 0 && self.nodes.spec.check.is_some() => {
+                    ex.verdict = None;
+                    self.launch(ex, Role::Check, false).err()
                 }
                 Phase::Check if code != 0 => Some(Outcome::CheckFailed { code }),
-                Phase::Check if let Some(virtual_ns) = nodes.ran_for => Some(Outcome::RanFor { virtual_ns }),
+                Phase::Check if let Some(virtual_ns) = self.nodes.ran_for => Some(Outcome::RanFor { virtual_ns }),
                 _ => Some(Outcome::Exited { code, location: None }),
             };
         }
-        let node = *nodes.node_of.get(&process)?;
-        let is_node_root = self.processes.get(&process).is_some_and(|r| self.launched.contains(&r.pid));
-        (code != 0 && is_node_root).then(|| Outcome::NodeExited { node: nodes.name(node).to_string(), code })
+        let node = *self.nodes.node_of.get(&process)?;
+        let is_node_root = ex.processes.records.get(&process).is_some_and(|r| ex.processes.launched.contains(&r.pid));
+        (code != 0 && is_node_root).then(|| Outcome::NodeExited { node: self.nodes.name(node).to_string(), code })
     }
 
-    /// Appends this step's fault choices: pauses (any run with a pause budget), then the node
-    /// faults of a cluster run with a fault budget.
-    pub(super) fn add_fault_choices(&self, choices: &mut Vec<Choice>) {
-        if self.model.pauses_taken() < self.cfg.time.pauses {
-            for (thread, until) in self.model.pausable() {
-                choices.push(Choice { thread, kind: ChoiceKind::Fault, alt: 0, op: Op::Pause, obj: until });
-            }
-        }
-        let Some(nodes) = &self.nodes else { return };
-        nodes.fault_choices(|n| self.live_processes_of(n).next().is_some(), choices);
-        if nodes.may_pause_node() {
-            for node in 0..nodes.spec.nodes.len() {
-                if self.model.may_pause_group(&self.node_threads(node)) {
-                    choices.push(Choice { thread: crate::choice::FAULT_THREAD, kind: ChoiceKind::Fault, alt: 0, op: Op::NodePause, obj: node as u64 });
-                }
-            }
-        }
-        if nodes.may_drop() {
-            // A ready datagram receive may instead lose the datagram it would get.
-            for (thread, request) in self.model.net_requests() {
-                let view = self.model.probed_view(thread).filter(|v| v.ready && request.op() == Op::NetRecv && NetObject::decode(v.obj).kind == net_kind::UDP);
-                if let Some(view) = view {
-                    choices.push(Choice { thread, kind: ChoiceKind::Fault, alt: 0, op: Op::DropDatagram, obj: view.obj });
-                }
-            }
-        }
+    /// The skew of `thread`'s node, if skewed.
+    fn clock_skew(&self, ex: &Execution<'_>, thread: ThreadId) -> i64 {
+        ex.processes.of(thread).and_then(|p| self.nodes.node_of.get(&p)).map_or(0, |&n| self.nodes.skew[n])
     }
 
-    /// Does what a fault choice says. The step is recorded by the caller.
-    pub(super) fn inject(&mut self, choice: &Choice) -> Option<Outcome> {
-        let nodes = self.nodes.as_mut()?;
-        nodes.note_fault(choice);
-        self.net_dirty = true;
-        match choice.op {
-            Op::NodeCrash => {
-                let node = choice.node()?;
-                let now = Instant::now();
-                let victims: Vec<ProcessId> = self.live_processes_of(node).map(|(p, _)| p).collect();
-                for process in victims {
-                    if let Some(pidfd) = self.processes.get(&process).and_then(|r| r.pidfd.as_ref()) {
-                        procfs::pidfd_kill(pidfd);
-                    }
-                    self.crashing.push(process);
-                    self.dying.push((process, now));
-                    self.exiting.push(process);
-                }
-                None
-            }
-            Op::NodeRestart => self.launch(Role::Node(choice.node()?), true).err(),
-            Op::DropDatagram => {
-                let fd = self.model.net_requests().into_iter().find(|(t, _)| *t == choice.thread).and_then(|(_, r)| r.fd())?;
-                let pid = self.pid_of(choice.thread);
-                self.net.drop_datagram(pid, fd).err().map(|e| Outcome::Uncontrolled { thread: choice.thread, syscall: "drop".into(), detail: e.0 })
-            }
-            Op::Partition | Op::ConnReset => {
-                let (a, b) = choice.node_pair()?;
-                self.reset_between(a, b).err()
-            }
-            Op::NodePause => {
-                let threads = self.node_threads(choice.node()?);
-                self.model.pause_group(&threads);
-                None
-            }
-            _ => None, // heal and skew only change the books
-        }
-    }
-
-    /// Resets every connection between the nodes of a partition (after new connections).
-    fn reset_partitioned(&mut self) -> Result<(), Outcome> {
-        let pairs: Vec<(usize, usize)> = self.nodes.as_ref().map(|n| n.partitions.iter().copied().collect()).unwrap_or_default();
-        for (a, b) in pairs {
-            self.reset_between(a, b)?;
-        }
-        Ok(())
-    }
-
-    fn reset_between(&mut self, a: usize, b: usize) -> Result<(), Outcome> {
-        let pids = |node: usize| -> Vec<u32> { self.live_processes_of(node).map(|(_, r)| r.pid).collect() };
-        let (pa, pb) = (pids(a), pids(b));
-        match self.net.reset_between(&pa, &pb) {
-            Ok(0) => Ok(()),
-            Ok(_) => {
-                self.net_dirty = true;
-                Ok(())
-            }
-            Err(e) => Err(Outcome::Uncontrolled { thread: 0, syscall: "connection reset".into(), detail: e.0 }),
-        }
-    }
-
-    /// The live threads of `node`'s processes (none outside a cluster run).
-    fn node_threads(&self, node: usize) -> Vec<ThreadId> {
-        let Some(nodes) = &self.nodes else { return Vec::new() };
-        self.model.live_threads().into_iter().filter(|t| self.thread_process.get(t).and_then(|p| nodes.node_of.get(p)) == Some(&node)).collect()
-    }
-
-    /// The live processes of `node` (none outside a cluster run).
-    fn live_processes_of(&self, node: usize) -> impl Iterator<Item = (ProcessId, &ProcessRecord)> + '_ {
-        let nodes = self.nodes.as_ref();
-        self.processes.iter().filter(move |(p, r)| r.alive && nodes.and_then(|n| n.node_of.get(p)) == Some(&node)).map(|(&p, r)| (p, r))
-    }
-
-    /// The wall-clock skew a `ClockRead` of `thread` shows (its node's, if skewed).
-    pub(super) fn clock_skew(&self, thread: ThreadId) -> i64 {
-        let Some(nodes) = &self.nodes else { return 0 };
-        self.thread_process.get(&thread).and_then(|p| nodes.node_of.get(p)).map_or(0, |&n| nodes.skew[n])
+    fn finish(&mut self, _steps: u64, _outcome: &mut Outcome, _stopped_as_recorded: bool) -> super::world::WorldReport {
+        let n = &self.nodes;
+        let nodes: BTreeMap<ProcessId, String> = n.node_of.iter().map(|(&p, &node)| (p, n.name(node).to_string())).chain(n.others.iter().map(|(&p, &r)| (p, r.to_string()))).collect();
+        super::world::WorldReport { nodes, ..Default::default() }
     }
 }

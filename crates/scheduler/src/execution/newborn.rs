@@ -12,7 +12,6 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use dara_abi::state;
 
 use super::watchdog::{blocked_outside, Look, TokenHolder, WATCHDOG_GRACE};
 use super::Execution;
@@ -33,16 +32,13 @@ impl Execution<'_> {
     /// Checks the threads being born while nobody holds the token: one asleep in the kernel
     /// before reaching dara's start wrapper ends the run as uncontrolled blocking, named.
     pub(super) fn watch_newborns(&mut self) -> Option<Outcome> {
-        let starting: Vec<usize> = match self.holder {
-            Some(_) => Vec::new(),
-            None => self.active.iter().copied().filter(|&i| !self.finished[i] && self.region.slot(i).state.load(Ordering::Acquire) == state::STARTING).collect(),
-        };
+        let starting = self.handoff.starting(&self.region);
         if starting.is_empty() {
-            self.newborns = Newborns::default();
+            self.handoff.newborns = Newborns::default();
             return None;
         }
         let now = Instant::now();
-        if now - *self.newborns.since.get_or_insert(now) < WATCHDOG_GRACE {
+        if now - *self.handoff.newborns.since.get_or_insert(now) < WATCHDOG_GRACE {
             return None;
         }
         for index in starting {
@@ -50,7 +46,7 @@ impl Execution<'_> {
             let (pid, tid) = (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed));
             let process = slot.process.load(Ordering::Relaxed);
             // /proc is looked at only while the process has not ended (its pidfd says).
-            let ended = self.processes.get(&process).and_then(|r| r.pidfd.as_ref()).is_none_or(procfs::pidfd_exited);
+            let ended = self.processes.records.get(&process).and_then(|r| r.pidfd.as_ref()).is_none_or(procfs::pidfd_exited);
             if pid == 0 || ended {
                 continue;
             }
@@ -66,7 +62,7 @@ impl Execution<'_> {
 
     /// One look at thread `tid`, taken to be newborn `thread`.
     fn look_at_newborn(&mut self, thread: ThreadId, pid: u32, tid: u32, now: Instant) -> Option<Outcome> {
-        let watched = &mut self.newborns.watched;
+        let watched = &mut self.handoff.newborns.watched;
         let at = match watched.iter().position(|(t, _)| *t == tid) {
             Some(at) => at,
             None => {
@@ -86,7 +82,7 @@ impl Execution<'_> {
     /// its tid yet. Older unnamed threads (a sanitizer runtime's helpers, started before) are
     /// not it.
     fn threads_without_slot(&self, pid: u32) -> Vec<u32> {
-        let known: Vec<u32> = (0..self.known_slots)
+        let known: Vec<u32> = (0..self.handoff.known_slots)
             .map(|i| self.region.slot(i))
             .filter(|s| s.pid.load(Ordering::Relaxed) == pid)
             .map(|s| s.tid.load(Ordering::Relaxed))

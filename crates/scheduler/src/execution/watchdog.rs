@@ -83,7 +83,7 @@ impl Execution<'_> {
     pub(super) fn watchdog(&mut self) -> Option<Outcome> {
         // Coarse: read at every wake-up of the scheduler, against a limit of many milliseconds.
         let now = CoarseInstant::now();
-        if self.holder.as_ref().is_none_or(|h| now.since(h.since) < WATCHDOG_GRACE) {
+        if self.handoff.holder.as_ref().is_none_or(|h| now.since(h.since) < WATCHDOG_GRACE) {
             return None;
         }
         // An exit that arrived while this thread was not running (a loaded machine) is not a
@@ -91,17 +91,17 @@ impl Execution<'_> {
         if let Some(outcome) = self.drain_exits() {
             return Some(outcome);
         }
-        let thread = self.holder.as_ref()?.thread;
+        let thread = self.handoff.holder.as_ref()?.thread;
         let slot = self.region.slot(thread as usize);
         if slot.state.load(Ordering::Acquire) == state::POSTED {
             return None; // it waits for the scheduler, which ingests the post next
         }
         let (pid, tid) = (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed));
-        let process = self.thread_process.get(&thread).copied();
+        let process = self.processes.threads.get(&thread).copied();
         // /proc answers for whoever has the pid now, and pids are recycled within seconds in a
         // busy search: the process's pidfd says whether *it* has ended.
-        let ended = process.and_then(|p| self.processes.get(&p)).and_then(|r| r.pidfd.as_ref()).is_some_and(procfs::pidfd_exited);
-        let holder = self.holder.as_mut()?;
+        let ended = process.and_then(|p| self.processes.records.get(&p)).and_then(|r| r.pidfd.as_ref()).is_some_and(procfs::pidfd_exited);
+        let holder = self.handoff.holder.as_mut()?;
         if holder.files.is_none() && !ended {
             holder.files = ThreadFiles::open(pid, tid);
         }
@@ -109,11 +109,11 @@ impl Execution<'_> {
         match holder.look(sample, Instant::now()) {
             Look::Fine => None,
             Look::Gone => {
-                let alive = process.and_then(|p| self.processes.get(&p)).is_some_and(|r| r.alive);
+                let alive = process.and_then(|p| self.processes.records.get(&p)).is_some_and(|r| r.alive);
                 match (ended, process) {
                     // Its end was judged already: nobody holds the token.
-                    _ if !alive => self.holder = None,
-                    (true, Some(p)) if !self.exiting.contains(&p) => self.exiting.push(p), // its exit is waited for and judged as such
+                    _ if !alive => self.handoff.holder = None,
+                    (true, Some(p)) if !self.processes.exiting.contains(&p) => self.processes.exiting.push(p), // its exit is waited for and judged as such
                     _ => {}
                 }
                 None
@@ -130,10 +130,8 @@ impl Execution<'_> {
                     return None;
                 }
                 // Still asleep in the same sleep, and not posted since (see the module doc)?
-                let again = self.holder.as_mut()?.look_at(pid, tid, Instant::now());
-                let slot = self.region.slot(thread as usize);
-                let moved_on = slot.state.load(Ordering::Acquire) == state::POSTED || slot.posts.load(Ordering::Acquire) != self.seen_posts[thread as usize];
-                if moved_on || !matches!(again, Look::Asleep { .. }) {
+                let again = self.handoff.holder.as_mut()?.look_at(pid, tid, Instant::now());
+                if self.handoff.moved_on(&self.region, thread) || !matches!(again, Look::Asleep { .. }) {
                     return None;
                 }
                 Some(blocked_outside(thread, pid, tid, "holds the run token but", for_, ""))

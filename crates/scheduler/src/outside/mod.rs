@@ -26,12 +26,13 @@
 //! A client that is itself traced (a test script's `curl`) reaches the public socket too: dara
 //! recognises it by its port (netprobe knows every traced endpoint) and relays it without
 //! recording, in the recording and the replay alike. See docs/outside.md.
+mod inbox;
 mod relay;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-pub use relay::{describe_event, quoted, Outside, RelayError, Relayed};
+pub use inbox::SignalInbox;
+pub use relay::{describe_event, quoted, RecordSession, Recorder, Relay, RelayError, Relayed, ReplaySession, Replayer, Side};
 
 /// An address as bytes for the trace: family (4 or 6), port (big-endian), the IP's octets;
 /// nothing for None.
@@ -66,8 +67,9 @@ pub enum OutsideMode {
     Closed,
     /// A recording run: outside clients may connect; their inputs are recorded. With `stdin`,
     /// what dara-trace reads on its own stdin is passed to the program (through a pipe) and
-    /// recorded too; without, the program's stdin is /dev/null.
-    Live { stdin: bool },
+    /// recorded too; without, the program's stdin is /dev/null. `signals`: where the tool's
+    /// signal handler leaves the signals to pass on.
+    Live { stdin: bool, signals: SignalInbox },
     /// The replay of a recording: its inputs are fed back and its outputs compared.
     Replay { events: Arc<Vec<OutsideEvent>>, stdin: bool },
 }
@@ -79,7 +81,7 @@ impl OutsideMode {
 
     /// Whether the program's stdin is a pipe dara feeds.
     pub fn stdin(&self) -> bool {
-        matches!(self, OutsideMode::Live { stdin: true } | OutsideMode::Replay { stdin: true, .. })
+        matches!(self, OutsideMode::Live { stdin: true, .. } | OutsideMode::Replay { stdin: true, .. })
     }
 }
 
@@ -155,41 +157,6 @@ impl OutsideWhat {
     }
 }
 
-/// A recording run is going on: signals to dara-trace are passed on rather than stopping it.
-static RECORDING: AtomicBool = AtomicBool::new(false);
-/// Signals (bit `sig`) received and not yet passed on.
-static PENDING: AtomicU64 = AtomicU64::new(0);
-/// Signals (bit `sig`) passed on at least once during this recording.
-static PASSED: AtomicU64 = AtomicU64::new(0);
-
-/// Called from `dara-trace`'s SIGINT/SIGTERM handler (async-signal-safe: atomics only). During a
-/// recording the first signal of each kind is taken, to be passed on to the program at the next
-/// quiet point: returns true. Otherwise (no recording, or the same signal a second time) returns
-/// false: the caller stops dara.
-pub fn pass_on_signal(sig: i32) -> bool {
-    if !(1..64).contains(&sig) || !RECORDING.load(Ordering::SeqCst) {
-        return false;
-    }
-    let bit = 1u64 << sig;
-    if PASSED.fetch_or(bit, Ordering::SeqCst) & bit != 0 {
-        return false;
-    }
-    PENDING.fetch_or(bit, Ordering::SeqCst);
-    true
-}
-
-/// Starts or ends the window in which [`pass_on_signal`] takes signals.
-fn set_recording(on: bool) {
-    PENDING.store(0, Ordering::SeqCst);
-    PASSED.store(0, Ordering::SeqCst);
-    RECORDING.store(on, Ordering::SeqCst);
-}
-
-/// Ends the window of [`pass_on_signal`] (the run is over).
-pub fn end_recording() {
-    RECORDING.store(false, Ordering::SeqCst);
-}
-
 /// The address dara connects to for a socket listening on `fd`'s address: the same port, on
 /// loopback when it listens on every address.
 pub fn loopback_address(fd: &std::os::fd::OwnedFd) -> Option<std::net::SocketAddr> {
@@ -200,12 +167,6 @@ pub fn loopback_address(fd: &std::os::fd::OwnedFd) -> Option<std::net::SocketAdd
         _ => {}
     }
     Some(addr)
-}
-
-/// Signals received since the last call, in signal-number order.
-fn take_pending_signals() -> Vec<i32> {
-    let bits = PENDING.swap(0, Ordering::SeqCst);
-    (1..64).filter(|s| bits & (1u64 << s) != 0).collect()
 }
 
 #[cfg(test)]

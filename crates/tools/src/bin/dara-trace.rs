@@ -188,7 +188,7 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
     // may talk to it, and it runs as long as they do.
     let recording = cli.runs == 1 && !demo && !cli.closed && execution.cluster.is_none() && cli.seed_trace.is_none();
     if recording {
-        execution.outside = dara_scheduler::outside::OutsideMode::Live { stdin: dara_scheduler::outside::stdin_has_input() };
+        execution.outside = dara_scheduler::outside::OutsideMode::Live { stdin: dara_scheduler::outside::stdin_has_input(), signals: setup::signal_inbox() };
     }
     let (default_steps, default_vtime) = if recording { (u64::MAX, u64::MAX / 1_000_000_000) } else { (500_000, 3600) };
     execution.max_steps = cli.max_steps.unwrap_or(default_steps);

@@ -16,7 +16,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::OwnedFd;
 use std::time::Instant;
 
-use super::{token, Outside, RelayError, TAG_DGRAM_PEER, TAG_DGRAM_PUBLIC};
+use super::{token, Relay, RelayError, Side, TAG_DGRAM_PEER, TAG_DGRAM_PUBLIC};
 use crate::choice::ProcessId;
 use crate::netprobe::{self, NetProbe};
 use crate::outside::{OutsideEvent, OutsideWhat};
@@ -47,7 +47,7 @@ pub(super) struct Peer {
     to_sender: VecDeque<Vec<u8>>,
 }
 
-impl Outside {
+impl<S: Side> Relay<S> {
     /// A traced UDP `bind` was split (a `NetListen` request with `datagrams`): `public` is dara's duplicate
     /// of the program's socket, the twin is bound at `twin`.
     pub fn add_datagram_socket(&mut self, process: ProcessId, fd: i32, public: OwnedFd, twin: SocketAddr) -> Result<(), RelayError> {
@@ -106,7 +106,7 @@ impl Outside {
             }
             for (bytes, from) in receive_all(public, owed)? {
                 let traced = net.is_traced_datagram_source(from.port());
-                if !traced && self.replay.is_some() {
+                if !traced && !S::LIVE {
                     continue; // nobody outside takes part in a replay: turned away
                 }
                 let peer = match self.peer_by_sender.get(&(socket, from)) {

@@ -1,0 +1,347 @@
+//! The world of peers outside dara (recording and replay runs; see [`crate::outside`]): the relay
+//! between them and the program, listening sockets taken over, waiting for outside input while
+//! the program idles, the user's signals passed on (recording) or sent again (replay), relayed
+//! peers shown to the program, and signals from outside taken as input.
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::driver::Execution;
+use super::world::{Advance, World, WorldReport};
+use super::signal_name;
+use crate::choice::{Choice, ChoiceKind, ProcessId, ThreadId};
+use crate::model::Request;
+use crate::outcome::Outcome;
+use crate::outside::{Relay, RelayError, Relayed, Side};
+use crate::procfs;
+use crate::time::TimerPolicy;
+
+/// How often a recording that waits for a peer dara does not relay looks at the program's sockets
+/// again.
+const UNRELAYED_POLL: Duration = Duration::from_millis(20);
+
+/// How often a recording waiting for outside input looks for signals sent straight to its parked
+/// threads.
+const SIGNAL_LOOK: Duration = Duration::from_millis(50);
+
+/// How long the run waits for outside input before it says so.
+const IDLE_NOTICE: Duration = Duration::from_secs(2);
+
+/// The boundary with outside peers: the relay (a recording's or a replay's: `S`), and what the
+/// execution keeps about it.
+pub(super) struct Boundary<S: Side> {
+    relay: Relay<S>,
+    /// Entries written to the region's table of relayed peers (see [`show_relayed_peer`]).
+    relayed_count: usize,
+    /// When the run started: virtual time 0 (a recording's timers fire no earlier than this plus
+    /// their deadline).
+    started: Instant,
+    /// Since when the run has been waiting for outside input with nothing else to do, and
+    /// whether the user was told.
+    idle_since: Option<(Instant, bool)>,
+}
+
+impl<S: Side> Boundary<S> {
+    pub(super) fn new(relay: Relay<S>) -> Boundary<S> {
+        Boundary { relay, relayed_count: 0, started: Instant::now(), idle_since: None }
+    }
+
+    /// Tells the preload to show the client where the program would see dara's socket that
+    /// stands for it (before the program can see it: its accept or receive is granted later).
+    fn show_relayed_peer(&mut self, ex: &Execution<'_>, relayed: Relayed) {
+        use dara_abi::relayed_flags;
+        let peer = relayed.peer;
+        let entry = &ex.region.header().relayed[self.relayed_count % dara_abi::MAX_RELAYED];
+        self.relayed_count += 1;
+        entry.relay_port.store(0, Ordering::Release);
+        let (family, ip) = match peer.ip() {
+            std::net::IpAddr::V4(v4) => (libc::AF_INET, [u32::from_ne_bytes(v4.octets()), 0, 0, 0]),
+            std::net::IpAddr::V6(v6) => (libc::AF_INET6, std::array::from_fn(|i| u32::from_ne_bytes(v6.octets()[i * 4..i * 4 + 4].try_into().expect("4 bytes")))),
+        };
+        entry.family.store(family as u32, Ordering::Relaxed);
+        let flags = if relayed.datagrams { relayed_flags::DATAGRAMS } else { 0 } | if relayed.relay.is_ipv6() { relayed_flags::RELAY_V6 } else { 0 };
+        entry.flags.store(flags, Ordering::Relaxed);
+        entry.port.store(u32::from(peer.port()), Ordering::Relaxed);
+        for (word, value) in entry.ip.iter().zip(ip) {
+            word.store(value, Ordering::Relaxed);
+        }
+        entry.relay_port.store(u32::from(relayed.relay.port()), Ordering::Release);
+    }
+}
+
+impl<S: Side> World for Boundary<S> {
+    fn stdin_for_program(&self) -> Option<i32> {
+        self.relay.stdin_for_program()
+    }
+
+    fn launched(&mut self) {
+        self.relay.launched();
+    }
+
+    fn received_by(&self, local: u16, remote: u16) -> Option<u64> {
+        self.relay.received_by(local, remote)
+    }
+
+    fn listens_on(&self, port: u16) -> bool {
+        self.relay.listens_on(port)
+    }
+
+    /// Pumps the relay: the program's output out, new clients and their bytes in (settled);
+    /// then shows the program the peers of new relayed connections.
+    fn exchange(&mut self, ex: &mut Execution<'_>) -> Result<bool, Outcome> {
+        let sending = ex.steps.last().is_some_and(|s| matches!(ex.model.status(s.choice.thread), Some(crate::model::ThreadStatus::Pending(r)) if r.op() == dara_abi::Op::NetSend));
+        let step = ex.steps.len() as u64;
+        let changed = self.relay.pump(step, &mut ex.network.probe, sending).map_err(|e| relay_outcome(step, e))?;
+        for relayed in self.relay.take_relayed() {
+            self.show_relayed_peer(ex, relayed);
+        }
+        Ok(changed)
+    }
+
+    /// Passes the signals dara-trace received (recording) or the recorded ones (replay) on to
+    /// every traced process; a process that will die of one is waited for first.
+    fn before_choosing(&mut self, ex: &mut Execution<'_>) -> Advance {
+        let signals = self.relay.signals(ex.steps.len() as u64);
+        let tell = self.relay.live();
+        let dies = signals.into_iter().fold(false, |dies, sig| ex.pass_on(sig, tell) | dies);
+        if dies {
+            Advance::Again
+        } else {
+            Advance::Decide
+        }
+    }
+
+    /// Replay: sends the signals that reached a thread from outside with its grant of `step` in
+    /// the recording, before that step's decision: the thread, parked and blocking them, lets
+    /// them through as it comes back from the grant, as it did then. Sent before the decision
+    /// because one may be what ended its wait (an `Interrupt` choice, offered only for a signal
+    /// that is pending).
+    fn before_decision(&mut self, ex: &mut Execution<'_>, step: u64) {
+        let signals = self.relay.signals_before(step);
+        for &(thread, sig) in &signals {
+            let (pid, tid) = (ex.processes.pid_of(thread as ThreadId), ex.region.slot(thread as usize).tid.load(Ordering::Acquire));
+            procfs::thread_signal(pid, tid, sig);
+        }
+        if !signals.is_empty() {
+            ex.signals_may_be_pending();
+        }
+    }
+
+    /// Recording: when nothing can run now but an outside peer may still bring input, waits for
+    /// it, and for real time to reach the next timer's deadline: a timer fires no earlier than it
+    /// would without dara (the caller then moves the clock to it). Ok(true) when something came
+    /// (look again), Ok(false) to go on now.
+    ///
+    /// "Nothing can run now": no choice at all (`TimerPolicy::Deadline`), or nothing but timers
+    /// (`TimerPolicy::Any`, where a pending timer is always a choice).
+    ///
+    /// A thread waiting for a datagram on a socket it never bound (an answer from a UDP server),
+    /// or for a client of a Unix-domain listening socket, waits for an outside peer too: dara
+    /// relays neither, so it looks at the program's sockets again every [`UNRELAYED_POLL`], and a
+    /// peer from outside stops the run as uncontrolled (see `NetProbe::view`) instead of the run
+    /// calling it a deadlock.
+    fn when_idle(&mut self, ex: &mut Execution<'_>, choices: &[Choice], stop: &AtomicBool) -> Result<bool, Outcome> {
+        let (live, may_receive) = (self.relay.live(), self.relay.may_receive());
+        let idle = choices.iter().all(|c| c.kind == ChoiceKind::Timeout);
+        let next_timer = match ex.cfg.time.timers {
+            TimerPolicy::Deadline => ex.model.next_deadline(None),
+            TimerPolicy::Any => choices.iter().filter_map(|c| ex.model.timer_deadline(c.thread)).min(),
+        };
+        if !idle || (next_timer.is_none() && ex.model.net_requests().is_empty()) {
+            self.idle_since = None;
+            return Ok(false);
+        }
+        // (Looked for only when no relayed peer may come: it reads epoll interest lists.)
+        let unrelayed = live && !may_receive && ex.waits_for_unrelayed_peers();
+        if !may_receive && !unrelayed {
+            return Ok(false);
+        }
+        // Virtual time follows real time while the program idles: its next timer fires when it
+        // would have without dara (virtual 0 is the start of the run), unless a client comes first.
+        let real_ns = self.started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+        let limit = next_timer.map(|t| Duration::from_nanos(t.saturating_sub(real_ns)));
+        if limit == Some(Duration::ZERO) {
+            self.idle_since = None;
+            return Ok(false);
+        }
+        let (since, told) = *self.idle_since.get_or_insert((Instant::now(), false));
+        if !told && next_timer.is_none() && since.elapsed() >= IDLE_NOTICE {
+            eprintln!("dara: waiting for outside input ({}); Ctrl-C passes SIGINT on to the program, a second one stops dara and keeps the trace", ex.waiting_for());
+            self.idle_since = Some((since, true));
+        }
+        // A signal someone outside sends straight to a parked thread (`kill <server pid>`) ends
+        // a wait only once dara looks: while some wait could be ended so, look every
+        // SIGNAL_LOOK (before, such a recording waited for good unless something else woke it).
+        let interruptible = ex.model.has_interruptible_wait();
+        let slice = match (unrelayed, limit) {
+            (false, limit) => Some(limit.map_or(IDLE_NOTICE, |l| l.min(IDLE_NOTICE))),
+            (true, None) => Some(UNRELAYED_POLL),
+            (true, Some(limit)) => Some(limit.min(UNRELAYED_POLL)),
+        };
+        let slice = if interruptible { slice.map(|s| s.min(SIGNAL_LOOK)) } else { slice };
+        match self.relay.wait(slice, stop) {
+            Ok(true) => {
+                self.idle_since = None;
+                Ok(true)
+            }
+            Ok(false) if stop.load(Ordering::Relaxed) => Err(Outcome::Interrupted),
+            Ok(false) => {
+                if unrelayed {
+                    ex.network.dirty = true; // look at the sockets again
+                }
+                if interruptible {
+                    ex.signals_may_be_pending();
+                }
+                Ok(true) // look again: the deadline may have come, or more waiting is due
+            }
+            Err(e) => Err(relay_outcome(ex.steps.len() as u64, e)),
+        }
+    }
+
+    fn process_gone(&mut self, process: ProcessId) {
+        self.relay.forget_listeners(process, None);
+    }
+
+    /// A listening socket was split (`NetListen`, before its grant: both descriptors are still
+    /// the program's): dara takes a duplicate of the public one and notes the twin's address.
+    fn listening(&mut self, ex: &mut Execution<'_>, thread: ThreadId, request: Request) -> Result<(), String> {
+        let Request::NetListen { fd, twin: twin_fd, datagrams } = request else { return Ok(()) };
+        let process = ex.processes.of(thread).unwrap_or(0);
+        let pid = ex.processes.pid_of(thread);
+        let public = ex.network.probe.duplicate(pid, fd).map_err(|e| e.0)?.ok_or("the listening socket is gone")?;
+        let twin = ex.network.probe.duplicate(pid, twin_fd).map_err(|e| e.0)?.ok_or("the twin socket is gone")?;
+        let addr = crate::outside::loopback_address(&twin).ok_or("the twin has no INET address")?;
+        if datagrams {
+            return self.relay.add_datagram_socket(process, fd, public, addr).map_err(|e| e.to_string());
+        }
+        self.relay.add_listener(process, fd, public, twin, addr).map_err(|e| e.to_string())
+    }
+
+    fn closed(&mut self, process: ProcessId, fd: i32) {
+        self.relay.forget_listeners(process, Some(fd));
+    }
+
+    /// A recording records a signal from outside, to be sent to the same thread with the same
+    /// grant in its replay; a replay has nobody outside.
+    fn signal_from_outside(&mut self, step: u64, thread: ThreadId, sig: i32) -> bool {
+        if !self.relay.live() {
+            return false;
+        }
+        self.relay.signal_with_grant(step, thread, sig);
+        true
+    }
+
+    /// A replay that ended before the recording's outside events were all used diverged, unless
+    /// it ended where the recording was stopped.
+    fn finish(&mut self, steps: u64, outcome: &mut Outcome, stopped_as_recorded: bool) -> WorldReport {
+        if !matches!(outcome, Outcome::Diverged { .. }) && !stopped_as_recorded {
+            if let Some((step, expected, seen)) = self.relay.finish(steps) {
+                *outcome = Outcome::Diverged { step, expected, seen };
+            }
+        }
+        self.relay.flush_clients();
+        WorldReport { outside: self.relay.events().to_vec(), ..Default::default() }
+    }
+}
+
+impl Execution<'_> {
+    /// Passes `sig` (the user's, or the recorded one) on to every traced process. True when some
+    /// process will die of it: the next decision waits for that. `tell`: say so when processes
+    /// catch it but wait where it does not end the wait (a recording, where the user waits).
+    pub(super) fn pass_on(&mut self, sig: i32, tell: bool) -> bool {
+        self.signals_may_be_pending();
+        let now = Instant::now();
+        let mut catching = Vec::new();
+        let mut ending = Vec::new();
+        for (&process, record) in &self.processes.records {
+            if !record.alive {
+                continue;
+            }
+            let terminates = procfs::signal_terminates(record.pid, sig);
+            let caught = !terminates && procfs::signal_caught(record.pid, sig);
+            if let Some(pidfd) = &record.pidfd {
+                procfs::pidfd_signal(pidfd, sig);
+            }
+            // Noted whatever the process's mask says now: one parked at an exec has every
+            // signal blocked, and takes this one, and dies of it, once it goes on.
+            self.processes.deaths.note_passed_on(process, sig);
+            if terminates {
+                ending.push(process);
+            } else if caught {
+                catching.push(process);
+            }
+        }
+        let dies = !ending.is_empty();
+        for process in ending {
+            self.processes.dies(process, now);
+        }
+        // A process with a thread in a wait the signal ends (an `Interrupt`) takes it at once.
+        let interruptible: Vec<ProcessId> = self.model.interruptible_waits().iter().filter_map(|(t, _)| self.processes.of(*t)).collect();
+        catching.retain(|p| !interruptible.contains(p));
+        if !catching.is_empty() && tell {
+            self.tell_signal_waits(&catching, sig);
+        }
+        dies
+    }
+
+    /// What the idle threads wait for, for the waiting notice.
+    fn waiting_for(&mut self) -> String {
+        let report = self.deadlock_report();
+        report.iter().take(3).map(|t| format!("thread {} {}", t.thread, t.detail)).collect::<Vec<_>>().join("; ")
+    }
+
+    /// A recording passed `sig` on to `processes`, which catch it and have no thread in a wait
+    /// the signal ends (`poll`, `epoll_wait`, `sigsuspend`, a sleep, a condition wait, ...: an
+    /// `Interrupt` choice). Their threads wait where a signal does not end the wait (a lock, a join):
+    /// the handler runs when one of them is next granted, at the latest when its wait times out.
+    /// Says so in one line, with when that will be, so a user whose Ctrl-C seems lost knows why.
+    fn tell_signal_waits(&self, processes: &[ProcessId], sig: i32) {
+        let when = |process: ProcessId| {
+            let threads = self.processes.threads.iter().filter(|(_, p)| **p == process).map(|(t, _)| *t);
+            let program = self.processes.records.get(&process).map_or("", |r| r.program.as_str());
+            match threads.filter_map(|t| self.model.timer_deadline(t)).min() {
+                Some(deadline) => format!("process {process} ({program}) within {:.1} s", deadline.saturating_sub(self.model.now()) as f64 / 1e9),
+                None => format!("process {process} ({program}) when woken (no timeout)"),
+            }
+        };
+        const NAMED: usize = 3;
+        let mut named: Vec<String> = processes.iter().take(NAMED).map(|&p| when(p)).collect();
+        if processes.len() > NAMED {
+            named.push(format!("{} more", processes.len() - NAMED));
+        }
+        eprintln!(
+            "dara: {} passed on; processes that catch it but wait where a signal does not end the wait (a lock, a join, a wait for a child) take it when their waits end: {}. A second Ctrl-C stops dara and keeps the trace",
+            signal_name(sig),
+            named.join(", ")
+        );
+    }
+
+    /// A signal sent by a process (not raised by the kernel) reached `thread` with its last grant
+    /// (its sender pid, si_code and si_value). From dara or a traced process it is part of the run.
+    /// From outside, a recording records it (its replay sends it to the same thread with the same
+    /// grant); anywhere else it is input dara neither controls nor records: the run stops.
+    pub(super) fn signal_arrived(&mut self, thread: ThreadId, sig: i32, sender: u32, code: i32, value: u64) -> Option<Outcome> {
+        // dara's own signals carry its mark (its pid would read 0 from inside a PID namespace,
+        // as an outside sender's does).
+        let from_dara = code == libc::SI_QUEUE && value == dara_abi::DARA_SIGNAL_VALUE;
+        if from_dara || self.processes.records.values().any(|p| p.own_pid == sender) {
+            return None;
+        }
+        let step = (self.steps.len() as u64).saturating_sub(1);
+        if self.with_world(|world, _| world.signal_from_outside(step, thread, sig)) {
+            return None;
+        }
+        Some(Outcome::Uncontrolled {
+            thread,
+            syscall: "signal".into(),
+            detail: format!("signal {} from process {sender}, which dara does not trace, reached thread {thread}: a signal from outside is input dara controls only in a recording (send it to dara-trace to have it passed on)", signal_name(sig)),
+        })
+    }
+}
+
+/// The outcome a relay failure ends the run with.
+pub(super) fn relay_outcome(step: u64, e: RelayError) -> Outcome {
+    match e {
+        RelayError::Diverged { expected, seen } => Outcome::Diverged { step, expected, seen },
+        RelayError::Broken(detail) => Outcome::Uncontrolled { thread: 0, syscall: "outside relay".into(), detail },
+    }
+}

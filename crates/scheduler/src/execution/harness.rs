@@ -1,0 +1,60 @@
+//! What runs around an execution but outside dara's control: the `--setup`/`--cleanup` commands,
+//! the target's environment (dara's variables, the preload first in `LD_PRELOAD`), and pinning
+//! the scheduler thread to the execution's CPU.
+use super::{ExecutionConfig, ExecutionError};
+
+/// Runs a setup or cleanup command with `sh -c`, outside dara, in the program's directory and
+/// environment; a failure stops the search (the executions would not start from the same state).
+pub(super) fn run_harness(which: &'static str, command: &str, cfg: &ExecutionConfig) -> Result<(), ExecutionError> {
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.arg("-c").arg(command).env_clear().envs(cfg.env.iter().map(|(k, v)| (k, v))).stdin(std::process::Stdio::null());
+    if let Some(cwd) = &cfg.cwd {
+        cmd.current_dir(cwd);
+    }
+    // SAFETY: the closure makes one async-signal-safe system call.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            crate::own_tsc::enable_in_child();
+            Ok(())
+        });
+    }
+    let failed = |detail: String| ExecutionError::Harness { which, command: command.to_string(), detail };
+    let out = cmd.output().map_err(|e| failed(e.to_string()))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or("").trim();
+    Err(failed(format!("{}{}", out.status, if last.is_empty() { String::new() } else { format!(" ({last})") })))
+}
+
+/// The recorded environment plus dara's variables; the preload goes first in LD_PRELOAD.
+pub(super) fn target_environment(cfg: &ExecutionConfig) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut env: Vec<(std::ffi::OsString, std::ffi::OsString)> = Vec::with_capacity(cfg.env.len() + 3);
+    let mut preload = cfg.preload.clone().into_os_string();
+    for (k, v) in &cfg.env {
+        match k.as_str() {
+            "LD_PRELOAD" if !v.is_empty() => {
+                preload.push(":");
+                preload.push(v);
+            }
+            dara_abi::ENV_SHM_PATH | dara_abi::ENV_ACTIVE | "LD_PRELOAD" => {}
+            _ => env.push((k.into(), v.into())),
+        }
+    }
+    env.push(("LD_PRELOAD".into(), preload));
+    env.push((dara_abi::ENV_SHM_PATH.into(), dara_abi::SHM_PATH.into()));
+    env.push((dara_abi::ENV_ACTIVE.into(), "1".into()));
+    crate::sanitizer_options::apply(&mut env);
+    env
+}
+
+pub(super) fn pin_current_thread(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; sched_setaffinity reads it. Failure (CPU offline) is
+    // harmless: the run is still correct, only slower.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}

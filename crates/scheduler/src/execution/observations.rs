@@ -1,0 +1,95 @@
+//! What an execution notes about the program for its report, without affecting the run: names of
+//! the object addresses the interleaving listing shows, the program each process started, where a
+//! process took a fatal fault (named while it still existed), and the module maps of processes
+//! that show coverage (read while they are alive, paced so uninstrumented programs pay nothing).
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use dara_abi::{Op, MAX_PROCESSES};
+
+use crate::choice::{ProcessId, ThreadId};
+use crate::coverage::{self, Module};
+use crate::region::Region;
+use crate::symbols::Symbolizer;
+
+pub(super) struct Observations {
+    symbolizers: BTreeMap<ProcessId, Symbolizer>,
+    /// Names of object addresses seen (when `symbolize`).
+    pub(super) symbols: BTreeMap<u64, String>,
+    /// Where each process took a fatal fault, named while it still existed (`Op::Fault`).
+    pub(super) faults: BTreeMap<ProcessId, String>,
+    /// Program names by `ProcessStart` thread (see `ExecutionReport::programs`).
+    pub(super) programs: BTreeMap<ThreadId, String>,
+    /// Executable mappings of each process that has shown coverage, read while it was alive.
+    pub(super) modules: BTreeMap<ProcessId, Vec<Module>>,
+    /// Posts ingested per process while its module map was not read yet (paces the checks).
+    coverage_checks: Vec<u32>,
+}
+
+impl Default for Observations {
+    fn default() -> Observations {
+        Observations { symbolizers: BTreeMap::new(), symbols: BTreeMap::new(), faults: BTreeMap::new(), programs: BTreeMap::new(), modules: BTreeMap::new(), coverage_checks: vec![0; MAX_PROCESSES] }
+    }
+}
+
+impl Observations {
+    /// The symbol at `addr` in `process` (kernel pid `pid`), if its binaries name one.
+    pub(super) fn symbol(&mut self, process: ProcessId, pid: u32, addr: u64) -> Option<String> {
+        self.symbolizers.entry(process).or_insert_with(|| Symbolizer::for_process(pid)).name(addr)
+    }
+
+    /// Names `addr`, an object `process` (kernel pid `pid`) posted about, for the listing.
+    pub(super) fn note_symbol(&mut self, process: ProcessId, pid: u32, addr: u64) {
+        if addr < 0x1000 || self.symbols.contains_key(&addr) {
+            return;
+        }
+        if let Some(name) = self.symbol(process, pid, addr) {
+            self.symbols.insert(addr, name);
+        }
+    }
+
+    /// `process` (kernel pid `pid`) is taking a fatal `signal` at `pc` (fault address `addr`):
+    /// names the place while the process still exists.
+    pub(super) fn note_fault(&mut self, process: ProcessId, pid: u32, signal: i32, pc: u64, addr: u64) {
+        if signal == libc::SIGABRT {
+            return; // an abort's pc is inside libc's raise; its assertion message names it better
+        }
+        let function = self.symbol(process, pid, pc);
+        self.faults.insert(process, crate::crash_site::fault_location(function, pc, addr, signal));
+    }
+
+    /// A new process (kernel pid `pid`) started: map its executable now if it is instrumented.
+    pub(super) fn process_started(&mut self, process: ProcessId, pid: u32) {
+        if coverage::executable_is_instrumented(pid) {
+            self.modules.insert(process, coverage::executable_modules(pid));
+        }
+    }
+
+    /// `process` exec'd a new program: what was known of its old image no longer holds.
+    pub(super) fn image_replaced(&mut self, process: ProcessId) {
+        self.symbolizers.remove(&process);
+        self.modules.remove(&process);
+    }
+
+    /// Reads the module map of `process` the first time it shows coverage, while it is alive
+    /// (`dara coverage` needs it to symbolize call sites). Reading /proc/<pid>/maps costs about
+    /// 40 µs, a fiftieth of a small execution, so it is not done for uninstrumented programs.
+    /// A process whose executable calls a receiver was mapped at its `ProcessStart` already
+    /// (a program that only returns from `main` posts nothing after that). This catches the
+    /// rest (an instrumented library in an uninstrumented executable): a `trace-pc-guard` module
+    /// by its guard count (one load, every post); a `trace-pc` one by its counters, checked
+    /// ([`Region::coverage_touched`], one `mincore`) at the process's 1st, 2nd, 4th, 8th, …
+    /// post and whenever one of its threads starts or exits. `pid`: its kernel pid, if alive.
+    pub(super) fn note_modules(&mut self, region: &Region, process: ProcessId, pid: Option<u32>, op: Op) {
+        let p = process as usize;
+        if p >= MAX_PROCESSES || self.modules.contains_key(&process) {
+            return;
+        }
+        self.coverage_checks[p] = self.coverage_checks[p].saturating_add(1);
+        let due = self.coverage_checks[p].is_power_of_two() || matches!(op, Op::ThreadStart | Op::ThreadExit | Op::ProcessExit);
+        let covered = region.coverage(p).guards.load(Ordering::Relaxed) != 0 || (due && region.coverage_touched(p));
+        if let (true, Some(pid)) = (covered, pid) {
+            self.modules.insert(process, coverage::executable_modules(pid));
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! What the driver needs from the processes it runs: their exits, whether they are all gone,
+//! launching another command into the same tree (a cluster's nodes), and the end. The real
+//! target is the tracer's [`ProcessTree`]; the driver's unit tests put a fake in its place
+//! (`tests.rs`) that speaks the slot protocol from a thread of the test, so `drive()`'s decisions
+//! are tested without launching processes. The calls are a few per quiet point, next to a futex
+//! round trip each: dispatching them dynamically costs nothing measurable.
+use dara_tracer::reaper::ExitEvent;
+use dara_tracer::{LaunchError, ProcessTree};
+
+pub(super) trait Target {
+    /// Kernel pid of the launched command.
+    fn root_pid(&self) -> u32;
+    /// Whether the pids the program sees are virtual (a PID namespace).
+    fn pids_virtual(&self) -> bool;
+    /// The next exit the reaper reported, if any.
+    fn try_exit(&mut self) -> Option<ExitEvent>;
+    /// Whether every process of the tree is gone (and reaped).
+    fn all_gone(&mut self) -> bool;
+    /// Whether the kernel is still releasing an ended process (said once, in one line).
+    fn kernel_still_reaping(&mut self) -> bool;
+    /// Starts `command` in the tree; its kernel pid.
+    fn launch(&mut self, command: &[String]) -> Result<u32, LaunchError>;
+    /// Kills what is left; false if something could not be killed (see [`Target::survivors`]).
+    fn kill_all(&mut self) -> bool;
+    fn survivors(&self) -> String;
+    /// The last bytes the program wrote to stderr.
+    fn stderr_tail(&self) -> Vec<u8>;
+}
+
+impl Target for ProcessTree {
+    fn root_pid(&self) -> u32 {
+        ProcessTree::root_pid(self)
+    }
+
+    fn pids_virtual(&self) -> bool {
+        ProcessTree::pids_virtual(self)
+    }
+
+    fn try_exit(&mut self) -> Option<ExitEvent> {
+        ProcessTree::try_exit(self)
+    }
+
+    fn all_gone(&mut self) -> bool {
+        ProcessTree::all_gone(self)
+    }
+
+    fn kernel_still_reaping(&mut self) -> bool {
+        ProcessTree::kernel_still_reaping(self)
+    }
+
+    fn launch(&mut self, command: &[String]) -> Result<u32, LaunchError> {
+        ProcessTree::launch(self, command)
+    }
+
+    fn kill_all(&mut self) -> bool {
+        ProcessTree::kill_all(self)
+    }
+
+    fn survivors(&self) -> String {
+        ProcessTree::survivors(self)
+    }
+
+    fn stderr_tail(&self) -> Vec<u8> {
+        ProcessTree::stderr_tail(self)
+    }
+}
