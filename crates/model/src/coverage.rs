@@ -4,7 +4,7 @@
 //! offline (`dara coverage`). See docs/coverage.md.
 //!
 //! The scheduler fills a [`ProcessCoverage`] from its shared region (through [`CoverageAreas`])
-//! when the execution ends, and the module map from /proc/<pid>/maps (parsed by [`parse_maps`])
+//! when the execution ends, and the module map from `/proc/<pid>/maps` (parsed by [`parse_maps`])
 //! while the process is alive; that reading lives in the scheduler's `coverage` module.
 use serde::{Deserialize, Serialize};
 
@@ -87,7 +87,7 @@ impl ProcessCoverage {
     }
 }
 
-/// Parses /proc/<pid>/maps text, keeping `r-xp`-style mappings whose path is absolute.
+/// Parses `/proc/<pid>/maps` text, keeping `r-xp`-style mappings whose path is absolute.
 pub fn parse_maps(maps: &str) -> Vec<Module> {
     let mut modules: Vec<Module> = maps
         .lines()

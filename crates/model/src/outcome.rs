@@ -35,7 +35,7 @@ pub enum Outcome {
         signal: i32,
         name: String,
         /// Where: the faulting function for SIGSEGV/SIGBUS/SIGFPE/SIGILL, the assertion or
-        /// panic message for an abort (see [`crate::crash_site`]).
+        /// panic message for an abort (see the scheduler's `crash_site`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         location: Option<String>,
     },
