@@ -2,12 +2,17 @@
 //! `dara-model`.
 //!
 //! * [`execution`]: one execution, from launch to verdict: the handoff loop over the shared
-//!   [`region`], process supervision through `dara-tracer`, the watchdog, the outside relay.
+//!   [`region`] (waking through [`futex`]), process supervision through `dara-tracer`, the
+//!   watchdog, the outside relay.
+//! * [`own_tsc`], [`coarse_time`]: the scheduler thread runs with `rdtsc` disabled like the
+//!   threads it gates, and reads a coarse clock for its limits.
+//! * [`memory`]: reading target memory for the model, and where shared memory lies.
 //! * [`netprobe`], [`sockdiag`], [`fifo`], [`epoll_dups`]: what the kernel says about the
 //!   program's sockets, pipes and epoll sets, probed without blocking.
 //! * [`outside`]: relaying peers outside dara (clients, signals, stdin) in a recording and a replay.
 //! * [`coverage`], [`symbols`], [`crash_site`], [`sanitizer_report`]: observations of a live
-//!   process (coverage areas, module maps, symbols, crash locations).
+//!   process (coverage areas, module maps, symbols, crash locations); [`sanitizer_options`]: the
+//!   sanitizer settings every target gets.
 //!
 //! `choice`, `cluster`, `model`, `outcome`, `preempt`, `time` and `trace` are `dara-model`'s,
 //! re-exported so `dara_scheduler::trace` and `crate::model` keep naming them.
