@@ -113,7 +113,60 @@ pub fn parse_maps(maps: &str) -> Vec<Module> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+
     use super::*;
+
+    /// Coverage areas of a few processes in ordinary memory, zeroed as a fresh region is.
+    struct FakeAreas(Vec<Box<dara_abi::Coverage>>);
+
+    impl FakeAreas {
+        fn new(processes: usize) -> FakeAreas {
+            let layout = std::alloc::Layout::new::<dara_abi::Coverage>();
+            FakeAreas(
+                (0..processes)
+                    .map(|_| {
+                        // SAFETY: Coverage is atomics only, for which all-zero bytes are valid;
+                        // the allocation has Coverage's layout and is owned by the Box alone.
+                        unsafe {
+                            let raw = std::alloc::alloc_zeroed(layout) as *mut dara_abi::Coverage;
+                            assert!(!raw.is_null(), "out of memory");
+                            Box::from_raw(raw)
+                        }
+                    })
+                    .collect(),
+            )
+        }
+    }
+
+    impl CoverageAreas for FakeAreas {
+        fn coverage(&self, p: usize) -> &dara_abi::Coverage {
+            &self.0[p]
+        }
+    }
+
+    #[test]
+    fn reads_the_edges_a_process_reached_in_index_order() {
+        let areas = FakeAreas::new(3);
+        assert_eq!(ProcessCoverage::read(&areas, 0), None, "no guards, no edges: nothing to record");
+        areas.0[1].guards.store(40, Relaxed);
+        assert_eq!(ProcessCoverage::read(&areas, 1), Some(ProcessCoverage { guards: 40, edges: vec![], modules: vec![] }));
+        let area = &areas.0[2];
+        for (edge, count, pc, step) in [(7usize, 3u8, 0x40_1000u64, 5u32), (2, 255, 0x40_0f00, 1)] {
+            area.counts[edge].store(count, Relaxed);
+            area.pcs[edge].store(pc, Relaxed);
+            area.first_step[edge].store(step, Relaxed);
+        }
+        let read = ProcessCoverage::read(&std::sync::Arc::new(areas), 2).expect("two edges reached");
+        assert_eq!(read.guards, 0, "a trace-pc build hands out no guards");
+        assert_eq!(read.edges, vec![EdgeHit { edge: 2, pc: 0x40_0f00, count: 255, first_step: 1 }, EdgeHit { edge: 7, pc: 0x40_1000, count: 3, first_step: 5 }]);
+        assert!(read.same_edges(&ProcessCoverage { modules: vec![Module { path: "/x".into(), start: 0, end: 1, offset: 0 }], ..read.clone() }));
+    }
+
+    #[test]
+    fn a_process_past_the_limit_has_no_coverage() {
+        assert_eq!(ProcessCoverage::read(&FakeAreas::new(0), dara_abi::MAX_PROCESSES), None);
+    }
 
     #[test]
     fn keeps_executable_file_mappings_only() {
