@@ -3,7 +3,8 @@
 //! which process belongs to which node, which nodes are up, crashed, cut apart or skewed — from
 //! which the fault choices of each step are listed.
 //!
-//! Pure: no processes are touched here. The scheduler's `execution/cluster.rs` applies a chosen fault.
+//! Pure: no processes are touched here. The execution's cluster world (`execution/cluster.rs`)
+//! launches the nodes and applies a chosen fault.
 use std::collections::{BTreeMap, BTreeSet};
 
 use dara_abi::Op;
