@@ -30,8 +30,10 @@
 //! * [`rng`]: the strategies' seeded generator. Its output is part of dara's reproducibility
 //!   contract: a trace's (strategy, seed, execution) must regenerate the same schedule.
 //!
-//! Below this crate, `dara-scheduler` owns the model, the enabled set and the trace format;
-//! above it, `dara-tools` turns all this into command lines.
+//! Below this crate, `dara-model` owns the model, the enabled set, choices and the trace format
+//! (the strategies use nothing else), and `dara-scheduler` runs executions (the search loop,
+//! reproduction, minimization and the profile run use it); above it, `dara-tools` turns all this
+//! into command lines.
 pub mod rng;
 pub mod strategy;
 pub mod reproduce;

@@ -1,29 +1,29 @@
-//! The global scheduler of one execution.
+//! The global scheduler of one execution: it drives a live program with the pure types of
+//! `dara-model`.
 //!
-//! * [`choice`]: what a strategy chooses between, and the [`Decide`] interface strategies implement.
-//! * [`model`]: the pure model of threads, synchronization objects, timers and the virtual clock;
-//!   it computes the enabled set and applies decisions. No I/O.
-//! * [`outcome`]: how an execution ended, and whether that is a bug.
-//! * [`preempt`]: the `--preempt-on` settings (memory-level points, edge quanta) and the
-//!   profiling run's access profile.
-//! * [`time`]: how virtual time behaves (timer policy, step cost, pause budget, run length).
-//! * [`trace`]: the `trace.bin` format (writer and a reader that never panics on bad input).
+//! * [`execution`]: one execution, from launch to verdict: the handoff loop over the shared
+//!   [`region`] (waking through [`futex`]), process supervision through `dara-tracer`, the
+//!   watchdog, the outside relay.
+//! * [`own_tsc`], [`coarse_time`]: the scheduler thread runs with `rdtsc` disabled like the
+//!   threads it gates, and reads a coarse clock for its limits.
+//! * [`memory`]: reading target memory for the model, and where shared memory lies.
+//! * [`netprobe`], [`sockdiag`], [`fifo`], [`epoll_dups`]: what the kernel says about the
+//!   program's sockets, pipes and epoll sets, probed without blocking.
+//! * [`outside`]: relaying peers outside dara (clients, signals, stdin) in a recording and a replay.
+//! * [`coverage`], [`symbols`], [`crash_site`], [`sanitizer_report`]: observations of a live
+//!   process (coverage areas, module maps, symbols, crash locations); [`sanitizer_options`]: the
+//!   sanitizer settings every target gets.
 //!
-//! The parts that touch processes (shared memory, the handoff loop) build on these.
-pub mod choice;
-pub mod cluster;
+//! `choice`, `cluster`, `model`, `outcome`, `preempt`, `time` and `trace` are `dara-model`'s,
+//! re-exported so `dara_scheduler::trace` and `crate::model` keep naming them.
+pub use dara_model::{choice, cluster, model, outcome, preempt, time, trace};
+pub use dara_model::{Choice, ChoiceKind, Decide, Divergence, Outcome};
+pub use dara_tracer::procfs;
+
 pub mod coverage;
 pub mod crash_site;
 pub mod sanitizer_options;
 pub mod sanitizer_report;
-pub mod model;
-pub mod outcome;
-pub mod preempt;
-pub mod time;
-pub mod trace;
-
-pub use choice::{Choice, ChoiceKind, Decide, Divergence};
-pub use outcome::Outcome;
 pub mod futex;
 pub mod region;
 pub mod memory;
@@ -32,7 +32,6 @@ pub mod fifo;
 pub mod netprobe;
 pub mod outside;
 pub mod sockdiag;
-pub mod procfs;
 pub mod symbols;
 pub mod execution;
 pub mod own_tsc;

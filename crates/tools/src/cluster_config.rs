@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use dara_scheduler::cluster::{ClusterSpec, FaultBudget, NodeSpec, FAULT_KINDS};
+use dara_model::cluster::{ClusterSpec, FaultBudget, NodeSpec, FAULT_KINDS};
 use serde::Deserialize;
 
 /// What the file may say. Unknown keys are errors, so a misspelt `restrat` is not ignored.

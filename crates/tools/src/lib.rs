@@ -1,11 +1,20 @@
-//! Shared pieces of dara's command-line tools: locating the preload, the run options common to
-//! `dara-trace` and `dara-replay`, signal handling, the interleaving listing, the bound on a tool's own memory, what a diverged replay
-//! says about on-disk state, and the
-//! `dara minimize` and `dara coverage` commands.
+//! Shared pieces of dara's command-line tools (`dara-trace`, `dara-replay`, `dara`).
+//!
+//! Reading a trace (these use `dara-model`, not the scheduler or the explorer):
+//! * [`listing`]: the readable interleaving a replay prints;
+//! * [`coverage`]: `dara coverage`, the edge coverage stored in traces, symbolized;
+//! * [`on_disk`]: what a diverged replay says about on-disk state;
+//! * [`cluster_config`]: the cluster config file and the options that override it.
+//!
+//! Running programs (these drive `dara-scheduler` and `dara-explorer`):
+//! * [`setup`]: locating the preload, the run options common to `dara-trace` and `dara-replay`,
+//!   becoming subreaper, signal handling;
+//! * [`minimize`]: `dara minimize`, which re-executes a failing trace to shrink it;
+//! * [`memory_bound`]: the bound on a tool's own heap.
+pub mod cluster_config;
 pub mod coverage;
 pub mod listing;
 pub mod memory_bound;
 pub mod minimize;
 pub mod on_disk;
 pub mod setup;
-pub mod cluster_config;

@@ -3,10 +3,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use dara_scheduler::choice::{Choice, ChoiceObject, ProcessId, ThreadId, FAULT_THREAD};
-use dara_scheduler::cluster::Nodes;
-use dara_scheduler::trace::Step;
-use dara_scheduler::ChoiceKind;
+use dara_model::choice::{Choice, ChoiceObject, ProcessId, ThreadId, FAULT_THREAD};
+use dara_model::cluster::Nodes;
+use dara_model::trace::Step;
+use dara_model::ChoiceKind;
 
 /// What the listing knows besides the steps: object names, the process of each thread, the
 /// program each process start began.
@@ -16,10 +16,10 @@ pub struct Names<'a> {
     pub programs: &'a BTreeMap<ThreadId, String>,
     /// A cluster run's node of each node process, and its spec (fault descriptions).
     pub nodes: &'a BTreeMap<ProcessId, String>,
-    pub cluster: Option<&'a dara_scheduler::cluster::ClusterSpec>,
+    pub cluster: Option<&'a dara_model::cluster::ClusterSpec>,
     /// Inputs from outside peers and the program's outputs to them, shown before the step they
     /// preceded.
-    pub outside: &'a [dara_scheduler::outside::OutsideEvent],
+    pub outside: &'a [dara_model::outside::OutsideEvent],
 }
 
 /// Formats `steps` as a listing. Steps whose `preempted` entry is true are marked `>>` (another
@@ -74,9 +74,9 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
 }
 
 /// One outside event for the listing: what crossed the boundary, with its first bytes.
-fn outside_line(e: &dara_scheduler::outside::OutsideEvent) -> String {
-    use dara_scheduler::outside::OutsideWhat::*;
-    let bytes = |b: &[u8]| format!("{} bytes {}", b.len(), dara_scheduler::outside::quoted(b, 48));
+fn outside_line(e: &dara_model::outside::OutsideEvent) -> String {
+    use dara_model::outside::OutsideWhat::*;
+    let bytes = |b: &[u8]| format!("{} bytes {}", b.len(), dara_model::outside::quoted(b, 48));
     match &e.what {
         Connect { listener, peer: Some(peer) } => format!("c{} connects to listening socket {listener} from {peer}", e.stream),
         Connect { listener, peer: None } => format!("c{} connects to listening socket {listener}", e.stream),
@@ -85,8 +85,8 @@ fn outside_line(e: &dara_scheduler::outside::OutsideEvent) -> String {
         Reset => format!("c{} resets the connection", e.stream),
         Output(b) => format!("c{} receives {}", e.stream, bytes(b)),
         OutputClosed => format!("c{} sees the program close", e.stream),
-        Signal(s) if e.stream == 0 => format!("signal {} to every process", dara_scheduler::execution::signal_name(*s)),
-        Signal(s) => format!("signal {} from outside to thread {} (with its next grant)", dara_scheduler::execution::signal_name(*s), e.stream - 1),
+        Signal(s) if e.stream == 0 => format!("signal {} to every process", dara_model::outcome::signal_name(*s)),
+        Signal(s) => format!("signal {} from outside to thread {} (with its next grant)", dara_model::outcome::signal_name(*s), e.stream - 1),
         Stdin(b) => format!("stdin {}", bytes(b)),
         StdinClosed => "stdin ends".to_string(),
         Peer { socket, peer: Some(peer) } => format!("d{} sends to UDP socket {socket} from {peer}", e.stream),
@@ -120,4 +120,4 @@ fn describe_object(c: &Choice, symbols: &BTreeMap<u64, String>) -> String {
     }
 }
 
-pub use dara_scheduler::time::format_vtime;
+pub use dara_model::time::format_vtime;

@@ -4,7 +4,7 @@
 //! Why: a replay is driven by a file and by a program, both of which can make dara misbehave (a
 //! replay of nginx once read `/dev/zero` whole and grew to 24 GB before the kernel killed it, and
 //! everything else on the machine with it). Lengths and counts read from a trace are checked
-//! against the file before anything is allocated (`dara_scheduler::trace::reader`); this is the
+//! against the file before anything is allocated (`dara_model::trace::reader`); this is the
 //! net under everything else. The check runs inside the allocator, so stopping cannot allocate,
 //! lock or unwind: it writes a preformatted line with `write(2)` and calls `_exit(2)`. The
 //! traced processes die with dara (`PR_SET_PDEATHSIG`), the shared region is a memfd.

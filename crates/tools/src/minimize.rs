@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::anyhow;
 use clap::Args;
 use dara_explorer::minimize::{self, Attempt, MinimizeError, Size};
-use dara_scheduler::trace;
+use dara_model::trace;
 
 use crate::setup::{self, MachineOptions, STOP};
 

@@ -3,7 +3,7 @@
 //! it wrote or a log it appended to can make the same decisions lead elsewhere (nginx refuses to
 //! start over a stale pid file). The trace names the files the recorded run opened for writing
 //! (`TraceHeader::written`), and its `--setup` command, if any, runs before every replay.
-use dara_scheduler::trace::WrittenFiles;
+use dara_model::trace::WrittenFiles;
 
 /// Most file names the note lists; the rest are counted.
 const LISTED: usize = 5;

@@ -132,9 +132,9 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
 
 /// Before a trace is re-run: the variables it left out (`--env-exclude`) must be set here, and a
 /// value of another length than the recording's is worth a warning (the stack moves).
-pub fn check_left_out_env(header: &dara_scheduler::trace::TraceHeader, tool: &str) -> anyhow::Result<()> {
+pub fn check_left_out_env(header: &dara_model::trace::TraceHeader, tool: &str) -> anyhow::Result<()> {
     let lookup = |name: &str| std::env::var(name).ok();
-    let warnings = dara_scheduler::trace::private_env::check(&header.env_left_out, lookup).map_err(anyhow::Error::msg)?;
+    let warnings = dara_model::trace::private_env::check(&header.env_left_out, lookup).map_err(anyhow::Error::msg)?;
     for warning in warnings {
         eprintln!("{tool}: warning: {warning}");
     }

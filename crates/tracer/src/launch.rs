@@ -28,7 +28,7 @@ const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
 /// A reap (the kernel's release of an ended process) that takes this long is told to the user.
 pub const REAP_NOTICE: Duration = Duration::from_secs(5);
 
-/// How long teardown waits for a reap the kernel is still working on (past [`TEARDOWN_LIMIT`]):
+/// How long teardown waits for a reap the kernel is still working on (past `TEARDOWN_LIMIT`, 30 s):
 /// the process is dead, so this is no "stuck" process, only a slow kernel.
 pub const REAP_LIMIT: Duration = Duration::from_secs(600);
 
@@ -324,7 +324,7 @@ impl ProcessTree {
         self.finished || (matches!(self.reaper_done.try_recv(), Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected)) && !self.ns.as_ref().is_some_and(PidNamespace::has_orphans))
     }
 
-    /// SIGKILLs the process group and waits (bounded by [`TEARDOWN_LIMIT`]) until all of it is
+    /// SIGKILLs the process group and waits (bounded by `TEARDOWN_LIMIT`, 30 s) until all of it is
     /// reaped. Returns false if something survived that long (a process stuck in the kernel). A descendant that left the
     /// group (setsid) is not reached here: dara refuses process creation for now, and multi-process
     /// support must kill by the scheduler's own process table.

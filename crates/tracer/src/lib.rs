@@ -6,13 +6,18 @@
 //! * [`launch`]: starting the command with the preload injected, ASLR off, in its own process
 //!   group, pinned to one CPU, dying with dara.
 //! * [`pidns`]: a PID namespace (and a private /proc) per execution, so pids repeat across runs.
+//! * [`procfs`]: what /proc and pidfds say about a live target (thread states and blocked
+//!   syscalls for the watchdog, process ends, signal dispositions, sockets), and signalling or
+//!   killing one process or thread.
 //! * [`reaper`]: a thread that reaps every descendant (dara is their subreaper) and reports exits.
 //!
-//! The scheduler talks to this crate through [`ProcessTree`] only: spawn, receive exits, kill all.
+//! The scheduler talks to this crate through [`ProcessTree`] (spawn, receive exits, kill all) and
+//! asks [`procfs`] about single processes and threads.
 pub mod binary;
 pub mod image;
 pub mod launch;
 pub mod pidns;
+pub mod procfs;
 pub mod reaper;
 
 pub use launch::{LaunchError, LaunchSpec, ProcessTree};

@@ -10,7 +10,7 @@
 //!
 //! Commands are started inside with [`PidNamespace::fork_inside`]: the launching thread's
 //! children go to the namespace (`setns(CLONE_NEWPID)` sets *pid_for_children* of that thread
-//! only) and the child joins the mount namespace before its exec ([`PidNamespace::enter_mounts`]).
+//! only) and the child joins the mount namespace before its exec ([`enter_mounts`]).
 //! The first command is pid 2, its parent pid is 0 (dara is outside), and since only one thread
 //! of the whole system runs at a time every later fork and thread gets the same pid in every run.
 //!
@@ -95,7 +95,7 @@ impl PidNamespace {
         self.host_proc.as_raw_fd()
     }
 
-    /// The mount namespace descriptor a child joins before its exec ([`Self::enter_mounts`]).
+    /// The mount namespace descriptor a child joins before its exec ([`enter_mounts`]).
     pub fn mount_ns_fd(&self) -> i32 {
         self.mnt_ns.as_raw_fd()
     }

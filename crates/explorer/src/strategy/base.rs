@@ -9,8 +9,8 @@
 //! a yield, the next thread in round-robin order after the yielder, so that a `sched_yield` spin
 //! loop hands over instead of spinning until the step bound (see `dfs`'s "where we deviate").
 use dara_abi::Op;
-use dara_scheduler::choice::ThreadId;
-use dara_scheduler::{Choice, ChoiceKind};
+use dara_model::choice::ThreadId;
+use dara_model::{Choice, ChoiceKind};
 
 fn offers_run(choices: &[Choice], t: ThreadId, pred: impl Fn(Op) -> bool) -> bool {
     choices.iter().any(|c| c.thread == t && c.kind == ChoiceKind::Run && pred(c.op))

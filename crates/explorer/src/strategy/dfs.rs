@@ -33,8 +33,8 @@
 //!   choice costs a preemption (or, under delays, the round-robin distance): otherwise a
 //!   `sched_yield` spin loop would make the default schedule spin until the step bound, and
 //!   every bounded tree infinite. Unbounded `dfs` still has an infinite tree on such programs.
-use dara_scheduler::choice::ThreadId;
-use dara_scheduler::{Choice, Decide, Divergence};
+use dara_model::choice::ThreadId;
+use dara_model::{Choice, Decide, Divergence};
 
 use super::base::{base_thread, can_continue, default_index, is_yielding, threads};
 use super::prefix::{Path, Recorded};

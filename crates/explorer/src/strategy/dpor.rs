@@ -71,8 +71,8 @@
 //! only in the order of such code are taken as equivalent and may not all run. `dfs` runs every
 //! order of the scheduled steps, and with them every order of the code between them.
 use dara_abi::Op;
-use dara_scheduler::choice::{ChoiceObject, ThreadId};
-use dara_scheduler::{Choice, ChoiceKind, Decide, Divergence};
+use dara_model::choice::{ChoiceObject, ThreadId};
+use dara_model::{Choice, ChoiceKind, Decide, Divergence};
 
 use super::base::default_index;
 use super::prefix::{Path, Recorded};

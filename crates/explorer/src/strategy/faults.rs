@@ -14,7 +14,7 @@
 //! any other, so a fault's place is searched exhaustively within the budget.
 //!
 //! Reproducibility: the points of execution `k` depend on (seed, k) and the calibration only.
-use dara_scheduler::{Choice, ChoiceKind, Decide, Divergence};
+use dara_model::{Choice, ChoiceKind, Decide, Divergence};
 
 use super::{Feedback, Start, Status, Strategy};
 use crate::rng::Rng;
@@ -114,7 +114,7 @@ impl<S: Strategy> Strategy for Faults<S> {
 #[cfg(test)]
 mod tests {
     use dara_abi::Op;
-    use dara_scheduler::choice::FAULT_THREAD;
+    use dara_model::choice::FAULT_THREAD;
 
     use super::*;
     use crate::strategy::Random;

@@ -38,7 +38,7 @@
 //! (loom's `Path`) and the `base` scheduler they depart from. They choose each execution from
 //! the ones before it, so they run sequentially, and say when the whole space has been explored
 //! ([`Status::exhausted`]). A replayed node the program does not offer again stops the search
-//! with a [`Divergence`](dara_scheduler::Divergence).
+//! with a [`Divergence`](dara_model::Divergence).
 //!
 //! Reproducibility rule for seeded strategies: execution `k` of a search with seed `s` depends
 //! only on `(s, k)` (and, for PCT and the fault points, on execution 0's length, passed in
@@ -46,9 +46,9 @@
 //! (strategy, seed, execution) is therefore enough to regenerate its schedule.
 use std::collections::BTreeMap;
 
-use dara_scheduler::choice::ProcessId;
-use dara_scheduler::coverage::ProcessCoverage;
-use dara_scheduler::{Choice, Decide};
+use dara_model::choice::ProcessId;
+use dara_model::coverage::ProcessCoverage;
+use dara_model::{Choice, Decide};
 
 mod base;
 pub mod coverage;
@@ -342,7 +342,7 @@ mod tests {
         let c = run_choice(2, Op::MutexLock, 0x4040);
         assert_eq!(c.to_string(), "<thread 2 run mutex-lock 0x4040>");
         let t = Choice {
-            kind: dara_scheduler::ChoiceKind::Timeout,
+            kind: dara_model::ChoiceKind::Timeout,
             alt: 1,
             ..run_choice(3, Op::CondSignal, 0x10)
         };

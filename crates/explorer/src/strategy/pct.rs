@@ -48,7 +48,7 @@
 use std::collections::BTreeMap;
 
 use dara_abi::Op;
-use dara_scheduler::{Choice, ChoiceKind, Decide, Divergence};
+use dara_model::{Choice, ChoiceKind, Decide, Divergence};
 
 use super::{Describe, Feedback, Info, Order, Start, Status, Strategy};
 use crate::rng::Rng;
@@ -206,7 +206,7 @@ impl Describe for Pct {
 
 #[cfg(test)]
 mod tests {
-    use dara_scheduler::ChoiceKind;
+    use dara_model::ChoiceKind;
 
     use super::super::testkit::{run, run_choice, Program, Search, Straight};
     use super::super::Random;

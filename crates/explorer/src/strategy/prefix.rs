@@ -7,7 +7,7 @@
 //! backtrack and sleep sets) is the strategy's. It checks that a replayed node is offered exactly
 //! as when it was first reached: if not, the program is not deterministic under dara and the
 //! search stops with a [`Divergence`] rather than explore a tree that is not there.
-use dara_scheduler::{Choice, Divergence};
+use dara_model::{Choice, Divergence};
 
 use super::choices_label;
 

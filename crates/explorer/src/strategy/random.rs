@@ -2,7 +2,7 @@
 //! measured against (Dara's Random strategy; MaceMC's random walks). Each step picks uniformly
 //! among whatever is offered — threads, timeouts and signal alternatives alike — so a thread that
 //! offers two choices is twice as likely to move as one that offers one.
-use dara_scheduler::{Choice, Decide, Divergence};
+use dara_model::{Choice, Decide, Divergence};
 
 use super::{Describe, Feedback, Info, Order, Start, Status, Strategy};
 use crate::rng::Rng;
@@ -49,7 +49,7 @@ impl Describe for Random {
 #[cfg(test)]
 mod tests {
     use dara_abi::Op;
-    use dara_scheduler::ChoiceKind;
+    use dara_model::ChoiceKind;
 
     use super::super::testkit::{run_choice, Search, Straight};
     use super::*;

@@ -8,7 +8,7 @@
 //! nondeterminism), continuing by index would silently replay a different schedule. Instead
 //! the first mismatch is a [`Divergence`] naming the step, the expected choice and what was
 //! offered.
-use dara_scheduler::{Choice, Decide, Divergence};
+use dara_model::{Choice, Decide, Divergence};
 
 use super::{choices_label, Feedback, Start, Status, Strategy};
 

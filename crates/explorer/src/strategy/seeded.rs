@@ -6,7 +6,7 @@
 //! strategy when the seed runs out or the program offers something else. Every later execution is
 //! the strategy's own. The seed is matched on the whole recorded choice (thread, kind,
 //! alternative, op, object), as replay does.
-use dara_scheduler::{Choice, Decide, Divergence};
+use dara_model::{Choice, Decide, Divergence};
 
 use super::{Feedback, Start, Status, Strategy};
 
@@ -91,8 +91,8 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use dara_abi::Op;
-    use dara_scheduler::choice::FAULT_THREAD;
-    use dara_scheduler::ChoiceKind;
+    use dara_model::choice::FAULT_THREAD;
+    use dara_model::ChoiceKind;
 
     use super::super::faults::Faults;
     use super::super::testkit::{run, run_choice, Program, Search, Straight};

@@ -10,8 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use dara_abi::Op;
-use dara_scheduler::choice::ThreadId;
-use dara_scheduler::{Choice, ChoiceKind, Divergence};
+use dara_model::choice::ThreadId;
+use dara_model::{Choice, ChoiceKind, Divergence};
 
 use super::testkit::Program;
 use super::{Describe, Feedback, Start, Status, Strategy};

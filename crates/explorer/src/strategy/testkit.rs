@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 
 use dara_abi::Op;
-use dara_scheduler::choice::ProcessId;
-use dara_scheduler::coverage::ProcessCoverage;
-use dara_scheduler::{Choice, ChoiceKind};
+use dara_model::choice::ProcessId;
+use dara_model::coverage::ProcessCoverage;
+use dara_model::{Choice, ChoiceKind};
 
 use super::{Feedback, Start, Status, Strategy};
 

@@ -221,21 +221,4 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, wall: started.elapsed() })
 }
 
-/// "SIGSEGV" for 11, and so on.
-pub fn signal_name(signal: i32) -> String {
-    let name = match signal {
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGILL => "SIGILL",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGINT => "SIGINT",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGSYS => "SIGSYS",
-        libc::SIGTRAP => "SIGTRAP",
-        _ => return format!("signal {signal}"),
-    };
-    name.to_string()
-}
+pub use dara_model::outcome::signal_name;

@@ -15,8 +15,8 @@ use anyhow::Context;
 use clap::Parser;
 use dara_explorer::reproduce::{coverage_difference, first_difference, reproduce, reproduce_observed};
 use dara_scheduler::execution::ExecutionReport;
-use dara_scheduler::trace::{self, Trace};
-use dara_scheduler::Outcome;
+use dara_model::trace::{self, Trace};
+use dara_model::Outcome;
 use dara_tools::listing;
 use dara_tools::memory_bound::{self, BoundedAllocator, DEFAULT_MAX_MEMORY_MIB};
 use dara_tools::setup::{self, MachineOptions, STOP};
@@ -139,10 +139,10 @@ fn judge(recorded: &Trace, report: &ExecutionReport) -> Option<u8> {
         println!("DIVERGED at step {step}: {what}");
         return Some(DIVERGED);
     }
-    let (recorded_outside, replayed_outside) = (dara_scheduler::outside::in_step_order(&recorded.outside), dara_scheduler::outside::in_step_order(&report.outside));
+    let (recorded_outside, replayed_outside) = (dara_model::outside::in_step_order(&recorded.outside), dara_model::outside::in_step_order(&report.outside));
     if replayed_outside != recorded_outside {
         let at = recorded_outside.iter().zip(&replayed_outside).position(|(a, b)| a != b).unwrap_or(recorded_outside.len().min(replayed_outside.len()));
-        println!("DIVERGED: outside event {at} differs: the trace has {}, the replay {}", recorded_outside.get(at).map_or("nothing".into(), dara_scheduler::outside::describe_event), replayed_outside.get(at).map_or("nothing".into(), dara_scheduler::outside::describe_event));
+        println!("DIVERGED: outside event {at} differs: the trace has {}, the replay {}", recorded_outside.get(at).map_or("nothing".into(), dara_model::outside::describe_event), replayed_outside.get(at).map_or("nothing".into(), dara_model::outside::describe_event));
         return Some(DIVERGED);
     }
     if stopped_there {

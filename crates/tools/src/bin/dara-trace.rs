@@ -103,7 +103,7 @@ struct Cli {
     #[arg(long, value_name = "POLICY", default_value = "deadline")]
     timers: String,
     /// Virtual nanoseconds one scheduling decision costs.
-    #[arg(long, value_name = "NS", default_value_t = dara_scheduler::time::DEFAULT_STEP_NS)]
+    #[arg(long, value_name = "NS", default_value_t = dara_model::time::DEFAULT_STEP_NS)]
     step_cost: u64,
     /// What the program's wall clock reads when each execution starts, in seconds since 1970
     /// (default: the real time at which dara-trace starts, the same for every execution; a
@@ -195,7 +195,7 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
     execution.max_vtime_ns = cli.max_vtime.unwrap_or(default_vtime).saturating_mul(1_000_000_000);
     execution.cpus = cli.cpus;
     if let Some(spec) = &cli.preempt_on {
-        execution.preempt = dara_scheduler::preempt::Preemption::parse(spec).map_err(anyhow::Error::msg)?;
+        execution.preempt = dara_model::preempt::Preemption::parse(spec).map_err(anyhow::Error::msg)?;
         if execution.preempt.memory {
             let p = dara_explorer::profile::profile(&mut execution, cli.seed, &STOP)?;
             if let Some(warning) = &p.warning {
@@ -282,8 +282,8 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
 }
 
 /// The time settings from `--timers`, `--step-cost`, `--run-for` and the pause budget.
-fn time_config(cli: &Cli, pauses: u32) -> anyhow::Result<dara_scheduler::time::TimeConfig> {
-    let timers = dara_scheduler::time::TimerPolicy::parse(&cli.timers).map_err(anyhow::Error::msg)?;
+fn time_config(cli: &Cli, pauses: u32) -> anyhow::Result<dara_model::time::TimeConfig> {
+    let timers = dara_model::time::TimerPolicy::parse(&cli.timers).map_err(anyhow::Error::msg)?;
     if cli.step_cost == 0 {
         bail!("--step-cost must be at least 1 ns: a program spinning on clock reads must see time pass");
     }
@@ -299,12 +299,12 @@ fn time_config(cli: &Cli, pauses: u32) -> anyhow::Result<dara_scheduler::time::T
             u64::try_from(now.as_nanos()).context("the system clock reads after 2554: give --epoch")?
         }
     };
-    Ok(dara_scheduler::time::TimeConfig { timers, step_ns: cli.step_cost, pauses, run_for_ns, realtime_epoch_ns })
+    Ok(dara_model::time::TimeConfig { timers, step_ns: cli.step_cost, pauses, run_for_ns, realtime_epoch_ns })
 }
 
 /// The decisions of a seed trace (`--seed-trace`).
-fn seed_decisions(path: &Path) -> anyhow::Result<Vec<dara_scheduler::Choice>> {
-    let trace = dara_scheduler::trace::read_file(path).context("cannot use the seed trace")?;
+fn seed_decisions(path: &Path) -> anyhow::Result<Vec<dara_model::Choice>> {
+    let trace = dara_model::trace::read_file(path).context("cannot use the seed trace")?;
     Ok(trace.steps.iter().map(|s| s.choice).collect())
 }
 
@@ -316,7 +316,7 @@ const MINIMIZE_TRIES: u64 = 100;
 /// bug's trace when it has fewer preemptions or steps, and returns its path. Failing to minimize
 /// is not an error of the search: it is reported on one line and the original trace stands.
 fn minimize_bug(bug: &SavedBug, base: &dara_scheduler::execution::ExecutionConfig, deadline: Option<std::time::Instant>) -> Option<PathBuf> {
-    if matches!(bug.outcome, dara_scheduler::Outcome::Hang { .. }) {
+    if matches!(bug.outcome, dara_model::Outcome::Hang { .. }) {
         // Every candidate would run into the same bound (seconds each); not worth it by default.
         return None;
     }
@@ -324,7 +324,7 @@ fn minimize_bug(bug: &SavedBug, base: &dara_scheduler::execution::ExecutionConfi
         println!("  (not minimized: the time budget is spent)");
         return None;
     }
-    let recorded = dara_scheduler::trace::read_file(&bug.trace).ok()?;
+    let recorded = dara_model::trace::read_file(&bug.trace).ok()?;
     let minimized = with_deadline(&STOP, deadline, |halt| dara_explorer::minimize::minimize(&recorded, base, MINIMIZE_TRIES, halt, &mut |_| {}));
     let result = match minimized {
         Ok(r) => r,
@@ -341,7 +341,7 @@ fn minimize_bug(bug: &SavedBug, base: &dara_scheduler::execution::ExecutionConfi
         return None;
     }
     let path = bug.dir.join("minimal.bin");
-    if let Err(e) = dara_scheduler::trace::write_file(&path, &result.trace) {
+    if let Err(e) = dara_model::trace::write_file(&path, &result.trace) {
         println!("  (could not save the smaller schedule: {e})");
         return None;
     }

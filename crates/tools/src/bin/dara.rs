@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use dara_scheduler::trace::{self, Trace};
-use dara_scheduler::ChoiceKind;
+use dara_model::trace::{self, Trace};
+use dara_model::ChoiceKind;
 use dara_tools::listing::format_vtime;
 
 #[derive(Parser, Debug)]
@@ -90,7 +90,7 @@ struct Summary<'a> {
     pauses: u32,
     realtime_epoch_ns: u64,
     ops: BTreeMap<&'static str, usize>,
-    outcome: &'a dara_scheduler::Outcome,
+    outcome: &'a dara_model::Outcome,
     bug: bool,
 }
 

@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use dara_scheduler::coverage::ProcessCoverage;
-use dara_scheduler::trace::{self, Trace};
+use dara_model::coverage::ProcessCoverage;
+use dara_model::trace::{self, Trace};
 
 pub mod render;
 pub mod sites;
@@ -231,9 +231,9 @@ fn binary_report(path: &str, readable: bool, sites: &[u64], covered: &BTreeMap<u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dara_scheduler::coverage::{EdgeHit, Module};
-    use dara_scheduler::trace::TraceHeader;
-    use dara_scheduler::Outcome;
+    use dara_model::coverage::{EdgeHit, Module};
+    use dara_model::trace::TraceHeader;
+    use dara_model::Outcome;
 
     fn trace_with(modules: Vec<Module>, pcs: &[u64]) -> Trace {
         let header = TraceHeader {

@@ -9,8 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use dara_abi::splitmix64;
-use dara_scheduler::choice::ProcessId;
-use dara_scheduler::{Choice, ChoiceKind};
+use dara_model::choice::ProcessId;
+use dara_model::{Choice, ChoiceKind};
 
 use super::Feedback;
 

@@ -35,7 +35,7 @@
 //! Programs without coverage get only the fallbacks (said once, in the search's notes).
 use std::collections::HashSet;
 
-use dara_scheduler::{Choice, Decide, Divergence};
+use dara_model::{Choice, Decide, Divergence};
 
 use super::{Describe, Feedback, Info, Order, Start, Status, Strategy};
 use crate::rng::Rng;

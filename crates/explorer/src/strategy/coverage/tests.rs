@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashSet};
 
 use dara_abi::Op;
-use dara_scheduler::coverage::{EdgeHit, ProcessCoverage};
-use dara_scheduler::Choice;
+use dara_model::coverage::{EdgeHit, ProcessCoverage};
+use dara_model::Choice;
 
 use super::super::testkit::{run, run_choice, Program, Straight};
 use super::super::{Feedback, Random, Start, Strategy};

@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 
 use dara_abi::Op;
-use dara_scheduler::choice::{ChoiceObject, ThreadId, FAULT_THREAD};
-use dara_scheduler::{Choice, ChoiceKind};
+use dara_model::choice::{ChoiceObject, ThreadId, FAULT_THREAD};
+use dara_model::{Choice, ChoiceKind};
 
 use super::{dependent, Node};
 

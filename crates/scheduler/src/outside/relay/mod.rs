@@ -25,7 +25,7 @@ pub use sides::{Recorder, Replayer, Side};
 use stdin::StdinPipe;
 use streams::{local_port, Stream};
 
-use super::{OutsideEvent, OutsideWhat};
+use super::OutsideEvent;
 use crate::choice::ProcessId;
 use crate::netprobe::{self, NetProbe};
 use crate::sockdiag::SockDiag;
@@ -341,25 +341,6 @@ impl<S: Side> Relay<S> {
 
 }
 
-/// One line for an event, with the bytes shown escaped (at most 80 of them).
-pub fn describe_event(e: &OutsideEvent) -> String {
-    let at = format!("at step {} on outside connection {}", e.step, e.stream);
-    match &e.what {
-        OutsideWhat::Connect { listener, .. } => format!("an outside client to connect to listening socket {listener} ({at})"),
-        OutsideWhat::Data(b) => format!("{} bytes from outside {} ({at})", b.len(), shown(b)),
-        OutsideWhat::Close => format!("the outside peer to close ({at})"),
-        OutsideWhat::Reset => format!("the outside peer to reset the connection ({at})"),
-        OutsideWhat::Output(b) => format!("the program to send {} bytes {} ({at})", b.len(), shown(b)),
-        OutsideWhat::OutputClosed => format!("the program to close its side ({at})"),
-        OutsideWhat::Signal(s) if e.stream == 0 => format!("signal {s} passed on at step {}", e.step),
-        OutsideWhat::Signal(s) => format!("signal {s} sent to thread {} with the grant of step {}", e.stream - 1, e.step),
-        OutsideWhat::Stdin(b) => format!("{} bytes {} on stdin at step {}", b.len(), shown(b), e.step),
-        OutsideWhat::StdinClosed => format!("stdin to end at step {}", e.step),
-        OutsideWhat::Peer { socket, .. } => format!("an outside peer to send to UDP socket {socket} (at step {}, outside peer {})", e.step, e.stream),
-        OutsideWhat::Datagram(b) => format!("a datagram of {} bytes {} from outside peer {} at step {}", b.len(), shown(b), e.stream, e.step),
-        OutsideWhat::DatagramOutput(b) => format!("the program to send a datagram of {} bytes {} to outside peer {} at step {}", b.len(), shown(b), e.stream, e.step),
-    }
-}
 
 /// Waits up to `limit` until one of `fds` is readable; the index of the first that is.
 /// A timeout in whole milliseconds for `poll`/`epoll_wait`, rounded up: rounded down, a wait for
@@ -380,16 +361,6 @@ pub(super) fn wait_readable(fds: &[i32], limit: Duration) -> Option<usize> {
     polls.iter().position(|p| p.revents != 0)
 }
 
-fn shown(bytes: &[u8]) -> String {
-    quoted(bytes, 80)
-}
-
-/// `bytes` (at most `max` of them) escaped and in quotes, with `…` when cut: how network data
-/// is shown to people (listings, divergences).
-pub fn quoted(bytes: &[u8], max: usize) -> String {
-    let head: String = bytes.iter().take(max).flat_map(|&b| std::ascii::escape_default(b)).map(char::from).collect();
-    format!("\"{head}{}\"", if bytes.len() > max { "…" } else { "" })
-}
 
 pub(super) fn token(tag: u64, index: u64) -> u64 {
     index << TAG_BITS | tag

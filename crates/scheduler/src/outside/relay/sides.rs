@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use super::stdin::write_all_bounded;
 use super::streams::deliver;
-use super::{describe_event, Relay, RelayError};
+use super::{Relay, RelayError};
+use crate::outside::describe_event;
 use crate::netprobe::NetProbe;
 use crate::outside::{OutsideEvent, OutsideWhat, SignalInbox};
 

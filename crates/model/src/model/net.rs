@@ -1,12 +1,12 @@
 //! Readiness of network operations (sockets, pipes, eventfds, poll/epoll/select) in the model.
 //!
 //! The model does not simulate a network stack. The kernel's loopback objects are the state; the
-//! driver (`crate::netprobe`) probes them without blocking while every thread is parked and tells
+//! driver (the scheduler's `netprobe`) probes them without blocking while every thread is parked and tells
 //! the model what it saw as a [`NetView`] per waiting thread. The model turns views into enabled
 //! choices, timers and results:
 //!
 //! * a blocking `NetRecv`/`NetAccept`/`NetSend`/`NetPoll`/`NetEpollWait` is enabled only while its
-//!   view says ready; a non-blocking one (flag [`net_flags::NONBLOCK`]) always is (the preload then
+//!   view says ready; a non-blocking one (flag [`dara_abi::net_flags::NONBLOCK`]) always is (the preload then
 //!   returns EAGAIN when the kernel has nothing, as the program expects);
 //! * `NetConnect`, `NetClose` and `NetListen` are always enabled (loopback connects complete or
 //!   fail at once);
@@ -19,7 +19,7 @@
 //! performed a network operation or a process exited ([`Model::forget_net_views`]) and probes again,
 //! so a thread disabled on a descriptor is re-examined exactly when another thread's operation could
 //! have changed it. Determinism rests on the probes: the driver makes the kernel state settled
-//! before it probes (see `netprobe`), so the same history gives the same views.
+//! before it probes (see the scheduler's `netprobe`), so the same history gives the same views.
 use dara_abi::Op;
 
 use super::{Model, Request};

@@ -35,7 +35,7 @@ pub enum Outcome {
         signal: i32,
         name: String,
         /// Where: the faulting function for SIGSEGV/SIGBUS/SIGFPE/SIGILL, the assertion or
-        /// panic message for an abort (see [`crate::crash_site`]).
+        /// panic message for an abort (see the scheduler's `crash_site`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         location: Option<String>,
     },
@@ -140,4 +140,23 @@ impl Outcome {
             }
         }
     }
+}
+
+/// "SIGSEGV" for 11, and so on.
+pub fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGSYS => "SIGSYS",
+        libc::SIGTRAP => "SIGTRAP",
+        _ => return format!("signal {signal}"),
+    };
+    name.to_string()
 }

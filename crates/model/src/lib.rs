@@ -1,0 +1,33 @@
+//! The pure types of a dara run: what can be chosen, the model that lists the choices and applies
+//! them, how a run ends, the settings that make it reproducible, and the `trace.bin` format that
+//! records it. No processes, no shared memory, no clocks: the scheduler (`dara-scheduler`) drives
+//! a live program with these types; tools that only read a trace (`dara info`, `dara view`) need
+//! nothing else.
+//!
+//! * [`choice`]: what a strategy chooses between ([`Choice`], its object), and the [`Decide`]
+//!   interface strategies implement.
+//! * [`model`]: the model of threads, synchronization objects, timers and the virtual clock; it
+//!   computes the enabled set and applies decisions.
+//! * [`outcome`]: how an execution ended, and whether that is a bug.
+//! * [`cluster`]: the nodes and fault budgets of a cluster run, and the bookkeeping from which its
+//!   fault choices are listed.
+//! * [`coverage`]: the edges each process reached and its module map.
+//! * [`outside`]: inputs from and outputs to peers outside dara, as recorded.
+//! * [`preempt`]: the `--preempt-on` settings (memory-level points, edge quanta) and the
+//!   profiling run's access profile.
+//! * [`time`]: how virtual time behaves (timer policy, step cost, pause budget, run length).
+//! * [`trace`]: the `trace.bin` format (writer and a reader that never panics on bad input).
+//!
+//! Dependencies: `dara-abi` (op codes and request types) only.
+pub mod choice;
+pub mod cluster;
+pub mod coverage;
+pub mod model;
+pub mod outcome;
+pub mod outside;
+pub mod preempt;
+pub mod time;
+pub mod trace;
+
+pub use choice::{Choice, ChoiceKind, Decide, Divergence};
+pub use outcome::Outcome;

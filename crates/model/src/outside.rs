@@ -1,0 +1,121 @@
+//! What a trace records about peers outside dara (docs/outside.md): each input from an outside
+//! client, signal or stdin, and each output the program sent to one, stamped with the step it
+//! preceded; how a peer's address is written as bytes; and how such an event is shown to people.
+//!
+//! Only the records live here. Relaying them to and from a running program (sockets, the stdin
+//! pipe, passing on signals) is the scheduler's `outside` module.
+
+/// One input from outside, or one output to an outside peer, at a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutsideEvent {
+    /// The decision it came before (the step index the next decision gets).
+    pub step: u64,
+    /// The connection (outside streams numbered from 0 in the order they connected); 0 for
+    /// signals.
+    pub stream: u32,
+    pub what: OutsideWhat,
+}
+
+/// `events` in an order that does not depend on when, within one quiet point, dara noticed them:
+/// by step, signals first, then by stream, each stream's own events in their order. A Ctrl-C and
+/// a client's close that reached dara in the same wait reach the program before the same decision,
+/// whichever came first; a replay applies them in its own order.
+pub fn in_step_order(events: &[OutsideEvent]) -> Vec<OutsideEvent> {
+    let mut sorted = events.to_vec();
+    sorted.sort_by_key(|e| (e.step, !matches!(e.what, OutsideWhat::Signal(_)), e.stream));
+    sorted
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutsideWhat {
+    /// An outside client connected to the program's `listener`-th listening socket (in the order
+    /// of their `listen`) from address `peer` (what the program is shown as its peer); the stream
+    /// is new.
+    Connect { listener: u32, peer: Option<std::net::SocketAddr> },
+    /// Bytes the outside peer sent, now in the program's receive queue.
+    Data(Vec<u8>),
+    /// The outside peer closed its side (the program reads end-of-file).
+    Close,
+    /// The outside peer reset the connection (the program reads `ECONNRESET`).
+    Reset,
+    /// Bytes the program sent to the outside peer (compared in a replay).
+    Output(Vec<u8>),
+    /// The program closed or shut down its sending side (compared in a replay).
+    OutputClosed,
+    /// A signal `dara-trace` received and passed on to every traced process.
+    Signal(i32),
+    /// Bytes dara-trace read on its stdin, now in the program's stdin pipe.
+    Stdin(Vec<u8>),
+    /// dara-trace's stdin ended: the program reads end-of-file once the pipe is empty.
+    StdinClosed,
+    /// A new outside peer sent datagrams to the program's `socket`-th bound UDP socket (in the
+    /// order of their `bind`) from address `peer` (what the program is shown as the sender); the
+    /// event's `stream` numbers outside datagram peers from 0.
+    Peer { socket: u32, peer: Option<std::net::SocketAddr> },
+    /// A datagram from the outside peer, now in the program's socket.
+    Datagram(Vec<u8>),
+    /// A datagram the program sent to the outside peer (compared in a replay).
+    DatagramOutput(Vec<u8>),
+}
+
+impl OutsideWhat {
+    /// Whether this is something the program did (checked in a replay) rather than an input.
+    pub fn is_output(&self) -> bool {
+        matches!(self, OutsideWhat::Output(_) | OutsideWhat::OutputClosed | OutsideWhat::DatagramOutput(_))
+    }
+}
+
+/// An address as bytes for the trace: family (4 or 6), port (big-endian), the IP's octets;
+/// nothing for None.
+pub fn address_bytes(addr: Option<std::net::SocketAddr>) -> Vec<u8> {
+    let Some(addr) = addr else { return Vec::new() };
+    let mut out = vec![if addr.is_ipv4() { 4 } else { 6 }];
+    out.extend_from_slice(&addr.port().to_be_bytes());
+    match addr.ip() {
+        std::net::IpAddr::V4(ip) => out.extend_from_slice(&ip.octets()),
+        std::net::IpAddr::V6(ip) => out.extend_from_slice(&ip.octets()),
+    }
+    out
+}
+
+/// The address [`address_bytes`] wrote; None for no bytes, Err for bytes that are no address.
+pub fn address_from_bytes(bytes: &[u8]) -> Result<Option<std::net::SocketAddr>, ()> {
+    let port = |b: &[u8]| u16::from_be_bytes([b[1], b[2]]);
+    match bytes.len() {
+        0 => Ok(None),
+        7 if bytes[0] == 4 => Ok(Some((<[u8; 4]>::try_from(&bytes[3..7]).map_err(|_| ())?, port(bytes)).into())),
+        19 if bytes[0] == 6 => Ok(Some((<[u8; 16]>::try_from(&bytes[3..19]).map_err(|_| ())?, port(bytes)).into())),
+        _ => Err(()),
+    }
+}
+
+/// One line for an event, with the bytes shown escaped (at most 80 of them).
+pub fn describe_event(e: &OutsideEvent) -> String {
+    let at = format!("at step {} on outside connection {}", e.step, e.stream);
+    match &e.what {
+        OutsideWhat::Connect { listener, .. } => format!("an outside client to connect to listening socket {listener} ({at})"),
+        OutsideWhat::Data(b) => format!("{} bytes from outside {} ({at})", b.len(), shown(b)),
+        OutsideWhat::Close => format!("the outside peer to close ({at})"),
+        OutsideWhat::Reset => format!("the outside peer to reset the connection ({at})"),
+        OutsideWhat::Output(b) => format!("the program to send {} bytes {} ({at})", b.len(), shown(b)),
+        OutsideWhat::OutputClosed => format!("the program to close its side ({at})"),
+        OutsideWhat::Signal(s) if e.stream == 0 => format!("signal {s} passed on at step {}", e.step),
+        OutsideWhat::Signal(s) => format!("signal {s} sent to thread {} with the grant of step {}", e.stream - 1, e.step),
+        OutsideWhat::Stdin(b) => format!("{} bytes {} on stdin at step {}", b.len(), shown(b), e.step),
+        OutsideWhat::StdinClosed => format!("stdin to end at step {}", e.step),
+        OutsideWhat::Peer { socket, .. } => format!("an outside peer to send to UDP socket {socket} (at step {}, outside peer {})", e.step, e.stream),
+        OutsideWhat::Datagram(b) => format!("a datagram of {} bytes {} from outside peer {} at step {}", b.len(), shown(b), e.stream, e.step),
+        OutsideWhat::DatagramOutput(b) => format!("the program to send a datagram of {} bytes {} to outside peer {} at step {}", b.len(), shown(b), e.stream, e.step),
+    }
+}
+
+fn shown(bytes: &[u8]) -> String {
+    quoted(bytes, 80)
+}
+
+/// `bytes` (at most `max` of them) escaped and in quotes, with `…` when cut: how network data
+/// is shown to people (listings, divergences).
+pub fn quoted(bytes: &[u8], max: usize) -> String {
+    let head: String = bytes.iter().take(max).flat_map(|&b| std::ascii::escape_default(b)).map(char::from).collect();
+    format!("\"{head}{}\"", if bytes.len() > max { "…" } else { "" })
+}

@@ -1,0 +1,91 @@
+//! Acting on one target process or thread: pidfds (open, signal, kill, exited, wait status without
+//! reaping), signals marked as dara's own, and reaping a stray child. A pidfd never names a
+//! recycled pid.
+/// A pidfd for `pid` (None if it is already gone).
+pub fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
+    // SAFETY: a fresh descriptor nothing else owns.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// SIGKILLs the process behind a pidfd (never a recycled pid).
+pub fn pidfd_kill(fd: &std::os::fd::OwnedFd) {
+    pidfd_signal(fd, libc::SIGKILL);
+}
+
+/// Sends `sig` to the process behind a pidfd (never a recycled pid).
+pub fn pidfd_signal(fd: &std::os::fd::OwnedFd, sig: i32) {
+    use std::os::fd::AsRawFd;
+    let info = dara_siginfo(sig);
+    // SAFETY: pidfd_send_signal with a live pidfd and a siginfo that lives across the call.
+    unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig, &info as *const libc::siginfo_t, 0u32) };
+}
+
+/// Sends `sig` to thread `tid` of process `pid`, marked as dara's like [`pidfd_signal`].
+pub fn thread_signal(pid: u32, tid: u32, sig: i32) {
+    let info = dara_siginfo(sig);
+    // SAFETY: rt_tgsigqueueinfo takes integers and a siginfo that lives across the call.
+    unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid as libc::c_long, tid as libc::c_long, sig as libc::c_long, &info as *const libc::siginfo_t) };
+}
+
+/// A siginfo for a signal of dara's own: `SI_QUEUE` (the only kind the kernel lets one process
+/// describe to another) with [`dara_abi::DARA_SIGNAL_VALUE`] as its value.
+fn dara_siginfo(sig: i32) -> libc::siginfo_t {
+    /// siginfo_t's first fields: si_signo, si_errno, si_code, then (for SI_QUEUE) si_pid and
+    /// si_uid at 16 and 20 and the value at 24.
+    #[repr(C)]
+    struct Queued {
+        signo: i32,
+        errno: i32,
+        code: i32,
+        _pad: i32,
+        pid: i32,
+        uid: u32,
+        value: u64,
+    }
+    const _: () = assert!(std::mem::size_of::<Queued>() <= std::mem::size_of::<libc::siginfo_t>());
+    // SAFETY: an all-zero siginfo_t is valid plain data.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let queued = Queued { signo: sig, errno: 0, code: libc::SI_QUEUE, _pad: 0, pid: 0, uid: 0, value: dara_abi::DARA_SIGNAL_VALUE };
+    // SAFETY: `Queued` is a prefix of siginfo_t's layout and fits in it (checked above).
+    unsafe { std::ptr::write(&mut info as *mut libc::siginfo_t as *mut Queued, queued) };
+    info
+}
+
+/// Reaps `pid` if it is an exited child of dara; true when it is reaped or not dara's to reap.
+pub fn reap_if_child(pid: u32) -> bool {
+    let mut status = 0;
+    // SAFETY: waitpid writes the status into a local.
+    let rc = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG | libc::__WALL) };
+    rc != 0
+}
+
+/// Whether the process behind `pidfd` has ended (its pidfd is readable), whatever /proc now
+/// says about the pid.
+pub fn pidfd_exited(pidfd: &std::os::fd::OwnedFd) -> bool {
+    let mut p = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(pidfd), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+}
+
+/// The wait status of dara's own child behind `pidfd` once it has ended, without reaping it
+/// (`waitid(P_PIDFD, WEXITED | WNOHANG | WNOWAIT)`): None while it runs or once it is reaped.
+pub fn child_status(pidfd: &std::os::fd::OwnedFd) -> Option<i32> {
+    // SAFETY: an all-zero siginfo is a valid value for waitid to fill in.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let id = std::os::fd::AsRawFd::as_raw_fd(pidfd) as libc::id_t;
+    // SAFETY: waitid writes only into the local siginfo.
+    let rc = unsafe { libc::waitid(libc::P_PIDFD, id, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL) };
+    // SAFETY: after a successful waitid the siginfo holds a SIGCHLD record (si_pid 0: none yet).
+    let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+    if rc != 0 || pid == 0 {
+        return None;
+    }
+    // Back to the wait(2) encoding the callers decode.
+    Some(match info.si_code {
+        libc::CLD_EXITED => (status & 0xff) << 8,
+        _ => status & 0x7f,
+    })
+}

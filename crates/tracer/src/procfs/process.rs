@@ -1,0 +1,87 @@
+//! One target process as /proc shows it: its program, memory (for a diagnostic string), signal
+//! dispositions, process group and namespace pids, and whether it has ended.
+use std::fs;
+
+/// The file name of the program process `pid` runs (its executable), None if unreadable.
+pub fn program_name(pid: u32) -> Option<String> {
+    let exe = fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    Some(exe.file_name().map_or_else(|| exe.display().to_string(), |n| n.to_string_lossy().into_owned()))
+}
+
+/// A NUL-terminated string at `addr` in process `pid` (at most 4 KiB), for diagnostics.
+pub fn c_string_of(pid: u32, addr: u64) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut mem = fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    mem.seek(SeekFrom::Start(addr)).ok()?;
+    let mut buf = vec![0u8; 4096];
+    let n = mem.read(&mut buf).ok()?;
+    let end = buf[..n].iter().position(|&b| b == 0)?;
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// Whether `sig` sent now would terminate process `pid`: not caught, not ignored, not blocked
+/// (`/proc/<pid>/status`), and terminating by default.
+pub fn signal_terminates(pid: u32, sig: i32) -> bool {
+    if sig == libc::SIGKILL {
+        return true;
+    }
+    if !(1..=64).contains(&sig) || matches!(sig, libc::SIGCHLD | libc::SIGCONT | libc::SIGURG | libc::SIGWINCH | libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU) {
+        return false;
+    }
+    let bit = 1u64 << (sig - 1);
+    signal_masks(pid, &["SigCgt:", "SigIgn:", "SigBlk:"]).is_some_and(|masks| masks & bit == 0)
+}
+
+/// Whether process `pid` has a handler for `sig` (`/proc/<pid>/status`).
+pub fn signal_caught(pid: u32, sig: i32) -> bool {
+    (1..=64).contains(&sig) && signal_masks(pid, &["SigCgt:"]).is_some_and(|caught| caught & (1u64 << (sig - 1)) != 0)
+}
+
+/// The union of the signal masks named by `keys` in `/proc/<pid>/status` (None if it is gone).
+fn signal_masks(pid: u32, keys: &[&str]) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let mask = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
+    Some(keys.iter().fold(0, |all, key| all | mask(key)))
+}
+
+/// The process group of `pid` as the process itself names it (inside its PID namespace, if it
+/// runs in one): the last number of `NSpgid:` in `/proc/<pid>/status`.
+pub fn process_group(pid: u32) -> Option<u32> {
+    namespace_ids(pid, "NSpgid:")?.last().copied()
+}
+
+/// The process's pid in each PID namespace it is in, outermost (dara's) first: `NSpid:` of
+/// `/proc/<pid>/status`. One number when the process runs in dara's own namespace.
+pub fn namespace_pids(pid: u32) -> Option<Vec<u32>> {
+    namespace_ids(pid, "NSpid:")
+}
+
+fn namespace_ids(pid: u32, field: &str) -> Option<Vec<u32>> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix(field))?;
+    line.split_whitespace().map(|n| n.parse().ok()).collect()
+}
+
+/// Whether a process has ended, as /proc tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessEnd {
+    Running,
+    /// Dead, not yet reaped: its wait status (`exit_code` of `/proc/<pid>/stat`).
+    Zombie(i32),
+    /// No such process (reaped already, or never was).
+    Gone,
+}
+
+/// Reads `/proc/<pid>/stat`. A zombie thread-group leader whose other threads still run (its main
+/// thread called `pthread_exit`) is a running process.
+pub fn process_end(pid: u32) -> ProcessEnd {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return ProcessEnd::Gone };
+    let Some(close) = stat.rfind(')') else { return ProcessEnd::Gone };
+    // Fields after the command: state is field 3, num_threads 20, exit_code 52 (1-based).
+    let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3).copied();
+    if field(3) != Some("Z") || field(20).and_then(|t| t.parse::<u32>().ok()).is_some_and(|t| t > 1) {
+        return ProcessEnd::Running;
+    }
+    ProcessEnd::Zombie(field(52).and_then(|c| c.parse().ok()).unwrap_or(0))
+}
