@@ -29,7 +29,7 @@ fn verifies_and_repeats(out: &Path, again: &str, (strategy, seed, runs): (&str, 
 /// `dara-trace` over `command`, returning the run.
 fn trace_search(out: &Path, strategy: &str, seed: u64, runs: u64, command: &[&str]) -> common::Run {
     let (seed, runs) = (seed.to_string(), runs.to_string());
-    let mut args = vec!["-q", "-o", out.to_str().unwrap(), "--strategy", strategy, "--seed", &seed, "--runs", &runs, "--"];
+    let mut args = vec!["-q", "-o", out.to_str().unwrap(), "--strategy", strategy, "--seed", &seed, "--runs", &runs, "--epoch", SEARCH_EPOCH, "--"];
     args.extend_from_slice(command);
     dara_trace(&args, Duration::from_secs(300))
 }

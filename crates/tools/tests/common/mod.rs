@@ -204,11 +204,16 @@ pub fn search(out: &Path, strategy: &str, seed: u64, runs: u64, program: &Path) 
     search_with(out, strategy, seed, runs, program, &[])
 }
 
+/// The wall-clock start every fixture search gives (`--epoch`): a search repeats with the same
+/// seed given the same epoch, and a fixture may seed `rand` from `time(NULL)` (random_draw.c).
+/// Without it dara takes the real time it started (docs/time.md).
+pub const SEARCH_EPOCH: &str = "1790000000";
+
 /// Like [`search`], with more dara-trace options (`--faults pause`, `--timers any`, ...).
 pub fn search_with(out: &Path, strategy: &str, seed: u64, runs: u64, program: &Path, options: &[&str]) -> Run {
     let seed = seed.to_string();
     let runs = runs.to_string();
-    let mut args = vec!["-q", "-o", out.to_str().unwrap(), "--strategy", strategy, "--seed", &seed, "--runs", &runs];
+    let mut args = vec!["-q", "-o", out.to_str().unwrap(), "--strategy", strategy, "--seed", &seed, "--runs", &runs, "--epoch", SEARCH_EPOCH];
     args.extend_from_slice(options);
     args.extend(["--", program.to_str().unwrap()]);
     dara_trace(&args, Duration::from_secs(300))
