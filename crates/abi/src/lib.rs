@@ -33,6 +33,7 @@
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 
 pub mod access;
+pub mod counter;
 pub mod handoff;
 pub mod request;
 

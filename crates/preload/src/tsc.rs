@@ -18,14 +18,13 @@
 //! Runs in signal context: no allocation, no locks.
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use dara_abi::counter::CounterRead;
 use libc::ucontext_t;
 
 use crate::gate::{self, Gated};
 use crate::vclock::{self, ClockBase};
 use crate::{sys, timecalls};
 
-const RDTSC: [u8; 2] = [0x0f, 0x31];
-const RDTSCP: [u8; 3] = [0x0f, 0x01, 0xf9];
 /// `si_code` of a fault raised by the kernel for a privileged instruction (#GP).
 pub const SI_KERNEL: i32 = 0x80;
 
@@ -67,18 +66,12 @@ pub fn around_exec(exec: impl FnOnce() -> i64) -> i64 {
 pub fn emulate(uc: &mut ucontext_t) -> bool {
     let regs = &mut uc.uc_mcontext.gregs;
     let pc = regs[libc::REG_RIP as usize] as usize;
-    // SAFETY: the faulting instruction was fetched from `pc`, so its first two bytes are mapped;
-    // the third is read only after `0f 01`, a two-byte opcode that always has a ModRM byte.
-    let first = unsafe { core::slice::from_raw_parts(pc as *const u8, 2) };
-    let len = if first == RDTSC {
-        RDTSC.len()
-    // SAFETY: see above.
-    } else if first == &RDTSCP[..2] && unsafe { *((pc + 2) as *const u8) } == RDTSCP[2] {
+    // SAFETY: `pc` is where the faulting instruction was fetched.
+    let Some(read) = (unsafe { CounterRead::at(pc as *const u8) }) else { return false };
+    if read == CounterRead::Rdtscp {
         regs[libc::REG_RCX as usize] = timecalls::VIRTUAL_CPU as i64;
-        RDTSCP.len()
-    } else {
-        return false;
-    };
+    }
+    let len = read.len();
     let ticks = counter();
     regs[libc::REG_RAX as usize] = (ticks & 0xffff_ffff) as i64;
     regs[libc::REG_RDX as usize] = (ticks >> 32) as i64;

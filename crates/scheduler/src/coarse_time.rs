@@ -19,11 +19,6 @@ impl CoarseInstant {
         CoarseInstant(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
     }
 
-    /// Time since `self`, zero if the clock was read out of order.
-    pub fn elapsed(self) -> Duration {
-        CoarseInstant::now().0.saturating_sub(self.0)
-    }
-
     /// Time from `earlier` to `self`, zero if `earlier` is later.
     pub fn since(self, earlier: CoarseInstant) -> Duration {
         self.0.saturating_sub(earlier.0)

@@ -18,8 +18,8 @@
 //!   [`crate::coarse_time`]).
 //! - Children: the flag survives `fork` and `execve`, and a new program's dynamic loader reads
 //!   the counter before anything could catch the fault. Every command dara starts re-enables it
-//!   between fork and exec ([`enable_in_child`], called from the tracer's and the harness's
-//!   `pre_exec`).
+//!   between fork and exec (`dara_tracer::launch::enable_counter_in_child`, called from the
+//!   tracer's and the harness's `pre_exec`).
 //! - A thread created by this thread inherits the flag too. Its first `rdtsc` faults into
 //!   [`on_sigsegv`], which re-enables the counter for that thread and returns to the instruction;
 //!   any other SIGSEGV goes to the handler that was there before (Rust's stack-overflow report,
@@ -28,8 +28,6 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-const RDTSC: [u8; 2] = [0x0f, 0x31];
-const RDTSCP: [u8; 3] = [0x0f, 0x01, 0xf9];
 /// `si_code` of a fault the kernel raises for a privileged instruction (#GP).
 const SI_KERNEL: i32 = 0x80;
 
@@ -70,11 +68,6 @@ pub fn disable_in_this_thread() -> Option<CounterDisabled> {
         return None;
     }
     Some(CounterDisabled(()))
-}
-
-/// Re-enables the counter in a child between fork and exec. Async-signal-safe.
-pub fn enable_in_child() {
-    set_mode(libc::PR_TSC_ENABLE);
 }
 
 /// How many threads found their counter disabled by inheritance and re-enabled it.
@@ -126,14 +119,11 @@ extern "C" fn on_sigsegv(signal: libc::c_int, info: *mut libc::siginfo_t, contex
     // faulting pc of a #GP on rdtsc points at the instruction's bytes, which are mapped code.
     unsafe {
         let pc = (*(context as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RIP as usize] as *const u8;
-        if (*info).si_code == SI_KERNEL && !pc.is_null() {
-            let bytes = std::slice::from_raw_parts(pc, 3);
-            if bytes[..2] == RDTSC || bytes == RDTSCP {
-                set_mode(libc::PR_TSC_ENABLE);
-                DISABLED.with(|d| d.set(false));
-                REENABLED.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
+        if (*info).si_code == SI_KERNEL && !pc.is_null() && dara_abi::counter::CounterRead::at(pc).is_some() {
+            set_mode(libc::PR_TSC_ENABLE);
+            DISABLED.with(|d| d.set(false));
+            REENABLED.fetch_add(1, Ordering::Relaxed);
+            return;
         }
         match PREVIOUS_SEGV.get().copied() {
             Some(previous) if previous.sa_flags & libc::SA_SIGINFO != 0 && previous.sa_sigaction > libc::SIG_IGN => {
@@ -213,7 +203,7 @@ mod tests {
             let start = std::time::Instant::now();
             let _ = std::time::SystemTime::now();
             assert!(start.elapsed() < std::time::Duration::from_secs(60));
-            let _ = crate::coarse_time::CoarseInstant::now().elapsed();
+            let _ = crate::coarse_time::CoarseInstant::now();
             // A thread created now inherits the disabled counter; its first counter read (the
             // vDSO's) faults into on_sigsegv, which enables it for that thread.
             assert_eq!(mode(), libc::PR_TSC_SIGSEGV, "the clock reads above did not fault");
@@ -228,13 +218,13 @@ mod tests {
             assert_eq!(inherited, libc::PR_TSC_SIGSEGV, "threads inherit the disabled counter");
             assert_eq!(after, libc::PR_TSC_ENABLE, "the new thread's counter works after its first read");
             assert!(reenabled_threads() > before);
-            // A command started with enable_in_child between fork and exec runs; its dynamic
+            // A command started with enable_counter_in_child between fork and exec runs; its dynamic
             // loader reads the counter first thing.
             let mut cmd = std::process::Command::new("/bin/true");
             // SAFETY: the closure makes one async-signal-safe system call.
             unsafe {
                 std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                    enable_in_child();
+                    dara_tracer::launch::enable_counter_in_child();
                     Ok(())
                 });
             }

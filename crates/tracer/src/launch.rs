@@ -249,10 +249,7 @@ impl ProcessTree {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
-                // The scheduler thread may run with the time-stamp counter disabled (the
-                // scheduler's own_tsc.rs), which a fork inherits and an exec keeps: the new
-                // program's dynamic loader reads the counter before anything could catch that.
-                libc::prctl(libc::PR_SET_TSC, libc::PR_TSC_ENABLE, 0, 0, 0);
+                enable_counter_in_child();
                 if let Some(cpu) = cpu {
                     let mut set: libc::cpu_set_t = std::mem::zeroed();
                     libc::CPU_SET(cpu, &mut set);
@@ -412,6 +409,15 @@ fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: both descriptors were just created and are owned by nothing else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Re-enables the time-stamp counter between fork and exec. The scheduler thread runs with it
+/// disabled (the scheduler's `own_tsc.rs`), which a fork inherits and an exec keeps, and the new
+/// program's dynamic loader reads the counter before anything could catch the fault.
+/// Async-signal-safe.
+pub fn enable_counter_in_child() {
+    // SAFETY: PR_SET_TSC takes a plain integer.
+    unsafe { libc::prctl(libc::PR_SET_TSC, libc::PR_TSC_ENABLE, 0, 0, 0) };
 }
 
 /// Forks the process that leads a cluster run's process group: it only waits, untraced, until

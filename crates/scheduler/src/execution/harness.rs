@@ -14,7 +14,7 @@ pub(super) fn run_harness(which: &'static str, command: &str, cfg: &ExecutionCon
     // SAFETY: the closure makes one async-signal-safe system call.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            crate::own_tsc::enable_in_child();
+            dara_tracer::launch::enable_counter_in_child();
             Ok(())
         });
     }
