@@ -33,6 +33,7 @@
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 
 pub mod access;
+pub mod clock;
 pub mod counter;
 pub mod handoff;
 pub mod request;
@@ -42,7 +43,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 19;
+pub const VERSION: u32 = 20;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -508,6 +509,14 @@ impl FutexMatch {
     pub const fn from_arg(arg: u64) -> FutexMatch {
         FutexMatch { bitset: arg as u32, shared: arg & Self::SHARED_BIT != 0 }
     }
+
+    /// Which waiters a `futex` call with operation word `op` matches: every one for the plain
+    /// `FUTEX_WAIT`/`FUTEX_WAKE` (`plain`), else those of its bitset argument; process-shared
+    /// without `FUTEX_PRIVATE_FLAG` (128).
+    pub const fn of_call(op: i32, plain: bool, bitset_arg: u64) -> FutexMatch {
+        const FUTEX_PRIVATE_FLAG: i32 = 128;
+        FutexMatch { bitset: if plain { u32::MAX } else { bitset_arg as u32 }, shared: op & FUTEX_PRIVATE_FLAG == 0 }
+    }
 }
 
 /// The words of [`MutexKind`] (glibc `__kind & 3`, adaptive folded into normal).
@@ -639,8 +648,31 @@ pub struct Header {
     /// were not noted.
     pub written_count: AtomicU32,
     pub written: [WrittenFile; MAX_WRITTEN_FILES],
+    /// The words a process uses to ask dara's ptrace agent to trace it (see [`AgentWords`]).
+    pub agent: AgentWords,
     pub processes: [ProcessEntry; MAX_PROCESSES],
 }
+
+/// How a process that the preload cannot enter (a statically linked or Go program, about to be
+/// exec'd) asks dara's ptrace agent (`dara-agent`, crates/tracer/src/ptrace) to trace it, before
+/// it installs the agent's seccomp filter: a traced system call without a tracer would fail.
+///
+/// The asking process holds the run token (or is being launched, before any thread runs), so at
+/// most one request is under way: it writes its kernel thread id (as dara's PID namespace
+/// numbers it) into `seize_tid`, bumps `doorbell` and futex-wakes it, then waits on `seize_ack`
+/// until it holds that tid (the agent attached) or `u32::MAX` (the agent could not).
+#[repr(C)]
+pub struct AgentWords {
+    /// Bumped (then futex-woken) for every request; the agent waits on it.
+    pub doorbell: AtomicU32,
+    pub seize_tid: AtomicU32,
+    pub seize_ack: AtomicU32,
+    /// The agent's pid (0: no agent in this execution).
+    pub pid: AtomicU32,
+}
+
+/// [`AgentWords::seize_ack`] when the agent could not attach.
+pub const SEIZE_REFUSED: u32 = u32::MAX;
 
 /// Entries of [`Header::written`].
 pub const MAX_WRITTEN_FILES: usize = 32;

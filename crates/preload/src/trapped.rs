@@ -20,8 +20,6 @@ use crate::trap::{passthrough, user_mut, user_ref, RESTART};
 use crate::vclock::{self, ClockBase, Slept};
 use crate::{entropy, stop_world, timecalls};
 
-const FUTEX_BITSET_MATCH_ANY: u32 = 0xFFFF_FFFF;
-
 /// The SIGSYS handler [`crate::trap::install`] installs.
 pub extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_void) {
     // SAFETY: for an SA_SIGINFO handler the kernel passes a valid ucontext_t that we may modify;
@@ -253,11 +251,8 @@ fn futex(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
     }
 }
 
-/// Which waiters a futex call with operation word `op` matches: every one for the plain
-/// commands (`any`), else the bitset argument's; process-shared without `FUTEX_PRIVATE_FLAG`.
 fn futex_match(op: c_int, any: bool, bitset_arg: u64) -> FutexMatch {
-    let bitset = if any { FUTEX_BITSET_MATCH_ANY } else { bitset_arg as u32 };
-    FutexMatch { bitset, shared: op & libc::FUTEX_PRIVATE_FLAG == 0 }
+    FutexMatch::of_call(op, any, bitset_arg)
 }
 
 #[cfg(test)]
@@ -267,7 +262,7 @@ mod tests {
     #[test]
     fn a_futex_call_without_the_private_flag_is_shared() {
         let wait = futex_match(libc::FUTEX_WAIT, true, 0);
-        assert_eq!(wait, FutexMatch { bitset: FUTEX_BITSET_MATCH_ANY, shared: true });
+        assert_eq!(wait, FutexMatch { bitset: u32::MAX, shared: true });
         let private = futex_match(libc::FUTEX_WAKE_BITSET | libc::FUTEX_PRIVATE_FLAG, false, 0b101);
         assert_eq!(private, FutexMatch { bitset: 0b101, shared: false });
         assert_eq!(FutexMatch::from_arg(wait.to_arg()), wait);

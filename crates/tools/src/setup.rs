@@ -94,6 +94,18 @@ pub fn find_preload() -> anyhow::Result<PathBuf> {
     bail!("cannot find libdara_preload.so next to {}; build the whole workspace (cargo build --release) or set DARA_PRELOAD", exe.display())
 }
 
+/// dara-agent (the ptrace agent for static and Go programs): $DARA_AGENT, else next to the
+/// running executable or one directory up (cargo puts test binaries in `deps/`). None when
+/// there is none: such programs are then refused with a message saying how to get it.
+pub fn find_agent() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("DARA_AGENT") {
+        return Some(PathBuf::from(p)).filter(|p| p.is_file());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir.join("dara-agent"), dir.join("../dara-agent")].into_iter().find(|p| p.is_file()).map(|p| p.canonicalize().unwrap_or(p))
+}
+
 fn current_cpu() -> usize {
     // SAFETY: sched_getcpu takes no arguments.
     let cpu = unsafe { libc::sched_getcpu() };
@@ -109,6 +121,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         // run too, so the recording and its replay see the same environment.
         env: std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect(),
         preload: find_preload()?,
+        agent: find_agent(),
         cpus: 4,
         pin_cpu: Some(machine.pin_cpu.unwrap_or_else(current_cpu)),
         random_seed: 0,

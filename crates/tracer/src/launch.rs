@@ -54,7 +54,28 @@ pub struct LaunchSpec {
     pub host_proc_fd: Option<i32>,
     /// Run the tree in a PID namespace of its own ([`crate::pidns`]) when dara can create one.
     pub virtual_pids: bool,
+    /// How to run programs the preload cannot enter (statically linked ones) on the ptrace path
+    /// ([`crate::ptrace`]); None: they are refused.
+    pub agent: Option<AgentLaunch>,
 }
+
+/// The ptrace agent of an execution: its program, and the execution's region where a launched
+/// process asks it to attach ([`crate::ptrace::seize`]).
+#[derive(Clone, Debug)]
+pub struct AgentLaunch {
+    pub program: PathBuf,
+    pub words: AgentWordsRef,
+}
+
+/// The region's [`dara_abi::AgentWords`], mapped by the scheduler for longer than the tree
+/// lives.
+#[derive(Clone, Copy, Debug)]
+pub struct AgentWordsRef(pub *const dara_abi::AgentWords);
+
+// SAFETY: the words are atomics in shared memory that outlives the tree; any thread may use them.
+unsafe impl Send for AgentWordsRef {}
+// SAFETY: as above.
+unsafe impl Sync for AgentWordsRef {}
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -97,6 +118,8 @@ pub struct ProcessTree {
     ns_refused: Option<String>,
     /// dara's /proc, handed to every launched command (`spec.host_proc_fd`).
     host_proc: Option<OwnedFd>,
+    /// The ptrace agent, started with the first command that needs it.
+    agent: Option<crate::ptrace::AgentProcess>,
 }
 
 /// How much of the target's stderr [`ProcessTree::stderr_tail`] keeps.
@@ -176,7 +199,7 @@ impl ProcessTree {
             None => (None, None),
         };
         let host_proc = spec.host_proc_fd.and_then(|_| std::fs::File::open("/proc").ok()).map(OwnedFd::from);
-        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, forwarders, output_writers: vec![out_w, err_w], stderr_tail, output_pipes, ns, ns_refused, host_proc })
+        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, forwarders, output_writers: vec![out_w, err_w], stderr_tail, output_pipes, ns, ns_refused, host_proc, agent: None })
     }
 
     fn start_reaper(&mut self, on_exit: impl Fn() + Send + 'static) {
@@ -210,9 +233,10 @@ impl ProcessTree {
 
     /// Forks and execs `command` set up for dara: in process group `group` as the new process
     /// names it (a new one if 0), inside the namespace if there is one.
-    fn start(&self, command: &[String], group: libc::pid_t) -> Result<u32, LaunchError> {
+    fn start(&mut self, command: &[String], group: libc::pid_t) -> Result<u32, LaunchError> {
         let (program, args) = command.split_first().ok_or(LaunchError::Empty)?;
         let spawn_error = |source| LaunchError::Spawn { program: program.clone(), source };
+        let traced = self.ptrace_launch(program).map_err(spawn_error)?;
         let spec = &self.spec;
         let mut cmd = Command::new(program);
         cmd.args(args);
@@ -255,6 +279,12 @@ impl ProcessTree {
                     libc::CPU_SET(cpu, &mut set);
                     libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
                 }
+                if let Some((words, filter)) = &traced {
+                    // Last: from here on the filter's calls stop for the agent.
+                    let pid = host_proc.and_then(|(to, _)| crate::ptrace::seize::host_pid(to)).unwrap_or(libc::getpid() as u32);
+                    crate::ptrace::seize::ask(&*words.0, pid).map_err(|_| std::io::Error::other("dara's ptrace agent did not attach"))?;
+                    crate::ptrace::filter::install(filter)?;
+                }
                 Ok(())
             });
         }
@@ -281,6 +311,23 @@ impl ProcessTree {
         .map_err(spawn_error)?;
         // The reaper owns waiting; std's handle is dropped without waiting.
         Ok(child.id())
+    }
+
+    /// For a program the preload cannot enter: the agent's words (starting the agent first if
+    /// this tree has none yet) and the filter the child installs before its exec. None for a
+    /// program the preload enters, or when the spec has no agent (such programs are refused
+    /// before the launch).
+    fn ptrace_launch(&mut self, program: &str) -> std::io::Result<Option<(AgentWordsRef, Vec<libc::sock_filter>)>> {
+        let Some(agent) = &self.spec.agent else { return Ok(None) };
+        let needs_agent = crate::binary::resolve(program).and_then(|p| crate::binary::classify(&p).ok()).is_some_and(|kind| kind == crate::binary::BinaryKind::Static);
+        if !needs_agent {
+            return Ok(None);
+        }
+        if self.agent.is_none() {
+            let region_fd = self.spec.pass_fd.map_or(-1, |(fd, _)| fd);
+            self.agent = Some(crate::ptrace::AgentProcess::spawn(&agent.program, region_fd, self.spec.cpu)?);
+        }
+        Ok(Some((agent.words, crate::ptrace::filter::program())))
     }
 
     /// Kernel pid of the first launched command (0 before one is).
@@ -491,7 +538,7 @@ mod tests {
     use super::*;
 
     fn spec(command: &[&str]) -> LaunchSpec {
-        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false }
+        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None }
     }
 
     #[test]

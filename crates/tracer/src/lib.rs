@@ -18,7 +18,8 @@ pub mod image;
 pub mod launch;
 pub mod pidns;
 pub mod procfs;
+pub mod ptrace;
 pub mod reaper;
 
-pub use launch::{LaunchError, LaunchSpec, ProcessTree};
+pub use launch::{AgentLaunch, AgentWordsRef, LaunchError, LaunchSpec, ProcessTree};
 pub use reaper::ExitEvent;

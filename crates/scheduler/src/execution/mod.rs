@@ -69,6 +69,9 @@ pub struct ExecutionConfig {
     pub env: Vec<(String, String)>,
     /// Path of libdara_preload.so.
     pub preload: PathBuf,
+    /// Path of dara-agent, which runs programs the preload cannot enter (statically linked
+    /// ones) through ptrace; None: such programs are refused.
+    pub agent: Option<PathBuf>,
     /// CPU count the target observes.
     pub cpus: u32,
     /// CPU the execution (scheduler thread and target) is pinned to.
@@ -175,6 +178,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         stdin_fd: world.stdin_for_program(),
         host_proc_fd: Some(dara_abi::HOST_PROC_FD),
         virtual_pids: true,
+        agent: cfg.agent.clone().map(|program| dara_tracer::AgentLaunch { program, words: dara_tracer::AgentWordsRef(&region.header().agent) }),
     };
     let waker = Arc::clone(&region);
     let tree = match cfg.cluster {

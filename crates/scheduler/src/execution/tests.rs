@@ -187,6 +187,7 @@ fn config(max_steps: u64) -> ExecutionConfig {
         cwd: None,
         env: Vec::new(),
         preload: "/nonexistent/libdara_preload.so".into(),
+        agent: None,
         cpus: 2,
         pin_cpu: None,
         random_seed: 1,

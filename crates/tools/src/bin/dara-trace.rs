@@ -438,10 +438,11 @@ fn check_program(program: &str) -> anyhow::Result<Vec<(String, String)>> {
     let kind = binary::classify(&path).with_context(|| format!("cannot read {}", path.display()))?;
     let elf = match kind {
         BinaryKind::Dynamic => path.clone(),
-        BinaryKind::Static => bail!(
-            "{} is statically linked: dara's preload cannot enter it (ptrace support for static and Go binaries is not built yet); rebuild it with dynamic linking",
+        BinaryKind::Static if dara_tools::setup::find_agent().is_none() => bail!(
+            "{} is statically linked: dara runs such programs through its ptrace agent, and dara-agent is not next to dara-trace; build the whole workspace (cargo build --release) or set DARA_AGENT",
             path.display()
         ),
+        BinaryKind::Static => path.clone(),
         BinaryKind::Script { interpreter } => interpreter,
         BinaryKind::Other(why) => bail!("{}: {why}", path.display()),
     };

@@ -1,0 +1,243 @@
+//! What a system call a tracee stopped in means to dara: run it, answer it on the spot, or post a
+//! [`Request`] and finish it once the scheduler grants it ([`Then`]). The same requests, with the
+//! same arguments, as the preload's SIGSYS handler posts for the same calls
+//! (crates/preload/src/trapped.rs), so the scheduler cannot tell the two paths apart.
+//!
+//! Pure apart from reading the program's arguments (timeouts) from its memory: no ptrace here.
+use dara_abi::clock::{self, ClockBase};
+use dara_abi::{Addr, Deadline, FutexMatch, NetFlags, Request, Unsupported, NO_DEADLINE};
+
+use crate::ptrace::remote::{self, Syscall};
+
+/// What to do with a call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Action {
+    /// Let it run for real, no scheduling point (its effect is private or deterministic).
+    Run,
+    /// Return this without running it.
+    Answer(i64),
+    /// A clock read: answered from the thread's last grant (coarse steps) or posted.
+    Clock(ClockAnswer),
+    /// Fill `len` bytes at `addr` from the process's entropy stream.
+    Random { addr: u64, len: u64 },
+    /// Write the CPU set dara shows (`sched_getaffinity`).
+    Affinity { addr: u64, size: u64 },
+    /// A scheduling point.
+    Post(Request, Then),
+}
+
+/// How to finish a posted call once it is granted.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Then {
+    /// Return the grant's result without running the call (futex, yield).
+    Return,
+    /// A sleep: 0, or -EINTR when a signal ended it.
+    Slept,
+    /// Run the call for real (an exit).
+    Run,
+    /// A thread's or process's first post was granted: it starts (a fresh program image gets
+    /// its `AT_RANDOM` bytes and loses its vDSO first).
+    Started,
+    /// Answer a clock read from the grant's time.
+    Clock(ClockAnswer),
+    /// The grant allows a thread: claim its slot, then run the real `clone`.
+    CreateThread,
+    /// The grant allows a process: claim it, then run the real call (a `vfork` made a fork).
+    CreateProcess { vfork: Vfork },
+    /// The thread's last call: run it; its slot is finished once the thread is gone.
+    ExitThread,
+    /// The wake of a thread's cleared tid word (see `Agent::exit_thread`) was granted: the
+    /// thread posts its exit next.
+    WokeJoiners,
+    /// A wait for readiness: run the call with a zero timeout (argument `timeout_arg` set to 0)
+    /// and look at its result; a blocking call that finds nothing posts again.
+    ReadyWait { timeout_arg: usize, blocking: bool },
+}
+
+/// How a vfork-like call is made a fork: a thread parked in the kernel until its child execs
+/// would stop the whole system, so the parent goes on (the child has its own copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vfork {
+    No,
+    /// `vfork()`: made `fork()`.
+    Call,
+    /// `clone(CLONE_VM | CLONE_VFORK, ...)`: both flags dropped.
+    CloneFlags,
+}
+
+/// Where a clock read's answer goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockAnswer {
+    /// `clock_gettime`: a timespec at `addr`.
+    Timespec { base: ClockBase, addr: u64 },
+    /// `gettimeofday`: a timeval at `tv`, a zeroed timezone at `tz` (either may be null).
+    Timeval { tv: u64, tz: u64 },
+    /// `time`: seconds returned and stored at `addr` (may be null).
+    Seconds { addr: u64 },
+}
+
+/// The errno of a call dara refuses, as a negative result.
+const fn errno(e: i32) -> i64 {
+    -(e as i64)
+}
+
+/// What call `call` of a process that reads its clocks on `last_now` (the thread's last grant's
+/// virtual time) and an epoch of `epoch_ns` means; reads timeouts from process `pid`.
+pub fn decode(call: Syscall, pid: i32, last_now: u64, epoch_ns: u64) -> Action {
+    let a = call.args;
+    let after = |d: u64| Deadline::from_ns(last_now.saturating_add(d));
+    match call.nr {
+        libc::SYS_futex => futex(a, pid, last_now, epoch_ns),
+        libc::SYS_sched_yield => Action::Post(Request::Yield, Then::Return),
+        libc::SYS_nanosleep => match timespec_arg(pid, a[0]) {
+            Ok(Some(d)) => Action::Post(Request::Sleep { deadline: after(d) }, Then::Slept),
+            Ok(None) => Action::Answer(errno(libc::EFAULT)),
+            Err(e) => Action::Answer(e),
+        },
+        libc::SYS_clock_nanosleep => {
+            let Some(base) = ClockBase::of(a[0] as i32) else { return Action::Run };
+            match timespec_arg(pid, a[2]) {
+                Ok(Some(t)) if a[1] as i32 & libc::TIMER_ABSTIME != 0 => Action::Post(Request::Sleep { deadline: Deadline::from_ns(base.to_virtual(t, epoch_ns)) }, Then::Slept),
+                Ok(Some(d)) => Action::Post(Request::Sleep { deadline: after(d) }, Then::Slept),
+                Ok(None) => Action::Answer(errno(libc::EFAULT)),
+                Err(e) => Action::Answer(e),
+            }
+        }
+        libc::SYS_clock_gettime => match ClockBase::of(a[0] as i32) {
+            Some(base) => Action::Clock(ClockAnswer::Timespec { base, addr: a[1] }),
+            None => Action::Run,
+        },
+        libc::SYS_gettimeofday => Action::Clock(ClockAnswer::Timeval { tv: a[0], tz: a[1] }),
+        libc::SYS_time => Action::Clock(ClockAnswer::Seconds { addr: a[0] }),
+        libc::SYS_clock_getres => match ClockBase::of(a[0] as i32) {
+            // Every virtual clock moves in nanoseconds.
+            Some(_) if a[1] != 0 => match remote::write_pair(pid, a[1], (0, 1)) {
+                Ok(()) => Action::Answer(0),
+                Err(_) => Action::Answer(errno(libc::EFAULT)),
+            },
+            Some(_) => Action::Answer(0),
+            None => Action::Run,
+        },
+        libc::SYS_getcpu => {
+            // CPU 0, node 0, as the preload answers.
+            for addr in [a[0], a[1]].into_iter().filter(|&p| p != 0) {
+                if remote::write(pid, addr, &0u32.to_le_bytes()).is_err() {
+                    return Action::Answer(errno(libc::EFAULT));
+                }
+            }
+            Action::Answer(0)
+        }
+        libc::SYS_getrandom => Action::Random { addr: a[0], len: a[1] },
+        libc::SYS_sched_getaffinity => Action::Affinity { addr: a[2], size: a[1] },
+        libc::SYS_clone => {
+            let flags = a[0];
+            if flags & libc::CLONE_THREAD as u64 != 0 {
+                Action::Post(Request::ThreadCreate, Then::CreateThread)
+            } else {
+                let vforks = flags & (libc::CLONE_VM | libc::CLONE_VFORK) as u64 != 0;
+                Action::Post(Request::ProcessFork, Then::CreateProcess { vfork: if vforks { Vfork::CloneFlags } else { Vfork::No } })
+            }
+        }
+        libc::SYS_fork => Action::Post(Request::ProcessFork, Then::CreateProcess { vfork: Vfork::No }),
+        libc::SYS_vfork => Action::Post(Request::ProcessFork, Then::CreateProcess { vfork: Vfork::Call }),
+        // glibc falls back to clone, whose flags sit in a register; Go 1.19 never uses clone3.
+        libc::SYS_clone3 => Action::Answer(errno(libc::ENOSYS)),
+        libc::SYS_exit => Action::Post(Request::ThreadExit, Then::ExitThread),
+        libc::SYS_exit_group => Action::Post(Request::ProcessExit { status: a[0] as i32 }, Then::Run),
+        libc::SYS_epoll_wait | libc::SYS_epoll_pwait => {
+            let timeout_ms = a[3] as i32;
+            let nonblock = timeout_ms == 0;
+            let deadline = if timeout_ms < 0 { Deadline::from_ns(NO_DEADLINE) } else { after(timeout_ms as u64 * 1_000_000) };
+            let flags = if nonblock { dara_abi::net_flags::NONBLOCK } else { 0 };
+            Action::Post(Request::NetEpollWait { epoll: a[0] as i32, deadline: if nonblock { Deadline::from_ns(NO_DEADLINE) } else { deadline }, flags: NetFlags(flags) }, Then::ReadyWait { timeout_arg: 3, blocking: !nonblock })
+        }
+        libc::SYS_poll => {
+            let timeout_ms = a[2] as i32;
+            let nonblock = timeout_ms == 0;
+            let deadline = if timeout_ms < 0 || nonblock { Deadline::from_ns(NO_DEADLINE) } else { after(timeout_ms as u64 * 1_000_000) };
+            let flags = if nonblock { dara_abi::net_flags::NONBLOCK } else { 0 };
+            Action::Post(Request::NetPoll { fds: Addr(a[0]), count: a[1], deadline, flags: NetFlags(flags) }, Then::ReadyWait { timeout_arg: 2, blocking: !nonblock })
+        }
+        // Waits dara models for the preload but not yet on this path, and anything else in the
+        // filter: the run stops and names the call.
+        nr => Action::Post(Request::Unsupported(Unsupported::Syscall { nr: nr as u64, args: [a[0], a[1], a[2]] }), Then::Return),
+    }
+}
+
+/// `futex`: waits and wakes as the preload posts them; other commands are refused.
+fn futex(a: [u64; 6], pid: i32, last_now: u64, epoch_ns: u64) -> Action {
+    let op = a[1] as i32;
+    let cmd = op & !(libc::FUTEX_PRIVATE_FLAG | libc::FUTEX_CLOCK_REALTIME);
+    let addr = Addr(a[0]);
+    match cmd {
+        libc::FUTEX_WAIT | libc::FUTEX_WAIT_BITSET => {
+            let timeout = match timespec_arg(pid, a[3]) {
+                Ok(t) => t,
+                Err(e) => return Action::Answer(e),
+            };
+            let deadline = match (cmd, timeout) {
+                (_, None) => NO_DEADLINE,
+                (libc::FUTEX_WAIT, Some(d)) => last_now.saturating_add(d),
+                (_, Some(t)) => {
+                    let base = if op & libc::FUTEX_CLOCK_REALTIME != 0 { ClockBase::Realtime } else { ClockBase::Monotonic };
+                    base.to_virtual(t, epoch_ns)
+                }
+            };
+            let matching = FutexMatch::of_call(op, cmd == libc::FUTEX_WAIT, a[5]);
+            if matching.bitset == 0 {
+                return Action::Answer(errno(libc::EINVAL));
+            }
+            Action::Post(Request::FutexWait { addr, expected: a[2] as u32, deadline: Deadline::from_ns(deadline), matching }, Then::Return)
+        }
+        libc::FUTEX_WAKE | libc::FUTEX_WAKE_BITSET => {
+            let matching = FutexMatch::of_call(op, cmd == libc::FUTEX_WAKE, a[5]);
+            Action::Post(Request::FutexWake { addr, count: a[2] as u32, matching }, Then::Return)
+        }
+        _ => Action::Post(Request::Unsupported(Unsupported::Syscall { nr: libc::SYS_futex as u64, args: [a[0], a[1], a[2]] }), Then::Return),
+    }
+}
+
+/// A `timespec` argument as nanoseconds (`None` for null); `Err(-errno)` for a bad one.
+fn timespec_arg(pid: i32, addr: u64) -> Result<Option<u64>, i64> {
+    match remote::read_timespec(pid, addr) {
+        Ok(None) => Ok(None),
+        Ok(Some((sec, nsec))) => clock::timespec_ns(sec, nsec).map(Some).ok_or(errno(libc::EINVAL)),
+        Err(_) => Err(errno(libc::EFAULT)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(nr: i64, args: [u64; 6]) -> Syscall {
+        Syscall { nr, args }
+    }
+
+    #[test]
+    fn thread_and_process_creation_are_told_apart_by_the_clone_flags() {
+        let pid = std::process::id() as i32;
+        let thread = (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_SIGHAND) as u64;
+        assert_eq!(decode(call(libc::SYS_clone, [thread, 0, 0, 0, 0, 0]), pid, 0, 0), Action::Post(Request::ThreadCreate, Then::CreateThread));
+        assert_eq!(decode(call(libc::SYS_clone, [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]), pid, 0, 0), Action::Post(Request::ProcessFork, Then::CreateProcess { vfork: Vfork::No }));
+        let go_exec = (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | libc::SIGCHLD as u64;
+        assert_eq!(decode(call(libc::SYS_clone, [go_exec, 0, 0, 0, 0, 0]), pid, 0, 0), Action::Post(Request::ProcessFork, Then::CreateProcess { vfork: Vfork::CloneFlags }));
+    }
+
+    #[test]
+    fn a_relative_futex_timeout_counts_from_the_last_grant() {
+        let pid = std::process::id() as i32;
+        let timeout = libc::timespec { tv_sec: 2, tv_nsec: 5 };
+        let word = 0u32;
+        let args = [&word as *const u32 as u64, (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as u64, 7, &timeout as *const libc::timespec as u64, 0, 0];
+        let Action::Post(Request::FutexWait { expected, deadline, matching, .. }, Then::Return) = decode(call(libc::SYS_futex, args), pid, 1_000, 0) else { panic!("not a futex wait") };
+        assert_eq!((expected, deadline.to_ns(), matching.shared), (7, 1_000 + 2_000_000_005, false));
+    }
+
+    #[test]
+    fn calls_dara_cannot_model_yet_are_named_not_run() {
+        let pid = std::process::id() as i32;
+        let Action::Post(Request::Unsupported(Unsupported::Syscall { nr, .. }), _) = decode(call(libc::SYS_rt_sigsuspend, [0; 6]), pid, 0, 0) else { panic!("not refused") };
+        assert_eq!(nr, libc::SYS_rt_sigsuspend as u64);
+    }
+}

@@ -1,0 +1,221 @@
+//! Finishing a call: what the agent does to a stopped tracee once the call's answer is known
+//! (on the spot, or from the scheduler's grant): set its result and skip the call, run it for
+//! real, or run it and look at what it returned. Also what a fresh program image gets before
+//! its first instruction: its `AT_RANDOM` bytes from the run's seed, and no vDSO.
+use dara_abi::clock::{self, ClockBase};
+
+use super::calls::{ClockAnswer, Then, Vfork};
+use super::tracees::{Birth, ExitCheck};
+use super::{resume, resume_to_exit, Agent};
+use crate::ptrace::remote::{self, Registers};
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+/// What a sleep or wait a signal ended returns.
+const INTERRUPTED: i64 = -(libc::EINTR as i64);
+
+/// Skips the call `tid` stopped in with result `value`, and resumes it.
+pub fn answer(tid: i32, mut regs: Registers, value: i64) {
+    if regs.skip_with(value).is_ok() {
+        resume(tid, 0);
+    }
+}
+
+/// Answers a clock read at virtual time `now` (realtime clocks shifted by `skew` ns).
+pub fn clock(tid: i32, pid: i32, regs: Registers, how: ClockAnswer, now: u64, skew: i64, epoch: u64) {
+    let read = |base: ClockBase| {
+        let reading = base.reading(now, epoch);
+        if base == ClockBase::Realtime {
+            reading.saturating_add_signed(skew)
+        } else {
+            reading
+        }
+    };
+    let efault = -(libc::EFAULT as i64);
+    let value = match how {
+        ClockAnswer::Timespec { base, addr } => match remote::write_pair(pid, addr, clock::ns_timespec(read(base))) {
+            Ok(()) => 0,
+            Err(_) => efault,
+        },
+        ClockAnswer::Timeval { tv, tz } => {
+            let ns = read(ClockBase::Realtime);
+            let tv_ok = tv == 0 || remote::write_pair(pid, tv, ((ns / NS_PER_SEC) as i64, (ns % NS_PER_SEC / 1_000) as i64)).is_ok();
+            let tz_ok = tz == 0 || remote::write(pid, tz, &[0u8; 8]).is_ok();
+            if tv_ok && tz_ok {
+                0
+            } else {
+                efault
+            }
+        }
+        ClockAnswer::Seconds { addr } => {
+            let secs = (read(ClockBase::Realtime) / NS_PER_SEC) as i64;
+            if addr == 0 || remote::write(pid, addr, &secs.to_le_bytes()).is_ok() {
+                secs
+            } else {
+                efault
+            }
+        }
+    };
+    answer(tid, regs, value);
+}
+
+/// `sched_getaffinity` as dara shows it: CPUs 0..cpus, in a mask of `size` bytes at `addr`.
+pub fn affinity(pid: i32, addr: u64, size: u64, cpus: u32) -> i64 {
+    // The kernel's mask is a whole number of longs: 8 bytes for up to 64 CPUs.
+    let bytes = (cpus.max(1) as usize).div_ceil(64) * 8;
+    if (size as usize) < bytes {
+        return -(libc::EINVAL as i64);
+    }
+    let mut mask = vec![0u8; bytes];
+    for cpu in 0..cpus.max(1) as usize {
+        mask[cpu / 8] |= 1 << (cpu % 8);
+    }
+    match remote::write(pid, addr, &mask) {
+        Ok(()) => bytes as i64,
+        Err(_) => -(libc::EFAULT as i64),
+    }
+}
+
+/// A wait run with a zero timeout came back: a blocking one that found nothing is set up to be
+/// made again (it stops at the filter and posts again); ready events are put in the order of
+/// their data words, as the preload orders them.
+pub fn ready_wait_came_back(pid: i32, regs: &mut Registers, check: ExitCheck) {
+    let result = regs.result();
+    if result == 0 && check.blocking {
+        let _ = regs.restart(check.nr).and_then(|()| regs.set_arg(check.timeout_arg, check.timeout));
+        return;
+    }
+    let is_epoll = check.nr == libc::SYS_epoll_wait || check.nr == libc::SYS_epoll_pwait;
+    if is_epoll && result > 1 {
+        sort_epoll_events(pid, regs.syscall().args[1], result as usize);
+    }
+}
+
+/// `struct epoll_event` is packed on x86-64: a 32-bit mask then the 64-bit data word.
+const EPOLL_EVENT_BYTES: usize = 12;
+
+fn sort_epoll_events(pid: i32, addr: u64, count: usize) {
+    let mut raw = vec![0u8; count * EPOLL_EVENT_BYTES];
+    if remote::read(pid, addr, &mut raw).is_err() {
+        return;
+    }
+    let mut events: Vec<&[u8]> = raw.chunks(EPOLL_EVENT_BYTES).collect();
+    events.sort_by_key(|e| u64::from_le_bytes(e[4..12].try_into().expect("8 bytes")));
+    let sorted: Vec<u8> = events.concat();
+    let _ = remote::write(pid, addr, &sorted);
+}
+
+impl Agent {
+    /// Finishes the call `tid` posted, now that it was granted with `result`.
+    pub(super) fn finish(&mut self, tid: i32, then: Then, result: i64) {
+        let Ok(mut regs) = Registers::read(tid) else { return };
+        let (pid, now) = (self.tracees[&tid].pid, self.tracees[&tid].last_now);
+        match then {
+            Then::Return => answer(tid, regs, result),
+            Then::Slept => answer(tid, regs, if result == INTERRUPTED { INTERRUPTED } else { 0 }),
+            Then::Run => resume(tid, 0),
+            Then::Started => {
+                if std::mem::take(&mut self.tracees.get_mut(&tid).expect("granted tracee").fresh_image) {
+                    self.prepare_image(tid, pid, &regs);
+                }
+                resume(tid, 0);
+            }
+            Then::Clock(how) => {
+                let epoch = self.region.header().realtime_epoch_ns.load(std::sync::atomic::Ordering::Relaxed);
+                clock(tid, pid, regs, how, now, result, epoch);
+            }
+            Then::CreateThread | Then::CreateProcess { .. } if result != 0 => answer(tid, regs, -result.abs()),
+            Then::CreateThread => {
+                // The kernel would clear and wake the new thread's tid word as it exits, a wake
+                // the scheduler would not see (a join waits on that word): the agent does it
+                // itself at the thread's exit, as a scheduling point.
+                let call = regs.syscall();
+                let clears = call.args[0] & libc::CLONE_CHILD_CLEARTID as u64 != 0;
+                let clear_tid = clears.then_some(call.args[3]);
+                if clears && regs.set_arg(0, call.args[0] & !(libc::CLONE_CHILD_CLEARTID as u64)).is_err() {
+                    return;
+                }
+                if let Some(mut birth) = self.claim_child(tid, true) {
+                    if let Birth::Thread { clear_tid: ref mut slot_clear, .. } = birth {
+                        *slot_clear = clear_tid;
+                    }
+                    self.tracees.get_mut(&tid).expect("granted tracee").birth = Some(birth);
+                }
+                resume(tid, 0);
+            }
+            Then::WokeJoiners => self.post(tid, dara_abi::Request::ThreadExit, Then::ExitThread),
+            Then::CreateProcess { vfork } => {
+                let made_fork = match vfork {
+                    Vfork::No => Ok(()),
+                    Vfork::Call => regs.set_nr(libc::SYS_fork),
+                    Vfork::CloneFlags => {
+                        let flags = regs.syscall().args[0] & !((libc::CLONE_VM | libc::CLONE_VFORK) as u64);
+                        regs.set_arg(0, flags)
+                    }
+                };
+                if made_fork.is_ok() {
+                    if let Some(birth) = self.claim_child(tid, false) {
+                        self.tracees.get_mut(&tid).expect("granted tracee").birth = Some(birth);
+                    }
+                }
+                resume(tid, 0);
+            }
+            Then::ExitThread => {
+                self.tracees.get_mut(&tid).expect("granted tracee").exiting = true;
+                resume(tid, 0);
+            }
+            Then::ReadyWait { timeout_arg, blocking } => {
+                if result == 0 && blocking {
+                    answer(tid, regs, 0); // the timeout came first
+                    return;
+                }
+                let call = regs.syscall();
+                let check = ExitCheck { nr: call.nr, timeout_arg, timeout: call.args[timeout_arg], blocking };
+                if regs.set_arg(timeout_arg, 0).is_ok() {
+                    self.tracees.get_mut(&tid).expect("granted tracee").exit_check = Some(check);
+                    resume_to_exit(tid);
+                }
+            }
+        }
+    }
+
+    /// Claims the slot (and for a process, the logical process) of the child `tid` is about to
+    /// create, as the preload's hooks do after their `ThreadCreate`/`ProcessFork` grant.
+    fn claim_child(&mut self, tid: i32, thread: bool) -> Option<Birth> {
+        let header = self.region.header();
+        let creator = &self.tracees[&tid];
+        let index = dara_abi::handoff::next_free(&header.next_slot);
+        let slot = self.region.slot(index)?;
+        let birth = if thread {
+            Birth::Thread { slot: index, creator: creator.slot, pid: creator.pid, process: creator.process, clear_tid: None }
+        } else {
+            let process = header.next_process.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            Birth::Process { slot: index, parent: creator.process, process }
+        };
+        let (process, pid) = match birth {
+            Birth::Thread { process, pid, .. } => (process, pid),
+            Birth::Process { process, .. } => (process, 0),
+        };
+        slot.process.store(process, std::sync::atomic::Ordering::Relaxed);
+        slot.pid.store(pid as u32, std::sync::atomic::Ordering::Relaxed);
+        dara_abi::handoff::claim(slot);
+        Some(birth)
+    }
+
+    /// Before a fresh image's first instruction: its `AT_RANDOM` bytes come from the process's
+    /// stream (glibc's stack guard, Go's map seeds and `fastrand`), and the vDSO is hidden from
+    /// it (`AT_SYSINFO_EHDR` becomes `AT_IGNORE`), so its clock reads are system calls the
+    /// filter stops.
+    fn prepare_image(&mut self, tid: i32, pid: i32, regs: &Registers) {
+        let process = self.tracees[&tid].process;
+        for (index, kind, value, at) in crate::ptrace::auxv::entries(pid, regs.regs.rsp) {
+            match kind {
+                libc::AT_RANDOM => {
+                    self.processes.fill_random(process, pid, value, 16, &self.region);
+                }
+                libc::AT_SYSINFO_EHDR => crate::ptrace::auxv::ignore(pid, at),
+                _ => {}
+            }
+            let _ = index;
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! `dara-agent`: one process per execution that stands in for the preload in processes the
+//! preload cannot enter (statically linked programs, Go programs). It ptraces them, turns each
+//! system call their seccomp filter ([`super::filter`]) stops into the request the preload would
+//! post for it ([`calls`]), posts it on the thread's slot exactly as the preload's thread would
+//! ([`region`]), and finishes the call the way the grant says ([`finish`]). The scheduler sees
+//! slots, posts and grants, and cannot tell the two paths apart: one event model, one trace.
+//!
+//! # Why a process of its own
+//! ptrace events are reported to every thread of the tracer's process that waits for children,
+//! and dara's reaper waits on the target's process group: in dara's own process it would take
+//! the agent's stops. A separate process also keeps the scheduler's thread free of ptrace calls,
+//! which must all come from the one thread that attached.
+//!
+//! # The loop
+//! Only one thread of the whole system runs at a time, so the agent is in one of two modes:
+//! * one of its tracees holds the run token (the *runner*): it waits for that tracee's next stop
+//!   (`waitpid`), as do the stops of threads and processes it creates meanwhile;
+//! * none does: it waits on the futex words of its parked tracees' slots and its doorbell
+//!   (`futex_waitv`) for a grant or a request to attach, and every 50 ms looks for tracees that
+//!   died while parked (a kill from outside).
+mod calls;
+mod finish;
+mod region;
+mod tracees;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use dara_abi::{preempt, Request, StartKind};
+
+use crate::ptrace::seize;
+use calls::{Action, Then};
+use region::Region;
+pub use tracees::Tracee;
+use tracees::{Birth, Processes};
+
+/// How often a waiting agent looks for tracees that died while parked.
+const DEATH_CHECK_MS: u64 = 50;
+
+/// Options of every attach: children and threads are traced from birth, the filter's stops are
+/// reported, syscall-exit stops are told apart, and every tracee dies with the agent.
+const OPTIONS: i32 = libc::PTRACE_O_TRACESECCOMP | libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACEFORK | libc::PTRACE_O_TRACEVFORK | libc::PTRACE_O_TRACEEXEC | libc::PTRACE_O_TRACESYSGOOD | libc::PTRACE_O_EXITKILL;
+
+/// The agent's state.
+pub struct Agent {
+    region: Region,
+    tracees: BTreeMap<i32, Tracee>,
+    processes: Processes,
+    /// The tracee holding the run token, if one of ours does.
+    runner: Option<i32>,
+    /// Children named by a creation event whose first stop has not come yet.
+    expected: BTreeMap<i32, Birth>,
+    /// First stops of children no creation event has named yet.
+    early: BTreeSet<i32>,
+    /// Attached, not yet exec'd into the program (their stops before the exec are let through).
+    seized: BTreeSet<i32>,
+    coarse: bool,
+}
+
+/// Runs the agent on the region behind descriptor `fd` until the execution is over.
+pub fn run(fd: i32) -> Result<(), String> {
+    let region = Region::map(fd)?;
+    let header = region.header();
+    header.agent.pid.store(std::process::id(), std::sync::atomic::Ordering::Release);
+    let coarse = header.preempt_flags & preempt::COARSE != 0;
+    let mut agent = Agent { region, tracees: BTreeMap::new(), processes: Processes::default(), runner: None, expected: BTreeMap::new(), early: BTreeSet::new(), seized: BTreeSet::new(), coarse };
+    agent.serve();
+    Ok(())
+}
+
+impl Agent {
+    fn over(&self) -> bool {
+        self.region.header().shutdown.load(std::sync::atomic::Ordering::Acquire) != 0
+    }
+
+    fn serve(&mut self) {
+        loop {
+            if self.runner.is_some() || !self.expected.is_empty() {
+                match wait_event(0) {
+                    Some((tid, status)) => self.event(tid, status),
+                    None => {
+                        // No tracee left at all.
+                        self.runner = None;
+                        self.expected.clear();
+                    }
+                }
+                continue;
+            }
+            if self.over() {
+                return;
+            }
+            // Read before looking for a request: one rung after this look ends the wait below.
+            let doorbell = self.region.header().agent.doorbell.load(std::sync::atomic::Ordering::Acquire);
+            self.attach_requested();
+            if self.take_grant() {
+                continue;
+            }
+            while let Some((tid, status)) = wait_event(libc::WNOHANG) {
+                self.event(tid, status);
+            }
+            if self.runner.is_some() {
+                continue;
+            }
+            let header = self.region.header();
+            let mut words = vec![(&header.agent.doorbell, doorbell)];
+            for tracee in self.tracees.values().filter(|t| t.parked.is_some()) {
+                if let Some(slot) = self.region.slot(tracee.slot) {
+                    words.push((&slot.state, dara_abi::state::POSTED));
+                }
+            }
+            region::wait_any(&words, DEATH_CHECK_MS);
+        }
+    }
+
+    /// Attaches to a thread that asked ([`seize`]).
+    fn attach_requested(&mut self) {
+        let words = &self.region.header().agent;
+        let Some(tid) = seize::pending(words) else { return };
+        // SAFETY: PTRACE_SEIZE takes a pid and an options word; no memory is passed.
+        let attached = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid as i32, 0usize, OPTIONS as usize) } == 0;
+        if attached {
+            self.seized.insert(tid as i32);
+        }
+        seize::answer(words, tid, attached);
+    }
+
+    /// Hands the token to a parked tracee whose slot was granted; true if one was.
+    fn take_grant(&mut self) -> bool {
+        let granted = self.tracees.iter().find_map(|(&tid, t)| {
+            let then = t.parked?;
+            let answer = self.region.slot(t.slot).and_then(|slot| self.region.granted(slot))?;
+            Some((tid, then, answer))
+        });
+        let Some((tid, then, answer)) = granted else { return false };
+        if let Some(t) = self.tracees.get_mut(&tid) {
+            t.parked = None;
+            t.last_now = answer.now_ns;
+            t.unposted_clock_reads = 0;
+        }
+        self.runner = Some(tid);
+        self.finish(tid, then, answer.result as i64);
+        true
+    }
+
+    /// Posts `request` for `tid`, which waits for the grant; `then` finishes it.
+    fn post(&mut self, tid: i32, request: Request, then: Then) {
+        let Some(tracee) = self.tracees.get_mut(&tid) else { return };
+        tracee.parked = Some(then);
+        if let Some(slot) = self.region.slot(tracee.slot) {
+            self.region.post(slot, request);
+        }
+        if self.runner == Some(tid) {
+            self.runner = None;
+        }
+    }
+
+    /// One `waitpid` report.
+    fn event(&mut self, tid: i32, status: i32) {
+        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            self.gone(tid);
+            return;
+        }
+        if !libc::WIFSTOPPED(status) {
+            return;
+        }
+        let signal = libc::WSTOPSIG(status);
+        match status >> 16 {
+            libc::PTRACE_EVENT_SECCOMP => self.syscall_stop(tid),
+            libc::PTRACE_EVENT_EXEC => self.exec_stop(tid),
+            libc::PTRACE_EVENT_CLONE | libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK => self.creation_stop(tid),
+            libc::PTRACE_EVENT_STOP => self.first_or_group_stop(tid),
+            _ if signal == (libc::SIGTRAP | 0x80) => self.syscall_exit_stop(tid),
+            // A signal on its way to the tracee: deliver it.
+            _ => resume(tid, signal),
+        }
+    }
+
+    /// A tracee is gone (exited, or killed with its process).
+    fn gone(&mut self, tid: i32) {
+        self.seized.remove(&tid);
+        self.early.remove(&tid);
+        if self.runner == Some(tid) {
+            self.runner = None;
+        }
+        if let Some(tracee) = self.tracees.remove(&tid) {
+            if tracee.exiting {
+                if let Some(slot) = self.region.slot(tracee.slot) {
+                    self.region.finish(slot);
+                }
+            }
+        }
+    }
+
+    /// The filter stopped `tid` on a call.
+    fn syscall_stop(&mut self, tid: i32) {
+        if !self.tracees.contains_key(&tid) {
+            resume(tid, 0); // before its exec into the program (the launcher's own calls)
+            return;
+        }
+        self.birth_failed(tid);
+        let regs = match crate::ptrace::remote::Registers::read(tid) {
+            Ok(regs) => regs,
+            Err(_) => return, // gone meanwhile: its exit is reported next
+        };
+        let tracee = &self.tracees[&tid];
+        let epoch = self.region.header().realtime_epoch_ns.load(std::sync::atomic::Ordering::Relaxed);
+        let action = calls::decode(regs.syscall(), tracee.pid, tracee.last_now, epoch);
+        match action {
+            Action::Run => resume(tid, 0),
+            Action::Answer(value) => finish::answer(tid, regs, value),
+            Action::Clock(answer) => {
+                let tracee = self.tracees.get_mut(&tid).expect("checked above");
+                if self.coarse && tracee.unposted_clock_reads < tracees::CLOCK_READS_PER_POST {
+                    tracee.unposted_clock_reads += 1;
+                    let (pid, now) = (tracee.pid, tracee.last_now);
+                    finish::clock(tid, pid, regs, answer, now, 0, epoch);
+                } else {
+                    self.post(tid, Request::ClockRead, Then::Clock(answer));
+                }
+            }
+            Action::Random { addr, len } => {
+                let tracee = &self.tracees[&tid];
+                let value = self.processes.fill_random(tracee.process, tracee.pid, addr, len, &self.region);
+                finish::answer(tid, regs, value);
+            }
+            Action::Affinity { addr, size } => {
+                let cpus = self.region.header().cpus;
+                let value = finish::affinity(tracee.pid, addr, size, cpus);
+                finish::answer(tid, regs, value);
+            }
+            Action::Post(Request::ThreadExit, then) => self.exit_thread(tid, then),
+            Action::Post(request, then) => self.post(tid, request, then),
+        }
+    }
+
+    /// A thread's `exit`: first what the kernel would do as it exits, clear its tid word and
+    /// wake one waiter there (how a join learns of it), as a `FutexWake` the model sees; then
+    /// its `ThreadExit`.
+    fn exit_thread(&mut self, tid: i32, then: Then) {
+        let tracee = self.tracees.get_mut(&tid).expect("a known tracee");
+        let Some(word) = tracee.clear_tid.take() else {
+            self.post(tid, Request::ThreadExit, then);
+            return;
+        };
+        let _ = crate::ptrace::remote::write(tracee.pid, word, &0u32.to_le_bytes());
+        let wake = Request::FutexWake { addr: dara_abi::Addr(word), count: 1, matching: dara_abi::FutexMatch { bitset: u32::MAX, shared: true } };
+        self.post(tid, wake, Then::WokeJoiners);
+    }
+
+    /// A creator stopped again while the child it claimed a slot for never came: its call
+    /// failed, and the slot is given up (else the scheduler would wait for it).
+    fn birth_failed(&mut self, tid: i32) {
+        if let Some(birth) = self.tracees.get_mut(&tid).and_then(|t| t.birth.take()) {
+            if let Some(slot) = self.region.slot(birth.slot()) {
+                self.region.finish(slot);
+            }
+        }
+    }
+
+    /// `tid` created a thread or process (named by the event message).
+    fn creation_stop(&mut self, tid: i32) {
+        let child = event_message(tid) as i32;
+        if let Some(birth) = self.tracees.get_mut(&tid).and_then(|t| t.birth.take()) {
+            self.expected.insert(child, birth);
+            if self.early.remove(&child) {
+                self.born(child);
+            }
+        }
+        resume(tid, 0);
+    }
+
+    /// An attached child's first stop, or a group stop of a tracee.
+    fn first_or_group_stop(&mut self, tid: i32) {
+        if self.expected.contains_key(&tid) {
+            self.born(tid);
+        } else if self.tracees.contains_key(&tid) || self.seized.contains(&tid) {
+            resume(tid, 0);
+        } else {
+            self.early.insert(tid);
+        }
+    }
+
+    /// Child `tid` has stopped for the first time: it takes the slot its creator claimed and
+    /// posts its start, as a thread the preload starts does.
+    fn born(&mut self, tid: i32) {
+        let Some(birth) = self.expected.remove(&tid) else { return };
+        let Some(slot) = self.region.slot(birth.slot()) else { return };
+        let (pid, process, request) = match birth {
+            Birth::Thread { creator, pid, process, .. } => (pid, process, Request::ThreadStart { creator }),
+            Birth::Process { parent, process, .. } => {
+                self.processes.started(process, tid, &self.region);
+                (tid, process, Request::ProcessStart { parent: Some(parent), kind: StartKind::Fork })
+            }
+        };
+        slot.pid.store(pid as u32, std::sync::atomic::Ordering::Relaxed);
+        slot.tid.store(tid as u32, std::sync::atomic::Ordering::Relaxed);
+        let last_now = self.tracees.values().find(|t| t.process == process || t.pid == pid).map_or(0, |t| t.last_now);
+        let mut tracee = Tracee::new(pid, birth.slot(), process, last_now);
+        if let Birth::Thread { clear_tid, .. } = birth {
+            tracee.clear_tid = clear_tid;
+        }
+        self.tracees.insert(tid, tracee);
+        self.post(tid, request, Then::Started);
+    }
+
+    /// The launched command's exec into the program: it becomes a process of the execution.
+    fn exec_stop(&mut self, tid: i32) {
+        if !self.seized.remove(&tid) {
+            // An exec of a process already known: refused at its execve stop, so not reached.
+            resume(tid, 0);
+            return;
+        }
+        let header = self.region.header();
+        let process = header.next_process.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let index = dara_abi::handoff::next_free(&header.next_slot);
+        let Some(slot) = self.region.slot(index) else { return };
+        slot.process.store(process, std::sync::atomic::Ordering::Relaxed);
+        slot.pid.store(tid as u32, std::sync::atomic::Ordering::Relaxed);
+        slot.tid.store(tid as u32, std::sync::atomic::Ordering::Relaxed);
+        dara_abi::handoff::claim(slot);
+        self.processes.started(process, tid, &self.region);
+        let mut tracee = Tracee::new(tid, index, process, 0);
+        tracee.fresh_image = true;
+        self.tracees.insert(tid, tracee);
+        self.post(tid, Request::ProcessStart { parent: None, kind: StartKind::Launched }, Then::Started);
+    }
+
+    /// A call run with a look at its result came back (see [`Then::ReadyWait`]).
+    fn syscall_exit_stop(&mut self, tid: i32) {
+        let Some(check) = self.tracees.get_mut(&tid).and_then(|t| t.exit_check.take()) else {
+            resume(tid, 0);
+            return;
+        };
+        let Ok(mut regs) = crate::ptrace::remote::Registers::read(tid) else { return };
+        let pid = self.tracees[&tid].pid;
+        // A blocking wait that found nothing is made again: it stops at the filter and posts.
+        finish::ready_wait_came_back(pid, &mut regs, check);
+        resume(tid, 0);
+    }
+}
+
+/// Resumes a stopped tracee, delivering `signal` (0: none).
+pub(crate) fn resume(tid: i32, signal: i32) {
+    // SAFETY: PTRACE_CONT takes a pid and a signal number; no memory is passed.
+    unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0usize, signal as usize) };
+}
+
+/// Resumes a stopped tracee until the end of the call it is in.
+pub(crate) fn resume_to_exit(tid: i32) {
+    // SAFETY: PTRACE_SYSCALL takes a pid and a signal number; no memory is passed.
+    unsafe { libc::ptrace(libc::PTRACE_SYSCALL, tid, 0usize, 0usize) };
+}
+
+/// The event message of `tid`'s last ptrace event (a new child's pid, a former thread id).
+fn event_message(tid: i32) -> u64 {
+    let mut msg: libc::c_ulong = 0;
+    // SAFETY: the kernel writes one unsigned long into the live local.
+    unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, tid, 0usize, &mut msg as *mut libc::c_ulong) };
+    msg
+}
+
+/// The next report of any tracee (`flags`: WNOHANG or 0); None when there is none to wait for.
+fn wait_event(flags: i32) -> Option<(i32, i32)> {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into the live local.
+        let tid = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | flags) };
+        match tid {
+            0 => return None,
+            -1 if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => continue,
+            -1 => return None,
+            tid => return Some((tid, status)),
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! What the agent keeps about each tracee thread and process: its slot, its last grant's time,
+//! the child it is creating, and each process's stream of application randomness (the same
+//! stream the preload draws from in a process it runs: `splitmix64(splitmix64(seed) ^ i)`, the
+//! seed written by the scheduler before the process's first grant).
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use dara_abi::splitmix64;
+
+use super::calls::Then;
+use super::region::Region;
+use crate::ptrace::remote;
+
+/// In coarse mode (a recording), how many clock reads in a row a thread answers from its last
+/// grant's virtual time before the next one posts (as the preload does).
+pub const CLOCK_READS_PER_POST: u32 = 8;
+
+/// A thread the agent runs.
+#[derive(Debug)]
+pub struct Tracee {
+    /// Its process's kernel pid (the thread group), for memory access.
+    pub pid: i32,
+    pub slot: u32,
+    /// Its logical process.
+    pub process: u32,
+    /// Virtual time of its last grant.
+    pub last_now: u64,
+    /// Clock reads answered without a post since its last post (coarse steps).
+    pub unposted_clock_reads: u32,
+    /// Posted, waiting for the grant; how to finish the call then.
+    pub parked: Option<Then>,
+    /// The child whose slot it claimed for a `clone`/`fork` under way.
+    pub birth: Option<Birth>,
+    /// A call run for real whose result is looked at when it returns.
+    pub exit_check: Option<ExitCheck>,
+    /// Its exit was granted: its slot is finished once it is gone.
+    pub exiting: bool,
+    /// The main thread of a program image that has not run yet.
+    pub fresh_image: bool,
+    /// The tid word the kernel would clear and wake when this thread exits
+    /// (`CLONE_CHILD_CLEARTID`); the agent does it instead, as a scheduling point.
+    pub clear_tid: Option<u64>,
+}
+
+impl Tracee {
+    pub fn new(pid: i32, slot: u32, process: u32, last_now: u64) -> Tracee {
+        Tracee { pid, slot, process, last_now, unposted_clock_reads: 0, parked: None, birth: None, exit_check: None, exiting: false, fresh_image: false, clear_tid: None }
+    }
+}
+
+/// A thread or process being created, with the slot its creator claimed for it.
+#[derive(Clone, Copy, Debug)]
+pub enum Birth {
+    Thread { slot: u32, creator: u32, pid: i32, process: u32, clear_tid: Option<u64> },
+    Process { slot: u32, parent: u32, process: u32 },
+}
+
+impl Birth {
+    pub fn slot(&self) -> u32 {
+        match *self {
+            Birth::Thread { slot, .. } | Birth::Process { slot, .. } => slot,
+        }
+    }
+}
+
+/// A wait for readiness run with a zero timeout ([`Then::ReadyWait`]): the call's number, its
+/// timeout argument as the program gave it, and whether the program asked to block.
+#[derive(Clone, Copy, Debug)]
+pub struct ExitCheck {
+    pub nr: i64,
+    pub timeout_arg: usize,
+    pub timeout: u64,
+    pub blocking: bool,
+}
+
+/// The processes the agent runs: logical id to kernel pid and randomness drawn so far.
+#[derive(Default)]
+pub struct Processes {
+    drawn: BTreeMap<u32, (i32, u64)>,
+    seeds: BTreeMap<u32, u64>,
+}
+
+impl Processes {
+    /// Process `process` (kernel pid `pid`) is known now; its entry's pid is written.
+    pub fn started(&mut self, process: u32, pid: i32, region: &Region) {
+        if let Some(entry) = region.header().processes.get(process as usize) {
+            entry.pid.store(pid as u32, Ordering::Release);
+        }
+        self.drawn.insert(process, (pid, 0));
+        self.seeds.remove(&process);
+    }
+
+    /// Fills `len` bytes at `addr` in `pid` from `process`'s stream; the call's result.
+    pub fn fill_random(&mut self, process: u32, pid: i32, addr: u64, len: u64, region: &Region) -> i64 {
+        let seed = *self.seeds.entry(process).or_insert_with(|| {
+            let seed = region.header().processes.get(process as usize).map_or(0, |e| e.random_seed.load(Ordering::Acquire));
+            splitmix64(seed)
+        });
+        let drawn = &mut self.drawn.entry(process).or_insert((pid, 0)).1;
+        let mut bytes = vec![0u8; len.min(1 << 20) as usize];
+        for chunk in bytes.chunks_mut(8) {
+            let word = splitmix64(seed ^ *drawn).to_le_bytes();
+            *drawn += 1;
+            chunk.copy_from_slice(&word[..chunk.len()]);
+        }
+        match remote::write(pid, addr, &bytes) {
+            Ok(()) => bytes.len() as i64,
+            Err(_) => -(libc::EFAULT as i64),
+        }
+    }
+}

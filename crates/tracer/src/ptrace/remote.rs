@@ -1,0 +1,123 @@
+//! A stopped tracee's registers and memory, as the agent reads and writes them: the system call
+//! it stopped in (number and arguments), its result, and the program's buffers (a `timespec`
+//! to fill, a futex timeout to read, random bytes to write).
+use std::io;
+
+/// The registers of a tracee in a ptrace stop.
+pub struct Registers {
+    tid: i32,
+    pub regs: libc::user_regs_struct,
+}
+
+/// What [`Registers::syscall`] decodes: the call a seccomp stop is about to make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Syscall {
+    pub nr: i64,
+    pub args: [u64; 6],
+}
+
+impl Registers {
+    /// Reads the registers of stopped tracee `tid`.
+    pub fn read(tid: i32) -> io::Result<Registers> {
+        // SAFETY: all-zero is a valid user_regs_struct; PTRACE_GETREGS fills it.
+        let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        // SAFETY: the kernel writes one user_regs_struct into the live local.
+        if unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid, 0usize, &mut regs as *mut libc::user_regs_struct) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Registers { tid, regs })
+    }
+
+    /// The system call the tracee stopped in (at a seccomp stop the number is in `orig_rax`).
+    pub fn syscall(&self) -> Syscall {
+        let r = &self.regs;
+        Syscall { nr: r.orig_rax as i64, args: [r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9] }
+    }
+
+    /// Makes the stopped call return `value` without running it (number -1 skips it).
+    pub fn skip_with(&mut self, value: i64) -> io::Result<()> {
+        self.regs.orig_rax = u64::MAX;
+        self.regs.rax = value as u64;
+        self.write()
+    }
+
+    /// Replaces argument `index` (0-5) of the call about to run.
+    pub fn set_arg(&mut self, index: usize, value: u64) -> io::Result<()> {
+        let r = &mut self.regs;
+        *[&mut r.rdi, &mut r.rsi, &mut r.rdx, &mut r.r10, &mut r.r8, &mut r.r9][index] = value;
+        self.write()
+    }
+
+    /// Replaces the number of the call about to run (the kernel checks the new call against
+    /// the filter again, and lets it through).
+    pub fn set_nr(&mut self, nr: i64) -> io::Result<()> {
+        self.regs.orig_rax = nr as u64;
+        self.write()
+    }
+
+    /// At a syscall-exit stop: the call's result.
+    pub fn result(&self) -> i64 {
+        self.regs.rax as i64
+    }
+
+    /// At a syscall-exit stop: makes the tracee make call `nr` again (back onto the two-byte
+    /// `syscall` instruction, the number restored, the arguments as they were).
+    pub fn restart(&mut self, nr: i64) -> io::Result<()> {
+        self.regs.rip -= 2;
+        self.regs.rax = nr as u64;
+        self.write()
+    }
+
+    fn write(&self) -> io::Result<()> {
+        // SAFETY: the kernel reads one user_regs_struct from the live field.
+        if unsafe { libc::ptrace(libc::PTRACE_SETREGS, self.tid, 0usize, &self.regs as *const libc::user_regs_struct) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Reads `buf.len()` bytes at `addr` in process `pid`.
+pub fn read(pid: i32, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: the local iovec covers the live buffer; the remote one is only read by the kernel.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    match n {
+        n if n == buf.len() as isize => Ok(()),
+        -1 => Err(io::Error::last_os_error()),
+        _ => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+    }
+}
+
+/// Writes `bytes` at `addr` in process `pid`.
+pub fn write(pid: i32, addr: u64, bytes: &[u8]) -> io::Result<()> {
+    let local = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: bytes.len() };
+    // SAFETY: the local iovec covers the live slice, which the kernel only reads.
+    let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+    match n {
+        n if n == bytes.len() as isize => Ok(()),
+        -1 => Err(io::Error::last_os_error()),
+        _ => Err(io::Error::from_raw_os_error(libc::EFAULT)),
+    }
+}
+
+/// Reads a `timespec` at `addr` as (seconds, nanoseconds); `None` for a null pointer.
+pub fn read_timespec(pid: i32, addr: u64) -> io::Result<Option<(i64, i64)>> {
+    if addr == 0 {
+        return Ok(None);
+    }
+    let mut buf = [0u8; 16];
+    read(pid, addr, &mut buf)?;
+    let word = |i: usize| i64::from_le_bytes(buf[i..i + 8].try_into().expect("8 bytes"));
+    Ok(Some((word(0), word(8))))
+}
+
+/// Writes a `timespec` (or a `timeval`: the same two words) at `addr`.
+pub fn write_pair(pid: i32, addr: u64, (first, second): (i64, i64)) -> io::Result<()> {
+    let mut buf = [0u8; 16];
+    buf[..8].copy_from_slice(&first.to_le_bytes());
+    buf[8..].copy_from_slice(&second.to_le_bytes());
+    write(pid, addr, &buf)
+}
