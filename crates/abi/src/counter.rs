@@ -32,7 +32,17 @@ impl CounterRead {
         match (first, second) {
             (0x0f, 0x31) => Some(CounterRead::Rdtsc),
             // SAFETY: see the function's contract.
-            (0x0f, 0x01) if unsafe { *pc.add(2) } == 0xf9 => Some(CounterRead::Rdtscp),
+            (0x0f, 0x01) => Self::of_bytes([first, second, unsafe { *pc.add(2) }]),
+            _ => None,
+        }
+    }
+
+    /// The counter instruction the three bytes at a faulting pc begin with, if they do (the
+    /// ptrace agent reads them from the tracee).
+    pub const fn of_bytes(bytes: [u8; 3]) -> Option<CounterRead> {
+        match bytes {
+            [0x0f, 0x31, _] => Some(CounterRead::Rdtsc),
+            [0x0f, 0x01, 0xf9] => Some(CounterRead::Rdtscp),
             _ => None,
         }
     }

@@ -68,7 +68,8 @@ impl Registers {
         self.write()
     }
 
-    fn write(&self) -> io::Result<()> {
+    /// Writes the registers back (after editing `regs`).
+    pub fn write(&self) -> io::Result<()> {
         // SAFETY: the kernel reads one user_regs_struct from the live field.
         if unsafe { libc::ptrace(libc::PTRACE_SETREGS, self.tid, 0usize, &self.regs as *const libc::user_regs_struct) } != 0 {
             return Err(io::Error::last_os_error());

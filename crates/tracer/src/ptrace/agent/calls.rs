@@ -74,6 +74,10 @@ pub enum ClockAnswer {
     Timeval { tv: u64, tz: u64 },
     /// `time`: seconds returned and stored at `addr` (may be null).
     Seconds { addr: u64 },
+    /// `rdtsc`/`rdtscp` (faulting under `PR_TSC_SIGSEGV`): the counter in edx:eax (and the
+    /// CPU in ecx), the instruction stepped over. Ticks once per virtual nanosecond and reads
+    /// like CLOCK_MONOTONIC, as the preload's counter does.
+    Counter(dara_abi::counter::CounterRead),
 }
 
 /// The errno of a call dara refuses, as a negative result.

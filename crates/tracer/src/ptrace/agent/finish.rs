@@ -21,7 +21,7 @@ pub fn answer(tid: i32, mut regs: Registers, value: i64) {
 }
 
 /// Answers a clock read at virtual time `now` (realtime clocks shifted by `skew` ns).
-pub fn clock(tid: i32, pid: i32, regs: Registers, how: ClockAnswer, now: u64, skew: i64, epoch: u64) {
+pub fn clock(tid: i32, pid: i32, mut regs: Registers, how: ClockAnswer, now: u64, skew: i64, epoch: u64) {
     let read = |base: ClockBase| {
         let reading = base.reading(now, epoch);
         if base == ClockBase::Realtime {
@@ -45,6 +45,19 @@ pub fn clock(tid: i32, pid: i32, regs: Registers, how: ClockAnswer, now: u64, sk
             } else {
                 efault
             }
+        }
+        ClockAnswer::Counter(instruction) => {
+            let ticks = read(ClockBase::Monotonic);
+            regs.regs.rax = ticks & 0xffff_ffff;
+            regs.regs.rdx = ticks >> 32;
+            if instruction == dara_abi::counter::CounterRead::Rdtscp {
+                regs.regs.rcx = 0; // the CPU getcpu reports
+            }
+            regs.regs.rip += instruction.len() as u64;
+            if regs.write().is_ok() {
+                resume(tid, 0);
+            }
+            return;
         }
         ClockAnswer::Seconds { addr } => {
             let secs = (read(ClockBase::Realtime) / NS_PER_SEC) as i64;

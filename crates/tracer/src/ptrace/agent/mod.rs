@@ -169,6 +169,7 @@ impl Agent {
             libc::PTRACE_EVENT_CLONE | libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK => self.creation_stop(tid),
             libc::PTRACE_EVENT_STOP => self.first_or_group_stop(tid),
             _ if signal == (libc::SIGTRAP | 0x80) => self.syscall_exit_stop(tid),
+            _ if signal == libc::SIGSEGV && self.counter_read(tid) => {}
             // A signal on its way to the tracee: deliver it.
             _ => resume(tid, signal),
         }
@@ -207,16 +208,7 @@ impl Agent {
         match action {
             Action::Run => resume(tid, 0),
             Action::Answer(value) => finish::answer(tid, regs, value),
-            Action::Clock(answer) => {
-                let tracee = self.tracees.get_mut(&tid).expect("checked above");
-                if self.coarse && tracee.unposted_clock_reads < tracees::CLOCK_READS_PER_POST {
-                    tracee.unposted_clock_reads += 1;
-                    let (pid, now) = (tracee.pid, tracee.last_now);
-                    finish::clock(tid, pid, regs, answer, now, 0, epoch);
-                } else {
-                    self.post(tid, Request::ClockRead, Then::Clock(answer));
-                }
-            }
+            Action::Clock(answer) => self.clock_read(tid, regs, answer),
             Action::Random { addr, len } => {
                 let tracee = &self.tracees[&tid];
                 let value = self.processes.fill_random(tracee.process, tracee.pid, addr, len, &self.region);
@@ -244,6 +236,35 @@ impl Agent {
         let _ = crate::ptrace::remote::write(tracee.pid, word, &0u32.to_le_bytes());
         let wake = Request::FutexWake { addr: dara_abi::Addr(word), count: 1, matching: dara_abi::FutexMatch { bitset: u32::MAX, shared: true } };
         self.post(tid, wake, Then::WokeJoiners);
+    }
+
+    /// A SIGSEGV on its way to `tid`: if it is the fault of a counter instruction (the
+    /// launcher made the counter fault, `PR_TSC_SIGSEGV`), answered as a clock read and
+    /// swallowed; true then.
+    fn counter_read(&mut self, tid: i32) -> bool {
+        let Some(tracee) = self.tracees.get(&tid) else { return false };
+        let Ok(regs) = crate::ptrace::remote::Registers::read(tid) else { return false };
+        let mut bytes = [0u8; 3];
+        if crate::ptrace::remote::read(tracee.pid, regs.regs.rip, &mut bytes).is_err() {
+            return false;
+        }
+        let Some(instruction) = dara_abi::counter::CounterRead::of_bytes(bytes) else { return false };
+        self.clock_read(tid, regs, calls::ClockAnswer::Counter(instruction));
+        true
+    }
+
+    /// A clock read by `tid`: answered from its last grant (coarse steps, a few in a row) or
+    /// posted as a `ClockRead`.
+    fn clock_read(&mut self, tid: i32, regs: crate::ptrace::remote::Registers, answer: calls::ClockAnswer) {
+        let epoch = self.region.header().realtime_epoch_ns.load(std::sync::atomic::Ordering::Relaxed);
+        let tracee = self.tracees.get_mut(&tid).expect("a known tracee");
+        if self.coarse && tracee.unposted_clock_reads < tracees::CLOCK_READS_PER_POST {
+            tracee.unposted_clock_reads += 1;
+            let (pid, now) = (tracee.pid, tracee.last_now);
+            finish::clock(tid, pid, regs, answer, now, 0, epoch);
+        } else {
+            self.post(tid, Request::ClockRead, Then::Clock(answer));
+        }
     }
 
     /// A creator stopped again while the child it claimed a slot for never came: its call
