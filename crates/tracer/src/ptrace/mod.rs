@@ -14,6 +14,7 @@ pub mod agent;
 pub mod auxv;
 pub mod filter;
 pub mod remote;
+pub mod probes;
 pub mod seize;
 
 use std::os::unix::process::CommandExt;

@@ -46,6 +46,8 @@ pub enum Then {
     CreateProcess { vfork: Vfork },
     /// The thread's last call: run it; its slot is finished once the thread is gone.
     ExitThread,
+    /// A probe at `addr` was granted: step its instruction with the original byte back.
+    StepOver { addr: u64 },
     /// The wake of a thread's cleared tid word (see `Agent::exit_thread`) was granted: the
     /// thread posts its exit next.
     WokeJoiners,

@@ -155,6 +155,15 @@ impl Agent {
                 }
                 resume(tid, 0);
             }
+            Then::StepOver { addr } => {
+                let process = self.tracees[&tid].process;
+                if self.processes.probes.get(&process).is_some_and(|p| p.disarm(tid, addr).is_ok()) {
+                    self.tracees.get_mut(&tid).expect("granted tracee").stepping = Some(addr);
+                    crate::ptrace::probes::single_step(tid);
+                } else {
+                    resume(tid, 0);
+                }
+            }
             Then::WokeJoiners => self.post(tid, dara_abi::Request::ThreadExit, Then::ExitThread),
             Then::CreateProcess { vfork } => {
                 let made_fork = match vfork {
@@ -220,15 +229,24 @@ impl Agent {
     /// filter stops.
     fn prepare_image(&mut self, tid: i32, pid: i32, regs: &Registers) {
         let process = self.tracees[&tid].process;
-        for (index, kind, value, at) in crate::ptrace::auxv::entries(pid, regs.regs.rsp) {
+        let mut entry = None;
+        for (_, kind, value, at) in crate::ptrace::auxv::entries(pid, regs.regs.rsp) {
             match kind {
                 libc::AT_RANDOM => {
                     self.processes.fill_random(process, pid, value, 16, &self.region);
                 }
                 libc::AT_SYSINFO_EHDR => crate::ptrace::auxv::ignore(pid, at),
+                libc::AT_ENTRY => entry = Some(value),
                 _ => {}
             }
-            let _ = index;
+        }
+        // The program's own synchronisation functions become preemption points; a
+        // position-independent program is loaded above its link addresses by AT_ENTRY - e_entry.
+        if let Ok(exe) = std::fs::read(format!("/proc/{pid}/exe")) {
+            let linked_entry = goblin::elf::Elf::parse(&exe).map(|e| e.header.e_entry).unwrap_or(0);
+            let bias = entry.map_or(0, |e| e.wrapping_sub(linked_entry));
+            let probes = crate::ptrace::probes::Probes::arm(tid, &exe, bias);
+            self.processes.probes.insert(process, probes);
         }
     }
 }

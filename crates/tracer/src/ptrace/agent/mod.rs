@@ -170,6 +170,7 @@ impl Agent {
             libc::PTRACE_EVENT_STOP => self.first_or_group_stop(tid),
             _ if signal == (libc::SIGTRAP | 0x80) => self.syscall_exit_stop(tid),
             _ if signal == libc::SIGSEGV && self.counter_read(tid) => {}
+            _ if signal == libc::SIGTRAP && self.probe_hit(tid) => {}
             // A signal on its way to the tracee: deliver it.
             _ => resume(tid, signal),
         }
@@ -253,6 +254,31 @@ impl Agent {
         true
     }
 
+    /// A SIGTRAP on its way to `tid`: the end of a probe's single step (the probe is armed
+    /// again), or a probe reached (a scheduling point); true then, and the signal is swallowed.
+    fn probe_hit(&mut self, tid: i32) -> bool {
+        let Some(tracee) = self.tracees.get_mut(&tid) else { return false };
+        let process = tracee.process;
+        if let Some(addr) = tracee.stepping.take() {
+            if let Some(probes) = self.processes.probes.get(&process) {
+                let _ = probes.rearm(tid, addr);
+            }
+            resume(tid, 0);
+            return true;
+        }
+        let Ok(mut regs) = crate::ptrace::remote::Registers::read(tid) else { return false };
+        let addr = regs.regs.rip.wrapping_sub(1);
+        if !self.processes.probes.get(&process).is_some_and(|p| p.at(addr)) {
+            return false;
+        }
+        regs.regs.rip = addr;
+        if regs.write().is_err() {
+            return false;
+        }
+        self.post(tid, Request::Yield, Then::StepOver { addr });
+        true
+    }
+
     /// A clock read by `tid`: answered from its last grant (coarse steps, a few in a row) or
     /// posted as a `ClockRead`.
     fn clock_read(&mut self, tid: i32, regs: crate::ptrace::remote::Registers, answer: calls::ClockAnswer) {
@@ -309,6 +335,10 @@ impl Agent {
             Birth::Thread { creator, pid, process, .. } => (pid, process, Request::ThreadStart { creator }),
             Birth::Process { parent, process, .. } => {
                 self.processes.started(process, tid, &self.region);
+                // Its memory is a copy of its parent's, probes included.
+                if let Some(probes) = self.processes.probes.get(&parent).cloned() {
+                    self.processes.probes.insert(process, probes);
+                }
                 (tid, process, Request::ProcessStart { parent: Some(parent), kind: StartKind::Fork })
             }
         };

@@ -40,11 +40,13 @@ pub struct Tracee {
     /// The tid word the kernel would clear and wake when this thread exits
     /// (`CLONE_CHILD_CLEARTID`); the agent does it instead, as a scheduling point.
     pub clear_tid: Option<u64>,
+    /// Single-stepping the instruction under this probe (see [`crate::ptrace::probes`]).
+    pub stepping: Option<u64>,
 }
 
 impl Tracee {
     pub fn new(pid: i32, slot: u32, process: u32, last_now: u64) -> Tracee {
-        Tracee { pid, slot, process, last_now, unposted_clock_reads: 0, parked: None, birth: None, exit_check: None, exiting: false, fresh_image: false, clear_tid: None }
+        Tracee { pid, slot, process, last_now, unposted_clock_reads: 0, parked: None, birth: None, exit_check: None, exiting: false, fresh_image: false, clear_tid: None, stepping: None }
     }
 }
 
@@ -78,6 +80,8 @@ pub struct ExitCheck {
 pub struct Processes {
     drawn: BTreeMap<u32, (i32, u64)>,
     seeds: BTreeMap<u32, u64>,
+    /// Each process's preemption probes (a forked child has its parent's).
+    pub probes: BTreeMap<u32, crate::ptrace::probes::Probes>,
 }
 
 impl Processes {

@@ -1,0 +1,138 @@
+//! Preemption probes: breakpoints at the entry of the synchronisation functions of a traced
+//! program (its own copy of libc's `pthread_mutex_lock`, Go's channel and map operations), so a
+//! thread can be preempted there although the function never enters the kernel when
+//! uncontended.
+//!
+//! A probe is an `int3` written over the first byte of the function (`PTRACE_POKETEXT` writes
+//! through the text's write protection). A thread that reaches it stops with SIGTRAP; the agent
+//! puts its pc back on the function, posts a scheduling point, and once granted, puts the
+//! original byte back, single-steps the one instruction and arms the probe again. Only one
+//! thread of the whole system runs at a time, so no other thread can pass the probe while it
+//! is disarmed.
+//!
+//! Probes are points only, not models: the function then runs for real, and a lock that is
+//! held makes its caller wait in a `futex` call that the filter stops. So a probe can never
+//! make the model disagree with the program; it only adds places where the schedule may
+//! change. Symbols come from the executable's symbol table: a stripped program has none, and
+//! runs with system-call points only (docs/ptrace.md).
+use std::collections::BTreeMap;
+use std::io;
+
+/// Functions of a statically linked C library (glibc, musl) that take or release a lock or
+/// wake a waiter.
+const LIBC_PROBES: [&str; 14] = [
+    "pthread_mutex_lock",
+    "pthread_mutex_trylock",
+    "pthread_mutex_unlock",
+    "pthread_rwlock_rdlock",
+    "pthread_rwlock_wrlock",
+    "pthread_rwlock_unlock",
+    "pthread_spin_lock",
+    "pthread_spin_unlock",
+    "pthread_cond_signal",
+    "pthread_cond_broadcast",
+    "sem_wait",
+    "sem_post",
+    "pthread_barrier_wait",
+    "pthread_join",
+];
+
+/// Go runtime functions behind channel, select and map operations (`sync.Mutex`'s fast path is
+/// inlined into its callers: its slow paths are probed instead).
+const GO_PROBES: [&str; 16] = [
+    "runtime.chansend1",
+    "runtime.chanrecv1",
+    "runtime.chanrecv2",
+    "runtime.selectgo",
+    "runtime.closechan",
+    "runtime.mapassign",
+    "runtime.mapassign_fast32",
+    "runtime.mapassign_fast64",
+    "runtime.mapassign_faststr",
+    "runtime.mapaccess1",
+    "runtime.mapaccess2",
+    "runtime.mapdelete",
+    "sync.(*Mutex).lockSlow",
+    "sync.(*Mutex).unlockSlow",
+    "sync.(*RWMutex).RLock",
+    "sync.(*RWMutex).Lock",
+];
+
+const INT3: u8 = 0xCC;
+
+/// The probes of one process's program image: address to the byte the `int3` replaced.
+#[derive(Clone, Debug, Default)]
+pub struct Probes {
+    armed: BTreeMap<u64, u8>,
+    /// The probed function at each address, for the listing.
+    pub names: BTreeMap<u64, &'static str>,
+}
+
+impl Probes {
+    /// Finds the probed functions in `exe` (loaded `bias` bytes above its link addresses) and
+    /// arms them in the process of stopped thread `tid`.
+    pub fn arm(tid: i32, exe: &[u8], bias: u64) -> Probes {
+        let mut probes = Probes::default();
+        let Ok(elf) = goblin::elf::Elf::parse(exe) else { return probes };
+        let wanted: BTreeMap<&str, &'static str> = LIBC_PROBES.iter().chain(GO_PROBES.iter()).map(|&n| (n, n)).collect();
+        for sym in elf.syms.iter().filter(|s| s.is_function() && s.st_value != 0) {
+            let Some(&name) = elf.strtab.get_at(sym.st_name).and_then(|n| wanted.get(n)) else { continue };
+            let addr = sym.st_value.wrapping_add(bias);
+            if probes.armed.contains_key(&addr) {
+                continue; // an alias of a probed function
+            }
+            if let Ok(original) = poke_byte(tid, addr, INT3) {
+                probes.armed.insert(addr, original);
+                probes.names.insert(addr, name);
+            }
+        }
+        probes
+    }
+
+    /// Whether a probe sits at `addr`.
+    pub fn at(&self, addr: u64) -> bool {
+        self.armed.contains_key(&addr)
+    }
+
+    /// Puts the original byte back at `addr` (before the probed instruction is stepped).
+    pub fn disarm(&self, tid: i32, addr: u64) -> io::Result<()> {
+        match self.armed.get(&addr) {
+            Some(&original) => poke_byte(tid, addr, original).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the `int3` at `addr` again.
+    pub fn rearm(&self, tid: i32, addr: u64) -> io::Result<()> {
+        match self.armed.contains_key(&addr) {
+            true => poke_byte(tid, addr, INT3).map(|_| ()),
+            false => Ok(()),
+        }
+    }
+}
+
+/// Replaces the byte at `addr` in stopped thread `tid`'s address space; returns the old one.
+fn poke_byte(tid: i32, addr: u64, byte: u8) -> io::Result<u8> {
+    // SAFETY: PEEKTEXT reads a word of the tracee; errno tells a -1 word from a failure.
+    let word = unsafe {
+        *libc::__errno_location() = 0;
+        libc::ptrace(libc::PTRACE_PEEKTEXT, tid, addr as usize, 0usize)
+    };
+    // SAFETY: reads this thread's errno.
+    if word == -1 && unsafe { *libc::__errno_location() } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let old = (word & 0xff) as u8;
+    let new = (word & !0xff) | i64::from(byte);
+    // SAFETY: POKETEXT writes one word into the stopped tracee's text.
+    if unsafe { libc::ptrace(libc::PTRACE_POKETEXT, tid, addr as usize, new as usize) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(old)
+}
+
+/// Resumes stopped thread `tid` for one instruction.
+pub fn single_step(tid: i32) {
+    // SAFETY: PTRACE_SINGLESTEP takes a pid and a signal number; no memory is passed.
+    unsafe { libc::ptrace(libc::PTRACE_SINGLESTEP, tid, 0usize, 0usize) };
+}
