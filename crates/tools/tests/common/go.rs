@@ -23,6 +23,35 @@ pub enum Cgo {
     On,
 }
 
+/// A buggy Go fixture: how its bug shows and how its correct twin (`-tags=ok`) ends, for the
+/// native checks (go_fixtures.rs) and the searches under dara.
+#[derive(Clone, Copy, Debug)]
+pub struct GoBug {
+    /// The directory under tests/fixtures/go.
+    pub name: &'static str,
+    /// What the program prints (stdout or stderr) when the bug shows.
+    pub prints: &'static str,
+    /// Its exit status then.
+    pub status: i32,
+    /// What the twin prints on stdout (it exits 0).
+    pub twin_prints: &'static str,
+}
+
+pub const LOOPVAR: GoBug = GoBug { name: "loopvar", prints: "handled 0 times", status: 1, twin_prints: "loopvar: 4 jobs handled once each" };
+pub const PRODCONS: GoBug = GoBug { name: "prodcons", prints: "panic: send on closed channel", status: 2, twin_prints: "prodcons: 3 producers, 15 items" };
+pub const PHILOSOPHERS: GoBug = GoBug {
+    name: "philosophers",
+    prints: "fatal error: all goroutines are asleep - deadlock!",
+    status: 2,
+    twin_prints: "philosophers: 5 philosophers ate [3 3 3 3 3] meals",
+};
+pub const MAPWRITES: GoBug = GoBug { name: "mapwrites", prints: "fatal error: concurrent map writes", status: 2, twin_prints: "mapwrites: 800 entries" };
+/// Run through tests/fixtures/scripts/go_kv_test.sh KV PRIMARY_PORT BACKUP_PORT (the client's
+/// verdict is the script's).
+pub const KV: GoBug = GoBug { name: "kv", prints: "client: stale read", status: 1, twin_prints: "client: read x=1 from the backup" };
+/// Every buggy Go fixture.
+pub const GO_BUGS: [GoBug; 5] = [LOOPVAR, PRODCONS, PHILOSOPHERS, MAPWRITES, KV];
+
 /// The Go fixture tests/fixtures/go/NAME built as a static binary (its buggy version).
 pub fn go_fixture(name: &str) -> PathBuf {
     go_fixture_with(name, &[])
