@@ -32,7 +32,7 @@ printf '| fixture |'; for s in "${strategies[@]}"; do printf ' %s mean | %s wors
 printf '|---|'; for _ in "${strategies[@]}"; do printf -- '---|---|---|'; done; echo
 for src in tests/fixtures/*.c tests/fixtures/*.cc tests/fixtures/*.rs; do
     name=$(basename "${src%.*}")
-    case "$name" in *_ok|spin_yield|long_sleep|raw_blocking|lock_pingpong|busy_loop|many_threads|cov_branches|cov_rust|mem_*|counter_incr|proc_fork_exec|proc_spawn|kv_node|heartbeat) continue ;; esac  # mem_*: sancov builds, see bench-memory.sh
+    case "$name" in *_ok|spin_yield|long_sleep|raw_blocking|lock_pingpong|busy_loop|many_threads|cov_branches|cov_rust|mem_*|counter_incr|static_helper|proc_fork_exec|proc_spawn|kv_node|heartbeat) continue ;; esac  # mem_*: sancov builds, see bench-memory.sh
     selected "$name" || continue
     printf '| %s |' "$name"
     for strategy in "${strategies[@]}"; do
@@ -59,7 +59,7 @@ printf '| fixture |'; for s in "${systematic[@]}"; do printf ' %s |' "$s"; done;
 printf '|---|'; for _ in "${systematic[@]}"; do printf -- '---|'; done; echo
 for src in tests/fixtures/*.c tests/fixtures/*.cc tests/fixtures/*.rs; do
     name=$(basename "${src%.*}")
-    case "$name" in *_ok|spin_yield|long_sleep|raw_blocking|lock_pingpong|busy_loop|many_threads|cov_branches|cov_rust|random_draw|mem_*|counter_incr|proc_fork_exec|proc_spawn|kv_node|heartbeat) continue ;; esac
+    case "$name" in *_ok|spin_yield|long_sleep|raw_blocking|lock_pingpong|busy_loop|many_threads|cov_branches|cov_rust|random_draw|mem_*|counter_incr|static_helper|proc_fork_exec|proc_spawn|kv_node|heartbeat) continue ;; esac
     selected "$name" || continue
     printf '| %s |' "$name"
     for strategy in "${systematic[@]}"; do

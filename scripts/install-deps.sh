@@ -15,7 +15,9 @@
 # GNU make (`make -j4` builds a small C project under dara), perl with ithreads, git (`git clone
 # --no-local` between processes), mosquitto with its clients (an MQTT broker on both families), and
 # haproxy in front of lighttpd (a threaded proxy and a web server: tests/fixtures/scripts/haproxy_test.sh),
-# and Node.js (worker_threads: tests/fixtures/node/workers.js; any `node` on PATH will do).
+# and Node.js (worker_threads: tests/fixtures/node/workers.js; any `node` on PATH will do),
+# and Debian's golang-go (1.19 in bookworm: the Go fixtures under tests/fixtures/go/, built by
+# crates/tools/tests/common/go.rs) and musl-tools (musl-gcc: static C fixtures against musl).
 # postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
 # from util-linux).
 #
@@ -57,6 +59,8 @@ command -v make >/dev/null 2>&1 || need+=(make)
 perl -Mthreads -e 1 >/dev/null 2>&1 || need+=(perl)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v go >/dev/null 2>&1 || need+=(golang-go)
+command -v musl-gcc >/dev/null 2>&1 || need+=(musl-tools)
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || services+=(mosquitto)
 command -v lighttpd >/dev/null 2>&1 || [ -x /usr/sbin/lighttpd ] || services+=(lighttpd)
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || services+=(haproxy)

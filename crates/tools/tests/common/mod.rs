@@ -2,6 +2,7 @@
 //! binaries with a time limit, read their traces, and check that nothing was left behind.
 #![allow(dead_code)]
 
+pub mod go;
 pub mod real;
 
 use std::path::{Path, PathBuf};
@@ -23,6 +24,20 @@ pub fn fixture(name: &str) -> PathBuf {
 /// Like `fixture`, with extra compiler flags (e.g. `-static`); the flags are part of the cache key.
 pub fn fixture_with(name: &str, flags: &[&str]) -> PathBuf {
     fixture_built_by(name, None, flags)
+}
+
+/// The C fixture NAME linked statically against musl (`musl-gcc -static`); a panic saying to run
+/// scripts/install-deps.sh when musl-gcc is missing.
+pub fn musl_fixture(name: &str) -> PathBuf {
+    installed("musl-gcc", "musl-tools");
+    fixture_built_by(name, Some("musl-gcc"), &["-static"])
+}
+
+/// The path of `program` on PATH, or a panic saying that scripts/install-deps.sh installs it
+/// (from Debian's `package`).
+pub fn installed(program: &str, package: &str) -> PathBuf {
+    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).map(|d| d.join(program)).find(|p| p.is_file());
+    found.unwrap_or_else(|| panic!("{program} is not installed: run scripts/install-deps.sh (as root), which installs Debian's {package}"))
 }
 
 /// Like `fixture_with`, compiled by `compiler` (e.g. `clang`) instead of the default for the
