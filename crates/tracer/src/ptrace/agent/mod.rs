@@ -163,6 +163,9 @@ impl Agent {
             return;
         }
         let signal = libc::WSTOPSIG(status);
+        if status >> 16 == 0 && self.step_ended(tid, signal) {
+            return;
+        }
         match status >> 16 {
             libc::PTRACE_EVENT_SECCOMP => self.syscall_stop(tid),
             libc::PTRACE_EVENT_EXEC => self.exec_stop(tid),
@@ -254,18 +257,28 @@ impl Agent {
         true
     }
 
-    /// A SIGTRAP on its way to `tid`: the end of a probe's single step (the probe is armed
-    /// again), or a probe reached (a scheduling point); true then, and the signal is swallowed.
-    fn probe_hit(&mut self, tid: i32) -> bool {
+    /// A signal stop of `tid` while it single-steps a probed instruction: the probe is armed
+    /// again either way. The step's own trap (`TRAP_TRACE`) is swallowed (true); any other
+    /// signal came before the instruction ran (false: it is delivered as usual, and the thread
+    /// reaches the probe again when its handler returns, a new scheduling point).
+    fn step_ended(&mut self, tid: i32, signal: i32) -> bool {
         let Some(tracee) = self.tracees.get_mut(&tid) else { return false };
-        let process = tracee.process;
-        if let Some(addr) = tracee.stepping.take() {
-            if let Some(probes) = self.processes.probes.get(&process) {
-                let _ = probes.rearm(tid, addr);
-            }
+        let Some(addr) = tracee.stepping.take() else { return false };
+        if let Some(probes) = self.processes.probes.get(&tracee.process) {
+            let _ = probes.rearm(tid, addr);
+        }
+        if signal == libc::SIGTRAP && signal_code(tid) == Some(TRAP_TRACE) {
             resume(tid, 0);
             return true;
         }
+        false
+    }
+
+    /// A SIGTRAP on its way to `tid`: a probe reached (a scheduling point); true then, and the
+    /// signal is swallowed.
+    fn probe_hit(&mut self, tid: i32) -> bool {
+        let Some(tracee) = self.tracees.get(&tid) else { return false };
+        let process = tracee.process;
         let Ok(mut regs) = crate::ptrace::remote::Registers::read(tid) else { return false };
         let addr = regs.regs.rip.wrapping_sub(1);
         if !self.processes.probes.get(&process).is_some_and(|p| p.at(addr)) {
@@ -399,6 +412,18 @@ pub(crate) fn resume(tid: i32, signal: i32) {
 pub(crate) fn resume_to_exit(tid: i32) {
     // SAFETY: PTRACE_SYSCALL takes a pid and a signal number; no memory is passed.
     unsafe { libc::ptrace(libc::PTRACE_SYSCALL, tid, 0usize, 0usize) };
+}
+
+/// `si_code` of a single-step trap.
+const TRAP_TRACE: i32 = 2;
+
+/// The `si_code` of the signal `tid` is stopped with.
+fn signal_code(tid: i32) -> Option<i32> {
+    // SAFETY: all-zero is a valid siginfo_t; PTRACE_GETSIGINFO fills it.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel writes one siginfo_t into the live local.
+    let rc = unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, tid, 0usize, &mut info as *mut libc::siginfo_t) };
+    (rc == 0).then_some(info.si_code)
 }
 
 /// The event message of `tid`'s last ptrace event (a new child's pid, a former thread id).
