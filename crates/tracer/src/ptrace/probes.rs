@@ -39,7 +39,7 @@ const LIBC_PROBES: [&str; 14] = [
 
 /// Go runtime functions behind channel, select and map operations (`sync.Mutex`'s fast path is
 /// inlined into its callers: its slow paths are probed instead).
-const GO_PROBES: [&str; 16] = [
+const GO_PROBES: [&str; 19] = [
     "runtime.chansend1",
     "runtime.chanrecv1",
     "runtime.chanrecv2",
@@ -52,6 +52,11 @@ const GO_PROBES: [&str; 16] = [
     "runtime.mapaccess1",
     "runtime.mapaccess2",
     "runtime.mapdelete",
+    // Inside a map write (its writing flag set): growth and overflow buckets, where another
+    // writer can meet the flag ("concurrent map writes").
+    "runtime.hashGrow",
+    "runtime.growWork",
+    "runtime.(*hmap).newoverflow",
     "sync.(*Mutex).lockSlow",
     "sync.(*Mutex).unlockSlow",
     "sync.(*RWMutex).RLock",
