@@ -58,7 +58,37 @@ fn recognise(lines: &[&str], i: usize, resolve: crate::sanitizer_report::Resolve
             None => format!("uncaught {kind}"),
         });
     }
+    if let Some(site) = go_failure(lines, i) {
+        return Some(site);
+    }
     crate::sanitizer_report::location(lines, i, resolve)
+}
+
+/// Go's runtime: "panic: MESSAGE" or "fatal error: MESSAGE", then goroutine dumps whose frames
+/// are a function line and a tab-indented "file:line +0xOFFSET" line. The identity is the
+/// message and the first frame of the program's own code (package `main`, else the first
+/// outside the runtime): the goroutine numbers, arguments and offsets change from run to run.
+fn go_failure(lines: &[&str], i: usize) -> Option<String> {
+    let line = lines[i].trim_end();
+    let message = line.strip_prefix("panic: ").or_else(|| line.strip_prefix("fatal error: ")).filter(|_| lines[i + 1..].iter().any(|l| l.starts_with("goroutine ")))?;
+    let kind = if line.starts_with("panic: ") { "panic" } else { "fatal error" };
+    // A recovered-and-repanicked value adds " [recovered]"; an error value its own text.
+    let message = message.trim_end_matches(" [recovered]");
+    let frames: Vec<(&str, &str)> = lines[i + 1..]
+        .windows(2)
+        .filter(|w| !w[0].starts_with('\t') && !w[0].starts_with("goroutine ") && w[1].starts_with('\t'))
+        .map(|w| {
+            let function = w[0].rsplit_once('(').map_or(w[0], |(f, _)| f).trim();
+            let place = w[1].trim().split(" +0x").next().unwrap_or_default();
+            (function, place)
+        })
+        .filter(|(f, _)| !f.is_empty() && !f.starts_with("created by"))
+        .collect();
+    let own = frames.iter().find(|(f, _)| f.starts_with("main.")).or_else(|| frames.iter().find(|(f, _)| !f.starts_with("runtime.")));
+    Some(match own {
+        Some((function, place)) => format!("{kind}: {message} in {function} ({})", place.rsplit('/').next().unwrap_or(place)),
+        None => format!("{kind}: {message}"),
+    })
 }
 
 #[cfg(test)]
@@ -95,6 +125,16 @@ mod tests {
         assert_eq!(stderr_location(err).as_deref(), Some("b.c:2: g: Assertion `y' failed"));
         // Invalid UTF-8 does not stop recognition.
         assert!(stderr_location(b"\xff\xfe\np: a.c:1: f: Assertion `x' failed.\n").is_some());
+    }
+
+    #[test]
+    fn go_panics_and_fatal_errors_name_the_first_frame_of_the_program() {
+        let err = b"panic: send on closed channel\n\ngoroutine 7 [running]:\nmain.producer(0xc000012345, 0x3)\n\tdara.test/fixtures/prodcons/main.go:42 +0x5d\ncreated by main.main\n\tdara.test/fixtures/prodcons/main.go:60 +0x8f\n";
+        assert_eq!(stderr_location(err).as_deref(), Some("panic: send on closed channel in main.producer (main.go:42)"));
+        let err = b"fatal error: concurrent map writes\n\ngoroutine 21 [running]:\nruntime.throw({0x4a1b2c?, 0x0?})\n\truntime/panic.go:1047 +0x5d fp=0xc0000 sp=0xc0000 pc=0x4331\nruntime.mapassign_fast64(0x0?, 0x0?, 0x1)\n\truntime/map_fast64.go:102 +0x2c5\nmain.main.func1(0x2)\n\tdara.test/fixtures/mapwrites/main.go:44 +0x7b\n";
+        assert_eq!(stderr_location(err).as_deref(), Some("fatal error: concurrent map writes in main.main.func1 (main.go:44)"));
+        // A line that only looks like one, with no goroutine dump after it, is not Go's.
+        assert_eq!(stderr_location(b"panic: not really\n"), None);
     }
 
     #[test]
