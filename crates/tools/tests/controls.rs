@@ -100,13 +100,18 @@ fn damaged_traces_are_rejected_with_a_clear_error() {
     }
 }
 
+/// A static binary runs through the ptrace agent (tests/ptrace.rs); without the agent it is
+/// refused in one line that says how to get it.
 #[test]
-fn static_binaries_are_refused() {
+fn static_binaries_are_refused_without_the_ptrace_agent() {
     let program = fixture_with("lost_update_ok", &["-static"]);
     let out = out_dir("static");
-    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(10));
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dara-trace"));
+    cmd.env("DARA_AGENT", "/nonexistent/dara-agent").args(["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()]);
+    let run = run_with_limit(cmd, Duration::from_secs(10));
     assert_eq!(run.code, 2, "{}", run.text());
-    assert!(run.stderr.contains("statically linked"), "{}", run.text());
+    assert!(run.stderr.contains("statically linked") && run.stderr.contains("DARA_AGENT"), "{}", run.text());
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.text());
 }
 
 #[test]

@@ -1,0 +1,111 @@
+//! The ptrace path end to end: statically linked C programs (glibc and musl) and Go programs,
+//! which dara's preload cannot enter, run under `dara-agent` (crates/tracer/src/ptrace). Each
+//! bug is found, replayed 20 times with `--verify`, found again the same way with the same seed;
+//! each twin is clean; what a Go program observes (time, randomness, map order, `select`) is the
+//! same on every replay.
+mod common;
+
+use std::time::Duration;
+
+use common::go::{self, GoBug};
+use common::*;
+
+/// A static C lost update (the preload cannot enter it): found through the preemption probes at
+/// libc's own `pthread_mutex_lock`/`unlock`, replayed, the same with the same seed; its twin clean.
+fn static_lost_update(build: fn(&str) -> std::path::PathBuf, libc: &str, shows: &str) {
+    let program = build("lost_update");
+    let first = out_dir(&format!("ptrace-lost-update-{libc}"));
+    let run = search(&first, "pct:3", 1, 50, &program);
+    assert_eq!(run.code, 1, "{libc}: the lost update was not found\n{}", run.text());
+    let bug = first.join("bug-0001/trace.bin");
+    replays(&bug, shows);
+    let again = out_dir(&format!("ptrace-lost-update-{libc}-again"));
+    assert_eq!(search(&again, "pct:3", 1, 50, &program).code, 1);
+    same_decisions(&bug, &again.join("bug-0001/trace.bin"));
+
+    let twin = build("lost_update_ok");
+    let clean = out_dir(&format!("ptrace-lost-update-{libc}-ok"));
+    let run = search(&clean, "pct:3", 1, 30, &twin);
+    assert_eq!(run.code, 0, "{libc}: a false bug in the twin\n{}", run.text());
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn a_glibc_static_lost_update_is_found_replayed_and_its_twin_is_clean() {
+    static_lost_update(|name| fixture_with(name, &["-static"]), "glibc", "Assertion `counter == NTHREADS * ITERS' failed");
+}
+
+#[test]
+fn a_musl_static_lost_update_is_found_replayed_and_its_twin_is_clean() {
+    static_lost_update(musl_fixture, "musl", "killed by SIGABRT");
+}
+
+/// A Go bug is found within `runs` random executions, named by Go's own message, replayed; the
+/// same seed finds it again identically; the twin runs clean.
+fn go_bug(bug: GoBug, runs: u64, twin_runs: u64) {
+    let program = go::go_fixture(bug.name);
+    let out = out_dir(&format!("ptrace-go-{}", bug.name));
+    let run = search(&out, "random", 1, runs, &program);
+    assert_eq!(run.code, 1, "{}: not found in {runs} executions\n{}", bug.name, run.text());
+    assert!(run.text().contains(bug.prints), "{}: found as something else\n{}", bug.name, run.text());
+    let trace = out.join("bug-0001/trace.bin");
+    replays(&trace, &format!("exited with status {}", bug.status));
+    let again = out_dir(&format!("ptrace-go-{}-again", bug.name));
+    assert_eq!(search(&again, "random", 1, runs, &program).code, 1);
+    same_decisions(&trace, &again.join("bug-0001/trace.bin"));
+
+    let twin = go::go_twin(bug.name);
+    let clean = out_dir(&format!("ptrace-go-{}-ok", bug.name));
+    let run = search(&clean, "random", 1, twin_runs, &twin);
+    assert_eq!(run.code, 0, "{}: a false bug in the twin\n{}", bug.name, run.text());
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn go_loop_variable_capture_is_found_and_replayed() {
+    go_bug(go::LOOPVAR, 20, 20);
+}
+
+#[test]
+fn go_dining_philosophers_deadlock_is_found_and_replayed() {
+    go_bug(go::PHILOSOPHERS, 20, 20);
+}
+
+#[test]
+fn go_concurrent_map_writes_are_found_and_replayed() {
+    go_bug(go::MAPWRITES, 20, 10);
+}
+
+#[test]
+fn go_send_on_a_closed_channel_is_found_and_replayed() {
+    go_bug(go::PRODCONS, 60, 30);
+}
+
+/// Everything a Go program observes that varies natively (the time, `math/rand` seeded from it,
+/// `crypto/rand`, a map's iteration order, `select`'s choices) is the same on every replay of a
+/// recording and in two recordings with the same seed and epoch.
+#[test]
+fn what_a_go_program_observes_is_the_same_on_every_replay() {
+    let program = go::go_fixture("determinism");
+    let record = |name: &str| {
+        let out = out_dir(name);
+        let run = dara_trace(&["-o", out.to_str().unwrap(), "--epoch", SEARCH_EPOCH, "--", program.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(run.code, 0, "{}", run.text());
+        (out, run.stdout)
+    };
+    let (out, first) = record("ptrace-go-determinism");
+    let (_, second) = record("ptrace-go-determinism-again");
+    let observed = |text: &str| text.lines().filter(|l| ["time:", "math/rand:", "seeded:", "crypto/rand:", "map:", "select:"].iter().any(|p| l.starts_with(p))).map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(observed(&first).len(), 6, "{first}");
+    assert!(first.contains(&format!("time: {SEARCH_EPOCH}")), "the program's clock starts at the epoch\n{first}");
+    assert_eq!(observed(&first), observed(&second), "two recordings with one seed and epoch differ");
+    let trace = out.join("trace.bin");
+    let verify = dara_replay(&["--verify", trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    let replayed = observed(&verify.stdout);
+    assert_eq!(replayed.len(), 18, "three replays, six lines each\n{}", verify.text());
+    for chunk in replayed.chunks(6) {
+        assert_eq!(chunk, observed(&first).as_slice(), "a replay observed something else");
+    }
+}
