@@ -86,15 +86,27 @@ fn go_send_on_a_closed_channel_is_found_and_replayed() {
 /// recording and in two recordings with the same seed and epoch.
 #[test]
 fn what_a_go_program_observes_is_the_same_on_every_replay() {
-    let program = go::go_fixture("determinism");
+    observes_the_same(&go::go_fixture("determinism"), "static");
+}
+
+/// The same with the program linked against libc (cgo): dynamically linked, but run by the agent
+/// (the preload is not loaded into it).
+#[test]
+fn a_go_program_linked_with_cgo_runs_under_the_agent_too() {
+    let program = go::go_fixture_linked("determinism", go::Cgo::On, &[]);
+    assert!(go::has_interpreter(&program), "a cgo build is dynamically linked");
+    observes_the_same(&program, "cgo");
+}
+
+fn observes_the_same(program: &std::path::Path, how: &str) {
     let record = |name: &str| {
         let out = out_dir(name);
         let run = dara_trace(&["-o", out.to_str().unwrap(), "--epoch", SEARCH_EPOCH, "--", program.to_str().unwrap()], Duration::from_secs(60));
         assert_eq!(run.code, 0, "{}", run.text());
         (out, run.stdout)
     };
-    let (out, first) = record("ptrace-go-determinism");
-    let (_, second) = record("ptrace-go-determinism-again");
+    let (out, first) = record(&format!("ptrace-go-determinism-{how}"));
+    let (_, second) = record(&format!("ptrace-go-determinism-{how}-again"));
     let observed = |text: &str| text.lines().filter(|l| ["time:", "math/rand:", "seeded:", "crypto/rand:", "map:", "select:"].iter().any(|p| l.starts_with(p))).map(str::to_owned).collect::<Vec<_>>();
     assert_eq!(observed(&first).len(), 6, "{first}");
     assert!(first.contains(&format!("time: {SEARCH_EPOCH}")), "the program's clock starts at the epoch\n{first}");

@@ -54,6 +54,26 @@ pub fn classify(path: &Path) -> std::io::Result<BinaryKind> {
     }
 }
 
+/// Whether `path` is a Go program (it has Go's build-info section). A Go program linked
+/// against libc (cgo) is dynamically linked, but the preload cannot control it: Go's runtime
+/// makes its own system calls, keeps goroutines off libc's locks, and reads the CPU count and
+/// the clock by raw calls. dara runs every Go program through its ptrace agent.
+pub fn is_go(path: &Path) -> bool {
+    let Ok(bytes) = crate::image::read(path) else { return false };
+    let Ok(elf) = goblin::elf::Elf::parse(&bytes) else { return false };
+    elf.section_headers.iter().any(|sh| matches!(elf.shdr_strtab.get_at(sh.sh_name), Some(".go.buildinfo" | ".note.go.buildid")))
+}
+
+/// Whether dara runs `path` through its ptrace agent rather than its preload: statically linked
+/// programs (no dynamic loader to load the preload) and Go programs.
+pub fn needs_agent(path: &Path) -> bool {
+    match classify(path) {
+        Ok(BinaryKind::Static) => true,
+        Ok(BinaryKind::Dynamic) => is_go(path),
+        _ => false,
+    }
+}
+
 /// GNU build-id of an ELF file as lower-case hex, if it has one.
 pub fn build_id(path: &Path) -> Option<String> {
     let bytes = crate::image::read(path).ok()?;

@@ -247,6 +247,10 @@ impl ProcessTree {
         for (k, v) in &spec.env {
             cmd.env(k, v);
         }
+        if traced.is_some() {
+            // The agent runs it, not the preload (a dynamically linked Go program would load it).
+            cmd.env_remove("LD_PRELOAD");
+        }
         let cpu = spec.cpu;
         let pass_fd = spec.pass_fd;
         let host_proc = spec.host_proc_fd.zip(self.host_proc.as_ref().map(|f| f.as_raw_fd()));
@@ -321,7 +325,7 @@ impl ProcessTree {
     /// before the launch).
     fn ptrace_launch(&mut self, program: &str) -> std::io::Result<Option<(AgentWordsRef, Vec<libc::sock_filter>)>> {
         let Some(agent) = &self.spec.agent else { return Ok(None) };
-        let needs_agent = crate::binary::resolve(program).and_then(|p| crate::binary::classify(&p).ok()).is_some_and(|kind| kind == crate::binary::BinaryKind::Static);
+        let needs_agent = crate::binary::resolve(program).is_some_and(|p| crate::binary::needs_agent(&p));
         if !needs_agent {
             return Ok(None);
         }
