@@ -33,6 +33,7 @@
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 
 pub mod access;
+pub mod agent;
 pub mod clock;
 pub mod counter;
 pub mod handoff;
@@ -649,30 +650,10 @@ pub struct Header {
     pub written_count: AtomicU32,
     pub written: [WrittenFile; MAX_WRITTEN_FILES],
     /// The words a process uses to ask dara's ptrace agent to trace it (see [`AgentWords`]).
-    pub agent: AgentWords,
+    pub agent: agent::AgentWords,
     pub processes: [ProcessEntry; MAX_PROCESSES],
 }
 
-/// How a process that the preload cannot enter (a statically linked or Go program, about to be
-/// exec'd) asks dara's ptrace agent (`dara-agent`, crates/tracer/src/ptrace) to trace it, before
-/// it installs the agent's seccomp filter: a traced system call without a tracer would fail.
-///
-/// The asking process holds the run token (or is being launched, before any thread runs), so at
-/// most one request is under way: it writes its kernel thread id (as dara's PID namespace
-/// numbers it) into `seize_tid`, bumps `doorbell` and futex-wakes it, then waits on `seize_ack`
-/// until it holds that tid (the agent attached) or `u32::MAX` (the agent could not).
-#[repr(C)]
-pub struct AgentWords {
-    /// Bumped (then futex-woken) for every request; the agent waits on it.
-    pub doorbell: AtomicU32,
-    pub seize_tid: AtomicU32,
-    pub seize_ack: AtomicU32,
-    /// The agent's pid (0: no agent in this execution).
-    pub pid: AtomicU32,
-}
-
-/// [`AgentWords::seize_ack`] when the agent could not attach.
-pub const SEIZE_REFUSED: u32 = u32::MAX;
 
 /// Entries of [`Header::written`].
 pub const MAX_WRITTEN_FILES: usize = 32;

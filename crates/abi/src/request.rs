@@ -93,7 +93,9 @@ pub enum Request {
     SigWait { set: u64, deadline: Deadline },
 
     ProcessFork,
-    ProcessExec,
+    /// An `execve` about to run; `via_agent`: of a program the preload cannot enter, which
+    /// dara's ptrace agent is to run (the scheduler makes sure it exists before the grant).
+    ProcessExec { via_agent: bool },
     /// `wait4`/`waitpid`/`wait`/`waitid` for exited children.
     ProcessWait { target: ProcessTarget, options: WaitOptions },
     /// `kill` of `signal`; `pid` is the raw pid argument, for /proc checks only (never part of a
@@ -202,7 +204,7 @@ impl Request {
             R::SigSuspend { .. } => Op::SigSuspend,
             R::SigWait { .. } => Op::SigWait,
             R::ProcessFork => Op::ProcessFork,
-            R::ProcessExec => Op::ProcessExec,
+            R::ProcessExec { .. } => Op::ProcessExec,
             R::ProcessWait { .. } => Op::ProcessWait,
             R::ProcessKill { .. } => Op::ProcessKill,
             R::FileLock { .. } => Op::FileLock,
@@ -231,7 +233,8 @@ impl Request {
                 [parent, kind.to_arg(), 0, 0]
             }
             R::ThreadStart { creator: slot } | R::ThreadJoin { target: slot } | R::ThreadDetach { target: slot } => [slot as u64, 0, 0, 0],
-            R::ThreadCreate | R::ThreadExit | R::Yield | R::ClockRead | R::EdgeQuantum | R::ProcessFork | R::ProcessExec => [0; 4],
+            R::ThreadCreate | R::ThreadExit | R::Yield | R::ClockRead | R::EdgeQuantum | R::ProcessFork => [0; 4],
+            R::ProcessExec { via_agent } => [via_agent as u64, 0, 0, 0],
             R::ProcessExit { status } => [status as u32 as u64, 0, 0, 0],
             R::MutexLock { mutex, kind, deadline } => [mutex.0, kind.to_arg(), deadline.to_ns(), 0],
             R::MutexTryLock { mutex, kind } | R::MutexUnlock { mutex, kind } => [mutex.0, kind.to_arg(), 0, 0],
@@ -350,7 +353,13 @@ impl Request {
             Op::SigSuspend => R::SigSuspend { mask: a[0] },
             Op::SigWait => R::SigWait { set: a[0], deadline: Deadline::from_ns(a[1]) },
             Op::ProcessFork => R::ProcessFork,
-            Op::ProcessExec => R::ProcessExec,
+            Op::ProcessExec => R::ProcessExec {
+                via_agent: match a[0] {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(bad("via_agent")),
+                },
+            },
             Op::ProcessWait => R::ProcessWait { target: ProcessTarget::from_arg(a[0]).ok_or(bad("target process"))?, options: WaitOptions::from_bits(a[1]) },
             Op::ProcessKill => R::ProcessKill {
                 target: ProcessTarget::from_arg(a[0]).ok_or(bad("target process"))?,

@@ -56,6 +56,7 @@
 mod layers;
 
 pub mod access;
+pub mod agent_exec;
 pub mod coverage;
 pub mod dispositions;
 pub mod entropy;

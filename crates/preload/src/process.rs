@@ -24,7 +24,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 
 use dara_abi::handoff;
-use dara_abi::{Addr, Header, ProcessTarget, Request, Slot, StartKind, Unsupported, WaitOptions};
+use dara_abi::{Header, ProcessTarget, Request, Slot, StartKind, Unsupported, WaitOptions};
 use libc::{c_char, c_long, pid_t};
 
 use crate::gate::{self, Gated};
@@ -113,10 +113,9 @@ pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
     // SAFETY: the program passed a NUL-terminated path to execve (or a bad pointer, which the
     // probe treats as "not an ELF we can read" and the kernel then refuses).
     if nr == libc::SYS_execve && unsafe { is_static_elf(a[path_arg] as *const c_char) } {
-        gate.post(Request::Unsupported(Unsupported::StaticExec { path: Addr(a[path_arg]) }));
-        return -(libc::ENOEXEC as i64);
+        return crate::agent_exec::exec(gate, nr, a, a[path_arg]);
     }
-    gate.post(Request::ProcessExec);
+    gate.post(Request::ProcessExec { via_agent: false });
     let Some(header) = region::header() else { return passthrough(nr, a) };
     let process = region::process();
     let Some(entry) = header.processes.get(process as usize) else { return passthrough(nr, a) };

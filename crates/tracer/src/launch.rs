@@ -67,10 +67,10 @@ pub struct AgentLaunch {
     pub words: AgentWordsRef,
 }
 
-/// The region's [`dara_abi::AgentWords`], mapped by the scheduler for longer than the tree
+/// The region's [`dara_abi::agent::AgentWords`], mapped by the scheduler for longer than the tree
 /// lives.
 #[derive(Clone, Copy, Debug)]
-pub struct AgentWordsRef(pub *const dara_abi::AgentWords);
+pub struct AgentWordsRef(pub *const dara_abi::agent::AgentWords);
 
 // SAFETY: the words are atomics in shared memory that outlives the tree; any thread may use them.
 unsafe impl Send for AgentWordsRef {}
@@ -286,7 +286,7 @@ impl ProcessTree {
                 if let Some((words, filter)) = &traced {
                     // Last: from here on the filter's calls stop for the agent.
                     let pid = host_proc.and_then(|(to, _)| crate::ptrace::seize::host_pid(to)).unwrap_or(libc::getpid() as u32);
-                    crate::ptrace::seize::ask(&*words.0, pid).map_err(|_| std::io::Error::other("dara's ptrace agent did not attach"))?;
+                    crate::ptrace::seize::ask_for_launch(&*words.0, pid).map_err(|_| std::io::Error::other("dara's ptrace agent did not attach"))?;
                     crate::ptrace::filter::install(filter)?;
                     // The counter faults, and the agent answers it from the virtual clock.
                     libc::prctl(libc::PR_SET_TSC, libc::PR_TSC_SIGSEGV, 0, 0, 0);
@@ -319,21 +319,33 @@ impl ProcessTree {
         Ok(child.id())
     }
 
+    /// Starts the ptrace agent if the tree has none yet; why not, if it cannot.
+    pub fn ensure_agent(&mut self) -> Result<(), String> {
+        if self.agent.is_some() {
+            return Ok(());
+        }
+        let Some(agent) = &self.spec.agent else {
+            return Err("dara-agent, which runs statically linked programs, is not next to dara-trace: build the whole workspace (cargo build --release) or set DARA_AGENT".into());
+        };
+        let region_fd = self.spec.pass_fd.map_or(-1, |(fd, _)| fd);
+        let started = crate::ptrace::AgentProcess::spawn(&agent.program, region_fd, self.spec.cpu).map_err(|e| format!("cannot start {}: {e}", agent.program.display()))?;
+        self.agent = Some(started);
+        Ok(())
+    }
+
     /// For a program the preload cannot enter: the agent's words (starting the agent first if
     /// this tree has none yet) and the filter the child installs before its exec. None for a
     /// program the preload enters, or when the spec has no agent (such programs are refused
     /// before the launch).
-    fn ptrace_launch(&mut self, program: &str) -> std::io::Result<Option<(AgentWordsRef, Vec<libc::sock_filter>)>> {
+    fn ptrace_launch(&mut self, program: &str) -> std::io::Result<Option<(AgentWordsRef, [dara_abi::agent::SockFilter; dara_abi::agent::FILTER_LEN])>> {
         let Some(agent) = &self.spec.agent else { return Ok(None) };
         let needs_agent = crate::binary::resolve(program).is_some_and(|p| crate::binary::needs_agent(&p));
         if !needs_agent {
             return Ok(None);
         }
-        if self.agent.is_none() {
-            let region_fd = self.spec.pass_fd.map_or(-1, |(fd, _)| fd);
-            self.agent = Some(crate::ptrace::AgentProcess::spawn(&agent.program, region_fd, self.spec.cpu)?);
-        }
-        Ok(Some((agent.words, crate::ptrace::filter::program())))
+        let words = agent.words;
+        self.ensure_agent().map_err(std::io::Error::other)?;
+        Ok(Some((words, crate::ptrace::filter::program())))
     }
 
     /// Kernel pid of the first launched command (0 before one is).

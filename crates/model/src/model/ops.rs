@@ -204,7 +204,7 @@ impl Model {
             | Request::SignalArrived { .. }
             | Request::Held { .. }
             | Request::ProcessFork
-            | Request::ProcessExec
+            | Request::ProcessExec { .. }
             | Request::ProcessKill { .. }
             // The preload tries the lock again (and posts again while it is still taken).
             | Request::FileLock { .. }

@@ -128,6 +128,11 @@ impl Execution<'_> {
                 self.grant(thread, Op::Held, 0);
                 return None;
             }
+            Request::ProcessExec { via_agent: true } => {
+                if let Err(detail) = self.tree.ensure_agent() {
+                    return Some(Outcome::Uncontrolled { thread, syscall: "execve".into(), detail: format!("a statically linked program is about to start: {detail}") });
+                }
+            }
             Request::Unsupported(call) => {
                 let pid = self.processes.records.get(&process).map_or(0, |p| p.pid);
                 return Some(unsupported(thread, pid, call));

@@ -25,6 +25,9 @@ pub(super) trait Target {
     fn survivors(&self) -> String;
     /// The last bytes the program wrote to stderr.
     fn stderr_tail(&self) -> Vec<u8>;
+    /// Starts the ptrace agent if the tree has none yet (a process is about to exec a program
+    /// the preload cannot enter); why not, if it cannot.
+    fn ensure_agent(&mut self) -> Result<(), String>;
 }
 
 impl Target for ProcessTree {
@@ -62,5 +65,9 @@ impl Target for ProcessTree {
 
     fn stderr_tail(&self) -> Vec<u8> {
         ProcessTree::stderr_tail(self)
+    }
+
+    fn ensure_agent(&mut self) -> Result<(), String> {
+        ProcessTree::ensure_agent(self)
     }
 }

@@ -69,6 +69,10 @@ impl Target for FakeTree {
     fn stderr_tail(&self) -> Vec<u8> {
         Vec::new()
     }
+
+    fn ensure_agent(&mut self) -> Result<(), String> {
+        Err("the fake target has no agent".into())
+    }
 }
 
 /// A program of one process whose threads post their scripts: thread 0's first, then one more

@@ -118,22 +118,9 @@ impl Probes {
 
 /// Replaces the byte at `addr` in stopped thread `tid`'s address space; returns the old one.
 fn poke_byte(tid: i32, addr: u64, byte: u8) -> io::Result<u8> {
-    // SAFETY: PEEKTEXT reads a word of the tracee; errno tells a -1 word from a failure.
-    let word = unsafe {
-        *libc::__errno_location() = 0;
-        libc::ptrace(libc::PTRACE_PEEKTEXT, tid, addr as usize, 0usize)
-    };
-    // SAFETY: reads this thread's errno.
-    if word == -1 && unsafe { *libc::__errno_location() } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let old = (word & 0xff) as u8;
-    let new = (word & !0xff) | i64::from(byte);
-    // SAFETY: POKETEXT writes one word into the stopped tracee's text.
-    if unsafe { libc::ptrace(libc::PTRACE_POKETEXT, tid, addr as usize, new as usize) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(old)
+    let word = crate::ptrace::inject::peek(tid, addr)?;
+    crate::ptrace::inject::poke(tid, addr, (word & !0xff) | u64::from(byte))?;
+    Ok(word as u8)
 }
 
 /// Resumes stopped thread `tid` for one instruction.

@@ -1,61 +1,18 @@
-//! Asking the agent to trace a process, from the process itself ([`dara_abi::AgentWords`]).
-//!
-//! The asker is a process about to `execve` a program the preload cannot enter: dara's launcher
-//! between fork and exec, or (later) a traced process's preload. It holds the run token (or no
-//! thread runs yet), so one request at a time is under way. Everything here is
-//! async-signal-safe: atomics, `futex`, `readlinkat`; no allocation.
-use std::sync::atomic::Ordering;
+//! The launcher's side of asking the agent to trace a command ([`dara_abi::agent`]), between
+//! fork and exec: async-signal-safe (atomics, `futex`, `readlinkat`; no allocation).
+use std::sync::atomic::AtomicU32;
 
-use dara_abi::{AgentWords, SEIZE_REFUSED};
+use dara_abi::agent::{self, AgentWords, SeizeError, SeizeRequest};
+use dara_abi::handoff::{Futex, Waited};
 
-/// How long an asker waits for the agent before it gives up (the agent attaches in
-/// microseconds; a loaded machine can delay it by seconds, a dead agent never answers).
+/// How long an asker waits for the agent, in seconds (it attaches in microseconds; a loaded
+/// machine can delay it by seconds; a dead agent never answers).
 const PATIENCE_SECONDS: u32 = 30;
 
-/// Why the agent did not attach.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SeizeError {
-    /// The agent answered that it could not (`PTRACE_SEIZE` failed).
-    Refused,
-    /// No answer in [`PATIENCE_SECONDS`]: the agent is gone or stuck.
-    NoAnswer,
-}
-
-/// Asks the agent to attach to thread `host_tid` (as dara's PID namespace numbers it) and waits
-/// for its answer.
-pub fn ask(words: &AgentWords, host_tid: u32) -> Result<(), SeizeError> {
-    words.seize_ack.store(0, Ordering::Relaxed);
-    words.seize_tid.store(host_tid, Ordering::Relaxed);
-    words.doorbell.fetch_add(1, Ordering::Release);
-    futex_wake(&words.doorbell);
-    for _ in 0..PATIENCE_SECONDS {
-        loop {
-            match words.seize_ack.load(Ordering::Acquire) {
-                0 => {}
-                SEIZE_REFUSED => return Err(SeizeError::Refused),
-                tid if tid == host_tid => return Ok(()),
-                _ => {}
-            }
-            if !futex_wait_a_second(&words.seize_ack, 0) {
-                break;
-            }
-        }
-    }
-    Err(SeizeError::NoAnswer)
-}
-
-/// The agent's side: the thread asking now, if a request is waiting.
-pub fn pending(words: &AgentWords) -> Option<u32> {
-    match words.seize_tid.swap(0, Ordering::AcqRel) {
-        0 => None,
-        tid => Some(tid),
-    }
-}
-
-/// The agent's answer to `tid` (attached, or not).
-pub fn answer(words: &AgentWords, tid: u32, attached: bool) {
-    words.seize_ack.store(if attached { tid } else { SEIZE_REFUSED }, Ordering::Release);
-    futex_wake(&words.seize_ack);
+/// Asks the agent to trace the calling process, a command dara launches, whose pid in dara's
+/// namespace is `host_pid`.
+pub fn ask_for_launch(words: &AgentWords, host_pid: u32) -> Result<(), SeizeError> {
+    agent::ask(words, SeizeRequest { tid: host_pid, process: None, exec_slot: None, allowed_ip: None }, &SecondFutex, PATIENCE_SECONDS)
 }
 
 /// The calling process's pid as dara's PID namespace numbers it, read through `host_proc` (a
@@ -71,15 +28,23 @@ pub fn host_pid(host_proc: i32) -> Option<u32> {
     buf[..n as usize].iter().try_fold(0u32, |pid, &b| b.is_ascii_digit().then(|| pid * 10 + u32::from(b - b'0')))
 }
 
-fn futex_wake(word: &std::sync::atomic::AtomicU32) {
-    // SAFETY: FUTEX_WAKE on a live, aligned word of the shared region.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32) };
-}
+/// The kernel's futex on words of the shared region, waits bounded by a second.
+pub struct SecondFutex;
 
-/// Waits up to a second while `word` holds `expected`; false when the second passed.
-fn futex_wait_a_second(word: &std::sync::atomic::AtomicU32, expected: u32) -> bool {
-    let second = libc::timespec { tv_sec: 1, tv_nsec: 0 };
-    // SAFETY: FUTEX_WAIT on a live, aligned word with a live timeout.
-    let rc = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &second as *const libc::timespec, 0usize, 0u32) };
-    !(rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT))
+impl Futex<AtomicU32> for SecondFutex {
+    fn wait(&self, word: &AtomicU32, expected: u32) -> Waited {
+        let second = libc::timespec { tv_sec: 1, tv_nsec: 0 };
+        // SAFETY: FUTEX_WAIT on a live, aligned word with a live timeout.
+        let rc = unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &second as *const libc::timespec, 0usize, 0u32) };
+        if rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT) {
+            Waited::TimedOut
+        } else {
+            Waited::Woken
+        }
+    }
+
+    fn wake(&self, word: &AtomicU32, count: u32) {
+        // SAFETY: FUTEX_WAKE on a live, aligned word of the shared region.
+        unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, count, 0usize, 0usize, 0u32) };
+    }
 }

@@ -5,7 +5,7 @@
 use dara_abi::clock::{self, ClockBase};
 
 use super::calls::{ClockAnswer, Then, Vfork};
-use super::tracees::{Birth, ExitCheck};
+use super::tracees::{Birth, CallStop, ExitCheck};
 use super::{resume, resume_to_exit, Agent};
 use crate::ptrace::remote::{self, Registers};
 
@@ -13,15 +13,23 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 /// What a sleep or wait a signal ended returns.
 const INTERRUPTED: i64 = -(libc::EINTR as i64);
 
-/// Skips the call `tid` stopped in with result `value`, and resumes it.
-pub fn answer(tid: i32, mut regs: Registers, value: i64) {
-    if regs.skip_with(value).is_ok() {
+/// Makes the call `tid` stopped in return `value` without running it, and resumes it.
+pub fn answer(tid: i32, stop: CallStop, mut regs: Registers, value: i64) {
+    let done = match stop {
+        CallStop::Seccomp => regs.skip_with(value),
+        // The call did not run; the thread is past it already.
+        CallStop::Trapped { .. } => {
+            regs.regs.rax = value as u64;
+            regs.write()
+        }
+    };
+    if done.is_ok() {
         resume(tid, 0);
     }
 }
 
 /// Answers a clock read at virtual time `now` (realtime clocks shifted by `skew` ns).
-pub fn clock(tid: i32, pid: i32, mut regs: Registers, how: ClockAnswer, now: u64, skew: i64, epoch: u64) {
+pub fn clock(tid: i32, stop: CallStop, pid: i32, mut regs: Registers, how: ClockAnswer, now: u64, skew: i64, epoch: u64) {
     let read = |base: ClockBase| {
         let reading = base.reading(now, epoch);
         if base == ClockBase::Realtime {
@@ -68,7 +76,7 @@ pub fn clock(tid: i32, pid: i32, mut regs: Registers, how: ClockAnswer, now: u64
             }
         }
     };
-    answer(tid, regs, value);
+    answer(tid, stop, regs, value);
 }
 
 /// `sched_getaffinity` as dara shows it: CPUs 0..cpus, in a mask of `size` bytes at `addr`.
@@ -101,6 +109,7 @@ pub fn ready_wait_came_back(pid: i32, regs: &mut Registers, check: ExitCheck) {
     if is_epoll && result > 1 {
         sort_epoll_events(pid, regs.syscall().args[1], result as usize);
     }
+    let _ = regs.write();
 }
 
 /// `struct epoll_event` is packed on x86-64: a 32-bit mask then the 64-bit data word.
@@ -121,11 +130,11 @@ impl Agent {
     /// Finishes the call `tid` posted, now that it was granted with `result`.
     pub(super) fn finish(&mut self, tid: i32, then: Then, result: i64) {
         let Ok(mut regs) = Registers::read(tid) else { return };
-        let (pid, now) = (self.tracees[&tid].pid, self.tracees[&tid].last_now);
+        let (pid, now, stop) = (self.tracees[&tid].pid, self.tracees[&tid].last_now, self.tracees[&tid].stop);
         match then {
-            Then::Return => answer(tid, regs, result),
-            Then::Slept => answer(tid, regs, if result == INTERRUPTED { INTERRUPTED } else { 0 }),
-            Then::Run => resume(tid, 0),
+            Then::Return => answer(tid, stop, regs, result),
+            Then::Slept => answer(tid, stop, regs, if result == INTERRUPTED { INTERRUPTED } else { 0 }),
+            Then::Run => self.run_call(tid, regs),
             Then::Started => {
                 if std::mem::take(&mut self.tracees.get_mut(&tid).expect("granted tracee").fresh_image) {
                     self.prepare_image(tid, pid, &regs);
@@ -134,9 +143,9 @@ impl Agent {
             }
             Then::Clock(how) => {
                 let epoch = self.region.header().realtime_epoch_ns.load(std::sync::atomic::Ordering::Relaxed);
-                clock(tid, pid, regs, how, now, result, epoch);
+                clock(tid, stop, pid, regs, how, now, result, epoch);
             }
-            Then::CreateThread | Then::CreateProcess { .. } if result != 0 => answer(tid, regs, -result.abs()),
+            Then::CreateThread | Then::CreateProcess { .. } if result != 0 => answer(tid, stop, regs, -result.abs()),
             Then::CreateThread => {
                 // The kernel would clear and wake the new thread's tid word as it exits, a wake
                 // the scheduler would not see (a join waits on that word): the agent does it
@@ -153,7 +162,7 @@ impl Agent {
                     }
                     self.tracees.get_mut(&tid).expect("granted tracee").birth = Some(birth);
                 }
-                resume(tid, 0);
+                self.run_call(tid, regs);
             }
             Then::StepOver { addr } => {
                 let process = self.tracees[&tid].process;
@@ -166,10 +175,14 @@ impl Agent {
             }
             Then::WokeJoiners => self.post(tid, dara_abi::Request::ThreadExit, Then::ExitThread),
             Then::CreateProcess { vfork } => {
-                let made_fork = match vfork {
-                    Vfork::No => Ok(()),
-                    Vfork::Call => regs.set_nr(libc::SYS_fork),
-                    Vfork::CloneFlags => {
+                let made_fork = match (vfork, stop) {
+                    (Vfork::No, _) => Ok(()),
+                    (Vfork::Call, CallStop::Trapped { ret, .. }) => {
+                        self.tracees.get_mut(&tid).expect("granted tracee").stop = CallStop::Trapped { nr: libc::SYS_fork, ret };
+                        Ok(())
+                    }
+                    (Vfork::Call, CallStop::Seccomp) => regs.set_nr(libc::SYS_fork),
+                    (Vfork::CloneFlags, _) => {
                         let flags = regs.syscall().args[0] & !((libc::CLONE_VM | libc::CLONE_VFORK) as u64);
                         regs.set_arg(0, flags)
                     }
@@ -179,24 +192,52 @@ impl Agent {
                         self.tracees.get_mut(&tid).expect("granted tracee").birth = Some(birth);
                     }
                 }
-                resume(tid, 0);
+                self.run_call(tid, regs);
             }
             Then::ExitThread => {
                 self.tracees.get_mut(&tid).expect("granted tracee").exiting = true;
-                resume(tid, 0);
+                self.run_call(tid, regs);
             }
             Then::ReadyWait { timeout_arg, blocking } => {
                 if result == 0 && blocking {
-                    answer(tid, regs, 0); // the timeout came first
+                    answer(tid, stop, regs, 0); // the timeout came first
                     return;
                 }
                 let call = regs.syscall();
-                let check = ExitCheck { nr: call.nr, timeout_arg, timeout: call.args[timeout_arg], blocking };
+                let nr = match stop {
+                    CallStop::Trapped { nr, .. } => nr,
+                    CallStop::Seccomp => call.nr,
+                };
+                let check = ExitCheck { nr, timeout_arg, timeout: call.args[timeout_arg], blocking };
                 if regs.set_arg(timeout_arg, 0).is_ok() {
                     self.tracees.get_mut(&tid).expect("granted tracee").exit_check = Some(check);
-                    resume_to_exit(tid);
+                    match stop {
+                        CallStop::Seccomp => resume_to_exit(tid),
+                        CallStop::Trapped { .. } => self.run_call(tid, regs),
+                    }
                 }
             }
+        }
+    }
+
+    /// Lets the call `tid` stopped in run for real: on at the agent's filter; from the process's
+    /// stub at the preload's (the thread goes on at `ret` once the stub's `int3` stops it).
+    pub(super) fn run_call(&mut self, tid: i32, mut regs: Registers) {
+        let tracee = self.tracees.get_mut(&tid).expect("a known tracee");
+        let CallStop::Trapped { nr, ret } = tracee.stop else {
+            resume(tid, 0);
+            return;
+        };
+        let Some(&stub) = self.processes.stubs.get(&tracee.process) else {
+            answer(tid, tracee.stop, regs, -(libc::ENOSYS as i64));
+            return;
+        };
+        regs.regs.rax = nr as u64;
+        regs.regs.orig_rax = u64::MAX;
+        regs.regs.rip = stub - 2;
+        tracee.in_stub = Some(ret);
+        if regs.write().is_ok() {
+            resume(tid, 0);
         }
     }
 
@@ -207,11 +248,15 @@ impl Agent {
         let creator = &self.tracees[&tid];
         let index = dara_abi::handoff::next_free(&header.next_slot);
         let slot = self.region.slot(index)?;
+        let via_stub = match creator.stop {
+            CallStop::Trapped { ret, .. } => Some(ret),
+            CallStop::Seccomp => None,
+        };
         let birth = if thread {
-            Birth::Thread { slot: index, creator: creator.slot, pid: creator.pid, process: creator.process, clear_tid: None }
+            Birth::Thread { slot: index, creator: creator.slot, pid: creator.pid, process: creator.process, clear_tid: None, via_stub }
         } else {
             let process = header.next_process.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            Birth::Process { slot: index, parent: creator.process, process }
+            Birth::Process { slot: index, parent: creator.process, process, via_stub }
         };
         let (process, pid) = match birth {
             Birth::Thread { process, pid, .. } => (process, pid),
@@ -247,6 +292,16 @@ impl Agent {
             let bias = entry.map_or(0, |e| e.wrapping_sub(linked_entry));
             let probes = crate::ptrace::probes::Probes::arm(tid, &exe, bias);
             self.processes.probes.insert(process, probes);
+        }
+        // An image exec'd by a preload keeps the preload's filter: the calls it traps are made
+        // from a stub at the one address it lets through.
+        if let Some(&allowed_ip) = self.processes.allowed_ip.get(&process) {
+            match crate::ptrace::inject::map_stub(tid, allowed_ip) {
+                Ok(stub) => {
+                    self.processes.stubs.insert(process, stub);
+                }
+                Err(e) => eprintln!("dara-agent: cannot map the call stub into process {pid}: {e}"),
+            }
         }
     }
 }

@@ -25,13 +25,13 @@ mod tracees;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use dara_abi::agent::SeizeRequest;
 use dara_abi::{preempt, Request, StartKind};
 
-use crate::ptrace::seize;
 use calls::{Action, Then};
 use region::Region;
 pub use tracees::Tracee;
-use tracees::{Birth, Processes};
+use tracees::{Birth, CallStop, Processes};
 
 /// How often a waiting agent looks for tracees that died while parked.
 const DEATH_CHECK_MS: u64 = 50;
@@ -52,7 +52,7 @@ pub struct Agent {
     /// First stops of children no creation event has named yet.
     early: BTreeSet<i32>,
     /// Attached, not yet exec'd into the program (their stops before the exec are let through).
-    seized: BTreeSet<i32>,
+    seized: BTreeMap<i32, SeizeRequest>,
     coarse: bool,
 }
 
@@ -62,7 +62,7 @@ pub fn run(fd: i32) -> Result<(), String> {
     let header = region.header();
     header.agent.pid.store(std::process::id(), std::sync::atomic::Ordering::Release);
     let coarse = header.preempt_flags & preempt::COARSE != 0;
-    let mut agent = Agent { region, tracees: BTreeMap::new(), processes: Processes::default(), runner: None, expected: BTreeMap::new(), early: BTreeSet::new(), seized: BTreeSet::new(), coarse };
+    let mut agent = Agent { region, tracees: BTreeMap::new(), processes: Processes::default(), runner: None, expected: BTreeMap::new(), early: BTreeSet::new(), seized: BTreeMap::new(), coarse };
     agent.serve();
     Ok(())
 }
@@ -114,13 +114,13 @@ impl Agent {
     /// Attaches to a thread that asked ([`seize`]).
     fn attach_requested(&mut self) {
         let words = &self.region.header().agent;
-        let Some(tid) = seize::pending(words) else { return };
+        let Some(request) = dara_abi::agent::pending(words) else { return };
         // SAFETY: PTRACE_SEIZE takes a pid and an options word; no memory is passed.
-        let attached = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid as i32, 0usize, OPTIONS as usize) } == 0;
+        let attached = unsafe { libc::ptrace(libc::PTRACE_SEIZE, request.tid as i32, 0usize, OPTIONS as usize) } == 0;
         if attached {
-            self.seized.insert(tid as i32);
+            self.seized.insert(request.tid as i32, request);
         }
-        seize::answer(words, tid, attached);
+        dara_abi::agent::answer(words, request.tid, attached, &region::Kernel);
     }
 
     /// Hands the token to a parked tracee whose slot was granted; true if one was.
@@ -173,6 +173,8 @@ impl Agent {
             libc::PTRACE_EVENT_STOP => self.first_or_group_stop(tid),
             _ if signal == (libc::SIGTRAP | 0x80) => self.syscall_exit_stop(tid),
             _ if signal == libc::SIGSEGV && self.counter_read(tid) => {}
+            _ if signal == libc::SIGSYS && self.trapped_call(tid) => {}
+            _ if signal == libc::SIGTRAP && self.stub_returned(tid) => {}
             _ if signal == libc::SIGTRAP && self.probe_hit(tid) => {}
             // A signal on its way to the tracee: deliver it.
             _ => resume(tid, signal),
@@ -197,31 +199,85 @@ impl Agent {
 
     /// The filter stopped `tid` on a call.
     fn syscall_stop(&mut self, tid: i32) {
-        if !self.tracees.contains_key(&tid) {
-            resume(tid, 0); // before its exec into the program (the launcher's own calls)
+        // Before its exec into the program (the launcher's own calls), or a call the agent is
+        // making from the stub (decided already, and also one the agent's filter stops).
+        if self.tracees.get(&tid).is_none_or(|t| t.in_stub.is_some()) {
+            resume(tid, 0);
             return;
         }
-        self.birth_failed(tid);
         let regs = match crate::ptrace::remote::Registers::read(tid) {
             Ok(regs) => regs,
             Err(_) => return, // gone meanwhile: its exit is reported next
         };
+        let call = regs.syscall();
+        self.call_stop(tid, regs, call, CallStop::Seccomp);
+    }
+
+    /// The preload's inherited filter trapped a call of `tid` (SIGSYS, `si_code` SYS_SECCOMP):
+    /// the call did not run. Finished like a call the agent's filter stops; a call the agent
+    /// would not stop runs from the stub. True if it was such a trap (the signal is swallowed).
+    fn trapped_call(&mut self, tid: i32) -> bool {
+        const SYS_SECCOMP: i32 = 1;
+        if !self.tracees.contains_key(&tid) || signal_code(tid) != Some(SYS_SECCOMP) {
+            return false;
+        }
+        let Ok(regs) = crate::ptrace::remote::Registers::read(tid) else { return false };
+        // The kernel puts the call's number back in rax for the handler to see.
+        let nr = regs.regs.rax as i64;
+        let mut call = regs.syscall();
+        call.nr = nr;
+        let stop = CallStop::Trapped { nr, ret: regs.regs.rip };
+        if !dara_abi::agent::TRACED.contains(&(nr as u32)) {
+            self.tracees.get_mut(&tid).expect("checked above").stop = stop;
+            self.run_call(tid, regs);
+            return true;
+        }
+        self.call_stop(tid, regs, call, stop);
+        true
+    }
+
+    /// The stub's `int3` after a call made from it: the thread goes back to its own code, past
+    /// the call it made (a wait for readiness is looked at first, as at the end of a call the
+    /// agent's filter stopped).
+    fn stub_returned(&mut self, tid: i32) -> bool {
+        let Some(tracee) = self.tracees.get_mut(&tid) else { return false };
+        let Some(ret) = tracee.in_stub else { return false };
+        let Ok(mut regs) = crate::ptrace::remote::Registers::read(tid) else { return false };
+        if self.processes.stubs.get(&tracee.process) != Some(&regs.regs.rip.wrapping_sub(1)) {
+            return false;
+        }
+        tracee.in_stub = None;
+        regs.regs.rip = ret;
+        match tracee.exit_check.take() {
+            Some(check) => finish::ready_wait_came_back(tracee.pid, &mut regs, check),
+            None => {
+                let _ = regs.write();
+            }
+        }
+        resume(tid, 0);
+        true
+    }
+
+    /// `tid` stopped in `call` (at either filter, `stop`): run it, answer it, or post it.
+    fn call_stop(&mut self, tid: i32, regs: crate::ptrace::remote::Registers, call: crate::ptrace::remote::Syscall, stop: CallStop) {
+        self.birth_failed(tid);
+        self.tracees.get_mut(&tid).expect("a known tracee").stop = stop;
         let tracee = &self.tracees[&tid];
         let epoch = self.region.header().realtime_epoch_ns.load(std::sync::atomic::Ordering::Relaxed);
-        let action = calls::decode(regs.syscall(), tracee.pid, tracee.last_now, epoch);
+        let action = calls::decode(call, tracee.pid, tracee.last_now, epoch);
         match action {
-            Action::Run => resume(tid, 0),
-            Action::Answer(value) => finish::answer(tid, regs, value),
+            Action::Run => self.run_call(tid, regs),
+            Action::Answer(value) => finish::answer(tid, stop, regs, value),
             Action::Clock(answer) => self.clock_read(tid, regs, answer),
             Action::Random { addr, len } => {
                 let tracee = &self.tracees[&tid];
                 let value = self.processes.fill_random(tracee.process, tracee.pid, addr, len, &self.region);
-                finish::answer(tid, regs, value);
+                finish::answer(tid, stop, regs, value);
             }
             Action::Affinity { addr, size } => {
                 let cpus = self.region.header().cpus;
                 let value = finish::affinity(tracee.pid, addr, size, cpus);
-                finish::answer(tid, regs, value);
+                finish::answer(tid, stop, regs, value);
             }
             Action::Post(Request::ThreadExit, then) => self.exit_thread(tid, then),
             Action::Post(request, then) => self.post(tid, request, then),
@@ -299,8 +355,8 @@ impl Agent {
         let tracee = self.tracees.get_mut(&tid).expect("a known tracee");
         if self.coarse && tracee.unposted_clock_reads < tracees::CLOCK_READS_PER_POST {
             tracee.unposted_clock_reads += 1;
-            let (pid, now) = (tracee.pid, tracee.last_now);
-            finish::clock(tid, pid, regs, answer, now, 0, epoch);
+            let (pid, now, stop) = (tracee.pid, tracee.last_now, tracee.stop);
+            finish::clock(tid, stop, pid, regs, answer, now, 0, epoch);
         } else {
             self.post(tid, Request::ClockRead, Then::Clock(answer));
         }
@@ -332,7 +388,7 @@ impl Agent {
     fn first_or_group_stop(&mut self, tid: i32) {
         if self.expected.contains_key(&tid) {
             self.born(tid);
-        } else if self.tracees.contains_key(&tid) || self.seized.contains(&tid) {
+        } else if self.tracees.contains_key(&tid) || self.seized.contains_key(&tid) {
             resume(tid, 0);
         } else {
             self.early.insert(tid);
@@ -348,9 +404,12 @@ impl Agent {
             Birth::Thread { creator, pid, process, .. } => (pid, process, Request::ThreadStart { creator }),
             Birth::Process { parent, process, .. } => {
                 self.processes.started(process, tid, &self.region);
-                // Its memory is a copy of its parent's, probes included.
+                // Its memory is a copy of its parent's, probes and stub included.
                 if let Some(probes) = self.processes.probes.get(&parent).cloned() {
                     self.processes.probes.insert(process, probes);
+                }
+                if let Some(stub) = self.processes.stubs.get(&parent).copied() {
+                    self.processes.stubs.insert(process, stub);
                 }
                 (tid, process, Request::ProcessStart { parent: Some(parent), kind: StartKind::Fork })
             }
@@ -362,30 +421,44 @@ impl Agent {
         if let Birth::Thread { clear_tid, .. } = birth {
             tracee.clear_tid = clear_tid;
         }
+        // Made through the stub, it starts at the stub's int3, like its creator.
+        tracee.in_stub = birth.via_stub();
         self.tracees.insert(tid, tracee);
         self.post(tid, request, Then::Started);
     }
 
     /// The launched command's exec into the program: it becomes a process of the execution.
+    /// The exec of a thread that asked to be traced: a command dara launched becomes a new
+    /// process; a preload's process keeps its logical process and takes the slot its preload
+    /// claimed for the new image (the exec'ing thread may not be the main one: the kernel gives
+    /// it the process's pid, and names its former tid in the event message).
     fn exec_stop(&mut self, tid: i32) {
-        if !self.seized.remove(&tid) {
+        let former = event_message(tid) as i32;
+        let Some(request) = self.seized.remove(&former).or_else(|| self.seized.remove(&tid)) else {
             // An exec of a process already known: refused at its execve stop, so not reached.
             resume(tid, 0);
             return;
-        }
+        };
         let header = self.region.header();
-        let process = header.next_process.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let index = dara_abi::handoff::next_free(&header.next_slot);
+        let (process, index, kind) = match (request.process, request.exec_slot) {
+            (Some(process), Some(slot)) => (process, slot, StartKind::Exec),
+            _ => (header.next_process.fetch_add(1, std::sync::atomic::Ordering::AcqRel), dara_abi::handoff::next_free(&header.next_slot), StartKind::Launched),
+        };
         let Some(slot) = self.region.slot(index) else { return };
         slot.process.store(process, std::sync::atomic::Ordering::Relaxed);
         slot.pid.store(tid as u32, std::sync::atomic::Ordering::Relaxed);
         slot.tid.store(tid as u32, std::sync::atomic::Ordering::Relaxed);
-        dara_abi::handoff::claim(slot);
-        self.processes.started(process, tid, &self.region);
+        if kind == StartKind::Launched {
+            dara_abi::handoff::claim(slot);
+            self.processes.started(process, tid, &self.region);
+        }
+        if let Some(ip) = request.allowed_ip {
+            self.processes.allowed_ip.insert(process, ip);
+        }
         let mut tracee = Tracee::new(tid, index, process, 0);
         tracee.fresh_image = true;
         self.tracees.insert(tid, tracee);
-        self.post(tid, Request::ProcessStart { parent: None, kind: StartKind::Launched }, Then::Started);
+        self.post(tid, Request::ProcessStart { parent: None, kind }, Then::Started);
     }
 
     /// A call run with a look at its result came back (see [`Then::ReadyWait`]).

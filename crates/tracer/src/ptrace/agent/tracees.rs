@@ -42,25 +42,48 @@ pub struct Tracee {
     pub clear_tid: Option<u64>,
     /// Single-stepping the instruction under this probe (see [`crate::ptrace::probes`]).
     pub stepping: Option<u64>,
+    /// How the call it stopped in last is finished.
+    pub stop: CallStop,
+    /// Running a call in the process's stub; where its own code goes on after it.
+    pub in_stub: Option<u64>,
+}
+
+/// How a tracee stopped in a system call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallStop {
+    /// At the agent's filter: the call has not run; it is skipped or let through.
+    Seccomp,
+    /// At the preload's filter, inherited from the image before the exec (SIGSYS): the call did
+    /// not run and the thread is past its `syscall` instruction, at `ret`; it is answered, or
+    /// made from the stub the preload's filter lets through.
+    Trapped { nr: i64, ret: u64 },
 }
 
 impl Tracee {
     pub fn new(pid: i32, slot: u32, process: u32, last_now: u64) -> Tracee {
-        Tracee { pid, slot, process, last_now, unposted_clock_reads: 0, parked: None, birth: None, exit_check: None, exiting: false, fresh_image: false, clear_tid: None, stepping: None }
+        Tracee { pid, slot, process, last_now, unposted_clock_reads: 0, parked: None, birth: None, exit_check: None, exiting: false, fresh_image: false, clear_tid: None, stepping: None, stop: CallStop::Seccomp, in_stub: None }
     }
 }
 
 /// A thread or process being created, with the slot its creator claimed for it.
 #[derive(Clone, Copy, Debug)]
 pub enum Birth {
-    Thread { slot: u32, creator: u32, pid: i32, process: u32, clear_tid: Option<u64> },
-    Process { slot: u32, parent: u32, process: u32 },
+    Thread { slot: u32, creator: u32, pid: i32, process: u32, clear_tid: Option<u64>, via_stub: Option<u64> },
+    Process { slot: u32, parent: u32, process: u32, via_stub: Option<u64> },
 }
 
 impl Birth {
     pub fn slot(&self) -> u32 {
         match *self {
             Birth::Thread { slot, .. } | Birth::Process { slot, .. } => slot,
+        }
+    }
+
+    /// Where the child goes on when it was created through the stub (it starts at the stub's
+    /// `int3`, as its creator returns there).
+    pub fn via_stub(&self) -> Option<u64> {
+        match *self {
+            Birth::Thread { via_stub, .. } | Birth::Process { via_stub, .. } => via_stub,
         }
     }
 }
@@ -82,6 +105,10 @@ pub struct Processes {
     seeds: BTreeMap<u32, u64>,
     /// Each process's preemption probes (a forked child has its parent's).
     pub probes: BTreeMap<u32, crate::ptrace::probes::Probes>,
+    /// The preload's allowed call address of processes whose image came from a preload's exec.
+    pub allowed_ip: BTreeMap<u32, u64>,
+    /// The `int3` of each such process's stub (its `syscall` ends at the allowed address).
+    pub stubs: BTreeMap<u32, u64>,
 }
 
 impl Processes {

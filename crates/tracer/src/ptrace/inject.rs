@@ -1,0 +1,108 @@
+//! Making a stopped tracee run one system call of the agent's choosing (`mmap` of the page that
+//! holds the preload-call stub, see [`map_stub`]): its next instructions are overwritten with
+//! `syscall; int3`, its registers set for the call, it runs to the `int3`, and then its bytes and
+//! registers are put back as they were.
+use std::io;
+
+use crate::ptrace::remote::Registers;
+
+/// `syscall` then `int3`.
+const SYSCALL_INT3: [u8; 3] = [0x0f, 0x05, 0xcc];
+
+/// Runs call `nr` with `args` in thread `tid`, stopped at its exec (the event stop comes inside
+/// `execve`, whose return value would overwrite the registers set here: the thread is first
+/// taken to the end of that call), and returns the call's result; the thread is left stopped
+/// at the end of its `execve`, its registers as they were there.
+pub fn syscall(tid: i32, nr: i64, args: [u64; 6]) -> io::Result<i64> {
+    leave_syscall(tid)?;
+    let saved = Registers::read(tid)?;
+    let at = saved.regs.rip;
+    let original = peek(tid, at)?;
+    let mut patched = original.to_le_bytes();
+    patched[..3].copy_from_slice(&SYSCALL_INT3);
+    poke(tid, at, u64::from_le_bytes(patched))?;
+    let mut regs = Registers::read(tid)?;
+    let r = &mut regs.regs;
+    (r.rax, r.orig_rax) = (nr as u64, u64::MAX);
+    (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (args[0], args[1], args[2], args[3], args[4], args[5]);
+    regs.write()?;
+    let result = run_to_trap(tid).and_then(|()| Registers::read(tid)).map(|r| r.result());
+    poke(tid, at, original)?;
+    saved.write()?;
+    result
+}
+
+/// Maps one page of `syscall; int3` (two if it straddles a page) so that the `syscall`
+/// instruction ends at `allowed_ip`, the address the preload's inherited seccomp filter lets
+/// calls through from. Returns the address of the `int3` (= `allowed_ip`).
+pub fn map_stub(tid: i32, allowed_ip: u64) -> io::Result<u64> {
+    let start = allowed_ip - 2;
+    let page = start & !0xfff;
+    let len = if (allowed_ip + 1) & !0xfff != page { 0x2000 } else { 0x1000 };
+    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
+    let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+    let mapped = syscall(tid, libc::SYS_mmap, [page, len, prot, flags, u64::MAX, 0])?;
+    if mapped as u64 != page {
+        return Err(io::Error::other(format!("the stub page {page:#x} is taken in the new image (mmap answered {mapped:#x})")));
+    }
+    let mut word = peek(tid, start)?.to_le_bytes();
+    word[..3].copy_from_slice(&SYSCALL_INT3);
+    poke(tid, start, u64::from_le_bytes(word))?;
+    Ok(allowed_ip)
+}
+
+/// Takes stopped thread `tid` to the end of the system call it is stopped in (its syscall-exit
+/// stop, `SIGTRAP | 0x80` with `PTRACE_O_TRACESYSGOOD`).
+fn leave_syscall(tid: i32) -> io::Result<()> {
+    crate::ptrace::agent::resume_to_exit(tid);
+    wait_for(tid, libc::SIGTRAP | 0x80)
+}
+
+fn run_to_trap(tid: i32) -> io::Result<()> {
+    crate::ptrace::agent::resume(tid, 0);
+    wait_for(tid, libc::SIGTRAP)
+}
+
+/// Waits for `tid`'s next stop with `signal`; other stops (a signal on its way) wait until the
+/// agent's call is done.
+fn wait_for(tid: i32, signal: i32) -> io::Result<()> {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into the live local.
+        let got = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
+        if got != tid {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::WIFSTOPPED(status) && libc::WSTOPSIG(status) == signal {
+            return Ok(());
+        }
+        if !libc::WIFSTOPPED(status) {
+            return Err(io::Error::other("the thread ended while the agent made a call in it"));
+        }
+        // Another stop (a signal): let it wait until the call is done.
+        crate::ptrace::agent::resume(tid, 0);
+    }
+}
+
+/// The word at `addr` in stopped thread `tid`'s address space (text included).
+pub(crate) fn peek(tid: i32, addr: u64) -> io::Result<u64> {
+    // SAFETY: PEEKTEXT reads a word of the tracee; errno tells a -1 word from a failure.
+    let word = unsafe {
+        *libc::__errno_location() = 0;
+        libc::ptrace(libc::PTRACE_PEEKTEXT, tid, addr as usize, 0usize)
+    };
+    // SAFETY: reads this thread's errno.
+    if word == -1 && unsafe { *libc::__errno_location() } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(word as u64)
+}
+
+/// Writes the word at `addr` in stopped thread `tid`'s address space (read-only text included).
+pub(crate) fn poke(tid: i32, addr: u64, word: u64) -> io::Result<()> {
+    // SAFETY: POKETEXT writes one word into the stopped tracee's memory.
+    if unsafe { libc::ptrace(libc::PTRACE_POKETEXT, tid, addr as usize, word as usize) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
