@@ -48,6 +48,9 @@ impl Region {
         let (op, args) = request.encode();
         handoff::write_request(slot, op as u32, args);
         slot.program_mask.store(u64::MAX, Ordering::Relaxed);
+        // The thread may have read or written sockets and pipes since its last post without a
+        // stop (the agent does not stop those calls): the scheduler looks at readiness again.
+        slot.received_unposted.store(1, Ordering::Relaxed);
         handoff::publish(slot, &self.header().sched_wake, &Kernel);
     }
 
