@@ -112,16 +112,25 @@ fn a_test_script_with_background_workers_finds_the_lost_update() {
     assert_no_survivors(&incr);
 }
 
-/// A program that execs a statically linked binary cannot be followed: the run stops, says why,
-/// and leaves nothing behind.
+/// A program that execs a statically linked binary (bash's `exec`, the image replaced in the
+/// same process) goes on under dara's ptrace agent and replays exactly; without the agent the run
+/// stops, says why, and leaves nothing behind.
 #[test]
-fn exec_of_a_static_binary_is_refused_clearly() {
+fn exec_of_a_static_binary_goes_to_the_agent_or_is_refused_clearly() {
     let static_bin = private_copy(&fixture_with("demo_ok", &["-static"]), "exec-static-target");
-    let out = out_dir("exec-static");
     let bash_line = format!("exec {}", static_bin.display());
+    let out = out_dir("exec-static");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--", "/bin/bash", "-c", &bash_line], Duration::from_secs(60));
+    assert_eq!(run.code, 0, "{}", run.text());
+    let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+
+    let refused = out_dir("exec-static-refused");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dara-trace"));
+    cmd.env("DARA_AGENT", "/nonexistent/dara-agent").args(["-o", refused.to_str().unwrap(), "--", "/bin/bash", "-c", &bash_line]);
+    let run = run_with_limit(cmd, Duration::from_secs(60));
     assert_eq!(run.code, 2, "{}", run.text());
-    assert!(run.stderr.contains("statically linked"), "{}", run.text());
+    assert!(run.text().contains("statically linked") && run.text().contains("DARA_AGENT"), "{}", run.text());
     assert_no_survivors(&static_bin);
 }
 

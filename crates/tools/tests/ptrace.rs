@@ -121,3 +121,36 @@ fn observes_the_same(program: &std::path::Path, how: &str) {
         assert_eq!(chunk, observed(&first).as_slice(), "a replay observed something else");
     }
 }
+
+/// A bash script (the preload's) that starts a statically linked helper twice runs as one
+/// schedule: the helper's exec goes to the agent, its two threads are created under control, the
+/// script checks both sums; 10 executions clean, the last one replayed with `--verify`.
+#[test]
+fn a_bash_script_running_a_static_helper_is_one_schedule() {
+    let helper = fixture_with("static_helper", &["-static"]);
+    let script = repo_root().join("tests/fixtures/scripts/static_helper_test.sh");
+    let out = out_dir("ptrace-static-helper-script");
+    let args = ["-q", "-o", out.to_str().unwrap(), "--seed", "1", "--runs", "10", "--epoch", SEARCH_EPOCH, "--", script.to_str().unwrap(), helper.to_str().unwrap()];
+    let run = dara_trace(&args, Duration::from_secs(300));
+    assert_eq!(run.code, 0, "{}", run.text());
+    let trace = out.join("trace.bin");
+    assert!(common::real::threads_created(&trace) >= 4, "the helper's threads (two runs, two each) were created under control");
+    common::real::replays_identically(&trace);
+    assert_no_survivors(&helper);
+}
+
+/// The Go key-value pair's test script (bash starting two Go servers and a Go client over
+/// loopback TCP, goroutines on Go's netpoller) runs its correct twin clean and replays exactly.
+#[test]
+fn a_go_key_value_test_script_runs_clean_and_replays() {
+    let kv = go::go_twin("kv");
+    let script = repo_root().join("tests/fixtures/scripts/go_kv_test.sh");
+    let port = free_ports(2);
+    let (primary, backup) = (port.to_string(), (port + 1).to_string());
+    let out = out_dir("ptrace-go-kv-script");
+    let args = ["-q", "-o", out.to_str().unwrap(), "--seed", "1", "--runs", "8", "--epoch", SEARCH_EPOCH, "--", script.to_str().unwrap(), kv.to_str().unwrap(), &primary, &backup];
+    let run = dara_trace(&args, Duration::from_secs(600));
+    assert_eq!(run.code, 0, "{}", run.text());
+    common::real::replays_identically(&out.join("trace.bin"));
+    assert_no_survivors(&kv);
+}
