@@ -52,12 +52,12 @@ impl ClockBase {
     }
 
     /// What this clock reads at virtual time `v`, given the run's realtime epoch.
-    pub fn reading(self, v: u64, realtime_epoch_ns: u64) -> u64 {
+    pub fn read_at(self, v: u64, realtime_epoch_ns: u64) -> u64 {
         self.offset(realtime_epoch_ns).saturating_add(v)
     }
 
     /// The virtual time at which this clock reads `abs_ns` (0 if that lies before the epoch).
-    pub fn to_virtual(self, abs_ns: u64, realtime_epoch_ns: u64) -> u64 {
+    pub fn virtual_time_of(self, abs_ns: u64, realtime_epoch_ns: u64) -> u64 {
         abs_ns.saturating_sub(self.offset(realtime_epoch_ns))
     }
 }
@@ -85,8 +85,8 @@ mod tests {
         assert_eq!(ClockBase::of(id::THREAD_CPUTIME), Some(ClockBase::CpuTime));
         assert_eq!(ClockBase::of(8), None); // CLOCK_REALTIME_ALARM
         let epoch = 1_790_000_000 * NS_PER_SEC;
-        let read = ClockBase::Realtime.reading(5, epoch);
-        assert_eq!(ClockBase::Realtime.to_virtual(read, epoch), 5);
+        let read = ClockBase::Realtime.read_at(5, epoch);
+        assert_eq!(ClockBase::Realtime.virtual_time_of(read, epoch), 5);
         assert_eq!(timespec_ns(1, NS_PER_SEC as i64), None);
         assert_eq!(ns_timespec(3 * NS_PER_SEC + 7), (3, 7));
     }

@@ -23,7 +23,8 @@
 //! The plumbing: [`init`] (the constructor and start barrier), [`gate`] (per-thread state, the
 //! reentrancy guard and the handoff), [`region`] (the mapping), [`sys`] (the one syscall
 //! trampoline every raw syscall goes through), [`real`] (the libc functions behind the hooks),
-//! [`fd`] (what dara knows about each descriptor number, and its lifecycle), [`dispositions`]
+//! [`fd`] (what dara knows about each descriptor number, and its lifecycle), [`agent_exec`] (an
+//! exec of a program the preload cannot enter, handed to dara's ptrace agent), [`dispositions`]
 //! and [`interrupt`] (which signals the program catches, and what a wait one ends does),
 //! [`vclock`] and [`entropy`] (virtual time and seeded randomness, shared by both layers).
 //!
@@ -37,7 +38,7 @@
 //!    `fdguard`, `dispositions`, `fault::program_action`, `sigmask`, `trap`
 //! 2. handoff: `unposted`, `gate`
 //! 3. services over the handoff: `interrupt`, `vclock`, `timecalls`, `tsc`, `thread_end`,
-//!    `process`, `fault`, `coverage`, `access`
+//!    `agent_exec`, `process`, `fault`, `coverage`, `access`
 //! 4. entry points: `hooks`, `trapped`, `vdso`, `init`
 //!
 //! Without `DARA_SHM` in the environment the library is inert: the constructor returns at once

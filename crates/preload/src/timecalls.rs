@@ -21,7 +21,7 @@ use libc::{c_long, timespec, timeval};
 
 use crate::gate::Gated;
 use crate::trap::user_mut;
-use crate::vclock::{self, ClockBase};
+use crate::vclock::{self, ClockBase, Reading};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 /// The kernel's `USER_HZ`: `times` counts in these ticks whatever `CONFIG_HZ` is.

@@ -22,7 +22,7 @@ use dara_abi::counter::CounterRead;
 use libc::ucontext_t;
 
 use crate::gate::{self, Gated};
-use crate::vclock::{self, ClockBase};
+use crate::vclock::{self, ClockBase, Reading};
 use crate::{sys, timecalls};
 
 /// `si_code` of a fault raised by the kernel for a privileged instruction (#GP).

@@ -2,58 +2,30 @@
 //! on each, and how timeouts given as `timespec`s become absolute virtual deadlines.
 //!
 //! Shared by the symbol hooks and the SIGSYS handler, so nothing here allocates or locks.
-use dara_abi::{Deadline, Request, MONOTONIC_BASE_NS, NO_DEADLINE, REALTIME_EPOCH_NS};
-use libc::{clockid_t, timespec};
+use dara_abi::{Deadline, Request, NO_DEADLINE, REALTIME_EPOCH_NS};
+use libc::timespec;
 
 use crate::gate::Gated;
 
-const NS_PER_SEC: u64 = 1_000_000_000;
 
-/// The families of clocks dara virtualises.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClockBase {
-    /// The run's realtime epoch (`Header::realtime_epoch_ns`) `+ v`.
-    Realtime,
-    /// `MONOTONIC_BASE_NS + v`.
-    Monotonic,
-    /// CPU-time clocks read `v` itself.
-    CpuTime,
+pub use dara_abi::clock::ClockBase;
+
+/// A clock's readings with this run's realtime epoch (`dara_abi::clock` holds the arithmetic,
+/// shared with the ptrace agent).
+pub trait Reading {
+    /// What this clock reads at virtual time `v`.
+    fn reading(self, v: u64) -> u64;
+    /// The virtual time at which this clock reads `abs_ns` (0 if that lies before the epoch).
+    fn to_virtual(self, abs_ns: u64) -> u64;
 }
 
-impl ClockBase {
-    /// The base of `clock`, or `None` for clocks dara leaves alone.
-    pub fn of(clock: clockid_t) -> Option<ClockBase> {
-        match clock {
-            libc::CLOCK_REALTIME | libc::CLOCK_REALTIME_COARSE | libc::CLOCK_TAI => {
-                Some(ClockBase::Realtime)
-            }
-            libc::CLOCK_MONOTONIC
-            | libc::CLOCK_MONOTONIC_RAW
-            | libc::CLOCK_MONOTONIC_COARSE
-            | libc::CLOCK_BOOTTIME => Some(ClockBase::Monotonic),
-            libc::CLOCK_PROCESS_CPUTIME_ID | libc::CLOCK_THREAD_CPUTIME_ID => {
-                Some(ClockBase::CpuTime)
-            }
-            _ => None,
-        }
+impl Reading for ClockBase {
+    fn reading(self, v: u64) -> u64 {
+        self.read_at(v, realtime_epoch_ns())
     }
 
-    fn offset(self) -> u64 {
-        match self {
-            ClockBase::Realtime => realtime_epoch_ns(),
-            ClockBase::Monotonic => MONOTONIC_BASE_NS,
-            ClockBase::CpuTime => 0,
-        }
-    }
-
-    /// What this clock reads at virtual time `v`.
-    pub fn reading(self, v: u64) -> u64 {
-        self.offset().saturating_add(v)
-    }
-
-    /// The virtual time at which this clock reads `abs_ns` (0 if that lies before the epoch).
-    pub fn to_virtual(self, abs_ns: u64) -> u64 {
-        abs_ns.saturating_sub(self.offset())
+    fn to_virtual(self, abs_ns: u64) -> u64 {
+        self.virtual_time_of(abs_ns, realtime_epoch_ns())
     }
 }
 
@@ -68,22 +40,13 @@ fn realtime_epoch_ns() -> u64 {
 
 /// A valid `timespec` as nanoseconds; `None` for a negative or non-normalised one (EINVAL).
 pub fn timespec_ns(ts: &timespec) -> Option<u64> {
-    if ts.tv_sec < 0 || !(0..NS_PER_SEC as i64).contains(&ts.tv_nsec) {
-        return None;
-    }
-    Some(
-        (ts.tv_sec as u64)
-            .saturating_mul(NS_PER_SEC)
-            .saturating_add(ts.tv_nsec as u64),
-    )
+    dara_abi::clock::timespec_ns(ts.tv_sec, ts.tv_nsec)
 }
 
 /// Nanoseconds as a `timespec`.
 pub fn ns_timespec(ns: u64) -> timespec {
-    timespec {
-        tv_sec: (ns / NS_PER_SEC) as libc::time_t,
-        tv_nsec: (ns % NS_PER_SEC) as libc::c_long,
-    }
+    let (tv_sec, tv_nsec) = dara_abi::clock::ns_timespec(ns);
+    timespec { tv_sec, tv_nsec }
 }
 
 /// The virtual deadline of an absolute timeout on `base`; `None` for an invalid timespec.

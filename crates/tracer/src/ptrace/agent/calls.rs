@@ -103,7 +103,7 @@ pub fn decode(call: Syscall, pid: i32, last_now: u64, epoch_ns: u64) -> Action {
         libc::SYS_clock_nanosleep => {
             let Some(base) = ClockBase::of(a[0] as i32) else { return Action::Run };
             match timespec_arg(pid, a[2]) {
-                Ok(Some(t)) if a[1] as i32 & libc::TIMER_ABSTIME != 0 => Action::Post(Request::Sleep { deadline: Deadline::from_ns(base.to_virtual(t, epoch_ns)) }, Then::Slept),
+                Ok(Some(t)) if a[1] as i32 & libc::TIMER_ABSTIME != 0 => Action::Post(Request::Sleep { deadline: Deadline::from_ns(base.virtual_time_of(t, epoch_ns)) }, Then::Slept),
                 Ok(Some(d)) => Action::Post(Request::Sleep { deadline: after(d) }, Then::Slept),
                 Ok(None) => Action::Answer(errno(libc::EFAULT)),
                 Err(e) => Action::Answer(e),
@@ -186,7 +186,7 @@ fn futex(a: [u64; 6], pid: i32, last_now: u64, epoch_ns: u64) -> Action {
                 (libc::FUTEX_WAIT, Some(d)) => last_now.saturating_add(d),
                 (_, Some(t)) => {
                     let base = if op & libc::FUTEX_CLOCK_REALTIME != 0 { ClockBase::Realtime } else { ClockBase::Monotonic };
-                    base.to_virtual(t, epoch_ns)
+                    base.virtual_time_of(t, epoch_ns)
                 }
             };
             let matching = FutexMatch::of_call(op, cmd == libc::FUTEX_WAIT, a[5]);

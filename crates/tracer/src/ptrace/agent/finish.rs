@@ -31,7 +31,7 @@ pub fn answer(tid: i32, stop: CallStop, mut regs: Registers, value: i64) {
 /// Answers a clock read at virtual time `now` (realtime clocks shifted by `skew` ns).
 pub fn clock(tid: i32, stop: CallStop, pid: i32, mut regs: Registers, how: ClockAnswer, now: u64, skew: i64, epoch: u64) {
     let read = |base: ClockBase| {
-        let reading = base.reading(now, epoch);
+        let reading = base.read_at(now, epoch);
         if base == ClockBase::Realtime {
             reading.saturating_add_signed(skew)
         } else {
