@@ -11,6 +11,11 @@
 //! connecting process's root and working directory) or by its abstract name. A TCP listener's
 //! queue counts the connections owed to it too (a handshake done that the listener's softirq has
 //! not queued yet), so the answer never depends on when the kernel gets to it.
+//!
+//! A non-blocking connect goes at once; when its listener is full the kernel drops the SYN and
+//! sends it again a second or more later. Such a connect is parked, not settled, and once an
+//! accept made room dara waits (in real time, at that quiet point) until the retransmission has
+//! completed it, so no probe sees it half-done.
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 
@@ -19,6 +24,20 @@ use crate::sockdiag::{InetListener, UnixListener};
 
 /// Most bytes of a socket address read from the target.
 const MAX_ADDRESS: usize = std::mem::size_of::<libc::sockaddr_storage>();
+/// `tcpi_state` of a socket whose SYN is sent and not answered.
+const TCP_SYN_SENT: u8 = 2;
+/// How long a parked connect may take to complete once its listener has room: its SYN is sent
+/// again 1, 3, 7, 15, 31 and 63 s after the first, so the next one comes within 32 s.
+const RETRANSMIT_LIMIT: Duration = Duration::from_secs(40);
+
+/// A non-blocking TCP connect whose SYN a full listener dropped (see
+/// [`NetProbe::park_if_dropped`]): descriptor `fd` of `pid`, the socket's inode, its destination.
+pub(super) struct ParkedConnect {
+    pid: u32,
+    fd: i32,
+    inode: u64,
+    to: std::net::SocketAddr,
+}
 
 /// The listener a connect goes to: its inode and whether its backlog is full.
 struct Destination {
@@ -56,16 +75,7 @@ impl NetProbe {
         }
         let diag = self.diag.as_ref()?;
         match (k, inet_address(&raw)) {
-            (kind::TCP, Some(to)) => {
-                let owed = self.owed.get(&owed_connection(to)).copied().unwrap_or(0);
-                let l = tcp_listener(diag, to)?;
-                let waiting = l.queued.max(owed);
-                // A recording's public listener is dara's: what it holds goes on to the twin.
-                match self.split.get(&to.port()).and_then(|&twin| tcp_listener(diag, twin)) {
-                    Some(twin) => Some(Destination { inode: twin.inode, full: crate::sockdiag::is_full(twin.queued + waiting, twin.backlog) }),
-                    None => Some(Destination { inode: l.inode, full: crate::sockdiag::is_full(waiting, l.backlog) }),
-                }
-            }
+            (kind::TCP, Some(to)) => self.tcp_destination(to),
             (kind::UNIX_STREAM, None) if i32::from(raw.ss_family) == libc::AF_UNIX => {
                 let l = unix_listener(diag, pid, &raw, len)?;
                 Some(Destination { inode: l.inode, full: crate::sockdiag::is_full(l.queued, l.backlog) })
@@ -75,8 +85,85 @@ impl NetProbe {
     }
 }
 
+impl NetProbe {
+    /// The TCP listener a connection to `to` reaches, if one listens there.
+    fn tcp_destination(&mut self, to: std::net::SocketAddr) -> Option<Destination> {
+        if self.diag.is_none() {
+            self.diag = SockDiag::open();
+        }
+        let diag = self.diag.as_ref()?;
+        let owed = self.owed.get(&owed_connection(to)).copied().unwrap_or(0);
+        let l = tcp_listener(diag, to)?;
+        let waiting = l.queued.max(owed);
+        // A recording's public listener is dara's: what it holds goes on to the twin.
+        match self.split.get(&to.port()).and_then(|&twin| tcp_listener(diag, twin)) {
+            Some(twin) => Some(Destination { inode: twin.inode, full: crate::sockdiag::is_full(twin.queued + waiting, twin.backlog) }),
+            None => Some(Destination { inode: l.inode, full: crate::sockdiag::is_full(waiting, l.backlog) }),
+        }
+    }
+
+    /// After a granted TCP connect to `to` (descriptor `fd` of `pid`, our duplicate `dup`):
+    /// whether a full listener dropped its SYN (the handshake is not done and the listener is
+    /// full). Such a connect (a non-blocking one; a blocking one waited for room) is parked
+    /// instead of settled: Linux sends the SYN again 1 s later, then 3 s, 7 s ... after the first.
+    pub(super) fn park_if_dropped(&mut self, pid: u32, fd: i32, dup: &OwnedFd, to: Option<std::net::SocketAddr>) -> bool {
+        let Some(to) = to else { return false };
+        if handshake_over(dup) || tcp_state(dup) != Some(TCP_SYN_SENT) || !self.tcp_destination(to).is_some_and(|d| d.full) {
+            return false;
+        }
+        self.parked.push(ParkedConnect { pid, fd, inode: inode_of(dup), to });
+        true
+    }
+
+    /// At every quiet point after a granted operation: a parked connect whose listener has room
+    /// now (an accept made it) is waited for until the kernel's retransmitted SYN completes it
+    /// (real time, up to [`RETRANSMIT_LIMIT`]), so nothing is probed before it shows; then one
+    /// connection is owed to the listener as after any connect. One the program closed is
+    /// forgotten.
+    pub(super) fn settle_parked_connects(&mut self) -> Result<(), ProbeError> {
+        for p in std::mem::take(&mut self.parked) {
+            let Some(dup) = self.dup(p.pid, p.fd)? else { continue };
+            if inode_of(&dup) != p.inode {
+                continue;
+            }
+            if !handshake_over(&dup) {
+                if self.tcp_destination(p.to).is_none_or(|d| d.full) {
+                    self.parked.push(p);
+                    continue;
+                }
+                let started = Instant::now();
+                while !handshake_over(&dup) {
+                    if started.elapsed() > RETRANSMIT_LIMIT {
+                        return Err(ProbeError(format!("a connect to {} whose SYN the full listener dropped was not completed by its retransmission within {} s of an accept making room; the run was stopped", p.to, RETRANSMIT_LIMIT.as_secs())));
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            let ep = self.endpoint(0, p.fd, &dup);
+            self.owe_connection(p.pid, ep, &dup);
+        }
+        Ok(())
+    }
+}
+
+/// Whether a connecting socket's handshake is over (connected, refused or reset).
+fn handshake_over(fd: &OwnedFd) -> bool {
+    poll_now(fd, libc::POLLOUT) & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0
+}
+
+fn inode_of(fd: &OwnedFd) -> u64 {
+    // SAFETY: fstat fills a plain struct for a descriptor we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0 {
+        st.st_ino
+    } else {
+        0
+    }
+}
+
 /// The socket address of `len` bytes at `addr` in process `pid`.
-fn read_address(pid: u32, addr: u64, len: u32) -> Option<libc::sockaddr_storage> {
+pub(super) fn read_address(pid: u32, addr: u64, len: u32) -> Option<libc::sockaddr_storage> {
     let n = (len as usize).min(MAX_ADDRESS);
     if addr == 0 || n < std::mem::size_of::<libc::sa_family_t>() {
         return None;

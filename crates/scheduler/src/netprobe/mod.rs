@@ -139,6 +139,8 @@ pub struct NetProbe {
     /// In a recording, the program's TCP listeners dara split (docs/outside.md): public port →
     /// the twin's address, where the program accepts what dara relays.
     split: BTreeMap<u16, std::net::SocketAddr>,
+    /// Non-blocking connects whose SYN a full listener dropped (see `backlog`).
+    parked: Vec<backlog::ParkedConnect>,
 }
 
 impl NetProbe {
