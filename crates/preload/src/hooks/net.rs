@@ -414,10 +414,17 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const libc::sockaddr, len: so
         // the real call then completes (or fails) at once; the scheduler settles the handshake.
         let g = gate.post(request);
         if g.result == sigwait::INTERRUPTED && !nonblock {
-            // As in Linux: SA_RESTART goes on waiting, else EINTR. Nothing was sent yet, so the
-            // socket is as before the call (see docs/networking.md).
+            // As in Linux: SA_RESTART goes on waiting, else EINTR.
             if sigwait::run_handlers(&gate, true) {
                 continue;
+            }
+            // Linux's TCP connect goes on in the background after EINTR (a Unix one does not):
+            // start it now as a non-blocking connect, which the scheduler settles (or parks
+            // while the listener is full) as any other.
+            if is_tcp(fd) {
+                gate.post(Request::NetConnect { fd, flags: NetFlags(net_flags::NONBLOCK), addr: Addr(addr as u64), len });
+                // SAFETY: the program's own arguments; O_NONBLOCK only makes the call return at once.
+                write_now::with_nonblock(fd, write_now::status_flags(fd), || unsafe { real::connect(fd, addr, len) } as i64);
             }
             return ret(g.result) as c_int;
         }

@@ -39,6 +39,9 @@ pub(super) struct ParkedConnect {
     to: std::net::SocketAddr,
 }
 
+/// The inode of a [`Destination`] not looked up (named by the socket's peer instead).
+const NO_LISTENER: u64 = 0;
+
 /// The listener a connect goes to: its inode and whether its backlog is full.
 struct Destination {
     inode: u64,
@@ -57,10 +60,17 @@ impl NetProbe {
     pub(super) fn connect_view(&mut self, process: ProcessId, pid: u32, fd: i32, flags: NetFlags, addr: u64, len: u32) -> Result<NetView, ProbeError> {
         let Some(dup) = self.dup(pid, fd)? else { return Ok(NetView { ready: true, ..closed_view() }) };
         let ep = self.endpoint(process, fd, &dup);
-        let to = if flags.nonblocking() { None } else { self.destination(pid, ep.kind, addr, len) };
+        let to = match (flags.nonblocking(), ep.kind, tcp_state(&dup)) {
+            (true, _, _) => None,
+            // Connecting already (a connect a signal interrupted goes on in the background, see
+            // `park_if_dropped`): the call waits for that to end; connected: it answers at once.
+            (false, kind::TCP, Some(TCP_SYN_SENT)) => Some(Destination { inode: NO_LISTENER, full: true }),
+            (false, kind::TCP, Some(state)) if state != TCP_CLOSE => None,
+            _ => self.destination(pid, ep.kind, addr, len),
+        };
         let listener = match &to {
-            Some(d) => self.id_of(d.inode),
-            None => self.peer(ep),
+            Some(d) if d.inode != NO_LISTENER => self.id_of(d.inode),
+            _ => self.peer(ep),
         };
         let ready = !to.is_some_and(|d| d.full);
         Ok(NetView { ready, ready_entries: u32::from(ready), size: 0, obj: describe(ep.id, listener, ep.kind, &[]) })
