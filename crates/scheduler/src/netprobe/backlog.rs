@@ -93,9 +93,7 @@ impl NetProbe {
             _ => None,
         }
     }
-}
 
-impl NetProbe {
     /// The TCP listener a connection to `to` reaches, if one listens there.
     fn tcp_destination(&mut self, to: std::net::SocketAddr) -> Option<Destination> {
         if self.diag.is_none() {
