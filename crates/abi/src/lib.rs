@@ -246,7 +246,8 @@ pub enum Op {
     NetSend = 121,
     /// accept/accept4.
     NetAccept = 122,
-    /// connect. Always enabled; the scheduler settles the handshake.
+    /// connect. A blocking one waits while the listener's backlog is full, and is interruptible;
+    /// the scheduler settles the handshake.
     NetConnect = 123,
     /// poll/ppoll/select/pselect. result: 0 = the timer fired (report nothing), 1 = report every
     /// ready entry, 2 + i = report only ready entry `i` (a choice of which ready peer is seen
@@ -304,7 +305,7 @@ pub enum Op {
 pub mod net_flags {
     /// The call must not block: non-blocking descriptor or `MSG_DONTWAIT`.
     pub const NONBLOCK: u64 = 1;
-    /// A blocking `NetRecv`, `NetAccept` or `NetSend` a pending signal may end
+    /// A blocking `NetRecv`, `NetAccept`, `NetSend` or `NetConnect` a pending signal may end
     /// (`ChoiceKind::Interrupt`, result `-EINTR`): the preload then runs the handler and waits
     /// again (`SA_RESTART`) or fails with EINTR (a send that sent part returns that part). Not
     /// set where it cannot run the handler (inside its syscall trap).

@@ -117,8 +117,10 @@ pub enum Request {
     NetSend { fd: i32, len: u64, flags: NetFlags, head: [u8; 8], dest_port: u16 },
     /// accept/accept4; `deadline` from SO_RCVTIMEO.
     NetAccept { fd: i32, flags: NetFlags, deadline: Deadline },
-    /// connect. Always enabled; the scheduler settles the handshake.
-    NetConnect { fd: i32, flags: NetFlags },
+    /// connect to the `len`-byte socket address at `addr`. A non-blocking one is always enabled;
+    /// a blocking one while the listener it goes to has room in its backlog (or there is none:
+    /// the connect fails at once). The scheduler settles the handshake.
+    NetConnect { fd: i32, flags: NetFlags, addr: Addr, len: u32 },
     /// poll/ppoll/select/pselect over `count` `struct pollfd`s at `fds`.
     NetPoll { fds: Addr, count: u64, deadline: Deadline, flags: NetFlags },
     /// epoll_wait/epoll_pwait on `epoll`. Encoded as `[epoll, 0, deadline, flags]`.
@@ -275,7 +277,7 @@ impl Request {
                 [fd as u64, (len & SEND_LEN_MASK) | flags.0 << net_flags::SEND_SHIFT, u64::from_le_bytes(head), dest_port as u64]
             }
             R::NetAccept { fd, flags, deadline } => [fd as u64, flags.0, deadline.to_ns(), 0],
-            R::NetConnect { fd, flags } => [fd as u64, flags.0, 0, 0],
+            R::NetConnect { fd, flags, addr, len } => [fd as u64, flags.0, addr.0, len as u64],
             R::NetPoll { fds, count, deadline, flags } => [fds.0, count, deadline.to_ns(), flags.0],
             R::NetEpollWait { epoll, deadline, flags } => [epoll as u64, 0, deadline.to_ns(), flags.0],
             R::NetClose { fd, how } => {
@@ -381,7 +383,7 @@ impl Request {
                 dest_port: u16::try_from(a[3]).map_err(|_| bad("destination port"))?,
             },
             Op::NetAccept => R::NetAccept { fd: descriptor(a[0]), flags: NetFlags(a[1]), deadline: Deadline::from_ns(a[2]) },
-            Op::NetConnect => R::NetConnect { fd: descriptor(a[0]), flags: NetFlags(a[1]) },
+            Op::NetConnect => R::NetConnect { fd: descriptor(a[0]), flags: NetFlags(a[1]), addr: Addr(a[2]), len: word32(a[3], "address length")? },
             Op::NetPoll => R::NetPoll { fds: addr, count: a[1], deadline: Deadline::from_ns(a[2]), flags: NetFlags(a[3]) },
             Op::NetEpollWait => R::NetEpollWait { epoll: descriptor(a[0]), deadline: Deadline::from_ns(a[2]), flags: NetFlags(a[3]) },
             Op::NetClose => R::NetClose {

@@ -2,8 +2,9 @@
 //! through libc, the vDSO found by hand, raw system calls and rdtsc, from three threads; the
 //! same seed prints the same values, the values are dara's (realtime at the `--epoch` given), and
 //! replay --verify holds. Without `--epoch` the wall clock starts at the real time dara-trace
-//! started, and a replay reads the recorded start. A real SIGSEGV is still a crash while rdtsc
-//! faults into dara.
+//! started, and a replay reads the recorded start. Files written during a run keep real
+//! modification times (ahead of the virtual clock, or behind it after a long sleep). A real
+//! SIGSEGV is still a crash while rdtsc faults into dara.
 mod common;
 
 use std::path::Path;
@@ -131,6 +132,37 @@ fn the_wall_clock_starts_at_the_real_time_and_a_replay_reads_the_recorded_start(
     assert_eq!((replay.code, printed_seconds(&replay)), (0, 1_000_000_000), "{}", replay.text());
     let info = std::process::Command::new(env!("CARGO_BIN_EXE_dara")).arg("info").arg(&trace).output().unwrap();
     assert!(String::from_utf8_lossy(&info.stdout).contains("starts at 1000000000.000000000 s"), "{}", String::from_utf8_lossy(&info.stdout));
+}
+
+/// Files a program writes have real modification times while its clock is virtual
+/// (docs/time.md, "Files written during a run"): from the real start (no `--epoch`) a file is
+/// ahead of the clock that reads it right after, even after real computing, and behind by the
+/// virtual time a sleep skipped; from an epoch in the past (every fixture search's, a replay of
+/// an older trace) it is ahead every time. Same decisions for the same seed, replays verify.
+#[test]
+fn a_file_written_during_a_run_has_a_real_mtime_against_the_virtual_clock() {
+    let program = private_copy(&fixture("file_mtime"), "file-mtime");
+    let out = out_dir("file-mtime-real-start");
+    let real_start = |out: &Path| {
+        let args = ["-q", "-o", out.to_str().unwrap(), "--runs", "3", "--strategy", "random", "--seed", "1", "--", program.to_str().unwrap()];
+        dara_trace(&args, Duration::from_secs(120))
+    };
+    let run = real_start(&out);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert_eq!(run.stdout.matches("start: ahead, after computing: ahead, after sleep: behind by 590 s or more").count(), 3, "{}", run.text());
+    let trace = out.join("trace.bin");
+    let verify = dara_replay(&["--verify", trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    let again = out_dir("file-mtime-real-start-again");
+    assert_eq!(real_start(&again).code, 0);
+    same_decisions(&trace, &again.join("trace.bin"));
+
+    let out = out_dir("file-mtime-past-epoch");
+    let run = search(&out, "random", 1, 3, &program);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert_eq!(run.stdout.matches("start: ahead, after computing: ahead, after sleep: ahead").count(), 3, "{}", run.text());
+    assert_no_survivors(&program);
 }
 
 /// A real SIGSEGV is a crash located in its function, with and without a program handler of its

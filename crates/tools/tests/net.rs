@@ -104,6 +104,14 @@ fn net_nbconnect() {
     stays_clean("net_nbconnect", 100, &["connect", "\"ping\"", "\"pong\""]);
 }
 
+/// A non-blocking connect whose SYN a full listener dropped completes with the kernel's
+/// retransmission once an accept made room (dara waits for it, in real time, at that quiet point;
+/// about a second per execution, hence few executions).
+#[test]
+fn net_nbconnect_backlog() {
+    stays_clean("net_nbconnect_backlog", 3, &["connect", "nonblocking connect: EINPROGRESS, connected once there was room"]);
+}
+
 #[test]
 fn net_udp() {
     stays_clean("net_udp", 100, &["send             udp e", "\"one.", "\"two."]);

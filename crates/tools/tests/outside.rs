@@ -538,3 +538,37 @@ fn a_recording_keeps_pace_with_real_time() {
     replays_as_recorded(&trace_path, 3, "served 2 requests");
     assert_no_survivors(&program);
 }
+
+/// Outside clients that find the program's backlog full (`listen(l, 0)`, three clients while the
+/// server sleeps) wait in dara's queue until the program accepts: dara connects to the program's
+/// twin listener only while it has room (before, dara's own connect waited in the kernel and the
+/// run stopped after 133 s). The recording serves all three and replays.
+#[test]
+fn outside_clients_wait_for_room_in_the_program_s_backlog() {
+    let program = private_copy(&fixture("backlog_server"), "backlog_server");
+    let rec = Recording::start("backlog_server", &program, &[]);
+    let port = rec.port;
+    let clients: Vec<_> = (0..3)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                stream.write_all(format!("hello {i}\n").as_bytes()).unwrap();
+                let mut answer = String::new();
+                BufReader::new(stream).read_line(&mut answer).unwrap();
+                answer
+            })
+        })
+        .collect();
+    let answers: Vec<String> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    assert_eq!(answers, ["hello 0\n", "hello 1\n", "hello 2\n"]);
+    let (code, stdout, trace_path) = rec.finish();
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("served 3 clients"), "{stdout}");
+    let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    assert_eq!(trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Connect { .. })).count(), 3, "{:?}", trace.outside);
+    replays_as_recorded(&trace_path, 3, "served 3 clients");
+    let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert_no_survivors(&program);
+}

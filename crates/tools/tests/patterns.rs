@@ -308,6 +308,29 @@ fn a_blocking_file_lock_waits_under_control_and_an_abba_of_flocks_is_a_deadlock(
 }
 
 #[test]
+fn a_robust_mutex_left_inconsistent_is_not_recoverable_and_a_cond_wait_reports_the_death() {
+    // Before, the model freed a robust mutex unlocked without pthread_mutex_consistent as usual
+    // (a waiter was granted it and glibc's real lock then failed under the model) and gave a
+    // condition wait its mutex back with 0 after the owner died.
+    let program = private_copy(&fixture("robust_recovery"), "robust-recovery");
+    let answer = "robust: EOWNERDEAD, then ENOTRECOVERABLE for a waiter, a lock and a try-lock; cond_wait: EOWNERDEAD, consistent, 0";
+    searches_clean_and_alike("robust-recovery", &program, &[], 3, answer);
+    records_and_replays("robust-recovery-record", &program, &[], answer);
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn error_checking_and_recursive_mutexes_answer_misuse_as_glibc() {
+    // An error-checking mutex relocked by its owner is EDEADLK, not a deadlock; unlocks by a
+    // thread that does not hold a checking mutex are EPERM.
+    let program = private_copy(&fixture("errorcheck_misuse"), "errorcheck-misuse");
+    let answer = "errorcheck: EDEADLK, EBUSY, EPERM, EPERM; recursive: EPERM, EPERM";
+    searches_clean_and_alike("errorcheck-misuse", &program, &[], 5, answer);
+    records_and_replays("errorcheck-misuse-record", &program, &[], answer);
+    assert_no_survivors(&program);
+}
+
+#[test]
 fn a_robust_mutex_whose_owner_died_is_taken_with_eownerdead() {
     // A child process (shared mutex) or a thread (private one) ends holding a robust mutex; the
     // next locker gets EOWNERDEAD. Before, the model kept the dead owner holding it: a false

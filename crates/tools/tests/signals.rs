@@ -1,6 +1,7 @@
 //! Signals that end a parked wait (issue 14): a server thread in `epoll_wait(-1)` stopped by a
 //! SIGINT its own process sends, a parent waiting for its children's SIGCHLD in `sigsuspend`,
-//! a blocking `read` that a signal restarts (`SA_RESTART`) or interrupts, a signal thread taking
+//! a blocking `read` or `connect` (to a full backlog) that a signal restarts (`SA_RESTART`) or
+//! interrupts, a signal thread taking
 //! signals with `sigwait`, `pause`, a daemon's `nanosleep`, a handler that runs inside a
 //! condition wait, semaphore and raw futex waits (EINTR or restarted, as Linux does), and a
 //! recorded sleeping daemon stopped by one Ctrl-C. Each bug is found by a search, replays (20
@@ -76,6 +77,31 @@ fn a_sigint_ends_a_parked_epoll_wait_and_the_lost_one_is_a_deadlock() {
 fn sigchld_ends_sigsuspend_and_coalesced_exits_are_a_deadlock() {
     bug_found("sig_suspend_count", 50, "BUG: deadlock: thread 0 waits in sigsuspend");
     twin_clean("sig_suspend_count_ok", 40, "both workers done", Op::SigSuspend);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// A blocking connect to a TCP or Unix listener whose backlog is full waits in the model (not in
+/// the kernel holding the run token); SA_RESTART goes on waiting, a handler without it ends the
+/// connect with EINTR; an interrupted TCP connect goes on in the background, as in Linux.
+#[test]
+fn a_connect_waits_for_room_in_the_backlog_and_a_signal_restarts_or_interrupts_it() {
+    let prints = "tcp and unix: restarted after SIGUSR1, interrupted by SIGUSR2";
+    // Few executions: the interrupted TCP connect completes with its retransmitted SYN (a second
+    // of real time each, docs/networking.md).
+    twin_clean("sig_connect", 5, prints, Op::NetConnect);
+    // A recording: the program's listener is split (docs/outside.md), so its own connects reach
+    // dara's public socket; they wait for room in the program's backlog all the same.
+    let program = private_copy(&fixture("sig_connect"), "sig_connect-recorded");
+    let out = out_dir("sig_connect-recorded");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains(prints) && run.stdout.contains("no bug found"), "{}", run.text());
+    let trace_path = out.join("trace.bin");
+    assert!(interrupts(&trace_path, Op::NetConnect) >= 1, "the recording's second connect was ended by a signal");
+    let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical") && verify.stdout.contains(prints), "{}", verify.text());
+    assert_no_survivors(&program);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 

@@ -63,7 +63,7 @@ fn every_variant() -> [Request; 57] {
         R::NetRecv { fd: 5, flags: intr, deadline: at, len: 4096 },
         R::NetSend { fd: 6, len: SEND_LEN_MASK, flags: NetFlags(net_flags::NONBLOCK | net_flags::INTERRUPTIBLE), head: *b"GET / HT", dest_port: 8080 },
         R::NetAccept { fd: 3, flags: nb, deadline: Deadline::Never },
-        R::NetConnect { fd: 3, flags: nb },
+        R::NetConnect { fd: 3, flags: nb, addr: Addr(0x7fff_0000), len: 16 },
         R::NetPoll { fds: a, count: 2, deadline: at, flags: nb },
         R::NetEpollWait { epoll: 9, deadline: at, flags: NetFlags(0) },
         R::NetClose { fd: 3, how: CloseHow::Shutdown(1) },

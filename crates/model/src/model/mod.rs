@@ -44,6 +44,7 @@ mod ops;
 mod pause;
 mod process;
 mod report;
+mod robust;
 mod sharing;
 mod signals;
 mod thread;

@@ -8,8 +8,9 @@
 //! * a blocking `NetRecv`/`NetAccept`/`NetSend`/`NetPoll`/`NetEpollWait` is enabled only while its
 //!   view says ready; a non-blocking one (flag [`dara_abi::net_flags::NONBLOCK`]) always is (the preload then
 //!   returns EAGAIN when the kernel has nothing, as the program expects);
-//! * `NetConnect`, `NetClose` and `NetListen` are always enabled (loopback connects complete or
-//!   fail at once);
+//! * a blocking `NetConnect` is enabled while the listener it goes to has room in its backlog
+//!   (or there is none: it fails at once), which the driver's view says; a loopback connect then
+//!   completes or fails at once. A non-blocking one, `NetClose` and `NetListen` are always enabled;
 //! * a request with a deadline (poll/epoll/select timeouts, SO_RCVTIMEO) offers `Timeout` whether
 //!   or not it is ready: the strategy may let the timer win against data that is on its way;
 //! * a ready `NetPoll` with several ready entries offers one `Run` alternative per entry next to
@@ -84,7 +85,7 @@ impl Model {
     /// Whether a pending network request's `Run` can be taken now.
     pub(super) fn net_enabled(&self, me: ThreadId, r: &Request) -> bool {
         match r.op() {
-            Op::NetConnect | Op::NetClose | Op::NetListen => true,
+            Op::NetClose | Op::NetListen => true,
             _ => nonblocking(r) || self.net_view(me).ready,
         }
     }

@@ -22,6 +22,7 @@ use crate::choice::{ProcessId, ThreadId};
 
 const EBUSY: i64 = libc::EBUSY as i64;
 const EOWNERDEAD: i64 = libc::EOWNERDEAD as i64;
+const ENOTRECOVERABLE: i64 = libc::ENOTRECOVERABLE as i64;
 const EDEADLK: i64 = libc::EDEADLK as i64;
 const EPERM: i64 = libc::EPERM as i64;
 
@@ -63,12 +64,21 @@ pub(crate) struct Mutex {
     pub robust: bool,
     /// Its owner died holding it: free, and the next lock or try-lock returns `EOWNERDEAD`.
     pub owner_died: bool,
+    /// Its holder took it with `EOWNERDEAD` and has not made it consistent (read from glibc's
+    /// `__owner` at the holder's unlock post, see `robust.rs`): that unlock makes it not
+    /// recoverable.
+    pub inconsistent: bool,
+    /// Unlocked while inconsistent: every lock and try-lock fails with `ENOTRECOVERABLE`.
+    pub not_recoverable: bool,
 }
 
 impl Mutex {
     /// What a blocking lock by `me` returns right now, or `None` if it has to wait (held by
     /// another thread, or relocking a normal mutex, which deadlocks in glibc too).
     pub fn lock_result(&self, me: ThreadId, kind: MutexKind) -> Option<i64> {
+        if self.not_recoverable {
+            return Some(ENOTRECOVERABLE);
+        }
         match self.owner {
             None => Some(0),
             Some(owner) if owner == me => match kind {
@@ -108,9 +118,30 @@ impl Mutex {
         self.owner = None;
         self.count = 0;
         self.owner_died = true;
+        self.inconsistent = false;
+    }
+
+    /// What a condition wait re-taking the mutex gets besides its own result: `EOWNERDEAD`
+    /// (taken) when the owner died, `ENOTRECOVERABLE` (not taken) when it is not recoverable, as
+    /// glibc's `pthread_cond_wait` returns its mutex lock's error; else 0, taken.
+    pub fn reacquire(&mut self, me: ThreadId, kind: MutexKind) -> i64 {
+        if self.free_from_the_dead() {
+            return self.take_from_the_dead(me);
+        }
+        match self.lock_result(me, kind) {
+            Some(0) => {
+                self.acquire(me);
+                0
+            }
+            Some(ENOTRECOVERABLE) => ENOTRECOVERABLE,
+            _ => 0,
+        }
     }
 
     pub fn try_lock(&mut self, me: ThreadId, kind: MutexKind) -> i64 {
+        if self.not_recoverable {
+            return ENOTRECOVERABLE;
+        }
         if self.free_from_the_dead() {
             return self.take_from_the_dead(me);
         }
@@ -127,15 +158,17 @@ impl Mutex {
         }
     }
 
-    /// glibc: errorcheck and recursive mutexes check the owner (EPERM otherwise, also when
-    /// free); a normal mutex is released by whoever unlocks it.
+    /// glibc: errorcheck, recursive and robust mutexes check the owner (EPERM otherwise, also
+    /// when free); a normal mutex is released by whoever unlocks it. A robust mutex its holder
+    /// left inconsistent becomes not recoverable when released.
     pub fn unlock(&mut self, me: ThreadId, kind: MutexKind) -> i64 {
-        let checked = kind != MutexKind::Normal;
+        let checked = kind != MutexKind::Normal || self.robust;
         if self.owner == Some(me) {
             self.count = self.count.saturating_sub(1);
             if self.count == 0 || kind != MutexKind::Recursive {
                 self.owner = None;
                 self.count = 0;
+                self.not_recoverable |= std::mem::take(&mut self.inconsistent);
             }
             0
         } else if checked {

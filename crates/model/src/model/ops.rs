@@ -177,8 +177,8 @@ impl Model {
         match self.thread_parts(me) {
             Some((process, Phase::Pending(r))) => self.run_pending(me, process, r, alt, mem),
             Some((process, Phase::Waiting(r, Wait::CondReacquire { timed_out }))) => {
-                self.reacquire(me, process, r);
-                Step::Grant(if timed_out { ETIMEDOUT } else { 0 })
+                let err = self.reacquire(me, process, r);
+                Step::Grant(if err != 0 { err } else if timed_out { ETIMEDOUT } else { 0 })
             }
             Some((_, Phase::Waiting(_, Wait::Woken { result }))) => Step::Grant(result),
             _ => Step::StayPending,
@@ -413,21 +413,19 @@ impl Model {
     /// A condvar wait whose timer fired: it re-acquires the mutex now if it can, else waits for it.
     fn cond_timed_out(&mut self, me: ThreadId, process: ProcessId, r: Request) -> Step {
         if cond_mutex(r).is_some_and(|(mutex, kind)| self.mutex_lock_result(me, process, mutex, kind).is_some()) {
-            self.reacquire(me, process, r);
-            Step::Grant(ETIMEDOUT)
+            let err = self.reacquire(me, process, r);
+            Step::Grant(if err != 0 { err } else { ETIMEDOUT })
         } else {
             Step::Park(Wait::CondReacquire { timed_out: true })
         }
     }
 
-    /// Takes back the mutex of a finished `CondWait` request.
-    fn reacquire(&mut self, me: ThreadId, process: ProcessId, r: Request) {
-        let Some((mutex, kind)) = cond_mutex(r) else { return };
+    /// Takes back the mutex of a finished `CondWait` request; a robust mutex's error
+    /// (`EOWNERDEAD`, `ENOTRECOVERABLE`) or 0.
+    fn reacquire(&mut self, me: ThreadId, process: ProcessId, r: Request) -> i64 {
+        let Some((mutex, kind)) = cond_mutex(r) else { return 0 };
         let k = self.objects.key(process, mutex.0);
-        let m = self.objects.mutexes.entry(k).or_default();
-        if m.lock_result(me, kind) == Some(0) {
-            m.acquire(me);
-        }
+        self.objects.mutexes.entry(k).or_default().reacquire(me, kind)
     }
 
     /// Moves a parked thread (other than the chosen one) to `wait`.

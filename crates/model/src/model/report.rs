@@ -79,6 +79,11 @@ impl Model {
                 };
                 format!("waits for {what}{on}, which no other thread can still provide")
             }
+            R::NetConnect { .. } => {
+                let net = NetObject::decode(self.net_obj(me));
+                let to = net.peer.map_or(String::new(), |p| format!(" of listener e{p}"));
+                format!("waits in connect for room in the backlog{to}, which no other thread can still make (an accept)")
+            }
             R::FifoOpen { flags, .. } => {
                 let fifo = NetObject::decode(self.net_obj(me)).endpoint.map_or(String::new(), |e| format!(" e{e}"));
                 let other = if flags.fifo_reader() { "writer" } else { "reader" };

@@ -30,10 +30,8 @@ use super::{MemoryReader, Model, Request};
 use crate::choice::ProcessId;
 
 /// glibc's `__kind` of `pthread_mutex_t` (offset 16) has `PTHREAD_MUTEX_PSHARED_BIT` (128).
-const MUTEX_KIND_OFFSET: u64 = 16;
+pub(super) const MUTEX_KIND_OFFSET: u64 = 16;
 const MUTEX_PSHARED_BIT: u32 = 128;
-/// ... and `PTHREAD_MUTEX_ROBUST_NORMAL_NP` (16) for a robust mutex.
-const MUTEX_ROBUST_BIT: u32 = 16;
 /// glibc's `__shared` of `pthread_rwlock_t` (offset 28) is non-zero for a shared rwlock.
 const RWLOCK_SHARED_OFFSET: u64 = 28;
 /// glibc's `__wrefs` of `pthread_cond_t` (offset 36) has `__PTHREAD_COND_SHARED_MASK` (bit 0).
@@ -92,16 +90,6 @@ pub(crate) fn named_objects(r: &Request) -> [Option<(u64, ObjClass)>; 2] {
 impl Model {
     /// Settles the key of every object `r` (posted by a thread of `process`) names, before the
     /// model looks at it: see the module doc.
-    /// Notes whether the mutex a lock or try-lock names is robust (glibc's `__kind` has
-    /// `PTHREAD_MUTEX_ROBUST_NORMAL_NP`, 16): robust mutexes always post (the preload's solo path
-    /// refuses them), so the model knows before anyone holds one.
-    pub(super) fn note_robust(&mut self, process: ProcessId, r: &Request, mem: &mut dyn MemoryReader) {
-        let (R::MutexLock { mutex, .. } | R::MutexTryLock { mutex, .. }) = *r else { return };
-        let robust = mem.read_u32(process, mutex.0.wrapping_add(MUTEX_KIND_OFFSET)).is_some_and(|kind| kind & MUTEX_ROBUST_BIT != 0);
-        let k = self.objects.key(process, mutex.0);
-        self.objects.mutexes.entry(k).or_default().robust = robust;
-    }
-
     pub(super) fn place_objects(&mut self, process: ProcessId, r: &Request, mem: &mut dyn MemoryReader) {
         for (addr, class) in named_objects(r).into_iter().flatten() {
             if !class.says_shared(process, addr, mem) {

@@ -7,7 +7,7 @@
 //! * `poll`/`select`/`epoll_wait`, `sigsuspend`/`pause`, `sigwait*`, and sleeps (`nanosleep`,
 //!   `clock_nanosleep`, `usleep`, `sleep`): the handler runs and the call fails with EINTR (a
 //!   relative sleep reports the time left; `sleep` returns the seconds left). Never restarted.
-//! * a blocking receive, accept, send or FIFO open the preload marks interruptible
+//! * a blocking receive, accept, send, connect or FIFO open the preload marks interruptible
 //!   (`net_flags::INTERRUPTIBLE`), `sem_wait` and an untimed raw futex wait: the handler runs,
 //!   then the call waits again when every handler that ran asked for `SA_RESTART`, else fails
 //!   with EINTR. `sem_timedwait` and a timed futex wait always fail with EINTR (the kernel's
@@ -41,7 +41,7 @@ pub fn interruptible(request: &Request) -> bool {
     let flags = request.net_flags();
     match request {
         R::NetPoll { .. } | R::NetEpollWait { .. } => !flags.nonblocking(),
-        R::NetRecv { .. } | R::NetAccept { .. } | R::FifoOpen { .. } | R::NetSend { .. } => flags.interruptible() && !flags.nonblocking(),
+        R::NetRecv { .. } | R::NetAccept { .. } | R::FifoOpen { .. } | R::NetSend { .. } | R::NetConnect { .. } => flags.interruptible() && !flags.nonblocking(),
         R::SigSuspend { .. } | R::SigWait { .. } | R::Sleep { .. } | R::SemWait { .. } => true,
         R::ProcessWait { options, .. } => !options.nohang,
         _ => false,

@@ -10,7 +10,7 @@
 //! stdin, inherited across `execve`), except the pipes dara forwards the program's stdout and
 //! stderr through. The descriptor table ([`crate::fd`]) remembers which is which. Regular files
 //! are left alone.
-use dara_abi::{net_flags, CloseHow, Deadline, NetFlags, Request, NO_DEADLINE};
+use dara_abi::{net_flags, Addr, CloseHow, Deadline, NetFlags, Request, NO_DEADLINE};
 use libc::{c_int, c_uint, c_void, size_t, socklen_t, ssize_t};
 
 use super::{set_errno, sigwait, write_now};
@@ -407,10 +407,30 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const libc::sockaddr, len: so
     // SAFETY: the program's address argument of `len` bytes.
     let relayed = unsafe { super::outside::relayed_destination(addr, len) };
     let (addr, len) = relayed.as_ref().map_or((addr, len), |(a, l)| ((a as *const libc::sockaddr_storage).cast(), *l));
-    gate.post(Request::NetConnect { fd, flags: NetFlags(flag(fd_nonblocking(fd))) });
-    // Loopback connects complete or fail without waiting; the scheduler settles the handshake.
-    // SAFETY: the program's own arguments (or the address dara's socket has instead).
-    unsafe { real::connect(fd, addr, len) }
+    let nonblock = fd_nonblocking(fd);
+    let request = Request::NetConnect { fd, flags: NetFlags(flag(nonblock) | interruptible(nonblock)), addr: Addr(addr as u64), len };
+    loop {
+        // A blocking connect is granted once the listener it goes to has room in its backlog:
+        // the real call then completes (or fails) at once; the scheduler settles the handshake.
+        let g = gate.post(request);
+        if g.result == sigwait::INTERRUPTED && !nonblock {
+            // As in Linux: SA_RESTART goes on waiting, else EINTR.
+            if sigwait::run_handlers(&gate, true) {
+                continue;
+            }
+            // Linux's TCP connect goes on in the background after EINTR (a Unix one does not):
+            // start it now as a non-blocking connect, which the scheduler settles (or parks
+            // while the listener is full) as any other.
+            if is_tcp(fd) {
+                gate.post(Request::NetConnect { fd, flags: NetFlags(net_flags::NONBLOCK), addr: Addr(addr as u64), len });
+                // SAFETY: the program's own arguments; O_NONBLOCK only makes the call return at once.
+                write_now::with_nonblock(fd, write_now::status_flags(fd), || unsafe { real::connect(fd, addr, len) } as i64);
+            }
+            return ret(g.result) as c_int;
+        }
+        // SAFETY: the program's own arguments (or the address dara's socket has instead).
+        return unsafe { real::connect(fd, addr, len) };
+    }
 }
 
 #[no_mangle]

@@ -213,6 +213,9 @@ impl<S: Side> World for Boundary<S> {
         if datagrams {
             return self.relay.add_datagram_socket(process, fd, public, addr).map_err(|e| e.to_string());
         }
+        if let Some(public_port) = crate::netprobe::socket_address(&public, false).map(|a| a.port()) {
+            ex.network.probe.split_listener(public_port, addr);
+        }
         self.relay.add_listener(process, fd, public, twin, addr).map_err(|e| e.to_string())
     }
 

@@ -25,6 +25,8 @@ pub(super) struct Settle {
     /// the descriptor number may name something else (bash points descriptor 1 at a socket for
     /// one write and back at its stdout before its next scheduling point).
     pub(super) sender: Option<OwnedFd>,
+    /// A granted connect: the address it goes to, read before the connecting thread ran.
+    pub(super) connect_to: Option<std::net::SocketAddr>,
 }
 
 /// What a send may offer when the window is not known.

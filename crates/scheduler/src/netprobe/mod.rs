@@ -50,7 +50,7 @@
 //!
 //! # Files
 //! This file holds [`NetProbe`] and its views of parked requests (readiness, epoll sets,
-//! pollfds); `identity` names endpoints and finds peers and connections; `settle` is NetProbe's
+//! pollfds); `backlog` whether a blocking connect's listener has room; `identity` names endpoints and finds peers and connections; `settle` is NetProbe's
 //! settling and paying back; `ledger` the types and waits settling uses (`Settle`,
 //! `TcpSnapshot`, arrival of sent bytes); `sockets` the stateless socket helpers.
 
@@ -79,6 +79,7 @@ pub(crate) const TCP_LISTEN: u8 = 10;
 const SO_MEMINFO: libc::c_int = 55;
 const ANON_INODE_KEY: u64 = 1 << 63;
 
+mod backlog;
 mod identity;
 mod ledger;
 mod settle;
@@ -90,7 +91,7 @@ use sockets::*;
 pub use ledger::OwnReceived;
 pub(crate) use identity::AddressPair;
 pub(crate) use ledger::{wait_acknowledged, wait_queued};
-pub(crate) use sockets::{accept_queue, addresses, bytes_received, reset, send_window, socket_address};
+pub(crate) use sockets::{accept_queue, addresses, backlog_full, bytes_received, reset, send_window, socket_address};
 
 
 /// A delivery the kernel never showed, or a probe that failed: ends the run.
@@ -135,6 +136,11 @@ pub struct NetProbe {
     relay_ports: BTreeSet<u16>,
     /// A peer outside dara found while identifying an endpoint: what the next view reports.
     outside_peer: Option<String>,
+    /// In a recording, the program's TCP listeners dara split (docs/outside.md): public port →
+    /// the twin's address, where the program accepts what dara relays.
+    split: BTreeMap<u16, std::net::SocketAddr>,
+    /// Non-blocking connects whose SYN a full listener dropped (see `backlog`).
+    parked: Vec<backlog::ParkedConnect>,
 }
 
 impl NetProbe {
@@ -239,7 +245,8 @@ impl NetProbe {
                 let id = self.id_of(wait.inode);
                 Ok(NetView { ready, ready_entries: u32::from(ready), size: 0, obj: describe(id, NO_ENDPOINT, kind::PIPE, &[]) })
             }
-            R::NetConnect { .. } | R::NetClose { .. } | R::NetListen { .. } => {
+            R::NetConnect { fd, flags, addr, len } => self.connect_view(process, pid, fd, flags, addr.0, len),
+            R::NetClose { .. } | R::NetListen { .. } => {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(NetView { ready: true, ..closed_view() }) };
                 let ep = self.endpoint(process, fd, &dup);
                 Ok(NetView { ready: true, ready_entries: 1, size: 0, obj: describe(ep.id, self.peer(ep), ep.kind, &[]) })

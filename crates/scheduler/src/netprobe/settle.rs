@@ -23,7 +23,11 @@ impl NetProbe {
             (R::NetSend { fd, .. }, false) => self.send_dups.remove(&(pid, fd)).or_else(|| self.dup(pid, fd).ok().flatten()),
             _ => None,
         };
-        self.settles.push(Settle { pid, request, timed_out, datagram_to, sent_total: None, sender });
+        let connect_to = match (request, timed_out) {
+            (R::NetConnect { addr, len, .. }, false) => backlog::read_address(pid, addr.0, len).and_then(|a| inet_address(&a)),
+            _ => None,
+        };
+        self.settles.push(Settle { pid, request, timed_out, datagram_to, sent_total: None, sender, connect_to });
     }
 
     /// A thread of process `pid` sent on TCP socket `fd` without a post (coarse steps): settled
@@ -31,7 +35,7 @@ impl NetProbe {
     /// bytes sent in all) if the thread could tell.
     pub fn sent_unposted(&mut self, pid: u32, fd: i32, total: Option<(u16, u16, u64)>) {
         let request = R::NetSend { fd, len: 0, flags: NetFlags::default(), head: [0; 8], dest_port: 0 };
-        self.settles.push(Settle { pid, request, timed_out: false, datagram_to: None, sent_total: total, sender: None });
+        self.settles.push(Settle { pid, request, timed_out: false, datagram_to: None, sent_total: total, sender: None, connect_to: None });
     }
 
     /// The destination port of a UDP send on `fd` (`dest_port`, or the connected peer's), if a
@@ -57,13 +61,14 @@ impl NetProbe {
                     Some(total) if own_received_all(total, own)? => {}
                     _ => self.settle_send(s.pid, fd, s.sender, s.datagram_to, own)?,
                 },
-                (Op::NetConnect, false) => self.settle_connect(s.pid, fd)?,
+                (Op::NetConnect, false) => self.settle_connect(s.pid, fd, s.connect_to)?,
                 (Op::NetAccept, false) => self.pay_back(s.pid, fd, kind::TCP)?,
                 // Only a datagram pays something back: a stream receive is settled already.
                 (Op::NetRecv, false) if self.probed.get(&(s.pid, fd)).is_none_or(|ep| ep.kind == kind::UDP) => self.pay_back(s.pid, fd, kind::UDP)?,
                 _ => {}
             }
         }
+        self.settle_parked_connects()?;
         self.no_outside_peer(|| "a traced process".to_string())
     }
 
@@ -151,10 +156,14 @@ impl NetProbe {
         Ok(())
     }
 
-    pub(super) fn settle_connect(&mut self, pid: u32, fd: i32) -> Result<(), ProbeError> {
+    /// `to`: where the connect goes (read when it was granted).
+    pub(super) fn settle_connect(&mut self, pid: u32, fd: i32, to: Option<std::net::SocketAddr>) -> Result<(), ProbeError> {
         let Some(dup) = self.dup(pid, fd)? else { return Ok(()) };
         let ep = self.endpoint(0, fd, &dup);
         if ep.kind != kind::TCP {
+            return Ok(());
+        }
+        if self.park_if_dropped(pid, fd, &dup, to) {
             return Ok(());
         }
         let started = Instant::now();
@@ -171,15 +180,20 @@ impl NetProbe {
             }
             std::thread::yield_now();
         }
+        self.owe_connection(pid, ep, &dup);
+        Ok(())
+    }
+
+    /// A connect whose handshake is done: one connection is owed to the listener.
+    pub(super) fn owe_connection(&mut self, pid: u32, ep: Endpoint, dup: &OwnedFd) {
         // A socket with no peer was refused (its error already taken by a second connect call);
         // one already counted is being checked again by a second connect call.
-        if ep.key.or_else(|| inet_key(&dup, kind::TCP)).is_some_and(|k| k.2 != 0) {
-            if let Some(server) = socket_address(&dup, true).filter(|_| self.connected.insert(ep.id)) {
+        if ep.key.or_else(|| inet_key(dup, kind::TCP)).is_some_and(|k| k.2 != 0) {
+            if let Some(server) = socket_address(dup, true).filter(|_| self.connected.insert(ep.id)) {
                 *self.owed.entry(owed_connection(server)).or_default() += 1;
                 self.connections.push((pid, server));
             }
         }
-        Ok(())
     }
 
     /// The connections made since the last call: (connecting pid, server address).

@@ -138,6 +138,13 @@ pub(crate) fn accept_queue(fd: &OwnedFd) -> u32 {
     tcp_info_field::<4>(fd, tcpi::UNACKED).map_or(0, u32::from_ne_bytes)
 }
 
+/// Whether the TCP listener `fd` takes no more connections now (for a listener, `tcp_info`
+/// holds its accept queue in `tcpi_unacked` and its backlog in `tcpi_sacked`).
+pub(crate) fn backlog_full(fd: &OwnedFd) -> bool {
+    let backlog = tcp_info_field::<4>(fd, tcpi::SACKED).map_or(u32::MAX, u32::from_ne_bytes);
+    crate::sockdiag::is_full(accept_queue(fd), backlog)
+}
+
 /// The full (local, remote) addresses of a connected INET socket.
 pub(crate) fn addresses(fd: &OwnedFd) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
     Some((socket_address(fd, false)?, socket_address(fd, true)?))

@@ -200,3 +200,44 @@ fn a_coarse_cond_wait_takes_effect_when_posted() {
     s.post(1, Op::CondWait, [C, M, 5_000_000, k]);
     assert!(s.m.adopt(2, dara_abi::Addr(M), dara_abi::HeldKind::Mutex, 1).is_err());
 }
+
+/// A robust mutex (glibc's `__kind` bit 16, `__owner` at offset 8) as glibc has it after its
+/// owner died: EOWNERDEAD once, then not recoverable when unlocked inconsistent, with waiters
+/// and later lockers failing; a condition wait re-taking it reports the death.
+#[test]
+fn a_robust_mutex_left_inconsistent_becomes_not_recoverable() {
+    const ROBUST: u32 = 16;
+    const INCONSISTENT: u32 = i32::MAX as u32;
+    const NOTRECOVERABLE: u32 = i32::MAX as u32 - 1;
+    let mut s = Sim::with_threads(3);
+    s.mem.0.insert((0, M + 16), ROBUST);
+    assert_eq!(s.lock(3, M, mutex_kind::NORMAL), grant(0));
+    s.exit(3);
+    assert_eq!(s.lock(1, M, mutex_kind::NORMAL), grant(libc::EOWNERDEAD as i64));
+    s.mem.0.insert((0, M + 8), INCONSISTENT);
+    s.post(2, Op::MutexLock, [M, mutex_kind::NORMAL, NO_DEADLINE, 0]);
+    assert!(s.offered(2).is_empty(), "held by thread 1");
+    assert_eq!(s.unlock(1, M, mutex_kind::NORMAL), grant(0));
+    s.mem.0.insert((0, M + 8), NOTRECOVERABLE);
+    assert_eq!(s.run(2), grant(libc::ENOTRECOVERABLE as i64), "the waiter");
+    assert_eq!(s.lock(1, M, mutex_kind::NORMAL), grant(libc::ENOTRECOVERABLE as i64));
+    assert_eq!(s.op(1, Op::MutexTryLock, [M, mutex_kind::NORMAL, 0, 0]), grant(libc::ENOTRECOVERABLE as i64));
+    assert_eq!(s.unlock(1, M, mutex_kind::NORMAL), grant(EPERM), "a robust mutex checks its owner");
+    // Initialised again: recoverable.
+    s.mem.0.insert((0, M + 8), 0);
+    assert_eq!(s.lock(1, M, mutex_kind::NORMAL), grant(0));
+}
+
+#[test]
+fn a_condition_wait_re_taking_a_robust_mutex_whose_owner_died_returns_eownerdead() {
+    let mut s = Sim::with_threads(2);
+    s.mem.0.insert((0, M + 16), 16);
+    assert_eq!(s.lock(1, M, mutex_kind::NORMAL), grant(0));
+    assert_eq!(s.op(1, Op::CondWait, [C, M, NO_DEADLINE, mutex_kind::NORMAL]), Effect::Blocked);
+    assert_eq!(s.lock(2, M, mutex_kind::NORMAL), grant(0));
+    s.post(2, Op::CondSignal, [C, 0, 0, 0]);
+    assert_eq!(s.run(2), grant(0));
+    s.exit(2);
+    assert_eq!(s.run(1), grant(libc::EOWNERDEAD as i64));
+    assert_eq!(s.unlock(1, M, mutex_kind::NORMAL), grant(0), "held: taken with EOWNERDEAD");
+}

@@ -52,10 +52,10 @@ fn poll_timer_races_a_ready_entry_and_ready_entries_are_choices() {
 }
 
 #[test]
-fn rcvtimeo_fires_as_eagain_and_connect_close_need_no_view() {
+fn rcvtimeo_fires_as_eagain_and_a_nonblocking_connect_needs_no_view() {
     let mut s = Sim::with_threads(2);
     s.post(1, Op::NetAccept, [3, 0, 1_000, 0]);
-    s.post(2, Op::NetConnect, [4, 0, 0, 0]);
+    s.post(2, Op::NetConnect, [4, net_flags::NONBLOCK, 0x7000, 16]);
     assert_eq!(s.offered(1), vec![(ChoiceKind::Timeout, 0)]);
     assert_eq!(s.offered(2), vec![(ChoiceKind::Run, 0)]);
     let t = s.m.choices().into_iter().find(|c| c.thread == 1).unwrap();
@@ -70,4 +70,18 @@ fn a_recv_nobody_answers_is_a_deadlock_naming_the_endpoint() {
     assert!(s.m.choices().is_empty());
     let report = s.m.blocked_report();
     assert!(report[0].detail.contains("waits for data on endpoint e7 (peer e8)"), "{:?}", report);
+}
+
+#[test]
+fn a_blocking_connect_waits_while_the_backlog_is_full_and_a_signal_ends_it() {
+    let mut s = Sim::with_threads(1);
+    s.post(1, Op::NetConnect, [4, net_flags::INTERRUPTIBLE, 0x7000, 16]);
+    s.m.set_net_view(1, NetView { obj: describe(3, 2, kind::TCP, &[]), ..NetView::default() });
+    assert!(s.m.choices().is_empty(), "the listener's backlog is full");
+    let report = s.m.blocked_report();
+    assert!(report[0].detail.contains("waits in connect for room in the backlog of listener e2"), "{report:?}");
+    s.m.set_signalled(1, true);
+    assert_eq!(s.offered(1), vec![(ChoiceKind::Interrupt, 0)]);
+    s.m.set_net_view(1, ready(0));
+    assert_eq!(s.offered(1), vec![(ChoiceKind::Run, 0), (ChoiceKind::Interrupt, 0)], "room now");
 }

@@ -284,8 +284,13 @@ impl<S: Side> Relay<S> {
             }
             let ready = self.ready_tokens(if stdin_open { 0 } else { timeout_ms(slice) })?;
             // A client whose bytes cannot be delivered yet (the program is not reading) stays
-            // readable: that is not news.
-            if ready.iter().any(|&(tag, index)| tag != TAG_OUTER || self.streams.get(index).is_some_and(|s| s.to_inner.len() < INBOUND_BUFFER)) {
+            // readable, and so does a listener whose clients wait for room in the program's
+            // backlog: that is not news.
+            if ready.iter().any(|&(tag, index)| match tag {
+                TAG_OUTER => self.streams.get(index).is_some_and(|s| s.to_inner.len() < INBOUND_BUFFER),
+                TAG_LISTENER => !self.listeners.get(index).is_some_and(|l| l.twin_socket.as_ref().is_some_and(netprobe::backlog_full)),
+                _ => true,
+            }) {
                 return Ok(true);
             }
             if !ready.is_empty() {

@@ -18,6 +18,12 @@ impl<S: Side> Relay<S> {
     pub(super) fn accept_clients(&mut self, step: u64, index: usize, net: &mut NetProbe) -> Result<(), RelayError> {
         loop {
             let Some(public) = self.listeners[index].public.as_ref() else { return Ok(()) };
+            // A client waits in dara's queue while the program's backlog is full: dara's connect
+            // to the twin would wait in the kernel (a traced client's connect waits in the model
+            // until there is room, see netprobe's `backlog`).
+            if self.listeners[index].twin_socket.as_ref().is_some_and(|t| netprobe::backlog_full(t)) {
+                return Ok(());
+            }
             let Some(client) = accept(public) else { return Ok(()) };
             let port = self.listeners[index].public_port;
             let traced = peer_port(&client).is_some_and(|p| net.is_traced_endpoint(p, port));

@@ -6,8 +6,14 @@
 //! the peer's acknowledgement says so too, but a peer in interactive ("ping-pong") mode delays
 //! its ACK by up to 40 ms, and a request-response server is always in that mode: each exchange
 //! would cost a delayed ACK. The peer's own count of bytes received says it at once.
+//!
+//! `listeners` dumps the listening sockets (TCP and Unix-domain) with their accept queues: a
+//! blocking connect waits while its listener's backlog is full.
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+mod listeners;
+pub use listeners::{is_full, InetListener, UnixListener};
 
 const NETLINK_SOCK_DIAG: libc::c_int = 4;
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
@@ -19,6 +25,8 @@ const NLMSG_ERROR: u16 = 2;
 pub(crate) mod tcpi {
     /// For a listening socket: the length of its accept queue.
     pub const UNACKED: usize = 24;
+    /// For a listening socket: its backlog.
+    pub const SACKED: usize = 28;
     pub const BYTES_ACKED: usize = 120;
     pub const BYTES_RECEIVED: usize = 128;
     pub const NOTSENT_BYTES: usize = 144;
