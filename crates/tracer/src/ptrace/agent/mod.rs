@@ -62,6 +62,7 @@ pub fn run(fd: i32) -> Result<(), String> {
     let header = region.header();
     header.agent.pid.store(std::process::id(), std::sync::atomic::Ordering::Release);
     let coarse = header.preempt_flags & preempt::COARSE != 0;
+    wake_on_child_events();
     let mut agent = Agent { region, tracees: BTreeMap::new(), processes: Processes::default(), runner: None, expected: BTreeMap::new(), early: BTreeSet::new(), seized: BTreeMap::new(), coarse };
     agent.serve();
     Ok(())
@@ -472,6 +473,21 @@ impl Agent {
         // A blocking wait that found nothing is made again: it stops at the filter and posts.
         finish::ready_wait_came_back(pid, &mut regs, check);
         resume(tid, 0);
+    }
+}
+
+/// Makes every change of a tracee's state (a stop, an exit, a kill from outside) end the agent's
+/// futex wait at once: the kernel sends the tracer SIGCHLD for each, and a handler installed
+/// without `SA_RESTART` makes `futex_waitv` return EINTR. (A SIGCHLD that comes between the
+/// agent's last `waitpid` and its wait is seen by the next timed look, 50 ms later.)
+fn wake_on_child_events() {
+    extern "C" fn noted(_: libc::c_int) {}
+    // SAFETY: a zeroed sigaction is "no flags, empty mask"; the handler does nothing, so it is
+    // async-signal-safe.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = noted as extern "C" fn(libc::c_int) as usize;
+        libc::sigaction(libc::SIGCHLD, &action, std::ptr::null_mut());
     }
 }
 
