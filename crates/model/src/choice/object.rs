@@ -54,7 +54,7 @@ impl Choice {
             MutexLock | MutexTryLock | MutexUnlock | RwReadLock | RwWriteLock | RwTryReadLock | RwTryWriteLock | RwUnlock | Held | CondWait | CondSignal | CondBroadcast | BarrierInit | BarrierWait | OnceBegin
             | OnceDone | SemInit | SemWait | SemTryWait | SemPost | FutexWait | FutexWake | MemoryRead | MemoryWrite => ChoiceObject::Address(obj),
             ProcessStart | ThreadCreate | ThreadExit | ProcessFork | ProcessExec | Yield | EdgeQuantum | ClockRead => ChoiceObject::None,
-            ProcessExit | Fault | SignalArrived | SigSuspend | SigWait | FileLock | Unsupported => ChoiceObject::Word(obj),
+            ProcessExit | Fault | SignalArrived | SigSuspend | SigWait | FileLock | Unsupported | TimerCreate | TimerSet | TimerGet => ChoiceObject::Word(obj),
         }
     }
 }
