@@ -128,6 +128,14 @@ impl Execution<'_> {
                 self.grant(thread, Op::Held, 0);
                 return None;
             }
+            Request::TimerCreate { .. } | Request::TimerSet { .. } | Request::TimerGet { .. } => {
+                // A timerfd call: answered with no decision and no step (see `timerfds.rs`).
+                match self.timer_request(thread, process, request) {
+                    Ok(result) => self.grant(thread, op, result),
+                    Err(outcome) => return Some(outcome),
+                }
+                return None;
+            }
             Request::Unsupported(call) => {
                 let pid = self.processes.records.get(&process).map_or(0, |p| p.pid);
                 return Some(unsupported(thread, pid, call));

@@ -1,0 +1,261 @@
+//! `timerfd`s on the virtual clock, the mechanism half (the model's `timerfds.rs` keeps the
+//! deadlines): which eventfd stands for which timer, answering `timerfd_settime` and
+//! `timerfd_gettime`, and writing a fired timer's expirations into its eventfd.
+//!
+//! The preload makes an eventfd where the program asked for a timerfd (docs/time.md, "timerfd"):
+//! reading it returns the expirations since the last read and resets them, a non-blocking read
+//! of none fails with EAGAIN, and poll, epoll and select see it readable exactly when it holds
+//! some, so the network probe's readiness views need nothing new. When the clock reaches a
+//! timer's deadline the driver adds the expirations to the eventfd's counter from outside (a
+//! `pidfd_getfd` duplicate and an 8-byte write) before the next decision, and drops the
+//! readiness views.
+//!
+//! A timer is named by its eventfd's kernel id (`eventfd-id` in `/proc/<pid>/fdinfo`), never by a
+//! descriptor number alone: a `dup`, a `fork` or an `exec` that keeps it gives it other numbers
+//! or other processes, and a number may be reused once it is closed. Each timer keeps the
+//! (pid, descriptor) pairs it was last seen under; a firing writes through the first that still
+//! names it, and looks through every traced process's descriptors only when none does. No
+//! process holds it any more: the timer is forgotten (a closed timerfd frees its timer). dara
+//! keeps no descriptor of its own, so a close by the program releases the eventfd (and its
+//! epoll registrations) as it would release a timerfd.
+//!
+//! These calls are answered at once, without a decision: the thread that makes them holds the
+//! token, and what they change follows from the clock.
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use dara_abi::{Addr, Request, TimerClock, TimerExpiry, MONOTONIC_BASE_NS};
+
+use super::Execution;
+use crate::choice::{ProcessId, ThreadId};
+use crate::model::{TimerId, TimerValue};
+use crate::outcome::Outcome;
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+
+/// The eventfds that stand for timers, by kernel id.
+#[derive(Default)]
+pub(super) struct TimerFdTable {
+    by_eventfd: BTreeMap<u64, TimerId>,
+    timers: BTreeMap<TimerId, TimerFd>,
+}
+
+struct TimerFd {
+    /// The eventfd's kernel id.
+    eventfd: u64,
+    clock: TimerClock,
+    /// (kernel pid, descriptor) pairs it was last seen under.
+    holders: Vec<(u32, i32)>,
+}
+
+impl TimerFdTable {
+    /// The timer behind descriptor `fd` of `pid`, if it is one; notes the pair as a holder.
+    fn resolve(&mut self, pid: u32, fd: i32) -> Option<TimerId> {
+        let id = *self.by_eventfd.get(&eventfd_id(pid, fd)?)?;
+        let timer = self.timers.get_mut(&id)?;
+        if !timer.holders.contains(&(pid, fd)) {
+            timer.holders.push((pid, fd));
+        }
+        Some(id)
+    }
+
+    fn forget(&mut self, id: TimerId) {
+        if let Some(timer) = self.timers.remove(&id) {
+            self.by_eventfd.remove(&timer.eventfd);
+        }
+    }
+}
+
+impl Execution<'_> {
+    /// Answers a `TimerCreate`, `TimerSet` or `TimerGet` of `thread` (in `process`): the result
+    /// its grant carries (0 or `-errno`).
+    pub(super) fn timer_request(&mut self, thread: ThreadId, process: ProcessId, request: Request) -> Result<i64, Outcome> {
+        let pid = self.processes.records.get(&process).map_or(0, |r| r.pid);
+        // Timers that came due since the last decision fire first, as they would have for real.
+        self.fire_timers(thread)?;
+        let result = match request {
+            Request::TimerCreate { fd, clock } => match eventfd_id(pid, fd) {
+                Some(eventfd) => {
+                    let id = self.model.timer_create(process);
+                    if let Some(old) = self.timerfds.by_eventfd.insert(eventfd, id) {
+                        // The kernel reused the id of an eventfd nobody holds any more.
+                        self.timerfds.timers.remove(&old);
+                        self.model.timer_forget(old);
+                    }
+                    self.timerfds.timers.insert(id, TimerFd { eventfd, clock, holders: vec![(pid, fd)] });
+                    0
+                }
+                None => -i64::from(libc::EBADF),
+            },
+            Request::TimerSet { fd, expiry, interval, old } => {
+                let Some(id) = self.timerfds.resolve(pid, fd) else { return Ok(-i64::from(libc::EINVAL)) };
+                let clock = self.timerfds.timers[&id].clock;
+                let deadline = match expiry {
+                    TimerExpiry::Disarmed => None,
+                    TimerExpiry::After(ns) => Some(self.model.now().saturating_add(ns)),
+                    TimerExpiry::At(reading) => Some(reading.saturating_sub(self.clock_offset(clock))),
+                };
+                let previous = self.model.timer_set(id, deadline, interval).unwrap_or_default();
+                // Setting a timer clears the expirations not read yet, as the kernel does.
+                if let Some(dup) = self.network.probe.duplicate(pid, fd).map_err(|e| uncontrolled(thread, e.0))? {
+                    drain(&dup);
+                }
+                self.network.dirty = true;
+                self.fire_timers(thread)?; // an expiry already past fires at once
+                write_value(pid, old, previous)
+            }
+            Request::TimerGet { fd, current } => match self.timerfds.resolve(pid, fd).and_then(|id| self.model.timer_get(id)) {
+                Some(value) => write_value(pid, current, value),
+                None => -i64::from(libc::EINVAL),
+            },
+            _ => 0,
+        };
+        Ok(result)
+    }
+
+    /// Fires the timers that are due: their expirations are added to their eventfds, and the
+    /// readiness views are taken again. A timer no traced process holds any more is forgotten.
+    /// `thread` is the one named if an eventfd cannot be reached.
+    pub(super) fn fire_timers(&mut self, thread: ThreadId) -> Result<(), Outcome> {
+        for (id, count) in self.model.fire_due_timers() {
+            if !self.deliver(id, count).map_err(|detail| uncontrolled(thread, detail))? {
+                self.timerfds.forget(id);
+                self.model.timer_forget(id);
+            }
+            self.network.dirty = true;
+        }
+        Ok(())
+    }
+
+    /// Adds `count` expirations to timer `id`'s eventfd; false when no traced process holds it.
+    fn deliver(&mut self, id: TimerId, count: u64) -> Result<bool, String> {
+        let Some(timer) = self.timerfds.timers.get_mut(&id) else { return Ok(false) };
+        let eventfd = timer.eventfd;
+        timer.holders.retain(|&(pid, fd)| eventfd_id(pid, fd) == Some(eventfd));
+        if timer.holders.is_empty() {
+            timer.holders = self.processes.live_pids().into_iter().filter_map(|pid| holder_in(pid, eventfd)).collect();
+        }
+        for &(pid, fd) in &timer.holders {
+            if let Some(dup) = self.network.probe.duplicate(pid, fd).map_err(|e| e.0)? {
+                add(&dup, count).map_err(|e| format!("cannot write a timer's expirations into its eventfd (descriptor {fd} of pid {pid}): {e}"))?;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// What `clock` reads at virtual time 0.
+    fn clock_offset(&self, clock: TimerClock) -> u64 {
+        match clock {
+            TimerClock::Realtime => self.cfg.time.realtime_epoch_ns,
+            TimerClock::Monotonic => MONOTONIC_BASE_NS,
+        }
+    }
+}
+
+fn uncontrolled(thread: ThreadId, detail: String) -> Outcome {
+    Outcome::Uncontrolled { thread, syscall: "timerfd".into(), detail }
+}
+
+/// The kernel id of the eventfd behind descriptor `fd` of `pid`; `None` if it is not an eventfd
+/// (or gone).
+fn eventfd_id(pid: u32, fd: i32) -> Option<u64> {
+    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).ok()?;
+    parse_eventfd_id(&info)
+}
+
+fn parse_eventfd_id(fdinfo: &str) -> Option<u64> {
+    fdinfo.lines().find_map(|l| l.strip_prefix("eventfd-id:")).and_then(|v| v.trim().parse().ok())
+}
+
+/// A descriptor of `pid` that names eventfd `eventfd`.
+fn holder_in(pid: u32, eventfd: u64) -> Option<(u32, i32)> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    dir.filter_map(Result::ok)
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:[eventfd]"))
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|&fd| eventfd_id(pid, fd) == Some(eventfd))
+        .map(|fd| (pid, fd))
+}
+
+/// Adds `count` to an eventfd's counter.
+fn add(eventfd: &OwnedFd, count: u64) -> std::io::Result<()> {
+    let bytes = count.to_ne_bytes();
+    // SAFETY: writes 8 bytes from a live local buffer to a descriptor we own.
+    let n = unsafe { libc::write(eventfd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+    if n == 8 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Empties an eventfd's counter (a read of a readable eventfd never blocks).
+fn drain(eventfd: &OwnedFd) {
+    let mut p = libc::pollfd { fd: eventfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd, zero timeout.
+    if unsafe { libc::poll(&mut p, 1, 0) } == 1 && p.revents & libc::POLLIN != 0 {
+        let mut bytes = [0u8; 8];
+        // SAFETY: reads 8 bytes into a live local buffer from a descriptor we own.
+        unsafe { libc::read(eventfd.as_raw_fd(), bytes.as_mut_ptr().cast(), bytes.len()) };
+    }
+}
+
+/// Writes `value` as a `struct itimerspec` at `at` in `pid` (nothing for a null `at`): 0, or
+/// `-EFAULT` if the program's memory is not there.
+fn write_value(pid: u32, at: Addr, value: TimerValue) -> i64 {
+    if at.0 == 0 {
+        return 0;
+    }
+    let spec = libc::itimerspec { it_interval: timespec(value.interval_ns), it_value: timespec(value.remaining_ns) };
+    let size = std::mem::size_of::<libc::itimerspec>();
+    let local = libc::iovec { iov_base: &spec as *const libc::itimerspec as *mut libc::c_void, iov_len: size };
+    let remote = libc::iovec { iov_base: at.0 as *mut libc::c_void, iov_len: size };
+    // SAFETY: the local iovec points at our own itimerspec; the remote address is only
+    // interpreted by the kernel in the target's address space.
+    let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if n == size as isize {
+        0
+    } else {
+        -i64::from(libc::EFAULT)
+    }
+}
+
+fn timespec(ns: u64) -> libc::timespec {
+    libc::timespec { tv_sec: (ns / NS_PER_SEC) as libc::time_t, tv_nsec: (ns % NS_PER_SEC) as libc::c_long }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_eventfd_id_is_read_from_fdinfo() {
+        let info = "pos:\t0\nflags:\t02000002\nmnt_id:\t17\nino:\t18\neventfd-count:                0\neventfd-id: 42\neventfd-semaphore: 0\n";
+        assert_eq!(parse_eventfd_id(info), Some(42));
+        assert_eq!(parse_eventfd_id("pos:\t0\nflags:\t02\n"), None, "not an eventfd");
+    }
+
+    #[test]
+    fn an_eventfd_is_found_written_and_drained_through_its_descriptors() {
+        // SAFETY: eventfd takes plain integers and returns a new descriptor or -1.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK) };
+        assert!(raw >= 0);
+        // SAFETY: a descriptor eventfd just returned, owned by nobody else.
+        let fd: OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) };
+        let pid = std::process::id();
+        let id = eventfd_id(pid, raw).expect("an eventfd has an id");
+        assert_eq!(holder_in(pid, id), Some((pid, raw)));
+        add(&fd, 3).unwrap();
+        add(&fd, 2).unwrap();
+        let mut bytes = [0u8; 8];
+        // SAFETY: reads 8 bytes into a live local buffer.
+        assert_eq!(unsafe { libc::read(raw, bytes.as_mut_ptr().cast(), 8) }, 8);
+        assert_eq!(u64::from_ne_bytes(bytes), 5, "a read returns the expirations added since the last");
+        add(&fd, 1).unwrap();
+        drain(&fd);
+        drain(&fd); // nothing left: no blocking read
+        // SAFETY: as above; the counter is empty, so a non-blocking read fails.
+        assert_eq!(unsafe { libc::read(raw, bytes.as_mut_ptr().cast(), 8) }, -1);
+    }
+}
