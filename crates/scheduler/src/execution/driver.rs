@@ -295,6 +295,7 @@ impl<'a> Execution<'a> {
         self.network.dirty = true;
         self.network.new_connections |= matches!(request.op(), Op::NetConnect | Op::NetAccept);
         if let Request::NetClose { fd, how: CloseHow::Close } = request {
+            self.timerfds.recheck = true; // the last descriptor of a timerfd?
             let process = self.processes.of(choice.thread).unwrap_or(0);
             self.with_world(|world, _| world.closed(process, fd));
         }

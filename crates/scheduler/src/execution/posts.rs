@@ -178,8 +178,9 @@ impl Execution<'_> {
         self.model.process_replaced_image(process);
         // The exec closed the process's close-on-exec descriptors: a pipe whose last writer that
         // was now reads end-of-file (git's start_command waits for exactly that to learn that its
-        // child's exec succeeded).
+        // child's exec succeeded). A timerfd among them may be gone.
         self.network.dirty = true;
+        self.timerfds.recheck = true;
         self.observed.image_replaced(process);
     }
 

@@ -6,18 +6,20 @@
 //! reading it returns the expirations since the last read and resets them, a non-blocking read
 //! of none fails with EAGAIN, and poll, epoll and select see it readable exactly when it holds
 //! some, so the network probe's readiness views need nothing new. When the clock reaches a
-//! timer's deadline the driver adds the expirations to the eventfd's counter from outside (a
-//! `pidfd_getfd` duplicate and an 8-byte write) before the next decision, and drops the
-//! readiness views.
+//! timer's deadline the driver adds the expirations to the eventfd's counter from outside (an
+//! 8-byte write through its own duplicate, taken with `pidfd_getfd` when the timer is made)
+//! before the next decision, and drops the readiness views.
 //!
 //! A timer is named by its eventfd's kernel id (`eventfd-id` in `/proc/<pid>/fdinfo`), never by a
 //! descriptor number alone: a `dup`, a `fork` or an `exec` that keeps it gives it other numbers
-//! or other processes, and a number may be reused once it is closed. Each timer keeps the
-//! (pid, descriptor) pairs it was last seen under; a firing writes through the first that still
-//! names it, and looks through every traced process's descriptors only when none does. No
-//! process holds it any more: the timer is forgotten (a closed timerfd frees its timer). dara
-//! keeps no descriptor of its own, so a close by the program releases the eventfd (and its
-//! epoll registrations) as it would release a timerfd.
+//! or other processes, and a number may be reused once it is closed. dara keeps a duplicate of
+//! the eventfd while the timer lives, so that id cannot go to another eventfd (the kernel reuses
+//! the ids of released ones), and writes the expirations through it. Each timer also keeps the
+//! (pid, descriptor) pairs it was last seen under. It lives while one of them (or, when none does
+//! any more, a descriptor of some traced process) still names it; this is checked at each
+//! expiry, and after a close, an exec or a process's end, at the next turn. Once nobody holds it,
+//! the timer is forgotten and dara's duplicate closed, so the eventfd is released (and leaves the
+//! epoll sets it was in) as the program's last close would release a timerfd.
 //!
 //! These calls are answered at once, without a decision: the thread that makes them holds the
 //! token, and what they change follows from the clock.
@@ -38,9 +40,15 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 pub(super) struct TimerFdTable {
     by_eventfd: BTreeMap<u64, TimerId>,
     timers: BTreeMap<TimerId, TimerFd>,
+    /// A descriptor may have been closed (a close, an exec, a process's end) since the holders
+    /// were last looked at: look before the next decision.
+    pub(super) recheck: bool,
 }
 
 struct TimerFd {
+    /// dara's duplicate of the eventfd: the expirations are written through it, and it keeps the
+    /// eventfd's id from going to another eventfd while the timer lives.
+    file: OwnedFd,
     /// The eventfd's kernel id.
     eventfd: u64,
     clock: TimerClock,
@@ -74,19 +82,18 @@ impl Execution<'_> {
         // Timers that came due since the last decision fire first, as they would have for real.
         self.fire_timers(thread)?;
         let result = match request {
-            Request::TimerCreate { fd, clock } => match eventfd_id(pid, fd) {
-                Some(eventfd) => {
-                    let id = self.model.timer_create(process);
-                    if let Some(old) = self.timerfds.by_eventfd.insert(eventfd, id) {
-                        // The kernel reused the id of an eventfd nobody holds any more.
-                        self.timerfds.timers.remove(&old);
-                        self.model.timer_forget(old);
+            Request::TimerCreate { fd, clock } => {
+                let file = self.network.probe.duplicate(pid, fd).map_err(|e| uncontrolled(thread, e.0))?;
+                match (file, eventfd_id(pid, fd)) {
+                    (Some(file), Some(eventfd)) => {
+                        let id = self.model.timer_create(process);
+                        self.timerfds.by_eventfd.insert(eventfd, id);
+                        self.timerfds.timers.insert(id, TimerFd { file, eventfd, clock, holders: vec![(pid, fd)] });
+                        0
                     }
-                    self.timerfds.timers.insert(id, TimerFd { eventfd, clock, holders: vec![(pid, fd)] });
-                    0
+                    _ => -i64::from(libc::EBADF),
                 }
-                None => -i64::from(libc::EBADF),
-            },
+            }
             Request::TimerSet { fd, expiry, interval, old } => {
                 let Some(id) = self.timerfds.resolve(pid, fd) else { return Ok(-i64::from(libc::EINVAL)) };
                 let clock = self.timerfds.timers[&id].clock;
@@ -97,9 +104,7 @@ impl Execution<'_> {
                 };
                 let previous = self.model.timer_set(id, deadline, interval).unwrap_or_default();
                 // Setting a timer clears the expirations not read yet, as the kernel does.
-                if let Some(dup) = self.network.probe.duplicate(pid, fd).map_err(|e| uncontrolled(thread, e.0))? {
-                    drain(&dup);
-                }
+                drain(&self.timerfds.timers[&id].file);
                 self.network.dirty = true;
                 self.fire_timers(thread)?; // an expiry already past fires at once
                 write_value(pid, old, previous)
@@ -114,34 +119,48 @@ impl Execution<'_> {
     }
 
     /// Fires the timers that are due: their expirations are added to their eventfds, and the
-    /// readiness views are taken again. A timer no traced process holds any more is forgotten.
-    /// `thread` is the one named if an eventfd cannot be reached.
+    /// readiness views are taken again. A timer no traced process holds any more is forgotten
+    /// (so are all such timers after a close, an exec or a process's end). `thread` is the one
+    /// named if an eventfd cannot be written.
     pub(super) fn fire_timers(&mut self, thread: ThreadId) -> Result<(), Outcome> {
-        for (id, count) in self.model.fire_due_timers() {
-            if !self.deliver(id, count).map_err(|detail| uncontrolled(thread, detail))? {
-                self.timerfds.forget(id);
-                self.model.timer_forget(id);
+        if std::mem::take(&mut self.timerfds.recheck) {
+            let ids: Vec<TimerId> = self.timerfds.timers.keys().copied().collect();
+            for id in ids {
+                if !self.still_held(id) {
+                    self.forget_timer(id);
+                }
             }
+        }
+        for (id, count) in self.model.fire_due_timers() {
+            if !self.still_held(id) {
+                self.forget_timer(id);
+                continue;
+            }
+            let timer = &self.timerfds.timers[&id];
+            add(&timer.file, count).map_err(|e| uncontrolled(thread, format!("cannot write a timer's expirations into its eventfd: {e}")))?;
             self.network.dirty = true;
         }
         Ok(())
     }
 
-    /// Adds `count` expirations to timer `id`'s eventfd; false when no traced process holds it.
-    fn deliver(&mut self, id: TimerId, count: u64) -> Result<bool, String> {
-        let Some(timer) = self.timerfds.timers.get_mut(&id) else { return Ok(false) };
+    /// Whether a traced process still holds timer `id`'s eventfd: one of the descriptors it was
+    /// last seen under, or else any descriptor of a live traced process (which become its holders).
+    fn still_held(&mut self, id: TimerId) -> bool {
+        let live = &self.processes;
+        let Some(timer) = self.timerfds.timers.get_mut(&id) else { return false };
         let eventfd = timer.eventfd;
         timer.holders.retain(|&(pid, fd)| eventfd_id(pid, fd) == Some(eventfd));
         if timer.holders.is_empty() {
-            timer.holders = self.processes.live_pids().into_iter().filter_map(|pid| holder_in(pid, eventfd)).collect();
+            timer.holders = live.live_pids().into_iter().filter_map(|pid| holder_in(pid, eventfd)).collect();
         }
-        for &(pid, fd) in &timer.holders {
-            if let Some(dup) = self.network.probe.duplicate(pid, fd).map_err(|e| e.0)? {
-                add(&dup, count).map_err(|e| format!("cannot write a timer's expirations into its eventfd (descriptor {fd} of pid {pid}): {e}"))?;
-                return Ok(true);
-            }
-        }
-        Ok(false)
+        !timer.holders.is_empty()
+    }
+
+    /// Forgets timer `id` and closes dara's duplicate of its eventfd.
+    fn forget_timer(&mut self, id: TimerId) {
+        self.timerfds.forget(id);
+        self.model.timer_forget(id);
+        self.network.dirty = true; // its eventfd leaves the epoll sets it was in
     }
 
     /// What `clock` reads at virtual time 0.
