@@ -31,6 +31,7 @@ use dara_abi::{Addr, Request, TimerClock, TimerExpiry, MONOTONIC_BASE_NS};
 use super::Execution;
 use crate::choice::{ProcessId, ThreadId};
 use crate::model::{TimerId, TimerValue};
+use crate::netprobe::eventfd_id;
 use crate::outcome::Outcome;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
@@ -88,6 +89,7 @@ impl Execution<'_> {
                     (Some(file), Some(eventfd)) => {
                         let id = self.model.timer_create(process);
                         self.timerfds.by_eventfd.insert(eventfd, id);
+                        self.network.probe.timer_eventfd(eventfd, true);
                         self.timerfds.timers.insert(id, TimerFd { file, eventfd, clock, holders: vec![(pid, fd)] });
                         0
                     }
@@ -158,6 +160,9 @@ impl Execution<'_> {
 
     /// Forgets timer `id` and closes dara's duplicate of its eventfd.
     fn forget_timer(&mut self, id: TimerId) {
+        if let Some(timer) = self.timerfds.timers.get(&id) {
+            self.network.probe.timer_eventfd(timer.eventfd, false);
+        }
         self.timerfds.forget(id);
         self.model.timer_forget(id);
         self.network.dirty = true; // its eventfd leaves the epoll sets it was in
@@ -174,17 +179,6 @@ impl Execution<'_> {
 
 fn uncontrolled(thread: ThreadId, detail: String) -> Outcome {
     Outcome::Uncontrolled { thread, syscall: "timerfd".into(), detail }
-}
-
-/// The kernel id of the eventfd behind descriptor `fd` of `pid`; `None` if it is not an eventfd
-/// (or gone).
-fn eventfd_id(pid: u32, fd: i32) -> Option<u64> {
-    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).ok()?;
-    parse_eventfd_id(&info)
-}
-
-fn parse_eventfd_id(fdinfo: &str) -> Option<u64> {
-    fdinfo.lines().find_map(|l| l.strip_prefix("eventfd-id:")).and_then(|v| v.trim().parse().ok())
 }
 
 /// A descriptor of `pid` that names eventfd `eventfd`.
@@ -247,13 +241,6 @@ fn timespec(ns: u64) -> libc::timespec {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_eventfd_id_is_read_from_fdinfo() {
-        let info = "pos:\t0\nflags:\t02000002\nmnt_id:\t17\nino:\t18\neventfd-count:                0\neventfd-id: 42\neventfd-semaphore: 0\n";
-        assert_eq!(parse_eventfd_id(info), Some(42));
-        assert_eq!(parse_eventfd_id("pos:\t0\nflags:\t02\n"), None, "not an eventfd");
-    }
 
     #[test]
     fn an_eventfd_is_found_written_and_drained_through_its_descriptors() {

@@ -69,6 +69,15 @@ impl NetProbe {
         self.traced.insert(pid);
     }
 
+    /// The eventfd with kernel id `eventfd` stands for a `timerfd` (`timer`), or no longer does.
+    pub fn timer_eventfd(&mut self, eventfd: u64, timer: bool) {
+        if timer {
+            self.timer_eventfds.insert(eventfd);
+        } else {
+            self.timer_eventfds.remove(&eventfd);
+        }
+    }
+
     /// dara sends datagrams to the program from a socket with this port (the relay).
     pub fn add_relay_port(&mut self, port: u16) {
         self.relay_ports.insert(port);
@@ -178,7 +187,7 @@ impl NetProbe {
             _ if rc != 0 => (ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64, kind::UNKNOWN),
             libc::S_IFSOCK => (st.st_ino, socket_kind(dup)),
             libc::S_IFIFO => (st.st_ino, kind::PIPE),
-            _ => (ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64, anon_kind(dup)),
+            _ => (ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64, self.timer_or(anon_kind(dup), dup)),
         };
         let id = self.id_of(inode_key);
         let key = if k == kind::TCP || k == kind::UDP { inet_key(dup, k) } else { None };
@@ -199,6 +208,16 @@ impl NetProbe {
             self.stable.insert(st.st_ino, ep);
         }
         ep
+    }
+
+    /// `kind`, or [`kind::TIMERFD`] for an eventfd that stands for a timerfd.
+    fn timer_or(&self, k: u64, dup: &OwnedFd) -> u64 {
+        let timer = k == kind::EVENTFD && !self.timer_eventfds.is_empty() && eventfd_id(std::process::id(), dup.as_raw_fd()).is_some_and(|id| self.timer_eventfds.contains(&id));
+        if timer {
+            kind::TIMERFD
+        } else {
+            k
+        }
     }
 
     /// The logical id of the object with this key (an inode, or an anonymous inode's key), given

@@ -90,7 +90,7 @@ use sockets::*;
 pub use ledger::OwnReceived;
 pub(crate) use identity::AddressPair;
 pub(crate) use ledger::{wait_acknowledged, wait_queued};
-pub(crate) use sockets::{accept_queue, addresses, bytes_received, reset, send_window, socket_address};
+pub(crate) use sockets::{accept_queue, addresses, bytes_received, eventfd_id, reset, send_window, socket_address};
 
 
 /// A delivery the kernel never showed, or a probe that failed: ends the run.
@@ -135,6 +135,8 @@ pub struct NetProbe {
     relay_ports: BTreeSet<u16>,
     /// A peer outside dara found while identifying an endpoint: what the next view reports.
     outside_peer: Option<String>,
+    /// Kernel ids of the eventfds that stand for `timerfd`s: listed as timerfds.
+    timer_eventfds: BTreeSet<u64>,
 }
 
 impl NetProbe {
@@ -206,7 +208,12 @@ impl NetProbe {
                     }
                     (true, _) => peek(&dup, &mut preview),
                 };
-                let avail = if ready { inq(&dup).max(peeked as i64) } else { -(libc::EAGAIN as i64) };
+                let avail = match (ready, ep.kind) {
+                    (false, _) => -(libc::EAGAIN as i64),
+                    // A timerfd's read returns its 8-byte count of expirations.
+                    (true, kind::TIMERFD) => 8,
+                    (true, _) => inq(&dup).max(peeked as i64),
+                };
                 let size = match *request {
                     R::NetRecv { len, .. } if avail >= 0 => avail.min(len as i64),
                     _ => i64::from(ready),

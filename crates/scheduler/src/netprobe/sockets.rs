@@ -106,6 +106,17 @@ pub(super) fn anon_kind(fd: &OwnedFd) -> u64 {
     }
 }
 
+/// The kernel id of the eventfd behind descriptor `fd` of process `pid` (`eventfd-id` in its
+/// fdinfo); `None` if it is no eventfd (or gone).
+pub(crate) fn eventfd_id(pid: u32, fd: i32) -> Option<u64> {
+    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).ok()?;
+    parse_eventfd_id(&info)
+}
+
+fn parse_eventfd_id(fdinfo: &str) -> Option<u64> {
+    fdinfo.lines().find_map(|l| l.strip_prefix("eventfd-id:")).and_then(|v| v.trim().parse().ok())
+}
+
 /// An integer socket option of `fd`, if it has it.
 pub(super) fn sockopt_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int) -> Option<libc::c_int> {
     let mut value: libc::c_int = 0;
@@ -210,4 +221,16 @@ pub(super) fn read_pollfds(pid: u32, addr: u64, n: usize) -> Option<Vec<libc::po
     // SAFETY: the local iovec covers our own vector; the remote one is interpreted in the target.
     let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
     (got == bytes as isize).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_eventfd_id_is_read_from_fdinfo() {
+        let info = "pos:\t0\nflags:\t02000002\nmnt_id:\t17\nino:\t18\neventfd-count:                0\neventfd-id: 42\neventfd-semaphore: 0\n";
+        assert_eq!(parse_eventfd_id(info), Some(42));
+        assert_eq!(parse_eventfd_id("pos:\t0\nflags:\t02\n"), None, "not an eventfd");
+    }
 }
