@@ -10,12 +10,12 @@
 //! 8-byte write through its own duplicate, taken with `pidfd_getfd` when the timer is made)
 //! before the next decision, and drops the readiness views.
 //!
-//! A timer is named by its eventfd's kernel id (`eventfd-id` in `/proc/<pid>/fdinfo`), never by a
-//! descriptor number alone: a `dup`, a `fork` or an `exec` that keeps it gives it other numbers
-//! or other processes, and a number may be reused once it is closed. dara keeps a duplicate of
-//! the eventfd while the timer lives, so that id cannot go to another eventfd (the kernel reuses
-//! the ids of released ones), and writes the expirations through it. Each timer also keeps the
-//! (pid, descriptor) pairs it was last seen under. It lives while one of them (or, when none does
+//! dara keeps a duplicate of the eventfd while the timer lives and writes the expirations through
+//! it. A timer is that open file, never a descriptor number: a `dup`, a `fork` or an `exec` that
+//! keeps it gives it other numbers or other processes, and a number may be reused once it is
+//! closed. Whether a descriptor of the program names it is asked of the kernel with `kcmp`
+//! (`KCMP_FILE`), one system call. Each timer also keeps the (pid, descriptor) pairs it was last
+//! seen under. It lives while one of them (or, when none does
 //! any more, a descriptor of some traced process) still names it; this is checked at each
 //! expiry, and after a close, an exec or a process's end, at the next turn. Once nobody holds it,
 //! the timer is forgotten and dara's duplicate closed, so the eventfd is released (and leaves the
@@ -31,15 +31,14 @@ use dara_abi::{Addr, Request, TimerClock, TimerExpiry, MONOTONIC_BASE_NS};
 use super::Execution;
 use crate::choice::{ProcessId, ThreadId};
 use crate::model::{TimerId, TimerValue};
-use crate::netprobe::eventfd_id;
+use crate::netprobe::same_file;
 use crate::outcome::Outcome;
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
-/// The eventfds that stand for timers, by kernel id.
+/// The eventfds that stand for timers.
 #[derive(Default)]
 pub(super) struct TimerFdTable {
-    by_eventfd: BTreeMap<u64, TimerId>,
     timers: BTreeMap<TimerId, TimerFd>,
     /// A descriptor may have been closed (a close, an exec, a process's end) since the holders
     /// were last looked at: look before the next decision.
@@ -47,11 +46,9 @@ pub(super) struct TimerFdTable {
 }
 
 struct TimerFd {
-    /// dara's duplicate of the eventfd: the expirations are written through it, and it keeps the
-    /// eventfd's id from going to another eventfd while the timer lives.
+    /// dara's duplicate of the eventfd: the timer's identity, and the expirations are written
+    /// through it.
     file: OwnedFd,
-    /// The eventfd's kernel id.
-    eventfd: u64,
     clock: TimerClock,
     /// (kernel pid, descriptor) pairs it was last seen under.
     holders: Vec<(u32, i32)>,
@@ -60,18 +57,11 @@ struct TimerFd {
 impl TimerFdTable {
     /// The timer behind descriptor `fd` of `pid`, if it is one; notes the pair as a holder.
     fn resolve(&mut self, pid: u32, fd: i32) -> Option<TimerId> {
-        let id = *self.by_eventfd.get(&eventfd_id(pid, fd)?)?;
-        let timer = self.timers.get_mut(&id)?;
+        let (&id, timer) = self.timers.iter_mut().find(|(_, t)| same_file(pid, fd, &t.file))?;
         if !timer.holders.contains(&(pid, fd)) {
             timer.holders.push((pid, fd));
         }
         Some(id)
-    }
-
-    fn forget(&mut self, id: TimerId) {
-        if let Some(timer) = self.timers.remove(&id) {
-            self.by_eventfd.remove(&timer.eventfd);
-        }
     }
 }
 
@@ -84,16 +74,14 @@ impl Execution<'_> {
         self.fire_timers(thread)?;
         let result = match request {
             Request::TimerCreate { fd, clock } => {
-                let file = self.network.probe.duplicate(pid, fd).map_err(|e| uncontrolled(thread, e.0))?;
-                match (file, eventfd_id(pid, fd)) {
-                    (Some(file), Some(eventfd)) => {
+                match self.network.probe.duplicate(pid, fd).map_err(|e| uncontrolled(thread, e.0))? {
+                    Some(file) => {
                         let id = self.model.timer_create(process);
-                        self.timerfds.by_eventfd.insert(eventfd, id);
-                        self.network.probe.timer_eventfd(eventfd, true);
-                        self.timerfds.timers.insert(id, TimerFd { file, eventfd, clock, holders: vec![(pid, fd)] });
+                        self.network.probe.timer_file(file.as_raw_fd(), true);
+                        self.timerfds.timers.insert(id, TimerFd { file, clock, holders: vec![(pid, fd)] });
                         0
                     }
-                    _ => -i64::from(libc::EBADF),
+                    None => -i64::from(libc::EBADF),
                 }
             }
             Request::TimerSet { fd, expiry, interval, old } => {
@@ -150,20 +138,20 @@ impl Execution<'_> {
     fn still_held(&mut self, id: TimerId) -> bool {
         let live = &self.processes;
         let Some(timer) = self.timerfds.timers.get_mut(&id) else { return false };
-        let eventfd = timer.eventfd;
-        timer.holders.retain(|&(pid, fd)| eventfd_id(pid, fd) == Some(eventfd));
+        let file = &timer.file;
+        timer.holders.retain(|&(pid, fd)| same_file(pid, fd, file));
         if timer.holders.is_empty() {
-            timer.holders = live.live_pids().into_iter().filter_map(|pid| holder_in(pid, eventfd)).collect();
+            timer.holders = live.live_pids().into_iter().filter_map(|pid| holder_in(pid, file)).collect();
         }
         !timer.holders.is_empty()
     }
 
     /// Forgets timer `id` and closes dara's duplicate of its eventfd.
     fn forget_timer(&mut self, id: TimerId) {
-        if let Some(timer) = self.timerfds.timers.get(&id) {
-            self.network.probe.timer_eventfd(timer.eventfd, false);
+        if let Some(timer) = self.timerfds.timers.remove(&id) {
+            // Before the duplicate is closed: the probe names its descriptor number.
+            self.network.probe.timer_file(timer.file.as_raw_fd(), false);
         }
-        self.timerfds.forget(id);
         self.model.timer_forget(id);
         self.network.dirty = true; // its eventfd leaves the epoll sets it was in
     }
@@ -181,13 +169,13 @@ fn uncontrolled(thread: ThreadId, detail: String) -> Outcome {
     Outcome::Uncontrolled { thread, syscall: "timerfd".into(), detail }
 }
 
-/// A descriptor of `pid` that names eventfd `eventfd`.
-fn holder_in(pid: u32, eventfd: u64) -> Option<(u32, i32)> {
+/// A descriptor of `pid` that names `file` (an eventfd).
+fn holder_in(pid: u32, file: &OwnedFd) -> Option<(u32, i32)> {
     let dir = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
     dir.filter_map(Result::ok)
         .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:[eventfd]"))
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .find(|&fd| eventfd_id(pid, fd) == Some(eventfd))
+        .find(|&fd| same_file(pid, fd, file))
         .map(|fd| (pid, fd))
 }
 
@@ -250,8 +238,7 @@ mod tests {
         // SAFETY: a descriptor eventfd just returned, owned by nobody else.
         let fd: OwnedFd = unsafe { std::os::fd::FromRawFd::from_raw_fd(raw) };
         let pid = std::process::id();
-        let id = eventfd_id(pid, raw).expect("an eventfd has an id");
-        assert_eq!(holder_in(pid, id), Some((pid, raw)));
+        assert_eq!(holder_in(pid, &fd), Some((pid, raw)));
         add(&fd, 3).unwrap();
         add(&fd, 2).unwrap();
         let mut bytes = [0u8; 8];

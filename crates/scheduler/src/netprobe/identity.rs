@@ -69,12 +69,13 @@ impl NetProbe {
         self.traced.insert(pid);
     }
 
-    /// The eventfd with kernel id `eventfd` stands for a `timerfd` (`timer`), or no longer does.
-    pub fn timer_eventfd(&mut self, eventfd: u64, timer: bool) {
+    /// `own`, dara's duplicate of an eventfd, stands for a `timerfd` (`timer`), or no longer
+    /// does (it is about to be closed).
+    pub fn timer_file(&mut self, own: i32, timer: bool) {
         if timer {
-            self.timer_eventfds.insert(eventfd);
+            self.timer_files.insert(own);
         } else {
-            self.timer_eventfds.remove(&eventfd);
+            self.timer_files.remove(&own);
         }
     }
 
@@ -212,7 +213,7 @@ impl NetProbe {
 
     /// `kind`, or [`kind::TIMERFD`] for an eventfd that stands for a timerfd.
     fn timer_or(&self, k: u64, dup: &OwnedFd) -> u64 {
-        let timer = k == kind::EVENTFD && !self.timer_eventfds.is_empty() && eventfd_id(std::process::id(), dup.as_raw_fd()).is_some_and(|id| self.timer_eventfds.contains(&id));
+        let timer = k == kind::EVENTFD && same_file_as_any(dup, &self.timer_files);
         if timer {
             kind::TIMERFD
         } else {

@@ -90,7 +90,7 @@ use sockets::*;
 pub use ledger::OwnReceived;
 pub(crate) use identity::AddressPair;
 pub(crate) use ledger::{wait_acknowledged, wait_queued};
-pub(crate) use sockets::{accept_queue, addresses, bytes_received, eventfd_id, reset, send_window, socket_address};
+pub(crate) use sockets::{accept_queue, addresses, bytes_received, reset, same_file, send_window, socket_address};
 
 
 /// A delivery the kernel never showed, or a probe that failed: ends the run.
@@ -135,8 +135,10 @@ pub struct NetProbe {
     relay_ports: BTreeSet<u16>,
     /// A peer outside dara found while identifying an endpoint: what the next view reports.
     outside_peer: Option<String>,
-    /// Kernel ids of the eventfds that stand for `timerfd`s: listed as timerfds.
-    timer_eventfds: BTreeSet<u64>,
+    /// dara's own duplicates of the eventfds that stand for `timerfd`s (owned by the execution's
+    /// timer table, which takes a descriptor out before it closes it): an eventfd that is the
+    /// same file as one of them is listed as a timerfd.
+    timer_files: BTreeSet<i32>,
 }
 
 impl NetProbe {
