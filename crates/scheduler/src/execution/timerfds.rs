@@ -6,20 +6,19 @@
 //! reading it returns the expirations since the last read and resets them, a non-blocking read
 //! of none fails with EAGAIN, and poll, epoll and select see it readable exactly when it holds
 //! some, so the network probe's readiness views need nothing new. When the clock reaches a
-//! timer's deadline the driver adds the expirations to the eventfd's counter from outside (an
-//! 8-byte write through its own duplicate, taken with `pidfd_getfd` when the timer is made)
-//! before the next decision, and drops the readiness views.
+//! timer's deadline the driver adds the expirations to the eventfd's counter from outside, with
+//! an 8-byte write through its own duplicate of the eventfd (taken with `pidfd_getfd` when the
+//! timer is made), before the next decision, and drops the readiness views.
 //!
-//! dara keeps a duplicate of the eventfd while the timer lives and writes the expirations through
-//! it. A timer is that open file, never a descriptor number: a `dup`, a `fork` or an `exec` that
+//! A timer is that open file, never a descriptor number: a `dup`, a `fork` or an `exec` that
 //! keeps it gives it other numbers or other processes, and a number may be reused once it is
 //! closed. Whether a descriptor of the program names it is asked of the kernel with `kcmp`
 //! (`KCMP_FILE`), one system call. Each timer also keeps the (pid, descriptor) pairs it was last
-//! seen under. It lives while one of them (or, when none does
-//! any more, a descriptor of some traced process) still names it; this is checked at each
-//! expiry, and after a close, an exec or a process's end, at the next turn. Once nobody holds it,
-//! the timer is forgotten and dara's duplicate closed, so the eventfd is released (and leaves the
-//! epoll sets it was in) as the program's last close would release a timerfd.
+//! seen under. It lives while one of them (or, when none does any more, a descriptor of some
+//! traced process) still names it; this is checked at each expiry, and after a close, an exec or
+//! a process's end, at the next turn. Once nobody holds it, the timer is forgotten and dara's
+//! duplicate closed, so the eventfd is released (and leaves the epoll sets it was in) as the
+//! program's last close would release a timerfd.
 //!
 //! These calls are answered at once, without a decision: the thread that makes them holds the
 //! token, and what they change follows from the clock.
