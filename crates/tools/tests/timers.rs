@@ -4,7 +4,8 @@
 //! endless program's executions without calling them hangs; timerfds expire on the virtual clock
 //! (read, epoll, blocking read, gettime, settime's old value; shared by dup and fork, freed by the
 //! last close), replay, and an hour of them takes a moment; a watchdog timerfd due at the instant
-//! its work ends is a tie, found and replayed, and its twin with a margin is clean.
+//! its work ends is a tie, found and replayed, and its twin with a margin is clean (unless a pause
+//! fault makes the worker slow).
 mod common;
 
 use std::time::Duration;
@@ -198,5 +199,13 @@ fn a_watchdog_timerfd_due_with_its_work_is_found_and_replayed() {
         assert_eq!(run.code, 0, "the twin with a margin was reported under {strategy}\n{}", run.text());
         assert!(run.stdout.contains("no bug found in 200 executions"), "{}", run.text());
     }
+    // A slow worker is a pause fault: it stands still while the clock passes the watchdog's
+    // deadline (a timerfd's deadline counts as the others' next one), and the margin is gone.
+    let out = out_dir("timerfd-watchdog-ok-pause");
+    let run = search_with(&out, "random", 1, 100, &twin, &["--faults", "pause"]);
+    assert_eq!(run.code, 1, "{}", run.text());
+    assert!(run.stdout.contains(SHOWS), "{}", run.text());
+    let listing = dara_replay(&[out.join("bug-0001/trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert!(listing.stdout.contains("FAULT pause      pause thread 1 until 0.060s"), "the worker stands still until the watchdog's deadline\n{}", listing.stdout);
     assert_no_survivors(&twin);
 }
