@@ -82,7 +82,8 @@ impl TimerFds {
         let mut fired = Vec::new();
         for (&id, timer) in &mut self.timers {
             let Some(deadline) = timer.deadline.filter(|&d| d <= now) else { continue };
-            let count = if timer.interval == 0 { 1 } else { 1 + (now - deadline) / timer.interval };
+            // A one-shot timer (period 0) expires once.
+            let count = 1 + (now - deadline).checked_div(timer.interval).unwrap_or(0);
             timer.deadline = (timer.interval != 0).then(|| deadline.saturating_add(count.saturating_mul(timer.interval)));
             fired.push((id, count));
         }
