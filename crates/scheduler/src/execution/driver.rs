@@ -224,7 +224,8 @@ impl<'a> Execution<'a> {
         // Nothing can run: the earliest timers become due. The decision follows at once, with
         // no look at the outside in between: input that comes after the jump belongs to the
         // next step, in the recording as in its replay (which jumps at the same step).
-        while choices.is_empty() && self.model.jump_to_next_deadline().is_some() {
+        // (Not once every thread is gone: a timerfd's deadline is no one's to wait for then.)
+        while choices.is_empty() && !self.model.live_threads().is_empty() && self.model.jump_to_next_deadline().is_some() {
             if self.model.timerfd_due() {
                 // A timerfd fired: its readers see it once the turn starts again (fired, then
                 // probed), still before this step's decision.
