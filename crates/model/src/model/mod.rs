@@ -225,7 +225,12 @@ impl Model {
     fn next_deadline_outside(&self, inside: &dyn Fn(ThreadId) -> bool, inside_process: &dyn Fn(ProcessId) -> bool) -> Option<u64> {
         let now = self.clock.now();
         let threads = self.threads.iter().filter(|(&id, _)| !inside(id)).filter_map(|(_, t)| ops::timer(t)).filter(|&d| d > now).min();
-        let timerfds = self.timerfds.next_deadline(now, inside_process);
+        // A timerfd's expiry can only end a wait on a descriptor (a read, poll, select or
+        // epoll_wait): with no such wait, it moves nothing, and threads stuck otherwise are
+        // deadlocked, not waiting for the clock. (Expirations the clock passes meanwhile are
+        // counted when the timer next fires.)
+        let waits_on_descriptors = self.threads.iter().any(|(&id, t)| !inside(id) && t.request().is_some_and(|r| r.op().is_net()));
+        let timerfds = self.timerfds.next_deadline(now, inside_process).filter(|_| waits_on_descriptors);
         threads.into_iter().chain(timerfds).min()
     }
 
