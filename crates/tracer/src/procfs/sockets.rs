@@ -64,12 +64,13 @@ mod tests {
         assert!(!udp_table_has_port(table, 0), "the remote port 0 is not a bound one");
     }
 
+    /// (That the port is free again after the drop is not checked live: the table is the whole
+    /// network namespace's, and on a busy machine another process may take the freed ephemeral
+    /// port at once; the parser's negative cases are checked on a fixed table above.)
     #[test]
     fn a_port_is_bound_while_a_socket_holds_it() {
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = socket.local_addr().unwrap().port();
         assert!(udp_port_bound(std::process::id(), port));
-        drop(socket);
-        assert!(!udp_port_bound(std::process::id(), port));
     }
 }
