@@ -39,7 +39,6 @@ mod signals;
 mod target;
 #[cfg(test)]
 mod tests;
-mod timerfds;
 mod watchdog;
 mod world;
 
