@@ -52,10 +52,6 @@ impl AgentProcess {
         }
         Ok(AgentProcess { child: cmd.spawn()? })
     }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
 }
 
 impl Drop for AgentProcess {

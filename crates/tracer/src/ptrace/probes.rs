@@ -69,8 +69,6 @@ const INT3: u8 = 0xCC;
 #[derive(Clone, Debug, Default)]
 pub struct Probes {
     armed: BTreeMap<u64, u8>,
-    /// The probed function at each address, for the listing.
-    pub names: BTreeMap<u64, &'static str>,
 }
 
 impl Probes {
@@ -79,16 +77,17 @@ impl Probes {
     pub fn arm(tid: i32, exe: &[u8], bias: u64) -> Probes {
         let mut probes = Probes::default();
         let Ok(elf) = goblin::elf::Elf::parse(exe) else { return probes };
-        let wanted: BTreeMap<&str, &'static str> = LIBC_PROBES.iter().chain(GO_PROBES.iter()).map(|&n| (n, n)).collect();
+        let wanted: std::collections::BTreeSet<&str> = LIBC_PROBES.iter().chain(GO_PROBES.iter()).copied().collect();
         for sym in elf.syms.iter().filter(|s| s.is_function() && s.st_value != 0) {
-            let Some(&name) = elf.strtab.get_at(sym.st_name).and_then(|n| wanted.get(n)) else { continue };
+            if !elf.strtab.get_at(sym.st_name).is_some_and(|n| wanted.contains(n)) {
+                continue;
+            }
             let addr = sym.st_value.wrapping_add(bias);
             if probes.armed.contains_key(&addr) {
                 continue; // an alias of a probed function
             }
             if let Ok(original) = poke_byte(tid, addr, INT3) {
                 probes.armed.insert(addr, original);
-                probes.names.insert(addr, name);
             }
         }
         probes

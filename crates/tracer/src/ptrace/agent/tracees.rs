@@ -98,10 +98,10 @@ pub struct ExitCheck {
     pub blocking: bool,
 }
 
-/// The processes the agent runs: logical id to kernel pid and randomness drawn so far.
+/// The processes the agent runs: words of randomness drawn so far, and each stream's seed.
 #[derive(Default)]
 pub struct Processes {
-    drawn: BTreeMap<u32, (i32, u64)>,
+    drawn: BTreeMap<u32, u64>,
     seeds: BTreeMap<u32, u64>,
     /// Each process's preemption probes (a forked child has its parent's).
     pub probes: BTreeMap<u32, crate::ptrace::probes::Probes>,
@@ -117,7 +117,7 @@ impl Processes {
         if let Some(entry) = region.header().processes.get(process as usize) {
             entry.pid.store(pid as u32, Ordering::Release);
         }
-        self.drawn.insert(process, (pid, 0));
+        self.drawn.insert(process, 0);
         self.seeds.remove(&process);
     }
 
@@ -127,7 +127,7 @@ impl Processes {
             let seed = region.header().processes.get(process as usize).map_or(0, |e| e.random_seed.load(Ordering::Acquire));
             splitmix64(seed)
         });
-        let drawn = &mut self.drawn.entry(process).or_insert((pid, 0)).1;
+        let drawn = self.drawn.entry(process).or_insert(0);
         let mut bytes = vec![0u8; len.min(1 << 20) as usize];
         for chunk in bytes.chunks_mut(8) {
             let word = splitmix64(seed ^ *drawn).to_le_bytes();
