@@ -17,12 +17,13 @@
 # haproxy in front of lighttpd (a threaded proxy and a web server: tests/fixtures/scripts/haproxy_test.sh),
 # and Node.js (worker_threads: tests/fixtures/node/workers.js; any `node` on PATH will do),
 # and Debian's golang-go (1.19 in bookworm: the Go fixtures under tests/fixtures/go/, built by
-# crates/tools/tests/common/go.rs) and musl-tools (musl-gcc: static C fixtures against musl).
+# crates/tools/tests/common/go.rs) and musl-tools (musl-gcc: static C fixtures against musl),
+# and Debian's etcd-server and etcd-client (real Go programs: crates/tools/tests/real_go.rs).
 # postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
 # from util-linux).
 #
-# The redis, memcached, nginx, mosquitto, lighttpd and haproxy packages would start a system service (on
-# ports 6379, 11211, 80 and 1883) where
+# The redis, memcached, nginx, mosquitto, lighttpd, haproxy and etcd packages would start a system
+# service (on ports 6379, 11211, 80, 1883 and 2379) where
 # the init system lets them (Debian's postinst runs invoke-rc.d / deb-systemd-invoke). The tests
 # start their own servers on free ports and want no other on the machine, so while installing them
 # a policy-rc.d that denies every start is put in place (unless one is there already: container
@@ -66,6 +67,8 @@ command -v lighttpd >/dev/null 2>&1 || [ -x /usr/sbin/lighttpd ] || services+=(l
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || services+=(haproxy)
 command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || services+=(postgresql-15)
+command -v etcd >/dev/null 2>&1 || services+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 need+=("${services[@]}")
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo is missing: install a Rust toolchain (rustup) first" >&2; exit 1; }
 
@@ -112,5 +115,6 @@ if [ ${#need[@]} -gt 0 ]; then
         no_service mosquitto /run/mosquitto/mosquitto.pid 1883
         no_service lighttpd /run/lighttpd.pid 80
         no_service haproxy /run/haproxy.pid 80
+        no_service etcd /run/etcd.pid 2379
     fi
 fi

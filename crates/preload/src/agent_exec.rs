@@ -1,4 +1,5 @@
-//! An `execve` of a program the preload cannot enter (statically linked): dara's ptrace agent
+//! An `execve` of a program the preload cannot control (statically linked, or Go: see
+//! [`crate::exec_image`]): dara's ptrace agent
 //! runs the new image (crates/tracer/src/ptrace, `dara_abi::agent`).
 //!
 //! The exec'ing thread holds the run token. It posts `ProcessExec { via_agent }` (the scheduler

@@ -61,6 +61,7 @@ pub mod agent_exec;
 pub mod coverage;
 pub mod dispositions;
 pub mod entropy;
+pub mod exec_image;
 pub mod fault;
 pub mod fd;
 pub mod fdguard;

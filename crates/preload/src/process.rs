@@ -12,7 +12,8 @@
 //!   descriptor survive the exec; make sure the new environment still loads the preload and
 //!   names the region; exec. The new image's constructor finds its process by pid
 //!   ([`exec_claim`]) and posts `ProcessStart(EXEC)`: same logical process, new main thread. A
-//!   statically linked program could never post: it is refused before the exec.
+//!   program the preload cannot control (statically linked, or Go: [`exec_image`]) goes to
+//!   dara's ptrace agent instead (`agent_exec`).
 //! * **wait** (trapped `wait4`/`waitid`): post `ProcessWait`; the model grants it once a
 //!   matching child has exited (or at once for `WNOHANG`) and names the child to collect, which
 //!   the thread then reaps for real without blocking. A caught signal ends a blocking wait
@@ -28,6 +29,7 @@ use dara_abi::{Header, ProcessTarget, Request, Slot, StartKind, Unsupported, Wai
 use libc::{c_char, c_long, pid_t};
 
 use crate::gate::{self, Gated};
+use crate::exec_image::{self, ExecImage};
 use crate::{entropy, real, region, sys};
 
 /// The new image of an exec'ing process: its logical process and the slot claimed for its main
@@ -112,7 +114,15 @@ pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
     let (path_arg, env_arg) = if nr == libc::SYS_execve { (0, 2) } else { (1, 3) };
     // SAFETY: the program passed a NUL-terminated path to execve (or a bad pointer, which the
     // probe treats as "not an ELF we can read" and the kernel then refuses).
-    if nr == libc::SYS_execve && unsafe { is_static_elf(a[path_arg] as *const c_char) } {
+    let image = if nr == libc::SYS_execve { unsafe { exec_image::classify(a[path_arg] as *const c_char) } } else { ExecImage::Preload };
+    if image.via_agent() {
+        // A Go program linked with libc would load the preload: it goes without (the agent
+        // alone controls it). Kept mapped until the exec, which discards it.
+        let scratch = (image == ExecImage::GoDynamic).then(Scratch::map).flatten();
+        // SAFETY: the program's envp is null or a null-terminated array of C strings.
+        if let Some(envp) = scratch.as_ref().and_then(|s| unsafe { s.environment(a[env_arg] as *const *const c_char, Preload::Without) }) {
+            a[env_arg] = envp as u64;
+        }
         return crate::agent_exec::exec(gate, nr, a, a[path_arg]);
     }
     gate.post(Request::ProcessExec { via_agent: false });
@@ -128,7 +138,7 @@ pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
 
     let scratch = Scratch::map();
     // SAFETY: the program's envp is null or a null-terminated array of C strings.
-    if let Some(envp) = scratch.as_ref().and_then(|s| unsafe { s.environment(a[env_arg] as *const *const c_char) }) {
+    if let Some(envp) = scratch.as_ref().and_then(|s| unsafe { s.environment(a[env_arg] as *const *const c_char, Preload::With) }) {
         a[env_arg] = envp as u64;
     }
     set_region_cloexec(false);
@@ -283,45 +293,6 @@ fn set_region_cloexec(on: bool) {
     }
 }
 
-/// Whether `path` is an ELF executable without a program interpreter (statically linked), which
-/// the preload cannot enter. Anything unreadable or not ELF is left to the kernel.
-///
-/// # Safety
-/// `path` is null or a NUL-terminated string.
-unsafe fn is_static_elf(path: *const c_char) -> bool {
-    if path.is_null() {
-        return false;
-    }
-    // SAFETY: opening a path the program named, read-only.
-    let fd = unsafe { sys::syscall(libc::SYS_open, &[path as u64, (libc::O_RDONLY | libc::O_CLOEXEC) as u64]) };
-    if fd < 0 {
-        return false;
-    }
-    let mut head = [0u8; 64];
-    // SAFETY: reading into a local buffer of the given size.
-    let n = unsafe { sys::syscall(libc::SYS_pread64, &[fd as u64, head.as_mut_ptr() as u64, 64, 0]) };
-    let mut is_static = false;
-    if n == 64 && head[..4] == *b"\x7fELF" && head[4] == 2 {
-        let u16_at = |o: usize| u16::from_le_bytes([head[o], head[o + 1]]) as u64;
-        let phoff = u64::from_le_bytes(head[32..40].try_into().unwrap_or([0; 8]));
-        let (phentsize, phnum) = (u16_at(54), u16_at(56));
-        let mut has_interp = false;
-        let mut ph = [0u8; 4];
-        for i in 0..phnum.min(64) {
-            // SAFETY: reading the first 4 bytes (p_type) of program header i into `ph`.
-            let got = unsafe { sys::syscall(libc::SYS_pread64, &[fd as u64, ph.as_mut_ptr() as u64, 4, phoff + i * phentsize]) };
-            if got == 4 && u32::from_le_bytes(ph) == libc::PT_INTERP {
-                has_interp = true;
-                break;
-            }
-        }
-        // ET_EXEC or ET_DYN without PT_INTERP: nothing would load the preload.
-        is_static = !has_interp && phnum > 0;
-    }
-    sys::close(fd as i32);
-    is_static
-}
-
 /// The environment entries dara needs in every image: copied from this process's own
 /// environment at start-up (the program may change `environ` later).
 struct SavedEnv {
@@ -398,6 +369,14 @@ fn until_nul(entry: &[u8; ENTRY_MAX]) -> &[u8] {
     &entry[..entry.iter().position(|&b| b == 0).unwrap_or(0)]
 }
 
+/// Whether an exec's new image loads dara's preload.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Preload {
+    With,
+    /// A program dara's ptrace agent runs (see [`exec_image`]).
+    Without,
+}
+
 /// Pages mapped for building an exec's environment (unmapped when dropped; a successful exec
 /// discards them with the old image).
 struct Scratch {
@@ -416,12 +395,13 @@ impl Scratch {
     }
 
     /// `envp` with dara's entries guaranteed: `LD_PRELOAD` starts with dara's library (the
-    /// program's own preloads follow it), `DARA_SHM` and `DARA_ACTIVE` as dara set them. `None`
+    /// program's own preloads follow it), or for [`Preload::Without`] names only the program's
+    /// own preloads (no entry if none); `DARA_SHM` and `DARA_ACTIVE` as dara set them. `None`
     /// if it does not fit (the exec then goes ahead with the program's own environment).
     ///
     /// # Safety
     /// `envp` is null or a null-terminated array of NUL-terminated strings.
-    unsafe fn environment(&self, envp: *const *const c_char) -> Option<*const *const c_char> {
+    unsafe fn environment(&self, envp: *const *const c_char, with: Preload) -> Option<*const *const c_char> {
         // SAFETY: read-only after the constructor.
         let saved = unsafe { &*SAVED.0.get() };
         let (preload, shm, active) = (until_nul(&saved.preload), until_nul(&saved.shm), until_nul(&saved.active));
@@ -470,7 +450,12 @@ impl Scratch {
                 seen_preload = true;
                 let lib = &preload[b"LD_PRELOAD=".len()..];
                 let first = value.iter().position(|&b| b == b':' || b == b' ').unwrap_or(value.len());
-                if &value[..first] == lib {
+                if with == Preload::Without {
+                    let others = if &value[..first] == lib { value.get(first + 1..).unwrap_or_default() } else { value };
+                    if !others.is_empty() {
+                        push_ptr(push_text(&[b"LD_PRELOAD=", others])?, &mut n)?;
+                    }
+                } else if &value[..first] == lib {
                     push_ptr(p, &mut n)?;
                 } else if value.is_empty() {
                     push_ptr(push_text(&[preload])?, &mut n)?;
@@ -487,6 +472,7 @@ impl Scratch {
                 push_ptr(p, &mut n)?;
             }
         }
+        let seen_preload = seen_preload || with == Preload::Without;
         for (seen, entry) in [(seen_preload, preload), (seen_shm, shm), (seen_active, active)] {
             if !seen && !entry.is_empty() {
                 push_ptr(push_text(&[entry])?, &mut n)?;

@@ -30,17 +30,26 @@ pub struct AgentProcess {
 impl AgentProcess {
     /// Starts `program` (the `dara-agent` binary) on the region behind descriptor `region_fd`,
     /// pinned to `cpu` like the rest of the execution.
+    ///
+    /// The agent ignores the terminal's signals: a Ctrl-C reaches dara-trace's whole process
+    /// group, and `timeout` signals its group too. dara-trace passes the first one on to the
+    /// program; an agent killed by it would take its tracees with it (`EXITKILL`), and the
+    /// recording would end as "killed from outside". It still dies with dara (`PDEATHSIG`) and
+    /// when dropped (SIGKILL).
     pub fn spawn(program: &Path, region_fd: i32, cpu: Option<usize>) -> std::io::Result<AgentProcess> {
         let mut cmd = Command::new(program);
         cmd.arg(dara_abi::SHM_FD.to_string()).stdin(Stdio::null());
         // SAFETY: the closure runs between fork and exec and makes only async-signal-safe calls
-        // (dup2, prctl, sched_setaffinity, and the counter re-enabling).
+        // (dup2, prctl, signal, sched_setaffinity, and the counter re-enabling).
         unsafe {
             cmd.pre_exec(move || {
                 if libc::dup2(region_fd, dara_abi::SHM_FD) != dara_abi::SHM_FD {
                     return Err(std::io::Error::last_os_error());
                 }
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
+                    libc::signal(sig, libc::SIG_IGN);
+                }
                 crate::launch::enable_counter_in_child();
                 if let Some(cpu) = cpu {
                     let mut set: libc::cpu_set_t = std::mem::zeroed();
