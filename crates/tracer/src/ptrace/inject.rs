@@ -1,7 +1,10 @@
-//! Making a stopped tracee run one system call of the agent's choosing (`mmap` of the page that
-//! holds the preload-call stub, see [`map_stub`]): its next instructions are overwritten with
-//! `syscall; int3`, its registers set for the call, it runs to the `int3`, and then its bytes and
-//! registers are put back as they were.
+//! Making a stopped tracee run system calls of the agent's choosing, its bytes and registers put
+//! back as they were afterwards:
+//! * at its exec ([`syscall`]: `mmap` of the page that holds the preload-call stub, see
+//!   [`map_stub`]), its next instructions are overwritten with `syscall; int3` and it runs to the
+//!   `int3`;
+//! * at the end of a call of its own ([`syscall_after_call`]), the `syscall` instruction it just made runs again with the agent's
+//!   registers, to that call's own exit stop. No byte of the program changes.
 use std::io;
 
 use crate::ptrace::remote::Registers;
@@ -14,7 +17,8 @@ const SYSCALL_INT3: [u8; 3] = [0x0f, 0x05, 0xcc];
 /// taken to the end of that call), and returns the call's result; the thread is left stopped
 /// at the end of its `execve`, its registers as they were there.
 pub fn syscall(tid: i32, nr: i64, args: [u64; 6]) -> io::Result<i64> {
-    leave_syscall(tid)?;
+    let mut deferred = Deferred::default();
+    leave_syscall(tid, &mut deferred)?;
     let saved = Registers::read(tid)?;
     let at = saved.regs.rip;
     let original = peek(tid, at)?;
@@ -26,10 +30,76 @@ pub fn syscall(tid: i32, nr: i64, args: [u64; 6]) -> io::Result<i64> {
     (r.rax, r.orig_rax) = (nr as u64, u64::MAX);
     (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (args[0], args[1], args[2], args[3], args[4], args[5]);
     regs.write()?;
-    let result = run_to_trap(tid).and_then(|()| Registers::read(tid)).map(|r| r.result());
+    let result = run_to_trap(tid, &mut deferred).and_then(|()| Registers::read(tid)).map(|r| r.result());
     poke(tid, at, original)?;
     saved.write()?;
+    deferred.send(tid);
     result
+}
+
+/// Runs call `nr` with `args` in thread `tid`, stopped at a syscall-exit stop of its own call,
+/// and returns the call's result; the thread is left at that stop, its registers as they were.
+/// The call runs from the `syscall` instruction the thread just made (two bytes before its
+/// instruction pointer), followed to its exit stop (`PTRACE_SYSCALL`: an entry stop, a stop at
+/// the agent's filter when the call is one it traces, then the exit stop).
+pub fn syscall_after_call(tid: i32, nr: i64, args: [u64; 6]) -> io::Result<i64> {
+    let saved = Registers::read(tid)?;
+    let at = saved.regs.rip.wrapping_sub(2);
+    if peek(tid, at)? as u16 != SYSCALL {
+        return Err(io::Error::other(format!("no syscall instruction before {:#x}", saved.regs.rip)));
+    }
+    let mut regs = Registers::read(tid)?;
+    let r = &mut regs.regs;
+    (r.rip, r.rax, r.orig_rax) = (at, nr as u64, u64::MAX);
+    (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (args[0], args[1], args[2], args[3], args[4], args[5]);
+    regs.write()?;
+    let mut deferred = Deferred::default();
+    let result = follow_to_exit(tid, &mut deferred).and_then(|()| Registers::read(tid)).map(|r| r.result());
+    saved.write()?;
+    deferred.send(tid);
+    result
+}
+
+/// `syscall` (0f 05) read as a little-endian word.
+const SYSCALL: u16 = 0x050f;
+
+/// Follows `tid`, about to make a call, to that call's exit stop: the second syscall stop
+/// (`SIGTRAP | 0x80`), past a stop at the agent's filter in between.
+fn follow_to_exit(tid: i32, deferred: &mut Deferred) -> io::Result<()> {
+    for _ in 0..2 {
+        loop {
+            crate::ptrace::agent::resume_to_exit(tid);
+            let status = next_stop(tid)?;
+            if status >> 8 == libc::SIGTRAP | 0x80 {
+                break;
+            }
+            // A stop at the agent's filter (`PTRACE_EVENT_SECCOMP`): the call goes on.
+            deferred.note(status);
+        }
+    }
+    Ok(())
+}
+
+/// Signals that stopped a thread while the agent made a call in it: held back (the thread goes
+/// on with the agent's call) and sent to it again once its registers are its own.
+#[derive(Default)]
+struct Deferred(Vec<i32>);
+
+impl Deferred {
+    /// Notes the signal of a signal-delivery stop (`status`); other stops carry none.
+    fn note(&mut self, status: i32) {
+        let signal = libc::WSTOPSIG(status);
+        if status >> 16 == 0 && signal != libc::SIGTRAP | 0x80 {
+            self.0.push(signal);
+        }
+    }
+
+    fn send(self, tid: i32) {
+        for signal in self.0 {
+            // SAFETY: tkill takes two integers; the thread is the agent's tracee.
+            unsafe { libc::syscall(libc::SYS_tkill, tid, signal) };
+        }
+    }
 }
 
 /// Maps one page of `syscall; int3` (two if it straddles a page) so that the `syscall`
@@ -53,35 +123,41 @@ pub fn map_stub(tid: i32, allowed_ip: u64) -> io::Result<u64> {
 
 /// Takes stopped thread `tid` to the end of the system call it is stopped in (its syscall-exit
 /// stop, `SIGTRAP | 0x80` with `PTRACE_O_TRACESYSGOOD`).
-fn leave_syscall(tid: i32) -> io::Result<()> {
+fn leave_syscall(tid: i32, deferred: &mut Deferred) -> io::Result<()> {
     crate::ptrace::agent::resume_to_exit(tid);
-    wait_for(tid, libc::SIGTRAP | 0x80)
+    wait_for(tid, libc::SIGTRAP | 0x80, deferred)
 }
 
-fn run_to_trap(tid: i32) -> io::Result<()> {
+fn run_to_trap(tid: i32, deferred: &mut Deferred) -> io::Result<()> {
     crate::ptrace::agent::resume(tid, 0);
-    wait_for(tid, libc::SIGTRAP)
+    wait_for(tid, libc::SIGTRAP, deferred)
 }
 
-/// Waits for `tid`'s next stop with `signal`; other stops (a signal on its way) wait until the
-/// agent's call is done.
-fn wait_for(tid: i32, signal: i32) -> io::Result<()> {
+/// Waits for `tid`'s next stop with `signal` and no event; other stops (a signal on its way, a
+/// stop at the agent's filter for a call it traces) go on until the agent's call is done.
+fn wait_for(tid: i32, signal: i32, deferred: &mut Deferred) -> io::Result<()> {
     loop {
-        let mut status = 0;
-        // SAFETY: waitpid writes the status into the live local.
-        let got = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
-        if got != tid {
-            return Err(io::Error::last_os_error());
-        }
-        if libc::WIFSTOPPED(status) && libc::WSTOPSIG(status) == signal {
+        let status = next_stop(tid)?;
+        if status >> 8 == signal {
             return Ok(());
         }
-        if !libc::WIFSTOPPED(status) {
-            return Err(io::Error::other("the thread ended while the agent made a call in it"));
-        }
-        // Another stop (a signal): let it wait until the call is done.
+        deferred.note(status);
         crate::ptrace::agent::resume(tid, 0);
     }
+}
+
+/// `tid`'s next stop status (an error if it ended instead).
+fn next_stop(tid: i32) -> io::Result<i32> {
+    let mut status = 0;
+    // SAFETY: waitpid writes the status into the live local.
+    let got = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
+    if got != tid {
+        return Err(io::Error::last_os_error());
+    }
+    if !libc::WIFSTOPPED(status) {
+        return Err(io::Error::other("the thread ended while the agent made a call in it"));
+    }
+    Ok(status)
 }
 
 /// The word at `addr` in stopped thread `tid`'s address space (text included).

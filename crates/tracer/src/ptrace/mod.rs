@@ -13,6 +13,7 @@
 pub mod agent;
 pub mod auxv;
 pub mod filter;
+pub mod gopclntab;
 pub mod inject;
 pub mod remote;
 pub mod probes;

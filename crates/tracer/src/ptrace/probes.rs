@@ -13,8 +13,9 @@
 //! Probes are points only, not models: the function then runs for real, and a lock that is
 //! held makes its caller wait in a `futex` call that the filter stops. So a probe can never
 //! make the model disagree with the program; it only adds places where the schedule may
-//! change. Symbols come from the executable's symbol table: a stripped program has none, and
-//! runs with system-call points only (docs/ptrace.md).
+//! change. Functions are found in the executable's symbol table, and in a Go program's
+//! `.gopclntab` as well ([`super::gopclntab`]), which stripped Go programs keep; a stripped C
+//! program has neither, and runs with system-call points only (docs/ptrace.md).
 use std::collections::BTreeMap;
 use std::io;
 
@@ -38,8 +39,12 @@ const LIBC_PROBES: [&str; 14] = [
 ];
 
 /// Go runtime functions behind channel, select and map operations (`sync.Mutex`'s fast path is
-/// inlined into its callers: its slow paths are probed instead).
-const GO_PROBES: [&str; 19] = [
+/// inlined into its callers: its slow paths are probed instead), and `runtime.Gosched`: a
+/// goroutine that waits for another by yielding in a loop (`runtime.GC` waiting for the sweep
+/// another thread does) never enters the kernel, and without a point there it would spin while
+/// the thread it waits for is parked.
+const GO_PROBES: [&str; 20] = [
+    "runtime.Gosched",
     "runtime.chansend1",
     "runtime.chanrecv1",
     "runtime.chanrecv2",
@@ -78,13 +83,11 @@ impl Probes {
         let mut probes = Probes::default();
         let Ok(elf) = goblin::elf::Elf::parse(exe) else { return probes };
         let wanted: std::collections::BTreeSet<&str> = LIBC_PROBES.iter().chain(GO_PROBES.iter()).copied().collect();
-        for sym in elf.syms.iter().filter(|s| s.is_function() && s.st_value != 0) {
-            if !elf.strtab.get_at(sym.st_name).is_some_and(|n| wanted.contains(n)) {
-                continue;
-            }
-            let addr = sym.st_value.wrapping_add(bias);
+        let from_symbols = elf.syms.iter().filter(|s| s.is_function() && s.st_value != 0 && elf.strtab.get_at(s.st_name).is_some_and(|n| wanted.contains(n))).map(|s| s.st_value);
+        let from_pclntab = go_functions(&elf, exe).into_values();
+        for addr in from_symbols.chain(from_pclntab).map(|a| a.wrapping_add(bias)) {
             if probes.armed.contains_key(&addr) {
-                continue; // an alias of a probed function
+                continue; // an alias of a probed function, or found in both tables
             }
             if let Ok(original) = poke_byte(tid, addr, INT3) {
                 probes.armed.insert(addr, original);
@@ -113,6 +116,14 @@ impl Probes {
             false => Ok(()),
         }
     }
+}
+
+/// The probed Go functions listed in `elf`'s `.gopclntab` (none if it has none).
+fn go_functions(elf: &goblin::elf::Elf, exe: &[u8]) -> std::collections::BTreeMap<String, u64> {
+    let section = |name: &str| elf.section_headers.iter().find(|sh| elf.shdr_strtab.get_at(sh.sh_name) == Some(name));
+    let (Some(table), Some(text)) = (section(".gopclntab"), section(".text")) else { return Default::default() };
+    let range = table.file_range().unwrap_or_default();
+    exe.get(range).map_or_else(Default::default, |bytes| super::gopclntab::entries(bytes, text.sh_addr, &GO_PROBES))
 }
 
 /// Replaces the byte at `addr` in stopped thread `tid`'s address space; returns the old one.
