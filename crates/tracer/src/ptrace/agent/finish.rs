@@ -290,7 +290,8 @@ impl Agent {
         if let Ok(exe) = std::fs::read(format!("/proc/{pid}/exe")) {
             let linked_entry = goblin::elf::Elf::parse(&exe).map(|e| e.header.e_entry).unwrap_or(0);
             let bias = entry.map_or(0, |e| e.wrapping_sub(linked_entry));
-            let probes = crate::ptrace::probes::Probes::arm(tid, &exe, bias);
+            let set = if self.coarse { crate::ptrace::probes::ProbeSet::Spins } else { crate::ptrace::probes::ProbeSet::All };
+            let probes = crate::ptrace::probes::Probes::arm(tid, &exe, bias, set);
             self.processes.probes.insert(process, probes);
         }
         // An image exec'd by a preload keeps the preload's filter: the calls it traps are made
