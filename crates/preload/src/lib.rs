@@ -23,8 +23,9 @@
 //! The plumbing: [`init`] (the constructor and start barrier), [`gate`] (per-thread state, the
 //! reentrancy guard and the handoff), [`region`] (the mapping), [`sys`] (the one syscall
 //! trampoline every raw syscall goes through), [`real`] (the libc functions behind the hooks),
-//! [`fd`] (what dara knows about each descriptor number, and its lifecycle), [`agent_exec`] (an
-//! exec of a program the preload cannot enter, handed to dara's ptrace agent), [`dispositions`]
+//! [`fd`] (what dara knows about each descriptor number, and its lifecycle), [`exec_image`] and
+//! [`agent_exec`] (an exec of a program the preload cannot control, statically linked or Go,
+//! recognised and handed to dara's ptrace agent), [`dispositions`]
 //! and [`interrupt`] (which signals the program catches, and what a wait one ends does),
 //! [`vclock`] and [`entropy`] (virtual time and seeded randomness, shared by both layers).
 //!
@@ -35,7 +36,7 @@
 //! vDSO thunks, the constructor) sit on top and call down.
 //!
 //! 1. base: `sys`, `region`, `real`, `stop_world`, `solo`, `entropy`, `written`, `fd`,
-//!    `fdguard`, `dispositions`, `fault::program_action`, `sigmask`, `trap`
+//!    `fdguard`, `dispositions`, `fault::program_action`, `sigmask`, `trap`, `exec_image`
 //! 2. handoff: `unposted`, `gate`
 //! 3. services over the handoff: `interrupt`, `vclock`, `timecalls`, `tsc`, `thread_end`,
 //!    `agent_exec`, `process`, `fault`, `coverage`, `access`
