@@ -105,11 +105,19 @@ pub fn ready_wait_came_back(pid: i32, regs: &mut Registers, check: ExitCheck) {
         let _ = regs.restart(check.nr).and_then(|()| regs.set_arg(check.timeout_arg, check.timeout));
         return;
     }
-    let is_epoll = check.nr == libc::SYS_epoll_wait || check.nr == libc::SYS_epoll_pwait;
+    let is_epoll = matches!(check.nr, libc::SYS_epoll_wait | libc::SYS_epoll_pwait | libc::SYS_epoll_pwait2);
     if is_epoll && result > 1 {
         sort_epoll_events(pid, regs.syscall().args[1], result as usize);
     }
     let _ = regs.write();
+}
+
+/// A zeroed `timespec` the call stopped in `regs` can be given as its timeout: below the
+/// thread's stack pointer and the 128 bytes of red zone its code may use there (where a signal
+/// frame would go: memory nothing else holds). None when it cannot be written.
+fn zero_timespec(pid: i32, regs: &Registers) -> Option<u64> {
+    let at = (regs.regs.rsp - 128 - 16) & !15;
+    remote::write(pid, at, &[0u8; 16]).ok().map(|()| at)
 }
 
 /// `struct epoll_event` is packed on x86-64: a 32-bit mask then the 64-bit data word.
@@ -135,6 +143,15 @@ impl Agent {
             Then::Return => answer(tid, stop, regs, result),
             Then::Slept => answer(tid, stop, regs, if result == INTERRUPTED { INTERRUPTED } else { 0 }),
             Then::Run => self.run_call(tid, regs),
+            Then::Receive { len_arg } => {
+                let most = u64::try_from(result).ok().filter(|&n| n > 0);
+                if let (Some(arg), Some(most)) = (len_arg, most) {
+                    if most < regs.syscall().args[arg] && regs.set_arg(arg, most).is_err() {
+                        return;
+                    }
+                }
+                self.run_call(tid, regs);
+            }
             Then::Started => {
                 if std::mem::take(&mut self.tracees.get_mut(&tid).expect("granted tracee").fresh_image) {
                     self.prepare_image(tid, pid, &regs);
@@ -198,7 +215,7 @@ impl Agent {
                 self.tracees.get_mut(&tid).expect("granted tracee").exiting = true;
                 self.run_call(tid, regs);
             }
-            Then::ReadyWait { timeout_arg, blocking } => {
+            Then::ReadyWait { timeout_arg, blocking, timespec } => {
                 if result == 0 && blocking {
                     answer(tid, stop, regs, 0); // the timeout came first
                     return;
@@ -209,7 +226,8 @@ impl Agent {
                     CallStop::Seccomp => call.nr,
                 };
                 let check = ExitCheck { nr, timeout_arg, timeout: call.args[timeout_arg], blocking };
-                if regs.set_arg(timeout_arg, 0).is_ok() {
+                let zero = if timespec { zero_timespec(pid, &regs) } else { Some(0) };
+                if zero.is_some_and(|z| regs.set_arg(timeout_arg, z).is_ok()) {
                     self.tracees.get_mut(&tid).expect("granted tracee").exit_check = Some(check);
                     match stop {
                         CallStop::Seccomp => resume_to_exit(tid),
@@ -217,6 +235,32 @@ impl Agent {
                     }
                 }
             }
+            Then::Collect(wait) => match result {
+                collect if collect > 0 => {
+                    let header = self.region.header();
+                    let child = header.processes.get(collect as usize - 1).map(|e| e.pid.load(std::sync::atomic::Ordering::Acquire));
+                    let Some(child) = child else {
+                        answer(tid, stop, regs, -(libc::ECHILD as i64));
+                        return;
+                    };
+                    // Collect exactly the child the model chose; it has exited, so this never
+                    // blocks.
+                    let args = wait.collect(regs.syscall().args, child);
+                    for (i, &arg) in args.iter().enumerate() {
+                        if regs.set_arg(i, arg).is_err() {
+                            return;
+                        }
+                    }
+                    self.run_call(tid, regs);
+                }
+                0 => {
+                    if let Some((info, size)) = wait.info_to_clear(regs.syscall().args) {
+                        let _ = remote::write(pid, info, &vec![0u8; size]);
+                    }
+                    answer(tid, stop, regs, 0);
+                }
+                err => answer(tid, stop, regs, err),
+            },
         }
     }
 

@@ -20,6 +20,7 @@
 //!   died while parked (a kill from outside).
 mod calls;
 mod finish;
+mod net;
 mod region;
 mod tracees;
 
@@ -265,7 +266,8 @@ impl Agent {
         self.tracees.get_mut(&tid).expect("a known tracee").stop = stop;
         let tracee = &self.tracees[&tid];
         let epoch = self.region.header().realtime_epoch_ns.load(std::sync::atomic::Ordering::Relaxed);
-        let action = calls::decode(call, tracee.pid, tracee.last_now, epoch);
+        let output_pipes = self.region.header().output_pipes.each_ref().map(|p| p.load(std::sync::atomic::Ordering::Relaxed));
+        let action = net::decode(call, tracee.pid, output_pipes).unwrap_or_else(|| calls::decode(call, tracee.pid, tracee.last_now, epoch));
         match action {
             Action::Run => self.run_call(tid, regs),
             Action::Answer(value) => finish::answer(tid, stop, regs, value),
@@ -281,8 +283,23 @@ impl Agent {
                 finish::answer(tid, stop, regs, value);
             }
             Action::Post(Request::ThreadExit, then) => self.exit_thread(tid, then),
+            Action::Wait(wait) => {
+                // Decisions name processes by logical id, never by pid.
+                let target = match wait.pid {
+                    Some(pid) => self.logical_process(pid).map_or(dara_abi::ProcessTarget::Untraced, dara_abi::ProcessTarget::Process),
+                    None => dara_abi::ProcessTarget::Any,
+                };
+                self.post(tid, Request::ProcessWait { target, options: wait.options }, Then::Collect(wait));
+            }
             Action::Post(request, then) => self.post(tid, request, then),
         }
+    }
+
+    /// The logical process whose kernel pid is `pid`, if it is traced.
+    fn logical_process(&self, pid: u32) -> Option<u32> {
+        let header = self.region.header();
+        let known = header.next_process.load(std::sync::atomic::Ordering::Acquire).min(dara_abi::MAX_PROCESSES as u32);
+        (0..known).find(|&p| header.processes[p as usize].pid.load(std::sync::atomic::Ordering::Acquire) == pid)
     }
 
     /// A thread's `exit`: first what the kernel would do as it exits, clear its tid word and
