@@ -185,6 +185,11 @@ pub enum Op {
     /// Voluntary preemption point every N coverage edges (`--preempt-on edges:N`), so spinning
     /// instrumented code yields the token. Behaves as `Yield`.
     EdgeQuantum = 85,
+    /// A preemption probe of the ptrace agent: the thread reached the first instruction of one
+    /// of the program's synchronisation functions (docs/ptrace.md). Always enabled, no effect;
+    /// unlike `Yield` not a voluntary yield (PCT does not demote it: Go reaches probes all the
+    /// time, and demoting at each made PCT a round robin).
+    Probe = 91,
     /// The thread took a fatal fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL) and is about to die of
     /// it; posted from the preload's fault handler so the scheduler can name the faulting
     /// function while the process still exists. Granted at once, without a decision.
@@ -367,6 +372,7 @@ impl Op {
             113 => ProcessKill,
             114 => FileLock,
             90 => Unsupported,
+            91 => Probe,
             120 => NetRecv,
             121 => NetSend,
             122 => NetAccept,
@@ -428,6 +434,7 @@ impl Op {
             MemoryRead => "read",
             MemoryWrite => "write",
             EdgeQuantum => "edge-quantum",
+            Probe => "probe",
             Fault => "fault",
             SignalArrived => "signal-arrived",
             SigSuspend => "sigsuspend",

@@ -81,6 +81,8 @@ pub enum Request {
     /// The thread is about to write `size` bytes at a watched address.
     MemoryWrite { addr: Addr, size: u64 },
     EdgeQuantum,
+    /// The thread reached the preemption probe at `at` (the probed function's first instruction).
+    Probe { at: Addr },
     /// The thread took fatal `signal` at instruction `pc`, touching `addr`.
     Fault { signal: i32, pc: Addr, addr: Addr },
     /// A caught signal sent by a process reached the thread: its sender's pid (as the thread
@@ -201,6 +203,7 @@ impl Request {
             R::MemoryRead { .. } => Op::MemoryRead,
             R::MemoryWrite { .. } => Op::MemoryWrite,
             R::EdgeQuantum => Op::EdgeQuantum,
+            R::Probe { .. } => Op::Probe,
             R::Fault { .. } => Op::Fault,
             R::SignalArrived { .. } => Op::SignalArrived,
             R::SigSuspend { .. } => Op::SigSuspend,
@@ -260,6 +263,7 @@ impl Request {
             R::FutexWake { addr, count, matching } => [addr.0, count as u64, matching.to_arg(), 0],
             R::Sleep { deadline } => [deadline.to_ns(), 0, 0, 0],
             R::MemoryRead { addr, size } | R::MemoryWrite { addr, size } => [addr.0, size, 0, 0],
+            R::Probe { at } => [at.0, 0, 0, 0],
             R::Fault { signal, pc, addr } => [signal as u64, pc.0, addr.0, 0],
             R::SignalArrived { signal, sender, code, value } => [signal as u64, sender as u64, code as u32 as u64, value],
             R::SigSuspend { mask } => [mask, 0, 0, 0],
@@ -350,6 +354,7 @@ impl Request {
             Op::MemoryRead => R::MemoryRead { addr, size: a[1] },
             Op::MemoryWrite => R::MemoryWrite { addr, size: a[1] },
             Op::EdgeQuantum => R::EdgeQuantum,
+            Op::Probe => R::Probe { at: addr },
             Op::Fault => R::Fault { signal: a[0] as i32, pc: Addr(a[1]), addr: Addr(a[2]) },
             Op::SignalArrived => R::SignalArrived { signal: a[0] as i32, sender: word32(a[1], "sender pid")?, code: a[2] as u32 as i32, value: a[3] },
             Op::SigSuspend => R::SigSuspend { mask: a[0] },

@@ -50,6 +50,7 @@ fn every_variant() -> [Request; 57] {
         R::MemoryRead { addr: a, size: 4 },
         R::MemoryWrite { addr: b, size: 8 },
         R::EdgeQuantum,
+        R::Probe { at: a },
         R::Fault { signal: 11, pc: a, addr: Addr(0) },
         R::SignalArrived { signal: 10, sender: 4242, code: -1, value: crate::DARA_SIGNAL_VALUE },
         R::SigSuspend { mask: 1 << 9 },

@@ -362,7 +362,7 @@ impl Agent {
         if regs.write().is_err() {
             return false;
         }
-        self.post(tid, Request::Yield, Then::StepOver { addr });
+        self.post(tid, Request::Probe { at: dara_abi::Addr(addr) }, Then::StepOver { addr });
         true
     }
 
