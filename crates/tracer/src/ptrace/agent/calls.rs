@@ -27,6 +27,8 @@ pub enum Action {
     Post(Request, Then),
     /// A `wait4`/`waitid`: posted as `ProcessWait` once its pid is named by logical process.
     Wait(WaitCall),
+    /// An `execve` of the program whose path is at `path`: followed when the agent can run it.
+    Exec { path: u64 },
 }
 
 /// How to finish a posted call once it is granted.
@@ -61,6 +63,9 @@ pub enum Then {
     /// or to a zeroed `timespec` when `timespec`) and look at its result; a blocking call that
     /// finds nothing posts again.
     ReadyWait { timeout_arg: usize, blocking: bool, timespec: bool },
+    /// An `execve` was granted: claim the new image's slot and run the call (its exec stop
+    /// starts the new image; a failure gives the slot back).
+    Exec,
     /// A wait for a child granted with the logical process to collect (1-based; 0: none exited,
     /// for `WNOHANG`; negative: an error).
     Collect(WaitCall),
@@ -170,6 +175,7 @@ pub fn decode(call: Syscall, pid: i32, last_now: u64, epoch_ns: u64) -> Action {
             Ok(timeout) => poll(a, timeout, true, last_now),
             Err(e) => Action::Answer(e),
         },
+        libc::SYS_execve => Action::Exec { path: a[0] },
         libc::SYS_wait4 | libc::SYS_waitid => match WaitCall::of(call.nr == libc::SYS_waitid, a) {
             Some(wait) => Action::Wait(wait),
             None => Action::Post(Request::Unsupported(Unsupported::Syscall { nr: call.nr as u64, args: [a[0], a[1], a[2]] }), Then::Return),

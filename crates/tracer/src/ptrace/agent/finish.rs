@@ -235,11 +235,10 @@ impl Agent {
                     }
                 }
             }
+            Then::Exec => self.exec_granted(tid, regs),
             Then::Collect(wait) => match result {
                 collect if collect > 0 => {
-                    let header = self.region.header();
-                    let child = header.processes.get(collect as usize - 1).map(|e| e.pid.load(std::sync::atomic::Ordering::Acquire));
-                    let Some(child) = child else {
+                    let Some(&child) = self.processes.seen_as.get(&(collect as u32 - 1)) else {
                         answer(tid, stop, regs, -(libc::ECHILD as i64));
                         return;
                     };
