@@ -109,6 +109,12 @@ pub fn ready_wait_came_back(pid: i32, regs: &mut Registers, check: ExitCheck) {
     if is_epoll && result > 1 {
         sort_epoll_events(pid, regs.syscall().args[1], result as usize);
     }
+    if let (Some(keep), true) = (check.only_entry, result > 1) {
+        let args = regs.syscall().args;
+        if keep_only_entry(pid, args[0], args[1], keep) {
+            regs.regs.rax = 1;
+        }
+    }
     let _ = regs.write();
 }
 
@@ -118,6 +124,28 @@ pub fn ready_wait_came_back(pid: i32, regs: &mut Registers, check: ExitCheck) {
 fn zero_timespec(pid: i32, regs: &Registers) -> Option<u64> {
     let at = (regs.regs.rsp - 128 - 16) & !15;
     remote::write(pid, at, &[0u8; 16]).ok().map(|()| at)
+}
+
+/// `struct pollfd`: descriptor, events, revents (at byte 6).
+const POLLFD_BYTES: usize = 8;
+
+/// Clears the `revents` of every ready entry of the `count` `pollfd`s at `addr` but the
+/// `keep`-th ready one, as the preload's `keep_only`; false if they could not be rewritten.
+fn keep_only_entry(pid: i32, addr: u64, count: u64, keep: usize) -> bool {
+    let mut raw = vec![0u8; (count as usize).min(1 << 16) * POLLFD_BYTES];
+    if remote::read(pid, addr, &mut raw).is_err() {
+        return false;
+    }
+    let mut seen = 0;
+    for entry in raw.chunks_mut(POLLFD_BYTES) {
+        if entry[6..8] != [0, 0] {
+            if seen != keep {
+                entry[6..8].fill(0);
+            }
+            seen += 1;
+        }
+    }
+    remote::write(pid, addr, &raw).is_ok()
 }
 
 /// `struct epoll_event` is packed on x86-64: a 32-bit mask then the 64-bit data word.
@@ -225,7 +253,10 @@ impl Agent {
                     CallStop::Trapped { nr, .. } => nr,
                     CallStop::Seccomp => call.nr,
                 };
-                let check = ExitCheck { nr, timeout_arg, timeout: call.args[timeout_arg], blocking };
+                // A poll's grant of 2 + k: the program sees only its k-th ready entry.
+                let polls = matches!(nr, libc::SYS_poll | libc::SYS_ppoll);
+                let only_entry = (polls && result >= 2).then(|| (result - 2) as usize);
+                let check = ExitCheck { nr, timeout_arg, timeout: call.args[timeout_arg], blocking, only_entry };
                 let zero = if timespec { zero_timespec(pid, &regs) } else { Some(0) };
                 if zero.is_some_and(|z| regs.set_arg(timeout_arg, z).is_ok()) {
                     self.tracees.get_mut(&tid).expect("granted tracee").exit_check = Some(check);

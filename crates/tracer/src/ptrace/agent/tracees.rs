@@ -91,13 +91,16 @@ impl Birth {
 }
 
 /// A wait for readiness run with a zero timeout ([`Then::ReadyWait`]): the call's number, its
-/// timeout argument as the program gave it, and whether the program asked to block.
+/// timeout argument as the program gave it, whether the program asked to block, and for a
+/// `poll` whose grant chose one of several ready entries, which (the program sees only it, as
+/// from the preload).
 #[derive(Clone, Copy, Debug)]
 pub struct ExitCheck {
     pub nr: i64,
     pub timeout_arg: usize,
     pub timeout: u64,
     pub blocking: bool,
+    pub only_entry: Option<usize>,
 }
 
 /// The processes the agent runs: words of randomness drawn so far, and each stream's seed.
