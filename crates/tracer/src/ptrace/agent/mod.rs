@@ -428,7 +428,9 @@ impl Agent {
         if regs.write().is_err() {
             return false;
         }
-        self.post(tid, Request::Probe { at: dara_abi::Addr(addr) }, Then::StepOver { addr });
+        let yields = self.processes.probes.get(&process).is_some_and(|p| p.yields_at(addr));
+        let request = if yields { Request::Yield } else { Request::Probe { at: dara_abi::Addr(addr) } };
+        self.post(tid, request, Then::StepOver { addr });
         true
     }
 
