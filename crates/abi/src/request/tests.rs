@@ -4,7 +4,7 @@
 use super::*;
 use crate::{ANY_PROCESS, NO_DEADLINE};
 
-fn every_variant() -> [Request; 57] {
+fn every_variant() -> [Request; 58] {
     use Request as R;
     let (a, b) = (Addr(0x7f00_1000), Addr(0x7f00_2040));
     let at = Deadline::At(5_000_000_000);
