@@ -102,10 +102,12 @@ pub fn answer<F: Futex<AtomicU32>>(words: &AgentWords, tid: u32, attached: bool,
 }
 
 /// The system calls that stop a traced process for the agent (x86-64 numbers): those through
-/// which a program without dara's preload can block, read the time or randomness, or make
-/// threads and processes. Calls not listed that could block in the kernel (a `read` of an empty
-/// pipe) are caught by the scheduler's watchdog and end the run as uncontrolled, never silently.
-pub const TRACED: [u32; 34] = [
+/// which a program without dara's preload can block, read the time or randomness, make threads
+/// and processes, or talk to another process (reads, writes and closes of every descriptor: the
+/// filter cannot tell a socket from a file, the agent looks). Calls not listed that could block
+/// in the kernel are caught by the scheduler's watchdog and end the run as uncontrolled, never
+/// silently.
+pub const TRACED: [u32; 47] = [
     202, // futex
     449, // futex_waitv
     24,  // sched_yield
@@ -140,6 +142,19 @@ pub const TRACED: [u32; 34] = [
     34,  // pause
     130, // rt_sigsuspend
     128, // rt_sigtimedwait
+    0,   // read
+    1,   // write
+    19,  // readv
+    20,  // writev
+    3,   // close
+    42,  // connect
+    43,  // accept
+    288, // accept4
+    44,  // sendto
+    45,  // recvfrom
+    46,  // sendmsg
+    47,  // recvmsg
+    48,  // shutdown
 ];
 
 /// One classic-BPF instruction (`struct sock_filter`).

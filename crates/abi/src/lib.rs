@@ -38,13 +38,14 @@ pub mod clock;
 pub mod counter;
 pub mod handoff;
 pub mod request;
+pub mod wait_call;
 
 pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind, MutexKind, NetFlags, ProcessTarget, Request, StartKind, Unsupported, WaitOptions};
 
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 21;
+pub const VERSION: u32 = 23;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -184,6 +185,11 @@ pub enum Op {
     /// Voluntary preemption point every N coverage edges (`--preempt-on edges:N`), so spinning
     /// instrumented code yields the token. Behaves as `Yield`.
     EdgeQuantum = 85,
+    /// A preemption probe of the ptrace agent: the thread reached the first instruction of one
+    /// of the program's synchronisation functions (docs/ptrace.md). Always enabled, no effect;
+    /// unlike `Yield` not a voluntary yield (PCT does not demote it: Go reaches probes all the
+    /// time, and demoting at each made PCT a round robin).
+    Probe = 91,
     /// The thread took a fatal fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL) and is about to die of
     /// it; posted from the preload's fault handler so the scheduler can name the faulting
     /// function while the process still exists. Granted at once, without a decision.
@@ -366,6 +372,7 @@ impl Op {
             113 => ProcessKill,
             114 => FileLock,
             90 => Unsupported,
+            91 => Probe,
             120 => NetRecv,
             121 => NetSend,
             122 => NetAccept,
@@ -427,6 +434,7 @@ impl Op {
             MemoryRead => "read",
             MemoryWrite => "write",
             EdgeQuantum => "edge-quantum",
+            Probe => "probe",
             Fault => "fault",
             SignalArrived => "signal-arrived",
             SigSuspend => "sigsuspend",
@@ -472,6 +480,9 @@ impl Op {
 /// The third word of an `Unsupported` post of an `execve` of a statically linked program
 /// ([`Unsupported::StaticExec`]).
 pub const UNSUPPORTED_STATIC_EXEC: u64 = 1;
+/// The third word of an `Unsupported` post of an `execve`, by a program the ptrace agent runs,
+/// of one that needs the preload ([`Unsupported::PreloadExec`]).
+pub const UNSUPPORTED_PRELOAD_EXEC: u64 = 2;
 
 /// `ProcessWait` target meaning "any child".
 pub const ANY_PROCESS: u64 = u64::MAX;

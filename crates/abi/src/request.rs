@@ -11,7 +11,7 @@
 //! Words a variant does not use are written as 0 and ignored when read. Addresses are the
 //! target's virtual addresses; times are virtual nanoseconds (`v`, not wall-clock).
 
-use crate::{net_flags, FutexMatch, Op, UNSUPPORTED_STATIC_EXEC};
+use crate::{net_flags, FutexMatch, Op, UNSUPPORTED_PRELOAD_EXEC, UNSUPPORTED_STATIC_EXEC};
 
 mod args;
 pub use args::{Addr, CloseHow, Deadline, FileLockKind, HeldKind, MutexKind, NetFlags, ProcessTarget, StartKind, Unsupported, WaitOptions};
@@ -81,6 +81,8 @@ pub enum Request {
     /// The thread is about to write `size` bytes at a watched address.
     MemoryWrite { addr: Addr, size: u64 },
     EdgeQuantum,
+    /// The thread reached the preemption probe at `at` (the probed function's first instruction).
+    Probe { at: Addr },
     /// The thread took fatal `signal` at instruction `pc`, touching `addr`.
     Fault { signal: i32, pc: Addr, addr: Addr },
     /// A caught signal sent by a process reached the thread: its sender's pid (as the thread
@@ -201,6 +203,7 @@ impl Request {
             R::MemoryRead { .. } => Op::MemoryRead,
             R::MemoryWrite { .. } => Op::MemoryWrite,
             R::EdgeQuantum => Op::EdgeQuantum,
+            R::Probe { .. } => Op::Probe,
             R::Fault { .. } => Op::Fault,
             R::SignalArrived { .. } => Op::SignalArrived,
             R::SigSuspend { .. } => Op::SigSuspend,
@@ -260,6 +263,7 @@ impl Request {
             R::FutexWake { addr, count, matching } => [addr.0, count as u64, matching.to_arg(), 0],
             R::Sleep { deadline } => [deadline.to_ns(), 0, 0, 0],
             R::MemoryRead { addr, size } | R::MemoryWrite { addr, size } => [addr.0, size, 0, 0],
+            R::Probe { at } => [at.0, 0, 0, 0],
             R::Fault { signal, pc, addr } => [signal as u64, pc.0, addr.0, 0],
             R::SignalArrived { signal, sender, code, value } => [signal as u64, sender as u64, code as u32 as u64, value],
             R::SigSuspend { mask } => [mask, 0, 0, 0],
@@ -270,6 +274,7 @@ impl Request {
             R::Unsupported(call) => match call {
                 Unsupported::Clone3 { flags, size } => [Unsupported::SYS_CLONE3, flags, size, 0],
                 Unsupported::StaticExec { path } => [Unsupported::SYS_EXECVE, path.0, UNSUPPORTED_STATIC_EXEC, 0],
+                Unsupported::PreloadExec { path } => [Unsupported::SYS_EXECVE, path.0, UNSUPPORTED_PRELOAD_EXEC, 0],
                 Unsupported::Syscall { nr, args } => [nr, args[0], args[1], args[2]],
             },
             R::NetRecv { fd, flags, deadline, len } => [fd as u64, flags.0, deadline.to_ns(), len],
@@ -350,6 +355,7 @@ impl Request {
             Op::MemoryRead => R::MemoryRead { addr, size: a[1] },
             Op::MemoryWrite => R::MemoryWrite { addr, size: a[1] },
             Op::EdgeQuantum => R::EdgeQuantum,
+            Op::Probe => R::Probe { at: addr },
             Op::Fault => R::Fault { signal: a[0] as i32, pc: Addr(a[1]), addr: Addr(a[2]) },
             Op::SignalArrived => R::SignalArrived { signal: a[0] as i32, sender: word32(a[1], "sender pid")?, code: a[2] as u32 as i32, value: a[3] },
             Op::SigSuspend => R::SigSuspend { mask: a[0] },
@@ -372,6 +378,7 @@ impl Request {
             Op::Unsupported => R::Unsupported(match a[0] {
                 Unsupported::SYS_CLONE3 => Unsupported::Clone3 { flags: a[1], size: a[2] },
                 Unsupported::SYS_EXECVE if a[2] == UNSUPPORTED_STATIC_EXEC => Unsupported::StaticExec { path: Addr(a[1]) },
+                Unsupported::SYS_EXECVE if a[2] == UNSUPPORTED_PRELOAD_EXEC => Unsupported::PreloadExec { path: Addr(a[1]) },
                 nr => Unsupported::Syscall { nr, args: [a[1], a[2], a[3]] },
             }),
             Op::NetRecv => R::NetRecv { fd: descriptor(a[0]), flags: NetFlags(a[1]), deadline: Deadline::from_ns(a[2]), len: a[3] },

@@ -82,7 +82,7 @@ pub struct NonPreemptive {
 impl Decide for NonPreemptive {
     fn choose(&mut self, _step: u64, choices: &[Choice]) -> Result<usize, Divergence> {
         let runs = |c: &Choice| c.kind == dara_scheduler::ChoiceKind::Run;
-        let yielding = |c: &Choice| matches!(c.op, Op::Yield | Op::EdgeQuantum);
+        let yielding = |c: &Choice| matches!(c.op, Op::Yield | Op::EdgeQuantum | Op::Probe);
         let keep = self.last.and_then(|t| choices.iter().position(|c| c.thread == t && runs(c) && !yielding(c)));
         let next = || {
             let after = self.last.map_or(0, |t| t + 1);

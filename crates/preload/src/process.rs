@@ -25,7 +25,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 
 use dara_abi::handoff;
-use dara_abi::{Header, ProcessTarget, Request, Slot, StartKind, Unsupported, WaitOptions};
+use dara_abi::{Header, ProcessTarget, Request, Slot, StartKind, Unsupported};
 use libc::{c_char, c_long, pid_t};
 
 use crate::gate::{self, Gated};
@@ -154,50 +154,29 @@ pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
 
 /// A trapped `wait4` (pid a0, status a1, options a2, rusage a3) or `waitid` (idtype a0, id a1,
 /// infop a2, options a3, rusage a4).
-pub fn wait(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
-    let (target, options) = if nr == libc::SYS_wait4 {
-        (a[0] as i32 as i64, a[2] as i32)
-    } else {
-        let target = match a[0] as u32 {
-            libc::P_PID => a[1] as i32 as i64,
-            libc::P_ALL | libc::P_PGID => -1,
-            _ => return unsupported(gate, nr, a),
-        };
-        if a[3] as i32 & libc::WEXITED == 0 {
-            // Only stop/continue events: traced processes never stop, so there is nothing to
-            // wait for but the non-blocking answer.
-            return unsupported(gate, nr, a);
-        }
-        (target, a[3] as i32)
+pub fn wait(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
+    let Some(call) = dara_abi::wait_call::WaitCall::of(nr == libc::SYS_waitid, a) else {
+        return unsupported(gate, nr, a);
     };
-    let options = WaitOptions { nohang: options & libc::WNOHANG != 0, nowait: options & libc::WNOWAIT != 0 };
     // Decisions name processes by logical id, never by pid.
-    let target = match target {
-        pid if pid > 0 => logical_process(pid as u32).map_or(ProcessTarget::Untraced, ProcessTarget::Process),
-        _ => ProcessTarget::Any,
+    let target = match call.pid {
+        Some(pid) => logical_process(pid).map_or(ProcessTarget::Untraced, ProcessTarget::Process),
+        None => ProcessTarget::Any,
     };
-    let grant = gate.post(Request::ProcessWait { target, options });
+    let grant = gate.post(Request::ProcessWait { target, options: call.options });
     match grant.result {
         collect if collect > 0 => {
             let Some(child) = region::header().and_then(|h| h.processes.get(collect as usize - 1)).map(|e| e.pid.load(Ordering::Acquire)) else {
                 return -(libc::ECHILD as i64);
             };
             // Collect exactly the child the model chose; it has exited, so this never blocks.
-            if nr == libc::SYS_wait4 {
-                a[0] = child as u64;
-                a[2] &= !(libc::WNOHANG as u64);
-            } else {
-                a[0] = libc::P_PID as u64;
-                a[1] = child as u64;
-                a[3] &= !(libc::WNOHANG as u64);
-            }
-            passthrough(nr, a)
+            passthrough(nr, call.collect(a, child))
         }
         0 => {
-            if nr == libc::SYS_waitid && a[2] != 0 {
+            if let Some((info, size)) = call.info_to_clear(a) {
                 // SAFETY: the program gave waitid a siginfo_t to fill; POSIX says si_pid is 0
                 // when WNOHANG found nothing, so clear it all.
-                unsafe { core::ptr::write_bytes(a[2] as *mut u8, 0, core::mem::size_of::<libc::siginfo_t>()) };
+                unsafe { core::ptr::write_bytes(info as *mut u8, 0, size) };
             }
             0
         }

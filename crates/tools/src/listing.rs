@@ -102,7 +102,7 @@ fn describe_object(c: &Choice, symbols: &BTreeMap<u64, String>) -> String {
     use dara_abi::Op::*;
     use dara_abi::ProcessTarget;
     match (c.op, c.object()) {
-        (ProcessStart | ThreadStart | ThreadCreate | ThreadExit | ProcessExit | Yield | EdgeQuantum | ClockRead | ProcessFork | ProcessExec, _) => String::new(),
+        (ProcessStart | ThreadStart | ThreadCreate | ThreadExit | ProcessExit | Yield | EdgeQuantum | Probe | ClockRead | ProcessFork | ProcessExec, _) => String::new(),
         (_, ChoiceObject::None) => String::new(),
         (_, ChoiceObject::Time(t)) => format!("until {}", format_vtime(t)),
         (_, ChoiceObject::Thread(t)) => format!("thread {t}"),

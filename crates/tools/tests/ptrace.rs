@@ -140,17 +140,39 @@ fn a_bash_script_running_a_static_helper_is_one_schedule() {
 }
 
 /// The Go key-value pair's test script (bash starting two Go servers and a Go client over
-/// loopback TCP, goroutines on Go's netpoller) runs its correct twin clean and replays exactly.
+/// loopback TCP, goroutines on Go's netpoller): the stale read is found by PCT (the backup serves
+/// the client's GET before it has read the primary's forward; the agent sees both as the sends
+/// and receives they are), replayed exactly, found again the same way with the same seed; the
+/// correct twin runs clean and replays.
 #[test]
-fn a_go_key_value_test_script_runs_clean_and_replays() {
-    let kv = go::go_twin("kv");
+fn a_go_key_value_stale_read_is_found_through_its_messages_and_replayed() {
     let script = repo_root().join("tests/fixtures/scripts/go_kv_test.sh");
     let port = free_ports(2);
     let (primary, backup) = (port.to_string(), (port + 1).to_string());
-    let out = out_dir("ptrace-go-kv-script");
-    let args = ["-q", "-o", out.to_str().unwrap(), "--seed", "1", "--runs", "8", "--epoch", SEARCH_EPOCH, "--", script.to_str().unwrap(), kv.to_str().unwrap(), &primary, &backup];
-    let run = dara_trace(&args, Duration::from_secs(600));
-    assert_eq!(run.code, 0, "{}", run.text());
+    let search = |kv: &std::path::Path, name: &str, runs: &str| {
+        let out = out_dir(name);
+        let args = ["-q", "-o", out.to_str().unwrap(), "--strategy", "pct:3", "--seed", "1", "--runs", runs, "--epoch", SEARCH_EPOCH, "--no-minimize", "--", script.to_str().unwrap(), kv.to_str().unwrap(), &primary, &backup];
+        (dara_trace(&args, Duration::from_secs(600)), out)
+    };
+    let kv = go::go_fixture(go::KV.name);
+    let (run, out) = search(&kv, "ptrace-go-kv-stale-read", "40");
+    assert_eq!(run.code, 1, "the stale read was not found in 40 executions\n{}", run.text());
+    assert!(run.stdout.contains(go::KV.prints), "found as something else\n{}", run.text());
+    let bug = out.join("bug-0001/trace.bin");
+    // The backup answered NONE, and received the primary's forward only after that.
+    let listing = dara_replay(&[bug.to_str().unwrap()], Duration::from_secs(60));
+    let lines: Vec<&str> = listing.stdout.lines().collect();
+    let answered = lines.iter().position(|l| l.contains(" send ") && l.contains("\"NONE\"")).unwrap_or_else(|| panic!("no NONE sent\n{}", listing.stdout));
+    assert!(lines[answered..].iter().any(|l| l.contains(" recv ") && l.contains("\"PUT ")), "the forward was received before the GET was answered\n{}", listing.stdout);
+    replays(&bug, go::KV.prints);
+    let (again, again_out) = search(&kv, "ptrace-go-kv-stale-read-again", "40");
+    assert_eq!(again.code, 1, "{}", again.text());
+    same_decisions(&bug, &again_out.join("bug-0001/trace.bin"));
+
+    let twin = go::go_twin(go::KV.name);
+    let (run, out) = search(&twin, "ptrace-go-kv-ok", "20");
+    assert_eq!(run.code, 0, "a false bug in the twin\n{}", run.text());
     common::real::replays_identically(&out.join("trace.bin"));
     assert_no_survivors(&kv);
+    assert_no_survivors(&twin);
 }

@@ -4,7 +4,7 @@
 use super::*;
 use crate::{ANY_PROCESS, NO_DEADLINE};
 
-fn every_variant() -> [Request; 57] {
+fn every_variant() -> [Request; 58] {
     use Request as R;
     let (a, b) = (Addr(0x7f00_1000), Addr(0x7f00_2040));
     let at = Deadline::At(5_000_000_000);
@@ -50,6 +50,7 @@ fn every_variant() -> [Request; 57] {
         R::MemoryRead { addr: a, size: 4 },
         R::MemoryWrite { addr: b, size: 8 },
         R::EdgeQuantum,
+        R::Probe { at: a },
         R::Fault { signal: 11, pc: a, addr: Addr(0) },
         R::SignalArrived { signal: 10, sender: 4242, code: -1, value: crate::DARA_SIGNAL_VALUE },
         R::SigSuspend { mask: 1 << 9 },
@@ -78,6 +79,7 @@ fn every_variant_round_trips() {
         Request::ProcessStart { parent: None, kind: StartKind::Exec },
         Request::Unsupported(Unsupported::Clone3 { flags: 0x10000, size: 88 }),
         Request::Unsupported(Unsupported::StaticExec { path: Addr(0x4000) }),
+        Request::Unsupported(Unsupported::PreloadExec { path: Addr(0x4000) }),
         Request::ProcessWait { target: ProcessTarget::Any, options: WaitOptions::default() },
         Request::NetClose { fd: 3, how: CloseHow::Close },
         Request::FifoOpen { reader: None, flags: NetFlags(net_flags::INTERRUPTIBLE), device: 0x803, inode: 1234 },

@@ -200,6 +200,7 @@ impl Model {
             | Request::ProcessExit { .. }
             | Request::Yield
             | Request::EdgeQuantum
+            | Request::Probe { .. }
             | Request::Fault { .. }
             | Request::SignalArrived { .. }
             | Request::Held { .. }

@@ -73,8 +73,24 @@ pub enum ProcessEnd {
 }
 
 /// Reads `/proc/<pid>/stat`. A zombie thread-group leader whose other threads still run (its main
-/// thread called `pthread_exit`) is a running process.
+/// thread called `pthread_exit`) is a running process, and so is a zombie its tracer (dara's
+/// ptrace agent) has not collected yet: its parent hears of its end (SIGCHLD, `wait`) only once
+/// the tracer has, and a parent let run before that would see it alive in one execution and gone
+/// in another.
 pub fn process_end(pid: u32) -> ProcessEnd {
+    match zombie_status(pid) {
+        ProcessEnd::Zombie(_) if tracer_of(pid).is_some_and(|t| t != 0) => ProcessEnd::Running,
+        end => end,
+    }
+}
+
+/// The `TracerPid:` of `/proc/<pid>/status` (0: not traced).
+fn tracer_of(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("TracerPid:"))?.trim().parse().ok()
+}
+
+fn zombie_status(pid: u32) -> ProcessEnd {
     let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return ProcessEnd::Gone };
     let Some(close) = stat.rfind(')') else { return ProcessEnd::Gone };
     // Fields after the command: state is field 3, num_threads 20, exit_code 52 (1-based).

@@ -71,7 +71,8 @@ const GO_PROBES: [&str; 20] = [
 /// The probes kept in coarse mode (a recording, `preempt::COARSE`): a recording needs no
 /// decision between critical sections (any schedule will do, as long as it is recorded, as the
 /// preload's coarse locks say), but a goroutine yielding in a loop for a parked thread must still
-/// give the token up.
+/// give the token up. These yield on purpose: their probes post `Yield`, which PCT demotes as it
+/// demotes `sched_yield`; every other probe posts `Probe`, a preemption point that is no yield.
 const SPIN_PROBES: [&str; 1] = ["runtime.Gosched"];
 
 /// Which functions get probes.
@@ -90,6 +91,8 @@ const INT3: u8 = 0xCC;
 #[derive(Clone, Debug, Default)]
 pub struct Probes {
     armed: BTreeMap<u64, u8>,
+    /// Probes of [`SPIN_PROBES`] functions.
+    yielding: std::collections::BTreeSet<u64>,
 }
 
 impl Probes {
@@ -102,17 +105,27 @@ impl Probes {
             ProbeSet::All => LIBC_PROBES.iter().chain(GO_PROBES.iter()).copied().collect(),
             ProbeSet::Spins => SPIN_PROBES.iter().copied().collect(),
         };
-        let from_symbols = elf.syms.iter().filter(|s| s.is_function() && s.st_value != 0 && elf.strtab.get_at(s.st_name).is_some_and(|n| wanted.contains(n))).map(|s| s.st_value);
-        let from_pclntab = go_functions(&elf, exe).into_iter().filter(|(name, _)| wanted.contains(name.as_str())).map(|(_, addr)| addr);
-        for addr in from_symbols.chain(from_pclntab).map(|a| a.wrapping_add(bias)) {
+        let named = |s: &goblin::elf::Sym| elf.strtab.get_at(s.st_name).filter(|n| wanted.contains(n)).map(str::to_owned);
+        let from_symbols = elf.syms.iter().filter(|s| s.is_function() && s.st_value != 0).filter_map(|s| Some((named(&s)?, s.st_value)));
+        let from_pclntab = go_functions(&elf, exe).into_iter().filter(|(name, _)| wanted.contains(name.as_str()));
+        for (name, addr) in from_symbols.chain(from_pclntab) {
+            let addr = addr.wrapping_add(bias);
             if probes.armed.contains_key(&addr) {
                 continue; // an alias of a probed function, or found in both tables
             }
             if let Ok(original) = poke_byte(tid, addr, INT3) {
                 probes.armed.insert(addr, original);
+                if SPIN_PROBES.contains(&name.as_str()) {
+                    probes.yielding.insert(addr);
+                }
             }
         }
         probes
+    }
+
+    /// Whether the probe at `addr` is at a function that yields on purpose ([`SPIN_PROBES`]).
+    pub fn yields_at(&self, addr: u64) -> bool {
+        self.yielding.contains(&addr)
     }
 
     /// Whether a probe sits at `addr`.

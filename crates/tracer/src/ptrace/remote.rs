@@ -122,3 +122,23 @@ pub fn write_pair(pid: i32, addr: u64, (first, second): (i64, i64)) -> io::Resul
     buf[8..].copy_from_slice(&second.to_le_bytes());
     write(pid, addr, &buf)
 }
+
+/// Reads the NUL-terminated string at `addr` (at most 4096 bytes, as a path can be).
+pub fn read_c_string(pid: i32, addr: u64) -> io::Result<String> {
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 256];
+    while out.len() < 4096 {
+        let at = addr + out.len() as u64;
+        // Up to the end of the page, so a string that ends just before an unmapped page reads.
+        let n = chunk.len().min((4096 - (at % 4096)) as usize);
+        read(pid, at, &mut chunk[..n])?;
+        match chunk[..n].iter().position(|&b| b == 0) {
+            Some(end) => {
+                out.extend_from_slice(&chunk[..end]);
+                return Ok(String::from_utf8_lossy(&out).into_owned());
+            }
+            None => out.extend_from_slice(&chunk[..n]),
+        }
+    }
+    Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG))
+}

@@ -5,6 +5,7 @@
 //!
 //! Pure apart from reading the program's arguments (timeouts) from its memory: no ptrace here.
 use dara_abi::clock::{self, ClockBase};
+use dara_abi::wait_call::WaitCall;
 use dara_abi::{Addr, Deadline, FutexMatch, NetFlags, Request, Unsupported, NO_DEADLINE};
 
 use crate::ptrace::remote::{self, Syscall};
@@ -24,6 +25,10 @@ pub enum Action {
     Affinity { addr: u64, size: u64 },
     /// A scheduling point.
     Post(Request, Then),
+    /// A `wait4`/`waitid`: posted as `ProcessWait` once its pid is named by logical process.
+    Wait(WaitCall),
+    /// An `execve` of the program whose path is at `path`: followed when the agent can run it.
+    Exec { path: u64 },
 }
 
 /// How to finish a posted call once it is granted.
@@ -51,9 +56,19 @@ pub enum Then {
     /// The wake of a thread's cleared tid word (see `Agent::exit_thread`) was granted: the
     /// thread posts its exit next.
     WokeJoiners,
-    /// A wait for readiness: run the call with a zero timeout (argument `timeout_arg` set to 0)
-    /// and look at its result; a blocking call that finds nothing posts again.
-    ReadyWait { timeout_arg: usize, blocking: bool },
+    /// A receive granted with the bytes the scheduler saw queued: run it, taking at most that
+    /// many when `len_arg` names its length argument (a socket's single-buffer read).
+    Receive { len_arg: Option<usize> },
+    /// A wait for readiness: run the call with a zero timeout (argument `timeout_arg` set to 0,
+    /// or to a zeroed `timespec` when `timespec`) and look at its result; a blocking call that
+    /// finds nothing posts again.
+    ReadyWait { timeout_arg: usize, blocking: bool, timespec: bool },
+    /// An `execve` was granted: claim the new image's slot and run the call (its exec stop
+    /// starts the new image; a failure gives the slot back).
+    Exec,
+    /// A wait for a child granted with the logical process to collect (1-based; 0: none exited,
+    /// for `WNOHANG`; negative: an error).
+    Collect(WaitCall),
 }
 
 /// How a vfork-like call is made a fork: a thread parked in the kernel until its child execs
@@ -150,24 +165,76 @@ pub fn decode(call: Syscall, pid: i32, last_now: u64, epoch_ns: u64) -> Action {
         libc::SYS_clone3 => Action::Answer(errno(libc::ENOSYS)),
         libc::SYS_exit => Action::Post(Request::ThreadExit, Then::ExitThread),
         libc::SYS_exit_group => Action::Post(Request::ProcessExit { status: a[0] as i32 }, Then::Run),
-        libc::SYS_epoll_wait | libc::SYS_epoll_pwait => {
-            let timeout_ms = a[3] as i32;
-            let nonblock = timeout_ms == 0;
-            let deadline = if timeout_ms < 0 { Deadline::from_ns(NO_DEADLINE) } else { after(timeout_ms as u64 * 1_000_000) };
-            let flags = if nonblock { dara_abi::net_flags::NONBLOCK } else { 0 };
-            Action::Post(Request::NetEpollWait { epoll: a[0] as i32, deadline: if nonblock { Deadline::from_ns(NO_DEADLINE) } else { deadline }, flags: NetFlags(flags) }, Then::ReadyWait { timeout_arg: 3, blocking: !nonblock })
-        }
-        libc::SYS_poll => {
-            let timeout_ms = a[2] as i32;
-            let nonblock = timeout_ms == 0;
-            let deadline = if timeout_ms < 0 || nonblock { Deadline::from_ns(NO_DEADLINE) } else { after(timeout_ms as u64 * 1_000_000) };
-            let flags = if nonblock { dara_abi::net_flags::NONBLOCK } else { 0 };
-            Action::Post(Request::NetPoll { fds: Addr(a[0]), count: a[1], deadline, flags: NetFlags(flags) }, Then::ReadyWait { timeout_arg: 2, blocking: !nonblock })
-        }
+        libc::SYS_epoll_wait | libc::SYS_epoll_pwait => epoll_wait(a[0] as i32, Timeout::of_ms(a[3] as i32), 3, false, last_now),
+        libc::SYS_epoll_pwait2 => match Timeout::of_timespec(pid, a[3]) {
+            Ok(timeout) => epoll_wait(a[0] as i32, timeout, 3, true, last_now),
+            Err(e) => Action::Answer(e),
+        },
+        libc::SYS_poll => poll(a, Timeout::of_ms(a[2] as i32), false, last_now),
+        libc::SYS_ppoll => match Timeout::of_timespec(pid, a[2]) {
+            Ok(timeout) => poll(a, timeout, true, last_now),
+            Err(e) => Action::Answer(e),
+        },
+        libc::SYS_execve => Action::Exec { path: a[0] },
+        libc::SYS_wait4 | libc::SYS_waitid => match WaitCall::of(call.nr == libc::SYS_waitid, a) {
+            Some(wait) => Action::Wait(wait),
+            None => Action::Post(Request::Unsupported(Unsupported::Syscall { nr: call.nr as u64, args: [a[0], a[1], a[2]] }), Then::Return),
+        },
         // Waits dara models for the preload but not yet on this path, and anything else in the
         // filter: the run stops and names the call.
         nr => Action::Post(Request::Unsupported(Unsupported::Syscall { nr: nr as u64, args: [a[0], a[1], a[2]] }), Then::Return),
     }
+}
+
+/// How long a wait for readiness may block, as the program gave it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Timeout {
+    Forever,
+    /// Zero: the call must not block.
+    Never,
+    After(u64),
+}
+
+impl Timeout {
+    /// A timeout in milliseconds (`poll`, `epoll_wait`): negative waits forever.
+    fn of_ms(ms: i32) -> Timeout {
+        match ms {
+            ms if ms < 0 => Timeout::Forever,
+            0 => Timeout::Never,
+            ms => Timeout::After(ms as u64 * 1_000_000),
+        }
+    }
+
+    /// A `timespec` timeout (`ppoll`, `epoll_pwait2`): null waits forever; `Err(-errno)`.
+    fn of_timespec(pid: i32, addr: u64) -> Result<Timeout, i64> {
+        Ok(match timespec_arg(pid, addr)? {
+            None => Timeout::Forever,
+            Some(0) => Timeout::Never,
+            Some(ns) => Timeout::After(ns),
+        })
+    }
+
+    /// The request's deadline (none for a call that must not block, which is always enabled)
+    /// and flags.
+    fn deadline_and_flags(self, last_now: u64) -> (Deadline, NetFlags) {
+        match self {
+            Timeout::Forever => (Deadline::from_ns(NO_DEADLINE), NetFlags(0)),
+            Timeout::Never => (Deadline::from_ns(NO_DEADLINE), NetFlags(dara_abi::net_flags::NONBLOCK)),
+            Timeout::After(ns) => (Deadline::from_ns(last_now.saturating_add(ns)), NetFlags(0)),
+        }
+    }
+}
+
+/// `epoll_wait`/`epoll_pwait`/`epoll_pwait2` on `epoll`, its timeout in argument `timeout_arg`.
+fn epoll_wait(epoll: i32, timeout: Timeout, timeout_arg: usize, timespec: bool, last_now: u64) -> Action {
+    let (deadline, flags) = timeout.deadline_and_flags(last_now);
+    Action::Post(Request::NetEpollWait { epoll, deadline, flags }, Then::ReadyWait { timeout_arg, blocking: timeout != Timeout::Never, timespec })
+}
+
+/// `poll`/`ppoll` of the `pollfd`s at `a[0]`, `a[1]` of them; the timeout is argument 2.
+fn poll(a: [u64; 6], timeout: Timeout, timespec: bool, last_now: u64) -> Action {
+    let (deadline, flags) = timeout.deadline_and_flags(last_now);
+    Action::Post(Request::NetPoll { fds: Addr(a[0]), count: a[1], deadline, flags }, Then::ReadyWait { timeout_arg: 2, blocking: timeout != Timeout::Never, timespec })
 }
 
 /// `futex`: waits and wakes as the preload posts them; other commands are refused.

@@ -105,11 +105,47 @@ pub fn ready_wait_came_back(pid: i32, regs: &mut Registers, check: ExitCheck) {
         let _ = regs.restart(check.nr).and_then(|()| regs.set_arg(check.timeout_arg, check.timeout));
         return;
     }
-    let is_epoll = check.nr == libc::SYS_epoll_wait || check.nr == libc::SYS_epoll_pwait;
+    let is_epoll = matches!(check.nr, libc::SYS_epoll_wait | libc::SYS_epoll_pwait | libc::SYS_epoll_pwait2);
     if is_epoll && result > 1 {
         sort_epoll_events(pid, regs.syscall().args[1], result as usize);
     }
+    if let (Some(keep), true) = (check.only_entry, result > 1) {
+        let args = regs.syscall().args;
+        if keep_only_entry(pid, args[0], args[1], keep) {
+            regs.regs.rax = 1;
+        }
+    }
     let _ = regs.write();
+}
+
+/// A zeroed `timespec` the call stopped in `regs` can be given as its timeout: below the
+/// thread's stack pointer and the 128 bytes of red zone its code may use there (where a signal
+/// frame would go: memory nothing else holds). None when it cannot be written.
+fn zero_timespec(pid: i32, regs: &Registers) -> Option<u64> {
+    let at = (regs.regs.rsp - 128 - 16) & !15;
+    remote::write(pid, at, &[0u8; 16]).ok().map(|()| at)
+}
+
+/// `struct pollfd`: descriptor, events, revents (at byte 6).
+const POLLFD_BYTES: usize = 8;
+
+/// Clears the `revents` of every ready entry of the `count` `pollfd`s at `addr` but the
+/// `keep`-th ready one, as the preload's `keep_only`; false if they could not be rewritten.
+fn keep_only_entry(pid: i32, addr: u64, count: u64, keep: usize) -> bool {
+    let mut raw = vec![0u8; (count as usize).min(1 << 16) * POLLFD_BYTES];
+    if remote::read(pid, addr, &mut raw).is_err() {
+        return false;
+    }
+    let mut seen = 0;
+    for entry in raw.chunks_mut(POLLFD_BYTES) {
+        if entry[6..8] != [0, 0] {
+            if seen != keep {
+                entry[6..8].fill(0);
+            }
+            seen += 1;
+        }
+    }
+    remote::write(pid, addr, &raw).is_ok()
 }
 
 /// `struct epoll_event` is packed on x86-64: a 32-bit mask then the 64-bit data word.
@@ -135,6 +171,15 @@ impl Agent {
             Then::Return => answer(tid, stop, regs, result),
             Then::Slept => answer(tid, stop, regs, if result == INTERRUPTED { INTERRUPTED } else { 0 }),
             Then::Run => self.run_call(tid, regs),
+            Then::Receive { len_arg } => {
+                let most = u64::try_from(result).ok().filter(|&n| n > 0);
+                if let (Some(arg), Some(most)) = (len_arg, most) {
+                    if most < regs.syscall().args[arg] && regs.set_arg(arg, most).is_err() {
+                        return;
+                    }
+                }
+                self.run_call(tid, regs);
+            }
             Then::Started => {
                 if std::mem::take(&mut self.tracees.get_mut(&tid).expect("granted tracee").fresh_image) {
                     self.prepare_image(tid, pid, &regs);
@@ -198,7 +243,7 @@ impl Agent {
                 self.tracees.get_mut(&tid).expect("granted tracee").exiting = true;
                 self.run_call(tid, regs);
             }
-            Then::ReadyWait { timeout_arg, blocking } => {
+            Then::ReadyWait { timeout_arg, blocking, timespec } => {
                 if result == 0 && blocking {
                     answer(tid, stop, regs, 0); // the timeout came first
                     return;
@@ -208,8 +253,12 @@ impl Agent {
                     CallStop::Trapped { nr, .. } => nr,
                     CallStop::Seccomp => call.nr,
                 };
-                let check = ExitCheck { nr, timeout_arg, timeout: call.args[timeout_arg], blocking };
-                if regs.set_arg(timeout_arg, 0).is_ok() {
+                // A poll's grant of 2 + k: the program sees only its k-th ready entry.
+                let polls = matches!(nr, libc::SYS_poll | libc::SYS_ppoll);
+                let only_entry = (polls && result >= 2).then(|| (result - 2) as usize);
+                let check = ExitCheck { nr, timeout_arg, timeout: call.args[timeout_arg], blocking, only_entry };
+                let zero = if timespec { zero_timespec(pid, &regs) } else { Some(0) };
+                if zero.is_some_and(|z| regs.set_arg(timeout_arg, z).is_ok()) {
                     self.tracees.get_mut(&tid).expect("granted tracee").exit_check = Some(check);
                     match stop {
                         CallStop::Seccomp => resume_to_exit(tid),
@@ -217,6 +266,31 @@ impl Agent {
                     }
                 }
             }
+            Then::Exec => self.exec_granted(tid, regs),
+            Then::Collect(wait) => match result {
+                collect if collect > 0 => {
+                    let Some(&child) = self.processes.seen_as.get(&(collect as u32 - 1)) else {
+                        answer(tid, stop, regs, -(libc::ECHILD as i64));
+                        return;
+                    };
+                    // Collect exactly the child the model chose; it has exited, so this never
+                    // blocks.
+                    let args = wait.collect(regs.syscall().args, child);
+                    for (i, &arg) in args.iter().enumerate() {
+                        if regs.set_arg(i, arg).is_err() {
+                            return;
+                        }
+                    }
+                    self.run_call(tid, regs);
+                }
+                0 => {
+                    if let Some((info, size)) = wait.info_to_clear(regs.syscall().args) {
+                        let _ = remote::write(pid, info, &vec![0u8; size]);
+                    }
+                    answer(tid, stop, regs, 0);
+                }
+                err => answer(tid, stop, regs, err),
+            },
         }
     }
 

@@ -20,6 +20,7 @@
 //!   died while parked (a kill from outside).
 mod calls;
 mod finish;
+mod net;
 mod region;
 mod tracees;
 
@@ -249,6 +250,12 @@ impl Agent {
         }
         tracee.in_stub = None;
         regs.regs.rip = ret;
+        if tracee.exec_slot.is_some() {
+            let _ = regs.write();
+            self.exec_failed(tid);
+            resume(tid, 0);
+            return true;
+        }
         match tracee.exit_check.take() {
             Some(check) => finish::ready_wait_came_back(tracee.pid, &mut regs, check),
             None => {
@@ -265,7 +272,8 @@ impl Agent {
         self.tracees.get_mut(&tid).expect("a known tracee").stop = stop;
         let tracee = &self.tracees[&tid];
         let epoch = self.region.header().realtime_epoch_ns.load(std::sync::atomic::Ordering::Relaxed);
-        let action = calls::decode(call, tracee.pid, tracee.last_now, epoch);
+        let output_pipes = self.region.header().output_pipes.each_ref().map(|p| p.load(std::sync::atomic::Ordering::Relaxed));
+        let action = net::decode(call, tracee.pid, output_pipes).unwrap_or_else(|| calls::decode(call, tracee.pid, tracee.last_now, epoch));
         match action {
             Action::Run => self.run_call(tid, regs),
             Action::Answer(value) => finish::answer(tid, stop, regs, value),
@@ -281,8 +289,83 @@ impl Agent {
                 finish::answer(tid, stop, regs, value);
             }
             Action::Post(Request::ThreadExit, then) => self.exit_thread(tid, then),
+            Action::Exec { path } => self.exec_call(tid, path),
+            Action::Wait(wait) => {
+                // Decisions name processes by logical id, never by pid.
+                let target = match wait.pid {
+                    Some(pid) => self.logical_process(pid).map_or(dara_abi::ProcessTarget::Untraced, dara_abi::ProcessTarget::Process),
+                    None => dara_abi::ProcessTarget::Any,
+                };
+                self.post(tid, Request::ProcessWait { target, options: wait.options }, Then::Collect(wait));
+            }
             Action::Post(request, then) => self.post(tid, request, then),
         }
+    }
+
+    /// An `execve` by `tid` of the program at `path` (in its memory): a program the agent runs
+    /// (static, Go) is followed as the preload follows an exec (`ProcessExec`, then the new
+    /// image's `ProcessStart` at its exec stop); one that needs the preload is refused, named.
+    fn exec_call(&mut self, tid: i32, path: u64) {
+        let pid = self.tracees[&tid].pid;
+        let program = crate::ptrace::remote::read_c_string(pid, path).map(|p| {
+            let p = std::path::PathBuf::from(p);
+            if p.is_absolute() {
+                p
+            } else {
+                std::path::Path::new(&format!("/proc/{pid}/cwd")).join(p)
+            }
+        });
+        match program {
+            Ok(program) if crate::binary::needs_agent(&program) => self.post(tid, Request::ProcessExec { via_agent: true }, Then::Exec),
+            // A program that is not there, or not executable: the kernel says so.
+            Ok(program) if !program.is_file() => {
+                if let Ok(regs) = crate::ptrace::remote::Registers::read(tid) {
+                    self.run_call(tid, regs);
+                }
+            }
+            _ => self.post(tid, Request::Unsupported(dara_abi::Unsupported::PreloadExec { path: dara_abi::Addr(path) }), Then::Return),
+        }
+    }
+
+    /// The `execve` `tid` was granted: the new image's main thread gets a slot of the same
+    /// logical process, which its exec stop takes ([`Agent::exec_stop`]); the call runs, looked
+    /// at on return (only a failed exec returns).
+    fn exec_granted(&mut self, tid: i32, regs: crate::ptrace::remote::Registers) {
+        let header = self.region.header();
+        let tracee = &self.tracees[&tid];
+        let (pid, process, stop) = (tracee.pid, tracee.process, tracee.stop);
+        let index = dara_abi::handoff::next_free(&header.next_slot);
+        let Some(slot) = self.region.slot(index) else {
+            finish::answer(tid, stop, regs, -(libc::EAGAIN as i64));
+            return;
+        };
+        slot.process.store(process, std::sync::atomic::Ordering::Relaxed);
+        slot.pid.store(pid as u32, std::sync::atomic::Ordering::Relaxed);
+        dara_abi::handoff::claim(slot);
+        let allowed_ip = self.processes.allowed_ip.get(&process).copied();
+        self.seized.insert(tid, SeizeRequest { tid: tid as u32, process: Some(process), exec_slot: Some(index), allowed_ip });
+        self.tracees.get_mut(&tid).expect("granted tracee").exec_slot = Some(index);
+        match stop {
+            CallStop::Seccomp => resume_to_exit(tid),
+            CallStop::Trapped { .. } => self.run_call(tid, regs),
+        }
+    }
+
+    /// `tid`'s `execve` returned: it failed, and the slot claimed for the new image is given
+    /// back. True if `tid` was making one.
+    fn exec_failed(&mut self, tid: i32) -> bool {
+        let Some(index) = self.tracees.get_mut(&tid).and_then(|t| t.exec_slot.take()) else { return false };
+        self.seized.remove(&tid);
+        if let Some(slot) = self.region.slot(index) {
+            self.region.finish(slot);
+        }
+        true
+    }
+
+    /// The logical process of the agent's that the programs name `pid`, if there is one (a
+    /// program only waits for its own children, which are the agent's too).
+    fn logical_process(&self, pid: u32) -> Option<u32> {
+        self.processes.seen_as.iter().find_map(|(&process, &seen)| (seen == pid).then_some(process))
     }
 
     /// A thread's `exit`: first what the kernel would do as it exits, clear its tid word and
@@ -345,7 +428,9 @@ impl Agent {
         if regs.write().is_err() {
             return false;
         }
-        self.post(tid, Request::Yield, Then::StepOver { addr });
+        let yields = self.processes.probes.get(&process).is_some_and(|p| p.yields_at(addr));
+        let request = if yields { Request::Yield } else { Request::Probe { at: dara_abi::Addr(addr) } };
+        self.post(tid, request, Then::StepOver { addr });
         true
     }
 
@@ -435,6 +520,10 @@ impl Agent {
     /// it the process's pid, and names its former tid in the event message).
     fn exec_stop(&mut self, tid: i32) {
         let former = event_message(tid) as i32;
+        if former != tid {
+            // The exec'ing thread took the process's pid: its former tid is gone.
+            self.tracees.remove(&former);
+        }
         let Some(request) = self.seized.remove(&former).or_else(|| self.seized.remove(&tid)) else {
             // An exec of a process already known: refused at its execve stop, so not reached.
             resume(tid, 0);
@@ -464,6 +553,10 @@ impl Agent {
 
     /// A call run with a look at its result came back (see [`Then::ReadyWait`]).
     fn syscall_exit_stop(&mut self, tid: i32) {
+        if self.exec_failed(tid) {
+            resume(tid, 0);
+            return;
+        }
         let Some(check) = self.tracees.get_mut(&tid).and_then(|t| t.exit_check.take()) else {
             resume(tid, 0);
             return;

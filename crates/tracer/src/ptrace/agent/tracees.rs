@@ -46,6 +46,8 @@ pub struct Tracee {
     pub stop: CallStop,
     /// Running a call in the process's stub; where its own code goes on after it.
     pub in_stub: Option<u64>,
+    /// Making an `execve` for which it claimed this slot (the new image's main thread's).
+    pub exec_slot: Option<u32>,
 }
 
 /// How a tracee stopped in a system call.
@@ -61,7 +63,7 @@ pub enum CallStop {
 
 impl Tracee {
     pub fn new(pid: i32, slot: u32, process: u32, last_now: u64) -> Tracee {
-        Tracee { pid, slot, process, last_now, unposted_clock_reads: 0, parked: None, birth: None, exit_check: None, exiting: false, fresh_image: false, clear_tid: None, stepping: None, stop: CallStop::Seccomp, in_stub: None }
+        Tracee { pid, slot, process, last_now, unposted_clock_reads: 0, parked: None, birth: None, exit_check: None, exiting: false, fresh_image: false, clear_tid: None, stepping: None, stop: CallStop::Seccomp, in_stub: None, exec_slot: None }
     }
 }
 
@@ -89,13 +91,16 @@ impl Birth {
 }
 
 /// A wait for readiness run with a zero timeout ([`Then::ReadyWait`]): the call's number, its
-/// timeout argument as the program gave it, and whether the program asked to block.
+/// timeout argument as the program gave it, whether the program asked to block, and for a
+/// `poll` whose grant chose one of several ready entries, which (the program sees only it, as
+/// from the preload).
 #[derive(Clone, Copy, Debug)]
 pub struct ExitCheck {
     pub nr: i64,
     pub timeout_arg: usize,
     pub timeout: u64,
     pub blocking: bool,
+    pub only_entry: Option<usize>,
 }
 
 /// The processes the agent runs: words of randomness drawn so far, and each stream's seed.
@@ -109,6 +114,9 @@ pub struct Processes {
     pub allowed_ip: BTreeMap<u32, u64>,
     /// The `int3` of each such process's stub (its `syscall` ends at the allowed address).
     pub stubs: BTreeMap<u32, u64>,
+    /// The pid the programs see of each process (inside dara's PID namespace, when the
+    /// execution has one; the agent sees dara's own numbers).
+    pub seen_as: BTreeMap<u32, u32>,
 }
 
 impl Processes {
@@ -119,6 +127,8 @@ impl Processes {
         }
         self.drawn.insert(process, 0);
         self.seeds.remove(&process);
+        let seen = crate::procfs::namespace_pids(pid as u32).and_then(|ids| ids.last().copied()).unwrap_or(pid as u32);
+        self.seen_as.insert(process, seen);
     }
 
     /// Fills `len` bytes at `addr` in `pid` from `process`'s stream; the call's result.

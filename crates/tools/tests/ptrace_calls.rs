@@ -1,0 +1,94 @@
+//! The ptrace agent's socket, pipe, process and wait calls end to end (docs/ptrace.md): programs
+//! dara's preload cannot enter talk over loopback TCP and pipes, start children with `execve`
+//! and wait for them, each through the same requests the preload posts. Each bug is found,
+//! replayed, found again the same way with the same seed; each clean run replays identically.
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::go;
+use common::real::{replays_identically, steps_with};
+use common::*;
+use dara_abi::Op;
+
+const STALE_READ: &str = "client: stale read: the backup answered \"NONE\" after the primary acknowledged x=1";
+
+/// `dara-trace` searching `runs` random executions (seed 1) of `args`; the output directory.
+fn search(name: &str, runs: &str, args: &[&str]) -> (Run, std::path::PathBuf) {
+    let out = out_dir(name);
+    let mut all = vec!["-q", "-o", out.to_str().unwrap(), "--seed", "1", "--runs", runs, "--epoch", SEARCH_EPOCH, "--no-minimize", "--"];
+    all.extend_from_slice(args);
+    (dara_trace(&all, Duration::from_secs(600)), out)
+}
+
+/// tests/fixtures/kv_node.c built statically, so the agent runs its nodes: single-threaded
+/// `poll` loops with blocking `accept`, `recv`, `send` and `connect` on TCP. Its stale read
+/// needs the backup's `poll` to report the client's GET before the primary's forward: the
+/// grant's choice of one ready entry, which the agent shows the program as the preload does.
+#[test]
+fn a_static_c_stale_read_is_found_through_poll_and_blocking_sockets() {
+    let script = repo_root().join("tests/fixtures/scripts/kv_test.sh");
+    let base = free_ports(3).to_string();
+    let kv = private_copy(&fixture_with("kv_node", &["-static"]), "ptrace-static-kv");
+    let args = |program: &Path| [script.to_str().unwrap().to_owned(), program.to_str().unwrap().to_owned(), base.clone()];
+    let kv_args = args(&kv);
+    let kv_args: Vec<&str> = kv_args.iter().map(String::as_str).collect();
+    let (run, out) = search("ptrace-static-kv", "100", &kv_args);
+    assert_eq!(run.code, 1, "the stale read was not found in 100 executions\n{}", run.text());
+    assert!(run.stdout.contains(STALE_READ), "found as something else\n{}", run.text());
+    let bug = out.join("bug-0001/trace.bin");
+    // Only the static nodes poll; their traffic was scheduled.
+    for op in [Op::NetPoll, Op::NetAccept, Op::NetConnect, Op::NetRecv, Op::NetSend] {
+        assert!(steps_with(&bug, op) > 0, "no {} step in the bug's trace", op.name());
+    }
+    replays(&bug, STALE_READ);
+    let (again, again_out) = search("ptrace-static-kv-again", "100", &kv_args);
+    assert_eq!(again.code, 1, "{}", again.text());
+    same_decisions(&bug, &again_out.join("bug-0001/trace.bin"));
+
+    let twin = private_copy(&fixture_with("kv_node_ok", &["-static"]), "ptrace-static-kv-ok");
+    let twin_args = args(&twin);
+    let twin_args: Vec<&str> = twin_args.iter().map(String::as_str).collect();
+    let (run, out) = search("ptrace-static-kv-ok", "30", &twin_args);
+    assert_eq!(run.code, 0, "a false bug in the twin\n{}", run.text());
+    replays_identically(&out.join("trace.bin"));
+    assert_no_survivors(&kv);
+    assert_no_survivors(&twin);
+}
+
+/// A Go program that runs itself twice with `os/exec` from two goroutines (fork, the child's
+/// `execve`, the exec-status pipe, the output pipe, `waitid` and `wait4`): both children's
+/// output and exit statuses reach the parent in every execution; the same seed gives the same
+/// executions; the last one replays identically.
+#[test]
+fn a_go_program_running_children_with_os_exec_is_followed_and_replayed() {
+    let spawn = private_copy(&go::go_fixture("spawn"), "ptrace-go-spawn");
+    let (run, out) = search("ptrace-go-spawn", "10", &[spawn.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.text());
+    for i in 1..=2 {
+        let line = format!("parent: child {i} said \"child {i}\\n\", exit status {i}");
+        assert_eq!(run.stdout.matches(&line).count(), 10, "child {i} in every execution\n{}", run.text());
+    }
+    let trace = out.join("trace.bin");
+    assert_eq!(steps_with(&trace, Op::ProcessExec), 2, "both children's execs followed");
+    assert!(steps_with(&trace, Op::ProcessWait) >= 2, "the parent's waits are scheduling points");
+    assert_eq!(steps_with(&trace, Op::ProcessStart), 5, "the parent, two children, two new images");
+    replays_identically(&trace);
+    let (again, again_out) = search("ptrace-go-spawn-again", "10", &[spawn.to_str().unwrap()]);
+    assert_eq!(again.code, 0, "{}", again.text());
+    same_decisions(&trace, &again_out.join("trace.bin"));
+    assert_no_survivors(&spawn);
+}
+
+/// A Go program that starts a dynamically linked one (which would need dara's preload) stops
+/// the run with exit status 2 and a sentence that names the program.
+#[test]
+fn a_go_program_starting_a_dynamically_linked_one_is_refused_clearly() {
+    let spawn = private_copy(&go::go_fixture("spawn"), "ptrace-go-spawn-dynamic");
+    let out = out_dir("ptrace-go-spawn-dynamic");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", spawn.to_str().unwrap(), "dynamic"], Duration::from_secs(120));
+    assert_eq!(run.code, 2, "{}", run.text());
+    assert!(run.text().contains("/bin/true needs dara's preload"), "{}", run.text());
+    assert_no_survivors(&spawn);
+}

@@ -1,0 +1,242 @@
+//! Socket and pipe calls on the ptrace path: the same `NetRecv`/`NetSend`/`NetAccept`/
+//! `NetConnect`/`NetClose` requests the preload's hooks post for them
+//! (crates/preload/src/hooks/net.rs), finished by running the real call once granted.
+//!
+//! The filter stops every `read`/`write`/`close` and cannot see what a descriptor is, so the
+//! agent asks: one `readlink` of `/proc/PID/fd/N` names a socket (`socket:[...]`), a pipe or FIFO
+//! (`pipe:[...]`, or a path whose `stat` says FIFO) or anything else. Nothing is cached, so no
+//! `close`/`dup`/`exec` can leave a stale answer; a regular file, a terminal or /dev/null costs
+//! the stop and that one `readlink`. Which descriptors count is the preload's rule (`fd/kind.rs`):
+//! sockets and pipes, except the pipes dara drains the program's output through. A network
+//! descriptor's `O_NONBLOCK` is read from `/proc/PID/fdinfo/N`.
+//!
+//! What differs from the preload, and why it is sound: a blocking call is granted only once the
+//! scheduler saw it ready (data queued, room to write, a connection waiting), and only one thread
+//! of the whole system runs, so the real call then returns at once, as the preload's
+//! `MSG_DONTWAIT` call does. A receive on a socket takes at most the bytes the grant says were
+//! queued (as the preload's TCP receive), so the schedule, not the kernel's timing, decides how
+//! much of a stream one read returns. `SO_RCVTIMEO` is not read (no deadline), and no call is
+//! made interruptible (`INTERRUPTIBLE`: the agent does not run handlers inside a call).
+use dara_abi::{net_flags, Addr, CloseHow, Deadline, NetFlags, Request, NO_DEADLINE};
+
+use super::calls::{Action, Then};
+use crate::ptrace::remote::{self, Syscall};
+
+/// What a descriptor of a tracee is, for the agent's decisions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Descriptor {
+    Socket,
+    /// A pipe, FIFO or eventfd: a network descriptor that is not a socket.
+    Pipe,
+    /// A regular file, a terminal, /dev/null, dara's output pipes, a closed number: the call
+    /// runs as it is.
+    Other,
+}
+
+/// What descriptor `fd` of process `pid` is; `output_pipes`: the inodes of dara's output pipes.
+pub fn descriptor(pid: i32, fd: i32, output_pipes: [u64; 2]) -> Descriptor {
+    if fd < 0 {
+        return Descriptor::Other;
+    }
+    let Ok(link) = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")) else { return Descriptor::Other };
+    let link = link.as_os_str().as_encoded_bytes();
+    let inode = |prefix: &[u8]| link.strip_prefix(prefix).and_then(|rest| rest.strip_suffix(b"]")).and_then(|n| std::str::from_utf8(n).ok()?.parse::<u64>().ok());
+    if link.starts_with(b"socket:[") {
+        return Descriptor::Socket;
+    }
+    if let Some(inode) = inode(b"pipe:[") {
+        return if output_pipes.contains(&inode) { Descriptor::Other } else { Descriptor::Pipe };
+    }
+    if link == b"anon_inode:[eventfd]" {
+        return Descriptor::Pipe;
+    }
+    // A named FIFO shows its path: the only path that is a network descriptor.
+    if link.starts_with(b"/") {
+        use std::os::unix::fs::FileTypeExt;
+        if std::fs::metadata(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|m| m.file_type().is_fifo()) {
+            return Descriptor::Pipe;
+        }
+    }
+    Descriptor::Other
+}
+
+/// Whether `fd` of `pid` was opened `O_NONBLOCK` (its `fdinfo` flags, in octal).
+fn nonblocking(pid: i32, fd: i32) -> bool {
+    let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) else { return false };
+    info.lines().find_map(|l| l.strip_prefix("flags:")).and_then(|f| i64::from_str_radix(f.trim(), 8).ok()).is_some_and(|f| f & libc::O_NONBLOCK as i64 != 0)
+}
+
+fn flags(nonblock: bool) -> NetFlags {
+    NetFlags(if nonblock { net_flags::NONBLOCK } else { 0 })
+}
+
+/// A `struct iovec` array of `count` entries at `addr`: (first base, first length, total).
+fn iovecs(pid: i32, addr: u64, count: u64) -> (u64, u64, u64) {
+    let count = count.min(1024) as usize;
+    let mut raw = vec![0u8; count * 16];
+    if count == 0 || remote::read(pid, addr, &mut raw).is_err() {
+        return (0, 0, 0);
+    }
+    let word = |i: usize| u64::from_le_bytes(raw[i..i + 8].try_into().expect("8 bytes"));
+    let total = (0..count).map(|i| word(i * 16 + 8)).fold(0u64, u64::saturating_add);
+    (word(0), word(8), total)
+}
+
+/// A `struct msghdr` at `addr`: (name, name length, iovec array, iovec count).
+fn msghdr(pid: i32, addr: u64) -> (u64, u32, u64, u64) {
+    let mut raw = [0u8; 32];
+    if remote::read(pid, addr, &mut raw).is_err() {
+        return (0, 0, 0, 0);
+    }
+    let word = |i: usize| u64::from_le_bytes(raw[i..i + 8].try_into().expect("8 bytes"));
+    (word(0), word(8) as u32, word(16), word(24))
+}
+
+/// The first (at most 8) bytes of the `len` at `addr`, zero-padded.
+fn head(pid: i32, addr: u64, len: u64) -> [u8; 8] {
+    let mut bytes = [0u8; 8];
+    let n = len.min(8) as usize;
+    if addr != 0 && remote::read(pid, addr, &mut bytes[..n]).is_err() {
+        bytes = [0; 8];
+    }
+    bytes
+}
+
+/// The port of the `len`-byte socket address at `addr` (0 for none, or not IPv4/IPv6), as the
+/// preload's `sockaddr_port`.
+fn dest_port(pid: i32, addr: u64, len: u32) -> u16 {
+    let mut raw = [0u8; 4];
+    if addr == 0 || (len as usize) < core::mem::size_of::<libc::sockaddr_in>() || remote::read(pid, addr, &mut raw).is_err() {
+        return 0;
+    }
+    let family = i32::from(u16::from_le_bytes([raw[0], raw[1]]));
+    if family == libc::AF_INET || family == libc::AF_INET6 {
+        u16::from_be_bytes([raw[2], raw[3]])
+    } else {
+        0
+    }
+}
+
+/// What socket or pipe call `call` of process `pid` means; None for a call that is none of them.
+pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; 2]) -> Option<Action> {
+    let a = call.args;
+    let fd = a[0] as i32;
+    let is_net_call = matches!(
+        call.nr,
+        libc::SYS_read
+            | libc::SYS_readv
+            | libc::SYS_recvfrom
+            | libc::SYS_recvmsg
+            | libc::SYS_write
+            | libc::SYS_writev
+            | libc::SYS_sendto
+            | libc::SYS_sendmsg
+            | libc::SYS_connect
+            | libc::SYS_accept
+            | libc::SYS_accept4
+            | libc::SYS_close
+            | libc::SYS_shutdown
+    );
+    if !is_net_call {
+        return None;
+    }
+    let kind = descriptor(pid, fd, output_pipes);
+    if kind == Descriptor::Other {
+        return Some(Action::Run);
+    }
+    let socket = kind == Descriptor::Socket;
+    let dontwait = |flags: u64| flags as i32 & libc::MSG_DONTWAIT != 0;
+    let receive = |len: u64, dontwait: bool, len_arg: Option<usize>| {
+        let nonblock = dontwait || nonblocking(pid, fd);
+        let request = Request::NetRecv { fd, flags: flags(nonblock), deadline: Deadline::from_ns(NO_DEADLINE), len };
+        Action::Post(request, Then::Receive { len_arg: len_arg.filter(|_| socket) })
+    };
+    let send = |buf: u64, len: u64, dontwait: bool, dest_port: u16| {
+        let nonblock = dontwait || nonblocking(pid, fd);
+        let request = Request::NetSend { fd, len: len.min((1 << net_flags::SEND_SHIFT) - 1), flags: flags(nonblock), head: head(pid, buf, len), dest_port };
+        Action::Post(request, Then::Run)
+    };
+    Some(match call.nr {
+        libc::SYS_read => receive(a[2], false, Some(2)),
+        libc::SYS_recvfrom => receive(a[2], dontwait(a[3]), Some(2)),
+        libc::SYS_readv => receive(iovecs(pid, a[1], a[2]).2, false, None),
+        libc::SYS_recvmsg => {
+            let (_, _, iov, count) = msghdr(pid, a[1]);
+            receive(iovecs(pid, iov, count).2, dontwait(a[2]), None)
+        }
+        libc::SYS_write => send(a[1], a[2], false, 0),
+        libc::SYS_sendto => send(a[1], a[2], dontwait(a[3]), dest_port(pid, a[4], a[5] as u32)),
+        libc::SYS_writev => {
+            let (base, first, total) = iovecs(pid, a[1], a[2]);
+            let mut request = send(base, first, false, 0);
+            set_send_len(&mut request, total);
+            request
+        }
+        libc::SYS_sendmsg => {
+            let (name, name_len, iov, count) = msghdr(pid, a[1]);
+            let (base, first, total) = iovecs(pid, iov, count);
+            let mut request = send(base, first, dontwait(a[2]), dest_port(pid, name, name_len));
+            set_send_len(&mut request, total);
+            request
+        }
+        libc::SYS_connect if socket => Action::Post(Request::NetConnect { fd, flags: flags(nonblocking(pid, fd)), addr: Addr(a[1]), len: a[2] as u32 }, Then::Run),
+        libc::SYS_accept | libc::SYS_accept4 if socket => Action::Post(Request::NetAccept { fd, flags: flags(nonblocking(pid, fd)), deadline: Deadline::from_ns(NO_DEADLINE) }, Then::Run),
+        libc::SYS_close => Action::Post(Request::NetClose { fd, how: CloseHow::Close }, Then::Run),
+        libc::SYS_shutdown if socket => Action::Post(Request::NetClose { fd, how: CloseHow::Shutdown(a[1] as u32) }, Then::Run),
+        _ => Action::Run,
+    })
+}
+
+/// A vectored send offers all its buffers' bytes (its head is the first buffer's).
+fn set_send_len(action: &mut Action, total: u64) {
+    if let Action::Post(Request::NetSend { len, .. }, _) = action {
+        *len = total.min((1 << net_flags::SEND_SHIFT) - 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    fn call(nr: i64, args: [u64; 6]) -> Syscall {
+        Syscall { nr, args }
+    }
+
+    #[test]
+    fn sockets_and_pipes_are_told_from_files_and_dara_s_output_pipes() {
+        let pid = std::process::id() as i32;
+        let (a, _b) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        let file = std::fs::File::open("/dev/null").expect("/dev/null");
+        assert_eq!(descriptor(pid, a.as_raw_fd(), [0; 2]), Descriptor::Socket);
+        assert_eq!(descriptor(pid, reader.as_raw_fd(), [0; 2]), Descriptor::Pipe);
+        assert_eq!(descriptor(pid, file.as_raw_fd(), [0; 2]), Descriptor::Other);
+        assert_eq!(descriptor(pid, 999, [0; 2]), Descriptor::Other);
+        use std::os::unix::fs::MetadataExt;
+        let inode = std::fs::metadata(format!("/proc/self/fd/{}", writer.as_raw_fd())).expect("stat").ino();
+        assert_eq!(descriptor(pid, writer.as_raw_fd(), [0, inode]), Descriptor::Other);
+    }
+
+    #[test]
+    fn a_send_posts_its_length_head_and_blocking_as_the_preload_does() {
+        let pid = std::process::id() as i32;
+        let (a, _b) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let bytes = *b"PUT x 1\n!";
+        let write = decode(call(libc::SYS_write, [a.as_raw_fd() as u64, bytes.as_ptr() as u64, 9, 0, 0, 0]), pid, [0; 2]);
+        let expected = Request::NetSend { fd: a.as_raw_fd(), len: 9, flags: NetFlags(0), head: *b"PUT x 1\n", dest_port: 0 };
+        assert_eq!(write, Some(Action::Post(expected, Then::Run)));
+        a.set_nonblocking(true).expect("O_NONBLOCK");
+        let Some(Action::Post(Request::NetRecv { flags, len, .. }, Then::Receive { len_arg })) = decode(call(libc::SYS_read, [a.as_raw_fd() as u64, 0, 64, 0, 0, 0]), pid, [0; 2]) else { panic!("not a receive") };
+        assert_eq!((flags.0 & net_flags::NONBLOCK, len, len_arg), (net_flags::NONBLOCK, 64, Some(2)));
+    }
+
+    #[test]
+    fn a_file_s_read_and_write_run_without_a_post() {
+        let pid = std::process::id() as i32;
+        let file = std::fs::File::open("/dev/null").expect("/dev/null");
+        assert_eq!(decode(call(libc::SYS_read, [file.as_raw_fd() as u64, 0, 8, 0, 0, 0]), pid, [0; 2]), Some(Action::Run));
+        assert_eq!(decode(call(libc::SYS_getpid, [0; 6]), pid, [0; 2]), None);
+    }
+}
