@@ -104,10 +104,11 @@ pub fn answer<F: Futex<AtomicU32>>(words: &AgentWords, tid: u32, attached: bool,
 /// The system calls that stop a traced process for the agent (x86-64 numbers): those through
 /// which a program without dara's preload can block, read the time or randomness, make threads
 /// and processes, or talk to another process (reads, writes and closes of every descriptor: the
-/// filter cannot tell a socket from a file, the agent looks). Calls not listed that could block
+/// filter cannot tell a socket from a file, the agent looks); and `listen` and `getsockname`,
+/// through which outside peers are kept apart in a recording (the agent's `listeners.rs`). Calls not listed that could block
 /// in the kernel are caught by the scheduler's watchdog and end the run as uncontrolled, never
 /// silently.
-pub const TRACED: [u32; 47] = [
+pub const TRACED: [u32; 49] = [
     202, // futex
     449, // futex_waitv
     24,  // sched_yield
@@ -155,6 +156,8 @@ pub const TRACED: [u32; 47] = [
     46,  // sendmsg
     47,  // recvmsg
     48,  // shutdown
+    50,  // listen
+    51,  // getsockname
 ];
 
 /// One classic-BPF instruction (`struct sock_filter`).

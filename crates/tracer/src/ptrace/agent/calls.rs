@@ -29,6 +29,10 @@ pub enum Action {
     Wait(WaitCall),
     /// An `execve` of the program whose path is at `path`: followed when the agent can run it.
     Exec { path: u64 },
+    /// `listen`: a listener outside peers may reach is split (`agent/listeners.rs`).
+    Listen { fd: i32, backlog: i32 },
+    /// `getsockname`: a split listener shows its public port.
+    LocalName { fd: i32, addr: u64 },
 }
 
 /// How to finish a posted call once it is granted.
@@ -59,6 +63,8 @@ pub enum Then {
     /// A receive granted with the bytes the scheduler saw queued: run it, taking at most that
     /// many when `len_arg` names its length argument (a socket's single-buffer read).
     Receive { len_arg: Option<usize> },
+    /// A split listener's `NetListen` was granted: the twin takes the program's descriptor.
+    SwapTwin { fd: i32, twin: i32, cloexec: bool },
     /// A wait for readiness: run the call with a zero timeout (argument `timeout_arg` set to 0,
     /// or to a zeroed `timespec` when `timespec`) and look at its result; a blocking call that
     /// finds nothing posts again.
@@ -180,6 +186,8 @@ pub fn decode(call: Syscall, pid: i32, last_now: u64, epoch_ns: u64) -> Action {
             Some(wait) => Action::Wait(wait),
             None => Action::Post(Request::Unsupported(Unsupported::Syscall { nr: call.nr as u64, args: [a[0], a[1], a[2]] }), Then::Return),
         },
+        libc::SYS_listen => Action::Listen { fd: a[0] as i32, backlog: a[1] as i32 },
+        libc::SYS_getsockname => Action::LocalName { fd: a[0] as i32, addr: a[1] },
         // Waits dara models for the preload but not yet on this path, and anything else in the
         // filter: the run stops and names the call.
         nr => Action::Post(Request::Unsupported(Unsupported::Syscall { nr: nr as u64, args: [a[0], a[1], a[2]] }), Then::Return),

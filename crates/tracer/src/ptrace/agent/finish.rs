@@ -218,6 +218,7 @@ impl Agent {
                     resume(tid, 0);
                 }
             }
+            Then::SwapTwin { fd, twin, cloexec } => self.swap_twin(tid, fd, twin, cloexec),
             Then::WokeJoiners => self.post(tid, dara_abi::Request::ThreadExit, Then::ExitThread),
             Then::CreateProcess { vfork } => {
                 let made_fork = match (vfork, stop) {

@@ -20,6 +20,7 @@
 //!   died while parked (a kill from outside).
 mod calls;
 mod finish;
+mod listeners;
 mod net;
 mod region;
 mod tracees;
@@ -288,6 +289,8 @@ impl Agent {
                 let value = finish::affinity(tracee.pid, addr, size, cpus);
                 finish::answer(tid, stop, regs, value);
             }
+            Action::Listen { fd, backlog } => self.listen_stop(tid, regs, fd, backlog),
+            Action::LocalName { fd, addr } => self.local_name_stop(tid, regs, fd, addr),
             Action::Post(Request::ThreadExit, then) => self.exit_thread(tid, then),
             Action::Exec { path } => self.exec_call(tid, path),
             Action::Wait(wait) => {
@@ -497,6 +500,7 @@ impl Agent {
                 if let Some(stub) = self.processes.stubs.get(&parent).copied() {
                     self.processes.stubs.insert(process, stub);
                 }
+                self.processes.listeners.forked(parent, process);
                 (tid, process, Request::ProcessStart { parent: Some(parent), kind: StartKind::Fork })
             }
         };
@@ -545,6 +549,7 @@ impl Agent {
         if let Some(ip) = request.allowed_ip {
             self.processes.allowed_ip.insert(process, ip);
         }
+        self.processes.listeners.new_image(process);
         let mut tracee = Tracee::new(tid, index, process, 0);
         tracee.fresh_image = true;
         self.tracees.insert(tid, tracee);
@@ -553,6 +558,10 @@ impl Agent {
 
     /// A call run with a look at its result came back (see [`Then::ReadyWait`]).
     fn syscall_exit_stop(&mut self, tid: i32) {
+        if let Some(after) = self.tracees.get_mut(&tid).and_then(|t| t.after.take()) {
+            self.after_call(tid, after);
+            return;
+        }
         if self.exec_failed(tid) {
             resume(tid, 0);
             return;

@@ -48,6 +48,8 @@ pub struct Tracee {
     pub in_stub: Option<u64>,
     /// Making an `execve` for which it claimed this slot (the new image's main thread's).
     pub exec_slot: Option<u32>,
+    /// A call let run whose exit the agent looks at (a listener to split, a name to show).
+    pub after: Option<super::listeners::AfterCall>,
 }
 
 /// How a tracee stopped in a system call.
@@ -63,7 +65,7 @@ pub enum CallStop {
 
 impl Tracee {
     pub fn new(pid: i32, slot: u32, process: u32, last_now: u64) -> Tracee {
-        Tracee { pid, slot, process, last_now, unposted_clock_reads: 0, parked: None, birth: None, exit_check: None, exiting: false, fresh_image: false, clear_tid: None, stepping: None, stop: CallStop::Seccomp, in_stub: None, exec_slot: None }
+        Tracee { pid, slot, process, last_now, unposted_clock_reads: 0, parked: None, birth: None, exit_check: None, exiting: false, fresh_image: false, clear_tid: None, stepping: None, stop: CallStop::Seccomp, in_stub: None, exec_slot: None, after: None }
     }
 }
 
@@ -117,6 +119,8 @@ pub struct Processes {
     /// The pid the programs see of each process (inside dara's PID namespace, when the
     /// execution has one; the agent sees dara's own numbers).
     pub seen_as: BTreeMap<u32, u32>,
+    /// Listening sockets split for outside peers, and scratch pages.
+    pub listeners: super::listeners::Listeners,
 }
 
 impl Processes {
