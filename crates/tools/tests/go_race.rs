@@ -10,7 +10,7 @@ use common::*;
 
 /// The identity of peek's race: the read in main's default branch and the worker's write
 /// (9 of 20 random executions with seed 1 race; main then reads 0 or 42).
-const PEEK_RACE: &str = "data race: read at main.go:50 in main.main, write at main.go:32 in main.worker";
+const PEEK_RACE: &str = "data race: read at main.go:51 in main.main, write at main.go:33 in main.worker";
 
 #[test]
 fn a_go_data_race_is_found_by_its_two_sites_and_replayed() {
