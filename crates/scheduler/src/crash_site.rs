@@ -4,7 +4,7 @@
 //! * the faulting instruction of a SIGSEGV/SIGBUS/SIGFPE/SIGILL, reported by the preload's fault
 //!   handler and named by the symbolizer (`fault_location`);
 //! * the last recognisable failure message on the target's stderr (`stderr_location`): glibc
-//!   `assert`, Rust panics, C++ `std::terminate`, sanitizer reports.
+//!   `assert`, Rust panics, C++ `std::terminate`, Go panics, Go's race reports, sanitizer reports.
 //!
 //! Locations leave out what changes from run to run (pids, thread names, addresses), so equal
 //! bugs get equal signatures.
@@ -60,6 +60,9 @@ fn recognise(lines: &[&str], i: usize, resolve: crate::sanitizer_report::Resolve
     }
     if let Some(site) = go_failure(lines, i) {
         return Some(site);
+    }
+    if let Some(race) = crate::go_race::location(lines, i) {
+        return Some(race);
     }
     crate::sanitizer_report::location(lines, i, resolve)
 }

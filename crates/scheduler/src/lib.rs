@@ -10,8 +10,8 @@
 //! * [`netprobe`], [`sockdiag`], [`fifo`], [`epoll_dups`]: what the kernel says about the
 //!   program's sockets, pipes and epoll sets, probed without blocking.
 //! * [`outside`]: relaying peers outside dara (clients, signals, stdin) in a recording and a replay.
-//! * [`coverage`], [`symbols`], [`crash_site`], [`sanitizer_report`]: observations of a live
-//!   process (coverage areas, module maps, symbols, crash locations); [`sanitizer_options`]: the
+//! * [`coverage`], [`symbols`], [`crash_site`], [`sanitizer_report`], [`go_race`]: observations
+//!   of a live process (coverage areas, module maps, symbols, crash locations); [`sanitizer_options`]: the
 //!   sanitizer settings every target gets.
 //!
 //! `choice`, `cluster`, `model`, `outcome`, `preempt`, `time` and `trace` are `dara-model`'s,
@@ -22,6 +22,7 @@ pub use dara_tracer::procfs;
 
 pub mod coverage;
 pub mod crash_site;
+pub mod go_race;
 pub mod sanitizer_options;
 pub mod sanitizer_report;
 pub mod futex;
