@@ -40,12 +40,12 @@ pub mod handoff;
 pub mod request;
 pub mod wait_call;
 
-pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind, MutexKind, NetFlags, ProcessTarget, Request, StartKind, Unsupported, WaitOptions};
+pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind, MutexKind, NetFlags, ProcessTarget, Request, StartKind, TimerClock, TimerExpiry, Unsupported, WaitOptions};
 
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 24;
+pub const VERSION: u32 = 25;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -305,6 +305,19 @@ pub enum Op {
     /// virtual time passes the other nodes' next deadline (a GC pause, SIGSTOP, a starved VM);
     /// the node goes on once nobody else can move. obj: node index.
     NodePause = 138,
+
+    // Timers (160–169): a `timerfd` is an eventfd the preload made in its place; the scheduler
+    // keeps the timer on the virtual clock and writes its expirations into the eventfd (see
+    // docs/time.md). Granted at once, without a decision and without a step: what they change
+    // follows from the clock and from the thread that holds the token.
+    /// `timerfd_create`: the descriptor is an eventfd standing for a timer on a clock. result 0,
+    /// or `-errno` (the preload then closes the eventfd and fails the call).
+    TimerCreate = 160,
+    /// `timerfd_settime`: arm (or disarm) the timer; the previous setting is written into the
+    /// program's `struct itimerspec` when asked for. result 0 or `-errno` (EINVAL: not a timer).
+    TimerSet = 161,
+    /// `timerfd_gettime`: the current setting, written into the program's `struct itimerspec`.
+    TimerGet = 162,
 }
 
 /// Bits of the networking ops' flags ([`NetFlags`]).
@@ -391,6 +404,9 @@ impl Op {
             136 => ClockSkew,
             137 => Pause,
             138 => NodePause,
+            160 => TimerCreate,
+            161 => TimerSet,
+            162 => TimerGet,
             _ => return None,
         })
     }
@@ -463,6 +479,9 @@ impl Op {
             ClockSkew => "skew",
             Pause => "pause",
             NodePause => "pause-node",
+            TimerCreate => "timerfd-create",
+            TimerSet => "timerfd-settime",
+            TimerGet => "timerfd-gettime",
         }
     }
 

@@ -14,7 +14,7 @@
 use crate::{net_flags, FutexMatch, Op, UNSUPPORTED_PRELOAD_EXEC, UNSUPPORTED_STATIC_EXEC};
 
 mod args;
-pub use args::{Addr, CloseHow, Deadline, FileLockKind, HeldKind, MutexKind, NetFlags, ProcessTarget, StartKind, Unsupported, WaitOptions};
+pub use args::{Addr, CloseHow, Deadline, FileLockKind, HeldKind, MutexKind, NetFlags, ProcessTarget, StartKind, TimerClock, TimerExpiry, Unsupported, WaitOptions};
 
 /// A posted operation with its arguments. Fields are listed in their encoding's word order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -135,6 +135,15 @@ pub enum Request {
     /// A blocking open of a FIFO: the reader's descriptor (`None` for a writer, encoded as
     /// `u64::MAX`), flags, and the FIFO's device and inode.
     FifoOpen { reader: Option<i32>, flags: NetFlags, device: u64, inode: u64 },
+
+    /// `timerfd_create`: `fd` is the eventfd the preload made for a timer on `clock`.
+    TimerCreate { fd: i32, clock: TimerClock },
+    /// `timerfd_settime` on `fd`: first expiry and period (0: one shot); the previous setting is
+    /// written at `old` unless it is null. Encoded as `[fd | expiry kind << 32, expiry ns,
+    /// interval, old]`.
+    TimerSet { fd: i32, expiry: TimerExpiry, interval: u64, old: Addr },
+    /// `timerfd_gettime` on `fd`: the setting is written at `current`.
+    TimerGet { fd: i32, current: Addr },
 }
 
 /// A posted slot whose words do not make a request: which op, and which field is wrong (`"op"`
@@ -223,6 +232,9 @@ impl Request {
             R::NetClose { .. } => Op::NetClose,
             R::NetListen { .. } => Op::NetListen,
             R::FifoOpen { .. } => Op::FifoOpen,
+            R::TimerCreate { .. } => Op::TimerCreate,
+            R::TimerSet { .. } => Op::TimerSet,
+            R::TimerGet { .. } => Op::TimerGet,
         }
     }
 
@@ -300,6 +312,12 @@ impl Request {
                 };
                 [reader, flags.0, device, inode]
             }
+            R::TimerCreate { fd, clock } => [fd as u32 as u64, clock.to_arg(), 0, 0],
+            R::TimerSet { fd, expiry, interval, old } => {
+                let (kind, ns) = expiry.to_args();
+                [fd as u32 as u64 | kind << 32, ns, interval, old.0]
+            }
+            R::TimerGet { fd, current } => [fd as u32 as u64, current.0, 0, 0],
         };
         (self.op(), args)
     }
@@ -402,6 +420,14 @@ impl Request {
             },
             Op::NetListen => R::NetListen { fd: descriptor(a[0]), twin: descriptor(a[1]), datagrams: a[2] == 1 },
             Op::FifoOpen => R::FifoOpen { reader: if a[0] == u64::MAX { None } else { Some(descriptor(a[0])) }, flags: NetFlags(a[1]), device: a[2], inode: a[3] },
+            Op::TimerCreate => R::TimerCreate { fd: descriptor(a[0]), clock: TimerClock::from_arg(a[1]).ok_or(bad("timer clock"))? },
+            Op::TimerSet => R::TimerSet {
+                fd: descriptor(a[0]),
+                expiry: TimerExpiry::from_args(a[0] >> 32, a[1]).ok_or(bad("timer expiry"))?,
+                interval: a[2],
+                old: Addr(a[3]),
+            },
+            Op::TimerGet => R::TimerGet { fd: descriptor(a[0]), current: Addr(a[1]) },
             Op::NodeCrash | Op::NodeRestart | Op::Partition | Op::Heal | Op::DropDatagram | Op::ConnReset | Op::ClockSkew | Op::Pause | Op::NodePause => {
                 return Err(bad("op"))
             }

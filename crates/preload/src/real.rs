@@ -183,6 +183,9 @@ real_functions! {
     fn pipe(fds: *mut c_int) -> c_int;
     fn pipe2(fds: *mut c_int, flags: c_int) -> c_int;
     fn eventfd(initval: c_uint, flags: c_int) -> c_int;
+    fn timerfd_create(clock: clockid_t, flags: c_int) -> c_int;
+    fn timerfd_settime(fd: c_int, flags: c_int, new: *const libc::itimerspec, old: *mut libc::itimerspec) -> c_int;
+    fn timerfd_gettime(fd: c_int, current: *mut libc::itimerspec) -> c_int;
     fn accept(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
     fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t, flags: c_int) -> c_int;
     fn connect(fd: c_int, addr: *const libc::sockaddr, len: libc::socklen_t) -> c_int;

@@ -37,7 +37,10 @@ const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 ///
 /// `tgkill` (`raise`, `pthread_kill`, `abort`, raw calls) so that a SIGKILL a program sends
 /// itself or one of its threads is known as its own ([`crate::hooks::signal::trapped_tgkill`]).
-const TRAPPED: [c_long; 25] = [
+///
+/// The `timerfd` calls, so that a raw one also gets a timer on the virtual clock
+/// ([`crate::hooks::timerfd`]); glibc's functions are plain system calls, hooked as symbols too.
+const TRAPPED: [c_long; 28] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -63,6 +66,9 @@ const TRAPPED: [c_long; 25] = [
     libc::SYS_clone3,
     libc::SYS_exit,
     libc::SYS_tgkill,
+    libc::SYS_timerfd_create,
+    libc::SYS_timerfd_settime,
+    libc::SYS_timerfd_gettime,
 ];
 
 /// Set once the filter is installed (the signal-mask hooks keep SIGSYS deliverable from then on).

@@ -4,8 +4,8 @@
 //! restores, `close` and `close_range` of dara's descriptors, `clone3`, the sanitizer's
 //! stop-the-world clone); the rest are emulated: as scheduling points for a gated thread (futex
 //! waits and wakes, sleeps, clocks, `execve`, `wait4`, reads and writes of descriptors 0 and 1,
-//! `tgkill`), for real otherwise. A call dara cannot honour is posted as `Unsupported` and the
-//! scheduler ends the execution ("fail closed").
+//! `tgkill`), as posts answered at once (the `timerfd` calls), for real otherwise. A call dara
+//! cannot honour is posted as `Unsupported` and the scheduler ends the execution ("fail closed").
 //!
 //! The handler runs in signal context on the trapping thread: it uses only raw syscalls through
 //! the trampoline, thread-local `Cell`s and atomics. A thread without a slot, or one already
@@ -140,6 +140,9 @@ fn unsupported(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
 
 fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
     if let Some(rc) = timecalls::gated(gate, nr, a) {
+        return rc;
+    }
+    if let Some(rc) = crate::hooks::timerfd::trapped(gate, nr, a) {
         return rc;
     }
     match nr {

@@ -3,7 +3,7 @@
 //! and replayed with `--verify`: pigz compressing with four threads, `xz -T 4`, `sort
 //! --parallel=4`, python3 threads taking turns on the GIL, four threads of one process on a
 //! sqlite WAL database (Debian's libsqlite3), memcached with four worker threads under
-//! memcslap from outside, and nginx (master and two workers) serving curl, stopped by one Ctrl-C
+//! memcslap from outside (and, searched, on libevent's timerfd-based precise timers), and nginx (master and two workers) serving curl, stopped by one Ctrl-C
 //! (its master waits in `sigsuspend`, its workers in `epoll_wait`), and searched in a closed-world
 //! script that fetches pages with curl and stops it with SIGQUIT; a Java program on Debian's
 //! OpenJDK (a thread pool, `synchronized`, a blocking queue, beside the JVM's own compiler and GC
@@ -212,6 +212,27 @@ fn memcached_test_script_with_split_requests_searches_the_same_twice() {
     let (second, _) = search_clean("memcached-split-again", SEARCH_RUNS, &[], &command);
     same_decisions(&first, &second);
     replays_identically(&first);
+    assert!(processes_with(&["memcached", &port]).is_empty(), "a memcached survived");
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// The same script with libevent's precise timers (`EVENT_PRECISE_TIMER=1`): memcached's event
+/// loops then wait in `epoll_wait` with no timeout and a timerfd in the set for their timers
+/// (the 1 s clock event among them), so virtual time moves only through timerfds that dara
+/// fires (docs/time.md, "timerfd"). Searched clean; no `epoll_wait` ends by its own timeout, yet
+/// one returns at the clock event's second; the last execution replays.
+#[test]
+fn memcached_on_libevents_precise_timers_searches_clean_on_timerfds() {
+    let port = free_ports(1).to_string();
+    let script = repo_root().join("tests/fixtures/scripts/memcached_test.sh");
+    let command = ["/usr/bin/env", "EVENT_PRECISE_TIMER=1", script.to_str().unwrap(), &port];
+    let (last, run) = search_clean("memcached-timerfd", SEARCH_RUNS, &[], &command);
+    assert_eq!(run.stdout.matches("memcached_test: every answer was right").count() as u64, SEARCH_RUNS, "{}", run.text());
+    let trace = dara_scheduler::trace::read_file(&last).unwrap();
+    let waits: Vec<_> = trace.steps.iter().filter(|s| s.choice.op == Op::NetEpollWait).collect();
+    assert!(waits.iter().all(|s| s.choice.kind != dara_scheduler::choice::ChoiceKind::Timeout), "an epoll_wait timed out: libevent did not wait on a timerfd");
+    assert!(waits.iter().any(|s| s.now_ns >= 1_000_000_000), "no event loop woke at the clock event's second");
+    replays_identically(&last);
     assert!(processes_with(&["memcached", &port]).is_empty(), "a memcached survived");
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }

@@ -290,3 +290,64 @@ impl Unsupported {
         }
     }
 }
+
+/// Which clock a timer ([`Request::TimerCreate`](super::Request::TimerCreate)) counts on: an
+/// absolute expiry (`TFD_TIMER_ABSTIME`) is a reading of it. `CLOCK_BOOTTIME` (and the `_ALARM`
+/// clocks) read like their base: the virtual machine never suspends. Encoded as 0, 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TimerClock {
+    /// The run's realtime epoch `+ v`.
+    Realtime,
+    /// [`crate::MONOTONIC_BASE_NS`] `+ v`.
+    Monotonic,
+}
+
+impl TimerClock {
+    pub const fn to_arg(self) -> u64 {
+        match self {
+            TimerClock::Realtime => 0,
+            TimerClock::Monotonic => 1,
+        }
+    }
+
+    pub const fn from_arg(arg: u64) -> Option<TimerClock> {
+        match arg {
+            0 => Some(TimerClock::Realtime),
+            1 => Some(TimerClock::Monotonic),
+            _ => None,
+        }
+    }
+}
+
+/// When a timer set by [`Request::TimerSet`](super::Request::TimerSet) first expires, as the
+/// program gave it. Encoded as a kind (0, 1, 2) in the high half of the descriptor's word and the
+/// nanoseconds in a word of their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TimerExpiry {
+    /// `it_value` zero: the timer is disarmed.
+    Disarmed,
+    /// This many nanoseconds after the call.
+    After(u64),
+    /// When the timer's clock reads this many nanoseconds (`TFD_TIMER_ABSTIME`).
+    At(u64),
+}
+
+impl TimerExpiry {
+    /// The kind and the nanoseconds.
+    pub const fn to_args(self) -> (u64, u64) {
+        match self {
+            TimerExpiry::Disarmed => (0, 0),
+            TimerExpiry::After(ns) => (1, ns),
+            TimerExpiry::At(ns) => (2, ns),
+        }
+    }
+
+    pub const fn from_args(kind: u64, ns: u64) -> Option<TimerExpiry> {
+        match kind {
+            0 => Some(TimerExpiry::Disarmed),
+            1 => Some(TimerExpiry::After(ns)),
+            2 => Some(TimerExpiry::At(ns)),
+            _ => None,
+        }
+    }
+}

@@ -54,7 +54,7 @@ impl Choice {
             MutexLock | MutexTryLock | MutexUnlock | RwReadLock | RwWriteLock | RwTryReadLock | RwTryWriteLock | RwUnlock | Held | CondWait | CondSignal | CondBroadcast | BarrierInit | BarrierWait | OnceBegin
             | OnceDone | SemInit | SemWait | SemTryWait | SemPost | FutexWait | FutexWake | MemoryRead | MemoryWrite => ChoiceObject::Address(obj),
             ProcessStart | ThreadCreate | ThreadExit | ProcessFork | ProcessExec | Yield | EdgeQuantum | Probe | ClockRead => ChoiceObject::None,
-            ProcessExit | Fault | SignalArrived | SigSuspend | SigWait | FileLock | Unsupported => ChoiceObject::Word(obj),
+            ProcessExit | Fault | SignalArrived | SigSuspend | SigWait | FileLock | Unsupported | TimerCreate | TimerSet | TimerGet => ChoiceObject::Word(obj),
         }
     }
 }
@@ -113,6 +113,8 @@ pub mod kind {
     pub const EVENTFD: u64 = 6;
     pub const EPOLL: u64 = 7;
     pub const POLL: u64 = 8;
+    /// An eventfd standing for a `timerfd` (docs/time.md, "timerfd").
+    pub const TIMERFD: u64 = 9;
 }
 
 /// "No endpoint" in a described `obj`.
@@ -171,6 +173,7 @@ impl NetObject {
             kind::EVENTFD => "eventfd",
             kind::EPOLL => "epoll",
             kind::POLL => "poll",
+            kind::TIMERFD => "timerfd",
             _ => "fd",
         }
     }

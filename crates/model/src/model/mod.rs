@@ -26,6 +26,10 @@
 //! ([`Model::pause_group`]) stops a set of threads (a node's) the same way, all at once; its
 //! clock jump comes once the others cannot move (see `pause.rs`).
 //!
+//! Timers of `timerfd`s (`timerfds.rs`) belong to no thread: their deadlines count among the
+//! pending ones the clock jumps to, and the driver fires them ([`Model::fire_due_timers`]) before
+//! each decision, writing their expirations where the program reads them.
+//!
 //! Determinism: every collection that is iterated is ordered (BTreeMap / Vec in arrival order),
 //! so the same sequence of posts and choices yields the same enabled sets on every run.
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,6 +52,7 @@ mod robust;
 mod sharing;
 mod signals;
 mod thread;
+mod timerfds;
 #[cfg(test)]
 mod tests;
 
@@ -57,6 +62,7 @@ pub use objects::{SharedBacking, SharedLocation};
 use thread::{Phase, Thread};
 pub use signals::INTERRUPTED;
 pub use thread::ThreadStatus;
+pub use timerfds::{TimerId, TimerValue};
 
 /// Reads target memory (the scheduler implements it with `process_vm_readv`).
 pub trait MemoryReader {
@@ -108,6 +114,8 @@ pub struct Model {
     in_handler: BTreeMap<ThreadId, (Request, thread::Wait)>,
     /// Threads waiting for a file lock another holder has (see `file_locks.rs`).
     file_locks: file_locks::FileLockWaits,
+    /// The timers of `timerfd`s (see `timerfds.rs`).
+    timerfds: timerfds::TimerFds,
 }
 
 impl Model {
@@ -207,16 +215,62 @@ impl Model {
     }
 
     /// The earliest deadline still ahead of the clock among the live threads' timers, leaving
-    /// out `except`'s.
+    /// out `except`'s, and the `timerfd`s' (a paused thread's process's too: they fire while it
+    /// stands still).
     pub fn next_deadline(&self, except: Option<ThreadId>) -> Option<u64> {
-        self.next_deadline_outside(&|id| Some(id) == except)
+        self.next_deadline_outside(&|id| Some(id) == except, &|_| false)
     }
 
     /// The earliest deadline still ahead of the clock among the timers of the threads that are
-    /// not `inside`.
-    fn next_deadline_outside(&self, inside: &dyn Fn(ThreadId) -> bool) -> Option<u64> {
+    /// not `inside` and the `timerfd`s of the processes that are not `inside_process`.
+    fn next_deadline_outside(&self, inside: &dyn Fn(ThreadId) -> bool, inside_process: &dyn Fn(ProcessId) -> bool) -> Option<u64> {
         let now = self.clock.now();
-        self.threads.iter().filter(|(&id, _)| !inside(id)).filter_map(|(_, t)| ops::timer(t)).filter(|&d| d > now).min()
+        let threads = self.threads.iter().filter(|(&id, _)| !inside(id)).filter_map(|(_, t)| ops::timer(t)).filter(|&d| d > now).min();
+        // A timerfd's expiry can only end a wait on a descriptor (a read, poll, select or
+        // epoll_wait): with no such wait, it moves nothing, and threads stuck otherwise are
+        // deadlocked, not waiting for the clock. (Expirations the clock passes meanwhile are
+        // counted when the timer next fires.)
+        let waits_on_descriptors = self.threads.iter().any(|(&id, t)| !inside(id) && t.request().is_some_and(|r| r.op().is_net()));
+        let timerfds = self.timerfds.next_deadline(now, inside_process).filter(|_| waits_on_descriptors);
+        threads.into_iter().chain(timerfds).min()
+    }
+
+    /// The `timerfd`s of `threads`' processes: a node pause leaves them out of the clock's jump
+    /// (the node's own timers are late when it comes back).
+    fn processes_of(&self, threads: &[ThreadId]) -> BTreeSet<ProcessId> {
+        threads.iter().filter_map(|t| self.process_of(*t)).collect()
+    }
+
+    /// A new, disarmed `timerfd` timer created by `process`.
+    pub fn timer_create(&mut self, process: ProcessId) -> TimerId {
+        self.timerfds.create(process)
+    }
+
+    /// Arms `timer` to expire at virtual time `deadline` and every `interval_ns` after (0: once),
+    /// or disarms it (`None`). The previous setting; `None` for an unknown timer.
+    pub fn timer_set(&mut self, timer: TimerId, deadline: Option<u64>, interval_ns: u64) -> Option<TimerValue> {
+        self.timerfds.set(timer, deadline, interval_ns, self.clock.now())
+    }
+
+    /// The current setting of `timer`; `None` for an unknown timer.
+    pub fn timer_get(&self, timer: TimerId) -> Option<TimerValue> {
+        self.timerfds.get(timer, self.clock.now())
+    }
+
+    /// Forgets `timer`: no traced process holds its descriptor any more.
+    pub fn timer_forget(&mut self, timer: TimerId) {
+        self.timerfds.forget(timer);
+    }
+
+    /// Whether some `timerfd` timer is due (its deadline reached, not fired yet).
+    pub fn timerfd_due(&self) -> bool {
+        self.timerfds.any_due(self.clock.now())
+    }
+
+    /// Fires the `timerfd` timers that are due: each with its count of expirations, which the
+    /// driver adds to what the program reads from the timer's descriptor.
+    pub fn fire_due_timers(&mut self) -> Vec<(TimerId, u64)> {
+        self.timerfds.fire_due(self.clock.now())
     }
 
     /// Nothing can move: the clock jumps to the earliest pending deadline, whose timers are now
@@ -228,7 +282,9 @@ impl Model {
     pub fn jump_to_next_deadline(&mut self) -> Option<u64> {
         if self.paused.jump_due() {
             self.paused.jumped();
-            if let Some(deadline) = self.next_deadline_outside(&|id| self.paused.contains(id)).filter(|&d| self.before_pause_horizon(d)) {
+            let paused: Vec<ThreadId> = self.paused.threads().collect();
+            let processes = self.processes_of(&paused);
+            if let Some(deadline) = self.next_deadline_outside(&|id| self.paused.contains(id), &|p| processes.contains(&p)).filter(|&d| self.before_pause_horizon(d)) {
                 self.clock.advance_to(deadline);
             }
             return Some(self.clock.now());
@@ -267,7 +323,8 @@ impl Model {
     /// clock could move while they stand still.
     pub fn may_pause_group(&self, threads: &[ThreadId]) -> bool {
         let live = threads.iter().any(|t| self.threads.get(t).is_some_and(Thread::is_live));
-        live && !threads.iter().any(|&t| self.paused.contains(t)) && self.next_deadline_outside(&|id| threads.contains(&id)).is_some()
+        let processes = self.processes_of(threads);
+        live && !threads.iter().any(|&t| self.paused.contains(t)) && self.next_deadline_outside(&|id| threads.contains(&id), &|p| processes.contains(&p)).is_some()
     }
 
     /// The node pause: every one of `threads` stops being scheduled; the others go on, and once

@@ -352,6 +352,8 @@ impl Model {
             | Request::NetClose { .. }
             | Request::NetListen { .. }
             | Request::FifoOpen { .. } => Step::StayPending,
+            // Answered at once by the driver (its `timerfds`), never posted to the model.
+            Request::TimerCreate { .. } | Request::TimerSet { .. } | Request::TimerGet { .. } => Step::StayPending,
         }
     }
 

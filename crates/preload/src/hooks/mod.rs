@@ -31,6 +31,7 @@ pub mod spawn;
 pub mod sync;
 pub mod thread;
 pub mod time;
+pub mod timerfd;
 pub mod write_now;
 
 /// A pointer the program passed to a hooked libc function, forwarded unchanged to the real one.

@@ -13,6 +13,7 @@ use super::network::Network;
 use super::observations::Observations;
 use super::processes::ProcessTable;
 use super::target::Target;
+use super::timerfds::TimerFdTable;
 use super::world::{Advance, World, WorldReport};
 use super::ExecutionConfig;
 use crate::choice::{Choice, ChoiceKind, Decide, ProcessId};
@@ -85,6 +86,8 @@ pub(super) struct Execution<'a> {
     /// The world around the program (closed, a cluster, or outside peers); taken out while
     /// one of its hooks runs (see [`Execution::with_world`]).
     pub(super) world: Option<Box<dyn World>>,
+    /// Which eventfds stand for `timerfd`s (see `timerfds.rs`).
+    pub(super) timerfds: TimerFdTable,
 }
 
 impl<'a> Execution<'a> {
@@ -105,6 +108,7 @@ impl<'a> Execution<'a> {
             pending_end: None,
             signals_dirty: false,
             world: Some(world),
+            timerfds: TimerFdTable::default(),
         }
     }
 
@@ -143,6 +147,7 @@ impl<'a> Execution<'a> {
     fn turn(&mut self, decide: &mut dyn Decide, stop: &AtomicBool) -> Flow {
         self.quiet_point(stop)?;
         self.within_bounds()?;
+        self.timers_due()?;
         self.refresh_views()?;
         self.world_acts()?;
         let choices = self.choices(stop)?;
@@ -174,6 +179,15 @@ impl<'a> Execution<'a> {
             return end(Outcome::Interrupted); // where the recording was stopped
         }
         ControlFlow::Continue(())
+    }
+
+    /// Fires the `timerfd` timers the clock has reached, before the readiness views are taken
+    /// (see `timerfds.rs`).
+    fn timers_due(&mut self) -> Flow {
+        match self.fire_timers(0) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(outcome) => end(outcome),
+        }
     }
 
     /// Brings the network views up to date (and moves what waits at the world's edge).
@@ -210,7 +224,13 @@ impl<'a> Execution<'a> {
         // Nothing can run: the earliest timers become due. The decision follows at once, with
         // no look at the outside in between: input that comes after the jump belongs to the
         // next step, in the recording as in its replay (which jumps at the same step).
-        while choices.is_empty() && self.model.jump_to_next_deadline().is_some() {
+        // (Not once every thread is gone: a timerfd's deadline is no one's to wait for then.)
+        while choices.is_empty() && !self.model.live_threads().is_empty() && self.model.jump_to_next_deadline().is_some() {
+            if self.model.timerfd_due() {
+                // A timerfd fired: its readers see it once the turn starts again (fired, then
+                // probed), still before this step's decision.
+                return again();
+            }
             choices = self.model.choices();
         }
         self.add_pause_choices(&mut choices);
@@ -276,6 +296,7 @@ impl<'a> Execution<'a> {
         self.network.dirty = true;
         self.network.new_connections |= matches!(request.op(), Op::NetConnect | Op::NetAccept);
         if let Request::NetClose { fd, how: CloseHow::Close } = request {
+            self.timerfds.recheck = true; // the last descriptor of a timerfd?
             let process = self.processes.of(choice.thread).unwrap_or(0);
             self.with_world(|world, _| world.closed(process, fd));
         }

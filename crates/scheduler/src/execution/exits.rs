@@ -59,6 +59,7 @@ impl Execution<'_> {
         self.processes.exiting.retain(|&p| p != process);
         self.model.process_exited(process);
         self.network.dirty = true;
+        self.timerfds.recheck = true; // its descriptors are closed
         self.signals_may_be_pending(); // the parent's SIGCHLD
         self.with_world(|world, _| world.process_gone(process));
         let running = self.handoff.holder.as_ref().map(|h| h.thread).filter(|t| self.processes.threads.get(t) == Some(&process));

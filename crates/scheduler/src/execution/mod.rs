@@ -39,6 +39,7 @@ mod signals;
 mod target;
 #[cfg(test)]
 mod tests;
+mod timerfds;
 mod watchdog;
 mod world;
 

@@ -133,6 +133,14 @@ impl Execution<'_> {
                     return Some(Outcome::Uncontrolled { thread, syscall: "execve".into(), detail: format!("a statically linked program is about to start: {detail}") });
                 }
             }
+            Request::TimerCreate { .. } | Request::TimerSet { .. } | Request::TimerGet { .. } => {
+                // A timerfd call: answered with no decision and no step (see `timerfds.rs`).
+                match self.timer_request(thread, process, request) {
+                    Ok(result) => self.grant(thread, op, result),
+                    Err(outcome) => return Some(outcome),
+                }
+                return None;
+            }
             Request::Unsupported(call) => {
                 let pid = self.processes.records.get(&process).map_or(0, |p| p.pid);
                 return Some(unsupported(thread, pid, call));
@@ -175,8 +183,9 @@ impl Execution<'_> {
         self.model.process_replaced_image(process);
         // The exec closed the process's close-on-exec descriptors: a pipe whose last writer that
         // was now reads end-of-file (git's start_command waits for exactly that to learn that its
-        // child's exec succeeded).
+        // child's exec succeeded). A timerfd among them may be gone.
         self.network.dirty = true;
+        self.timerfds.recheck = true;
         self.observed.image_replaced(process);
     }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dara_abi::{state, Addr, Deadline, MutexKind, Request, StartKind};
+use dara_abi::{state, Addr, Deadline, MutexKind, NetFlags, Request, StartKind, TimerClock, TimerExpiry};
 use dara_tracer::reaper::{ExitEvent, ExitStatus};
 use dara_tracer::LaunchError;
 
@@ -219,6 +219,8 @@ struct Run {
     outcome: Outcome,
     /// The thread of each step, as recorded.
     steps: Vec<ThreadId>,
+    /// The virtual time of each step.
+    times: Vec<u64>,
     grants: Vec<(ThreadId, Request)>,
 }
 
@@ -240,8 +242,9 @@ fn drive(scripts: Vec<Vec<Request>>, max_steps: u64, decide: &mut dyn Decide) ->
     stop.store(true, Ordering::Relaxed);
     running.join().expect("the fake program ran");
     let steps = run.steps.iter().map(|s| s.choice.thread).collect();
+    let times = run.steps.iter().map(|s| s.now_ns).collect();
     let grants = grants.lock().unwrap().clone();
-    Run { outcome, steps, grants }
+    Run { outcome, steps, times, grants }
 }
 
 /// Two mutexes of this process (the model may read a mutex's memory).
@@ -337,4 +340,39 @@ fn a_choice_index_the_choices_do_not_have_is_a_divergence_at_that_step() {
     let run = drive(vec![vec![Request::Yield, Request::Yield, Request::ProcessExit { status: 0 }]], 100, &mut decide);
     assert!(matches!(&run.outcome, Outcome::Diverged { step: 2, .. }), "{:?}", run.outcome);
     assert_eq!(run.steps.len(), 2);
+}
+
+#[test]
+fn a_timerfd_fires_when_the_clock_jumps_to_its_deadline_and_its_reader_goes_on() {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    const MS: u64 = 1_000_000;
+    // The eventfd the preload would have made for the timer: this process's own.
+    // SAFETY: eventfd takes integers and returns a new descriptor or -1.
+    let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK) };
+    assert!(raw >= 0);
+    // SAFETY: a descriptor just made, owned by nobody else.
+    let eventfd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // Where the driver writes `timerfd_gettime`'s answer (in this process's memory).
+    let current = Box::new(libc::itimerspec { it_interval: libc::timespec { tv_sec: 9, tv_nsec: 9 }, it_value: libc::timespec { tv_sec: 9, tv_nsec: 9 } });
+    let script = vec![
+        Request::TimerCreate { fd: raw, clock: TimerClock::Monotonic },
+        Request::TimerSet { fd: raw, expiry: TimerExpiry::After(10 * MS), interval: 10 * MS, old: Addr(0) },
+        Request::NetRecv { fd: raw, flags: NetFlags(0), deadline: Deadline::Never, len: 8 },
+        Request::TimerGet { fd: raw, current: Addr(&*current as *const libc::itimerspec as u64) },
+        Request::ProcessExit { status: 0 },
+    ];
+    let mut decide = pick(oldest);
+    let run = drive(vec![script], 100, &mut decide);
+    assert_eq!(run.outcome, Outcome::Exited { code: 0, location: None });
+    // The timer calls are no steps: the start, the read (once the clock jumped to the deadline),
+    // the exit.
+    assert_eq!(run.steps.len(), 3, "{:?}", run.grants);
+    assert!((10 * MS..10 * MS + 10_000).contains(&run.times[1]), "the read went on at the deadline, not at {} ns", run.times[1]);
+    let mut count = [0u8; 8];
+    // SAFETY: reads 8 bytes into a live local buffer.
+    assert_eq!(unsafe { libc::read(eventfd.as_raw_fd(), count.as_mut_ptr().cast(), 8) }, 8);
+    assert_eq!(u64::from_ne_bytes(count), 1, "one expiration was written into the eventfd");
+    let left = current.it_value.tv_sec as u64 * 1_000 * MS + current.it_value.tv_nsec as u64;
+    assert_eq!((current.it_interval.tv_sec, current.it_interval.tv_nsec), (0, 10 * MS as i64), "the period");
+    assert!(left > 9 * MS && left <= 10 * MS, "the next expiry is a period after the first: {left} ns left");
 }

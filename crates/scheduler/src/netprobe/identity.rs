@@ -69,6 +69,16 @@ impl NetProbe {
         self.traced.insert(pid);
     }
 
+    /// `own`, dara's duplicate of an eventfd, stands for a `timerfd` (`timer`), or no longer
+    /// does (it is about to be closed).
+    pub fn timer_file(&mut self, own: i32, timer: bool) {
+        if timer {
+            self.timer_files.insert(own);
+        } else {
+            self.timer_files.remove(&own);
+        }
+    }
+
     /// dara sends datagrams to the program from a socket with this port (the relay).
     pub fn add_relay_port(&mut self, port: u16) {
         self.relay_ports.insert(port);
@@ -178,7 +188,7 @@ impl NetProbe {
             _ if rc != 0 => (ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64, kind::UNKNOWN),
             libc::S_IFSOCK => (st.st_ino, socket_kind(dup)),
             libc::S_IFIFO => (st.st_ino, kind::PIPE),
-            _ => (ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64, anon_kind(dup)),
+            _ => (ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64, self.timer_or(anon_kind(dup), dup)),
         };
         let id = self.id_of(inode_key);
         let key = if k == kind::TCP || k == kind::UDP { inet_key(dup, k) } else { None };
@@ -199,6 +209,16 @@ impl NetProbe {
             self.stable.insert(st.st_ino, ep);
         }
         ep
+    }
+
+    /// `kind`, or [`kind::TIMERFD`] for an eventfd that stands for a timerfd.
+    fn timer_or(&self, k: u64, dup: &OwnedFd) -> u64 {
+        let timer = k == kind::EVENTFD && same_file_as_any(dup, &self.timer_files);
+        if timer {
+            kind::TIMERFD
+        } else {
+            k
+        }
     }
 
     /// The logical id of the object with this key (an inode, or an anonymous inode's key), given

@@ -91,7 +91,7 @@ use sockets::*;
 pub use ledger::OwnReceived;
 pub(crate) use identity::AddressPair;
 pub(crate) use ledger::{wait_acknowledged, wait_queued};
-pub(crate) use sockets::{accept_queue, addresses, backlog_full, bytes_received, reset, send_window, socket_address};
+pub(crate) use sockets::{accept_queue, addresses, backlog_full, bytes_received, reset, same_file, send_window, socket_address};
 
 
 /// A delivery the kernel never showed, or a probe that failed: ends the run.
@@ -141,6 +141,10 @@ pub struct NetProbe {
     split: BTreeMap<u16, std::net::SocketAddr>,
     /// Non-blocking connects whose SYN a full listener dropped (see `backlog`).
     parked: Vec<backlog::ParkedConnect>,
+    /// dara's own duplicates of the eventfds that stand for `timerfd`s (owned by the execution's
+    /// timer table, which takes a descriptor out before it closes it): an eventfd that is the
+    /// same file as one of them is listed as a timerfd.
+    timer_files: BTreeSet<i32>,
 }
 
 impl NetProbe {
@@ -212,7 +216,12 @@ impl NetProbe {
                     }
                     (true, _) => peek(&dup, &mut preview),
                 };
-                let avail = if ready { inq(&dup).max(peeked as i64) } else { -(libc::EAGAIN as i64) };
+                let avail = match (ready, ep.kind) {
+                    (false, _) => -(libc::EAGAIN as i64),
+                    // A timerfd's read returns its 8-byte count of expirations.
+                    (true, kind::TIMERFD) => 8,
+                    (true, _) => inq(&dup).max(peeked as i64),
+                };
                 let size = match *request {
                     R::NetRecv { len, .. } if avail >= 0 => avail.min(len as i64),
                     _ => i64::from(ready),

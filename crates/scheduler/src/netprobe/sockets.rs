@@ -106,6 +106,24 @@ pub(super) fn anon_kind(fd: &OwnedFd) -> u64 {
     }
 }
 
+/// Whether descriptor `fd` of process `pid` names the same open file as `own`, one of dara's
+/// descriptors (`kcmp` with `KCMP_FILE`; false when `pid` or `fd` is gone).
+pub(crate) fn same_file(pid: u32, fd: i32, own: &impl AsRawFd) -> bool {
+    same_file_raw(pid, fd, own.as_raw_fd())
+}
+
+fn same_file_raw(pid: u32, fd: i32, own: i32) -> bool {
+    const KCMP_FILE: libc::c_long = 0;
+    // SAFETY: kcmp takes two pids, a type and two descriptor numbers; it only compares.
+    let rc = unsafe { libc::syscall(libc::SYS_kcmp, pid as libc::c_long, std::process::id() as libc::c_long, KCMP_FILE, fd as libc::c_long, own as libc::c_long) };
+    rc == 0
+}
+
+/// Whether `fd` (dara's own) names the same open file as one of dara's descriptors `among`.
+pub(super) fn same_file_as_any(fd: &OwnedFd, among: &BTreeSet<i32>) -> bool {
+    among.iter().any(|&own| same_file_raw(std::process::id(), fd.as_raw_fd(), own))
+}
+
 /// An integer socket option of `fd`, if it has it.
 pub(super) fn sockopt_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int) -> Option<libc::c_int> {
     let mut value: libc::c_int = 0;
@@ -217,4 +235,28 @@ pub(super) fn read_pollfds(pid: u32, addr: u64, n: usize) -> Option<Vec<libc::po
     // SAFETY: the local iovec covers our own vector; the remote one is interpreted in the target.
     let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
     (got == bytes as isize).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duplicate_is_the_same_file_and_another_eventfd_is_not() {
+        // SAFETY: eventfd and dup take integers and return new descriptors (or -1).
+        let (a, b) = unsafe { (libc::eventfd(0, 0), libc::eventfd(0, 0)) };
+        // SAFETY: as above.
+        let a2 = unsafe { libc::dup(a) };
+        assert!(a >= 0 && b >= 0 && a2 >= 0);
+        // SAFETY: descriptors just made, owned by nobody else.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(a), OwnedFd::from_raw_fd(b)) };
+        let me = std::process::id();
+        assert!(same_file(me, a2, &a));
+        assert!(!same_file(me, a2, &b));
+        assert!(same_file_as_any(&a, &[b.as_raw_fd(), a2].into_iter().collect()));
+        assert!(!same_file_as_any(&b, &[a.as_raw_fd(), a2].into_iter().collect()));
+        // SAFETY: closes the duplicate made above, owned by nobody else.
+        unsafe { libc::close(a2) };
+        assert!(!same_file(me, a2, &a), "a closed descriptor names nothing");
+    }
 }

@@ -212,3 +212,29 @@ fn a_node_pause_needs_a_timer_ahead_outside_the_node() {
     assert!(!s.m.is_paused(1));
     assert!(!s.m.may_pause_group(&[]), "a node with no live thread");
 }
+
+#[test]
+fn the_clock_jumps_to_a_timerfd_only_for_a_thread_that_waits_on_a_descriptor() {
+    let mut s = Sim::at_deadlines(2);
+    let timer = s.m.timer_create(0);
+    s.m.timer_set(timer, Some(10_000_000), 10_000_000);
+    // Thread 1 waits for a lock thread 2 holds, thread 2 for a signal: no expiry can wake them.
+    assert_eq!(s.lock(2, M, mutex_kind::NORMAL), grant(0));
+    s.post(1, Op::MutexLock, [M, mutex_kind::NORMAL, NO_DEADLINE, 0]);
+    s.post(2, Op::SigSuspend, [0; 4]);
+    assert!(s.m.choices().is_empty());
+    assert_eq!(s.m.next_deadline(None), None, "a deadlock, not a wait for the clock");
+    assert_eq!(s.m.jump_to_next_deadline(), None);
+
+    // A thread blocked on a descriptor (the timer's, for all the model knows) makes it count.
+    let mut s = Sim::at_deadlines(1);
+    let timer = s.m.timer_create(0);
+    s.m.timer_set(timer, Some(10_000_000), 10_000_000);
+    s.post(1, Op::NetRecv, [3, 0, NO_DEADLINE, 8]);
+    assert_eq!(s.m.next_deadline(None), Some(10_000_000));
+    assert_eq!(s.m.jump_to_next_deadline(), Some(10_000_000));
+    assert!(s.m.timerfd_due());
+    assert_eq!(s.m.fire_due_timers(), vec![(timer, 1)]);
+    assert!(!s.m.timerfd_due());
+    assert_eq!(s.m.next_deadline(None), Some(20_000_000), "armed for the next period");
+}
