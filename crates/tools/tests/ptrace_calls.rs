@@ -92,3 +92,54 @@ fn a_go_program_starting_a_dynamically_linked_one_is_refused_clearly() {
     assert!(run.text().contains("/bin/true needs dara's preload"), "{}", run.text());
     assert_no_survivors(&spawn);
 }
+
+/// A Go server on port 0 (tests/fixtures/go/echo0), recorded with two clients from outside: the
+/// agent splits its listener as the preload does, so the port it prints (its listener's
+/// `getsockname`) is the public one dara keeps, both clients are relayed and recorded, and the
+/// recording replays with nobody outside.
+#[test]
+fn a_go_server_on_port_0_is_recorded_with_clients_from_outside_and_replays() {
+    use std::io::{BufRead, BufReader, Write};
+    let echo = go::go_fixture("echo0");
+    let out = out_dir("ptrace-echo0-outside");
+    let log = out.join("run.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-o", out.to_str().unwrap(), "--"])
+        .arg(&echo)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let port = (0..2400).find_map(|_| {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let port = text.lines().find_map(|l| l.strip_prefix("echo0: listening on ")).and_then(|p| p.trim().parse::<u16>().ok());
+        if port.is_none() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        port
+    });
+    let talk = |port: u16, line: &str| -> String {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        writeln!(stream, "{line}").unwrap();
+        let mut answer = String::new();
+        BufReader::new(stream).read_line(&mut answer).unwrap();
+        answer.trim().to_string()
+    };
+    let answers = port.map(|p| [talk(p, "hello"), talk(p, "dara"), talk(p, "quit")]);
+    let status = wait_at_most(&mut child, Duration::from_secs(120));
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(port.is_some(), "echo0 never said its port\n{text}");
+    assert_eq!(answers.unwrap(), ["HELLO", "DARA", "BYE"], "{text}");
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{text}");
+    let trace = dara_scheduler::trace::read_file(&out.join("trace.bin")).unwrap();
+    let connects = trace.outside.iter().filter(|e| matches!(e.what, dara_scheduler::outside::OutsideWhat::Connect { .. })).count();
+    assert_eq!(connects, 3, "every client was relayed and recorded");
+    replays_identically(&out.join("trace.bin"));
+    assert_no_survivors(&echo);
+}
