@@ -14,7 +14,7 @@ const PEEK_RACE: &str = "data race: read at main.go:51 in main.main, write at ma
 
 #[test]
 fn a_go_data_race_is_found_by_its_two_sites_and_replayed() {
-    let program = go::go_fixture_with("peek", &["-race"]);
+    let program = private_copy(&go::go_fixture_with("peek", &["-race"]), "go-race-peek");
     assert!(go::has_interpreter(&program), "a -race build links cgo");
     let out = out_dir("go-race-peek");
     let run = search_with(&out, "random", 1, 20, &program, &["--keep-going"]);

@@ -13,7 +13,7 @@ use common::*;
 /// A static C lost update (the preload cannot enter it): found through the preemption probes at
 /// libc's own `pthread_mutex_lock`/`unlock`, replayed, the same with the same seed; its twin clean.
 fn static_lost_update(build: fn(&str) -> std::path::PathBuf, libc: &str, shows: &str) {
-    let program = build("lost_update");
+    let program = private_copy(&build("lost_update"), &format!("ptrace-lost-update-{libc}"));
     let first = out_dir(&format!("ptrace-lost-update-{libc}"));
     let run = search(&first, "pct:3", 1, 50, &program);
     assert_eq!(run.code, 1, "{libc}: the lost update was not found\n{}", run.text());
@@ -43,7 +43,7 @@ fn a_musl_static_lost_update_is_found_replayed_and_its_twin_is_clean() {
 /// A Go bug is found within `runs` random executions, named by Go's own message, replayed; the
 /// same seed finds it again identically; the twin runs clean.
 fn go_bug(bug: GoBug, runs: u64, twin_runs: u64) {
-    let program = go::go_fixture(bug.name);
+    let program = private_copy(&go::go_fixture(bug.name), &format!("ptrace-go-{}", bug.name));
     let out = out_dir(&format!("ptrace-go-{}", bug.name));
     let run = search(&out, "random", 1, runs, &program);
     assert_eq!(run.code, 1, "{}: not found in {runs} executions\n{}", bug.name, run.text());
@@ -127,7 +127,7 @@ fn observes_the_same(program: &std::path::Path, how: &str) {
 /// script checks both sums; 10 executions clean, the last one replayed with `--verify`.
 #[test]
 fn a_bash_script_running_a_static_helper_is_one_schedule() {
-    let helper = fixture_with("static_helper", &["-static"]);
+    let helper = private_copy(&fixture_with("static_helper", &["-static"]), "ptrace-static-helper");
     let script = repo_root().join("tests/fixtures/scripts/static_helper_test.sh");
     let out = out_dir("ptrace-static-helper-script");
     let args = ["-q", "-o", out.to_str().unwrap(), "--seed", "1", "--runs", "10", "--epoch", SEARCH_EPOCH, "--", script.to_str().unwrap(), helper.to_str().unwrap()];
@@ -154,7 +154,7 @@ fn a_go_key_value_stale_read_is_found_through_its_messages_and_replayed() {
         let args = ["-q", "-o", out.to_str().unwrap(), "--strategy", "pct:3", "--seed", "1", "--runs", runs, "--epoch", SEARCH_EPOCH, "--no-minimize", "--", script.to_str().unwrap(), kv.to_str().unwrap(), &primary, &backup];
         (dara_trace(&args, Duration::from_secs(600)), out)
     };
-    let kv = go::go_fixture(go::KV.name);
+    let kv = private_copy(&go::go_fixture(go::KV.name), "ptrace-go-kv");
     let (run, out) = search(&kv, "ptrace-go-kv-stale-read", "40");
     assert_eq!(run.code, 1, "the stale read was not found in 40 executions\n{}", run.text());
     assert!(run.stdout.contains(go::KV.prints), "found as something else\n{}", run.text());
@@ -169,7 +169,7 @@ fn a_go_key_value_stale_read_is_found_through_its_messages_and_replayed() {
     assert_eq!(again.code, 1, "{}", again.text());
     same_decisions(&bug, &again_out.join("bug-0001/trace.bin"));
 
-    let twin = go::go_twin(go::KV.name);
+    let twin = private_copy(&go::go_twin(go::KV.name), "ptrace-go-kv-ok");
     let (run, out) = search(&twin, "ptrace-go-kv-ok", "20");
     assert_eq!(run.code, 0, "a false bug in the twin\n{}", run.text());
     common::real::replays_identically(&out.join("trace.bin"));

@@ -100,7 +100,7 @@ fn a_go_program_starting_a_dynamically_linked_one_is_refused_clearly() {
 #[test]
 fn a_go_server_on_port_0_is_recorded_with_clients_from_outside_and_replays() {
     use std::io::{BufRead, BufReader, Write};
-    let echo = go::go_fixture("echo0");
+    let echo = private_copy(&go::go_fixture("echo0"), "ptrace-echo0");
     let out = out_dir("ptrace-echo0-outside");
     let log = out.join("run.log");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dara-trace"))
