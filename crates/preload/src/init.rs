@@ -31,7 +31,8 @@ extern "C" fn dara_preload_init(
     real::resolve_all();
     // Read the environment from `envp`, not `getenv`: with `-z initfirst` (build.rs) this runs
     // before libc's own constructor has set `environ`.
-    crate::process::remember_environment(envp);
+    // SAFETY: the environment glibc passes the constructor, before any other thread exists.
+    unsafe { crate::process::remember_environment(envp) };
     let Some(path) = crate::process::region_path() else {
         return; // Not under dara: stay inert.
     };

@@ -290,7 +290,10 @@ unsafe impl Sync for SavedCell {}
 static SAVED: SavedCell = SavedCell(UnsafeCell::new(SavedEnv { preload: [0; ENTRY_MAX], shm: [0; ENTRY_MAX], active: [0; ENTRY_MAX] }));
 
 /// Copies dara's environment entries from `envp` (constructor only, single-threaded).
-pub fn remember_environment(envp: *const *const c_char) {
+///
+/// # Safety
+/// `envp` is null or a null-terminated array of NUL-terminated strings, and no other thread runs.
+pub unsafe fn remember_environment(envp: *const *const c_char) {
     // SAFETY: called once from the constructor, before any other thread runs; nothing reads
     // SAVED concurrently.
     let saved = unsafe { &mut *SAVED.0.get() };
