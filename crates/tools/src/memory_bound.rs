@@ -9,7 +9,7 @@
 //! lock or unwind: it writes a preformatted line with `write(2)` and calls `_exit(2)`. The
 //! traced processes die with dara (`PR_SET_PDEATHSIG`), the shared region is a memfd.
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Default bound, in MiB: far above what a replay needs (tens of MB for a recorded server), far
@@ -65,7 +65,18 @@ fn untake_if_null(ptr: *mut u8, size: usize) -> *mut u8 {
     ptr
 }
 
+/// Set by the first thread that stops the process: two threads passing the bound at once said
+/// the line twice (seen once in a full run of the suite).
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
 fn stop() -> ! {
+    if STOPPING.swap(true, Ordering::SeqCst) {
+        // Another thread says the line and exits the process; wait for that.
+        loop {
+            // SAFETY: pause(2) neither allocates nor takes locks.
+            unsafe { libc::pause() };
+        }
+    }
     let message: &[u8] = MESSAGE.get().map_or(FALLBACK_MESSAGE, |m| m);
     // SAFETY: write(2) of a buffer that lives as long as the process and _exit(2) neither
     // allocate nor take locks, so they are sound inside the allocator, on any thread, with any
