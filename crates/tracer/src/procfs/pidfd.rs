@@ -10,6 +10,13 @@ pub fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
     (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// The file status and descriptor flags of descriptor `fd` of `pid` (`flags:` in its fdinfo,
+/// octal: `O_NONBLOCK`, `O_CLOEXEC`, ...); None if it is gone.
+pub fn descriptor_flags(pid: i32, fd: i32) -> Option<i32> {
+    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).ok()?;
+    info.lines().find_map(|l| l.strip_prefix("flags:")).and_then(|f| i32::from_str_radix(f.trim(), 8).ok())
+}
+
 /// SIGKILLs the process behind a pidfd (never a recycled pid).
 pub fn pidfd_kill(fd: &std::os::fd::OwnedFd) {
     pidfd_signal(fd, libc::SIGKILL);

@@ -144,7 +144,7 @@ impl Agent {
     fn open_twin(&mut self, tid: i32, pid: i32, process: u32, fd: i32, backlog: i32) -> Result<(i32, bool), String> {
         let public = Socket::of(pid, fd).ok_or("the socket is gone")?;
         let (mut address, len) = public.local_address().ok_or("it has no address")?;
-        let family = i32::from(address.ss_family);
+        let (family, public_port) = (i32::from(address.ss_family), port_of(&address));
         let scratch = self.scratch_page(tid, process)?;
         let call = |nr: i64, args: [u64; 6]| inject::syscall_after_call(tid, nr, args).map_err(|e| e.to_string());
         let twin = call(libc::SYS_socket, [family as u64, (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64, 0, 0, 0, 0])?;
@@ -180,7 +180,6 @@ impl Agent {
         }
         let twin = twin as i32;
         let twin_port = Socket::of(pid, twin).and_then(|s| s.local_address()).map_or(0, |(a, _)| port_of(&a));
-        let public_port = port_of(&address_of(&public));
         let splits = self.processes.listeners.splits.entry(process).or_default();
         splits.retain(|s| s.fd != fd);
         splits.push(Split { fd, twin_port, public_port });
@@ -227,11 +226,9 @@ fn show_public_port(pid: i32, addr: u64, split: Split) {
     }
 }
 
-/// Whether descriptor `fd` of `pid` is close-on-exec (`flags:` in its fdinfo, octal).
+/// Whether descriptor `fd` of `pid` is close-on-exec.
 fn close_on_exec(pid: i32, fd: i32) -> bool {
-    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default();
-    let flags = info.lines().find_map(|l| l.strip_prefix("flags:")).and_then(|f| u32::from_str_radix(f.trim(), 8).ok()).unwrap_or(0);
-    flags & libc::O_CLOEXEC as u32 != 0
+    crate::procfs::descriptor_flags(pid, fd).is_some_and(|f| f & libc::O_CLOEXEC != 0)
 }
 
 fn set_port(address: &mut libc::sockaddr_storage, port: u16) {
@@ -244,23 +241,12 @@ fn port_of(address: &libc::sockaddr_storage) -> u16 {
     u16::from_be(unsafe { (*(address as *const libc::sockaddr_storage as *const libc::sockaddr_in)).sin_port })
 }
 
-fn address_of(socket: &Socket) -> libc::sockaddr_storage {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    socket.local_address().map_or(unsafe { std::mem::zeroed() }, |(a, _)| a)
-}
-
 /// The agent's own duplicate of a descriptor of a traced process (`pidfd_getfd`).
 struct Socket(OwnedFd);
 
 impl Socket {
     fn of(pid: i32, fd: i32) -> Option<Socket> {
-        // SAFETY: pidfd_open takes a pid and flags; the result is a new descriptor we own.
-        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if pidfd < 0 {
-            return None;
-        }
-        // SAFETY: as above; both descriptors are ours to own.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+        let pidfd = crate::procfs::pidfd_open(pid as u32)?;
         // SAFETY: pidfd_getfd takes two descriptors and flags; it returns a new descriptor.
         let dup = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
         // SAFETY: a new descriptor of ours.

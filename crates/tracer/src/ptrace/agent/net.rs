@@ -62,8 +62,7 @@ pub fn descriptor(pid: i32, fd: i32, output_pipes: [u64; 2]) -> Descriptor {
 
 /// Whether `fd` of `pid` was opened `O_NONBLOCK` (its `fdinfo` flags, in octal).
 fn nonblocking(pid: i32, fd: i32) -> bool {
-    let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) else { return false };
-    info.lines().find_map(|l| l.strip_prefix("flags:")).and_then(|f| i64::from_str_radix(f.trim(), 8).ok()).is_some_and(|f| f & libc::O_NONBLOCK as i64 != 0)
+    crate::procfs::descriptor_flags(pid, fd).is_some_and(|f| f & libc::O_NONBLOCK != 0)
 }
 
 fn flags(nonblock: bool) -> NetFlags {
