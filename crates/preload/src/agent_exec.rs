@@ -9,14 +9,15 @@
 //! process's own filter too (filters cannot be removed): the agent answers the calls it traps,
 //! and runs the others from a stub at the address this filter lets through
 //! ([`sys::return_address`]).
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::AtomicU32;
 
 use dara_abi::agent::{self, SeizeRequest};
-use dara_abi::handoff::{self, Futex, Waited};
+use dara_abi::handoff::{Futex, Waited};
 use dara_abi::{Addr, Request, Unsupported};
 use libc::{c_long, timespec};
 
-use crate::gate::{self, Gated};
+use crate::gate::Gated;
+use crate::process::ExecSlot;
 use crate::{region, sys};
 
 /// Seconds the thread waits for the agent to attach.
@@ -27,16 +28,9 @@ const PATIENCE_SECONDS: u32 = 30;
 pub fn exec(gate: &Gated, nr: c_long, a: [u64; 6], path: u64) -> i64 {
     gate.post(Request::ProcessExec { via_agent: true });
     let Some(header) = region::header() else { return -(libc::ENOEXEC as i64) };
-    let process = region::process();
-    let Some(entry) = header.processes.get(process as usize) else { return -(libc::ENOEXEC as i64) };
-    let index = handoff::next_free(&header.next_slot);
-    let Some(slot) = region::slot(index) else { return -(libc::EAGAIN as i64) };
-    let (pid, tid) = sys::host_ids();
-    slot.process.store(process, Ordering::Relaxed);
-    slot.pid.store(pid, Ordering::Relaxed);
-    handoff::claim(slot);
-    entry.exec_slot.store(index + 1, Ordering::Release);
-    let request = SeizeRequest { tid, process: Some(process), exec_slot: Some(index), allowed_ip: Some(sys::return_address()) };
+    // The agent gives the new image the program's signal mask, which the claim leaves in the slot.
+    let Some(claim) = ExecSlot::claim() else { return -(libc::EAGAIN as i64) };
+    let request = SeizeRequest { tid: sys::host_ids().1, process: Some(region::process()), exec_slot: Some(claim.index), allowed_ip: Some(sys::return_address()) };
     let rc = match agent::ask(&header.agent, request, &Seconds, PATIENCE_SECONDS) {
         Ok(()) => {
             install_agent_filter();
@@ -52,9 +46,7 @@ pub fn exec(gate: &Gated, nr: c_long, a: [u64; 6], path: u64) -> i64 {
     };
     // Still here: the exec failed. The thread goes on with the error (traced by the agent, which
     // lets a thread it does not know run on).
-    entry.exec_slot.store(0, Ordering::Release);
-    handoff::finish(slot);
-    gate::wake_scheduler();
+    claim.release();
     rc
 }
 

@@ -223,8 +223,7 @@ impl Drop for Gated {
         INSIDE.with(|g| g.set(false));
         if let Some(mask) = PARKED_SAVED.with(|m| m.take()) {
             if !IN_TRAP.with(|t| t.get()) {
-                // SAFETY: rt_sigprocmask reads one live 8-byte set.
-                unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &mask as *const u64 as u64, 0, 8]) };
+                sys::set_signal_mask(mask);
             }
         }
     }
@@ -247,8 +246,8 @@ impl Gated {
         self.tell_signals(mask);
         PARKED_SAVED.with(|m| m.set(None));
         INSIDE.with(|g| g.set(false));
-        // SAFETY: rt_sigprocmask reads one live 8-byte set; handlers run on its return.
-        unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &mask as *const u64 as u64, 0, 8]) };
+        // Handlers run as this returns.
+        sys::set_signal_mask(mask);
         INSIDE.with(|g| g.set(true));
     }
 }

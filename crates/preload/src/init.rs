@@ -70,6 +70,9 @@ extern "C" fn dara_preload_init(
             SETUP_FAILED,
         )
     };
+    // An exec'd image starts with the mask its program had at the execve (read before the
+    // first post overwrites it); a launched one keeps the one it was started with.
+    let start_mask = (kind == StartKind::Exec).then(|| crate::process::exec_start_mask(slot));
     // glibc passes the initial stack's environment array: it lies above every frame the main
     // thread will ever have (_start's included), so it bounds the main thread's own stack.
     crate::process::become_main_thread(slot, index, process, envp as usize);
@@ -99,4 +102,10 @@ extern "C" fn dara_preload_init(
     crate::stop_world::detect_runtime();
     entropy::seed_process(entry.random_seed.load(Ordering::Acquire));
     entropy::overwrite_at_random();
+    // Last, holding the run token: a signal that reached the old image while it was parked at
+    // its exec is pending, and the new image (whose handlers the exec reset) takes its default
+    // action now, as the kernel would have delivered it on the way out of the exec.
+    if let Some(mask) = start_mask {
+        sys::set_signal_mask(mask);
+    }
 }

@@ -20,7 +20,7 @@ const fn bit(sig: libc::c_int) -> u64 {
 }
 
 /// Signals no mask can hold: the kernel ignores SIGKILL and SIGSTOP, dara keeps SIGSYS.
-const NEVER_BLOCKED: u64 = bit(libc::SIGKILL) | bit(libc::SIGSTOP) | bit(libc::SIGSYS);
+pub(crate) const NEVER_BLOCKED: u64 = bit(libc::SIGKILL) | bit(libc::SIGSTOP) | bit(libc::SIGSYS);
 
 /// The size of the kernel's signal set (64 signals), the only `sigsetsize` it accepts.
 const KERNEL_SIGSET_BYTES: u64 = 8;

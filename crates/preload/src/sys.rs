@@ -195,6 +195,21 @@ pub fn futex_wake(word: &AtomicU32, n: u32) -> i64 {
     }
 }
 
+/// The calling thread's signal mask (the kernel's 64-signal word).
+pub fn signal_mask() -> u64 {
+    let mut mask: u64 = 0;
+    // SAFETY: rt_sigprocmask with no new set writes the current one into a live 8-byte local.
+    unsafe { syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_BLOCK as u64, 0, &mut mask as *mut u64 as u64, 8]) };
+    mask
+}
+
+/// Makes `mask` the calling thread's signal mask; signals it lets through that are pending are
+/// delivered as this returns.
+pub fn set_signal_mask(mask: u64) {
+    // SAFETY: rt_sigprocmask reads one live 8-byte set.
+    unsafe { syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &mask as *const u64 as u64, 0, 8]) };
+}
+
 /// Ends the whole process at once, without running atexit handlers or flushing stdio.
 pub fn exit_group(code: i32) -> ! {
     // SAFETY: exit_group takes a plain integer and does not return.

@@ -268,3 +268,22 @@ fn a_ctrl_c_that_ends_a_recorded_program_is_no_bug() {
     assert!(verify.stdout.contains("stopped by SIGINT") && verify.stdout.contains("(same as recorded)"), "{}", verify.text());
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
+
+/// A program that catches SIGINT and SIGCHLD and blocks SIGUSR1 execs another (itself, and a
+/// static build of itself that dara's ptrace agent runs): the new image starts with SIGUSR1
+/// blocked and nothing else, as with the kernel alone, in every execution; replay verifies.
+#[test]
+fn an_exec_keeps_the_program_s_signal_mask_and_no_more() {
+    let program = private_copy(&fixture("sig_exec_mask"), "sig_exec_mask");
+    let static_build = private_copy(&fixture_with("sig_exec_mask", &["-static"]), "sig_exec_mask-static");
+    for (name, image) in [("dynamic", &program), ("static", &static_build)] {
+        let out = out_dir(&format!("sig_exec_mask-{name}"));
+        let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--runs", "3", "--epoch", SEARCH_EPOCH, "--", program.to_str().unwrap(), image.to_str().unwrap()], Duration::from_secs(120));
+        assert_eq!(run.code, 0, "{name}: {}", run.text());
+        assert_eq!(run.stdout.matches("the exec kept the mask (SIGUSR1 blocked)").count(), 3, "{name}: {}", run.text());
+        let verify = dara_replay(&["--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(verify.code, 0, "{name}: {}", verify.text());
+    }
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}

@@ -78,6 +78,21 @@ impl Registers {
     }
 }
 
+/// The signal mask of stopped tracee `tid` (the kernel's 64-signal word).
+pub fn signal_mask(tid: i32) -> io::Result<u64> {
+    let mut mask: u64 = 0;
+    // SAFETY: PTRACE_GETSIGMASK writes `size_of::<u64>()` bytes into the live local.
+    let rc = unsafe { libc::ptrace(libc::PTRACE_GETSIGMASK, tid, std::mem::size_of::<u64>(), &mut mask as *mut u64) };
+    if rc == -1 { Err(io::Error::last_os_error()) } else { Ok(mask) }
+}
+
+/// Sets the signal mask of stopped tracee `tid`; it takes effect when the tracee runs.
+pub fn set_signal_mask(tid: i32, mask: u64) -> io::Result<()> {
+    // SAFETY: PTRACE_SETSIGMASK reads `size_of::<u64>()` bytes from the live local.
+    let rc = unsafe { libc::ptrace(libc::PTRACE_SETSIGMASK, tid, std::mem::size_of::<u64>(), &mask as *const u64) };
+    if rc == -1 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
 /// Reads `buf.len()` bytes at `addr` in process `pid`.
 pub fn read(pid: i32, addr: u64, buf: &mut [u8]) -> io::Result<()> {
     let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };

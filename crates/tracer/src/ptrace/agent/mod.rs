@@ -344,6 +344,10 @@ impl Agent {
         };
         slot.process.store(process, std::sync::atomic::Ordering::Relaxed);
         slot.pid.store(pid as u32, std::sync::atomic::Ordering::Relaxed);
+        // The new image starts with this thread's mask (see `exec_stop`), as a preload's exec
+        // leaves it in the slot it claims.
+        let mask = crate::ptrace::remote::signal_mask(tid).unwrap_or(0);
+        slot.program_mask.store(mask, std::sync::atomic::Ordering::Relaxed);
         dara_abi::handoff::claim(slot);
         let allowed_ip = self.processes.allowed_ip.get(&process).copied();
         self.seized.insert(tid, SeizeRequest { tid: tid as u32, process: Some(process), exec_slot: Some(index), allowed_ip });
@@ -545,6 +549,13 @@ impl Agent {
         if kind == StartKind::Launched {
             dara_abi::handoff::claim(slot);
             self.processes.started(process, tid, &self.region);
+        } else {
+            // The exec'ing thread left the program's mask at its execve in the slot; the
+            // thread's mask at the exec was dara's (a preload's SIGSYS handler, parked).
+            let mask = slot.program_mask.load(std::sync::atomic::Ordering::Relaxed);
+            if let Err(e) = crate::ptrace::remote::set_signal_mask(tid, mask) {
+                eprintln!("dara-agent: cannot set the signal mask of process {tid} after its exec: {e}");
+            }
         }
         if let Some(ip) = request.allowed_ip {
             self.processes.allowed_ip.insert(process, ip);
