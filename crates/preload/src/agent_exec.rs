@@ -17,7 +17,7 @@ use dara_abi::{Addr, Request, Unsupported};
 use libc::{c_long, timespec};
 
 use crate::gate::Gated;
-use crate::process::ExecSlot;
+use crate::exec_slot::ExecSlot;
 use crate::{region, sys};
 
 /// Seconds the thread waits for the agent to attach.

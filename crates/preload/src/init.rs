@@ -72,7 +72,7 @@ extern "C" fn dara_preload_init(
     };
     // An exec'd image starts with the mask its program had at the execve (read before the
     // first post overwrites it); a launched one keeps the one it was started with.
-    let start_mask = (kind == StartKind::Exec).then(|| crate::process::exec_start_mask(slot));
+    let start_mask = (kind == StartKind::Exec).then(|| crate::exec_slot::exec_start_mask(slot));
     // glibc passes the initial stack's environment array: it lies above every frame the main
     // thread will ever have (_start's included), so it bounds the main thread's own stack.
     crate::process::become_main_thread(slot, index, process, envp as usize);

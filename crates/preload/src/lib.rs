@@ -39,7 +39,7 @@
 //!    `fdguard`, `dispositions`, `fault::program_action`, `sigmask`, `trap`, `exec_image`
 //! 2. handoff: `unposted`, `gate`
 //! 3. services over the handoff: `interrupt`, `vclock`, `timecalls`, `tsc`, `thread_end`,
-//!    `agent_exec`, `process`, `fault`, `coverage`, `access`
+//!    `exec_slot`, `agent_exec`, `process`, `fault`, `coverage`, `access`
 //! 4. entry points: `hooks`, `trapped`, `vdso`, `init`
 //!
 //! Without `DARA_SHM` in the environment the library is inert: the constructor returns at once
@@ -63,6 +63,7 @@ pub mod coverage;
 pub mod dispositions;
 pub mod entropy;
 pub mod exec_image;
+pub mod exec_slot;
 pub mod fault;
 pub mod fd;
 pub mod fdguard;
