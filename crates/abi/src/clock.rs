@@ -10,6 +10,11 @@
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 
+/// In coarse mode (a recording), how many clock reads in a row a thread answers from its last
+/// grant's virtual time before the next one posts: a thread spinning on the clock still yields,
+/// and sees time move, every this many reads. The preload and the ptrace agent both count so.
+pub const READS_PER_POST: u32 = 8;
+
 /// Kernel clock ids.
 pub mod id {
     pub const REALTIME: i32 = 0;

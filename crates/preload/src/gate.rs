@@ -69,10 +69,6 @@ pub fn vdso_clock_read<T>(read: impl FnOnce() -> T) -> T {
     value
 }
 
-/// In coarse mode, how many clock reads in a row a thread answers from its last grant's virtual
-/// time before the next one posts (so a thread spinning on the clock still yields, and sees time
-/// move, every this many reads).
-const CLOCK_READS_PER_POST: u32 = 8;
 
 /// Bytes below the stack pointer that code may use without moving it (the x86-64 red zone).
 const RED_ZONE: u64 = 128;
@@ -431,7 +427,7 @@ pub fn clock_read_unposted() -> bool {
     UNPOSTED_CLOCK_READS.with(|n| {
         let reads = n.get();
         n.set(reads + 1);
-        reads < CLOCK_READS_PER_POST
+        reads < dara_abi::clock::READS_PER_POST
     })
 }
 

@@ -446,7 +446,7 @@ impl Agent {
     fn clock_read(&mut self, tid: i32, regs: crate::ptrace::remote::Registers, answer: calls::ClockAnswer) {
         let epoch = self.region.header().realtime_epoch_ns.load(std::sync::atomic::Ordering::Relaxed);
         let tracee = self.tracees.get_mut(&tid).expect("a known tracee");
-        if self.coarse && tracee.unposted_clock_reads < tracees::CLOCK_READS_PER_POST {
+        if self.coarse && tracee.unposted_clock_reads < dara_abi::clock::READS_PER_POST {
             tracee.unposted_clock_reads += 1;
             let (pid, now, stop) = (tracee.pid, tracee.last_now, tracee.stop);
             finish::clock(tid, stop, pid, regs, answer, now, 0, epoch);

@@ -11,9 +11,6 @@ use super::calls::Then;
 use super::region::Region;
 use crate::ptrace::remote;
 
-/// In coarse mode (a recording), how many clock reads in a row a thread answers from its last
-/// grant's virtual time before the next one posts (as the preload does).
-pub const CLOCK_READS_PER_POST: u32 = 8;
 
 /// A thread the agent runs.
 #[derive(Debug)]
