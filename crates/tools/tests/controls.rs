@@ -264,3 +264,18 @@ fn coverage_of_an_instrumented_build_reaches_dara() {
         .unwrap_or_else(|| panic!("no coverage in the summary\n{}", run.text()));
     assert!(union > one, "different random draws reach different handlers: one run {one}, union {union}");
 }
+
+/// A thread that spins on a flag its main thread sets after a sleep is correct on real CPUs;
+/// dara cannot preempt the spin, but it must not call that a hang of the program: the run stops
+/// uncontrolled (exit 2, nothing saved as a bug), naming the spinning thread and the one that
+/// could still move. (busy_loop above, where nobody else could move, stays a hang.)
+#[test]
+fn a_thread_that_spins_while_another_could_move_is_no_hang() {
+    let out = out_dir("spin-on-sleeper");
+    let program = private_copy(&fixture("spin_on_sleeper"), "spin-on-sleeper");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--busy-limit", "1", "--", program.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(run.code, 2, "{}", run.text());
+    assert!(run.stdout.contains("uncontrolled: thread 1 computes without a scheduling point") && run.stdout.contains("while thread 0 could still move"), "{}", run.text());
+    assert!(!run.stdout.contains("BUG") && !out.join("bug-0001").exists(), "{}", run.text());
+    assert_no_survivors(&program);
+}

@@ -118,12 +118,7 @@ impl Execution<'_> {
                 }
                 None
             }
-            Look::Computed(cpu) if cpu >= self.cfg.busy_limit => Some(Outcome::Hang {
-                reason: format!(
-                    "thread {thread} computed for {} s of CPU time without reaching a scheduling point (a busy loop with no yield, sleep or lock?; raise --busy-limit if it legitimately computes longer)",
-                    self.cfg.busy_limit.as_secs()
-                ),
-            }),
+            Look::Computed(cpu) if cpu >= self.cfg.busy_limit => Some(self.busy_outcome(thread)),
             Look::Computed(_) => None,
             Look::Asleep { state, for_ } => {
                 if for_ < self.sleep_limit(state) || self.writes_to_output(pid, tid) || reaps_a_child(pid, tid, for_) {
@@ -136,6 +131,38 @@ impl Execution<'_> {
                 }
                 Some(blocked_outside(thread, pid, tid, "holds the run token but", for_, ""))
             }
+        }
+    }
+
+    /// The end of a run whose token holder computed past the busy limit. A hang of the program
+    /// only if no other thread could still move (enabled now, or when its timer fires): a thread
+    /// that spins on a flag another thread would set (a spin lock, Go's runtime waiting for a
+    /// parked thread) runs beside that thread on real CPUs, and here waits for it forever
+    /// because dara cannot take the token from a thread between two scheduling points. That is
+    /// dara's limit, not the program's bug: the run stops uncontrolled and says so.
+    fn busy_outcome(&self, thread: ThreadId) -> Outcome {
+        let limit = self.cfg.busy_limit.as_secs();
+        let mut others: Vec<ThreadId> = self.model.choices().iter().map(|c| c.thread).filter(|&t| t != thread).collect();
+        others.extend(self.model.live_threads().into_iter().filter(|&t| t != thread && self.model.timer_deadline(t).is_some()));
+        others.sort_unstable();
+        others.dedup();
+        if others.is_empty() {
+            return Outcome::Hang {
+                reason: format!("thread {thread} computed for {limit} s of CPU time without reaching a scheduling point, and no other thread could move (a busy loop with no yield, sleep or lock?; raise --busy-limit if it legitimately computes longer)"),
+            };
+        }
+        const NAMED: usize = 4;
+        let mut named: Vec<String> = others.iter().take(NAMED).map(|t| format!("thread {t}")).collect();
+        if others.len() > NAMED {
+            named.push(format!("{} more", others.len() - NAMED));
+        }
+        Outcome::Uncontrolled {
+            thread,
+            syscall: "computes without a scheduling point".into(),
+            detail: format!(
+                "it ran {limit} s of CPU time while {} could still move; it may be spinning on something one of them would do, and dara cannot preempt a thread between scheduling points (plain memory accesses are none: build with sancov and use --preempt-on memory; or raise --busy-limit if it legitimately computes longer)",
+                named.join(", ")
+            ),
         }
     }
 
