@@ -23,9 +23,10 @@ cc -O1 -g -pthread tests/fixtures/lock_pingpong.c -o "$out/lp_dynamic"
 cc -O1 -g -pthread -static tests/fixtures/lock_pingpong.c -o "$out/lp_static"
 (cd tests/fixtures/go && CGO_ENABLED=0 GOFLAGS=-mod=mod GOPROXY=off GOCACHE="$out/gocache" go build -trimpath -buildvcs=false -tags=ok -o "$out/kv_ok" ./kv)
 
-# One execution of $1 under dara: "steps ms".
+# One execution of $1 under dara: "steps ms". `--closed`: one execution as a search makes it
+# (a recording, `--runs 1`, takes coarse steps: no probes, locks without points).
 steps_ms() {
-    "$trace" -o "$out/run" --pin-cpu "$cpu" --max-steps 100000000 -- "$1" "$rounds" | grep '^execution 0:' | sed -E 's/.*\(([0-9]+) steps, ([0-9.]+) ms\).*/\1 \2/'
+    "$trace" -o "$out/run" --closed --pin-cpu "$cpu" --max-steps 100000000 -- "$1" "$rounds" | grep '^execution 0:' | sed -E 's/.*\(([0-9]+) steps, ([0-9.]+) ms\).*/\1 \2/'
 }
 best_dyn="" best_static=""
 for _ in $(seq "$trials"); do

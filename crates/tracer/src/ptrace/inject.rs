@@ -1,8 +1,8 @@
 //! Making a stopped tracee run system calls of the agent's choosing, its bytes and registers put
 //! back as they were afterwards:
-//! * at its exec ([`syscall`]: `mmap` of the page that holds the preload-call stub, see
-//!   [`map_stub`]), its next instructions are overwritten with `syscall; int3` and it runs to the
-//!   `int3`;
+//! * at its exec ([`AtExec`]: `mmap` of the page that holds the preload-call stub, see
+//!   [`map_stub`], and of the probes' displaced instructions, see [`super::displaced`]), its next
+//!   instructions are overwritten with `syscall; int3` and it runs to the `int3`;
 //! * at the end of a call of its own ([`syscall_after_call`]), the `syscall` instruction it just made runs again with the agent's
 //!   registers, to that call's own exit stop. No byte of the program changes.
 use std::io;
@@ -12,29 +12,60 @@ use crate::ptrace::remote::Registers;
 /// `syscall` then `int3`.
 const SYSCALL_INT3: [u8; 3] = [0x0f, 0x05, 0xcc];
 
-/// Runs call `nr` with `args` in thread `tid`, stopped at its exec (the event stop comes inside
-/// `execve`, whose return value would overwrite the registers set here: the thread is first
-/// taken to the end of that call), and returns the call's result; the thread is left stopped
-/// at the end of its `execve`, its registers as they were there.
-pub fn syscall(tid: i32, nr: i64, args: [u64; 6]) -> io::Result<i64> {
-    let mut deferred = Deferred::default();
-    leave_syscall(tid, &mut deferred)?;
-    let saved = Registers::read(tid)?;
-    let at = saved.regs.rip;
-    let original = peek(tid, at)?;
-    let mut patched = original.to_le_bytes();
-    patched[..3].copy_from_slice(&SYSCALL_INT3);
-    poke(tid, at, u64::from_le_bytes(patched))?;
-    let mut regs = Registers::read(tid)?;
-    let r = &mut regs.regs;
-    (r.rax, r.orig_rax) = (nr as u64, u64::MAX);
-    (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (args[0], args[1], args[2], args[3], args[4], args[5]);
-    regs.write()?;
-    let result = run_to_trap(tid, &mut deferred).and_then(|()| Registers::read(tid)).map(|r| r.result());
-    poke(tid, at, original)?;
-    saved.write()?;
-    deferred.send(tid);
-    result
+/// Calls of the agent's choosing made in a thread stopped at its exec (the event stop comes
+/// inside `execve`, whose return value would overwrite the registers set here: the thread is
+/// first taken to the end of that call, once, when the session begins). Between calls and after
+/// the last, the thread is stopped at the end of its `execve`, its registers as they were there;
+/// signals that arrived meanwhile are sent to it again when the session ends.
+pub struct AtExec {
+    tid: i32,
+    deferred: Deferred,
+}
+
+impl AtExec {
+    /// Takes thread `tid`, stopped at its exec event, to the end of its `execve`.
+    pub fn begin(tid: i32) -> io::Result<AtExec> {
+        let mut deferred = Deferred::default();
+        leave_syscall(tid, &mut deferred)?;
+        Ok(AtExec { tid, deferred })
+    }
+
+    /// Runs call `nr` with `args` in the thread and returns the call's result.
+    pub fn syscall(&mut self, nr: i64, args: [u64; 6]) -> io::Result<i64> {
+        let tid = self.tid;
+        let saved = Registers::read(tid)?;
+        let at = saved.regs.rip;
+        let original = peek(tid, at)?;
+        let mut patched = original.to_le_bytes();
+        patched[..3].copy_from_slice(&SYSCALL_INT3);
+        poke(tid, at, u64::from_le_bytes(patched))?;
+        let mut regs = Registers::read(tid)?;
+        let r = &mut regs.regs;
+        (r.rax, r.orig_rax) = (nr as u64, u64::MAX);
+        (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (args[0], args[1], args[2], args[3], args[4], args[5]);
+        regs.write()?;
+        let result = run_to_trap(tid, &mut self.deferred).and_then(|()| Registers::read(tid)).map(|r| r.result());
+        poke(tid, at, original)?;
+        saved.write()?;
+        result
+    }
+
+    /// Maps `len` bytes of private anonymous memory with `prot` at exactly `addr` (never over
+    /// a mapping already there).
+    pub fn map_fixed(&mut self, addr: u64, len: u64, prot: i32) -> io::Result<()> {
+        let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
+        let mapped = self.syscall(libc::SYS_mmap, [addr, len, prot as u64, flags, u64::MAX, 0])?;
+        if mapped as u64 != addr {
+            return Err(io::Error::other(format!("{addr:#x} is taken in the new image (mmap answered {mapped:#x})")));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AtExec {
+    fn drop(&mut self) {
+        std::mem::take(&mut self.deferred).send(self.tid);
+    }
 }
 
 /// Runs call `nr` with `args` in thread `tid`, stopped at a syscall-exit stop of its own call,
@@ -105,16 +136,12 @@ impl Deferred {
 /// Maps one page of `syscall; int3` (two if it straddles a page) so that the `syscall`
 /// instruction ends at `allowed_ip`, the address the preload's inherited seccomp filter lets
 /// calls through from. Returns the address of the `int3` (= `allowed_ip`).
-pub fn map_stub(tid: i32, allowed_ip: u64) -> io::Result<u64> {
+pub fn map_stub(at_exec: &mut AtExec, allowed_ip: u64) -> io::Result<u64> {
     let start = allowed_ip - 2;
     let page = start & !0xfff;
     let len = if (allowed_ip + 1) & !0xfff != page { 0x2000 } else { 0x1000 };
-    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
-    let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
-    let mapped = syscall(tid, libc::SYS_mmap, [page, len, prot, flags, u64::MAX, 0])?;
-    if mapped as u64 != page {
-        return Err(io::Error::other(format!("the stub page {page:#x} is taken in the new image (mmap answered {mapped:#x})")));
-    }
+    at_exec.map_fixed(page, len, libc::PROT_READ | libc::PROT_EXEC).map_err(|e| io::Error::other(format!("the stub page: {e}")))?;
+    let tid = at_exec.tid;
     let mut word = peek(tid, start)?.to_le_bytes();
     word[..3].copy_from_slice(&SYSCALL_INT3);
     poke(tid, start, u64::from_le_bytes(word))?;

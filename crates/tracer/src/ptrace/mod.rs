@@ -12,6 +12,7 @@
 //! what this path cannot see (in Go and static C, uncontended locks never enter the kernel).
 pub mod agent;
 pub mod auxv;
+pub mod displaced;
 pub mod filter;
 pub mod gopclntab;
 pub mod inject;

@@ -5,10 +5,11 @@
 //!
 //! A probe is an `int3` written over the first byte of the function (`PTRACE_POKETEXT` writes
 //! through the text's write protection). A thread that reaches it stops with SIGTRAP; the agent
-//! puts its pc back on the function, posts a scheduling point, and once granted, puts the
-//! original byte back, single-steps the one instruction and arms the probe again. Only one
-//! thread of the whole system runs at a time, so no other thread can pass the probe while it
-//! is disarmed.
+//! puts its pc back on the function, posts a scheduling point, and once granted, resumes it at
+//! a copy of the instruction the probe covers, which jumps back after it ([`super::displaced`]).
+//! An instruction that cannot be copied is stepped in place instead: the original byte put back,
+//! one single step, the probe armed again. Only one thread of the whole system runs at a time,
+//! so no other thread can pass the probe while it is disarmed.
 //!
 //! Probes are points only, not models: the function then runs for real, and a lock that is
 //! held makes its caller wait in a `futex` call that the filter stops. So a probe can never
@@ -18,6 +19,9 @@
 //! program has neither, and runs with system-call points only (docs/ptrace.md).
 use std::collections::BTreeMap;
 use std::io;
+
+use super::displaced::Displaced;
+use super::inject::AtExec;
 
 /// Functions of a statically linked C library (glibc, musl) that take or release a lock or
 /// wake a waiter.
@@ -93,14 +97,18 @@ pub struct Probes {
     armed: BTreeMap<u64, u8>,
     /// Probes of [`SPIN_PROBES`] functions.
     yielding: std::collections::BTreeSet<u64>,
+    /// Where each probed instruction runs out of line once its point is granted.
+    displaced: Displaced,
 }
 
 impl Probes {
     /// Finds the probed functions of `set` in `exe` (loaded `bias` bytes above its link
-    /// addresses) and arms them in the process of stopped thread `tid`.
-    pub fn arm(tid: i32, exe: &[u8], bias: u64, set: ProbeSet) -> Probes {
+    /// addresses) and arms them in the process of `at_exec`'s thread `tid`, stopped at its exec;
+    /// their first instructions are copied to run out of line ([`Displaced`]).
+    pub fn arm(at_exec: &mut AtExec, tid: i32, exe: &[u8], bias: u64, set: ProbeSet) -> Probes {
         let mut probes = Probes::default();
         let Ok(elf) = goblin::elf::Elf::parse(exe) else { return probes };
+        let mut code = Vec::new();
         let wanted: std::collections::BTreeSet<&str> = match set {
             ProbeSet::All => LIBC_PROBES.iter().chain(GO_PROBES.iter()).copied().collect(),
             ProbeSet::Spins => SPIN_PROBES.iter().copied().collect(),
@@ -113,14 +121,26 @@ impl Probes {
             if probes.armed.contains_key(&addr) {
                 continue; // an alias of a probed function, or found in both tables
             }
+            let Ok(instruction) = read_code(tid, addr) else { continue };
             if let Ok(original) = poke_byte(tid, addr, INT3) {
                 probes.armed.insert(addr, original);
+                code.push((addr, instruction));
                 if SPIN_PROBES.contains(&name.as_str()) {
                     probes.yielding.insert(addr);
                 }
             }
         }
+        let image_start = elf.program_headers.iter().filter(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD).map(|ph| ph.p_vaddr).min();
+        if let Some(start) = image_start.filter(|_| !code.is_empty()) {
+            probes.displaced = Displaced::place(at_exec, tid, start.wrapping_add(bias), &code);
+        }
         probes
+    }
+
+    /// Where the instruction under the probe at `addr` runs out of line, if it can: a granted
+    /// thread resumes there instead of stepping the instruction in place.
+    pub fn displaced(&self, addr: u64) -> Option<u64> {
+        self.displaced.copy_of(addr)
     }
 
     /// Whether the probe at `addr` is at a function that yields on purpose ([`SPIN_PROBES`]).
@@ -156,6 +176,14 @@ fn go_functions(elf: &goblin::elf::Elf, exe: &[u8]) -> std::collections::BTreeMa
     let (Some(table), Some(text)) = (section(".gopclntab"), section(".text")) else { return Default::default() };
     let range = table.file_range().unwrap_or_default();
     exe.get(range).map_or_else(Default::default, |bytes| super::gopclntab::entries(bytes, text.sh_addr, &GO_PROBES))
+}
+
+/// The 16 bytes at `addr` in stopped thread `tid`'s address space (an instruction is at most 15).
+fn read_code(tid: i32, addr: u64) -> io::Result<[u8; 16]> {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&crate::ptrace::inject::peek(tid, addr)?.to_le_bytes());
+    bytes[8..].copy_from_slice(&crate::ptrace::inject::peek(tid, addr + 8)?.to_le_bytes());
+    Ok(bytes)
 }
 
 /// Replaces the byte at `addr` in stopped thread `tid`'s address space; returns the old one.

@@ -211,7 +211,15 @@ impl Agent {
             }
             Then::StepOver { addr } => {
                 let process = self.tracees[&tid].process;
-                if self.processes.probes.get(&process).is_some_and(|p| p.disarm(tid, addr).is_ok()) {
+                let probes = self.processes.probes.get(&process);
+                if let Some(copy) = probes.and_then(|p| p.displaced(addr)) {
+                    regs.regs.rip = copy;
+                    if regs.write().is_ok() {
+                        resume(tid, 0);
+                        return;
+                    }
+                }
+                if probes.is_some_and(|p| p.disarm(tid, addr).is_ok()) {
                     self.tracees.get_mut(&tid).expect("granted tracee").stepping = Some(addr);
                     crate::ptrace::probes::single_step(tid);
                 } else {
@@ -362,17 +370,24 @@ impl Agent {
         }
         // The program's own synchronisation functions become preemption points; a
         // position-independent program is loaded above its link addresses by AT_ENTRY - e_entry.
+        let mut at_exec = match crate::ptrace::inject::AtExec::begin(tid) {
+            Ok(at_exec) => at_exec,
+            Err(e) => {
+                eprintln!("dara-agent: cannot prepare process {pid} after its exec: {e}");
+                return;
+            }
+        };
         if let Ok(exe) = std::fs::read(format!("/proc/{pid}/exe")) {
             let linked_entry = goblin::elf::Elf::parse(&exe).map(|e| e.header.e_entry).unwrap_or(0);
             let bias = entry.map_or(0, |e| e.wrapping_sub(linked_entry));
             let set = if self.coarse { crate::ptrace::probes::ProbeSet::Spins } else { crate::ptrace::probes::ProbeSet::All };
-            let probes = crate::ptrace::probes::Probes::arm(tid, &exe, bias, set);
+            let probes = crate::ptrace::probes::Probes::arm(&mut at_exec, tid, &exe, bias, set);
             self.processes.probes.insert(process, probes);
         }
         // An image exec'd by a preload keeps the preload's filter: the calls it traps are made
         // from a stub at the one address it lets through.
         if let Some(&allowed_ip) = self.processes.allowed_ip.get(&process) {
-            match crate::ptrace::inject::map_stub(tid, allowed_ip) {
+            match crate::ptrace::inject::map_stub(&mut at_exec, allowed_ip) {
                 Ok(stub) => {
                     self.processes.stubs.insert(process, stub);
                 }
