@@ -143,3 +143,35 @@ fn a_go_server_on_port_0_is_recorded_with_clients_from_outside_and_replays() {
     replays_identically(&out.join("trace.bin"));
     assert_no_survivors(&echo);
 }
+
+/// The lines tests/fixtures/static_urandom.c printed (its three reads, in hex).
+fn random_lines(text: &str) -> Vec<String> {
+    text.lines().filter(|l| l.starts_with("urandom ") || l.starts_with("random ")).map(str::to_owned).collect()
+}
+
+/// A static program (glibc and musl) reading /dev/urandom with `read` and `readv`, and
+/// /dev/random: natively two runs print different bytes; under dara the bytes come from the
+/// run's seed (the agent answers the reads as it answers `getrandom`), so the same seed prints
+/// the same bytes, another seed others, and the recording replays identically.
+#[test]
+fn a_static_program_reading_dev_urandom_gets_the_seeded_stream() {
+    for (build, program) in [("glibc", fixture_with("static_urandom", &["-static"])), ("musl", musl_fixture("static_urandom"))] {
+        let program = program.to_str().unwrap();
+        let native = |_| random_lines(&String::from_utf8_lossy(&std::process::Command::new(program).output().expect("run natively").stdout));
+        let (first, second) = (native(0), native(1));
+        assert_eq!(first.len(), 3, "{build}: natively: {first:?}");
+        assert_ne!(first, second, "{build}: two native runs read the same bytes: the fixture does not read the device");
+        let recorded = |test: &str, seed: &str| {
+            let (trace, text) = common::real::record_with(&format!("ptrace-urandom-{build}-{test}"), &["--seed", seed], &[program]);
+            (trace, random_lines(&text))
+        };
+        let (trace, a) = recorded("a", "3");
+        let (_, b) = recorded("b", "3");
+        let (_, other) = recorded("other", "4");
+        assert_eq!(a.len(), 3, "{build}: {a:?}");
+        assert!(a.iter().all(|l| l.ends_with(" (16)")), "{build}: a short read: {a:?}");
+        assert_eq!(a, b, "{build}: the same seed read different bytes");
+        assert_ne!(a, other, "{build}: another seed read the same bytes");
+        replays_identically(&trace);
+    }
+}

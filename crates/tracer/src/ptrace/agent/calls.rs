@@ -19,8 +19,12 @@ pub enum Action {
     Answer(i64),
     /// A clock read: answered from the thread's last grant (coarse steps) or posted.
     Clock(ClockAnswer),
-    /// Fill `len` bytes at `addr` from the process's entropy stream.
+    /// Fill `len` bytes at `addr` from the process's entropy stream (`getrandom`, a `read` of
+    /// /dev/urandom or /dev/random).
     Random { addr: u64, len: u64 },
+    /// Fill the buffers of the `count` iovecs at `iov` from the stream (a `readv` of a random
+    /// device).
+    RandomVector { iov: u64, count: u64 },
     /// Write the CPU set dara shows (`sched_getaffinity`).
     Affinity { addr: u64, size: u64 },
     /// A scheduling point.

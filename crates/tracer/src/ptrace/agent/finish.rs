@@ -353,7 +353,7 @@ impl Agent {
         for (_, kind, value, at) in crate::ptrace::auxv::entries(pid, regs.regs.rsp) {
             match kind {
                 libc::AT_RANDOM => {
-                    self.processes.fill_random(process, pid, value, 16, &self.region);
+                    self.processes.fill_random(process, pid, &[(value, 16)], &self.region);
                 }
                 libc::AT_SYSINFO_EHDR => crate::ptrace::auxv::ignore(pid, at),
                 libc::AT_ENTRY => entry = Some(value),

@@ -280,8 +280,12 @@ impl Agent {
             Action::Answer(value) => finish::answer(tid, stop, regs, value),
             Action::Clock(answer) => self.clock_read(tid, regs, answer),
             Action::Random { addr, len } => {
-                let tracee = &self.tracees[&tid];
-                let value = self.processes.fill_random(tracee.process, tracee.pid, addr, len, &self.region);
+                let value = self.processes.fill_random(tracee.process, tracee.pid, &[(addr, len)], &self.region);
+                finish::answer(tid, stop, regs, value);
+            }
+            Action::RandomVector { iov, count } => {
+                let buffers = net::iovec_list(tracee.pid, iov, count);
+                let value = self.processes.fill_random(tracee.process, tracee.pid, &buffers, &self.region);
                 finish::answer(tid, stop, regs, value);
             }
             Action::Affinity { addr, size } => {
