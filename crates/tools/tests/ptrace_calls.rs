@@ -175,3 +175,32 @@ fn a_static_program_reading_dev_urandom_gets_the_seeded_stream() {
         replays_identically(&trace);
     }
 }
+
+/// `select` (musl's call) and `pselect6` (glibc's `select` and `pselect`, and musl's `pselect`)
+/// in a static program, each posted as the poll of its sets: a thread's byte written after a
+/// sleep wakes main's wait with no timeout; a `pselect` under the thread's own mask times out
+/// (virtual time), then waits in a loop for the byte. Recorded, searched clean, replayed.
+#[test]
+fn a_static_program_waiting_in_select_and_pselect_is_scheduled_and_replays() {
+    for (build, program) in [("glibc", fixture_with("static_select", &["-static", "-pthread"])), ("musl", musl_fixture("static_select"))] {
+        let program = program.to_str().unwrap();
+        for mode in ["select", "pselect"] {
+            let test = format!("ptrace-select-{build}-{mode}");
+            let (trace, text) = common::real::record(&test, &[program, mode]);
+            let (again, _) = common::real::record(&format!("{test}-again"), &[program, mode]);
+            same_decisions(&trace, &again);
+            assert!(text.contains(&format!("{mode}: fd ready, read x")), "{test}: {text}");
+            assert_eq!(text.contains("pselect: timed out"), mode == "pselect", "{test}: {text}");
+            assert!(steps_with(&trace, Op::NetPoll) > 0, "{test}: no poll step in the trace");
+            replays_identically(&trace);
+            let (last, _) = common::real::search_clean(&format!("{test}-search"), 5, &[], &[program, mode]);
+            replays_identically(&last);
+        }
+        // A wait under another mask than the thread's is refused, named, not run unmodelled.
+        let out = out_dir(&format!("ptrace-select-{build}-othermask"));
+        let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--", program, "othermask"], Duration::from_secs(60));
+        assert_eq!(run.code, 2, "{build}: {}", run.text());
+        assert!(run.stderr.contains("pselect6 cannot be modelled"), "{build}: {}", run.text());
+        assert!(!run.stdout.contains("othermask: returned"), "{build}: the wait ran: {}", run.text());
+    }
+}

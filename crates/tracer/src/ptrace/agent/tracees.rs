@@ -100,6 +100,8 @@ pub struct ExitCheck {
     pub timeout: u64,
     pub blocking: bool,
     pub only_entry: Option<usize>,
+    /// A `select`/`pselect6` run as this `poll`: its sets are written back from the entries.
+    pub select: Option<super::select::SelectCall>,
 }
 
 /// The processes the agent runs: words of randomness drawn so far, and each stream's seed.
