@@ -143,3 +143,64 @@ fn a_go_server_on_port_0_is_recorded_with_clients_from_outside_and_replays() {
     replays_identically(&out.join("trace.bin"));
     assert_no_survivors(&echo);
 }
+
+/// The lines tests/fixtures/static_urandom.c printed (its three reads, in hex).
+fn random_lines(text: &str) -> Vec<String> {
+    text.lines().filter(|l| l.starts_with("urandom ") || l.starts_with("random ")).map(str::to_owned).collect()
+}
+
+/// A static program (glibc and musl) reading /dev/urandom with `read` and `readv`, and
+/// /dev/random: natively two runs print different bytes; under dara the bytes come from the
+/// run's seed (the agent answers the reads as it answers `getrandom`), so the same seed prints
+/// the same bytes, another seed others, and the recording replays identically.
+#[test]
+fn a_static_program_reading_dev_urandom_gets_the_seeded_stream() {
+    for (build, program) in [("glibc", fixture_with("static_urandom", &["-static"])), ("musl", musl_fixture("static_urandom"))] {
+        let program = program.to_str().unwrap();
+        let native = |_| random_lines(&String::from_utf8_lossy(&std::process::Command::new(program).output().expect("run natively").stdout));
+        let (first, second) = (native(0), native(1));
+        assert_eq!(first.len(), 3, "{build}: natively: {first:?}");
+        assert_ne!(first, second, "{build}: two native runs read the same bytes: the fixture does not read the device");
+        let recorded = |test: &str, seed: &str| {
+            let (trace, text) = common::real::record_with(&format!("ptrace-urandom-{build}-{test}"), &["--seed", seed], &[program]);
+            (trace, random_lines(&text))
+        };
+        let (trace, a) = recorded("a", "3");
+        let (_, b) = recorded("b", "3");
+        let (_, other) = recorded("other", "4");
+        assert_eq!(a.len(), 3, "{build}: {a:?}");
+        assert!(a.iter().all(|l| l.ends_with(" (16)")), "{build}: a short read: {a:?}");
+        assert_eq!(a, b, "{build}: the same seed read different bytes");
+        assert_ne!(a, other, "{build}: another seed read the same bytes");
+        replays_identically(&trace);
+    }
+}
+
+/// `select` (musl's call) and `pselect6` (glibc's `select` and `pselect`, and musl's `pselect`)
+/// in a static program, each posted as the poll of its sets: a thread's byte written after a
+/// sleep wakes main's wait with no timeout; a `pselect` under the thread's own mask times out
+/// (virtual time), then waits in a loop for the byte. Recorded, searched clean, replayed.
+#[test]
+fn a_static_program_waiting_in_select_and_pselect_is_scheduled_and_replays() {
+    for (build, program) in [("glibc", fixture_with("static_select", &["-static", "-pthread"])), ("musl", musl_fixture("static_select"))] {
+        let program = program.to_str().unwrap();
+        for mode in ["select", "pselect"] {
+            let test = format!("ptrace-select-{build}-{mode}");
+            let (trace, text) = common::real::record(&test, &[program, mode]);
+            let (again, _) = common::real::record(&format!("{test}-again"), &[program, mode]);
+            same_decisions(&trace, &again);
+            assert!(text.contains(&format!("{mode}: fd ready, read x")), "{test}: {text}");
+            assert_eq!(text.contains("pselect: timed out"), mode == "pselect", "{test}: {text}");
+            assert!(steps_with(&trace, Op::NetPoll) > 0, "{test}: no poll step in the trace");
+            replays_identically(&trace);
+            let (last, _) = common::real::search_clean(&format!("{test}-search"), 5, &[], &[program, mode]);
+            replays_identically(&last);
+        }
+        // A wait under another mask than the thread's is refused, named, not run unmodelled.
+        let out = out_dir(&format!("ptrace-select-{build}-othermask"));
+        let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--", program, "othermask"], Duration::from_secs(60));
+        assert_eq!(run.code, 2, "{build}: {}", run.text());
+        assert!(run.stderr.contains("pselect6 cannot be modelled"), "{build}: {}", run.text());
+        assert!(!run.stdout.contains("othermask: returned"), "{build}: the wait ran: {}", run.text());
+    }
+}

@@ -19,8 +19,12 @@ pub enum Action {
     Answer(i64),
     /// A clock read: answered from the thread's last grant (coarse steps) or posted.
     Clock(ClockAnswer),
-    /// Fill `len` bytes at `addr` from the process's entropy stream.
+    /// Fill `len` bytes at `addr` from the process's entropy stream (`getrandom`, a `read` of
+    /// /dev/urandom or /dev/random).
     Random { addr: u64, len: u64 },
+    /// Fill the buffers of the `count` iovecs at `iov` from the stream (a `readv` of a random
+    /// device).
+    RandomVector { iov: u64, count: u64 },
     /// Write the CPU set dara shows (`sched_getaffinity`).
     Affinity { addr: u64, size: u64 },
     /// A scheduling point.
@@ -69,6 +73,9 @@ pub enum Then {
     /// or to a zeroed `timespec` when `timespec`) and look at its result; a blocking call that
     /// finds nothing posts again.
     ReadyWait { timeout_arg: usize, blocking: bool, timespec: bool },
+    /// A `select`/`pselect6` granted (`agent/select.rs`): run as a `poll` of its entries with
+    /// a zero timeout, and its sets written back from what that found.
+    Select(super::select::SelectCall),
     /// An `execve` was granted: claim the new image's slot and run the call (its exec stop
     /// starts the new image; a failure gives the slot back).
     Exec,
@@ -196,7 +203,7 @@ pub fn decode(call: Syscall, pid: i32, last_now: u64, epoch_ns: u64) -> Action {
 
 /// How long a wait for readiness may block, as the program gave it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Timeout {
+pub(super) enum Timeout {
     Forever,
     /// Zero: the call must not block.
     Never,
@@ -214,17 +221,22 @@ impl Timeout {
     }
 
     /// A `timespec` timeout (`ppoll`, `epoll_pwait2`): null waits forever; `Err(-errno)`.
-    fn of_timespec(pid: i32, addr: u64) -> Result<Timeout, i64> {
-        Ok(match timespec_arg(pid, addr)? {
+    pub(super) fn of_timespec(pid: i32, addr: u64) -> Result<Timeout, i64> {
+        timespec_arg(pid, addr).map(Timeout::of_ns)
+    }
+
+    /// A timeout in nanoseconds, `None` for none (a null pointer): waits forever.
+    pub(super) fn of_ns(ns: Option<u64>) -> Timeout {
+        match ns {
             None => Timeout::Forever,
             Some(0) => Timeout::Never,
             Some(ns) => Timeout::After(ns),
-        })
+        }
     }
 
     /// The request's deadline (none for a call that must not block, which is always enabled)
     /// and flags.
-    fn deadline_and_flags(self, last_now: u64) -> (Deadline, NetFlags) {
+    pub(super) fn deadline_and_flags(self, last_now: u64) -> (Deadline, NetFlags) {
         match self {
             Timeout::Forever => (Deadline::from_ns(NO_DEADLINE), NetFlags(0)),
             Timeout::Never => (Deadline::from_ns(NO_DEADLINE), NetFlags(dara_abi::net_flags::NONBLOCK)),

@@ -101,6 +101,21 @@ pub fn affinity(pid: i32, addr: u64, size: u64, cpus: u32) -> i64 {
 /// their data words, as the preload orders them.
 pub fn ready_wait_came_back(pid: i32, regs: &mut Registers, check: ExitCheck) {
     let result = regs.result();
+    if let Some(select) = check.select {
+        match super::select::came_back(pid, &select, result, check.only_entry) {
+            Some(value) => regs.regs.rax = value as u64,
+            None => {
+                // Made again as the program made it: its own number and arguments.
+                for (i, &arg) in select.call.args.iter().enumerate() {
+                    let _ = regs.set_arg(i, arg);
+                }
+                let _ = regs.restart(select.call.nr);
+                return;
+            }
+        }
+        let _ = regs.write();
+        return;
+    }
     if result == 0 && check.blocking {
         let _ = regs.restart(check.nr).and_then(|()| regs.set_arg(check.timeout_arg, check.timeout));
         return;
@@ -265,13 +280,38 @@ impl Agent {
                 // A poll's grant of 2 + k: the program sees only its k-th ready entry.
                 let polls = matches!(nr, libc::SYS_poll | libc::SYS_ppoll);
                 let only_entry = (polls && result >= 2).then(|| (result - 2) as usize);
-                let check = ExitCheck { nr, timeout_arg, timeout: call.args[timeout_arg], blocking, only_entry };
+                let check = ExitCheck { nr, timeout_arg, timeout: call.args[timeout_arg], blocking, only_entry, select: None };
                 let zero = if timespec { zero_timespec(pid, &regs) } else { Some(0) };
                 if zero.is_some_and(|z| regs.set_arg(timeout_arg, z).is_ok()) {
                     self.tracees.get_mut(&tid).expect("granted tracee").exit_check = Some(check);
                     match stop {
                         CallStop::Seccomp => resume_to_exit(tid),
                         CallStop::Trapped { .. } => self.run_call(tid, regs),
+                    }
+                }
+            }
+            Then::Select(select) => {
+                if result == 0 && select.blocking {
+                    answer(tid, stop, regs, super::select::timed_out(pid, &select)); // the timeout came first
+                    return;
+                }
+                // Run as `poll(entries, count, 0)`, looked at on return.
+                let only_entry = (result >= 2).then(|| (result - 2) as usize);
+                let check = ExitCheck { nr: libc::SYS_poll, timeout_arg: 2, timeout: 0, blocking: select.blocking, only_entry, select: Some(select) };
+                let as_poll = [select.scratch, select.count, 0].into_iter().enumerate().try_for_each(|(i, arg)| regs.set_arg(i, arg));
+                if as_poll.is_err() {
+                    return;
+                }
+                self.tracees.get_mut(&tid).expect("granted tracee").exit_check = Some(check);
+                match stop {
+                    CallStop::Seccomp => {
+                        if regs.set_nr(libc::SYS_poll).is_ok() {
+                            resume_to_exit(tid);
+                        }
+                    }
+                    CallStop::Trapped { ret, .. } => {
+                        self.tracees.get_mut(&tid).expect("granted tracee").stop = CallStop::Trapped { nr: libc::SYS_poll, ret };
+                        self.run_call(tid, regs);
                     }
                 }
             }
@@ -361,7 +401,7 @@ impl Agent {
         for (_, kind, value, at) in crate::ptrace::auxv::entries(pid, regs.regs.rsp) {
             match kind {
                 libc::AT_RANDOM => {
-                    self.processes.fill_random(process, pid, value, 16, &self.region);
+                    self.processes.fill_random(process, pid, &[(value, 16)], &self.region);
                 }
                 libc::AT_SYSINFO_EHDR => crate::ptrace::auxv::ignore(pid, at),
                 libc::AT_ENTRY => entry = Some(value),

@@ -23,6 +23,7 @@ mod finish;
 mod listeners;
 mod net;
 mod region;
+mod select;
 mod tracees;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -274,14 +275,20 @@ impl Agent {
         let tracee = &self.tracees[&tid];
         let epoch = self.region.header().realtime_epoch_ns.load(std::sync::atomic::Ordering::Relaxed);
         let output_pipes = self.region.header().output_pipes.each_ref().map(|p| p.load(std::sync::atomic::Ordering::Relaxed));
-        let action = net::decode(call, tracee.pid, output_pipes).unwrap_or_else(|| calls::decode(call, tracee.pid, tracee.last_now, epoch));
+        let action = net::decode(call, tracee.pid, output_pipes)
+            .or_else(|| select::decode(call, tid, tracee.pid, regs.regs.rsp, tracee.last_now))
+            .unwrap_or_else(|| calls::decode(call, tracee.pid, tracee.last_now, epoch));
         match action {
             Action::Run => self.run_call(tid, regs),
             Action::Answer(value) => finish::answer(tid, stop, regs, value),
             Action::Clock(answer) => self.clock_read(tid, regs, answer),
             Action::Random { addr, len } => {
-                let tracee = &self.tracees[&tid];
-                let value = self.processes.fill_random(tracee.process, tracee.pid, addr, len, &self.region);
+                let value = self.processes.fill_random(tracee.process, tracee.pid, &[(addr, len)], &self.region);
+                finish::answer(tid, stop, regs, value);
+            }
+            Action::RandomVector { iov, count } => {
+                let buffers = net::iovec_list(tracee.pid, iov, count);
+                let value = self.processes.fill_random(tracee.process, tracee.pid, &buffers, &self.region);
                 finish::answer(tid, stop, regs, value);
             }
             Action::Affinity { addr, size } => {

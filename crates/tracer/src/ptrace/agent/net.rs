@@ -6,7 +6,8 @@
 //! agent asks: one `readlink` of `/proc/PID/fd/N` names a socket (`socket:[...]`), a pipe or FIFO
 //! (`pipe:[...]`, or a path whose `stat` says FIFO) or anything else. Nothing is cached, so no
 //! `close`/`dup`/`exec` can leave a stale answer; a regular file, a terminal or /dev/null costs
-//! the stop and that one `readlink`. Which descriptors count is the preload's rule (`fd/kind.rs`):
+//! the stop and that one `readlink` (and a `stat` for a path). A `read`/`readv` of /dev/urandom
+//! or /dev/random is answered from the process's seeded stream, as `getrandom` is. Which descriptors count is the preload's rule (`fd/kind.rs`):
 //! sockets and pipes, except the pipes dara drains the program's output through. A network
 //! descriptor's `O_NONBLOCK` is read from `/proc/PID/fdinfo/N`.
 //!
@@ -28,10 +29,16 @@ pub enum Descriptor {
     Socket,
     /// A pipe, FIFO or eventfd: a network descriptor that is not a socket.
     Pipe,
+    /// `/dev/urandom` or `/dev/random` (by path, or the character device 1:9 or 1:8): a read is
+    /// answered from the process's stream, as `getrandom` is.
+    Random,
     /// A regular file, a terminal, /dev/null, dara's output pipes, a closed number: the call
     /// runs as it is.
     Other,
 }
+
+/// The kernel's random devices, by their (major, minor) numbers: /dev/random, /dev/urandom.
+const RANDOM_DEVICES: [(u32, u32); 2] = [(1, 8), (1, 9)];
 
 /// What descriptor `fd` of process `pid` is; `output_pipes`: the inodes of dara's output pipes.
 pub fn descriptor(pid: i32, fd: i32, output_pipes: [u64; 2]) -> Descriptor {
@@ -50,11 +57,18 @@ pub fn descriptor(pid: i32, fd: i32, output_pipes: [u64; 2]) -> Descriptor {
     if link == b"anon_inode:[eventfd]" {
         return Descriptor::Pipe;
     }
-    // A named FIFO shows its path: the only path that is a network descriptor.
+    // A named FIFO shows its path: the only path that is a network descriptor. A random device
+    // is known by its numbers (a path under a chroot or a copied node may not say /dev/urandom).
     if link.starts_with(b"/") {
-        use std::os::unix::fs::FileTypeExt;
-        if std::fs::metadata(format!("/proc/{pid}/fd/{fd}")).is_ok_and(|m| m.file_type().is_fifo()) {
-            return Descriptor::Pipe;
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        if let Ok(m) = std::fs::metadata(format!("/proc/{pid}/fd/{fd}")) {
+            if m.file_type().is_fifo() {
+                return Descriptor::Pipe;
+            }
+            let device = (libc::major(m.rdev()), libc::minor(m.rdev()));
+            if m.file_type().is_char_device() && RANDOM_DEVICES.contains(&device) {
+                return Descriptor::Random;
+            }
         }
     }
     Descriptor::Other
@@ -69,16 +83,23 @@ fn flags(nonblock: bool) -> NetFlags {
     NetFlags(if nonblock { net_flags::NONBLOCK } else { 0 })
 }
 
-/// A `struct iovec` array of `count` entries at `addr`: (first base, first length, total).
-fn iovecs(pid: i32, addr: u64, count: u64) -> (u64, u64, u64) {
+/// The buffers of a `struct iovec` array of `count` entries at `addr` (at most `IOV_MAX`, 1024),
+/// as (base, length); none when it cannot be read.
+pub fn iovec_list(pid: i32, addr: u64, count: u64) -> Vec<(u64, u64)> {
     let count = count.min(1024) as usize;
     let mut raw = vec![0u8; count * 16];
     if count == 0 || remote::read(pid, addr, &mut raw).is_err() {
-        return (0, 0, 0);
+        return Vec::new();
     }
     let word = |i: usize| u64::from_le_bytes(raw[i..i + 8].try_into().expect("8 bytes"));
-    let total = (0..count).map(|i| word(i * 16 + 8)).fold(0u64, u64::saturating_add);
-    (word(0), word(8), total)
+    (0..count).map(|i| (word(i * 16), word(i * 16 + 8))).collect()
+}
+
+/// A `struct iovec` array of `count` entries at `addr`: (first base, first length, total).
+fn iovecs(pid: i32, addr: u64, count: u64) -> (u64, u64, u64) {
+    let list = iovec_list(pid, addr, count);
+    let total = list.iter().map(|&(_, len)| len).fold(0u64, u64::saturating_add);
+    list.first().map_or((0, 0, 0), |&(base, len)| (base, len, total))
 }
 
 /// A `struct msghdr` at `addr`: (name, name length, iovec array, iovec count).
@@ -140,8 +161,11 @@ pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; 2]) -> Option<Action>
         return None;
     }
     let kind = descriptor(pid, fd, output_pipes);
-    if kind == Descriptor::Other {
-        return Some(Action::Run);
+    match (kind, call.nr) {
+        (Descriptor::Random, libc::SYS_read) => return Some(Action::Random { addr: a[1], len: a[2] }),
+        (Descriptor::Random, libc::SYS_readv) => return Some(Action::RandomVector { iov: a[1], count: a[2] }),
+        (Descriptor::Random | Descriptor::Other, _) => return Some(Action::Run),
+        _ => {}
     }
     let socket = kind == Descriptor::Socket;
     let dontwait = |flags: u64| flags as i32 & libc::MSG_DONTWAIT != 0;
@@ -229,6 +253,17 @@ mod tests {
         a.set_nonblocking(true).expect("O_NONBLOCK");
         let Some(Action::Post(Request::NetRecv { flags, len, .. }, Then::Receive { len_arg })) = decode(call(libc::SYS_read, [a.as_raw_fd() as u64, 0, 64, 0, 0, 0]), pid, [0; 2]) else { panic!("not a receive") };
         assert_eq!((flags.0 & net_flags::NONBLOCK, len, len_arg), (net_flags::NONBLOCK, 64, Some(2)));
+    }
+
+    #[test]
+    fn a_random_device_s_reads_are_answered_from_the_stream() {
+        let pid = std::process::id() as i32;
+        let file = std::fs::File::open("/dev/urandom").expect("/dev/urandom");
+        let fd = file.as_raw_fd() as u64;
+        assert_eq!(descriptor(pid, fd as i32, [0; 2]), Descriptor::Random);
+        assert_eq!(decode(call(libc::SYS_read, [fd, 0x1000, 16, 0, 0, 0]), pid, [0; 2]), Some(Action::Random { addr: 0x1000, len: 16 }));
+        assert_eq!(decode(call(libc::SYS_readv, [fd, 0x2000, 2, 0, 0, 0]), pid, [0; 2]), Some(Action::RandomVector { iov: 0x2000, count: 2 }));
+        assert_eq!(decode(call(libc::SYS_close, [fd, 0, 0, 0, 0, 0]), pid, [0; 2]), Some(Action::Run));
     }
 
     #[test]

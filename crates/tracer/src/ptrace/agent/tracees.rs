@@ -100,6 +100,8 @@ pub struct ExitCheck {
     pub timeout: u64,
     pub blocking: bool,
     pub only_entry: Option<usize>,
+    /// A `select`/`pselect6` run as this `poll`: its sets are written back from the entries.
+    pub select: Option<super::select::SelectCall>,
 }
 
 /// The processes the agent runs: words of randomness drawn so far, and each stream's seed.
@@ -132,22 +134,36 @@ impl Processes {
         self.seen_as.insert(process, seen);
     }
 
-    /// Fills `len` bytes at `addr` in `pid` from `process`'s stream; the call's result.
-    pub fn fill_random(&mut self, process: u32, pid: i32, addr: u64, len: u64, region: &Region) -> i64 {
+    /// Fills the `buffers` (address, length) of `pid` in turn from `process`'s stream, at most
+    /// 1 MiB in all (a read may return less); the call's result: the bytes written, or EFAULT
+    /// when none could be.
+    pub fn fill_random(&mut self, process: u32, pid: i32, buffers: &[(u64, u64)], region: &Region) -> i64 {
         let seed = *self.seeds.entry(process).or_insert_with(|| {
             let seed = region.header().processes.get(process as usize).map_or(0, |e| e.random_seed.load(Ordering::Acquire));
             splitmix64(seed)
         });
+        let total = buffers.iter().map(|&(_, len)| len).fold(0u64, u64::saturating_add);
         let drawn = self.drawn.entry(process).or_insert(0);
-        let mut bytes = vec![0u8; len.min(1 << 20) as usize];
+        let mut bytes = vec![0u8; total.min(1 << 20) as usize];
         for chunk in bytes.chunks_mut(8) {
             let word = splitmix64(seed ^ *drawn).to_le_bytes();
             *drawn += 1;
             chunk.copy_from_slice(&word[..chunk.len()]);
         }
-        match remote::write(pid, addr, &bytes) {
-            Ok(()) => bytes.len() as i64,
-            Err(_) => -(libc::EFAULT as i64),
+        let mut written = 0usize;
+        for &(addr, len) in buffers {
+            let piece = &bytes[written..written + (len as usize).min(bytes.len() - written)];
+            if piece.is_empty() {
+                continue;
+            }
+            if remote::write(pid, addr, piece).is_err() {
+                break;
+            }
+            written += piece.len();
+        }
+        match written {
+            0 if !bytes.is_empty() => -(libc::EFAULT as i64),
+            n => n as i64,
         }
     }
 }
