@@ -18,7 +18,9 @@
 # and Node.js (worker_threads: tests/fixtures/node/workers.js; any `node` on PATH will do),
 # and Debian's golang-go (1.19 in bookworm: the Go fixtures under tests/fixtures/go/, built by
 # crates/tools/tests/common/go.rs) and musl-tools (musl-gcc: static C fixtures against musl),
-# and Debian's etcd-server, etcd-client and hugo (real Go programs: crates/tools/tests/real_go.rs).
+# and Debian's etcd-server, etcd-client and hugo (real Go programs: crates/tools/tests/real_go.rs),
+# and busybox-static (a statically linked shell that runs its applets by exec'ing /proc/self/exe:
+# crates/tools/tests/ptrace_calls.rs).
 # postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
 # from util-linux).
 #
@@ -70,6 +72,7 @@ command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
 command -v etcd >/dev/null 2>&1 || services+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v hugo >/dev/null 2>&1 || need+=(hugo)
+dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 need+=("${services[@]}")
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo is missing: install a Rust toolchain (rustup) first" >&2; exit 1; }
 

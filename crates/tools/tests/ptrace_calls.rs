@@ -204,3 +204,32 @@ fn a_static_program_waiting_in_select_and_pselect_is_scheduled_and_replays() {
         assert!(!run.stdout.contains("othermask: returned"), "{build}: the wait ran: {}", run.text());
     }
 }
+
+/// Debian's busybox-static: its shell runs applets (`sleep`, `seq`, `sort`, `od`, `date`) by
+/// exec'ing `/proc/self/exe`, which the agent must read as the shell's executable, not its own.
+/// A pipeline, a sleep on the virtual clock, seeded random bytes and the virtual wall clock:
+/// recorded twice with one seed (the same output), replayed with `--verify`, searched clean.
+#[test]
+fn busybox_s_shell_runs_its_applets_under_the_agent_and_replays() {
+    let busybox = installed("busybox", "busybox-static");
+    let busybox = busybox.to_str().unwrap();
+    let script = "sleep 0.2; seq 5 | sort -r | head -n 2; od -An -N4 -tx1 /dev/urandom; date +%s; echo done";
+    let command = [busybox, "sh", "-c", script];
+    let mut printed = Vec::new();
+    for attempt in ["busybox", "busybox-again"] {
+        let out = out_dir(attempt);
+        let mut args = vec!["-q", "-o", out.to_str().unwrap(), "--seed", "5", "--epoch", SEARCH_EPOCH, "--"];
+        args.extend_from_slice(&command);
+        let run = dara_trace(&args, Duration::from_secs(180));
+        assert_eq!(run.code, 0, "{}", run.text());
+        assert!(run.stdout.starts_with("5\n4\n") && run.stdout.contains(&format!("{SEARCH_EPOCH}\ndone\n")), "{}", run.text());
+        replays_identically(&out.join("trace.bin"));
+        // The program's own lines (dara's summary names the output directory).
+        printed.push(run.stdout.split("no bug found").next().unwrap_or_default().to_owned());
+    }
+    assert_eq!(printed[0], printed[1], "one seed, one output");
+    let (run, out) = search("busybox-search", "5", &command);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert_eq!(run.stdout.matches("done\n").count(), 5, "{}", run.text());
+    replays_identically(&out.join("trace.bin"));
+}

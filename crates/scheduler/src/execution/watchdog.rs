@@ -160,7 +160,7 @@ impl Execution<'_> {
             thread,
             syscall: "computes without a scheduling point".into(),
             detail: format!(
-                "it ran {limit} s of CPU time while {} could still move; it may be spinning on something one of them would do, and dara cannot preempt a thread between scheduling points (plain memory accesses are none: build with sancov and use --preempt-on memory; or raise --busy-limit if it legitimately computes longer)",
+                "it ran {limit} s of CPU time while {} could still move; it may be spinning on something one of them would do, and dara cannot preempt a thread between scheduling points (plain memory accesses are none: build with sancov coverage and use --preempt-on edges:N or memory; or raise --busy-limit if it legitimately computes longer)",
                 named.join(", ")
             ),
         }

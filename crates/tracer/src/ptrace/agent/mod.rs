@@ -317,14 +317,7 @@ impl Agent {
     /// image's `ProcessStart` at its exec stop); one that needs the preload is refused, named.
     fn exec_call(&mut self, tid: i32, path: u64) {
         let pid = self.tracees[&tid].pid;
-        let program = crate::ptrace::remote::read_c_string(pid, path).map(|p| {
-            let p = std::path::PathBuf::from(p);
-            if p.is_absolute() {
-                p
-            } else {
-                std::path::Path::new(&format!("/proc/{pid}/cwd")).join(p)
-            }
-        });
+        let program = crate::ptrace::remote::read_c_string(pid, path).map(|p| as_seen_by(pid, tid, &p));
         match program {
             Ok(program) if crate::binary::needs_agent(&program) => self.post(tid, Request::ProcessExec { via_agent: true }, Then::Exec),
             // A program that is not there, or not executable: the kernel says so.
@@ -655,5 +648,24 @@ fn wait_event(flags: i32) -> Option<(i32, i32)> {
             -1 => return None,
             tid => return Some((tid, status)),
         }
+    }
+}
+
+/// The file `path` names for thread `tid` of process `pid`, as the agent can open it: relative
+/// to the thread's working directory, and `/proc/self` or `/proc/thread-self` as the thread's
+/// own (busybox's shell runs its applets by exec'ing `/proc/self/exe`, which the agent would
+/// otherwise read as its own executable).
+fn as_seen_by(pid: i32, tid: i32, path: &str) -> std::path::PathBuf {
+    if let Some(rest) = path.strip_prefix("/proc/self/") {
+        return format!("/proc/{pid}/{rest}").into();
+    }
+    if let Some(rest) = path.strip_prefix("/proc/thread-self/") {
+        return format!("/proc/{pid}/task/{tid}/{rest}").into();
+    }
+    let p = std::path::Path::new(path);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::path::Path::new(&format!("/proc/{pid}/cwd")).join(p)
     }
 }
