@@ -1,50 +1,26 @@
 //! Names of x86_64 system calls, for diagnostics (a thread blocked in the kernel, an unsupported
-//! call).
-/// Name of an x86_64 syscall number, for diagnostics.
+//! call), from the `syscalls` crate's complete table.
+
+/// Name of an x86_64 syscall number, for diagnostics ("syscall N" for a number no kernel names).
 pub fn syscall_name(nr: i64) -> String {
-    let name = match nr {
-        0 => "read",
-        1 => "write",
-        2 => "open",
-        7 => "poll",
-        17 => "pread64",
-        16 => "ioctl",
-        19 => "readv",
-        20 => "writev",
-        23 => "select",
-        34 => "pause",
-        35 => "nanosleep",
-        43 => "accept",
-        42 => "connect",
-        44 => "sendto",
-        45 => "recvfrom",
-        46 => "sendmsg",
-        47 => "recvmsg",
-        56 => "clone",
-        57 => "fork",
-        58 => "vfork",
-        59 => "execve",
-        61 => "wait4",
-        62 => "kill",
-        72 => "fcntl",
-        73 => "flock",
-        101 => "ptrace",
-        130 => "rt_sigsuspend",
-        202 => "futex",
-        232 => "epoll_wait",
-        228 => "clock_gettime",
-        230 => "clock_nanosleep",
-        247 => "waitid",
-        257 => "openat",
-        270 => "pselect6",
-        271 => "ppoll",
-        281 => "epoll_pwait",
-        288 => "accept4",
-        318 => "getrandom",
-        322 => "execveat",
-        435 => "clone3",
-        449 => "futex_waitv",
-        _ => return format!("syscall {nr}"),
-    };
-    name.to_string()
+    match usize::try_from(nr).ok().and_then(syscalls::x86_64::Sysno::new) {
+        Some(sysno) => sysno.name().to_string(),
+        None => format!("syscall {nr}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_every_call_a_blocked_thread_may_sit_in() {
+        assert_eq!(syscall_name(0), "read");
+        assert_eq!(syscall_name(40), "sendfile");
+        assert_eq!(syscall_name(202), "futex");
+        assert_eq!(syscall_name(275), "splice");
+        assert_eq!(syscall_name(449), "futex_waitv");
+        assert_eq!(syscall_name(-1), "syscall -1");
+        assert_eq!(syscall_name(100_000), "syscall 100000");
+    }
 }
