@@ -209,8 +209,10 @@ fn go_builds_are_linked_for_the_ptrace_path() {
 fn race_detector_reports_the_loop_variable() {
     let bug = go_fixture_with(LOOPVAR.name, &["-race"]);
     assert!(has_interpreter(&bug), "-race links runtime/cgo in Go 1.19");
-    let run = native(&bug, &[], &[]);
-    assert!(run.stderr.contains("WARNING: DATA RACE"), "{}", run.text());
+    // The detector reports a race only when the run's own interleaving shows it: natively, on a
+    // loaded machine, a run may miss it (seen once in a full suite). One report in 20 runs.
+    let run = (0..20).map(|_| native(&bug, &[], &[])).find(|run| run.stderr.contains("WARNING: DATA RACE"));
+    let run = run.expect("no run of 20 reported the race");
     assert!(run.stderr.contains("loopvar/main.go:"), "the report names the access sites\n{}", run.text());
     let twin = go_fixture_with(LOOPVAR.name, &["-race", "-tags=ok"]);
     let run = native(&twin, &[], &[]);
