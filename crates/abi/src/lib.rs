@@ -38,6 +38,7 @@ pub mod clock;
 pub mod counter;
 pub mod handoff;
 pub mod request;
+pub mod select_sets;
 pub mod wait_call;
 
 pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind, MutexKind, NetFlags, ProcessTarget, Request, StartKind, TimerClock, TimerExpiry, Unsupported, WaitOptions};

@@ -15,6 +15,7 @@
 //! so: SIGCHLD blocked everywhere but in its `pselect`.
 //!
 //! `select` is turned into a `pollfd` array on this thread's stack (no allocation) and back.
+use dara_abi::select_sets::SETS;
 use dara_abi::{net_flags, Addr, Deadline, NetFlags, Request, NO_DEADLINE};
 use libc::{c_int, nfds_t, pollfd, sigset_t, timespec, timeval};
 
@@ -150,17 +151,9 @@ fn select_sets(gate: &Gated, n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_se
         // SAFETY: null or the caller's fd_set; fd < FD_SETSIZE.
         !set.is_null() && unsafe { libc::FD_ISSET(fd as c_int, set) }
     };
+    let sets = [r, w, e];
     for fd in 0..n {
-        let mut events = 0;
-        if isset(r, fd) {
-            events |= libc::POLLIN;
-        }
-        if isset(w, fd) {
-            events |= libc::POLLOUT;
-        }
-        if isset(e, fd) {
-            events |= libc::POLLPRI;
-        }
+        let events = SETS.iter().zip(sets).filter(|(_, set)| isset(*set, fd)).fold(0, |events, ((asks, _), _)| events | asks);
         if events != 0 {
             entries[count] = pollfd { fd: fd as c_int, events, revents: 0 };
             count += 1;
@@ -170,7 +163,7 @@ fn select_sets(gate: &Gated, n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_se
     if rc < 0 {
         return rc;
     }
-    for set in [r, w, e] {
+    for set in sets {
         if !set.is_null() {
             // SAFETY: the caller's fd_set.
             unsafe { libc::FD_ZERO(set) };
@@ -178,13 +171,8 @@ fn select_sets(gate: &Gated, n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_se
     }
     let mut ready = 0;
     for p in &entries[..count] {
-        let hits = [
-            (r, libc::POLLIN | libc::POLLHUP | libc::POLLERR),
-            (w, libc::POLLOUT | libc::POLLERR),
-            (e, libc::POLLPRI),
-        ];
-        for (set, mask) in hits {
-            if !set.is_null() && p.events & mask != 0 && p.revents & mask != 0 {
+        for (&(asks, marks), set) in SETS.iter().zip(sets) {
+            if !set.is_null() && p.events & asks != 0 && p.revents & marks != 0 {
                 // SAFETY: the caller's fd_set; fd < FD_SETSIZE.
                 unsafe { libc::FD_SET(p.fd, set) };
                 ready += 1;

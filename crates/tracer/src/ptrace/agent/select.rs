@@ -14,6 +14,7 @@
 //!
 //! `pselect6`'s signal mask: a wait under another mask than the thread's is refused, named (the
 //! agent does not run handlers inside a call); one that is the thread's own mask (or none) waits.
+use dara_abi::select_sets::SETS;
 use dara_abi::{Addr, Request, Unsupported};
 
 use super::calls::{Action, Then, Timeout};
@@ -54,14 +55,6 @@ impl SelectCall {
         self.nfds().div_ceil(64) * 8
     }
 }
-
-/// Which `poll` events each set asks for, and which `revents` mark its bit (the preload's
-/// `select_sets`, the kernel's `POLLIN_SET`/`POLLOUT_SET`/`POLLEX_SET`).
-const SETS: [(i16, i16); 3] = [
-    (libc::POLLIN, libc::POLLIN | libc::POLLHUP | libc::POLLERR),
-    (libc::POLLOUT, libc::POLLOUT | libc::POLLERR),
-    (libc::POLLPRI, libc::POLLPRI),
-];
 
 /// What `select`/`pselect6` call `call` of thread `tid` (process `pid`, stack pointer `rsp`,
 /// last grant at `last_now`) means; None for any other call.
