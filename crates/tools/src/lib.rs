@@ -10,11 +10,13 @@
 //! * [`setup`]: locating the preload, the run options common to `dara-trace` and `dara-replay`,
 //!   becoming subreaper, signal handling;
 //! * [`minimize`]: `dara minimize`, which re-executes a failing trace to shrink it;
-//! * [`memory_bound`]: the bound on a tool's own heap.
+//! * [`memory_bound`]: the bound on a tool's own heap;
+//! * [`results`]: `--json` documents and the JUnit report, for machines.
 pub mod cluster_config;
 pub mod coverage;
 pub mod listing;
 pub mod memory_bound;
 pub mod minimize;
 pub mod on_disk;
+pub mod results;
 pub mod setup;

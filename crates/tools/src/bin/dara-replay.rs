@@ -18,6 +18,7 @@ use dara_scheduler::execution::ExecutionReport;
 use dara_model::trace::{self, Trace};
 use dara_model::Outcome;
 use dara_tools::listing;
+use dara_tools::results::{JsonStdout, OutcomeEntry, ReplayDocument};
 use dara_tools::memory_bound::{self, BoundedAllocator, DEFAULT_MAX_MEMORY_MIB};
 use dara_tools::setup::{self, MachineOptions, STOP};
 
@@ -44,25 +45,57 @@ struct Cli {
     /// Most memory (MiB) dara-replay itself may hold; past it the replay stops with exit 2.
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MAX_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(1..))]
     max_memory: u64,
+    /// Print the result as one JSON document on stdout (docs/results.md); the interleaving, dara's
+    /// other lines and the program's output then go to stderr. The exit status is the same.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     machine: MachineOptions,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
-        Ok(code) => ExitCode::from(code),
+    let json = match cli.json.then(JsonStdout::take).transpose() {
+        Ok(json) => json,
         Err(e) => {
             eprintln!("dara-replay: error: {e:#}");
-            ExitCode::from(2)
+            return ExitCode::from(2);
+        }
+    };
+    let mut document = ReplayDocument::new(&cli.trace);
+    let code = match run(cli, &mut document) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("dara-replay: error: {e:#}");
+            document.error = Some(format!("{e:#}"));
+            2
+        }
+    };
+    document.exit_code = code;
+    document.verdict = match code {
+        0 => "clean",
+        1 => "reproduced",
+        DIVERGED => "diverged",
+        130 => "interrupted",
+        _ => "error",
+    };
+    if let Some(json) = json {
+        if let Err(e) = json.write(&document) {
+            eprintln!("dara-replay: error: {e:#}");
+            return ExitCode::from(2);
         }
     }
+    ExitCode::from(code)
 }
 
-fn run(cli: Cli) -> anyhow::Result<u8> {
+/// Replays the trace and prints what happened for people; `document` collects it for machines.
+fn run(cli: Cli, document: &mut ReplayDocument) -> anyhow::Result<u8> {
     memory_bound::set_max_memory_mib("dara-replay", cli.max_memory);
     setup::init_process()?;
     let mut recorded = trace::read_file(&cli.trace)?;
+    document.command = recorded.header.command.clone();
+    document.recorded_steps = recorded.steps.len();
+    document.recorded_outcome = Some(OutcomeEntry::of(&recorded.outcome));
     let recorded_setup = recorded.header.setup.clone();
     let setup_note = recorded_setup.as_ref().map(|setup| format!("setup: {setup}{}", if cli.no_setup { " (skipped: --no-setup)" } else { "" }));
     if cli.no_setup {
@@ -77,12 +110,15 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         println!("{note}");
     }
     let (report, preempted) = reproduce_observed(&recorded, &base, &STOP).context("replay failed to run")?;
+    document.replayed_steps = report.steps.len();
+    document.outcome = Some(OutcomeEntry::of(&report.outcome));
     if !cli.quiet {
         let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside };
         print!("{}", listing::interleaving(&report.steps, &names, &preempted));
     }
     let on_disk = || println!("{}", dara_tools::on_disk::divergence_note(&recorded.header.written, recorded_setup.as_deref(), cli.no_setup));
-    if let Some(code) = judge(&recorded, &report) {
+    if let Some((code, divergence)) = judge(&recorded, &report) {
+        document.divergence = divergence;
         if code == DIVERGED {
             on_disk();
         }
@@ -90,6 +126,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     }
     let coverage_same = judge_coverage(&recorded, &report);
     if cli.verify && !coverage_same {
+        document.divergence = Some("the replay's coverage differs from the recording's".into());
         return Ok(DIVERGED);
     }
     if cli.verify {
@@ -108,13 +145,18 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             if let Some(differs) = differs {
                 println!("verify: run {round} {differs}");
                 on_disk();
+                document.verified = Some(false);
+                document.divergence = Some(format!("verify: run {round} {differs}"));
                 return Ok(DIVERGED);
             }
             if let Some(what) = coverage_difference(&report.coverage, &again.coverage) {
                 println!("verify: run {round} covered differently from the first replay: {what}");
+                document.verified = Some(false);
+                document.divergence = Some(format!("verify: run {round} covered differently from the first replay: {what}"));
                 return Ok(DIVERGED);
             }
         }
+        document.verified = Some(true);
         let coverage = if report.coverage.is_empty() { "" } else { ", same coverage" };
         println!("verify: 2 more executions identical to the first replay ({} steps, same outcome{coverage})", report.steps.len());
     }
@@ -124,34 +166,35 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
 /// Exit status of a replay that diverged from its trace (or from the first replay).
 const DIVERGED: u8 = 3;
 
-/// Compares the replayed run with the recording; Some(exit code) when it diverged.
-fn judge(recorded: &Trace, report: &ExecutionReport) -> Option<u8> {
+/// Compares the replayed run with the recording; Some(exit code, what differed) when it diverged
+/// or was interrupted.
+fn judge(recorded: &Trace, report: &ExecutionReport) -> Option<(u8, Option<String>)> {
+    let diverged = |line: String| {
+        println!("{line}");
+        Some((DIVERGED, Some(line)))
+    };
     if let Outcome::Diverged { step, expected, seen } = &report.outcome {
-        println!("DIVERGED at step {step}: the trace expected {expected}; the run offered {seen}");
-        return Some(DIVERGED);
+        return diverged(format!("DIVERGED at step {step}: the trace expected {expected}; the run offered {seen}"));
     }
     let stopped_there = recorded.outcome == Outcome::Interrupted && report.steps.len() == recorded.steps.len();
     if report.outcome == Outcome::Interrupted && !stopped_there {
         println!("interrupted");
-        return Some(130);
+        return Some((130, None));
     }
     if let Some((step, what)) = first_difference(&recorded.steps, &report.steps) {
-        println!("DIVERGED at step {step}: {what}");
-        return Some(DIVERGED);
+        return diverged(format!("DIVERGED at step {step}: {what}"));
     }
     let (recorded_outside, replayed_outside) = (dara_model::outside::in_step_order(&recorded.outside), dara_model::outside::in_step_order(&report.outside));
     if replayed_outside != recorded_outside {
         let at = recorded_outside.iter().zip(&replayed_outside).position(|(a, b)| a != b).unwrap_or(recorded_outside.len().min(replayed_outside.len()));
-        println!("DIVERGED: outside event {at} differs: the trace has {}, the replay {}", recorded_outside.get(at).map_or("nothing".into(), dara_model::outside::describe_event), replayed_outside.get(at).map_or("nothing".into(), dara_model::outside::describe_event));
-        return Some(DIVERGED);
+        return diverged(format!("DIVERGED: outside event {at} differs: the trace has {}, the replay {}", recorded_outside.get(at).map_or("nothing".into(), dara_model::outside::describe_event), replayed_outside.get(at).map_or("nothing".into(), dara_model::outside::describe_event)));
     }
     if stopped_there {
         println!("outcome: the recording was stopped here (Ctrl-C); the replay reproduced it up to that point");
         return None;
     }
     if report.outcome.signature() != recorded.outcome.signature() {
-        println!("DIVERGED: the trace ended with \"{}\" but the replay ended with \"{}\"", recorded.outcome.summary(), report.outcome.summary());
-        return Some(DIVERGED);
+        return diverged(format!("DIVERGED: the trace ended with \"{}\" but the replay ended with \"{}\"", recorded.outcome.summary(), report.outcome.summary()));
     }
     println!("outcome: {} (same as recorded)", report.outcome.summary());
     None

@@ -11,6 +11,7 @@ use dara_explorer::deadline::with_deadline;
 use dara_explorer::search::{search, Progress, SavedBug, SearchConfig, SearchEnd, SearchSummary};
 use dara_tools::cluster_config::{self, ClusterOptions};
 use dara_tools::minimize::size_line;
+use dara_tools::results::{self, BugEntry, EndEntry, JsonStdout, OutcomeEntry, SearchDocument};
 use dara_tools::setup::{self, MachineOptions, STOP};
 use dara_tracer::binary::{self, BinaryKind};
 
@@ -121,6 +122,13 @@ struct Cli {
     /// `AWS_*`). The program still sees it; a replay takes it from the replaying environment.
     #[arg(long, value_name = "NAME")]
     env_exclude: Vec<String>,
+    /// Print the results as one JSON document on stdout (docs/results.md); dara's own lines and
+    /// the program's output then go to stderr. The exit status is the same.
+    #[arg(long)]
+    json: bool,
+    /// Also write the results as a JUnit XML report to FILE, for CI systems.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
     #[command(flatten)]
     machine: MachineOptions,
     /// The program and its arguments.
@@ -130,16 +138,39 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
-        Ok(code) => ExitCode::from(code),
+    let json = match cli.json.then(JsonStdout::take).transpose() {
+        Ok(json) => json,
         Err(e) => {
             eprintln!("dara-trace: error: {e:#}");
-            ExitCode::from(2)
+            return ExitCode::from(2);
+        }
+    };
+    let junit = cli.junit.clone();
+    let (command, strategy, seed, runs) = (cli.command.clone(), cli.strategy.clone(), cli.seed, cli.runs);
+    let document = match run(cli) {
+        Ok(document) => document,
+        Err(e) => {
+            eprintln!("dara-trace: error: {e:#}");
+            SearchDocument::error(command, strategy, seed, runs, format!("{e:#}"))
+        }
+    };
+    let code = document.exit_code;
+    if let Some(path) = &junit {
+        if let Err(e) = results::write_junit(path, &document) {
+            eprintln!("dara-trace: error: {e:#}");
         }
     }
+    if let Some(json) = json {
+        if let Err(e) = json.write(&document) {
+            eprintln!("dara-trace: error: {e:#}");
+            return ExitCode::from(2);
+        }
+    }
+    ExitCode::from(code)
 }
 
-fn run(mut cli: Cli) -> anyhow::Result<u8> {
+/// Runs the search (or recording) and prints its results for people; returns them for machines.
+fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     setup::init_process()?;
     let cluster = cluster_config::resolve(&ClusterOptions {
         config: cli.config.as_deref(),
@@ -230,13 +261,39 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
     let summary = search(&cfg, &STOP, |p| progress.update(&p));
     progress.clear();
     let summary = summary?;
+    let mut document = SearchDocument {
+        format: results::FORMAT,
+        tool: "dara-trace",
+        dara_version: env!("CARGO_PKG_VERSION"),
+        command: cli.command.clone(),
+        strategy: cfg.strategy.clone(),
+        seed: cfg.seed,
+        runs: cfg.runs,
+        executions: summary.executions,
+        recording,
+        end: match &summary.end {
+            SearchEnd::Completed => EndEntry::Completed,
+            SearchEnd::Exhausted(note) => EndEntry::Exhausted { note: note.clone() },
+            SearchEnd::TimeBudget => EndEntry::TimeBudget,
+            SearchEnd::Interrupted => EndEntry::Interrupted,
+            SearchEnd::Uncontrolled(outcome) => EndEntry::Uncontrolled { outcome: OutcomeEntry::of(outcome) },
+        },
+        outcomes: summary.outcome_counts.clone(),
+        bugs: Vec::new(),
+        last_trace: summary.last_trace.clone(),
+        coverage_edges: summary.coverage,
+        wall_seconds: summary.wall.as_secs_f64(),
+        notes: summary.notes.clone(),
+        exit_code: 0,
+    };
     match &summary.end {
         SearchEnd::Uncontrolled(outcome) => {
             eprintln!("dara-trace: stopped: {}", outcome.summary());
             if let Some(t) = &summary.last_trace {
                 eprintln!("dara-trace: the run up to that point is in {}", t.display());
             }
-            return Ok(2);
+            document.exit_code = 2;
+            return Ok(document);
         }
         SearchEnd::Interrupted => {
             println!("interrupted after {} executions", summary.executions);
@@ -260,25 +317,24 @@ fn run(mut cli: Cli) -> anyhow::Result<u8> {
             if let Some(t) = &summary.last_trace {
                 println!("trace of the last execution: {}", t.display());
             }
-            return Ok(0);
+            return Ok(document);
         }
-        return Ok(130);
+        document.exit_code = 130;
+        return Ok(document);
     }
     println!("{} distinct bug(s) in {} executions:", summary.bugs.len(), summary.executions);
     let mut replay = summary.bugs[0].trace.clone();
     for (i, bug) in summary.bugs.iter().enumerate() {
         println!("  {}  (execution {}, {} steps) -> {}", bug.outcome.summary(), bug.execution, bug.steps, bug.dir.display());
-        if cli.no_minimize || i >= MINIMIZE_BUGS {
-            continue;
+        let minimal = if cli.no_minimize || i >= MINIMIZE_BUGS { None } else { minimize_bug(bug, &cfg.execution, deadline) };
+        if let (0, Some(minimal)) = (i, &minimal) {
+            replay = minimal.clone();
         }
-        if let Some(minimal) = minimize_bug(bug, &cfg.execution, deadline) {
-            if i == 0 {
-                replay = minimal;
-            }
-        }
+        document.bugs.push(BugEntry::new(&bug.outcome, bug.execution, bug.steps, &bug.dir, &bug.trace, minimal));
     }
     println!("replay: dara-replay {}", replay.display());
-    Ok(1)
+    document.exit_code = 1;
+    Ok(document)
 }
 
 /// The time settings from `--timers`, `--step-cost`, `--run-for` and the pause budget.
