@@ -46,7 +46,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 25;
+pub const VERSION: u32 = 26;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -70,8 +70,16 @@ pub const SHM_PATH: &str = "/proc/self/fd/1000";
 /// its kernel pid and tid as dara sees them, which it writes into its slot. In a PID namespace
 /// the program's own getpid/gettid differ from those. Kept open like [`SHM_FD`].
 pub const HOST_PROC_FD: i32 = 1001;
+/// Descriptor under which the target inherits the writing end of the pipe dara reads the SDK's
+/// property lines from (`sdk/`, docs/properties.md); [`ENV_SDK_FD`] names it. Kept open like
+/// [`SHM_FD`], so a launcher that closes what it inherited does not silence its children.
+pub const SDK_FD: i32 = 1002;
+/// Environment variable naming [`SDK_FD`] for the SDKs and the line protocol.
+pub const ENV_SDK_FD: &str = "DARA_SDK_FD";
 // The preload's `closefrom` keeps dara's descriptors as one range.
-const _: () = assert!(HOST_PROC_FD == SHM_FD + 1);
+const _: () = assert!(HOST_PROC_FD == SHM_FD + 1 && SDK_FD == HOST_PROC_FD + 1);
+/// The pipes dara drains: the target's stdout, its stderr, and the SDK's property lines.
+pub const OUTPUT_PIPES: usize = 3;
 /// `si_value` of the signals dara sends itself (as `SI_QUEUE`, through a pidfd or to one
 /// thread): a traced thread that takes a signal tells dara's (passed on from the terminal, or
 /// replayed) from one sent from outside, whose sender pid may read 0 like dara's does when the
@@ -665,10 +673,10 @@ pub struct Header {
     /// twin, so only dara can make a connection reach the program's accept, or a datagram its
     /// socket.
     pub outside: u32,
-    /// Inodes of the pipes dara reads the target's stdout and stderr from (written right after
-    /// the launch, before any grant). Writes to them never block (dara drains them), so they are
-    /// not network descriptors; every other pipe is.
-    pub output_pipes: [AtomicU64; 2],
+    /// Inodes of the pipes dara reads the target's stdout, its stderr and the SDK's lines from
+    /// (written right after the launch, before any grant). Writes to them never block (dara
+    /// drains them), so they are not network descriptors; every other pipe is.
+    pub output_pipes: [AtomicU64; OUTPUT_PIPES],
     /// Connections and datagram senders dara relays to the program (a recording or its replay),
     /// by dara's end: the program is shown the client's address as the peer of such a connection
     /// (`accept`, `getpeername`) or the sender of such datagrams (`recvfrom`, `recvmsg`), and its

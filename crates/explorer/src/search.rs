@@ -82,6 +82,10 @@ pub struct SearchSummary {
     pub wall: Duration,
     /// What the strategy wants the user to know (the last [`Status::notes`]), e.g. guidance was off.
     pub notes: Vec<String>,
+    /// The user properties the executions evaluated (the SDKs' lines), over the whole search.
+    pub properties: dara_model::property::SearchProperties,
+    /// Lines on the SDK's descriptor that were not the protocol, and the first of them.
+    pub malformed_property_lines: (u64, Option<String>),
 }
 
 /// Reported after each execution (in execution order), for progress output.
@@ -317,6 +321,8 @@ struct Judge<'a> {
     last_trace: Option<PathBuf>,
     outcome_counts: BTreeMap<String, u64>,
     covered: std::collections::BTreeSet<(u32, u32)>,
+    properties: dara_model::property::SearchProperties,
+    malformed_property_lines: (u64, Option<String>),
 }
 
 impl<'a> Judge<'a> {
@@ -331,6 +337,8 @@ impl<'a> Judge<'a> {
             last_trace: None,
             outcome_counts: BTreeMap::new(),
             covered: Default::default(),
+            properties: Default::default(),
+            malformed_property_lines: (0, None),
         }
     }
 
@@ -349,6 +357,11 @@ impl<'a> Judge<'a> {
         *self.outcome_counts.entry(kind).or_insert(0) += 1;
         for (&process, coverage) in &report.coverage {
             self.covered.extend(coverage.edges.iter().map(|e| (process, e.edge)));
+        }
+        self.properties.add(&report.properties);
+        self.malformed_property_lines.0 += report.properties.malformed;
+        if self.malformed_property_lines.1.is_none() {
+            self.malformed_property_lines.1 = report.properties.first_malformed.clone();
         }
         let mut exec = self.cfg.execution.clone();
         exec.random_seed = execution_random_seed(self.cfg.seed, k);
@@ -385,6 +398,8 @@ impl<'a> Judge<'a> {
             coverage: self.covered.len(),
             wall: self.started.elapsed(),
             notes: Vec::new(),
+            properties: self.properties,
+            malformed_property_lines: self.malformed_property_lines,
         }
     }
 }

@@ -15,6 +15,7 @@
 //! * [`outside`]: inputs from and outputs to peers outside dara, as recorded.
 //! * [`preempt`]: the `--preempt-on` settings (memory-level points, edge quanta) and the
 //!   profiling run's access profile.
+//! * [`property`]: user properties (the SDKs' `DARA_ALWAYS`, ...), their tallies and verdicts.
 //! * [`time`]: how virtual time behaves (timer policy, step cost, pause budget, run length).
 //! * [`trace`]: the `trace.bin` format (writer and a reader that never panics on bad input).
 //!
@@ -26,6 +27,7 @@ pub mod model;
 pub mod outcome;
 pub mod outside;
 pub mod preempt;
+pub mod property;
 pub mod time;
 pub mod trace;
 

@@ -44,6 +44,9 @@ pub enum Outcome {
     NodeExited { node: String, code: i32 },
     /// The workload exited 0 but the check command (`--check`) failed.
     CheckFailed { code: i32 },
+    /// A user property (`DARA_ALWAYS`, `DARA_UNREACHABLE`, `DARA_EVENTUALLY`) broke: `detail`
+    /// says how (see [`crate::property`]).
+    PropertyFailed { name: String, property: crate::property::PropertyKind, detail: String },
     /// No choice enabled while some threads have not finished.
     Deadlock { threads: Vec<BlockedThread> },
     /// Step bound, virtual-time bound, or a thread that ran too long without reaching a
@@ -73,7 +76,7 @@ impl Outcome {
     pub fn is_bug(&self) -> bool {
         match self {
             Outcome::Exited { code, .. } => *code != 0,
-            Outcome::Crashed { .. } | Outcome::NodeExited { .. } | Outcome::CheckFailed { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
+            Outcome::Crashed { .. } | Outcome::NodeExited { .. } | Outcome::CheckFailed { .. } | Outcome::PropertyFailed { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
             Outcome::Uncontrolled { .. } | Outcome::KilledFromOutside { .. } | Outcome::StoppedBySignal { .. } | Outcome::Interrupted | Outcome::RanFor { .. } | Outcome::Diverged { .. } => false,
         }
     }
@@ -87,6 +90,7 @@ impl Outcome {
             Outcome::Crashed { name, location, .. } => format!("signal:{name}{}", at(location)),
             Outcome::NodeExited { node, code } => format!("node-exit:{node}:{code}"),
             Outcome::CheckFailed { code } => format!("check:{code}"),
+            Outcome::PropertyFailed { name, .. } => format!("property:{name}"),
             Outcome::Deadlock { threads } => {
                 let mut parts: Vec<String> = threads
                     .iter()
@@ -123,6 +127,7 @@ impl Outcome {
             Outcome::Crashed { process, name, location, .. } => format!("BUG: process {process} killed by {name}{}", at(location)),
             Outcome::NodeExited { node, code } => format!("BUG: node {node} exited with status {code}"),
             Outcome::CheckFailed { code } => format!("BUG: the check command failed (status {code})"),
+            Outcome::PropertyFailed { name, property, detail } => format!("BUG: property \"{name}\" ({}) failed: {detail}", property.word()),
             Outcome::Deadlock { threads } => {
                 let who: Vec<String> = threads.iter().map(|t| format!("thread {} {}", t.thread, t.detail)).collect();
                 format!("BUG: deadlock: {}", who.join("; "))

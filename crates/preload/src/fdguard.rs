@@ -1,5 +1,6 @@
 //! Keeping dara's descriptors open whatever the program closes: the region's
-//! ([`dara_abi::SHM_FD`]) and dara's own /proc ([`dara_abi::HOST_PROC_FD`], next to it).
+//! ([`dara_abi::SHM_FD`]), dara's own /proc ([`dara_abi::HOST_PROC_FD`], next to it) and the
+//! SDK's property pipe ([`dara_abi::SDK_FD`], next to that).
 //!
 //! Every image of a traced process finds dara through the first (`DARA_SHM` names
 //! `/proc/self/fd/1000`) and tells dara its pids through the second. Launchers close what they
@@ -15,8 +16,8 @@ use crate::{fd, sys};
 
 /// The first and last of dara's descriptors (adjacent numbers).
 pub const FIRST_KEPT: u64 = dara_abi::SHM_FD as u64;
-pub const LAST_KEPT: u64 = dara_abi::HOST_PROC_FD as u64;
-const _: () = assert!(LAST_KEPT == FIRST_KEPT + 1, "dara's descriptors must be adjacent");
+pub const LAST_KEPT: u64 = dara_abi::SDK_FD as u64;
+const _: () = assert!(LAST_KEPT == FIRST_KEPT + 2, "dara's descriptors must be adjacent");
 /// The largest descriptor number `close_range` takes.
 const LAST_FD: u64 = u32::MAX as u64;
 

@@ -106,6 +106,58 @@ impl BugEntry {
     }
 }
 
+/// One user property over a search.
+#[derive(Serialize, Debug)]
+pub struct PropertyEntry {
+    /// `always`, `sometimes`, `reachable`, `unreachable` or `eventually`.
+    pub kind: dara_model::property::PropertyKind,
+    pub name: String,
+    /// Executions that evaluated (reached) it, held it at least once, and broke it.
+    pub executions: u64,
+    pub executions_held: u64,
+    pub executions_broken: u64,
+    pub evaluations: u64,
+    /// A goal met (a `sometimes` held, a `reachable` reached) or a claim kept in every execution.
+    pub satisfied: bool,
+}
+
+impl PropertyEntry {
+    pub fn list(properties: &dara_model::property::SearchProperties) -> Vec<PropertyEntry> {
+        properties
+            .0
+            .iter()
+            .map(|((kind, name), t)| PropertyEntry {
+                kind: *kind,
+                name: name.clone(),
+                executions: t.executions,
+                executions_held: t.executions_held,
+                executions_broken: t.executions_broken,
+                evaluations: t.evaluations,
+                satisfied: dara_model::property::SearchProperties::satisfied(*kind, t),
+            })
+            .collect()
+    }
+
+    /// One line for people: what happened to it over `executions` executions.
+    pub fn line(&self, executions: u64) -> String {
+        use dara_model::property::PropertyKind as K;
+        let name = format!("\"{}\"", self.name);
+        let what = match self.kind {
+            K::Sometimes | K::Reachable if !self.satisfied => {
+                let verb = if self.kind == K::Reachable { "reached" } else { "held" };
+                format!("NEVER {verb} in {executions} executions{}", if self.executions > 0 { format!(" (evaluated in {})", self.executions) } else { String::new() })
+            }
+            K::Sometimes => format!("held in {} of {executions} executions", self.executions_held),
+            K::Reachable => format!("reached in {} of {executions} executions ({} times)", self.executions, self.evaluations),
+            K::Unreachable if self.executions == 0 => format!("never reached in {executions} executions"),
+            _ if self.executions_broken > 0 => format!("BROKEN in {} of {} executions that evaluated it", self.executions_broken, self.executions),
+            _ if self.executions == 0 => format!("never evaluated in {executions} executions"),
+            _ => format!("held in all {} executions that evaluated it ({} evaluations)", self.executions, self.evaluations),
+        };
+        format!("{:<11} {name:<32} {what}", self.kind.word())
+    }
+}
+
 /// How a search ended, for machines.
 #[derive(Serialize, Debug)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -148,6 +200,8 @@ pub struct SearchDocument {
     pub wall_seconds: f64,
     /// What the strategy wanted the user to know.
     pub notes: Vec<String>,
+    /// The user properties the program declared or evaluated (docs/properties.md).
+    pub properties: Vec<PropertyEntry>,
     /// dara-trace's exit status.
     pub exit_code: u8,
 }
@@ -172,6 +226,7 @@ impl SearchDocument {
             coverage_edges: 0,
             wall_seconds: 0.0,
             notes: Vec::new(),
+            properties: Vec::new(),
             exit_code: 2,
         }
     }

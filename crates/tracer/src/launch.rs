@@ -57,6 +57,19 @@ pub struct LaunchSpec {
     /// How to run programs the preload cannot enter (statically linked ones) on the ptrace path
     /// ([`crate::ptrace`]); None: they are refused.
     pub agent: Option<AgentLaunch>,
+    /// Where the lines the program writes to [`dara_abi::SDK_FD`] go (the SDK's property
+    /// events); None: the target gets no such descriptor.
+    pub sdk_lines: Option<LineSink>,
+}
+
+/// Takes each line (without its newline) written to the SDK's pipe, in the order written.
+#[derive(Clone)]
+pub struct LineSink(pub Arc<dyn Fn(&[u8]) + Send + Sync>);
+
+impl std::fmt::Debug for LineSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LineSink")
+    }
 }
 
 /// The ptrace agent of an execution: its program, and the execution's region where a launched
@@ -111,7 +124,7 @@ pub struct ProcessTree {
     /// The last [`STDERR_TAIL_BYTES`] the target wrote to stderr (assertion messages, panics and
     /// sanitizer reports locate a bug).
     stderr_tail: Arc<Mutex<Vec<u8>>>,
-    output_pipes: [u64; 2],
+    output_pipes: [u64; dara_abi::OUTPUT_PIPES],
     /// The execution's PID namespace; None: the program sees real pids.
     ns: Option<PidNamespace>,
     /// Why there is no namespace although one was asked for.
@@ -181,15 +194,22 @@ impl ProcessTree {
         let pipe_error = |source| LaunchError::Spawn { program: "the output pipes".into(), source };
         let (out_r, out_w) = cloexec_pipe().map_err(pipe_error)?;
         let (err_r, err_w) = cloexec_pipe().map_err(pipe_error)?;
-        let output_pipes = [fd_inode(out_w.as_raw_fd()).unwrap_or(0), fd_inode(err_w.as_raw_fd()).unwrap_or(0)];
+        let mut output_pipes = [fd_inode(out_w.as_raw_fd()).unwrap_or(0), fd_inode(err_w.as_raw_fd()).unwrap_or(0), 0];
         let stderr_tail = Arc::new(Mutex::new(Vec::new()));
         let tail = Some(Arc::clone(&stderr_tail));
         let (out_r, err_r) = (std::fs::File::from(out_r), std::fs::File::from(err_r));
-        let forwarders = if spec.discard_output {
+        let mut forwarders = if spec.discard_output {
             vec![forward(out_r, std::io::sink, None), forward(err_r, std::io::sink, tail)]
         } else {
             vec![forward(out_r, std::io::stdout, None), forward(err_r, std::io::stderr, tail)]
         };
+        let mut output_writers = vec![out_w, err_w];
+        if let Some(sink) = &spec.sdk_lines {
+            let (sdk_r, sdk_w) = cloexec_pipe().map_err(pipe_error)?;
+            output_pipes[2] = fd_inode(sdk_w.as_raw_fd()).unwrap_or(0);
+            forwarders.push(forward_lines(std::fs::File::from(sdk_r), sink.clone()));
+            output_writers.push(sdk_w);
+        }
         // Until the reaper starts these stand in; `start_reaper` replaces them.
         let (_, exits) = std::sync::mpsc::channel();
         let (_, reaper_done) = std::sync::mpsc::channel();
@@ -199,7 +219,7 @@ impl ProcessTree {
             None => (None, None),
         };
         let host_proc = spec.host_proc_fd.and_then(|_| std::fs::File::open("/proc").ok()).map(OwnedFd::from);
-        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, forwarders, output_writers: vec![out_w, err_w], stderr_tail, output_pipes, ns, ns_refused, host_proc, agent: None })
+        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, forwarders, output_writers, stderr_tail, output_pipes, ns, ns_refused, host_proc, agent: None })
     }
 
     fn start_reaper(&mut self, on_exit: impl Fn() + Send + 'static) {
@@ -254,6 +274,7 @@ impl ProcessTree {
         let cpu = spec.cpu;
         let pass_fd = spec.pass_fd;
         let host_proc = spec.host_proc_fd.zip(self.host_proc.as_ref().map(|f| f.as_raw_fd()));
+        let sdk = self.output_writers.get(2).map(|w| (w.as_raw_fd(), dara_abi::SDK_FD));
         let mounts = self.ns.as_ref().map(PidNamespace::mount_ns_fd);
         // SAFETY: the closure runs in the forked child before exec and only makes
         // async-signal-safe system calls (setpgid, personality, prctl, dup2, sched_setaffinity,
@@ -271,7 +292,7 @@ impl ProcessTree {
                     return Err(std::io::Error::last_os_error());
                 }
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-                for (from, to) in pass_fd.into_iter().chain(host_proc.map(|(to, from)| (from, to))) {
+                for (from, to) in pass_fd.into_iter().chain(host_proc.map(|(to, from)| (from, to))).chain(sdk) {
                     // dup2 gives the new descriptor no close-on-exec flag: it survives the exec.
                     if libc::dup2(from, to) != to {
                         return Err(std::io::Error::last_os_error());
@@ -364,8 +385,9 @@ impl ProcessTree {
         self.ns_refused.as_deref()
     }
 
-    /// Inodes of the pipes the target's stdout and stderr write into (0 where there is none).
-    pub fn output_pipe_inodes(&self) -> [u64; 2] {
+    /// Inodes of the pipes the target's stdout, stderr and SDK lines write into (0 where there is
+    /// none).
+    pub fn output_pipe_inodes(&self) -> [u64; dara_abi::OUTPUT_PIPES] {
         self.output_pipes
     }
 
@@ -545,6 +567,38 @@ where
     })
 }
 
+/// Reads the SDK's pipe on a thread of its own and hands `sink` each complete line. A line longer
+/// than [`SDK_LINE_MAX`] is cut there (the SDKs write short lines; this bounds dara's memory).
+fn forward_lines(mut from: std::fs::File, sink: LineSink) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        let mut line: Vec<u8> = Vec::new();
+        loop {
+            match std::io::Read::read(&mut from, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    for &b in &buf[..n] {
+                        if b == b'\n' {
+                            (sink.0)(&line);
+                            line.clear();
+                        } else if line.len() < SDK_LINE_MAX {
+                            line.push(b);
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        if !line.is_empty() {
+            (sink.0)(&line);
+        }
+    })
+}
+
+/// The longest SDK line dara keeps (property names are cut to fit).
+pub const SDK_LINE_MAX: usize = 4096;
+
 impl Drop for ProcessTree {
     fn drop(&mut self) {
         self.kill_all();
@@ -556,7 +610,7 @@ mod tests {
     use super::*;
 
     fn spec(command: &[&str]) -> LaunchSpec {
-        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None }
+        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None }
     }
 
     #[test]

@@ -21,5 +21,5 @@ pub mod procfs;
 pub mod ptrace;
 pub mod reaper;
 
-pub use launch::{AgentLaunch, AgentWordsRef, LaunchError, LaunchSpec, ProcessTree};
+pub use launch::{AgentLaunch, AgentWordsRef, LaunchError, LaunchSpec, LineSink, ProcessTree};
 pub use reaper::ExitEvent;

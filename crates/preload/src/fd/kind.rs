@@ -13,8 +13,9 @@ use libc::c_int;
 use super::{sockets::sockopt, Kind, NetKind};
 use crate::sys;
 
-/// Whether `inode` is one of the pipes dara forwards the program's output through.
-fn is_output_pipe(inode: u64) -> bool {
+/// Whether `inode` is one of the pipes dara drains (the program's stdout and stderr, the SDK's
+/// lines): dara always holds their reading end.
+pub fn is_output_pipe(inode: u64) -> bool {
     crate::region::header().is_some_and(|h| h.output_pipes.iter().any(|p| p.load(Ordering::Relaxed) == inode))
 }
 

@@ -22,7 +22,9 @@ use crate::real::errno;
 use crate::gate::Gated;
 use crate::{real, sys};
 
-/// The (device, inode) of `path` (relative to `dir`) if it names a FIFO.
+/// The (device, inode) of `path` (relative to `dir`) if it names a FIFO that may make an open
+/// wait. One of the pipes dara drains (`/dev/stdout`, `/dev/fd/$DARA_SDK_FD`: a pipe reopened
+/// through /proc) never does: dara holds its reading end.
 ///
 /// # Safety
 /// `path` is a NUL-terminated string (checked non-null by the caller).
@@ -32,7 +34,7 @@ unsafe fn fifo_identity(dir: c_int, path: *const c_char, nofollow: bool) -> Opti
     let at = if nofollow { libc::AT_SYMLINK_NOFOLLOW } else { 0 };
     // SAFETY: newfstatat reads the caller's path and writes at most one stat into `st`.
     let rc = unsafe { sys::syscall(libc::SYS_newfstatat, &[dir as i64 as u64, path as u64, &mut st as *mut libc::stat as u64, at as u64]) };
-    (rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO).then_some((st.st_dev, st.st_ino))
+    (rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO && !crate::fd::kind::is_output_pipe(st.st_ino)).then_some((st.st_dev, st.st_ino))
 }
 
 /// Clears `O_NONBLOCK` on a FIFO end the preload opened non-blocking for a blocking caller.

@@ -38,13 +38,14 @@ pub(super) fn target_environment(cfg: &ExecutionConfig) -> Vec<(std::ffi::OsStri
                 preload.push(":");
                 preload.push(v);
             }
-            dara_abi::ENV_SHM_PATH | dara_abi::ENV_ACTIVE | "LD_PRELOAD" => {}
+            dara_abi::ENV_SHM_PATH | dara_abi::ENV_ACTIVE | dara_abi::ENV_SDK_FD | "LD_PRELOAD" => {}
             _ => env.push((k.into(), v.into())),
         }
     }
     env.push(("LD_PRELOAD".into(), preload));
     env.push((dara_abi::ENV_SHM_PATH.into(), dara_abi::SHM_PATH.into()));
     env.push((dara_abi::ENV_ACTIVE.into(), "1".into()));
+    env.push((dara_abi::ENV_SDK_FD.into(), dara_abi::SDK_FD.to_string().into()));
     crate::sanitizer_options::apply(&mut env);
     env
 }

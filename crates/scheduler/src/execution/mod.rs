@@ -138,6 +138,8 @@ pub struct ExecutionReport {
     /// Files the program opened for writing (absolute paths, first opened first; devices and
     /// `/proc` left out), for a replay that diverges to name; see [`crate::trace::WrittenFiles`].
     pub written_files: crate::trace::WrittenFiles,
+    /// The user properties the program evaluated (the SDKs' lines), in this execution.
+    pub properties: dara_model::property::ExecutionProperties,
     pub wall: Duration,
 }
 
@@ -169,6 +171,8 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, cfg.profile, !cfg.outside.is_closed()).map_err(ExecutionError::Region)?);
     region.header().realtime_epoch_ns.store(cfg.time.realtime_epoch_ns, Ordering::Release);
     let mut world = world::for_config(cfg)?;
+    let properties = Arc::new(std::sync::Mutex::new(dara_model::property::ExecutionProperties::default()));
+    let property_lines = Arc::clone(&properties);
     let spec = LaunchSpec {
         command: cfg.command.clone(),
         cwd: cfg.cwd.clone(),
@@ -180,6 +184,11 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         host_proc_fd: Some(dara_abi::HOST_PROC_FD),
         virtual_pids: true,
         agent: cfg.agent.clone().map(|program| dara_tracer::AgentLaunch { program, words: dara_tracer::AgentWordsRef(&region.header().agent) }),
+        sdk_lines: Some(dara_tracer::LineSink(Arc::new(move |line| {
+            if let Ok(mut p) = property_lines.lock() {
+                p.record(line);
+            }
+        }))),
     };
     let waker = Arc::clone(&region);
     let tree = match cfg.cluster {
@@ -206,6 +215,9 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     if let Some(cleanup) = &cfg.cleanup {
         run_harness("cleanup", cleanup, cfg)?;
     }
+    // Every line is in: the tree is gone and the SDK pipe's reader has seen its end.
+    let properties = std::mem::take(&mut *properties.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    judge_properties(&mut outcome, &properties);
     if outcome.is_bug() {
         outcome.locate(crate::crash_site::stderr_location_resolving(&run.tree.stderr_tail(), &crate::symbols::name_in_file));
     }
@@ -223,7 +235,17 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     let access_profile = cfg.profile.then(|| AccessProfile::read(run.region.access_table()));
     let (paths, more) = run.region.written_files();
     let written_files = crate::trace::WrittenFiles { paths, more };
-    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, wall: started.elapsed() })
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, properties, wall: started.elapsed() })
+}
+
+/// A broken user property is the execution's outcome, named by the property, over how the
+/// program then ended (it broke first); not over an outcome dara did not judge (uncontrolled,
+/// interrupted, killed from outside, diverged).
+fn judge_properties(outcome: &mut Outcome, properties: &dara_model::property::ExecutionProperties) {
+    let judged = !matches!(outcome, Outcome::Uncontrolled { .. } | Outcome::Interrupted | Outcome::KilledFromOutside { .. } | Outcome::Diverged { .. });
+    if let (true, Some((property, name, detail))) = (judged, properties.broken()) {
+        *outcome = Outcome::PropertyFailed { name, property, detail };
+    }
 }
 
 pub use dara_model::outcome::signal_name;

@@ -11,7 +11,7 @@ use dara_explorer::deadline::with_deadline;
 use dara_explorer::search::{search, Progress, SavedBug, SearchConfig, SearchEnd, SearchSummary};
 use dara_tools::cluster_config::{self, ClusterOptions};
 use dara_tools::minimize::size_line;
-use dara_tools::results::{self, BugEntry, EndEntry, JsonStdout, OutcomeEntry, SearchDocument};
+use dara_tools::results::{self, BugEntry, EndEntry, JsonStdout, OutcomeEntry, PropertyEntry, SearchDocument};
 use dara_tools::setup::{self, MachineOptions, STOP};
 use dara_tracer::binary::{self, BinaryKind};
 
@@ -284,8 +284,10 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
         coverage_edges: summary.coverage,
         wall_seconds: summary.wall.as_secs_f64(),
         notes: summary.notes.clone(),
+        properties: PropertyEntry::list(&summary.properties),
         exit_code: 0,
     };
+    print_properties(&document.properties, summary.executions, &summary.malformed_property_lines);
     match &summary.end {
         SearchEnd::Uncontrolled(outcome) => {
             eprintln!("dara-trace: stopped: {}", outcome.summary());
@@ -475,6 +477,20 @@ fn print_table(summary: &SearchSummary, strategy: &str) {
         println!("{:<22} {} edges", "coverage", summary.coverage);
     }
     println!("{:<22} {}", "distinct bugs", summary.bugs.len());
+}
+
+/// The user properties the program declared or evaluated, one line each, and a word on lines
+/// that were not the protocol.
+fn print_properties(properties: &[PropertyEntry], executions: u64, malformed: &(u64, Option<String>)) {
+    if !properties.is_empty() {
+        println!("properties over {executions} execution(s):");
+        for p in properties {
+            println!("  {}", p.line(executions));
+        }
+    }
+    if let (n @ 1.., Some(first)) = malformed {
+        println!("note: {n} line(s) on DARA_SDK_FD were not the property protocol (docs/properties.md); the first: {first:?}");
+    }
 }
 
 /// ", coverage N edges" for instrumented programs, nothing otherwise.

@@ -84,8 +84,8 @@ pub fn go_fixture_linked(name: &str, cgo: Cgo, flags: &[&str]) -> PathBuf {
         key.insert(0, "cgo".into());
     }
     let exe = dir.join(if key.is_empty() { name.to_string() } else { format!("{name}.{}", key.join("_")) });
-    // The fixture's own directory, the shared package and go.mod: what the build reads.
-    let sources = [package.clone(), module.join("variant"), module.join("go.mod")];
+    // The fixture's own directory, the shared package, go.mod and dara's Go SDK: what the build reads.
+    let sources = [package.clone(), module.join("variant"), module.join("go.mod"), repo_root().join("sdk/go")];
     let fresh = exe.metadata().and_then(|m| m.modified()).ok() > sources.iter().filter_map(|s| newest_in(s)).max();
     if !fresh {
         let tmp = exe.with_extension(format!("tmp{}", std::process::id()));

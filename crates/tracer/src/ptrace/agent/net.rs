@@ -41,7 +41,7 @@ pub enum Descriptor {
 const RANDOM_DEVICES: [(u32, u32); 2] = [(1, 8), (1, 9)];
 
 /// What descriptor `fd` of process `pid` is; `output_pipes`: the inodes of dara's output pipes.
-pub fn descriptor(pid: i32, fd: i32, output_pipes: [u64; 2]) -> Descriptor {
+pub fn descriptor(pid: i32, fd: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPES]) -> Descriptor {
     if fd < 0 {
         return Descriptor::Other;
     }
@@ -138,7 +138,7 @@ fn dest_port(pid: i32, addr: u64, len: u32) -> u16 {
 }
 
 /// What socket or pipe call `call` of process `pid` means; None for a call that is none of them.
-pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; 2]) -> Option<Action> {
+pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPES]) -> Option<Action> {
     let a = call.args;
     let fd = a[0] as i32;
     let is_net_call = matches!(
@@ -233,13 +233,13 @@ mod tests {
         let (a, _b) = std::os::unix::net::UnixStream::pair().expect("socketpair");
         let (reader, writer) = std::io::pipe().expect("pipe");
         let file = std::fs::File::open("/dev/null").expect("/dev/null");
-        assert_eq!(descriptor(pid, a.as_raw_fd(), [0; 2]), Descriptor::Socket);
-        assert_eq!(descriptor(pid, reader.as_raw_fd(), [0; 2]), Descriptor::Pipe);
-        assert_eq!(descriptor(pid, file.as_raw_fd(), [0; 2]), Descriptor::Other);
-        assert_eq!(descriptor(pid, 999, [0; 2]), Descriptor::Other);
+        assert_eq!(descriptor(pid, a.as_raw_fd(), [0; 3]), Descriptor::Socket);
+        assert_eq!(descriptor(pid, reader.as_raw_fd(), [0; 3]), Descriptor::Pipe);
+        assert_eq!(descriptor(pid, file.as_raw_fd(), [0; 3]), Descriptor::Other);
+        assert_eq!(descriptor(pid, 999, [0; 3]), Descriptor::Other);
         use std::os::unix::fs::MetadataExt;
         let inode = std::fs::metadata(format!("/proc/self/fd/{}", writer.as_raw_fd())).expect("stat").ino();
-        assert_eq!(descriptor(pid, writer.as_raw_fd(), [0, inode]), Descriptor::Other);
+        assert_eq!(descriptor(pid, writer.as_raw_fd(), [0, inode, 0]), Descriptor::Other);
     }
 
     #[test]
@@ -247,11 +247,11 @@ mod tests {
         let pid = std::process::id() as i32;
         let (a, _b) = std::os::unix::net::UnixStream::pair().expect("socketpair");
         let bytes = *b"PUT x 1\n!";
-        let write = decode(call(libc::SYS_write, [a.as_raw_fd() as u64, bytes.as_ptr() as u64, 9, 0, 0, 0]), pid, [0; 2]);
+        let write = decode(call(libc::SYS_write, [a.as_raw_fd() as u64, bytes.as_ptr() as u64, 9, 0, 0, 0]), pid, [0; 3]);
         let expected = Request::NetSend { fd: a.as_raw_fd(), len: 9, flags: NetFlags(0), head: *b"PUT x 1\n", dest_port: 0 };
         assert_eq!(write, Some(Action::Post(expected, Then::Run)));
         a.set_nonblocking(true).expect("O_NONBLOCK");
-        let Some(Action::Post(Request::NetRecv { flags, len, .. }, Then::Receive { len_arg })) = decode(call(libc::SYS_read, [a.as_raw_fd() as u64, 0, 64, 0, 0, 0]), pid, [0; 2]) else { panic!("not a receive") };
+        let Some(Action::Post(Request::NetRecv { flags, len, .. }, Then::Receive { len_arg })) = decode(call(libc::SYS_read, [a.as_raw_fd() as u64, 0, 64, 0, 0, 0]), pid, [0; 3]) else { panic!("not a receive") };
         assert_eq!((flags.0 & net_flags::NONBLOCK, len, len_arg), (net_flags::NONBLOCK, 64, Some(2)));
     }
 
@@ -260,17 +260,17 @@ mod tests {
         let pid = std::process::id() as i32;
         let file = std::fs::File::open("/dev/urandom").expect("/dev/urandom");
         let fd = file.as_raw_fd() as u64;
-        assert_eq!(descriptor(pid, fd as i32, [0; 2]), Descriptor::Random);
-        assert_eq!(decode(call(libc::SYS_read, [fd, 0x1000, 16, 0, 0, 0]), pid, [0; 2]), Some(Action::Random { addr: 0x1000, len: 16 }));
-        assert_eq!(decode(call(libc::SYS_readv, [fd, 0x2000, 2, 0, 0, 0]), pid, [0; 2]), Some(Action::RandomVector { iov: 0x2000, count: 2 }));
-        assert_eq!(decode(call(libc::SYS_close, [fd, 0, 0, 0, 0, 0]), pid, [0; 2]), Some(Action::Run));
+        assert_eq!(descriptor(pid, fd as i32, [0; 3]), Descriptor::Random);
+        assert_eq!(decode(call(libc::SYS_read, [fd, 0x1000, 16, 0, 0, 0]), pid, [0; 3]), Some(Action::Random { addr: 0x1000, len: 16 }));
+        assert_eq!(decode(call(libc::SYS_readv, [fd, 0x2000, 2, 0, 0, 0]), pid, [0; 3]), Some(Action::RandomVector { iov: 0x2000, count: 2 }));
+        assert_eq!(decode(call(libc::SYS_close, [fd, 0, 0, 0, 0, 0]), pid, [0; 3]), Some(Action::Run));
     }
 
     #[test]
     fn a_file_s_read_and_write_run_without_a_post() {
         let pid = std::process::id() as i32;
         let file = std::fs::File::open("/dev/null").expect("/dev/null");
-        assert_eq!(decode(call(libc::SYS_read, [file.as_raw_fd() as u64, 0, 8, 0, 0, 0]), pid, [0; 2]), Some(Action::Run));
-        assert_eq!(decode(call(libc::SYS_getpid, [0; 6]), pid, [0; 2]), None);
+        assert_eq!(decode(call(libc::SYS_read, [file.as_raw_fd() as u64, 0, 8, 0, 0, 0]), pid, [0; 3]), Some(Action::Run));
+        assert_eq!(decode(call(libc::SYS_getpid, [0; 6]), pid, [0; 3]), None);
     }
 }
