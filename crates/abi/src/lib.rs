@@ -420,6 +420,11 @@ impl Op {
         })
     }
 
+    /// The op whose [`Op::name`] is `name` (a schedule written by a person names ops so).
+    pub fn from_name(name: &str) -> Option<Op> {
+        (0..=u8::MAX as u32).filter_map(Op::from_u32).find(|op| op.name() == name)
+    }
+
     /// Short lower-case name used in logs and interleaving listings.
     pub fn name(self) -> &'static str {
         use Op::*;

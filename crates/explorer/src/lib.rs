@@ -26,6 +26,8 @@
 //!   same way, with the [`Guided`](minimize::Guided) strategy that follows a plan.
 //! * [`profile`]: the profiling run that derives the watch set of memory-level scheduling
 //!   points (`--preempt-on memory`) before a search.
+//! * [`schedule`]: a schedule written by a person (the listing's format), enforced, with the
+//!   first line that could not be followed (after Vtrace).
 //! * [`deadline`]: a stop flag that also fires when the time budget runs out.
 //! * [`rng`]: the strategies' seeded generator. Its output is part of dara's reproducibility
 //!   contract: a trace's (strategy, seed, execution) must regenerate the same schedule.
@@ -41,3 +43,4 @@ pub mod search;
 pub mod minimize;
 pub mod profile;
 pub mod deadline;
+pub mod schedule;

@@ -56,6 +56,18 @@ pub fn reproduce_observed(trace: &Trace, base: &ExecutionConfig, stop: &AtomicBo
     Ok((report, observed.preempted))
 }
 
+/// Runs the trace's program under its settings, but with the decisions of a schedule a person
+/// wrote ([`crate::schedule`]) instead of the trace's; also says which steps were preemptions and
+/// which schedule line each step followed. A schedule that cannot be followed ends the run as
+/// `Outcome::Diverged`, naming the line and what the program offered.
+pub fn follow_schedule(trace: &Trace, base: &ExecutionConfig, lines: Vec<crate::schedule::ScheduleLine>, stop: &AtomicBool) -> Result<(ExecutionReport, Vec<bool>, crate::schedule::Followed), ExecutionError> {
+    let mut cfg = config_for(trace, base);
+    cfg.stop_at_step = None;
+    let mut observed = PreemptionObserver { inner: crate::schedule::FollowSchedule::new(lines), last: None, preempted: Vec::new() };
+    let report = execution::run(&cfg, &mut observed, stop)?;
+    Ok((report, observed.preempted, observed.inner.followed))
+}
+
 /// Wraps a decider and notes which of its decisions were preemptions.
 struct PreemptionObserver<D> {
     inner: D,

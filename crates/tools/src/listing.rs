@@ -50,11 +50,7 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
             ChoiceKind::Interrupt => format!("{} (signal)", c.op.name()),
             ChoiceKind::Fault => format!("FAULT {}", c.op.name()),
         };
-        let object = match names.programs.get(&c.thread) {
-            _ if c.kind == ChoiceKind::Fault => Nodes::describe(names.cluster, c),
-            Some(program) if c.op == dara_abi::Op::ProcessStart => program.clone(),
-            _ => describe_object(c, names.symbols),
-        };
+        let object = step_object(c, names);
         let result = match step.result {
             Some(r) => format!("-> {r}"),
             None => "blocks".to_string(),
@@ -71,6 +67,16 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
         let _ = writeln!(out, "{n} preemption(s), marked >>: there another thread could have continued, and the schedule switched instead.");
     }
     out
+}
+
+/// The object column of a step: the program a process start began, a fault's nodes, or the
+/// object's name (symbol and address, a descriptor's peer, a deadline).
+pub fn step_object(c: &Choice, names: &Names<'_>) -> String {
+    match names.programs.get(&c.thread) {
+        _ if c.kind == ChoiceKind::Fault => Nodes::describe(names.cluster, c),
+        Some(program) if c.op == dara_abi::Op::ProcessStart => program.clone(),
+        _ => describe_object(c, names.symbols),
+    }
 }
 
 /// One outside event for the listing: what crossed the boundary, with its first bytes.

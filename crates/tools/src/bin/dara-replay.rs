@@ -45,6 +45,16 @@ struct Cli {
     /// Most memory (MiB) dara-replay itself may hold; past it the replay stops with exit 2.
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MAX_MEMORY_MIB, value_parser = clap::value_parser!(u64).range(1..))]
     max_memory: u64,
+    /// Run the trace's program under this schedule instead of the trace's decisions: steps in the
+    /// listing's own format (`t2 mutex-lock alice`), one a line; forced steps may be left out,
+    /// and after the last line the run goes on without preemption (docs/schedules.md). Reports
+    /// the outcome, or the first line that could not be followed and what the program offered
+    /// (exit 3).
+    #[arg(long, value_name = "FILE")]
+    schedule: Option<PathBuf>,
+    /// With --schedule: save the run as a trace (a deterministic test of the written schedule).
+    #[arg(long, value_name = "TRACE", requires = "schedule")]
+    save: Option<PathBuf>,
     /// Print the result as one JSON document on stdout (docs/results.md); the interleaving, dara's
     /// other lines and the program's output then go to stderr. The exit status is the same.
     #[arg(long)]
@@ -105,6 +115,9 @@ fn run(cli: Cli, document: &mut ReplayDocument) -> anyhow::Result<u8> {
     setup::check_left_out_env(&recorded.header, "dara-replay")?;
     let mut base = setup::base_config(&cli.machine, recorded.header.command.clone())?;
     base.symbolize = true;
+    if let Some(file) = &cli.schedule {
+        return follow_written_schedule(&cli, file, &recorded, &base, document);
+    }
     println!("replaying {} ({} steps): {}", cli.trace.display(), recorded.steps.len(), recorded.header.command.join(" "));
     if let Some(note) = &setup_note {
         println!("{note}");
@@ -159,6 +172,58 @@ fn run(cli: Cli, document: &mut ReplayDocument) -> anyhow::Result<u8> {
         document.verified = Some(true);
         let coverage = if report.coverage.is_empty() { "" } else { ", same coverage" };
         println!("verify: 2 more executions identical to the first replay ({} steps, same outcome{coverage})", report.steps.len());
+    }
+    Ok(if report.outcome.is_bug() { 1 } else { 0 })
+}
+
+/// `--schedule FILE`: runs the trace's program under a schedule a person wrote and says how far
+/// it got.
+fn follow_written_schedule(cli: &Cli, file: &std::path::Path, recorded: &Trace, base: &dara_scheduler::execution::ExecutionConfig, document: &mut ReplayDocument) -> anyhow::Result<u8> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read the schedule {}", file.display()))?;
+    let lines = dara_explorer::schedule::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    if lines.is_empty() {
+        anyhow::bail!("{}: no step in it (a step is a line like `t2 mutex-lock alice`, as dara-replay lists them)", file.display());
+    }
+    if recorded.header.outside {
+        anyhow::bail!("{} is a recording with peers outside dara: their inputs are tied to its own steps, so it cannot follow another schedule; take a trace of a search (dara-trace --runs N) instead", cli.trace.display());
+    }
+    let total = lines.len();
+    let (report, preempted, followed) = dara_explorer::reproduce::follow_schedule(recorded, base, lines.clone(), &STOP).context("the scheduled run failed to run")?;
+    document.replayed_steps = report.steps.len();
+    document.outcome = Some(OutcomeEntry::of(&report.outcome));
+    let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside };
+    if !cli.quiet {
+        print!("{}", listing::interleaving(&report.steps, &names, &preempted));
+    }
+    // Objects are checked against the listing's names now that the run has them.
+    for (step, line) in report.steps.iter().zip(&followed.lines_at).filter_map(|(s, l)| Some((s, &lines[(*l)?]))) {
+        if let Some(object) = &line.object {
+            let seen = listing::step_object(&step.choice, &names);
+            if !seen.contains(object.as_str()) {
+                println!("note: line {} names `{object}`, but the step that followed it was on `{seen}`", line.line);
+            }
+        }
+    }
+    if let dara_model::Outcome::Diverged { step, expected, seen } = &report.outcome {
+        let line = format!("SCHEDULE NOT FOLLOWED at step {step}: {expected} could not be followed; the program offered: {seen}");
+        println!("{line}");
+        println!("({} of {total} lines followed before it)", followed.followed);
+        document.divergence = Some(line);
+        return Ok(DIVERGED);
+    }
+    let filled = followed.lines_at.iter().filter(|l| l.is_none()).count();
+    println!("schedule followed: {} of {total} lines ({} steps, {filled} filled in: forced, or after the last line without preemption)", followed.followed, report.steps.len());
+    if followed.followed < total {
+        println!("note: the run ended before lines {}..{total} of the schedule", followed.followed + 1);
+    }
+    println!("outcome: {}", report.outcome.summary());
+    if let Some(path) = &cli.save {
+        let mut header = recorded.header.clone();
+        header.strategy = format!("schedule {}", file.display());
+        header.written = report.written_files.clone();
+        let trace = Trace { header, steps: report.steps.clone(), outcome: report.outcome.clone(), coverage: report.coverage.clone(), outside: Vec::new() };
+        trace::write_file(path, &trace).with_context(|| format!("cannot save the run to {}", path.display()))?;
+        println!("saved: dara-replay {}", path.display());
     }
     Ok(if report.outcome.is_bug() { 1 } else { 0 })
 }
