@@ -610,6 +610,10 @@ pub struct Slot {
     /// (`SigBlk`) hides which ones the program would let through. A pending caught signal outside
     /// this mask interrupts a blocking wait (`ChoiceKind::Interrupt`).
     pub program_mask: AtomicU64,
+    /// The program's call site of the posted request: the return address of the first frame
+    /// outside dara's preload (0: unknown), written with every post. Only the listing reads it
+    /// (the file and line of each step); never part of a decision.
+    pub call_site: AtomicU64,
 }
 
 /// A TCP socket a thread sent on without a post ([`Slot::sent`]).

@@ -47,6 +47,9 @@ thread_local! {
     /// Highest address of this thread's own stack that its code uses (noted when it was gated;
     /// 0 = unknown). See [`on_own_stack`].
     static STACK_TOP: Cell<usize> = const { Cell::new(0) };
+    /// The trapped system call's address while the SIGSYS handler runs (0 otherwise): the call
+    /// site of what it posts (see [`crate::call_site`]).
+    static TRAPPED_AT: Cell<u64> = const { Cell::new(0) };
     /// Coverage edges since this thread's last `EdgeQuantum` (`--preempt-on edges:N`).
     static EDGES: Cell<u32> = const { Cell::new(0) };
     /// Clock reads answered without a post since this thread's last post (coarse steps).
@@ -286,6 +289,12 @@ pub fn adopt(index: u32, stack_top: usize) {
     SLOT.with(|s| s.set(index));
 }
 
+/// Notes (or, with 0, forgets) the address of the system call the SIGSYS handler is handling:
+/// what it posts meanwhile was called from there.
+pub fn set_trapped_at(pc: u64) {
+    TRAPPED_AT.with(|t| t.set(pc));
+}
+
 /// The stack top noted for the current thread by [`adopt`] (a forked child keeps its parent
 /// thread's stack, so it keeps the bound too).
 pub fn stack_top() -> usize {
@@ -377,6 +386,11 @@ impl Futex<AtomicU32> for Parking {
 /// until GRANTED. Leaves the slot in GRANTED; the caller decides the next state.
 /// Every post goes through here: the one place a request becomes slot words.
 fn post_and_park(slot: &Slot, request: Request) -> Grant {
+    let site = match TRAPPED_AT.with(|t| t.get()) {
+        0 => crate::call_site::program_caller(STACK_TOP.with(|t| t.get()) as u64),
+        trapped => trapped,
+    };
+    slot.call_site.store(site, core::sync::atomic::Ordering::Relaxed);
     let (op, args) = request.encode();
     handoff::write_request(slot, op as u32, args);
     crate::unposted::publish(slot);

@@ -29,6 +29,7 @@ extern "C" fn dara_preload_init(
     envp: *const *const c_char,
 ) {
     real::resolve_all();
+    crate::call_site::init();
     // Read the environment from `envp`, not `getenv`: with `-z initfirst` (build.rs) this runs
     // before libc's own constructor has set `environ`.
     // SAFETY: the environment glibc passes the constructor, before any other thread exists.

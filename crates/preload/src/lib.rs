@@ -35,7 +35,7 @@
 //! policy; the entry points the program reaches (symbols, the SIGSYS handler's dispatch, the
 //! vDSO thunks, the constructor) sit on top and call down.
 //!
-//! 1. base: `sys`, `region`, `real`, `stop_world`, `solo`, `entropy`, `written`, `fd`,
+//! 1. base: `sys`, `call_site`, `region`, `real`, `stop_world`, `solo`, `entropy`, `written`, `fd`,
 //!    `fdguard`, `dispositions`, `fault::program_action`, `sigmask`, `trap`, `exec_image`
 //! 2. handoff: `unposted`, `gate`
 //! 3. services over the handoff: `interrupt`, `vclock`, `timecalls`, `tsc`, `thread_end`,
@@ -59,6 +59,7 @@ mod layers;
 
 pub mod access;
 pub mod agent_exec;
+pub mod call_site;
 pub mod coverage;
 pub mod dispositions;
 pub mod entropy;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 struct Image {
+    path: PathBuf,
     base: u64,
     lo: u64,
     hi: u64,
@@ -58,6 +59,22 @@ impl Symbolizer {
     }
 }
 
+/// A code address of a program as its binary names it: the file and the link-time address, which
+/// the tools resolve to a function and a source line (DWARF) after the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallSite {
+    pub module: PathBuf,
+    pub vaddr: u64,
+}
+
+impl Symbolizer {
+    /// The file mapped at `addr` and the link-time address there.
+    pub fn locate(&self, addr: u64) -> Option<CallSite> {
+        let image = self.images.iter().find(|im| addr >= im.lo && addr < im.hi)?;
+        Some(CallSite { module: image.path.clone(), vaddr: addr - image.base })
+    }
+}
+
 /// `name+off` for link-time address `vaddr` of the ELF file at `path` (a sanitizer's
 /// `(module+offset)` frame), if it lies near a symbol.
 pub fn name_in_file(path: &str, vaddr: u64) -> Option<String> {
@@ -95,7 +112,7 @@ fn load_image(path: &PathBuf, base: Option<u64>) -> Option<Image> {
     add(&elf.dynsyms, &elf.dynstrtab);
     symbols.sort();
     symbols.dedup_by_key(|s| s.0);
-    Some(Image { base, lo: base + first, hi: base + end, symbols })
+    Some(Image { path: path.clone(), base, lo: base + first, hi: base + end, symbols })
 }
 
 /// Readable form of a C++ or Rust symbol name; C names come back unchanged.

@@ -20,6 +20,30 @@ pub struct Names<'a> {
     /// Inputs from outside peers and the program's outputs to them, shown before the step they
     /// preceded.
     pub outside: &'a [dara_model::outside::OutsideEvent],
+    /// Where in the program each step was called from (`demo.c:47 transfer`; see [`places`]);
+    /// empty: no such column.
+    pub places: &'a [String],
+}
+
+/// Each step's call site as `file:line function` (the function alone without line information,
+/// `?` where the preload could not tell), resolved from the binaries' DWARF; one lookup table per
+/// binary.
+pub fn places(sites: &[Option<dara_scheduler::symbols::CallSite>]) -> Vec<String> {
+    let mut binaries: BTreeMap<std::path::PathBuf, crate::coverage::symbolize::Symbolizer> = BTreeMap::new();
+    sites
+        .iter()
+        .map(|site| {
+            let Some(site) = site else { return String::new() };
+            let symbolizer = binaries.entry(site.module.clone()).or_insert_with(|| crate::coverage::symbolize::Symbolizer::open(&site.module));
+            let place = symbolizer.place(site.vaddr);
+            let module = site.module.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            match place.line {
+                Some(_) => format!("{} {}", place.file_line(), place.function),
+                None if place.function != "?" => format!("{} ({module})", place.function),
+                None => format!("{module}+{:#x}", site.vaddr),
+            }
+        })
+        .collect()
 }
 
 /// Formats `steps` as a listing. Steps whose `preempted` entry is true are marked `>>` (another
@@ -37,7 +61,8 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
         },
         _ => format!("t{t}"),
     };
-    let _ = writeln!(out, "   {:>6}  {:>8}  {:<12} {:<16} {:<34} result", "step", "vtime", "thread", "operation", "object");
+    let at_header = if names.places.is_empty() { "" } else { "  at" };
+    let _ = writeln!(out, "   {:>6}  {:>8}  {:<12} {:<16} {:<34} result{at_header}", "step", "vtime", "thread", "operation", "object");
     let mut outside = names.outside.iter().peekable();
     for (i, step) in steps.iter().enumerate() {
         while let Some(e) = outside.next_if(|e| e.step <= i as u64) {
@@ -57,7 +82,11 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
         };
         let alt = if c.alt != 0 { format!(" [alt {}]", c.alt) } else { String::new() };
         let mark = if preempted.get(i).copied().unwrap_or(false) { ">> " } else { "   " };
-        let _ = writeln!(out, "{mark}{:>6}  {:>8}  {:<12} {:<16} {:<34} {result}{alt}", i, format_vtime(step.now_ns), who(c.thread), op, object);
+        let at = match names.places.get(i) {
+            Some(place) if !place.is_empty() => format!("{:<width$}  {place}", "", width = 9usize.saturating_sub(result.len() + alt.len())),
+            _ => String::new(),
+        };
+        let _ = writeln!(out, "{mark}{:>6}  {:>8}  {:<12} {:<16} {:<34} {result}{alt}{at}", i, format_vtime(step.now_ns), who(c.thread), op, object);
     }
     for e in outside {
         let _ = writeln!(out, "   {:>6}  {:>8}  {:<12} {}", "", "", "outside", outside_line(e));

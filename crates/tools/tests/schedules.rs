@@ -45,6 +45,13 @@ fn a_written_schedule_reaches_the_bug_and_saved_replays_exactly() {
     assert!(run.stdout.contains("schedule followed: 13 of 13 lines"), "{}", run.text());
     assert!(run.stdout.contains("outcome: BUG: process 0 killed by SIGABRT") && run.stdout.contains("alice.balance >= 0"), "{}", run.text());
     assert!(!run.stdout.contains("note: line"), "every object named matched:\n{}", run.text());
+    // Each step shows where the program called: the withdrawal's lock is demo.c's line in
+    // transfer() (found in the source, so the test follows edits of the fixture).
+    let source = std::fs::read_to_string(repo_root().join("tests/fixtures/demo.c")).unwrap();
+    let line = source.lines().position(|l| l.trim() == "pthread_mutex_lock(&from->lock);").expect("the withdrawal's lock in demo.c") + 1;
+    let withdrawal = format!("demo.c:{line} transfer");
+    assert_eq!(run.stdout.matches(&withdrawal).count(), 2, "both withdrawals located at {withdrawal}:\n{}", run.text());
+    assert!(run.stdout.contains(" has_funds"), "{}", run.text());
     let again = dara_replay(&["--verify", saved.to_str().unwrap()], Duration::from_secs(120));
     assert_eq!(again.code, 1, "{}", again.text());
     assert!(again.stdout.contains("verify: 2 more executions identical"), "{}", again.text());

@@ -268,6 +268,9 @@ impl<'a> Execution<'a> {
                 return end(outcome);
             }
             self.steps.push(Step { choice, result: Some(0), now_ns: self.model.now() });
+            if self.cfg.symbolize {
+                self.observed.note_step(None);
+            }
             return ControlFlow::Continue(());
         }
         let pending = match self.model.status(choice.thread) {
@@ -283,6 +286,9 @@ impl<'a> Execution<'a> {
             self.net_granted(&choice, request);
         }
         self.steps.push(Step { choice, result, now_ns: self.model.now() });
+        if self.cfg.symbolize {
+            self.observed.note_step(Some(choice.thread));
+        }
         if let Some(result) = result {
             self.grant(choice.thread, choice.op, result);
         }

@@ -138,6 +138,8 @@ pub struct ExecutionReport {
     /// Files the program opened for writing (absolute paths, first opened first; devices and
     /// `/proc` left out), for a replay that diverges to name; see [`crate::trace::WrittenFiles`].
     pub written_files: crate::trace::WrittenFiles,
+    /// Where in the program each step's post was made (when `symbolize`; empty otherwise).
+    pub call_sites: Vec<Option<crate::symbols::CallSite>>,
     /// The user properties the program evaluated (the SDKs' lines), in this execution.
     pub properties: dara_model::property::ExecutionProperties,
     pub wall: Duration,
@@ -235,7 +237,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     let access_profile = cfg.profile.then(|| AccessProfile::read(run.region.access_table()));
     let (paths, more) = run.region.written_files();
     let written_files = crate::trace::WrittenFiles { paths, more };
-    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, properties, wall: started.elapsed() })
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, call_sites: run.observed.step_sites, properties, wall: started.elapsed() })
 }
 
 /// A broken user property is the execution's outcome, named by the property, over how the

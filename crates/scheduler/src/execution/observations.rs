@@ -24,11 +24,15 @@ pub(super) struct Observations {
     pub(super) modules: BTreeMap<ProcessId, Vec<Module>>,
     /// Posts ingested per process while its module map was not read yet (paces the checks).
     coverage_checks: Vec<u32>,
+    /// The call site of each thread's pending post (when `symbolize`).
+    pending_sites: BTreeMap<ThreadId, crate::symbols::CallSite>,
+    /// The call site of each step, in step order (when `symbolize`; empty otherwise).
+    pub(super) step_sites: Vec<Option<crate::symbols::CallSite>>,
 }
 
 impl Default for Observations {
     fn default() -> Observations {
-        Observations { symbolizers: BTreeMap::new(), symbols: BTreeMap::new(), faults: BTreeMap::new(), programs: BTreeMap::new(), modules: BTreeMap::new(), coverage_checks: vec![0; MAX_PROCESSES] }
+        Observations { symbolizers: BTreeMap::new(), symbols: BTreeMap::new(), faults: BTreeMap::new(), programs: BTreeMap::new(), modules: BTreeMap::new(), coverage_checks: vec![0; MAX_PROCESSES], pending_sites: BTreeMap::new(), step_sites: Vec::new() }
     }
 }
 
@@ -36,6 +40,22 @@ impl Observations {
     /// The symbol at `addr` in `process` (kernel pid `pid`), if its binaries name one.
     pub(super) fn symbol(&mut self, process: ProcessId, pid: u32, addr: u64) -> Option<String> {
         self.symbolizers.entry(process).or_insert_with(|| Symbolizer::for_process(pid)).name(addr)
+    }
+
+    /// Notes where in the program `thread` (of `process`, kernel pid `pid`) made the post it
+    /// just made: the return address the preload found ([`dara_abi::Slot::call_site`]).
+    pub(super) fn note_call_site(&mut self, thread: ThreadId, process: ProcessId, pid: u32, addr: u64) {
+        let site = (addr != 0).then(|| self.symbolizers.entry(process).or_insert_with(|| Symbolizer::for_process(pid)).locate(addr)).flatten();
+        match site {
+            Some(site) => self.pending_sites.insert(thread, site),
+            None => self.pending_sites.remove(&thread),
+        };
+    }
+
+    /// A step of `thread` was taken (`None`: a fault dara injected): its call site, for the listing.
+    pub(super) fn note_step(&mut self, thread: Option<ThreadId>) {
+        let site = thread.and_then(|t| self.pending_sites.get(&t).cloned());
+        self.step_sites.push(site);
     }
 
     /// Names `addr`, an object `process` (kernel pid `pid`) posted about, for the listing.

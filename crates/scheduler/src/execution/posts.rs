@@ -150,6 +150,8 @@ impl Execution<'_> {
         let pid = self.processes.records.get(&process).map(|p| p.pid);
         if let (true, Some(pid)) = (self.cfg.symbolize, pid) {
             self.observed.note_symbol(process, pid, request.subject());
+            let site = self.region.slot(thread as usize).call_site.load(Ordering::Acquire);
+            self.observed.note_call_site(thread, process, pid, site);
         }
         self.observed.note_modules(&self.region, process, pid, op);
         if matches!(op, Op::SigSuspend | Op::SigWait) {

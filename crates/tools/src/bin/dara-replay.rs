@@ -126,7 +126,8 @@ fn run(cli: Cli, document: &mut ReplayDocument) -> anyhow::Result<u8> {
     document.replayed_steps = report.steps.len();
     document.outcome = Some(OutcomeEntry::of(&report.outcome));
     if !cli.quiet {
-        let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside };
+        let places = listing::places(&report.call_sites);
+        let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside, places: &places };
         print!("{}", listing::interleaving(&report.steps, &names, &preempted));
     }
     let on_disk = || println!("{}", dara_tools::on_disk::divergence_note(&recorded.header.written, recorded_setup.as_deref(), cli.no_setup));
@@ -191,7 +192,8 @@ fn follow_written_schedule(cli: &Cli, file: &std::path::Path, recorded: &Trace, 
     let (report, preempted, followed) = dara_explorer::reproduce::follow_schedule(recorded, base, lines.clone(), &STOP).context("the scheduled run failed to run")?;
     document.replayed_steps = report.steps.len();
     document.outcome = Some(OutcomeEntry::of(&report.outcome));
-    let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside };
+    let places = if cli.quiet { Vec::new() } else { listing::places(&report.call_sites) };
+    let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside, places: &places };
     if !cli.quiet {
         print!("{}", listing::interleaving(&report.steps, &names, &preempted));
     }
