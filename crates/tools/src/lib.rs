@@ -3,6 +3,7 @@
 //! Reading a trace (these use `dara-model`, not the scheduler or the explorer):
 //! * [`listing`]: the readable interleaving a replay prints;
 //! * [`coverage`]: `dara coverage`, the edge coverage stored in traces, symbolized;
+//! * [`export`]: `dara export`, a trace's steps as a ShiViz log (vector clocks) or JSON;
 //! * [`on_disk`]: what a diverged replay says about on-disk state;
 //! * [`cluster_config`]: the cluster config file and the options that override it.
 //!
@@ -14,6 +15,7 @@
 //! * [`results`]: `--json` documents and the JUnit report, for machines.
 pub mod cluster_config;
 pub mod coverage;
+pub mod export;
 pub mod listing;
 pub mod memory_bound;
 pub mod minimize;

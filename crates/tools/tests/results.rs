@@ -96,3 +96,55 @@ fn a_clean_search_is_a_passing_case_and_an_error_is_a_document_too() {
     assert_eq!(doc["verdict"], "error");
     assert!(doc["error"].as_str().is_some_and(|e| !e.is_empty()), "{doc}");
 }
+
+fn dara(args: &[&str]) -> Run {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dara"));
+    cmd.args(args);
+    run_with_limit(cmd, Duration::from_secs(60))
+}
+
+#[test]
+fn a_trace_exports_as_a_shiviz_log_with_consistent_vector_clocks_and_as_json() {
+    let out = out_dir("results-export");
+    let run = search_json(&out, "demo", "300", &out.join("junit.xml"));
+    assert_eq!(run.code, 1, "{}", run.text());
+    let trace = out.join("bug-0001/trace.bin");
+    let log = out.join("demo.shiviz");
+    let export = dara(&["export", "--format", "shiviz", trace.to_str().unwrap(), "-o", log.to_str().unwrap()]);
+    assert_eq!(export.code, 0, "{}", export.text());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("(?<event>.*)\\n(?<host>\\S*) (?<clock>{.*})"), "ShiViz's parsing expression first");
+    assert_eq!(lines.next(), Some(""), "then the (empty) execution delimiter");
+    let rest: Vec<&str> = lines.collect();
+    assert_eq!(rest.len() % 2, 0, "two lines an event:\n{text}");
+    // What ShiViz checks: a host's own entry counts its events by one; no entry ever goes back.
+    let mut last: std::collections::BTreeMap<String, Value> = Default::default();
+    let mut knows_other_thread = false;
+    for pair in rest.chunks(2) {
+        let (host, clock) = pair[1].split_once(' ').unwrap_or_else(|| panic!("`{}` is not `host {{clock}}`", pair[1]));
+        let clock: serde_json::Map<String, Value> = serde_json::from_str(clock).unwrap();
+        let own = clock[host].as_u64().unwrap();
+        let before = last.get(host).and_then(|c| c[host].as_u64()).unwrap_or(0);
+        assert_eq!(own, before + 1, "{host}'s own entry must count its events by one: {}", pair[1]);
+        if let Some(Value::Object(prev)) = last.get(host) {
+            for (h, n) in prev {
+                assert!(clock.get(h).and_then(Value::as_u64).unwrap_or(0) >= n.as_u64().unwrap(), "{host} forgot {h}: {}", pair[1]);
+            }
+        }
+        knows_other_thread |= host == "t2" && clock.contains_key("t1") || host == "t1" && clock.contains_key("t2");
+        last.insert(host.to_string(), Value::Object(clock));
+    }
+    assert!(knows_other_thread, "the two customers' lock on alice orders them:\n{text}");
+    assert!(text.contains("outcome: BUG: process 0 killed by SIGABRT"), "{text}");
+
+    let json = dara(&["export", "--format", "json", trace.to_str().unwrap()]);
+    assert_eq!(json.code, 0, "{}", json.text());
+    let doc = document(&json);
+    assert_eq!(doc["outcome"]["kind"], "crashed");
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["operation"], "process-start");
+    assert!(steps.iter().any(|s| s["operation"] == "mutex-lock" && s["object"].as_str().is_some_and(|o| o.starts_with("0x"))), "{doc}");
+    let bad = dara(&["export", "--format", "dot", trace.to_str().unwrap()]);
+    assert_eq!(bad.code, 2, "{}", bad.text());
+}

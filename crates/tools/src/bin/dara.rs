@@ -32,6 +32,9 @@ enum Command {
     Minimize(dara_tools::minimize::MinimizeArgs),
     /// Edge coverage stored in traces, united: covered and uncovered sites by function and line.
     Coverage(dara_tools::coverage::CoverageArgs),
+    /// Write a trace's steps for other tools: a ShiViz log (a host per thread, vector clocks from
+    /// the happens-before of locks, thread starts and joins, messages) or JSON.
+    Export(dara_tools::export::ExportArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +57,13 @@ fn main() -> ExitCode {
             }
         },
         Command::Coverage(args) => match dara_tools::coverage::run(args) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("dara: error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Export(args) => match dara_tools::export::run(args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {
                 eprintln!("dara: error: {e:#}");
