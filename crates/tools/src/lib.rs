@@ -10,6 +10,7 @@
 //! Running programs (these drive `dara-scheduler` and `dara-explorer`):
 //! * [`setup`]: locating the preload, the run options common to `dara-trace` and `dara-replay`,
 //!   becoming subreaper, signal handling;
+//! * [`timeline`]: `dara timeline`, a run drawn as one self-contained HTML page;
 //! * [`minimize`]: `dara minimize`, which re-executes a failing trace to shrink it;
 //! * [`memory_bound`]: the bound on a tool's own heap;
 //! * [`results`]: `--json` documents and the JUnit report, for machines.
@@ -22,3 +23,4 @@ pub mod minimize;
 pub mod on_disk;
 pub mod results;
 pub mod setup;
+pub mod timeline;

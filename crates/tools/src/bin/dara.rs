@@ -35,6 +35,10 @@ enum Command {
     /// Write a trace's steps for other tools: a ShiViz log (a host per thread, vector clocks from
     /// the happens-before of locks, thread starts and joins, messages) or JSON.
     Export(dara_tools::export::ExportArgs),
+    /// Draw a run as one self-contained HTML page: a lane per thread, a row per step, arrows for
+    /// locks handed over, thread starts and joins and messages, each step's source line (the
+    /// trace is replayed to name them).
+    Timeline(dara_tools::timeline::TimelineArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +61,13 @@ fn main() -> ExitCode {
             }
         },
         Command::Coverage(args) => match dara_tools::coverage::run(args) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("dara: error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Timeline(args) => match dara_tools::timeline::run(args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {
                 eprintln!("dara: error: {e:#}");

@@ -1,0 +1,43 @@
+//! `dara timeline`: the page for the demo's bug, loaded in a real headless browser (Debian's
+//! chromium, installed by scripts/install-deps.sh), draws a lane per thread, a group per step,
+//! the lock handovers as arrows, the bug's last step marked, and each step's call site.
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn the_demo_s_bug_drawn_in_a_headless_browser() {
+    let out = out_dir("timeline-demo");
+    let run = search(&out, "pct:3", 5, 300, &fixture("demo"));
+    assert_eq!(run.code, 1, "{}", run.text());
+    let trace = out.join("bug-0001/trace.bin");
+    let page = out.join("demo.html");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dara"));
+    cmd.args(["timeline", trace.to_str().unwrap(), "-o", page.to_str().unwrap()]);
+    let made = run_with_limit(cmd, Duration::from_secs(120));
+    assert_eq!(made.code, 0, "{}", made.text());
+    let steps = dara_model::trace::read_file(&trace).unwrap().steps.len();
+    assert!(made.stdout.contains(&format!("({steps} steps, 3 threads)")), "{}", made.text());
+
+    let chromium = installed("chromium", "chromium");
+    let profile = out.join("chromium-profile");
+    let mut browser = Command::new(chromium);
+    browser.args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]).arg(format!("--user-data-dir={}", profile.display())).arg("--dump-dom").arg(format!("file://{}", page.display()));
+    let dom = run_with_limit(browser, Duration::from_secs(180));
+    assert_eq!(dom.code, 0, "{}", dom.text());
+    let dom = dom.stdout;
+    // The script ran and drew every step, in three lanes.
+    assert!(dom.contains(&format!("<body data-drawn=\"{steps}\">")), "the page's script did not draw {steps} steps:\n{dom}");
+    assert_eq!(dom.matches("<g class=\"lane\"").count(), 3, "{dom}");
+    assert_eq!(dom.matches("<g class=\"step").count(), steps, "{dom}");
+    // The bug: the header says it, the last step is marked, the alice lock is handed over.
+    assert!(dom.contains("<header id=\"head-bar\" class=\"bug\">") && dom.contains("Assertion `alice.balance &gt;= 0' failed"), "{dom}");
+    assert!(dom.contains(&format!("<g class=\"step last\" data-step=\"{}\">", steps - 1)) || dom.contains(&format!("<g class=\"step preempted last\" data-step=\"{}\">", steps - 1)), "{dom}");
+    assert!(dom.matches("data-why=\"lock\"").count() >= 2 && dom.matches("data-why=\"start\"").count() == 2 && dom.matches("data-why=\"join\"").count() == 2, "{dom}");
+    assert!(dom.contains("transfer</text>") && dom.contains("has_funds</text>"), "call sites drawn under the steps:\n{dom}");
+    assert!(dom.contains("pthread_mutex_lock(&amp;from-&gt;lock);") || dom.contains("pthread_mutex_lock(&from->lock);"), "the source line travels with the page:\n{dom}");
+    let _ = std::fs::remove_dir_all(&profile);
+}
