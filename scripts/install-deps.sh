@@ -73,7 +73,7 @@ command -v etcd >/dev/null 2>&1 || services+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v hugo >/dev/null 2>&1 || need+=(hugo)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
-# A headless browser loads `dara timeline` pages in tests/timeline.rs.
+# A headless browser loads `dara timeline` pages in tests/explanations.rs.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 need+=("${services[@]}")
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo is missing: install a Rust toolchain (rustup) first" >&2; exit 1; }

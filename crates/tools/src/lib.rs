@@ -10,12 +10,14 @@
 //! Running programs (these drive `dara-scheduler` and `dara-explorer`):
 //! * [`setup`]: locating the preload, the run options common to `dara-trace` and `dara-replay`,
 //!   becoming subreaper, signal handling;
+//! * [`explain`]: `dara explain`, the short story of a bug (its preemptions, racing pairs, lines);
 //! * [`timeline`]: `dara timeline`, a run drawn as one self-contained HTML page;
 //! * [`minimize`]: `dara minimize`, which re-executes a failing trace to shrink it;
 //! * [`memory_bound`]: the bound on a tool's own heap;
 //! * [`results`]: `--json` documents and the JUnit report, for machines.
 pub mod cluster_config;
 pub mod coverage;
+pub mod explain;
 pub mod export;
 pub mod listing;
 pub mod memory_bound;

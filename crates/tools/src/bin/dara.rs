@@ -39,6 +39,9 @@ enum Command {
     /// locks handed over, thread starts and joins and messages, each step's source line (the
     /// trace is replayed to name them).
     Timeline(dara_tools::timeline::TimelineArgs),
+    /// The short story of a bug: its schedule minimized, then each preemption it needs, what
+    /// ran meanwhile, and the racing pair, with source lines.
+    Explain(dara_tools::explain::ExplainArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +64,13 @@ fn main() -> ExitCode {
             }
         },
         Command::Coverage(args) => match dara_tools::coverage::run(args) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("dara: error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Explain(args) => match dara_tools::explain::run(args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {
                 eprintln!("dara: error: {e:#}");

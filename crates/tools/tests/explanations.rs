@@ -1,6 +1,7 @@
-//! `dara timeline`: the page for the demo's bug, loaded in a real headless browser (Debian's
-//! chromium, installed by scripts/install-deps.sh), draws a lane per thread, a group per step,
-//! the lock handovers as arrows, the bug's last step marked, and each step's call site.
+//! Explanations of a bug. `dara timeline`: the page for the demo's bug, loaded in a real headless
+//! browser (Debian's chromium, installed by scripts/install-deps.sh), draws a lane per thread, a
+//! group per step, the lock handovers as arrows, the bug's last step marked, and each step's call
+//! site. `dara explain`: the demo's one preemption, told with its racing pair and source lines.
 mod common;
 
 use std::process::Command;
@@ -40,4 +41,26 @@ fn the_demo_s_bug_drawn_in_a_headless_browser() {
     assert!(dom.contains("transfer</text>") && dom.contains("has_funds</text>"), "call sites drawn under the steps:\n{dom}");
     assert!(dom.contains("pthread_mutex_lock(&amp;from-&gt;lock);") || dom.contains("pthread_mutex_lock(&from->lock);"), "the source line travels with the page:\n{dom}");
     let _ = std::fs::remove_dir_all(&profile);
+}
+
+#[test]
+fn the_demo_s_bug_explained_by_its_one_preemption_and_racing_pair() {
+    let out = out_dir("explain-demo");
+    let run = search(&out, "pct:3", 5, 300, &fixture("demo"));
+    assert_eq!(run.code, 1, "{}", run.text());
+    let trace = out.join("bug-0001/trace.bin");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dara"));
+    cmd.args(["explain", trace.to_str().unwrap()]);
+    let story = run_with_limit(cmd, Duration::from_secs(300));
+    assert_eq!(story.code, 1, "{}", story.text());
+    let text = &story.stdout;
+    assert!(text.starts_with("BUG: process 0 killed by SIGABRT"), "{text}");
+    assert!(text.contains("1 preemption(s)"), "the minimal schedule needs one preemption:\n{text}");
+    // Found in the source, so the test follows edits of the fixture.
+    let source = std::fs::read_to_string(repo_root().join("tests/fixtures/demo.c")).unwrap();
+    let line = |code: &str| source.lines().position(|l| l.trim() == code).unwrap_or_else(|| panic!("`{code}` in demo.c")) + 1;
+    let (withdraw, unlock) = (line("pthread_mutex_lock(&from->lock);"), line("from->balance -= amount;") + 1);
+    assert!(text.contains(&format!("was preempted before t1 mutex-lock alice")) || text.contains(&format!("was preempted before t2 mutex-lock alice")), "{text}");
+    assert!(text.contains(&format!("at demo.c:{withdraw} transfer")), "{text}");
+    assert!(text.contains("racing pair: ") && text.contains(&format!("mutex-unlock alice")) && text.contains(&format!("demo.c:{unlock} transfer")), "{text}");
 }
