@@ -22,6 +22,37 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::splitmix64;
 
+/// What an instrumented access is, as `libdara_tsan.so` reports it to the preload's
+/// [`HOOK_SYMBOL`]. An atomic read-modify-write or compare-and-swap is a write; a fence is not
+/// reported (it has no address, and one thread runs at a time under dara).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessKind {
+    Read = 0,
+    Write = 1,
+    AtomicRead = 2,
+    AtomicWrite = 3,
+}
+
+impl AccessKind {
+    /// Whether the access stores (a plain store, an atomic store, exchange, RMW or CAS).
+    pub const fn writes(self) -> bool {
+        matches!(self, AccessKind::Write | AccessKind::AtomicWrite)
+    }
+
+    /// Whether the access is an atomic operation.
+    pub const fn atomic(self) -> bool {
+        matches!(self, AccessKind::AtomicRead | AccessKind::AtomicWrite)
+    }
+}
+
+/// The preload's entry point for `libdara_tsan.so`, which looks it up once (`dlsym`) when the
+/// instrumented program initialises and calls it before each access; absent outside dara.
+pub const HOOK_SYMBOL: &core::ffi::CStr = c"dara_memory_access";
+
+/// Type of [`HOOK_SYMBOL`]: `size` bytes at `addr`, about to be accessed as `kind`.
+pub type Hook = unsafe extern "C" fn(addr: u64, size: u64, kind: AccessKind);
+
 /// Bytes per granule, as a shift.
 pub const GRANULE_SHIFT: u32 = 3;
 /// Entries probed before giving up (the access is then not recorded / not watched).

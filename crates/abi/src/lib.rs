@@ -46,7 +46,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 26;
+pub const VERSION: u32 = 27;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -677,6 +677,10 @@ pub struct Header {
     pub preempt_flags: u32,
     /// `--preempt-on edges:N`: post [`Op::EdgeQuantum`] every this many coverage edges (0 = off).
     pub preempt_edges: u32,
+    /// [`instrumented`] bits: which kinds of instrumented access the preload received in a
+    /// profiling run (set by the preload, read by the scheduler when the run ends). Tells whether
+    /// a search could see atomics as well as plain loads and stores.
+    pub instrumented: AtomicU32,
     /// Non-zero when peers outside dara may talk to the program (a recording run, or the replay
     /// of one): a TCP `listen` or a UDP `bind` then posts [`Op::NetListen`] and swaps in a private
     /// twin, so only dara can make a connection reach the program's accept, or a datagram its
@@ -756,6 +760,16 @@ pub mod preempt {
     /// post (told in the next post: [`Slot::sent`](crate::Slot::sent)). Only decisions that could
     /// matter remain scheduling points.
     pub const COARSE: u32 = 4;
+}
+
+/// Bits of [`Header::instrumented`]: where a profiling run's recorded accesses came from.
+pub mod instrumented {
+    /// sancov `trace-loads`/`trace-stores` callbacks (which do not cover atomic instructions).
+    pub const SANCOV: u32 = 1;
+    /// Plain loads and stores of a ThreadSanitizer-ABI build (`libdara_tsan.so`).
+    pub const TSAN: u32 = 2;
+    /// Atomic operations of a ThreadSanitizer-ABI build.
+    pub const TSAN_ATOMIC: u32 = 4;
 }
 
 /// The words of [`HeldKind`]: what an [`Op::Held`] lock is.

@@ -28,6 +28,8 @@
 //!   points (`--preempt-on memory`) before a search.
 //! * [`schedule`]: a schedule written by a person (the listing's format), enforced, with the
 //!   first line that could not be followed (after Vtrace).
+//! * [`visibility`]: whether a search saw every point where threads could interleave, which
+//!   decides whether an exhausted systematic search proved anything.
 //! * [`deadline`]: a stop flag that also fires when the time budget runs out.
 //! * [`rng`]: the strategies' seeded generator. Its output is part of dara's reproducibility
 //!   contract: a trace's (strategy, seed, execution) must regenerate the same schedule.
@@ -44,3 +46,4 @@ pub mod minimize;
 pub mod profile;
 pub mod deadline;
 pub mod schedule;
+pub mod visibility;

@@ -33,6 +33,8 @@ pub struct ProfileSummary {
     pub outcome: String,
     /// Something the user must know, in one line (no instrumentation seen, table full).
     pub warning: Option<String>,
+    /// Which instrumentation reported the accesses (what a search can see: `visibility`).
+    pub sources: dara_scheduler::preempt::Instrumented,
 }
 
 /// Salt of the profiling run's application seed.
@@ -53,7 +55,7 @@ pub fn profile(cfg: &mut ExecutionConfig, seed: u64, stop: &AtomicBool) -> Resul
     let dropped = watch.len().saturating_sub(MAX_WATCHED);
     watch.truncate(MAX_WATCHED);
     let warning = if profile.touched.is_empty() {
-        Some("--preempt-on memory: the profiling run saw no instrumented load or store, so there are no memory scheduling points: build the program with clang -fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores and link -ldara_cov (docs/memory-preemption.md)".to_string())
+        Some(format!("--preempt-on memory: the profiling run saw no instrumented load or store, so there are no memory scheduling points: build the program with {} (plain memory and atomics), or clang -fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores and link -ldara_cov (plain memory only; docs/memory-preemption.md)", crate::visibility::TSAN_BUILD))
     } else if profile.nearly_full() || dropped > 0 {
         Some(format!("--preempt-on memory: the program touches more shared memory than dara tracks ({} granules profiled, {} watched at most); some racy addresses are not scheduling points", profile.touched.len(), MAX_WATCHED))
     } else {
@@ -68,6 +70,7 @@ pub fn profile(cfg: &mut ExecutionConfig, seed: u64, stop: &AtomicBool) -> Resul
         wall: report.wall,
         outcome: report.outcome.summary(),
         warning,
+        sources: profile.sources,
     })
 }
 

@@ -1,7 +1,8 @@
 //! The search loop: run executions under a strategy, judge each outcome, save every distinct bug
 //! once (trace + human summary), and stop at the first bug unless asked to keep going. Also stops,
 //! saying why, when dara could not control the program, when interrupted, when the time budget is
-//! spent, or when a systematic strategy has exhausted its space.
+//! spent, or when a systematic strategy has exhausted its space (a proof only when every
+//! interleaving point was visible, see [`crate::visibility`]).
 //!
 //! Parallel searches (`jobs > 1`) run exactly the executions a sequential one runs: execution 0
 //! runs alone and its length is passed to every later one ([`Start::first_steps`]); then workers,
@@ -20,6 +21,7 @@ use dara_scheduler::trace::{self, Trace, TraceError, TraceHeader};
 use dara_scheduler::Outcome;
 
 use crate::strategy::{self, Feedback, Start, Status, Strategy, StrategyError};
+use crate::visibility::{BlindSpot, Visibility};
 
 /// A search: the execution template plus how many executions, how chosen.
 #[derive(Clone, Debug)]
@@ -40,6 +42,9 @@ pub struct SearchConfig {
     pub seed_trace: Option<Vec<dara_scheduler::Choice>>,
     /// Names (globs) of environment variables whose values traces leave out (`--env-exclude`).
     pub env_exclude: Vec<String>,
+    /// Whether every interleaving point was a scheduling point: an exhausted systematic search
+    /// is [`SearchEnd::Exhausted`] only if so, else [`SearchEnd::NotExhaustive`].
+    pub visibility: Visibility,
 }
 
 /// A bug saved to disk.
@@ -57,8 +62,13 @@ pub struct SavedBug {
 pub enum SearchEnd {
     /// All requested executions ran, or it stopped at the first bug.
     Completed,
-    /// A systematic strategy explored its whole (bounded) space; the note says what was proved.
+    /// A systematic strategy explored its whole (bounded) space and every interleaving point was
+    /// visible; the note says what was proved.
     Exhausted(String),
+    /// A systematic strategy explored its whole space, but only over the points dara saw: some
+    /// interleavings (`blind`) were out of sight, so nothing was proved. `explored` is what the
+    /// strategy says it ran.
+    NotExhaustive { explored: String, blind: BlindSpot },
     /// The time budget ran out.
     TimeBudget,
     /// The user interrupted dara.
@@ -175,7 +185,7 @@ fn sequential(
 ) -> Result<SearchEnd, SearchError> {
     for k in 1..cfg.runs {
         if let Some(proved) = &status.exhausted {
-            return Ok(SearchEnd::Exhausted(proved.clone()));
+            return Ok(exhausted(cfg.visibility, proved));
         }
         if judge.over_budget() {
             return Ok(SearchEnd::TimeBudget);
@@ -187,9 +197,18 @@ fn sequential(
         }
     }
     Ok(match &status.exhausted {
-        Some(proved) => SearchEnd::Exhausted(proved.clone()),
+        Some(proved) => exhausted(cfg.visibility, proved),
         None => SearchEnd::Completed,
     })
+}
+
+/// How a search whose strategy explored its whole space ends: a proof only if dara saw every
+/// point where threads could interleave.
+fn exhausted(visibility: Visibility, proved: &str) -> SearchEnd {
+    match visibility.blind_spot() {
+        None => SearchEnd::Exhausted(proved.to_string()),
+        Some(blind) => SearchEnd::NotExhaustive { explored: proved.to_string(), blind },
+    }
 }
 
 fn parallel(
@@ -456,4 +475,18 @@ fn save_bug(out: &Path, number: usize, execution: u64, trace: &Trace) -> Result<
     let summary_path = dir.join("summary.txt");
     trace::write_private(&summary_path, summary.as_bytes()).map_err(|source| SearchError::Output { path: summary_path, source })?;
     Ok(SavedBug { dir, trace: trace_path, execution, outcome: trace.outcome.clone(), steps: trace.steps.len() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exhausted_space_is_a_proof_only_when_everything_was_visible() {
+        let proved = "explored all 6 schedules";
+        assert!(matches!(exhausted(Visibility::Complete, proved), SearchEnd::Exhausted(note) if note == proved));
+        let blind = Visibility::Partial(BlindSpot::AtomicsNotInstrumented);
+        assert!(matches!(exhausted(blind, proved), SearchEnd::NotExhaustive { explored, blind: BlindSpot::AtomicsNotInstrumented } if explored == proved));
+        assert!(matches!(exhausted(Visibility::Unknown, proved), SearchEnd::NotExhaustive { blind: BlindSpot::NoMemoryPoints, .. }));
+    }
 }

@@ -8,7 +8,7 @@
 //! than one thread with at least one write.
 use std::sync::atomic::Ordering;
 
-use dara_abi::{access, preempt, AccessTable};
+use dara_abi::{access, instrumented, preempt, AccessTable};
 use serde::{Deserialize, Serialize};
 
 /// Watched granules a trace header may carry (its JSON stays well under the reader's limit).
@@ -99,12 +99,47 @@ pub struct AccessProfile {
     pub racy: Vec<u64>,
     /// Every granule a gated thread touched off its own stack; sorted.
     pub touched: Vec<u64>,
+    /// Which instrumentation reported the accesses.
+    pub sources: Instrumented,
+}
+
+/// Which kinds of instrumented access a profiling run received (`Header::instrumented`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Instrumented {
+    /// sancov `trace-loads`/`trace-stores`: plain accesses only, atomics are not reported.
+    pub sancov: bool,
+    /// ThreadSanitizer-ABI plain accesses (`libdara_tsan.so`).
+    pub tsan: bool,
+    /// ThreadSanitizer-ABI atomic operations.
+    pub tsan_atomics: bool,
+}
+
+impl Instrumented {
+    /// Decodes the header word.
+    pub fn from_bits(bits: u32) -> Instrumented {
+        Instrumented {
+            sancov: bits & instrumented::SANCOV != 0,
+            tsan: bits & instrumented::TSAN != 0,
+            tsan_atomics: bits & instrumented::TSAN_ATOMIC != 0,
+        }
+    }
+
+    /// Whether any instrumented access reached dara.
+    pub fn any(self) -> bool {
+        self.sancov || self.tsan || self.tsan_atomics
+    }
+
+    /// Whether every instrumented module reported its atomic operations too: accesses came
+    /// through the ThreadSanitizer ABI and none through sancov, whose callbacks skip atomics.
+    pub fn covers_atomics(self) -> bool {
+        (self.tsan || self.tsan_atomics) && !self.sancov
+    }
 }
 
 impl AccessProfile {
-    /// Reads the table after the profiling run has ended.
-    pub fn read(table: &AccessTable) -> AccessProfile {
-        let mut profile = AccessProfile::default();
+    /// Reads the table and the header's [`Instrumented`] bits after the profiling run has ended.
+    pub fn read(table: &AccessTable, instrumented_bits: u32) -> AccessProfile {
+        let mut profile = AccessProfile { sources: Instrumented::from_bits(instrumented_bits), ..Default::default() };
         for entry in table.entries.iter().map(|e| e.load(Ordering::Acquire)).filter(|&e| e != 0) {
             let g = access::entry_granule(entry);
             profile.touched.push(g);
@@ -152,6 +187,15 @@ mod tests {
     }
 
     #[test]
+    fn atomics_are_covered_only_when_no_module_reported_through_sancov() {
+        assert!(!Instrumented::from_bits(0).any());
+        assert!(Instrumented::from_bits(instrumented::TSAN).covers_atomics());
+        assert!(Instrumented::from_bits(instrumented::TSAN_ATOMIC).covers_atomics());
+        assert!(!Instrumented::from_bits(instrumented::TSAN | instrumented::SANCOV).covers_atomics(), "a sancov module's atomics are unseen");
+        assert!(!Instrumented::from_bits(instrumented::SANCOV).covers_atomics());
+    }
+
+    #[test]
     fn flags_follow_memory_and_profile() {
         let m = Preemption::parse("memory").unwrap();
         assert_eq!(m.flags(true), preempt::PROFILE);
@@ -167,8 +211,9 @@ mod tests {
         access::record(&table.entries, 0x2000, 0, true);
         access::record(&table.entries, 0x3000, 0, false);
         access::record(&table.entries, 0x3000, 1, false);
-        let profile = AccessProfile::read(&table);
+        let profile = AccessProfile::read(&table, instrumented::SANCOV);
         assert_eq!(profile.racy, vec![access::granule(0x1000)]);
+        assert!(profile.sources.sancov && !profile.sources.covers_atomics());
         assert_eq!(profile.touched.len(), 3);
         assert!(!profile.nearly_full());
 

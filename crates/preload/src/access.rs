@@ -1,13 +1,16 @@
 //! Memory-level scheduling points: the receivers of clang's `trace-loads` / `trace-stores`
 //! callbacks (`__sanitizer_cov_load{1,2,4,8,16}`, `__sanitizer_cov_store*`), which under dara
-//! take precedence over `libdara_cov.so`'s no-ops.
+//! take precedence over `libdara_cov.so`'s no-ops, and [`dara_memory_access`], which
+//! `libdara_tsan.so` (a ThreadSanitizer-ABI build's callbacks) calls before every plain or
+//! atomic access it performs or lets through.
 //!
 //! What a receiver does depends on [`Header::preempt_flags`](dara_abi::Header), written by the
 //! scheduler before the target starts:
 //!
 //! * neither flag: return at once (one load of the flags);
 //! * `PROFILE`: record which thread touched which granule, and whether it was written, in the
-//!   shared [`AccessTable`](dara_abi::AccessTable) (lock-free, see `dara_abi::access`); never post;
+//!   shared [`AccessTable`](dara_abi::AccessTable) (lock-free, see `dara_abi::access`), and
+//!   which kind of instrumentation reported it ([`Header::instrumented`](dara_abi::Header)); never post;
 //! * `MEMORY`: post `MemoryRead` / `MemoryWrite` (args `[addr, size]`) when the granule is in the
 //!   watch set the scheduler wrote into the table, and let the thread proceed when granted.
 //!
@@ -20,14 +23,18 @@
 //! Runs inside instrumented code, possibly in a signal handler: no allocation, no lock, no
 //! syscall besides the handoff's futex calls. A handler that interrupts user code posts like any
 //! hook would; one that interrupts the preload is refused by the guard.
-use dara_abi::{access, preempt, Addr, Request};
+use core::sync::atomic::Ordering;
+
+use dara_abi::access::AccessKind;
+use dara_abi::{access, instrumented, preempt, Addr, Request};
 
 use crate::gate::{self, Gated};
 use crate::region;
 
-/// Shared body of every receiver: `size` bytes at `addr`, a store if `write`.
+/// Shared body of every receiver: `size` bytes at `addr`, a store if `write`, reported by the
+/// instrumentation `source` (an [`instrumented`] bit).
 #[inline(always)]
-fn on_access(addr: usize, size: u64, write: bool) {
+fn on_access(addr: usize, size: u64, write: bool, source: u32) {
     let Some(header) = region::header() else { return };
     let flags = header.preempt_flags;
     if flags & (preempt::MEMORY | preempt::PROFILE) == 0 {
@@ -42,6 +49,9 @@ fn on_access(addr: usize, size: u64, write: bool) {
         let Some(gate) = Gated::enter() else { return };
         // A full table drops the access; the scheduler notices a nearly full table and says so.
         access::record(&table.entries, addr, gate.index(), write);
+        if header.instrumented.load(Ordering::Relaxed) & source == 0 {
+            header.instrumented.fetch_or(source, Ordering::Relaxed);
+        }
     } else {
         if !access::is_watched(&table.entries, addr) || gate::on_own_stack(addr) {
             return;
@@ -58,7 +68,7 @@ macro_rules! receivers {
             /// sancov `trace-loads`/`trace-stores`: called before the access.
             #[no_mangle]
             pub extern "C" fn $name(addr: *mut u8) {
-                on_access(addr as usize, $size, $write);
+                on_access(addr as usize, $size, $write, instrumented::SANCOV);
             }
         )*
     };
@@ -76,3 +86,15 @@ receivers!(
     __sanitizer_cov_store8 => (8, true),
     __sanitizer_cov_store16 => (16, true),
 );
+
+/// `libdara_tsan.so`'s hook ([`access::HOOK_SYMBOL`]): `size` bytes at `addr` are about to be
+/// accessed as `kind`. Same watch set, same points as the sancov receivers; an atomic
+/// read-modify-write is one `MemoryWrite`, performed by the caller once this returns.
+#[no_mangle]
+pub extern "C" fn dara_memory_access(addr: u64, size: u64, kind: AccessKind) {
+    let source = if kind.atomic() { instrumented::TSAN_ATOMIC } else { instrumented::TSAN };
+    on_access(addr as usize, size, kind.writes(), source);
+}
+
+/// The hook has the type `libdara_tsan.so` calls it through.
+const _: access::Hook = dara_memory_access;

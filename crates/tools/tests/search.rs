@@ -69,13 +69,16 @@ fn systematic_strategies_find_bugs_and_verify_correct_twins() {
         let replay = dara_replay(&["-q", "--verify", bug.to_str().unwrap()], Duration::from_secs(60));
         assert_eq!(replay.code, 1, "{strategy}\n{}", replay.text());
     }
-    // On the correct twin DPOR exhausts the space, and needs far fewer executions than DFS.
+    // On the correct twin DPOR explores the whole space, and needs far fewer executions than DFS.
     let twin = fixture("lost_update_ok");
     let count = |strategy: &str| {
         let out = out_dir(&format!("verify-{}", strategy.replace([':', '='], "-")));
         let run = dara_trace(&["-o", out.to_str().unwrap(), "--strategy", strategy, "--runs", "20000", "--", twin.to_str().unwrap()], Duration::from_secs(240));
         assert_eq!(run.code, 0, "{strategy}\n{}", run.text());
-        assert!(run.stdout.contains("search space exhausted: explored all"), "{strategy}\n{}", run.text());
+        // A plain build: the space is explored, but races between scheduling points were out of
+        // sight, and dara says so rather than claiming a proof.
+        assert!(run.stdout.contains(&format!("search not exhaustive: {strategy} explored all")), "{strategy}\n{}", run.text());
+        assert!(!run.stdout.contains("search space exhausted"), "{strategy}\n{}", run.text());
         let line = run.stdout.lines().find(|l| l.starts_with("no bug found in ")).unwrap_or_else(|| panic!("{}", run.text())).to_string();
         line.trim_start_matches("no bug found in ").split(' ').next().unwrap().parse::<u64>().unwrap()
     };

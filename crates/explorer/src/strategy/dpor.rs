@@ -8,8 +8,10 @@
 //! state, so only one needs to run.
 //!
 //! **What "exhausted" proves.** dara sees scheduling points, not plain memory accesses, unless
-//! the program is built with sancov `trace-loads`/`trace-stores` and run with `--preempt-on
-//! memory`, which makes accesses to shared written granules scheduling points. Without them DPOR
+//! the program is built with memory instrumentation (the ThreadSanitizer ABI with
+//! `libdara_tsan.so`, which also covers atomics, or sancov `trace-loads`/`trace-stores`) and run
+//! with `--preempt-on memory`, which makes accesses to shared written granules scheduling points;
+//! the search reports an exhausted space as a proof only then (`crate::visibility`). Without them DPOR
 //! is exhaustive only for programs whose shared memory is ordered by the synchronisation dara
 //! sees (data-race-free between scheduling points), and a bug that needs a race on plain memory
 //! can be missed: `tests/fixtures/order_violation.c` (the child reads a pointer the parent writes
@@ -213,7 +215,7 @@ impl Dpor {
     fn proved(&self) -> String {
         match self.analyses_cut {
             0 => format!(
-                "explored all schedules up to reordering of independent steps in {} executions (exhaustive for programs without data races on plain memory)",
+                "explored all schedules up to reordering of independent steps in {} executions",
                 self.executions
             ),
             cut => format!(

@@ -234,7 +234,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
             Some((p, cov))
         })
         .collect();
-    let access_profile = cfg.profile.then(|| AccessProfile::read(run.region.access_table()));
+    let access_profile = cfg.profile.then(|| AccessProfile::read(run.region.access_table(), run.region.header().instrumented.load(Ordering::Acquire)));
     let (paths, more) = run.region.written_files();
     let written_files = crate::trace::WrittenFiles { paths, more };
     Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, call_sites: run.observed.step_sites, properties, wall: started.elapsed() })

@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use dara_explorer::deadline::with_deadline;
 use dara_explorer::search::{search, Progress, SavedBug, SearchConfig, SearchEnd, SearchSummary};
+use dara_explorer::visibility::Visibility;
 use dara_tools::cluster_config::{self, ClusterOptions};
 use dara_tools::minimize::size_line;
 use dara_tools::results::{self, BugEntry, EndEntry, JsonStdout, OutcomeEntry, PropertyEntry, SearchDocument};
@@ -225,10 +226,12 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     execution.max_steps = cli.max_steps.unwrap_or(default_steps);
     execution.max_vtime_ns = cli.max_vtime.unwrap_or(default_vtime).saturating_mul(1_000_000_000);
     execution.cpus = cli.cpus;
+    let mut profiled = None;
     if let Some(spec) = &cli.preempt_on {
         execution.preempt = dara_model::preempt::Preemption::parse(spec).map_err(anyhow::Error::msg)?;
         if execution.preempt.memory {
             let p = dara_explorer::profile::profile(&mut execution, cli.seed, &STOP)?;
+            profiled = Some(p.sources);
             if let Some(warning) = &p.warning {
                 eprintln!("dara-trace: warning: {warning}");
             }
@@ -239,7 +242,9 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     }
     // A recording runs one schedule: lock operations and clock reads need no decision.
     execution.preempt.coarse = recording;
+    let visibility = Visibility::of(&execution.preempt, profiled);
     let cfg = SearchConfig {
+        visibility,
         execution,
         runs: cli.runs,
         strategy: cli.strategy.clone(),
@@ -304,6 +309,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
             }
         }
         SearchEnd::Exhausted(note) => println!("search space exhausted: {note}"),
+        SearchEnd::NotExhaustive { explored, blind } => println!("search not exhaustive: {} {explored}, but only over the points dara saw: {blind}", cfg.strategy),
         SearchEnd::TimeBudget => println!("time budget spent after {} executions", summary.executions),
         SearchEnd::Completed => {}
     }

@@ -40,7 +40,7 @@ fn independent_threads_need_one_execution() {
     assert_eq!((dfs.executions, dpor.executions), (20, 1));
     assert_eq!(
         dpor.note.as_deref(),
-        Some("explored all schedules up to reordering of independent steps in 1 executions (exhaustive for programs without data races on plain memory)")
+        Some("explored all schedules up to reordering of independent steps in 1 executions")
     );
 
     let three = Sim::new(with_exits(vec![
