@@ -119,12 +119,27 @@ pub fn assert_no_survivors(program: &Path) {
 
 /// Directory holding libdara_cov.so for this build (next to the tools, or cargo's deps/).
 pub fn cov_lib_dir() -> PathBuf {
+    lib_dir("libdara_cov.so")
+}
+
+/// Directory holding `lib` (one of dara's link-time libraries) for this build.
+fn lib_dir(lib: &str) -> PathBuf {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_dara-trace"));
     let dir = bin.parent().unwrap().to_path_buf();
     [dir.clone(), dir.join("deps")]
         .into_iter()
-        .find(|d| d.join("libdara_cov.so").is_file())
-        .unwrap_or_else(|| panic!("libdara_cov.so not found near {}: build the workspace first (cargo build --release)", dir.display()))
+        .find(|d| d.join(lib).is_file())
+        .unwrap_or_else(|| panic!("{lib} not found near {}: build the workspace first (cargo build --release)", dir.display()))
+}
+
+/// Builds tests/fixtures/NAME.c with clang's ThreadSanitizer instrumentation, linked against
+/// libdara_tsan.so instead of the TSan runtime (the build line of docs/memory-preemption.md):
+/// plain loads, stores and atomic operations all reach dara.
+#[allow(dead_code)]
+pub fn tsan_fixture(name: &str) -> PathBuf {
+    let lib = lib_dir("libdara_tsan.so");
+    let (dir, rpath) = (lib.to_str().unwrap().to_string(), format!("-Wl,-rpath,{}", lib.display()));
+    fixture_built_by(name, Some("clang"), &["-fsanitize=thread", "-mllvm", "-tsan-instrument-read-before-write", "-fno-sanitize-link-runtime", "-L", &dir, "-ldara_tsan", &rpath])
 }
 
 /// `CARGO_TARGET_TMPDIR/<kind>/<this test process's pid>`: two copies of the suite at once (the
