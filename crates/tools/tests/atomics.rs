@@ -1,8 +1,9 @@
 //! Atomics as memory-level scheduling points, and honest systematic search
 //! (docs/memory-preemption.md, issue 17).
 //!
-//! * atomic_check_then_act (load, then store, on an `atomic_int`) and chase_lev (a work-stealing
-//!   deque whose owner takes the last element without a CAS) are found with `--preempt-on memory`
+//! * atomic_check_then_act (load, then store, on an `atomic_int`), chase_lev (a work-stealing
+//!   deque whose owner takes the last element without a CAS) and aba_stack (a Treiber stack
+//!   without a version tag) are found with `--preempt-on memory`
 //!   on the ThreadSanitizer-ABI build (libdara_tsan.so), within a stated number of executions for
 //!   a stated seed; the bug replays 20/20, `--verify` holds, the same seed gives the same
 //!   decisions; each twin stays clean and dpor proves it over the visible points.
@@ -85,6 +86,14 @@ fn chase_lev_missing_cas_needs_atomics_as_points() {
     plain_build_is_not_exhaustive("chase_lev");
 }
 
+#[test]
+fn aba_on_a_lock_free_stack_needs_atomics_as_points() {
+    found_with_atomics_as_points("aba_stack", "pct:3", 1, 50);
+    found_with_atomics_as_points("aba_stack", "dpor", 0, 50);
+    twin_clean_and_proved("aba_stack_ok", 100);
+    plain_build_is_not_exhaustive("aba_stack");
+}
+
 /// sancov's load/store callbacks skip atomic instructions: with memory points on a sancov build,
 /// plain memory is visible and atomics are not, and dpor says so.
 #[test]
@@ -103,7 +112,7 @@ fn a_sancov_build_is_not_exhaustive_about_atomics() {
 /// Outside dara a TSan-ABI build runs as usual: libdara_tsan.so performs the atomics.
 #[test]
 fn a_tsan_abi_build_runs_natively() {
-    for (name, ok) in [("atomic_check_then_act_ok", "owners: 1"), ("chase_lev_ok", "item 1 handed out 1 time(s)")] {
+    for (name, ok) in [("atomic_check_then_act_ok", "owners: 1"), ("chase_lev_ok", "item 1 handed out 1 time(s)"), ("aba_stack_ok", "node 2: 1")] {
         let program = tsan_fixture(name);
         let out = std::process::Command::new(&program).output().unwrap();
         assert!(out.status.success(), "{name}: {out:?}");
