@@ -164,8 +164,12 @@ impl PropertyEntry {
 pub enum EndEntry {
     /// Every execution asked for ran, or the search stopped at its first bug.
     Completed,
-    /// A systematic strategy explored its whole space; `note` says what that proves.
+    /// A systematic strategy explored its whole space and saw every interleaving point; `note`
+    /// says what that proves.
     Exhausted { note: String },
+    /// A systematic strategy explored its whole space, but some interleavings were out of sight
+    /// (`reason`, with the build line that fixes it), so nothing is proved; `explored` says what ran.
+    NotExhaustive { explored: String, reason: String },
     TimeBudget,
     Interrupted,
     /// An execution met something dara cannot control; the search stopped (exit 2).

@@ -62,6 +62,13 @@ fn plain_build_is_not_exhaustive(name: &str) {
     let line = run.stdout.lines().find(|l| l.starts_with("search not exhaustive: dpor explored all")).unwrap_or_else(|| panic!("no 'not exhaustive' line\n{}", run.text()));
     assert!(line.contains("memory accesses were not scheduling points") && line.contains("-fsanitize=thread") && line.contains("--preempt-on memory"), "{line}");
     assert!(!run.stdout.contains("search space exhausted"), "{}", run.text());
+    // Machines read the same: `end.kind` is "not-exhaustive", with the reason.
+    let out = out_dir(&format!("{name}-plain-dpor-json"));
+    let run = search_with(&out, "dpor", 0, 5000, &program, &["--json"]);
+    assert_eq!(run.code, 0, "{}", run.text());
+    let document: serde_json::Value = serde_json::from_str(run.stdout.trim_end()).unwrap_or_else(|e| panic!("{e}\n{}", run.text()));
+    assert_eq!(document["end"]["kind"], "not-exhaustive", "{document}");
+    assert!(document["end"]["reason"].as_str().unwrap_or_default().contains("-fsanitize=thread"), "{document}");
     // The same with memory points asked for: the profile sees no instrumentation and says so.
     let out = out_dir(&format!("{name}-plain-dpor-memory"));
     let run = search_with(&out, "dpor", 0, 5000, &program, &MEMORY);

@@ -279,6 +279,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
         end: match &summary.end {
             SearchEnd::Completed => EndEntry::Completed,
             SearchEnd::Exhausted(note) => EndEntry::Exhausted { note: note.clone() },
+            SearchEnd::NotExhaustive { explored, blind } => EndEntry::NotExhaustive { explored: explored.clone(), reason: blind.to_string() },
             SearchEnd::TimeBudget => EndEntry::TimeBudget,
             SearchEnd::Interrupted => EndEntry::Interrupted,
             SearchEnd::Uncontrolled(outcome) => EndEntry::Uncontrolled { outcome: OutcomeEntry::of(outcome) },
