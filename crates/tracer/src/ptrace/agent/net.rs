@@ -297,6 +297,18 @@ mod tests {
     }
 
     #[test]
+    fn a_blocking_receive_waits_at_most_the_socket_s_receive_timeout() {
+        let pid = std::process::id() as i32;
+        let (a, _b) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let read = |fd: &std::os::unix::net::UnixStream| decode(call(libc::SYS_read, [fd.as_raw_fd() as u64, 0, 8, 0, 0, 0]), pid, [0; 3], 7);
+        let Some(Action::Post(Request::NetRecv { deadline, .. }, Then::Receive { timed: false, .. })) = read(&a) else { panic!("not an untimed receive") };
+        assert_eq!(deadline, Deadline::from_ns(NO_DEADLINE));
+        a.set_read_timeout(Some(std::time::Duration::from_millis(100))).expect("SO_RCVTIMEO");
+        let Some(Action::Post(Request::NetRecv { deadline, .. }, Then::Receive { timed: true, .. })) = read(&a) else { panic!("not a timed receive") };
+        assert_eq!(deadline, Deadline::from_ns(7 + 100_000_000));
+    }
+
+    #[test]
     fn a_random_device_s_reads_are_answered_from_the_stream() {
         let pid = std::process::id() as i32;
         let file = std::fs::File::open("/dev/urandom").expect("/dev/urandom");
