@@ -37,6 +37,7 @@ pub mod agent;
 pub mod clock;
 pub mod counter;
 pub mod handoff;
+pub mod receive_timeout;
 pub mod request;
 pub mod select_sets;
 pub mod wait_call;

@@ -205,6 +205,37 @@ fn a_static_program_waiting_in_select_and_pselect_is_scheduled_and_replays() {
     }
 }
 
+/// `SO_RCVTIMEO` read by the agent (tests/fixtures/static_rcvtimeo.c, static) and by the preload
+/// (the same fixture linked dynamically): a blocking recv and an accept with a 100 ms timeout and
+/// nothing coming fail with EAGAIN after 100 ms of virtual time, as the kernel's; a recv whose byte
+/// comes 10 ms later gets it. Recorded twice (same decisions), searched clean, replayed.
+#[test]
+fn a_static_program_s_receive_timeout_fires_or_receives_and_replays() {
+    for (build, flags) in [("static", &["-static", "-pthread"][..]), ("dynamic", &["-pthread"][..])] {
+        let program = fixture_with("static_rcvtimeo", flags);
+        receive_timeouts(build, program.to_str().unwrap());
+    }
+}
+
+fn receive_timeouts(build: &str, program: &str) {
+    for (mode, lines) in [
+        ("fires", &["fires: recv -1 EAGAIN after >= 100 ms: 1", "fires: accept -1 EAGAIN after >= 100 ms: 1"][..]),
+        ("receives", &["receives: recv 1 'x'"][..]),
+    ] {
+        let test = format!("ptrace-rcvtimeo-{build}-{mode}");
+        let (trace, text) = common::real::record(&test, &[program, mode]);
+        let (again, _) = common::real::record(&format!("{test}-again"), &[program, mode]);
+        same_decisions(&trace, &again);
+        for line in lines {
+            assert!(text.contains(line), "{test}: no {line:?} in {text}");
+        }
+        assert!(steps_with(&trace, Op::NetRecv) > 0, "{test}: no receive step in the trace");
+        replays_identically(&trace);
+        let (last, _) = common::real::search_clean(&format!("{test}-search"), 5, &[], &[program, mode]);
+        replays_identically(&last);
+    }
+}
+
 /// Debian's busybox-static: its shell runs applets (`sleep`, `seq`, `sort`, `od`, `date`) by
 /// exec'ing `/proc/self/exe`, which the agent must read as the shell's executable, not its own.
 /// A pipeline, a sleep on the virtual clock, seeded random bytes and the virtual wall clock:

@@ -66,10 +66,10 @@ fn recv_deadline(gate: &Gated, fd: c_int) -> u64 {
             &[fd as u64, libc::SOL_SOCKET as u64, libc::SO_RCVTIMEO as u64, &mut tv as *mut _ as u64, &mut len as *mut _ as u64],
         )
     };
-    if rc != 0 || (tv.tv_sec == 0 && tv.tv_usec == 0) {
+    if rc != 0 {
         return NO_DEADLINE;
     }
-    gate.deadline_after(tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1_000)
+    dara_abi::receive_timeout::deadline(gate.now(), tv.tv_sec, tv.tv_usec)
 }
 
 /// Sets errno from a `-errno` result and returns -1, or returns the count.

@@ -64,9 +64,11 @@ pub enum Then {
     /// The wake of a thread's cleared tid word (see `Agent::exit_thread`) was granted: the
     /// thread posts its exit next.
     WokeJoiners,
-    /// A receive granted with the bytes the scheduler saw queued: run it, taking at most that
-    /// many when `len_arg` names its length argument (a socket's single-buffer read).
-    Receive { len_arg: Option<usize> },
+    /// A receive (or accept) granted with the bytes the scheduler saw queued: run it, taking at
+    /// most that many when `len_arg` names its length argument (a socket's single-buffer read).
+    /// `timed`: it waited with the socket's `SO_RCVTIMEO`, and a grant of `EAGAIN` is that
+    /// timeout firing: answered, not run.
+    Receive { len_arg: Option<usize>, timed: bool },
     /// A split listener's `NetListen` was granted: the twin takes the program's descriptor.
     SwapTwin { fd: i32, twin: i32, cloexec: bool },
     /// A wait for readiness: run the call with a zero timeout (argument `timeout_arg` set to 0,

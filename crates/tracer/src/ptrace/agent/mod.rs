@@ -275,7 +275,7 @@ impl Agent {
         let tracee = &self.tracees[&tid];
         let epoch = self.region.header().realtime_epoch_ns.load(std::sync::atomic::Ordering::Relaxed);
         let output_pipes = self.region.header().output_pipes.each_ref().map(|p| p.load(std::sync::atomic::Ordering::Relaxed));
-        let action = net::decode(call, tracee.pid, output_pipes)
+        let action = net::decode(call, tracee.pid, output_pipes, tracee.last_now)
             .or_else(|| select::decode(call, tid, tracee.pid, regs.regs.rsp, tracee.last_now))
             .unwrap_or_else(|| calls::decode(call, tracee.pid, tracee.last_now, epoch));
         match action {

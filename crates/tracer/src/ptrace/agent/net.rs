@@ -16,8 +16,13 @@
 //! of the whole system runs, so the real call then returns at once, as the preload's
 //! `MSG_DONTWAIT` call does. A receive on a socket takes at most the bytes the grant says were
 //! queued (as the preload's TCP receive), so the schedule, not the kernel's timing, decides how
-//! much of a stream one read returns. `SO_RCVTIMEO` is not read (no deadline), and no call is
-//! made interruptible (`INTERRUPTIBLE`: the agent does not run handlers inside a call).
+//! much of a stream one read returns. A blocking receive or accept on a socket reads the socket's
+//! `SO_RCVTIMEO` (a copy of the descriptor through `pidfd_getfd`, then `getsockopt`: exact through
+//! `dup`, `fork` and descriptors passed over a socket, which tracking `setsockopt` would miss;
+//! four system calls of the agent, against the stop's two context switches) and posts it as the
+//! preload does, a virtual deadline (`dara_abi::receive_timeout`); when it fires the call is
+//! answered `EAGAIN` without running. No call is made interruptible (`INTERRUPTIBLE`: the agent
+//! does not run handlers inside a call).
 use dara_abi::{net_flags, Addr, CloseHow, Deadline, NetFlags, Request, NO_DEADLINE};
 
 use super::calls::{Action, Then};
@@ -72,6 +77,34 @@ pub fn descriptor(pid: i32, fd: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPES]
         }
     }
     Descriptor::Other
+}
+
+/// The deadline of a blocking receive or accept started at `now` on socket `fd` of `pid`: its
+/// `SO_RCVTIMEO` read through a copy of the descriptor; `NO_DEADLINE` when unset or unreadable.
+fn receive_deadline(pid: i32, fd: i32, now: u64) -> u64 {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
+    if pidfd < 0 {
+        return NO_DEADLINE;
+    }
+    // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags; returns a new fd or -1.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd() as libc::c_long, fd as libc::c_long, 0 as libc::c_long) };
+    if copy < 0 {
+        return NO_DEADLINE;
+    }
+    // SAFETY: a descriptor pidfd_getfd just returned, owned by nobody else.
+    let copy = unsafe { OwnedFd::from_raw_fd(copy as i32) };
+    let mut tv = libc::timeval { tv_sec: 0, tv_usec: 0 };
+    let mut len = core::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `tv`.
+    let rc = unsafe { libc::getsockopt(copy.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&raw mut tv).cast(), &mut len) };
+    if rc != 0 {
+        return NO_DEADLINE;
+    }
+    dara_abi::receive_timeout::deadline(now, tv.tv_sec, tv.tv_usec)
 }
 
 /// Whether `fd` of `pid` was opened `O_NONBLOCK` (its `fdinfo` flags, in octal).
@@ -138,7 +171,8 @@ fn dest_port(pid: i32, addr: u64, len: u32) -> u16 {
 }
 
 /// What socket or pipe call `call` of process `pid` means; None for a call that is none of them.
-pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPES]) -> Option<Action> {
+/// `now`: the thread's virtual time, from which a receive timeout counts.
+pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPES], now: u64) -> Option<Action> {
     let a = call.args;
     let fd = a[0] as i32;
     let is_net_call = matches!(
@@ -169,10 +203,13 @@ pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPE
     }
     let socket = kind == Descriptor::Socket;
     let dontwait = |flags: u64| flags as i32 & libc::MSG_DONTWAIT != 0;
+    // A blocking call on a socket waits at most its SO_RCVTIMEO.
+    let deadline = |nonblock: bool| if socket && !nonblock { receive_deadline(pid, fd, now) } else { NO_DEADLINE };
     let receive = |len: u64, dontwait: bool, len_arg: Option<usize>| {
         let nonblock = dontwait || nonblocking(pid, fd);
-        let request = Request::NetRecv { fd, flags: flags(nonblock), deadline: Deadline::from_ns(NO_DEADLINE), len };
-        Action::Post(request, Then::Receive { len_arg: len_arg.filter(|_| socket) })
+        let deadline = deadline(nonblock);
+        let request = Request::NetRecv { fd, flags: flags(nonblock), deadline: Deadline::from_ns(deadline), len };
+        Action::Post(request, Then::Receive { len_arg: len_arg.filter(|_| socket), timed: deadline != NO_DEADLINE })
     };
     let send = |buf: u64, len: u64, dontwait: bool, dest_port: u16| {
         let nonblock = dontwait || nonblocking(pid, fd);
@@ -203,7 +240,11 @@ pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPE
             request
         }
         libc::SYS_connect if socket => Action::Post(Request::NetConnect { fd, flags: flags(nonblocking(pid, fd)), addr: Addr(a[1]), len: a[2] as u32 }, Then::Run),
-        libc::SYS_accept | libc::SYS_accept4 if socket => Action::Post(Request::NetAccept { fd, flags: flags(nonblocking(pid, fd)), deadline: Deadline::from_ns(NO_DEADLINE) }, Then::Run),
+        libc::SYS_accept | libc::SYS_accept4 if socket => {
+            let nonblock = nonblocking(pid, fd);
+            let deadline = deadline(nonblock);
+            Action::Post(Request::NetAccept { fd, flags: flags(nonblock), deadline: Deadline::from_ns(deadline) }, Then::Receive { len_arg: None, timed: deadline != NO_DEADLINE })
+        }
         libc::SYS_close => Action::Post(Request::NetClose { fd, how: CloseHow::Close }, Then::Run),
         libc::SYS_shutdown if socket => Action::Post(Request::NetClose { fd, how: CloseHow::Shutdown(a[1] as u32) }, Then::Run),
         _ => Action::Run,
@@ -247,12 +288,24 @@ mod tests {
         let pid = std::process::id() as i32;
         let (a, _b) = std::os::unix::net::UnixStream::pair().expect("socketpair");
         let bytes = *b"PUT x 1\n!";
-        let write = decode(call(libc::SYS_write, [a.as_raw_fd() as u64, bytes.as_ptr() as u64, 9, 0, 0, 0]), pid, [0; 3]);
+        let write = decode(call(libc::SYS_write, [a.as_raw_fd() as u64, bytes.as_ptr() as u64, 9, 0, 0, 0]), pid, [0; 3], 0);
         let expected = Request::NetSend { fd: a.as_raw_fd(), len: 9, flags: NetFlags(0), head: *b"PUT x 1\n", dest_port: 0 };
         assert_eq!(write, Some(Action::Post(expected, Then::Run)));
         a.set_nonblocking(true).expect("O_NONBLOCK");
-        let Some(Action::Post(Request::NetRecv { flags, len, .. }, Then::Receive { len_arg })) = decode(call(libc::SYS_read, [a.as_raw_fd() as u64, 0, 64, 0, 0, 0]), pid, [0; 3]) else { panic!("not a receive") };
+        let Some(Action::Post(Request::NetRecv { flags, len, .. }, Then::Receive { len_arg, .. })) = decode(call(libc::SYS_read, [a.as_raw_fd() as u64, 0, 64, 0, 0, 0]), pid, [0; 3], 0) else { panic!("not a receive") };
         assert_eq!((flags.0 & net_flags::NONBLOCK, len, len_arg), (net_flags::NONBLOCK, 64, Some(2)));
+    }
+
+    #[test]
+    fn a_blocking_receive_waits_at_most_the_socket_s_receive_timeout() {
+        let pid = std::process::id() as i32;
+        let (a, _b) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let read = |fd: &std::os::unix::net::UnixStream| decode(call(libc::SYS_read, [fd.as_raw_fd() as u64, 0, 8, 0, 0, 0]), pid, [0; 3], 7);
+        let Some(Action::Post(Request::NetRecv { deadline, .. }, Then::Receive { timed: false, .. })) = read(&a) else { panic!("not an untimed receive") };
+        assert_eq!(deadline, Deadline::from_ns(NO_DEADLINE));
+        a.set_read_timeout(Some(std::time::Duration::from_millis(100))).expect("SO_RCVTIMEO");
+        let Some(Action::Post(Request::NetRecv { deadline, .. }, Then::Receive { timed: true, .. })) = read(&a) else { panic!("not a timed receive") };
+        assert_eq!(deadline, Deadline::from_ns(7 + 100_000_000));
     }
 
     #[test]
@@ -261,16 +314,16 @@ mod tests {
         let file = std::fs::File::open("/dev/urandom").expect("/dev/urandom");
         let fd = file.as_raw_fd() as u64;
         assert_eq!(descriptor(pid, fd as i32, [0; 3]), Descriptor::Random);
-        assert_eq!(decode(call(libc::SYS_read, [fd, 0x1000, 16, 0, 0, 0]), pid, [0; 3]), Some(Action::Random { addr: 0x1000, len: 16 }));
-        assert_eq!(decode(call(libc::SYS_readv, [fd, 0x2000, 2, 0, 0, 0]), pid, [0; 3]), Some(Action::RandomVector { iov: 0x2000, count: 2 }));
-        assert_eq!(decode(call(libc::SYS_close, [fd, 0, 0, 0, 0, 0]), pid, [0; 3]), Some(Action::Run));
+        assert_eq!(decode(call(libc::SYS_read, [fd, 0x1000, 16, 0, 0, 0]), pid, [0; 3], 0), Some(Action::Random { addr: 0x1000, len: 16 }));
+        assert_eq!(decode(call(libc::SYS_readv, [fd, 0x2000, 2, 0, 0, 0]), pid, [0; 3], 0), Some(Action::RandomVector { iov: 0x2000, count: 2 }));
+        assert_eq!(decode(call(libc::SYS_close, [fd, 0, 0, 0, 0, 0]), pid, [0; 3], 0), Some(Action::Run));
     }
 
     #[test]
     fn a_file_s_read_and_write_run_without_a_post() {
         let pid = std::process::id() as i32;
         let file = std::fs::File::open("/dev/null").expect("/dev/null");
-        assert_eq!(decode(call(libc::SYS_read, [file.as_raw_fd() as u64, 0, 8, 0, 0, 0]), pid, [0; 3]), Some(Action::Run));
-        assert_eq!(decode(call(libc::SYS_getpid, [0; 6]), pid, [0; 3]), None);
+        assert_eq!(decode(call(libc::SYS_read, [file.as_raw_fd() as u64, 0, 8, 0, 0, 0]), pid, [0; 3], 0), Some(Action::Run));
+        assert_eq!(decode(call(libc::SYS_getpid, [0; 6]), pid, [0; 3], 0), None);
     }
 }
