@@ -112,8 +112,8 @@ fn a_static_sigtimedwait_times_out_on_the_virtual_clock_and_takes_a_child_s_sign
 /// Go's runtime preempts a goroutine by sending its thread SIGURG with `tgkill` (the garbage
 /// collector stopping the world, sysmon): each is a kill step of the schedule, posted as the
 /// preload posts a `pthread_kill`, and the run replays exactly. (Before, the signals went
-/// unseen, and with seed 1 the program span for 60 s of CPU time and was stopped as
-/// uncontrolled.)
+/// unseen, and the background sweeper, waiting in a loop for SIGURG to preempt it, span for 60 s
+/// of CPU time and was stopped as uncontrolled: `runtime.freeSomeWbufs` is a probe now.)
 #[test]
 fn go_s_preemption_signals_are_kill_steps_and_replay() {
     let program = common::go::go_fixture("preempt");
