@@ -324,7 +324,7 @@ impl Agent {
                 }
             }
             Then::Exec => self.exec_granted(tid, regs),
-            Then::Kill => self.run_call(tid, regs),
+            Then::Kill => self.kill_granted(tid, regs, result),
             Then::SigSuspend { mask } => match super::signals::suspend_granted(pid, tid, mask) {
                 super::signals::Ending::Run => self.run_call(tid, regs),
                 super::signals::Ending::Return(value) => answer(tid, stop, regs, value),

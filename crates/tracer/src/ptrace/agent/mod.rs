@@ -203,6 +203,7 @@ impl Agent {
                 }
             }
         }
+        self.deaths_seen();
     }
 
     /// The filter stopped `tid` on a call.
@@ -585,6 +586,9 @@ impl Agent {
 
     /// A call run with a look at its result came back (see [`Then::ReadyWait`]).
     fn syscall_exit_stop(&mut self, tid: i32) {
+        if self.kill_returned(tid) {
+            return;
+        }
         if let Some(after) = self.tracees.get_mut(&tid).and_then(|t| t.after.take()) {
             self.after_call(tid, after);
             return;

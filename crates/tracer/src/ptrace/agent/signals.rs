@@ -24,8 +24,10 @@
 //! than block in the kernel.
 use dara_abi::{Deadline, Request, NO_DEADLINE};
 
-use super::calls::{Action, Then};
-use crate::ptrace::remote::{self, Syscall};
+use super::calls::{Action, ClockAnswer, Then};
+use super::tracees::CallStop;
+use super::{resume, resume_to_exit, Agent};
+use crate::ptrace::remote::{self, Registers, Syscall};
 
 /// The kernel's signal-set size (64 signals), the only one these calls accept.
 const KERNEL_SIGSET_BYTES: u64 = 8;
@@ -166,6 +168,74 @@ pub fn wait_granted(pid: i32, tid: i32, set: u64, result: i64) -> Ending {
     match crate::procfs::signals(pid as u32, tid as u32) {
         Some(s) if s.pending & set != 0 => Ending::Run,
         _ => Ending::Return(-(libc::EINTR as i64)),
+    }
+}
+
+/// A sender waiting for the death of the process its signal ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeathWait {
+    /// The process's kernel pid.
+    pub target: i32,
+    /// The sender is stopped at its `kill`'s exit (else the call has not returned yet).
+    pub at_exit: bool,
+}
+
+impl Agent {
+    /// A `kill` granted with `result`, the number of processes the scheduler says its signal
+    /// ends. Sent for real; when it ends one other process the agent runs, the sender stops at
+    /// the call's exit and waits there until that process is gone, as the preload's sender waits
+    /// (so the SIGCHLD that follows reaches its parent at the same point of every run, and the
+    /// scheduler, which waits for a killed process to go, is not left waiting).
+    pub(super) fn kill_granted(&mut self, tid: i32, regs: Registers, result: i64) {
+        let sender = &self.tracees[&tid];
+        let named = regs.syscall().args[0] as i32;
+        let is_kill = sender.stop == CallStop::Seccomp && regs.syscall().nr == libc::SYS_kill;
+        let target = (is_kill && result == 1 && named > 0)
+            .then(|| self.logical_process(named as u32))
+            .flatten()
+            .and_then(|process| self.tracees.values().find(|t| t.process == process).map(|t| t.pid))
+            .filter(|&pid| pid != sender.pid);
+        match target {
+            Some(target) => {
+                self.tracees.get_mut(&tid).expect("granted tracee").awaits_death = Some(DeathWait { target, at_exit: false });
+                resume_to_exit(tid);
+            }
+            None => self.run_call(tid, regs),
+        }
+    }
+
+    /// At a call's exit: true if it was a `kill` whose sender waits for its target's death (it
+    /// stays stopped until [`Agent::deaths_seen`] lets it go). The target's threads the agent
+    /// holds parked are let go first, to take the signal: a ptrace stop holds a pending signal
+    /// (SIGKILL aside) until the tracee runs.
+    pub(super) fn kill_returned(&mut self, tid: i32) -> bool {
+        let Some(wait) = self.tracees.get_mut(&tid).and_then(|t| t.awaits_death.as_mut()) else { return false };
+        wait.at_exit = true;
+        let target = wait.target;
+        let parked: Vec<(i32, Then, CallStop)> = self.tracees.iter().filter(|(_, t)| t.pid == target).filter_map(|(&t, tracee)| Some((t, tracee.parked?, tracee.stop))).collect();
+        for (thread, then, stop) in parked {
+            let at_call = !matches!(then, Then::StepOver { .. } | Then::Started | Then::Clock(ClockAnswer::Counter(_)));
+            if at_call && stop == CallStop::Seccomp {
+                // Skipped, so that no call runs before the signal is delivered on the way out.
+                if let Ok(mut regs) = Registers::read(thread) {
+                    let _ = regs.skip_with(-(libc::EINTR as i64));
+                }
+            }
+            resume(thread, 0);
+        }
+        self.deaths_seen();
+        true
+    }
+
+    /// Lets go the senders waiting at their `kill`'s exit whose target has no thread left.
+    pub(super) fn deaths_seen(&mut self) {
+        let waiting: Vec<(i32, i32)> = self.tracees.iter().filter_map(|(&tid, t)| t.awaits_death.filter(|w| w.at_exit).map(|w| (tid, w.target))).collect();
+        for (tid, target) in waiting {
+            if !self.tracees.values().any(|t| t.pid == target) {
+                self.tracees.get_mut(&tid).expect("listed above").awaits_death = None;
+                resume(tid, 0);
+            }
+        }
     }
 }
 
