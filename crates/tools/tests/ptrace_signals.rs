@@ -130,3 +130,34 @@ fn go_s_preemption_signals_are_kill_steps_and_replay() {
     assert!(steps_with(&last, Op::ProcessKill) >= 1, "{}", run.text());
     replays_identically(&last);
 }
+
+/// A static shell (Debian's busybox-static) kills its sleeping child with SIGTERM and with
+/// SIGKILL: the kill is a step, the child, parked by the agent, takes the signal and dies before
+/// the shell goes on, and the shell's `wait` collects it: clean, replayed with `--verify`. A
+/// static program that kills itself with SIGKILL (`raise`, or a thread's `tgkill`) is the
+/// program's own death, not a kill from outside: a bug, replayed.
+#[test]
+fn a_static_program_s_kills_are_steps_and_the_killed_child_is_gone_before_the_sender_goes_on() {
+    let busybox = installed("busybox", "busybox-static");
+    let busybox = busybox.to_str().unwrap();
+    for (tag, signal) in [("term", ""), ("kill", "-9 ")] {
+        let script = format!("{busybox} sleep 5 & kill {signal}$!; wait; echo waited");
+        let out = out_dir(&format!("ptrace-kill-child-{tag}"));
+        let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--runs", "5", "--", busybox, "sh", "-c", &script], Duration::from_secs(180));
+        assert_eq!(run.code, 0, "{tag}: {}", run.text());
+        assert!(run.stdout.contains("no bug found in 5 executions") && run.stdout.contains("waited"), "{tag}: {}", run.text());
+        let last = out.join("trace.bin");
+        assert_eq!(steps_with(&last, Op::ProcessKill), 1, "{tag}: the kill is a step");
+        replays_identically(&last);
+    }
+    for (build, program) in static_builds("sig_raise_kill", "ptrace-raise-kill") {
+        for mode in ["raise", "thread"] {
+            let out = out_dir(&format!("ptrace-raise-kill-{build}-{mode}"));
+            let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--runs", "3", "--", program.to_str().unwrap(), mode], Duration::from_secs(120));
+            assert_eq!(run.code, 1, "{build} {mode}: {}", run.text());
+            assert!(run.stdout.contains("BUG: process 0 killed by SIGKILL") && !run.text().contains("killed from outside"), "{build} {mode}: {}", run.text());
+            replays(&out.join("bug-0001/trace.bin"), "killed by SIGKILL");
+        }
+        assert_no_survivors(&program);
+    }
+}
