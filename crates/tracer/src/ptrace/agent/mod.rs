@@ -150,9 +150,14 @@ impl Agent {
     fn post(&mut self, tid: i32, request: Request, then: Then) {
         let Some(tracee) = self.tracees.get_mut(&tid) else { return };
         tracee.parked = Some(then);
-        // The signals its wait leaves blocked: the call's own mask, else the thread's (unknown:
-        // all, and no signal ends the wait).
-        let mask = tracee.wait_mask.take().or_else(|| crate::ptrace::remote::signal_mask(tid).ok()).unwrap_or(u64::MAX);
+        // The signals its wait leaves blocked: the call's own mask, else the thread's (unknown,
+        // or a request no signal ends: all).
+        let wait_mask = tracee.wait_mask.take();
+        let mask = match signals::may_be_interrupted(&request) {
+            true => wait_mask.or_else(|| crate::ptrace::remote::signal_mask(tid).ok()),
+            false => None,
+        };
+        let mask = mask.unwrap_or(u64::MAX);
         if let Some(slot) = self.region.slot(tracee.slot) {
             self.region.post(slot, request, mask);
         }
