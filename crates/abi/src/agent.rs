@@ -105,10 +105,12 @@ pub fn answer<F: Futex<AtomicU32>>(words: &AgentWords, tid: u32, attached: bool,
 /// which a program without dara's preload can block, read the time or randomness, make threads
 /// and processes, or talk to another process (reads, writes and closes of every descriptor: the
 /// filter cannot tell a socket from a file, the agent looks); and `listen` and `getsockname`,
-/// through which outside peers are kept apart in a recording (the agent's `listeners.rs`). Calls not listed that could block
+/// through which outside peers are kept apart in a recording (the agent's `listeners.rs`); and the
+/// calls that send signals, so that a signal between the program's threads and processes is
+/// sent at a scheduling point (the agent's `signals.rs`). Calls not listed that could block
 /// in the kernel are caught by the scheduler's watchdog and end the run as uncontrolled, never
 /// silently.
-pub const TRACED: [u32; 49] = [
+pub const TRACED: [u32; 52] = [
     202, // futex
     449, // futex_waitv
     24,  // sched_yield
@@ -143,6 +145,9 @@ pub const TRACED: [u32; 49] = [
     34,  // pause
     130, // rt_sigsuspend
     128, // rt_sigtimedwait
+    62,  // kill
+    200, // tkill
+    234, // tgkill
     0,   // read
     1,   // write
     19,  // readv

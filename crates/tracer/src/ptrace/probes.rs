@@ -46,9 +46,15 @@ const LIBC_PROBES: [&str; 14] = [
 /// inlined into its callers: its slow paths are probed instead), and `runtime.Gosched`: a
 /// goroutine that waits for another by yielding in a loop (`runtime.GC` waiting for the sweep
 /// another thread does) never enters the kernel, and without a point there it would spin while
-/// the thread it waits for is parked.
-const GO_PROBES: [&str; 20] = [
+/// the thread it waits for is parked. Likewise `runtime.freeSomeWbufs`, which the background
+/// sweeper calls once a round of its loop: when another thread is still sweeping a span (parked
+/// by dara in the middle of it), the sweeper goes round waiting for it to finish, on runtime
+/// locks that never enter the kernel, and counts on sysmon preempting it with SIGURG after 10 ms;
+/// sysmon cannot run while it holds the token (`tests/fixtures/go/preempt`: 60 s of CPU, then
+/// stopped as uncontrolled, in `runtime.bgsweep`).
+const GO_PROBES: [&str; 21] = [
     "runtime.Gosched",
+    "runtime.freeSomeWbufs",
     "runtime.chansend1",
     "runtime.chanrecv1",
     "runtime.chanrecv2",
@@ -77,7 +83,7 @@ const GO_PROBES: [&str; 20] = [
 /// preload's coarse locks say), but a goroutine yielding in a loop for a parked thread must still
 /// give the token up. These yield on purpose: their probes post `Yield`, which PCT demotes as it
 /// demotes `sched_yield`; every other probe posts `Probe`, a preemption point that is no yield.
-const SPIN_PROBES: [&str; 1] = ["runtime.Gosched"];
+const SPIN_PROBES: [&str; 2] = ["runtime.Gosched", "runtime.freeSomeWbufs"];
 
 /// Which functions get probes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

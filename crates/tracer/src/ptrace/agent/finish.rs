@@ -104,6 +104,7 @@ pub fn ready_wait_came_back(pid: i32, regs: &mut Registers, check: ExitCheck) {
     if let Some(select) = check.select {
         match super::select::came_back(pid, &select, result, check.only_entry) {
             Some(value) => regs.regs.rax = value as u64,
+            None if check.interrupted => regs.regs.rax = INTERRUPTED as u64,
             None => {
                 // Made again as the program made it: its own number and arguments.
                 for (i, &arg) in select.call.args.iter().enumerate() {
@@ -113,6 +114,12 @@ pub fn ready_wait_came_back(pid: i32, regs: &mut Registers, check: ExitCheck) {
                 return;
             }
         }
+        let _ = regs.write();
+        return;
+    }
+    if result == 0 && check.blocking && check.interrupted {
+        // A signal ended the wait and nothing was ready: EINTR (the handler runs next).
+        regs.regs.rax = INTERRUPTED as u64;
         let _ = regs.write();
         return;
     }
@@ -281,7 +288,7 @@ impl Agent {
                 // A poll's grant of 2 + k: the program sees only its k-th ready entry.
                 let polls = matches!(nr, libc::SYS_poll | libc::SYS_ppoll);
                 let only_entry = (polls && result >= 2).then(|| (result - 2) as usize);
-                let check = ExitCheck { nr, timeout_arg, timeout: call.args[timeout_arg], blocking, only_entry, select: None };
+                let check = ExitCheck { nr, timeout_arg, timeout: call.args[timeout_arg], blocking, only_entry, select: None, interrupted: result == INTERRUPTED };
                 let zero = if timespec { zero_timespec(pid, &regs) } else { Some(0) };
                 if zero.is_some_and(|z| regs.set_arg(timeout_arg, z).is_ok()) {
                     self.tracees.get_mut(&tid).expect("granted tracee").exit_check = Some(check);
@@ -296,27 +303,37 @@ impl Agent {
                     answer(tid, stop, regs, super::select::timed_out(pid, &select)); // the timeout came first
                     return;
                 }
-                // Run as `poll(entries, count, 0)`, looked at on return.
+                // Run as `poll(entries, count, 0)` (a `ppoll` under a `pselect6`'s mask), looked
+                // at on return.
                 let only_entry = (result >= 2).then(|| (result - 2) as usize);
-                let check = ExitCheck { nr: libc::SYS_poll, timeout_arg: 2, timeout: 0, blocking: select.blocking, only_entry, select: Some(select) };
-                let as_poll = [select.scratch, select.count, 0].into_iter().enumerate().try_for_each(|(i, arg)| regs.set_arg(i, arg));
-                if as_poll.is_err() {
+                let check = ExitCheck { nr: libc::SYS_poll, timeout_arg: 2, timeout: 0, blocking: select.blocking, only_entry, select: Some(select), interrupted: result == INTERRUPTED };
+                let Some((nr, args)) = super::select::as_poll(pid, &select) else { return };
+                if args.into_iter().enumerate().try_for_each(|(i, arg)| regs.set_arg(i, arg)).is_err() {
                     return;
                 }
                 self.tracees.get_mut(&tid).expect("granted tracee").exit_check = Some(check);
                 match stop {
                     CallStop::Seccomp => {
-                        if regs.set_nr(libc::SYS_poll).is_ok() {
+                        if regs.set_nr(nr).is_ok() {
                             resume_to_exit(tid);
                         }
                     }
                     CallStop::Trapped { ret, .. } => {
-                        self.tracees.get_mut(&tid).expect("granted tracee").stop = CallStop::Trapped { nr: libc::SYS_poll, ret };
+                        self.tracees.get_mut(&tid).expect("granted tracee").stop = CallStop::Trapped { nr, ret };
                         self.run_call(tid, regs);
                     }
                 }
             }
             Then::Exec => self.exec_granted(tid, regs),
+            Then::Kill => self.kill_granted(tid, regs, result),
+            Then::SigSuspend { mask } => match super::signals::suspend_granted(pid, tid, mask) {
+                super::signals::Ending::Run => self.run_call(tid, regs),
+                super::signals::Ending::Return(value) => answer(tid, stop, regs, value),
+            },
+            Then::SigWait { set } => match super::signals::wait_granted(pid, tid, set, result) {
+                super::signals::Ending::Run => self.run_call(tid, regs),
+                super::signals::Ending::Return(value) => answer(tid, stop, regs, value),
+            },
             Then::Collect(wait) => match result {
                 collect if collect > 0 => {
                     let Some(&child) = self.processes.seen_as.get(&(collect as u32 - 1)) else {

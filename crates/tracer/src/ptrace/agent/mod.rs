@@ -24,6 +24,7 @@ mod listeners;
 mod net;
 mod region;
 mod select;
+mod signals;
 mod tracees;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -149,8 +150,16 @@ impl Agent {
     fn post(&mut self, tid: i32, request: Request, then: Then) {
         let Some(tracee) = self.tracees.get_mut(&tid) else { return };
         tracee.parked = Some(then);
+        // The signals its wait leaves blocked: the call's own mask, else the thread's (unknown,
+        // or a request no signal ends: all).
+        let wait_mask = tracee.wait_mask.take();
+        let mask = match signals::may_be_interrupted(&request) {
+            true => wait_mask.or_else(|| crate::ptrace::remote::signal_mask(tid).ok()),
+            false => None,
+        };
+        let mask = mask.unwrap_or(u64::MAX);
         if let Some(slot) = self.region.slot(tracee.slot) {
-            self.region.post(slot, request);
+            self.region.post(slot, request, mask);
         }
         if self.runner == Some(tid) {
             self.runner = None;
@@ -199,6 +208,7 @@ impl Agent {
                 }
             }
         }
+        self.deaths_seen();
     }
 
     /// The filter stopped `tid` on a call.
@@ -271,12 +281,15 @@ impl Agent {
     /// `tid` stopped in `call` (at either filter, `stop`): run it, answer it, or post it.
     fn call_stop(&mut self, tid: i32, regs: crate::ptrace::remote::Registers, call: crate::ptrace::remote::Syscall, stop: CallStop) {
         self.birth_failed(tid);
-        self.tracees.get_mut(&tid).expect("a known tracee").stop = stop;
+        let tracee = self.tracees.get_mut(&tid).expect("a known tracee");
+        tracee.stop = stop;
+        tracee.wait_mask = signals::wait_mask(call, tracee.pid);
         let tracee = &self.tracees[&tid];
         let epoch = self.region.header().realtime_epoch_ns.load(std::sync::atomic::Ordering::Relaxed);
         let output_pipes = self.region.header().output_pipes.each_ref().map(|p| p.load(std::sync::atomic::Ordering::Relaxed));
         let action = net::decode(call, tracee.pid, output_pipes, tracee.last_now)
-            .or_else(|| select::decode(call, tid, tracee.pid, regs.regs.rsp, tracee.last_now))
+            .or_else(|| select::decode(call, tracee.pid, regs.regs.rsp, tracee.last_now))
+            .or_else(|| signals::decode(call, tid, tracee.pid, tracee.last_now))
             .unwrap_or_else(|| calls::decode(call, tracee.pid, tracee.last_now, epoch));
         match action {
             Action::Run => self.run_call(tid, regs),
@@ -307,6 +320,15 @@ impl Agent {
                     None => dara_abi::ProcessTarget::Any,
                 };
                 self.post(tid, Request::ProcessWait { target, options: wait.options }, Then::Collect(wait));
+            }
+            Action::Kill { pid, signal } => {
+                // Decisions name processes by logical id, never by pid.
+                let (target, pid) = match pid {
+                    None => (dara_abi::ProcessTarget::Process(tracee.process), self.processes.seen_as.get(&tracee.process).map_or(tracee.pid, |&p| p as i32)),
+                    Some(pid) if pid > 0 => (self.logical_process(pid as u32).map_or(dara_abi::ProcessTarget::Untraced, dara_abi::ProcessTarget::Process), pid),
+                    Some(pid) => (dara_abi::ProcessTarget::Any, pid),
+                };
+                self.post(tid, Request::ProcessKill { target, signal, pid }, Then::Kill);
             }
             Action::Post(request, then) => self.post(tid, request, then),
         }
@@ -569,6 +591,9 @@ impl Agent {
 
     /// A call run with a look at its result came back (see [`Then::ReadyWait`]).
     fn syscall_exit_stop(&mut self, tid: i32) {
+        if self.kill_returned(tid) {
+            return;
+        }
         if let Some(after) = self.tracees.get_mut(&tid).and_then(|t| t.after.take()) {
             self.after_call(tid, after);
             return;

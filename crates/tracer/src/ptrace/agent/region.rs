@@ -43,11 +43,12 @@ impl Region {
     }
 
     /// Posts `request` on `slot` (the thread's side of the protocol) and wakes the scheduler;
-    /// does not wait.
-    pub fn post(&self, slot: &Slot, request: Request) {
+    /// does not wait. `mask`: the signals the thread's wait leaves blocked (its own mask, or the
+    /// call's: `ppoll`, `pselect6`), from which the scheduler sees which pending signals end it.
+    pub fn post(&self, slot: &Slot, request: Request, mask: u64) {
         let (op, args) = request.encode();
         handoff::write_request(slot, op as u32, args);
-        slot.program_mask.store(u64::MAX, Ordering::Relaxed);
+        slot.program_mask.store(mask, Ordering::Relaxed);
         // The thread may have read or written sockets and pipes since its last post without a
         // stop (the agent does not stop those calls): the scheduler looks at readiness again.
         slot.received_unposted.store(1, Ordering::Relaxed);

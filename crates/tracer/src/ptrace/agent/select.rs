@@ -12,10 +12,12 @@
 //! kernel's. A timeout the grant says fired clears the sets, zeroes the program's timeout (the
 //! time not slept, as Linux writes it) and returns 0: a virtual-time deadline, as a poll's.
 //!
-//! `pselect6`'s signal mask: a wait under another mask than the thread's is refused, named (the
-//! agent does not run handlers inside a call); one that is the thread's own mask (or none) waits.
+//! `pselect6`'s signal mask: the post leaves it in the slot (a pending signal it lets through
+//! ends the wait: `agent/signals.rs`), and the granted call runs as a `ppoll` under it, so that
+//! a signal that ended the wait is handled under it and the call fails with EINTR, as the
+//! kernel's.
 use dara_abi::select_sets::SETS;
-use dara_abi::{Addr, Request, Unsupported};
+use dara_abi::{Addr, Request};
 
 use super::calls::{Action, Then, Timeout};
 use crate::ptrace::remote::{self, Syscall};
@@ -37,6 +39,9 @@ pub struct SelectCall {
     pub count: u64,
     /// Whether the program may block (a timeout that is not zero).
     pub blocking: bool,
+    /// `pselect6`'s signal mask (the address of its set; 0 for none): the call runs as a `ppoll`
+    /// under it, so that a signal ending the wait is handled under that mask.
+    pub sigmask: u64,
 }
 
 impl SelectCall {
@@ -56,17 +61,13 @@ impl SelectCall {
     }
 }
 
-/// What `select`/`pselect6` call `call` of thread `tid` (process `pid`, stack pointer `rsp`,
+/// What `select`/`pselect6` call `call` of a thread of process `pid` (stack pointer `rsp`,
 /// last grant at `last_now`) means; None for any other call.
-pub fn decode(call: Syscall, tid: i32, pid: i32, rsp: u64, last_now: u64) -> Option<Action> {
+pub fn decode(call: Syscall, pid: i32, rsp: u64, last_now: u64) -> Option<Action> {
     let a = call.args;
     let timeout = match call.nr {
         libc::SYS_select => timeval_arg(pid, a[4]),
-        libc::SYS_pselect6 => match same_mask(tid, pid, a[5]) {
-            Ok(true) => Timeout::of_timespec(pid, a[4]),
-            Ok(false) => return Some(Action::Post(Request::Unsupported(Unsupported::Syscall { nr: call.nr as u64, args: [a[0], a[1], a[2]] }), Then::Return)),
-            Err(e) => Err(e),
-        },
+        libc::SYS_pselect6 => Timeout::of_timespec(pid, a[4]),
         _ => return None,
     };
     let timeout = match timeout {
@@ -76,7 +77,8 @@ pub fn decode(call: Syscall, tid: i32, pid: i32, rsp: u64, last_now: u64) -> Opt
     if (a[0] as i32) < 0 {
         return Some(Action::Answer(-(libc::EINVAL as i64)));
     }
-    let mut select = SelectCall { call, scratch: 0, count: 0, blocking: timeout != Timeout::Never };
+    let sigmask = if call.nr == libc::SYS_pselect6 { super::signals::pselect_mask_pointer(pid, a[5]).unwrap_or(0) } else { 0 };
+    let mut select = SelectCall { call, scratch: 0, count: 0, blocking: timeout != Timeout::Never, sigmask };
     let mut sets = Vec::new();
     for addr in select.sets() {
         let mut bits = vec![0u8; select.set_bytes()];
@@ -113,25 +115,16 @@ fn timeval_arg(pid: i32, addr: u64) -> Result<Timeout, i64> {
     }
 }
 
-/// Whether `pselect6`'s mask argument (a `{ const sigset_t *ss; size_t len }` at `addr`) leaves
-/// thread `tid`'s mask as it is: none given, or the same signals blocked (SIGKILL and SIGSTOP
-/// cannot be). `Err(-EFAULT)` for one that cannot be read.
-fn same_mask(tid: i32, pid: i32, addr: u64) -> Result<bool, i64> {
-    let efault = -(libc::EFAULT as i64);
-    if addr == 0 {
-        return Ok(true);
+/// The call a granted select runs as, and its arguments: `poll(entries, count, 0)`, or
+/// `ppoll(entries, count, &zero, mask, 8)` under a `pselect6`'s mask (the zeroed `timespec` just
+/// below the entries). None when that `timespec` cannot be written.
+pub fn as_poll(pid: i32, select: &SelectCall) -> Option<(i64, Vec<u64>)> {
+    if select.sigmask == 0 {
+        return Some((libc::SYS_poll, vec![select.scratch, select.count, 0]));
     }
-    let mut arg = [0u8; 16];
-    remote::read(pid, addr, &mut arg).map_err(|_| efault)?;
-    let set = u64::from_le_bytes(arg[..8].try_into().expect("8 bytes"));
-    if set == 0 {
-        return Ok(true);
-    }
-    let mut mask = [0u8; 8];
-    remote::read(pid, set, &mut mask).map_err(|_| efault)?;
-    let unblockable = 1u64 << (libc::SIGKILL - 1) | 1u64 << (libc::SIGSTOP - 1);
-    let own = remote::signal_mask(tid).map_err(|_| efault)?;
-    Ok((u64::from_le_bytes(mask) | unblockable) == (own | unblockable))
+    let zero = select.scratch - 16;
+    remote::write(pid, zero, &[0u8; 16]).ok()?;
+    Some((libc::SYS_ppoll, vec![select.scratch, select.count, zero, select.sigmask, 8]))
 }
 
 /// A select whose grant says its timeout fired: its sets cleared, its timeout zeroed (the time
@@ -221,7 +214,7 @@ mod tests {
         let rsp = stack.as_ptr() as u64 + 4096;
         let n = r.max(w) as u64 + 1;
         let call = Syscall { nr: libc::SYS_select, args: [n, reads.as_mut_ptr() as u64, writes.as_mut_ptr() as u64, 0, 0, 0] };
-        let Some(Action::Post(Request::NetPoll { fds, count, .. }, Then::Select(select))) = decode(call, pid, pid, rsp, 0) else { panic!("not a poll") };
+        let Some(Action::Post(Request::NetPoll { fds, count, .. }, Then::Select(select))) = decode(call, pid, rsp, 0) else { panic!("not a poll") };
         assert_eq!((count, fds.0, select.blocking), (2, select.scratch, true));
         assert!(select.scratch + 16 <= rsp - RED_ZONE);
         // SAFETY: the two entries decode wrote into `stack`.
@@ -235,7 +228,7 @@ mod tests {
         // Nothing ready for a blocking select: made again.
         reads = fd_set(&[r]);
         let call = Syscall { nr: libc::SYS_select, args: [n, reads.as_mut_ptr() as u64, 0, 0, 0, 0] };
-        let Some(Action::Post(_, Then::Select(select))) = decode(call, pid, pid, rsp, 0) else { panic!("not a poll") };
+        let Some(Action::Post(_, Then::Select(select))) = decode(call, pid, rsp, 0) else { panic!("not a poll") };
         assert_eq!(came_back(pid, &select, 0, None), None);
         std::io::Write::write_all(&mut writer, b"x").expect("write");
         // SAFETY: the live array of 1 entry.
@@ -253,10 +246,10 @@ mod tests {
         let rsp = stack.as_ptr() as u64 + 256;
         let zero = libc::timeval { tv_sec: 0, tv_usec: 0 };
         let call = Syscall { nr: libc::SYS_select, args: [0, 0, 0, 0, &zero as *const libc::timeval as u64, 0] };
-        let Some(Action::Post(Request::NetPoll { count: 0, flags, .. }, Then::Select(select))) = decode(call, pid, pid, rsp, 0) else { panic!("not a poll") };
+        let Some(Action::Post(Request::NetPoll { count: 0, flags, .. }, Then::Select(select))) = decode(call, pid, rsp, 0) else { panic!("not a poll") };
         assert!(!select.blocking && flags.0 & dara_abi::net_flags::NONBLOCK != 0);
         let bad = libc::timeval { tv_sec: 0, tv_usec: 1_000_000 };
         let call = Syscall { nr: libc::SYS_select, args: [0, 0, 0, 0, &bad as *const libc::timeval as u64, 0] };
-        assert_eq!(decode(call, pid, pid, rsp, 0), Some(Action::Answer(-(libc::EINVAL as i64))));
+        assert_eq!(decode(call, pid, rsp, 0), Some(Action::Answer(-(libc::EINVAL as i64))));
     }
 }

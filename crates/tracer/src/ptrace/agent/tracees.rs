@@ -47,6 +47,11 @@ pub struct Tracee {
     pub exec_slot: Option<u32>,
     /// A call let run whose exit the agent looks at (a listener to split, a name to show).
     pub after: Option<super::listeners::AfterCall>,
+    /// The mask the call it stopped in waits under (`ppoll`, `pselect6`), for its post.
+    pub wait_mask: Option<u64>,
+    /// Sent a signal that ends process `target` (kernel pid): waits at its `kill`'s exit until
+    /// that process is gone (`agent/signals.rs`).
+    pub awaits_death: Option<super::signals::DeathWait>,
 }
 
 /// How a tracee stopped in a system call.
@@ -62,7 +67,7 @@ pub enum CallStop {
 
 impl Tracee {
     pub fn new(pid: i32, slot: u32, process: u32, last_now: u64) -> Tracee {
-        Tracee { pid, slot, process, last_now, unposted_clock_reads: 0, parked: None, birth: None, exit_check: None, exiting: false, fresh_image: false, clear_tid: None, stepping: None, stop: CallStop::Seccomp, in_stub: None, exec_slot: None, after: None }
+        Tracee { pid, slot, process, last_now, unposted_clock_reads: 0, parked: None, birth: None, exit_check: None, exiting: false, fresh_image: false, clear_tid: None, stepping: None, stop: CallStop::Seccomp, in_stub: None, exec_slot: None, after: None, wait_mask: None, awaits_death: None }
     }
 }
 
@@ -102,6 +107,9 @@ pub struct ExitCheck {
     pub only_entry: Option<usize>,
     /// A `select`/`pselect6` run as this `poll`: its sets are written back from the entries.
     pub select: Option<super::select::SelectCall>,
+    /// Granted as ended by a signal (`Interrupt`): finding nothing, it fails with EINTR (the
+    /// handler runs as the thread goes on) instead of waiting again.
+    pub interrupted: bool,
 }
 
 /// The processes the agent runs: words of randomness drawn so far, and each stream's seed.
