@@ -3,11 +3,12 @@
 //! * `shiviz`: a log ShiViz (Beschastnikh et al.) draws as a space-time diagram: a host per thread
 //!   (`dara` for the faults dara injected), each step an event with a vector clock. The clocks
 //!   come from the happens-before the trace shows: program order within a thread; a lock's
-//!   release (mutex, rwlock unlock, semaphore post, condition signal, futex wake) before its next
-//!   acquisition of the same object (lock, wait, held); a thread's creation before its start and
-//!   its exit before the join that waits for it; a send on an endpoint before every later receive
-//!   or accept on its peer (the model cannot say which bytes a receive took, so every earlier
-//!   send counts: never an order that did not exist, possibly one more than the bytes needed).
+//!   latest release (mutex, rwlock unlock, semaphore post, condition signal, futex wake) before
+//!   the next acquisition of the same object (lock, wait, held); a thread's creation before its
+//!   start and its exit before the join that waits for it; the latest send on an endpoint before
+//!   a receive or accept on its peer (the model cannot say which bytes a receive took: a send it
+//!   did not need may count, one it needed from an earlier, unordered sender may not).
+//!   [`causes`] is that relation, once.
 //!   Not yet edges: fork before a child's start and a process's exit before its wait.
 //! * `json`: the steps as an array (step, virtual time, thread, operation, how it moved on, the
 //!   object, the result) and the outcome, for scripts.
@@ -66,63 +67,74 @@ fn join(into: &mut VectorClock, other: &VectorClock) {
     }
 }
 
-/// Each step's vector clock (see the module doc for the edges).
-pub fn vector_clocks(steps: &[Step]) -> Vec<VectorClock> {
-    let mut threads: BTreeMap<ThreadId, VectorClock> = BTreeMap::new();
-    // Release clocks by object address, thread creation and exit clocks, sends by peer endpoint.
-    let mut released: BTreeMap<u64, VectorClock> = BTreeMap::new();
-    let mut created: BTreeMap<ThreadId, Vec<VectorClock>> = BTreeMap::new();
-    let mut exited: BTreeMap<ThreadId, VectorClock> = BTreeMap::new();
-    let mut sent_to: BTreeMap<u64, VectorClock> = BTreeMap::new();
+/// Why one step waited for an earlier one of another thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Why {
+    /// A release (unlock, post, signal, wake) before the next acquisition of the same object.
+    Lock,
+    /// A thread's creation before its start.
+    Start,
+    /// A thread's exit before the join that waited for it.
+    Join,
+    /// A send or connect on an endpoint before a receive or accept on its peer.
+    Message,
+}
+
+/// Each step's latest cause: the earlier step it was ordered after by something other than its
+/// own thread's program order (see the module doc), and why. The one definition of the trace's
+/// happens-before, which the vector clocks and the timeline's arrows both draw from.
+pub fn causes(steps: &[Step]) -> Vec<Option<(usize, Why)>> {
+    let mut released: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut created: BTreeMap<ThreadId, Vec<usize>> = BTreeMap::new();
+    let mut exited: BTreeMap<ThreadId, usize> = BTreeMap::new();
+    let mut sent_to: BTreeMap<u64, usize> = BTreeMap::new();
     let mut out = Vec::with_capacity(steps.len());
-    for step in steps {
+    for (i, step) in steps.iter().enumerate() {
         let c = &step.choice;
-        let name = host(c.thread);
-        let mut clock = threads.remove(&c.thread).unwrap_or_default();
-        *clock.entry(name.clone()).or_insert(0) += 1;
-        let object = c.object();
         let moved = c.kind != ChoiceKind::Fault && step.result.is_some();
-        match (c.op, object) {
-            (Op::MutexLock | Op::MutexTryLock | Op::RwReadLock | Op::RwWriteLock | Op::RwTryReadLock | Op::RwTryWriteLock | Op::Held | Op::SemWait | Op::SemTryWait | Op::CondWait | Op::FutexWait | Op::BarrierWait, ChoiceObject::Address(a)) if moved => {
-                if let Some(r) = released.get(&a) {
-                    join(&mut clock, r);
-                }
-            }
-            (Op::ThreadStart, ChoiceObject::Thread(creator)) => {
-                // The creator's oldest creation not yet matched by a start.
-                if let Some(made) = created.get_mut(&creator).filter(|v| !v.is_empty()) {
-                    join(&mut clock, &made.remove(0));
-                }
-            }
-            (Op::ThreadJoin, ChoiceObject::Thread(t)) if moved => {
-                if let Some(e) = exited.get(&t) {
-                    join(&mut clock, e);
-                }
-            }
-            (Op::NetRecv | Op::NetAccept, ChoiceObject::Net(n)) if moved => {
-                if let Some(s) = n.endpoint.and_then(|e| sent_to.get(&e)) {
-                    join(&mut clock, s);
-                }
-            }
-            _ => {}
-        }
-        match (c.op, object) {
+        let cause = match (c.op, c.object()) {
+            (Op::MutexLock | Op::MutexTryLock | Op::RwReadLock | Op::RwWriteLock | Op::RwTryReadLock | Op::RwTryWriteLock | Op::Held | Op::SemWait | Op::SemTryWait | Op::CondWait | Op::FutexWait | Op::BarrierWait, ChoiceObject::Address(a)) if moved => released.get(&a).map(|&f| (f, Why::Lock)),
+            (Op::ThreadStart, ChoiceObject::Thread(creator)) => created.get_mut(&creator).filter(|v| !v.is_empty()).map(|v| (v.remove(0), Why::Start)),
+            (Op::ThreadJoin, ChoiceObject::Thread(t)) if moved => exited.get(&t).map(|&f| (f, Why::Join)),
+            (Op::NetRecv | Op::NetAccept, ChoiceObject::Net(n)) if moved => n.endpoint.and_then(|e| sent_to.get(&e)).map(|&f| (f, Why::Message)),
+            _ => None,
+        };
+        out.push(cause);
+        match (c.op, c.object()) {
             (Op::MutexUnlock | Op::RwUnlock | Op::SemPost | Op::CondSignal | Op::CondBroadcast | Op::FutexWake | Op::BarrierWait, ChoiceObject::Address(a)) => {
-                join(released.entry(a).or_default(), &clock);
+                released.insert(a, i);
             }
-            (Op::ThreadCreate, _) => created.entry(c.thread).or_default().push(clock.clone()),
+            (Op::ThreadCreate, _) => created.entry(c.thread).or_default().push(i),
             (Op::ThreadExit, _) => {
-                exited.insert(c.thread, clock.clone());
+                exited.insert(c.thread, i);
             }
             (Op::NetSend | Op::NetConnect, ChoiceObject::Net(n)) => {
                 if let Some(peer) = n.peer {
-                    join(sent_to.entry(peer).or_default(), &clock);
+                    sent_to.insert(peer, i);
                 }
             }
             _ => {}
         }
+    }
+    out
+}
+
+/// Each step's vector clock: its thread's previous clock, one more event of its own, joined with
+/// its cause's clock ([`causes`]; a release's clock holds every earlier release of the object it
+/// was ordered after, so the latest cause carries the others).
+pub fn vector_clocks(steps: &[Step]) -> Vec<VectorClock> {
+    let mut threads: BTreeMap<ThreadId, VectorClock> = BTreeMap::new();
+    let mut out: Vec<VectorClock> = Vec::with_capacity(steps.len());
+    for (step, cause) in steps.iter().zip(causes(steps)) {
+        let mut clock = threads.remove(&step.choice.thread).unwrap_or_default();
+        *clock.entry(host(step.choice.thread)).or_insert(0) += 1;
+        if let Some((from, _)) = cause {
+            let earlier = out[from].clone();
+            join(&mut clock, &earlier);
+        }
         out.push(clock.clone());
-        threads.insert(c.thread, clock);
+        threads.insert(step.choice.thread, clock);
     }
     out
 }

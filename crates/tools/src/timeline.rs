@@ -12,9 +12,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use dara_model::choice::{ChoiceObject, FAULT_THREAD};
+use dara_model::choice::FAULT_THREAD;
 use dara_model::ChoiceKind;
-use dara_abi::Op;
 
 use crate::setup::{self, MachineOptions, STOP};
 
@@ -51,7 +50,7 @@ struct PageStep {
 struct Arrow {
     from: usize,
     to: usize,
-    why: &'static str,
+    why: crate::export::Why,
 }
 
 #[derive(serde::Serialize)]
@@ -137,43 +136,15 @@ fn page(trace: &dara_model::trace::Trace, steps: &[dara_model::trace::Step], nam
     }
 }
 
-/// Cross-thread orderings worth an arrow: each step's latest cause on another thread.
+/// Cross-thread orderings worth an arrow: each step's cause on another thread
+/// ([`crate::export::causes`], the happens-before the ShiViz export draws from too).
 fn arrows(steps: &[dara_model::trace::Step]) -> Vec<Arrow> {
-    let mut released: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut created: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-    let mut exited: BTreeMap<u32, usize> = BTreeMap::new();
-    let mut sent_to: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut out = Vec::new();
-    for (i, s) in steps.iter().enumerate() {
-        let c = &s.choice;
-        let moved = s.result.is_some() && c.kind != ChoiceKind::Fault;
-        let from = match (c.op, c.object()) {
-            (Op::MutexLock | Op::MutexTryLock | Op::RwReadLock | Op::RwWriteLock | Op::RwTryReadLock | Op::RwTryWriteLock | Op::Held | Op::SemWait | Op::SemTryWait | Op::CondWait | Op::FutexWait, ChoiceObject::Address(a)) if moved => released.get(&a).map(|&f| (f, "lock")),
-            (Op::ThreadStart, ChoiceObject::Thread(creator)) => created.get_mut(&creator).filter(|v| !v.is_empty()).map(|v| (v.remove(0), "start")),
-            (Op::ThreadJoin, ChoiceObject::Thread(t)) if moved => exited.get(&t).map(|&f| (f, "join")),
-            (Op::NetRecv | Op::NetAccept, ChoiceObject::Net(n)) if moved => n.endpoint.and_then(|e| sent_to.remove(&e)).map(|f| (f, "message")),
-            _ => None,
-        };
-        if let Some((from, why)) = from.filter(|&(f, _)| steps[f].choice.thread != c.thread) {
-            out.push(Arrow { from, to: i, why });
-        }
-        match (c.op, c.object()) {
-            (Op::MutexUnlock | Op::RwUnlock | Op::SemPost | Op::CondSignal | Op::CondBroadcast | Op::FutexWake, ChoiceObject::Address(a)) => {
-                released.insert(a, i);
-            }
-            (Op::ThreadCreate, _) => created.entry(c.thread).or_default().push(i),
-            (Op::ThreadExit, _) => {
-                exited.insert(c.thread, i);
-            }
-            (Op::NetSend | Op::NetConnect, ChoiceObject::Net(n)) => {
-                if let Some(peer) = n.peer {
-                    sent_to.entry(peer).or_insert(i);
-                }
-            }
-            _ => {}
-        }
-    }
-    out
+    crate::export::causes(steps)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(to, cause)| cause.map(|(from, why)| Arrow { from, to, why }))
+        .filter(|a| steps[a.from].choice.thread != steps[a.to].choice.thread)
+        .collect()
 }
 
 /// Source lines of call sites, each file read once (files the DWARF names that are not here, or
