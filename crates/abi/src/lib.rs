@@ -47,7 +47,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 27;
+pub const VERSION: u32 = 28;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -612,8 +612,9 @@ pub struct Slot {
     /// this mask interrupts a blocking wait (`ChoiceKind::Interrupt`).
     pub program_mask: AtomicU64,
     /// The program's call site of the posted request: the return address of the first frame
-    /// outside dara's preload (0: unknown), written with every post. Only the listing reads it
-    /// (the file and line of each step); never part of a decision.
+    /// outside dara's preload (0: unknown), written with every post while
+    /// [`Header::call_sites`] asks for it. Only the listing reads it (the file and line of each
+    /// step); never part of a decision.
     pub call_site: AtomicU64,
 }
 
@@ -687,6 +688,9 @@ pub struct Header {
     /// twin, so only dara can make a connection reach the program's accept, or a datagram its
     /// socket.
     pub outside: u32,
+    /// Non-zero when the scheduler reads each post's [`Slot::call_site`] (a replay that lists its
+    /// steps); otherwise the preload does not look for call sites. Written before any grant.
+    pub call_sites: AtomicU32,
     /// Inodes of the pipes dara reads the target's stdout, its stderr and the SDK's lines from
     /// (written right after the launch, before any grant). Writes to them never block (dara
     /// drains them), so they are not network descriptors; every other pipe is.

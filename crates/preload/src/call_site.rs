@@ -1,7 +1,8 @@
 //! The program's call site of a post: the return address of the first frame outside this
 //! library, found by walking the preload's own frame-pointer chain (the workspace builds with
 //! `-C force-frame-pointers=yes`, `.cargo/config.toml`). Only the listing uses it: `dara-replay`
-//! shows each step's file and line.
+//! shows each step's file and line; the handoff walks only while the scheduler asks for call
+//! sites (`Header::call_sites`).
 //!
 //! Why the walk is safe whatever the frames hold: every frame pointer it follows must lie in the
 //! thread's own stack (between the current stack pointer and the top [`crate::gate::adopt`]

@@ -42,14 +42,13 @@ thread_local! {
     static PARKED_SAVED: Cell<Option<u64>> = const { Cell::new(None) };
     /// The signal mask a `ppoll`/`pselect`/`epoll_pwait` waits under (see [`WaitMask`]).
     static WAIT_MASK: Cell<Option<u64>> = const { Cell::new(None) };
-    /// Set while the thread runs the SIGSYS handler.
-    static IN_TRAP: Cell<bool> = const { Cell::new(false) };
+    /// While the thread runs a signal handler of dara's (SIGSYS, or SIGSEGV for the time-stamp
+    /// counter): the address of the instruction it trapped, the call site of what the handler
+    /// posts (see [`crate::call_site`]); 0 outside one.
+    static IN_TRAP: Cell<u64> = const { Cell::new(0) };
     /// Highest address of this thread's own stack that its code uses (noted when it was gated;
     /// 0 = unknown). See [`on_own_stack`].
     static STACK_TOP: Cell<usize> = const { Cell::new(0) };
-    /// The trapped system call's address while the SIGSYS handler runs (0 otherwise): the call
-    /// site of what it posts (see [`crate::call_site`]).
-    static TRAPPED_AT: Cell<u64> = const { Cell::new(0) };
     /// Coverage edges since this thread's last `EdgeQuantum` (`--preempt-on edges:N`).
     static EDGES: Cell<u32> = const { Cell::new(0) };
     /// Clock reads answered without a post since this thread's last post (coarse steps).
@@ -216,12 +215,12 @@ impl Drop for Gated {
         // returns to the program: not inside the preload, where a handler's own hooked calls
         // would run unseen. In the SIGSYS handler the kernel restores the program's mask on
         // return from it, which delivers them then.
-        if let Some(program_mask) = PARKED_SAVED.with(|m| m.get()).filter(|_| !IN_TRAP.with(|t| t.get())) {
+        if let Some(program_mask) = PARKED_SAVED.with(|m| m.get()).filter(|_| !in_trap()) {
             self.tell_signals(program_mask);
         }
         INSIDE.with(|g| g.set(false));
         if let Some(mask) = PARKED_SAVED.with(|m| m.take()) {
-            if !IN_TRAP.with(|t| t.get()) {
+            if !in_trap() {
                 sys::set_signal_mask(mask);
             }
         }
@@ -236,7 +235,7 @@ impl Gated {
     /// as in program code; then the guard is taken again. The next post blocks the caught
     /// signals again. Nothing to do in the SIGSYS handler, whose return restores the mask.
     pub fn let_signals_through(&self) {
-        if IN_TRAP.with(|t| t.get()) {
+        if in_trap() {
             return;
         }
         let Some(mask) = PARKED_SAVED.with(|m| m.get()) else { return };
@@ -253,7 +252,7 @@ impl Gated {
 
 /// Whether the current thread runs dara's SIGSYS handler (a trapped system call).
 pub fn in_trap() -> bool {
-    IN_TRAP.with(|t| t.get())
+    IN_TRAP.with(|t| t.get()) != 0
 }
 
 /// The program's own signal mask, saved while the thread is in the preload after a post (the
@@ -287,12 +286,6 @@ pub fn adopt(index: u32, stack_top: usize) {
     STACK_TOP.with(|t| t.set(stack_top));
     EDGES.with(|e| e.set(0));
     SLOT.with(|s| s.set(index));
-}
-
-/// Notes (or, with 0, forgets) the address of the system call the SIGSYS handler is handling:
-/// what it posts meanwhile was called from there.
-pub fn set_trapped_at(pc: u64) {
-    TRAPPED_AT.with(|t| t.set(pc));
 }
 
 /// The stack top noted for the current thread by [`adopt`] (a forked child keeps its parent
@@ -343,10 +336,16 @@ pub fn last_now() -> u64 {
     LAST_NOW.with(|n| n.get())
 }
 
-/// Marks the current thread as inside (or out of) a signal handler of dara's (SIGSYS, or SIGSEGV
-/// for the time-stamp counter): the kernel restores the program's mask when it returns.
-pub fn set_in_trap(inside: bool) {
-    IN_TRAP.with(|t| t.set(inside));
+/// Marks the current thread as inside a signal handler of dara's (SIGSYS, or SIGSEGV for the
+/// time-stamp counter) that trapped the instruction at `pc` (not 0): the kernel restores the
+/// program's mask when it returns, and what the handler posts was called from `pc`.
+pub fn enter_trap(pc: u64) {
+    IN_TRAP.with(|t| t.set(pc));
+}
+
+/// The current thread has left dara's signal handler ([`enter_trap`]).
+pub fn leave_trap() {
+    IN_TRAP.with(|t| t.set(0));
 }
 
 /// Whether the current thread owns a slot (whatever the guard says).
@@ -386,11 +385,13 @@ impl Futex<AtomicU32> for Parking {
 /// until GRANTED. Leaves the slot in GRANTED; the caller decides the next state.
 /// Every post goes through here: the one place a request becomes slot words.
 fn post_and_park(slot: &Slot, request: Request) -> Grant {
-    let site = match TRAPPED_AT.with(|t| t.get()) {
-        0 => crate::call_site::program_caller(STACK_TOP.with(|t| t.get()) as u64),
-        trapped => trapped,
-    };
-    slot.call_site.store(site, core::sync::atomic::Ordering::Relaxed);
+    if region::header().is_some_and(|h| h.call_sites.load(core::sync::atomic::Ordering::Relaxed) != 0) {
+        let site = match IN_TRAP.with(|t| t.get()) {
+            0 => crate::call_site::program_caller(STACK_TOP.with(|t| t.get()) as u64),
+            trapped => trapped,
+        };
+        slot.call_site.store(site, core::sync::atomic::Ordering::Relaxed);
+    }
     let (op, args) = request.encode();
     handoff::write_request(slot, op as u32, args);
     crate::unposted::publish(slot);

@@ -54,12 +54,9 @@ pub extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_
         return;
     }
     let regs = &mut uc.uc_mcontext.gregs;
-    crate::gate::set_in_trap(true);
-    // The call site of anything `emulate` posts: the trapped instruction.
-    crate::gate::set_trapped_at(regs[libc::REG_RIP as usize] as u64);
+    crate::gate::enter_trap(regs[libc::REG_RIP as usize] as u64);
     let rc = emulate(nr, args);
-    crate::gate::set_trapped_at(0);
-    crate::gate::set_in_trap(false);
+    crate::gate::leave_trap();
     if rc == RESTART {
         // Back onto the `syscall` instruction with its number: the pending signal's handler
         // runs first, as the handler returns, then the call is made (and trapped) again.

@@ -72,21 +72,22 @@ pub fn emulate(uc: &mut ucontext_t) -> bool {
         regs[libc::REG_RCX as usize] = timecalls::VIRTUAL_CPU as i64;
     }
     let len = read.len();
-    let ticks = counter();
+    let ticks = counter(pc as u64);
     regs[libc::REG_RAX as usize] = (ticks & 0xffff_ffff) as i64;
     regs[libc::REG_RDX as usize] = (ticks >> 32) as i64;
     regs[libc::REG_RIP as usize] = (pc + len) as i64;
     true
 }
 
-/// The virtual counter: a clock read on a gated thread, else the thread's last grant.
-fn counter() -> u64 {
+/// The virtual counter: a clock read on a gated thread (the counter instruction at `pc` its call
+/// site), else the thread's last grant.
+fn counter(pc: u64) -> u64 {
     match Gated::enter() {
         Some(gate) => {
-            gate::set_in_trap(true);
+            gate::enter_trap(pc);
             let ns = vclock::read(&gate, ClockBase::Monotonic);
             drop(gate);
-            gate::set_in_trap(false);
+            gate::leave_trap();
             ns
         }
         None => ClockBase::Monotonic.reading(gate::last_now()),

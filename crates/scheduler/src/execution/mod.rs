@@ -172,6 +172,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     }
     let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, cfg.profile, !cfg.outside.is_closed()).map_err(ExecutionError::Region)?);
     region.header().realtime_epoch_ns.store(cfg.time.realtime_epoch_ns, Ordering::Release);
+    region.header().call_sites.store(u32::from(cfg.symbolize), Ordering::Release);
     let mut world = world::for_config(cfg)?;
     let properties = Arc::new(std::sync::Mutex::new(dara_model::property::ExecutionProperties::default()));
     let property_lines = Arc::clone(&properties);
