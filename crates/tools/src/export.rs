@@ -142,21 +142,15 @@ pub fn vector_clocks(steps: &[Step]) -> Vec<VectorClock> {
 /// The ShiViz log: the parsing expression, an empty execution delimiter, then two lines a step.
 pub fn shiviz(trace: &Trace) -> String {
     let mut out = String::from("(?<event>.*)\\n(?<host>\\S*) (?<clock>{.*})\n\n");
+    // The outcome is dara's last event, after everything: every host's last clock.
+    let mut last = VectorClock::new();
     for (i, (step, clock)) in trace.steps.iter().zip(vector_clocks(&trace.steps)).enumerate() {
         out += &format!("{}\n{} {}\n", event_text(i, step), host(step.choice.thread), serde_json::to_string(&clock).unwrap_or_default());
+        join(&mut last, &clock);
     }
-    out += &format!("outcome: {}\n{} {}\n", trace.outcome.summary(), "dara", serde_json::to_string(&last_clock(trace)).unwrap_or_default());
+    *last.entry("dara".into()).or_insert(0) += 1;
+    out += &format!("outcome: {}\ndara {}\n", trace.outcome.summary(), serde_json::to_string(&last).unwrap_or_default());
     out
-}
-
-/// The outcome as dara's last event: after everything (every host's last clock).
-fn last_clock(trace: &Trace) -> VectorClock {
-    let mut all = VectorClock::new();
-    for c in vector_clocks(&trace.steps) {
-        join(&mut all, &c);
-    }
-    *all.entry("dara".into()).or_insert(0) += 1;
-    all
 }
 
 fn how(kind: ChoiceKind) -> &'static str {

@@ -8,6 +8,8 @@ use dara_model::cluster::Nodes;
 use dara_model::trace::Step;
 use dara_model::ChoiceKind;
 
+use crate::coverage::symbolize::Place;
+
 /// What the listing knows besides the steps: object names, the process of each thread, the
 /// program each process start began.
 pub struct Names<'a> {
@@ -25,25 +27,35 @@ pub struct Names<'a> {
     pub places: &'a [String],
 }
 
-/// Each step's call site as `file:line function` (the function alone without line information,
-/// `?` where the preload could not tell), resolved from the binaries' DWARF; one lookup table per
-/// binary.
-pub fn places(sites: &[Option<dara_scheduler::symbols::CallSite>]) -> Vec<String> {
+/// Each step's call site resolved from its binary's DWARF (None where the preload could not
+/// tell); one lookup table per binary.
+pub fn resolve(sites: &[Option<dara_scheduler::symbols::CallSite>]) -> Vec<Option<(Place, &dara_scheduler::symbols::CallSite)>> {
     let mut binaries: BTreeMap<std::path::PathBuf, crate::coverage::symbolize::Symbolizer> = BTreeMap::new();
     sites
         .iter()
         .map(|site| {
-            let Some(site) = site else { return String::new() };
+            let site = site.as_ref()?;
             let symbolizer = binaries.entry(site.module.clone()).or_insert_with(|| crate::coverage::symbolize::Symbolizer::open(&site.module));
-            let place = symbolizer.place(site.vaddr);
-            let module = site.module.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            match place.line {
-                Some(_) => format!("{} {}", place.file_line(), place.function),
-                None if place.function != "?" => format!("{} ({module})", place.function),
-                None => format!("{module}+{:#x}", site.vaddr),
-            }
+            Some((symbolizer.place(site.vaddr), site))
         })
         .collect()
+}
+
+/// A resolved call site as the listing shows it: `file:line function`, the function and binary
+/// without line information, `binary+offset` without symbols.
+pub fn place_text(resolved: &Option<(Place, &dara_scheduler::symbols::CallSite)>) -> String {
+    let Some((place, site)) = resolved else { return String::new() };
+    let module = site.module.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    match place.line {
+        Some(_) => format!("{} {}", place.file_line(), place.function),
+        None if place.function != "?" => format!("{} ({module})", place.function),
+        None => format!("{module}+{:#x}", site.vaddr),
+    }
+}
+
+/// Each step's call site as [`place_text`] shows it.
+pub fn places(sites: &[Option<dara_scheduler::symbols::CallSite>]) -> Vec<String> {
+    resolve(sites).iter().map(place_text).collect()
 }
 
 /// Formats `steps` as a listing. Steps whose `preempted` entry is true are marked `>>` (another

@@ -75,9 +75,10 @@ pub fn run(args: TimelineArgs) -> anyhow::Result<u8> {
         eprintln!("dara timeline: the replay diverged from the trace at step {step}: {what}");
         return Ok(3);
     }
-    let places = crate::listing::places(&report.call_sites);
+    let resolved = crate::listing::resolve(&report.call_sites);
+    let places: Vec<String> = resolved.iter().map(crate::listing::place_text).collect();
     let names = crate::listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside, places: &places };
-    let page = page(&recorded, &report.steps, &names, &preempted, &places, &report.call_sites);
+    let page = page(&recorded, &report.steps, &names, &preempted, &resolved);
     let json = serde_json::to_string(&page).context("cannot encode the timeline")?.replace("</", "<\\/");
     let html = TEMPLATE.replace("/*DATA*/null", &json).replace("TITLE", &html_escape(&page.title));
     std::fs::write(&args.output, html).with_context(|| format!("cannot write {}", args.output.display()))?;
@@ -85,7 +86,7 @@ pub fn run(args: TimelineArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-fn page(trace: &dara_model::trace::Trace, steps: &[dara_model::trace::Step], names: &crate::listing::Names<'_>, preempted: &[bool], places: &[String], sites: &[Option<dara_scheduler::symbols::CallSite>]) -> Page {
+fn page(trace: &dara_model::trace::Trace, steps: &[dara_model::trace::Step], names: &crate::listing::Names<'_>, preempted: &[bool], resolved: &[Option<(crate::coverage::symbolize::Place, &dara_scheduler::symbols::CallSite)>]) -> Page {
     let mut threads: Vec<u32> = steps.iter().map(|s| s.choice.thread).collect();
     threads.sort_by_key(|&t| (t == FAULT_THREAD, names.threads.get(&t).copied().unwrap_or(0), t));
     threads.dedup();
@@ -102,7 +103,7 @@ fn page(trace: &dara_model::trace::Trace, steps: &[dara_model::trace::Step], nam
             Lane { thread: t, name }
         })
         .collect();
-    let mut sources = SourceLines::default();
+    let mut sources: BTreeMap<String, Option<Vec<String>>> = BTreeMap::new();
     let page_steps = steps
         .iter()
         .enumerate()
@@ -121,8 +122,8 @@ fn page(trace: &dara_model::trace::Trace, steps: &[dara_model::trace::Step], nam
                 object: crate::listing::step_object(c, names),
                 result: s.result.map_or("blocks".into(), |r| format!("-> {r}")),
                 preempted: preempted.get(i).copied().unwrap_or(false),
-                at: places.get(i).cloned().unwrap_or_default(),
-                source: sites.get(i).and_then(|s| s.as_ref()).and_then(|s| sources.line_of(s)).unwrap_or_default(),
+                at: names.places.get(i).cloned().unwrap_or_default(),
+                source: resolved.get(i).and_then(|r| r.as_ref()).and_then(|(place, _)| source_line(&mut sources, place)).unwrap_or_default(),
             }
         })
         .collect();
@@ -147,22 +148,12 @@ fn arrows(steps: &[dara_model::trace::Step]) -> Vec<Arrow> {
         .collect()
 }
 
-/// Source lines of call sites, each file read once (files the DWARF names that are not here, or
-/// not text, give nothing).
-#[derive(Default)]
-struct SourceLines {
-    symbolizers: BTreeMap<PathBuf, crate::coverage::symbolize::Symbolizer>,
-    files: BTreeMap<String, Option<Vec<String>>>,
-}
-
-impl SourceLines {
-    fn line_of(&mut self, site: &dara_scheduler::symbols::CallSite) -> Option<String> {
-        let symbolizer = self.symbolizers.entry(site.module.clone()).or_insert_with(|| crate::coverage::symbolize::Symbolizer::open(&site.module));
-        let place = symbolizer.place(site.vaddr);
-        let (file, line) = (place.file?, place.line? as usize);
-        let lines = self.files.entry(file.clone()).or_insert_with(|| std::fs::read_to_string(&file).ok().map(|t| t.lines().map(str::to_string).collect()));
-        lines.as_ref()?.get(line.checked_sub(1)?).map(|l| l.trim().to_string())
-    }
+/// The source line `place` names, each file read once (a file the DWARF names that is not here,
+/// or not text, gives nothing).
+fn source_line(files: &mut BTreeMap<String, Option<Vec<String>>>, place: &crate::coverage::symbolize::Place) -> Option<String> {
+    let (file, line) = (place.file.as_ref()?, place.line? as usize);
+    let lines = files.entry(file.clone()).or_insert_with(|| std::fs::read_to_string(file).ok().map(|t| t.lines().map(str::to_string).collect()));
+    lines.as_ref()?.get(line.checked_sub(1)?).map(|l| l.trim().to_string())
 }
 
 fn html_escape(text: &str) -> String {
