@@ -108,13 +108,7 @@ macro_rules! width {
             report(a as *const c_void, $bytes, AtomicWrite);
             // SAFETY: forwarded contract.
             let (cell, expected) = unsafe { (cell(a), &mut *c) };
-            match cell.compare_exchange(*expected, v, rmw_order(mo), load_order(fmo)) {
-                Ok(_) => 1,
-                Err(current) => {
-                    *expected = current;
-                    0
-                }
-            }
+            settle(cell.compare_exchange(*expected, v, rmw_order(mo), load_order(fmo)), expected)
         }
 
         /// ThreadSanitizer ABI: weak compare-and-swap (may fail spuriously, as the hardware's).
@@ -126,13 +120,7 @@ macro_rules! width {
             report(a as *const c_void, $bytes, AtomicWrite);
             // SAFETY: forwarded contract.
             let (cell, expected) = unsafe { (cell(a), &mut *c) };
-            match cell.compare_exchange_weak(*expected, v, rmw_order(mo), load_order(fmo)) {
-                Ok(_) => 1,
-                Err(current) => {
-                    *expected = current;
-                    0
-                }
-            }
+            settle(cell.compare_exchange_weak(*expected, v, rmw_order(mo), load_order(fmo)), expected)
         }
 
         /// ThreadSanitizer ABI: compare-and-swap returning the value seen (what clang emits for
@@ -212,6 +200,18 @@ pub extern "C" fn __tsan_atomic_thread_fence(mo: MemoryOrder) {
 pub extern "C" fn __tsan_atomic_signal_fence(mo: MemoryOrder) {
     if mo != 0 {
         atomic::compiler_fence(rmw_order(mo));
+    }
+}
+
+/// A compare-and-swap's answer in the ThreadSanitizer ABI: 1 on success; on failure the value
+/// seen goes to `*expected` and 0 is returned.
+fn settle<T>(result: Result<T, T>, expected: &mut T) -> i32 {
+    match result {
+        Ok(_) => 1,
+        Err(current) => {
+            *expected = current;
+            0
+        }
     }
 }
 
