@@ -17,12 +17,15 @@ pub struct OutsideEvent {
 }
 
 /// `events` in an order that does not depend on when, within one quiet point, dara noticed them:
-/// by step, signals first, then by stream, each stream's own events in their order. A Ctrl-C and
-/// a client's close that reached dara in the same wait reach the program before the same decision,
-/// whichever came first; a replay applies them in its own order.
+/// by step, signals first, then by stream, each stream's inputs before its outputs, each direction's
+/// own events in their order. A Ctrl-C and a client's close that reached dara in the same wait reach
+/// the program before the same decision, whichever came first; a replay applies them in its own
+/// order. Likewise a client's close and the program's own close of that connection (haproxy dying
+/// of that Ctrl-C) noticed in one wait: neither caused the other, as the program cannot react to an
+/// input before its next decision, and dara may notice the two in either order.
 pub fn in_step_order(events: &[OutsideEvent]) -> Vec<OutsideEvent> {
     let mut sorted = events.to_vec();
-    sorted.sort_by_key(|e| (e.step, !matches!(e.what, OutsideWhat::Signal(_)), e.stream));
+    sorted.sort_by_key(|e| (e.step, !matches!(e.what, OutsideWhat::Signal(_)), e.stream, e.what.is_output()));
     sorted
 }
 

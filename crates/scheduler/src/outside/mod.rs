@@ -101,5 +101,13 @@ mod step_order_tests {
         let swapped = [ev(5, 2, OutsideWhat::Data(b"2".to_vec())), ev(5, 2, OutsideWhat::Data(b"1".to_vec()))];
         let straight = [ev(5, 2, OutsideWhat::Data(b"1".to_vec())), ev(5, 2, OutsideWhat::Data(b"2".to_vec()))];
         assert_ne!(in_step_order(&swapped), in_step_order(&straight));
+        // The peer's close and the program's own close, noticed in one wait, in either order.
+        let recorded = [ev(207, 7, OutsideWhat::Output(b"HTTP".to_vec())), ev(207, 7, OutsideWhat::OutputClosed), ev(207, 7, OutsideWhat::Close)];
+        let replayed = [ev(207, 7, OutsideWhat::Output(b"HTTP".to_vec())), ev(207, 7, OutsideWhat::Close), ev(207, 7, OutsideWhat::OutputClosed)];
+        assert_eq!(in_step_order(&recorded), in_step_order(&replayed));
+        // The program's outputs keep their order.
+        let closed_first = [ev(9, 3, OutsideWhat::OutputClosed), ev(9, 3, OutsideWhat::Output(b"x".to_vec()))];
+        let sent_first = [ev(9, 3, OutsideWhat::Output(b"x".to_vec())), ev(9, 3, OutsideWhat::OutputClosed)];
+        assert_ne!(in_step_order(&closed_first), in_step_order(&sent_first));
     }
 }
