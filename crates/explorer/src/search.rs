@@ -45,6 +45,9 @@ pub struct SearchConfig {
     /// Whether every interleaving point was a scheduling point: an exhausted systematic search
     /// is [`SearchEnd::Exhausted`] only if so, else [`SearchEnd::NotExhaustive`].
     pub visibility: Visibility,
+    /// The command that replays a trace, as the tool's user runs it (`dara-replay`, or its path
+    /// when it is on no PATH): written into each bug's summary.
+    pub replay_command: String,
 }
 
 /// A bug saved to disk.
@@ -393,7 +396,7 @@ impl<'a> Judge<'a> {
 
         let mut new_bug = false;
         if report.outcome.is_bug() && !self.bugs.iter().any(|b| b.outcome.signature() == report.outcome.signature()) {
-            let saved = save_bug(&self.cfg.out_dir, self.bugs.len() + 1, k, &trace)?;
+            let saved = save_bug(&self.cfg.out_dir, &self.cfg.replay_command, self.bugs.len() + 1, k, &trace)?;
             self.bugs.push(saved);
             new_bug = true;
         }
@@ -457,19 +460,20 @@ fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: Stri
     }
 }
 
-fn save_bug(out: &Path, number: usize, execution: u64, trace: &Trace) -> Result<SavedBug, SearchError> {
+fn save_bug(out: &Path, replay_command: &str, number: usize, execution: u64, trace: &Trace) -> Result<SavedBug, SearchError> {
     let dir = out.join(format!("bug-{number:04}"));
     std::fs::create_dir_all(&dir).map_err(|source| SearchError::Output { path: dir.clone(), source })?;
     let trace_path = dir.join("trace.bin");
     trace::write_file(&trace_path, trace)?;
     let summary = format!(
-        "{}\n\ncommand:    {}\nstrategy:   {} (seed {}, execution {})\nsteps:      {}\nreplay:     dara-replay {}\n",
+        "{}\n\ncommand:    {}\nstrategy:   {} (seed {}, execution {})\nsteps:      {}\nreplay:     {} {}\n",
         trace.outcome.summary(),
         trace.header.command.join(" "),
         trace.header.strategy,
         trace.header.seed,
         execution,
         trace.steps.len(),
+        replay_command,
         trace_path.display()
     );
     let summary_path = dir.join("summary.txt");

@@ -14,11 +14,13 @@
 //! * [`timeline`]: `dara timeline`, a run drawn as one self-contained HTML page;
 //! * [`minimize`]: `dara minimize`, which re-executes a failing trace to shrink it;
 //! * [`memory_bound`]: the bound on a tool's own heap;
-//! * [`results`]: `--json` documents and the JUnit report, for machines.
+//! * [`results`]: `--json` documents and the JUnit report, for machines;
+//! * [`invocation`]: how a printed command names another of dara's tools so that it runs.
 pub mod cluster_config;
 pub mod coverage;
 pub mod explain;
 pub mod export;
+pub mod invocation;
 pub mod listing;
 pub mod memory_bound;
 pub mod minimize;

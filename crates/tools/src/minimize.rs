@@ -63,7 +63,7 @@ pub fn run(args: MinimizeArgs) -> anyhow::Result<u8> {
     }
     println!("outcome: {}", result.trace.outcome.summary());
     println!("wrote {}", output.display());
-    println!("replay: dara-replay {}", output.display());
+    println!("replay: {} {}", crate::invocation::tool_command("dara-replay"), output.display());
     Ok(0)
 }
 

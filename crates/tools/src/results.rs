@@ -99,7 +99,7 @@ impl BugEntry {
             steps,
             dir: dir.to_path_buf(),
             trace: trace.to_path_buf(),
-            replay: format!("dara-replay {}", shell_word(&replay_trace.display().to_string())),
+            replay: format!("{} {}", crate::invocation::tool_command("dara-replay"), shell_word(&replay_trace.display().to_string())),
             minimal,
             random_seed,
         }
@@ -346,7 +346,7 @@ fn xml(text: &str) -> String {
 }
 
 /// `word` quoted for a POSIX shell when it needs it.
-fn shell_word(word: &str) -> String {
+pub(crate) fn shell_word(word: &str) -> String {
     if !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@".contains(c)) {
         word.to_string()
     } else {

@@ -3,6 +3,7 @@
 //! hang, panic, or leave a process or shared-memory file behind.
 mod common;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -124,16 +125,46 @@ fn missing_program_is_a_usage_error() {
 #[test]
 fn builtin_demo_finds_its_bug_and_names_the_replay_command() {
     let out = out_dir("demo-default");
-    let run = dara_trace(&["-o", out.to_str().unwrap()], Duration::from_secs(120));
+    // As on a fresh clone: dara's tools on no PATH. The printed line must still run as pasted.
+    let mut trace_cmd = Command::new(env!("CARGO_BIN_EXE_dara-trace"));
+    trace_cmd.args(["-o", out.to_str().unwrap()]).env("PATH", "/usr/bin:/bin");
+    let run = run_with_limit(trace_cmd, Duration::from_secs(120));
     assert_eq!(run.code, 1, "{}", run.text());
     let last = run.stdout.lines().last().unwrap_or_default();
-    assert!(last.starts_with("replay: dara-replay "), "{}", run.text());
-    let trace = last.trim_start_matches("replay: dara-replay ");
-    let replay = dara_replay(&[trace], Duration::from_secs(30));
-    assert_eq!(replay.code, 1, "{}", replay.text());
+    let command = last.strip_prefix("replay: ").unwrap_or_else(|| panic!("the last line names the replay command\n{}", run.text()));
+    let built = Path::new(env!("CARGO_BIN_EXE_dara-replay"));
+    assert!(command.starts_with(&format!("{} ", built.display())), "not on PATH: the replay command has its path\n{}", run.text());
+    let mut pasted = Command::new("sh");
+    pasted.args(["-c", command]).env("PATH", "/usr/bin:/bin");
+    let replay = run_with_limit(pasted, Duration::from_secs(30));
+    assert_eq!(replay.code, 1, "the printed command, run as pasted, replays the bug\n{}", replay.text());
     assert!(replay.stdout.contains("mutex-lock"), "the listing shows the interleaving\n{}", replay.text());
+    let trace = command.rsplit(' ').next().unwrap();
     assert!(trace.ends_with("minimal.bin"), "the replay line names the minimized schedule: {trace}");
     assert!(replay.stdout.contains("1 preemption(s), marked >>"), "the demo bug needs exactly one preemption\n{}", replay.text());
+}
+
+/// scripts/install.sh links the tools into a directory; run from there, as on PATH, dara-trace
+/// names the replay command bare, and that command replays the bug.
+#[test]
+fn installed_tools_name_the_replay_command_as_the_path_finds_it() {
+    let out = out_dir("installed");
+    let bindir = out.join("bin");
+    let install = Command::new(repo_root().join("scripts/install.sh")).args(["--no-build", bindir.to_str().unwrap()]).output().unwrap();
+    assert!(install.status.success(), "{install:?}");
+    let path = format!("{}:/usr/bin:/bin", bindir.display());
+    let mut trace_cmd = Command::new("dara-trace");
+    trace_cmd.args(["-q", "-o", out.join("demo").to_str().unwrap()]).env("PATH", &path);
+    let run = run_with_limit(trace_cmd, Duration::from_secs(120));
+    assert_eq!(run.code, 1, "{}", run.text());
+    let command = run.stdout.lines().last().unwrap_or_default().strip_prefix("replay: dara-replay ").map(|t| format!("dara-replay {t}"));
+    let command = command.unwrap_or_else(|| panic!("on PATH, the replay command is named bare\n{}", run.text()));
+    // -q: the final result only; the demo's executions printed nothing of their own.
+    assert!(!run.text().contains("alice=") && !run.stdout.contains("Searching up to"), "{}", run.text());
+    let mut pasted = Command::new("sh");
+    pasted.args(["-c", &command]).env("PATH", &path);
+    let replay = run_with_limit(pasted, Duration::from_secs(30));
+    assert_eq!(replay.code, 1, "the printed command replays the bug\n{}", replay.text());
 }
 
 #[test]

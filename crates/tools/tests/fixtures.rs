@@ -16,7 +16,7 @@ fn finds_and_replays(name: &str, shows: &str, strategy: &str, seed: u64, runs: u
     let run = search(&out, strategy, seed, runs, &program);
     assert_eq!(run.code, 1, "{name}: expected a bug within {runs} {strategy} executions (seed {seed})\n{}", run.text());
     assert!(run.stdout.contains(shows), "{name}: expected the bug to show as {shows:?}\n{}", run.text());
-    assert!(run.stdout.lines().last().unwrap_or("").starts_with("replay: dara-replay "), "last line names the replay command\n{}", run.text());
+    assert!(run.stdout.lines().last().unwrap_or("").starts_with(&format!("replay: {} ", env!("CARGO_BIN_EXE_dara-replay"))), "last line names the replay command, with its path (no dara-replay on PATH)\n{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     assert!(out.join("bug-0001/summary.txt").is_file());
 

@@ -46,7 +46,7 @@ fn a_search_s_bug_is_one_json_document_whose_replay_command_reproduces_it() {
 
     // The replay command the document gives reproduces the bug, and says so in JSON too.
     let replay = bug["replay"].as_str().unwrap();
-    let trace = replay.strip_prefix("dara-replay ").expect("a dara-replay command");
+    let trace = replay.strip_prefix(&format!("{} ", env!("CARGO_BIN_EXE_dara-replay"))).expect("a dara-replay command, with its path (no dara-replay on PATH)");
     let again = dara_replay(&["--json", "--verify", trace], Duration::from_secs(120));
     assert_eq!(again.code, 1, "{}", again.text());
     let verdict = document(&again);

@@ -225,7 +225,7 @@ fn follow_written_schedule(cli: &Cli, file: &std::path::Path, recorded: &Trace, 
         header.written = report.written_files.clone();
         let trace = Trace { header, steps: report.steps.clone(), outcome: report.outcome.clone(), coverage: report.coverage.clone(), outside: Vec::new() };
         trace::write_file(path, &trace).with_context(|| format!("cannot save the run to {}", path.display()))?;
-        println!("saved: dara-replay {}", path.display());
+        println!("saved: {} {}", dara_tools::invocation::tool_command("dara-replay"), path.display());
     }
     Ok(if report.outcome.is_bug() { 1 } else { 0 })
 }

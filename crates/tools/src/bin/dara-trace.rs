@@ -65,7 +65,8 @@ struct Cli {
     /// CPU count the program sees (sysconf, get_nprocs, sched_getaffinity); it always runs on CPU 0 (sched_getcpu, getcpu).
     #[arg(long, default_value_t = 4)]
     cpus: u32,
-    /// Print only the final result.
+    /// Print only the final result. A search (--runs > 1) also drops the program's own output
+    /// (replay a bug to see it); a single recording still shows it, as it is the program's run.
     #[arg(short, long)]
     quiet: bool,
     /// Do not look for a smaller failing schedule of each bug found (saved as minimal.bin).
@@ -198,8 +199,10 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
         if cli.strategy == "random" {
             cli.strategy = "pct:3".into();
         }
-        println!("dara demo: {} — a bank with two tellers and an atomicity bug.", program.display());
-        println!("Searching up to {} schedules with {} (seed {})...", cli.runs, cli.strategy, cli.seed);
+        if !cli.quiet {
+            println!("dara demo: {} — a bank with two tellers and an atomicity bug.", program.display());
+            println!("Searching up to {} schedules with {} (seed {})...", cli.runs, cli.strategy, cli.seed);
+        }
     }
     let mut build_ids = check_program(&cli.command[0])?;
     if let Some(spec) = &cluster.spec {
@@ -219,6 +222,8 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     // A single run of a program (not the demo, not a cluster) is a recording: clients outside dara
     // may talk to it, and it runs as long as they do.
     let recording = cli.runs == 1 && !demo && !cli.closed && execution.cluster.is_none() && cli.seed_trace.is_none();
+    // Quiet searches show no execution's output: hundreds of copies of it say nothing.
+    execution.discard_output = cli.quiet && cli.runs > 1;
     if recording {
         execution.outside = dara_scheduler::outside::OutsideMode::Live { stdin: dara_scheduler::outside::stdin_has_input(), signals: setup::signal_inbox() };
     }
@@ -259,8 +264,9 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
             None => None,
         },
         env_exclude: cli.env_exclude.clone(),
+        replay_command: dara_tools::invocation::tool_command("dara-replay"),
     };
-    let mut progress = ProgressLine::new(cli.quiet, cli.runs);
+    let mut progress = ProgressLine::new(cli.quiet, cli.runs, cfg.time_budget);
     // The budget covers the search and the minimization of its bugs.
     let deadline = cfg.time_budget.map(|b| std::time::Instant::now() + b);
     let summary = search(&cfg, &STOP, |p| progress.update(&p));
@@ -341,7 +347,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
         }
         document.bugs.push(BugEntry::new(&bug.outcome, bug.execution, bug.steps, &bug.dir, &bug.trace, minimal));
     }
-    println!("replay: dara-replay {}", replay.display());
+    println!("replay: {} {}", dara_tools::invocation::tool_command("dara-replay"), replay.display());
     document.exit_code = 1;
     Ok(document)
 }
@@ -417,7 +423,7 @@ fn minimize_bug(bug: &SavedBug, base: &dara_scheduler::execution::ExecutionConfi
         path.display()
     );
     let summary = bug.dir.join("summary.txt");
-    let note = format!("minimal:    dara-replay {} ({})\n", path.display(), size_line(&result.after));
+    let note = format!("minimal:    {} {} ({})\n", dara_tools::invocation::tool_command("dara-replay"), path.display(), size_line(&result.after));
     let _ = std::fs::OpenOptions::new().append(true).open(&summary).and_then(|mut f| std::io::Write::write_all(&mut f, note.as_bytes()));
     Some(path)
 }
@@ -427,16 +433,30 @@ fn minimize_bug(bug: &SavedBug, base: &dara_scheduler::execution::ExecutionConfi
 struct ProgressLine {
     quiet: bool,
     runs: u64,
+    /// `--time-budget`: the search ends at it if the runs do not end it first.
+    budget: Option<std::time::Duration>,
     live: bool,
     last_live: std::time::Instant,
     drawn: bool,
 }
 
 impl ProgressLine {
-    fn new(quiet: bool, runs: u64) -> ProgressLine {
+    fn new(quiet: bool, runs: u64, budget: Option<std::time::Duration>) -> ProgressLine {
         // SAFETY: isatty only inspects the descriptor.
         let live = unsafe { libc::isatty(1) } == 1 && runs > 1;
-        ProgressLine { quiet, runs, live, last_live: std::time::Instant::now(), drawn: false }
+        ProgressLine { quiet, runs, budget, live, last_live: std::time::Instant::now(), drawn: false }
+    }
+
+    /// "executions 120/500 (40/s, about 10 s left), distinct bugs 0": the rate so far, and the time
+    /// the remaining runs take at it (or the time budget's rest, if that ends the search first).
+    fn counts(&self, p: &Progress<'_>) -> String {
+        let done = p.execution + 1;
+        let secs = p.elapsed.as_secs_f64().max(1e-9);
+        let rate = done as f64 / secs;
+        let by_runs = self.runs.saturating_sub(done) as f64 / rate;
+        let left = self.budget.map_or(by_runs, |b| by_runs.min((b.as_secs_f64() - secs).max(0.0)));
+        let left = if done < self.runs { format!(", about {} left", duration_words(left)) } else { String::new() };
+        format!("executions {done}/{} ({rate:.0}/s{left}), distinct bugs {}{}", self.runs, p.bugs, coverage_note(p.coverage))
     }
 
     fn update(&mut self, p: &Progress<'_>) {
@@ -451,15 +471,13 @@ impl ProgressLine {
             println!("execution {}: {} ({} steps, {:.1} ms{})", p.execution, p.report.outcome.summary(), p.report.steps.len(), p.report.wall.as_secs_f64() * 1e3, coverage_note(p.coverage));
         } else if self.live {
             if self.last_live.elapsed().as_millis() >= 100 || done == self.runs {
-                let rate = done as f64 / p.elapsed.as_secs_f64().max(1e-9);
-                print!("\r\x1b[2Kexecutions {done}/{} ({rate:.0}/s), distinct bugs {}{}", self.runs, p.bugs, coverage_note(p.coverage));
+                print!("\r\x1b[2K{}", self.counts(p));
                 let _ = std::io::Write::flush(&mut std::io::stdout());
                 self.last_live = std::time::Instant::now();
                 self.drawn = true;
             }
         } else if done % 50 == 0 {
-            let rate = done as f64 / p.elapsed.as_secs_f64().max(1e-9);
-            println!("executions {done}/{} ({rate:.0}/s), distinct bugs {}{}", self.runs, p.bugs, coverage_note(p.coverage));
+            println!("{}", self.counts(p));
         }
     }
 
@@ -469,6 +487,15 @@ impl ProgressLine {
             let _ = std::io::Write::flush(&mut std::io::stdout());
             self.drawn = false;
         }
+    }
+}
+
+/// "45 s", "12 min", "3.5 h": a rough duration for people.
+fn duration_words(secs: f64) -> String {
+    match secs {
+        s if s < 90.0 => format!("{s:.0} s"),
+        s if s < 90.0 * 60.0 => format!("{:.0} min", s / 60.0),
+        s => format!("{:.1} h", s / 3600.0),
     }
 }
 
