@@ -73,6 +73,9 @@ command -v etcd >/dev/null 2>&1 || services+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v hugo >/dev/null 2>&1 || need+=(hugo)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+# dara-replay --gdb STEP hands a paused replay to gdbserver; tests/replay_gdb.rs drives it with gdb.
+command -v gdb >/dev/null 2>&1 || need+=(gdb)
+command -v gdbserver >/dev/null 2>&1 || need+=(gdbserver)
 # A headless browser loads `dara timeline` pages in tests/explanations.rs.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 need+=("${services[@]}")

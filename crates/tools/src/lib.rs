@@ -11,6 +11,7 @@
 //! * [`setup`]: locating the preload, the run options common to `dara-trace` and `dara-replay`,
 //!   becoming subreaper, signal handling;
 //! * [`explain`]: `dara explain`, the short story of a bug (its preemptions, racing pairs, lines);
+//! * [`gdb`]: `dara-replay --gdb STEP`, a replay paused before a step and served to gdb;
 //! * [`timeline`]: `dara timeline`, a run drawn as one self-contained HTML page;
 //! * [`minimize`]: `dara minimize`, which re-executes a failing trace to shrink it;
 //! * [`memory_bound`]: the bound on a tool's own heap;
@@ -19,6 +20,7 @@
 pub mod cluster_config;
 pub mod coverage;
 pub mod explain;
+pub mod gdb;
 pub mod export;
 pub mod invocation;
 pub mod listing;

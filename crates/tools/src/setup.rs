@@ -140,6 +140,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         outside: Default::default(),
         time: Default::default(),
         stop_at_step: None,
+        pause_before: None,
     })
 }
 

@@ -152,6 +152,7 @@ impl<'a> Execution<'a> {
         self.world_acts()?;
         let choices = self.choices(stop)?;
         let choice = self.choose(decide, &choices)?;
+        self.pause_if_asked(&choice);
         self.apply(choice)
     }
 

@@ -6,17 +6,10 @@ use super::{ExecutionConfig, ExecutionError};
 /// Runs a setup or cleanup command with `sh -c`, outside dara, in the program's directory and
 /// environment; a failure stops the search (the executions would not start from the same state).
 pub(super) fn run_harness(which: &'static str, command: &str, cfg: &ExecutionConfig) -> Result<(), ExecutionError> {
-    let mut cmd = std::process::Command::new("/bin/sh");
+    let mut cmd = outside_command("/bin/sh");
     cmd.arg("-c").arg(command).env_clear().envs(cfg.env.iter().map(|(k, v)| (k, v))).stdin(std::process::Stdio::null());
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);
-    }
-    // SAFETY: the closure makes one async-signal-safe system call.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            dara_tracer::launch::enable_counter_in_child();
-            Ok(())
-        });
     }
     let failed = |detail: String| ExecutionError::Harness { which, command: command.to_string(), detail };
     let out = cmd.output().map_err(|e| failed(e.to_string()))?;
@@ -26,6 +19,21 @@ pub(super) fn run_harness(which: &'static str, command: &str, cfg: &ExecutionCon
     let stderr = String::from_utf8_lossy(&out.stderr);
     let last = stderr.lines().last().unwrap_or("").trim();
     Err(failed(format!("{}{}", out.status, if last.is_empty() { String::new() } else { format!(" ({last})") })))
+}
+
+/// A command to start from the scheduler thread (a harness command, a debugger at a pause), outside
+/// dara's control: its time-stamp counter is enabled again between fork and exec, as the
+/// scheduler thread runs with it disabled (`crate::own_tsc`) and a new program's loader reads it.
+pub fn outside_command(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+    let mut cmd = std::process::Command::new(program);
+    // SAFETY: the closure makes one async-signal-safe system call.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            dara_tracer::launch::enable_counter_in_child();
+            Ok(())
+        });
+    }
+    cmd
 }
 
 /// The recorded environment plus dara's variables; the preload goes first in LD_PRELOAD.

@@ -39,6 +39,7 @@ mod signals;
 mod target;
 #[cfg(test)]
 mod tests;
+mod pause;
 mod timerfds;
 mod watchdog;
 mod world;
@@ -50,6 +51,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dara_tracer::{LaunchSpec, ProcessTree};
+pub use harness::outside_command;
+pub use pause::{PauseBefore, PausedStep};
 
 use crate::choice::{Decide, ProcessId, ThreadId};
 use crate::coverage::ProcessCoverage;
@@ -112,6 +115,8 @@ pub struct ExecutionConfig {
     /// The recording this replays was stopped (Ctrl-C) after this many steps: end there, as
     /// `Interrupted`, rather than run on.
     pub stop_at_step: Option<u64>,
+    /// Stop before this step, every thread parked, and call the hook (`dara-replay --gdb`).
+    pub pause_before: Option<PauseBefore>,
 }
 
 /// What happened in one execution.

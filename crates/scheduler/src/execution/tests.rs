@@ -211,6 +211,7 @@ fn config(max_steps: u64) -> ExecutionConfig {
         outside: Default::default(),
         time: Default::default(),
         stop_at_step: None,
+        pause_before: None,
     }
 }
 

@@ -59,6 +59,11 @@ struct Cli {
     /// other lines and the program's output then go to stderr. The exit status is the same.
     #[arg(long)]
     json: bool,
+    /// Stop the replay before step STEP (as the listing numbers it), every thread parked, and serve
+    /// the process of that step's thread to gdb through a gdbserver on a loopback port (printed);
+    /// the replay goes on when gdb detaches. Needs gdbserver; programs run through the preload.
+    #[arg(long, value_name = "STEP", conflicts_with_all = ["verify", "schedule", "json"])]
+    gdb: Option<u64>,
     #[command(flatten)]
     machine: MachineOptions,
 }
@@ -118,11 +123,22 @@ fn run(cli: Cli, document: &mut ReplayDocument) -> anyhow::Result<u8> {
     if let Some(file) = &cli.schedule {
         return follow_written_schedule(&cli, file, &recorded, &base, document);
     }
+    let mut pause_problem = None;
+    if let Some(step) = cli.gdb {
+        anyhow::ensure!(step < recorded.steps.len() as u64, "--gdb {step}: the trace has {} steps (0 to {})", recorded.steps.len(), recorded.steps.len().saturating_sub(1));
+        dara_tools::gdb::check_gdbserver()?;
+        let (pause, problem) = dara_tools::gdb::pause_before(step);
+        base.pause_before = Some(pause);
+        pause_problem = Some(problem);
+    }
     println!("replaying {} ({} steps): {}", cli.trace.display(), recorded.steps.len(), recorded.header.command.join(" "));
     if let Some(note) = &setup_note {
         println!("{note}");
     }
     let (report, preempted) = reproduce_observed(&recorded, &base, &STOP).context("replay failed to run")?;
+    if let Some(why) = pause_problem.and_then(|p| p.lock().unwrap_or_else(|e| e.into_inner()).take()) {
+        anyhow::bail!("--gdb: {why}");
+    }
     document.replayed_steps = report.steps.len();
     document.outcome = Some(OutcomeEntry::of(&report.outcome));
     if !cli.quiet {
