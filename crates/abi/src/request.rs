@@ -83,8 +83,9 @@ pub enum Request {
     EdgeQuantum,
     /// The thread reached the preemption probe at `at` (the probed function's first instruction).
     Probe { at: Addr },
-    /// The thread took fatal `signal` at instruction `pc`, touching `addr`.
-    Fault { signal: i32, pc: Addr, addr: Addr },
+    /// The thread took fatal `signal` at instruction `pc`, touching `addr`, with its stack
+    /// pointer at `sp` (where the program's own frame is looked for under a library's fault).
+    Fault { signal: i32, pc: Addr, addr: Addr, sp: Addr },
     /// A caught signal sent by a process reached the thread: its sender's pid (as the thread
     /// sees it), `si_code`, and the `si_value` of a sigqueue (else 0; [`crate::DARA_SIGNAL_VALUE`]
     /// marks dara's own).
@@ -276,7 +277,7 @@ impl Request {
             R::Sleep { deadline } => [deadline.to_ns(), 0, 0, 0],
             R::MemoryRead { addr, size } | R::MemoryWrite { addr, size } => [addr.0, size, 0, 0],
             R::Probe { at } => [at.0, 0, 0, 0],
-            R::Fault { signal, pc, addr } => [signal as u64, pc.0, addr.0, 0],
+            R::Fault { signal, pc, addr, sp } => [signal as u64, pc.0, addr.0, sp.0],
             R::SignalArrived { signal, sender, code, value } => [signal as u64, sender as u64, code as u32 as u64, value],
             R::SigSuspend { mask } => [mask, 0, 0, 0],
             R::SigWait { set, deadline } => [set, deadline.to_ns(), 0, 0],
@@ -374,7 +375,7 @@ impl Request {
             Op::MemoryWrite => R::MemoryWrite { addr, size: a[1] },
             Op::EdgeQuantum => R::EdgeQuantum,
             Op::Probe => R::Probe { at: addr },
-            Op::Fault => R::Fault { signal: a[0] as i32, pc: Addr(a[1]), addr: Addr(a[2]) },
+            Op::Fault => R::Fault { signal: a[0] as i32, pc: Addr(a[1]), addr: Addr(a[2]), sp: Addr(a[3]) },
             Op::SignalArrived => R::SignalArrived { signal: a[0] as i32, sender: word32(a[1], "sender pid")?, code: a[2] as u32 as i32, value: a[3] },
             Op::SigSuspend => R::SigSuspend { mask: a[0] },
             Op::SigWait => R::SigWait { set: a[0], deadline: Deadline::from_ns(a[1]) },

@@ -71,8 +71,9 @@ extern "C" fn on_fault(signal: c_int, info: *mut siginfo_t, context: *mut c_void
         program_action::restore_default();
     }
     let pc = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
+    let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as u64;
     if let Some(gate) = Gated::enter() {
-        gate.post(Request::Fault { signal, pc: Addr(pc), addr: Addr(addr) });
+        gate.post(Request::Fault { signal, pc: Addr(pc), addr: Addr(addr), sp: Addr(sp) });
     }
     if code <= 0 {
         // Sent by kill/raise/tgkill, not raised by an instruction: returning would continue the

@@ -9,12 +9,18 @@
 //! Locations leave out what changes from run to run (pids, thread names, addresses), so equal
 //! bugs get equal signatures.
 
-/// `in function+offset` (or the raw pc) of a fault, e.g. "in consume+12 (address 0x0)".
-pub fn fault_location(function: Option<String>, pc: u64, addr: u64, signal: i32) -> String {
+/// `in function+offset` (or `module+offset`, or the raw pc) of a fault, e.g. "in consume+12
+/// (address 0x0)"; under a library's fault, the program's frame it was called from: "in
+/// libc.so.6+0x189ad8 (address 0x0), called from measure (prog.c:6)".
+pub fn fault_location(function: Option<String>, pc: u64, addr: u64, signal: i32, caller: Option<crate::crash_frame::ProgramFrame>) -> String {
     let place = format!("in {}", function.unwrap_or_else(|| format!("{pc:#x}")));
-    match signal {
+    let place = match signal {
         libc::SIGSEGV | libc::SIGBUS => format!("{place} (address {addr:#x})"),
         _ => place,
+    };
+    match caller {
+        Some(frame) => format!("{place}, called from {frame}"),
+        None => place,
     }
 }
 
@@ -142,7 +148,9 @@ mod tests {
 
     #[test]
     fn faults_name_the_function() {
-        assert_eq!(fault_location(Some("consume+12".into()), 0x401000, 0, libc::SIGSEGV), "in consume+12 (address 0x0)");
-        assert_eq!(fault_location(None, 0x401000, 0, libc::SIGFPE), "in 0x401000");
+        assert_eq!(fault_location(Some("consume+12".into()), 0x401000, 0, libc::SIGSEGV, None), "in consume+12 (address 0x0)");
+        assert_eq!(fault_location(None, 0x401000, 0, libc::SIGFPE, None), "in 0x401000");
+        let caller = crate::crash_frame::ProgramFrame { function: "measure".into(), line: Some("prog.c:6".into()) };
+        assert_eq!(fault_location(Some("libc.so.6+0x189ad8".into()), 0x7fff_f7e8_fad8, 0, libc::SIGSEGV, Some(caller)), "in libc.so.6+0x189ad8 (address 0x0), called from measure (prog.c:6)");
     }
 }

@@ -21,6 +21,7 @@ pub use dara_model::{Choice, ChoiceKind, Decide, Divergence, Outcome};
 pub use dara_tracer::procfs;
 
 pub mod coverage;
+pub mod crash_frame;
 pub mod crash_site;
 pub mod go_race;
 pub mod sanitizer_options;

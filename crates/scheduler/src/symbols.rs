@@ -68,6 +68,13 @@ pub struct CallSite {
 }
 
 impl Symbolizer {
+    /// `libc.so.6+0x189ad8`: the file mapped at `addr` and the offset there, for an address no
+    /// symbol names (a stripped library's local function).
+    pub fn module_offset(&self, addr: u64) -> Option<String> {
+        let site = self.locate(addr)?;
+        Some(format!("{}+{:#x}", site.module.file_name()?.to_string_lossy(), site.vaddr))
+    }
+
     /// The file mapped at `addr` and the link-time address there.
     pub fn locate(&self, addr: u64) -> Option<CallSite> {
         let image = self.images.iter().find(|im| addr >= im.lo && addr < im.hi)?;

@@ -83,6 +83,8 @@ macro_rules! twin {
 bug!(demo, "demo", "SIGABRT", 1, 1, 100);
 bug!(lost_update, "lost_update", "SIGABRT: ", 1, 1, 100);
 bug!(order_violation, "order_violation", "SIGSEGV: in worker", 1, 1, 100);
+// A fault inside libc (strlen(NULL)) is located at the program's own frame under it.
+bug!(library_fault, "library_fault", "(address 0x0), called from name_length (library_fault.c:30)", 1, 1, 100);
 bug!(abba_deadlock, "abba_deadlock", "deadlock", 1, 1, 100);
 bug!(lost_wakeup, "lost_wakeup", "deadlock", 1, 1, 100);
 bug!(sem_misuse, "sem_misuse", "SIGABRT", 1, 1, 100);
@@ -97,6 +99,7 @@ bug!(stdio_pipe_results, "stdio_pipe_results", "BUG: exited with status 1", 1, 1
 bug!(pshared_queue, "pshared_queue", "SIGABRT", 1, 1, 100);
 
 twin!(demo_ok, "demo_ok");
+twin!(library_fault_ok, "library_fault_ok");
 twin!(lost_update_ok, "lost_update_ok");
 twin!(order_violation_ok, "order_violation_ok");
 twin!(abba_deadlock_ok, "abba_deadlock_ok");

@@ -51,7 +51,7 @@ fn every_variant() -> [Request; 63] {
         R::MemoryWrite { addr: b, size: 8 },
         R::EdgeQuantum,
         R::Probe { at: a },
-        R::Fault { signal: 11, pc: a, addr: Addr(0) },
+        R::Fault { signal: 11, pc: a, addr: Addr(0), sp: b },
         R::SignalArrived { signal: 10, sender: 4242, code: -1, value: crate::DARA_SIGNAL_VALUE },
         R::SigSuspend { mask: 1 << 9 },
         R::SigWait { set: 1 << 9 | 1 << 11, deadline: at },

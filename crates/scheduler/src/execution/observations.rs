@@ -68,14 +68,17 @@ impl Observations {
         }
     }
 
-    /// `process` (kernel pid `pid`) is taking a fatal `signal` at `pc` (fault address `addr`):
-    /// names the place while the process still exists.
-    pub(super) fn note_fault(&mut self, process: ProcessId, pid: u32, signal: i32, pc: u64, addr: u64) {
+    /// `process` (kernel pid `pid`) is taking a fatal `signal` at `pc` (fault address `addr`,
+    /// stack pointer `sp`): names the place, and the program's own frame under a library's fault,
+    /// while the process still exists.
+    pub(super) fn note_fault(&mut self, process: ProcessId, pid: u32, signal: i32, pc: u64, addr: u64, sp: u64) {
         if signal == libc::SIGABRT {
             return; // an abort's pc is inside libc's raise; its assertion message names it better
         }
-        let function = self.symbol(process, pid, pc);
-        self.faults.insert(process, crate::crash_site::fault_location(function, pc, addr, signal));
+        let symbolizer = self.symbolizers.entry(process).or_insert_with(|| Symbolizer::for_process(pid));
+        let function = symbolizer.name(pc).or_else(|| symbolizer.module_offset(pc));
+        let caller = crate::crash_frame::program_frame(pid, symbolizer, pc, sp);
+        self.faults.insert(process, crate::crash_site::fault_location(function, pc, addr, signal, caller));
     }
 
     /// A new process (kernel pid `pid`) started: map its executable now if it is instrumented.

@@ -107,8 +107,8 @@ impl Execution<'_> {
                 self.processes.threads.insert(thread, process);
                 self.model.add_thread(thread, process);
             }
-            Request::Fault { signal, pc, addr } => {
-                self.note_fault(thread, process, signal, pc.0, addr.0);
+            Request::Fault { signal, pc, addr, sp } => {
+                self.note_fault(thread, process, signal, pc.0, addr.0, sp.0);
                 return None;
             }
             Request::SignalArrived { signal, sender, code, value } => {
@@ -163,9 +163,9 @@ impl Execution<'_> {
 
     /// A thread is dying of a fault: name the faulting function while the process still exists,
     /// then let the thread go (no decision, no step: the fault is not a scheduling choice).
-    pub(super) fn note_fault(&mut self, thread: ThreadId, process: ProcessId, signal: i32, pc: u64, addr: u64) {
+    pub(super) fn note_fault(&mut self, thread: ThreadId, process: ProcessId, signal: i32, pc: u64, addr: u64, sp: u64) {
         if let Some(pid) = self.processes.records.get(&process).map(|p| p.pid) {
-            self.observed.note_fault(process, pid, signal, pc, addr);
+            self.observed.note_fault(process, pid, signal, pc, addr, sp);
         }
         self.processes.exits_soon(process);
         self.grant(thread, Op::Fault, 0);
