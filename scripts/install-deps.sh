@@ -76,6 +76,9 @@ dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 # dara-replay --gdb STEP hands a paused replay to gdbserver; tests/replay_gdb.rs drives it with gdb.
 command -v gdb >/dev/null 2>&1 || need+=(gdb)
 command -v gdbserver >/dev/null 2>&1 || need+=(gdbserver)
+# Debian's separate debug files for libc and its loader (/usr/lib/debug/.build-id): listings
+# name their frames by source line (tests/explanations.rs).
+dpkg -s libc6-dbg >/dev/null 2>&1 || need+=(libc6-dbg)
 # A headless browser loads `dara timeline` pages in tests/explanations.rs.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 need+=("${services[@]}")

@@ -88,7 +88,9 @@ fn read(pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
     Some(buf)
 }
 
-/// `file.c:LINE` of link-time address `vaddr` in `module`, from its DWARF.
+/// `file.c:LINE` of link-time address `vaddr` in `module`, from its own DWARF: never from a
+/// separate debug file, since the location is part of the bug's identity, which must not change
+/// with the debug packages a machine has installed (the listing uses them: `tools::listing`).
 fn source_line(module: &Path, vaddr: u64) -> Option<String> {
     let loader = addr2line::Loader::new(module).ok()?;
     let location = loader.find_location(vaddr).ok()??;

@@ -1,5 +1,7 @@
 //! Names for addresses in a target: `counter_lock`, `g_state+8`. Used to make deadlock reports and
-//! interleaving listings readable. With ASLR off the names are also stable across runs.
+//! interleaving listings readable. With ASLR off the names are also stable across runs. Only the
+//! binaries' own symbol tables are read, never separate debug files: names enter bugs' identities,
+//! which must not depend on the debug packages a machine has installed.
 //!
 //! Each ELF file mapped by the process is located through /proc/<pid>/maps (its mapping at file
 //! offset 0 gives the load base); an address is resolved against the symbol tables of the file

@@ -64,3 +64,56 @@ fn the_demo_s_bug_explained_by_its_one_preemption_and_racing_pair() {
     assert!(text.contains(&format!("at demo.c:{withdraw} transfer")), "{text}");
     assert!(text.contains("racing pair: ") && text.contains(&format!("mutex-unlock alice")) && text.contains(&format!("demo.c:{unlock} transfer")), "{text}");
 }
+
+/// A stripped program whose symbols and lines are in a separate debug file, as Debian ships them
+/// (`-dbgsym` packages under /usr/lib/debug/.build-id) or as `objcopy --add-gnu-debuglink` leaves
+/// them: the replay's listing finds the file both ways and shows source lines; without it, module
+/// offsets. The bug's identity (its outcome line) is the same either way.
+#[test]
+fn a_stripped_program_s_listing_takes_lines_from_its_separate_debug_file() {
+    let out = out_dir("debug-file");
+    let program = out.join("library_fault");
+    std::fs::copy(fixture("library_fault"), &program).unwrap();
+    let tool = |name: &str, args: &[&str]| {
+        let status = Command::new(name).args(args).status().unwrap_or_else(|e| panic!("{name} (binutils): {e}"));
+        assert!(status.success(), "{name} {args:?}");
+    };
+    let debug = out.join("library_fault.debug");
+    tool("objcopy", &["--only-keep-debug", program.to_str().unwrap(), debug.to_str().unwrap()]);
+    tool("strip", &["--strip-all", program.to_str().unwrap()]);
+    tool("objcopy", &[&format!("--add-gnu-debuglink={}", debug.display()), program.to_str().unwrap()]);
+    let run = search(&out.join("search"), "pct:3", 1, 300, &program);
+    assert_eq!(run.code, 1, "{}", run.text());
+    let trace = out.join("search/bug-0001/trace.bin");
+    let outcome_line = |text: &str| text.lines().find(|l| l.starts_with("outcome:")).unwrap_or_default().to_string();
+
+    // Beside the program, named by its debug link.
+    let replay = dara_replay(&[trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(replay.code, 1, "{}", replay.text());
+    assert!(replay.stdout.contains("library_fault.c:46 main"), "lines from the debug link's file\n{}", replay.text());
+    // The loader's own frame, from Debian's libc6-dbg (/usr/lib/debug/.build-id, installed by
+    // scripts/install-deps.sh): a real distribution debug file found by build id.
+    assert!(replay.stdout.contains("dl-init.c:"), "the dynamic loader's line from libc6-dbg\n{}", replay.text());
+    let identity = outcome_line(&replay.stdout);
+
+    // Under a debug root, named by the build id (how Debian's -dbgsym packages install them).
+    let id = dara_tracer::binary::build_id(&program).expect("gcc gives a build id");
+    let root = out.join("debug-root");
+    let by_id = root.join(".build-id").join(&id[..2]);
+    std::fs::create_dir_all(&by_id).unwrap();
+    std::fs::rename(&debug, by_id.join(format!("{}.debug", &id[2..]))).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dara-replay"));
+    cmd.arg(&trace).env("DARA_DEBUG_DIRS", &root);
+    let replay = run_with_limit(cmd, Duration::from_secs(60));
+    assert_eq!(replay.code, 1, "{}", replay.text());
+    assert!(replay.stdout.contains("library_fault.c:46 main"), "lines from the build-id file\n{}", replay.text());
+    assert_eq!(outcome_line(&replay.stdout), identity, "the identity does not depend on debug files");
+
+    // No debug file anywhere: offsets in the stripped program, the same outcome.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dara-replay"));
+    cmd.arg(&trace).env("DARA_DEBUG_DIRS", out.join("nowhere"));
+    let replay = run_with_limit(cmd, Duration::from_secs(60));
+    assert_eq!(replay.code, 1, "{}", replay.text());
+    assert!(!replay.stdout.contains("library_fault.c:46") && replay.stdout.contains("library_fault+0x"), "{}", replay.text());
+    assert_eq!(outcome_line(&replay.stdout), identity);
+}

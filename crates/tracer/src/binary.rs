@@ -78,13 +78,7 @@ pub fn needs_agent(path: &Path) -> bool {
 pub fn build_id(path: &Path) -> Option<String> {
     let bytes = crate::image::read(path).ok()?;
     let elf = goblin::elf::Elf::parse(&bytes).ok()?;
-    let notes = elf.iter_note_headers(&bytes)?;
-    for note in notes.flatten() {
-        if note.n_type == goblin::elf::note::NT_GNU_BUILD_ID {
-            return Some(note.desc.iter().map(|b| format!("{b:02x}")).collect());
-        }
-    }
-    None
+    crate::debug_file::build_id_of(&elf, &bytes)
 }
 
 #[cfg(test)]

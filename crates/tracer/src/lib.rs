@@ -14,6 +14,7 @@
 //! The scheduler talks to this crate through [`ProcessTree`] (spawn, receive exits, kill all) and
 //! asks [`procfs`] about single processes and threads.
 pub mod binary;
+pub mod debug_file;
 pub mod image;
 pub mod launch;
 pub mod pidns;

@@ -36,9 +36,12 @@ pub struct Symbolizer {
 }
 
 impl Symbolizer {
-    /// Loads `path`; a binary without readable debug information still gets symbol names.
+    /// Loads `path`, or its separate debug file when one is installed (a stripped Debian binary
+    /// and its `-dbgsym` package); a binary without readable debug information still gets symbol
+    /// names.
     pub fn open(path: &Path) -> Symbolizer {
-        Symbolizer { loader: addr2line::Loader::new(path).ok() }
+        let debug = dara_tracer::debug_file::companion(path);
+        Symbolizer { loader: addr2line::Loader::new(debug.as_deref().unwrap_or(path)).ok() }
     }
 
     /// A symbolizer that knows nothing (the binary could not be read).
