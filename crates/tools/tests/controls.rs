@@ -154,12 +154,12 @@ fn installed_tools_name_the_replay_command_as_the_path_finds_it() {
     assert!(install.status.success(), "{install:?}");
     let path = format!("{}:/usr/bin:/bin", bindir.display());
     let mut trace_cmd = Command::new("dara-trace");
-    trace_cmd.args(["-q", "-o", out.join("demo").to_str().unwrap()]).env("PATH", &path);
+    trace_cmd.args(["-qq", "-o", out.join("demo").to_str().unwrap()]).env("PATH", &path);
     let run = run_with_limit(trace_cmd, Duration::from_secs(120));
     assert_eq!(run.code, 1, "{}", run.text());
     let command = run.stdout.lines().last().unwrap_or_default().strip_prefix("replay: dara-replay ").map(|t| format!("dara-replay {t}"));
     let command = command.unwrap_or_else(|| panic!("on PATH, the replay command is named bare\n{}", run.text()));
-    // -q: the final result only; the demo's executions printed nothing of their own.
+    // -qq: the final result only; the demo's executions printed nothing of their own.
     assert!(!run.text().contains("alice=") && !run.stdout.contains("Searching up to"), "{}", run.text());
     let mut pasted = Command::new("sh");
     pasted.args(["-c", &command]).env("PATH", &path);

@@ -65,10 +65,10 @@ struct Cli {
     /// CPU count the program sees (sysconf, get_nprocs, sched_getaffinity); it always runs on CPU 0 (sched_getcpu, getcpu).
     #[arg(long, default_value_t = 4)]
     cpus: u32,
-    /// Print only the final result. A search (--runs > 1) also drops the program's own output
-    /// (replay a bug to see it); a single recording still shows it, as it is the program's run.
-    #[arg(short, long)]
-    quiet: bool,
+    /// Print only the final result, and the program's own output; given twice (-qq), a search
+    /// (--runs > 1) drops the program's output too (replay a bug to see it).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    quiet: u8,
     /// Do not look for a smaller failing schedule of each bug found (saved as minimal.bin).
     #[arg(long)]
     no_minimize: bool,
@@ -199,7 +199,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
         if cli.strategy == "random" {
             cli.strategy = "pct:3".into();
         }
-        if !cli.quiet {
+        if cli.quiet == 0 {
             println!("dara demo: {} — a bank with two tellers and an atomicity bug.", program.display());
             println!("Searching up to {} schedules with {} (seed {})...", cli.runs, cli.strategy, cli.seed);
         }
@@ -222,8 +222,8 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     // A single run of a program (not the demo, not a cluster) is a recording: clients outside dara
     // may talk to it, and it runs as long as they do.
     let recording = cli.runs == 1 && !demo && !cli.closed && execution.cluster.is_none() && cli.seed_trace.is_none();
-    // Quiet searches show no execution's output: hundreds of copies of it say nothing.
-    execution.discard_output = cli.quiet && cli.runs > 1;
+    // -qq searches show no execution's output: hundreds of copies of it say nothing.
+    execution.discard_output = cli.quiet >= 2 && cli.runs > 1;
     if recording {
         execution.outside = dara_scheduler::outside::OutsideMode::Live { stdin: dara_scheduler::outside::stdin_has_input(), signals: setup::signal_inbox() };
     }
@@ -240,7 +240,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
             if let Some(warning) = &p.warning {
                 eprintln!("dara-trace: warning: {warning}");
             }
-            if !cli.quiet {
+            if cli.quiet == 0 {
                 println!("memory profile: {} of {} granules shared and written, watched ({} steps, {:.1} ms, {})", p.watched, p.touched, p.steps, p.wall.as_secs_f64() * 1e3, p.outcome);
             }
         }
@@ -266,7 +266,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
         env_exclude: cli.env_exclude.clone(),
         replay_command: dara_tools::invocation::tool_command("dara-replay"),
     };
-    let mut progress = ProgressLine::new(cli.quiet, cli.runs, cfg.time_budget);
+    let mut progress = ProgressLine::new(cli.quiet > 0, cli.runs, cfg.time_budget);
     // The budget covers the search and the minimization of its bugs.
     let deadline = cfg.time_budget.map(|b| std::time::Instant::now() + b);
     let summary = search(&cfg, &STOP, |p| progress.update(&p));
@@ -320,7 +320,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
         SearchEnd::TimeBudget => println!("time budget spent after {} executions", summary.executions),
         SearchEnd::Completed => {}
     }
-    if !cli.quiet && summary.executions > 1 {
+    if cli.quiet == 0 && summary.executions > 1 {
         print_table(&summary, &cfg.strategy);
     }
     for note in &summary.notes {
