@@ -514,9 +514,6 @@ impl Op {
 /// The third word of an `Unsupported` post of an `execve` of a statically linked program
 /// ([`Unsupported::StaticExec`]).
 pub const UNSUPPORTED_STATIC_EXEC: u64 = 1;
-/// The third word of an `Unsupported` post of an `execve`, by a program the ptrace agent runs,
-/// of one that needs the preload ([`Unsupported::PreloadExec`]).
-pub const UNSUPPORTED_PRELOAD_EXEC: u64 = 2;
 
 /// `ProcessWait` target meaning "any child".
 pub const ANY_PROCESS: u64 = u64::MAX;

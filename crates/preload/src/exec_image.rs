@@ -7,8 +7,11 @@
 //! * **Go** (a `Go` build-id note, which Go's linker writes into every program it links): even
 //!   when linked against libc (cgo) and so loaded with the preload, Go's runtime makes its own
 //!   system calls, keeps goroutines off libc's locks and reads the clock and CPU set by raw
-//!   calls, and the preload's hooks would leave it uncontrolled. Its exec drops dara's library
-//!   from `LD_PRELOAD`: the agent alone controls it.
+//!   calls, and the preload's hooks would leave it uncontrolled.
+//!
+//! The exec of either drops dara's library from `LD_PRELOAD`: the agent alone controls the new
+//! image and whatever it execs in turn (a dynamically linked program started by a static or Go
+//! one runs through the agent too).
 //!
 //! Runs in the SIGSYS handler: raw syscalls (`open`, `pread64`), stack buffers, no allocation.
 use libc::c_char;

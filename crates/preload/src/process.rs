@@ -117,8 +117,10 @@ pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
     let image = if nr == libc::SYS_execve { unsafe { exec_image::classify(a[path_arg] as *const c_char) } } else { ExecImage::Preload };
     if image.via_agent() {
         // A Go program linked with libc would load the preload: it goes without (the agent
-        // alone controls it). Kept mapped until the exec, which discards it.
-        let scratch = (image == ExecImage::GoDynamic).then(Scratch::map).flatten();
+        // alone controls it). A static program goes without too: the dynamically linked
+        // programs it execs run through the agent as well, and must not load the preload from
+        // the environment they inherit. Kept mapped until the exec, which discards it.
+        let scratch = Scratch::map();
         // SAFETY: the program's envp is null or a null-terminated array of C strings.
         if let Some(envp) = scratch.as_ref().and_then(|s| unsafe { s.environment(a[env_arg] as *const *const c_char, Preload::Without) }) {
             a[env_arg] = envp as u64;

@@ -269,10 +269,6 @@ pub enum Unsupported {
     /// An `execve` of a statically linked program at `path`. Encoded as `[SYS_execve, path,`
     /// [`crate::UNSUPPORTED_STATIC_EXEC`]`, 0]`.
     StaticExec { path: Addr },
-    /// An `execve`, by a program the ptrace agent runs, of a program at `path` that needs the
-    /// preload (dynamically linked, or a script). Encoded as `[SYS_execve, path,`
-    /// [`crate::UNSUPPORTED_PRELOAD_EXEC`]`, 0]`.
-    PreloadExec { path: Addr },
     /// Any other system call: its number and first three raw arguments.
     Syscall { nr: u64, args: [u64; 3] },
 }
@@ -285,7 +281,7 @@ impl Unsupported {
     pub const fn nr(self) -> u64 {
         match self {
             Unsupported::Clone3 { .. } => Self::SYS_CLONE3,
-            Unsupported::StaticExec { .. } | Unsupported::PreloadExec { .. } => Self::SYS_EXECVE,
+            Unsupported::StaticExec { .. } => Self::SYS_EXECVE,
             Unsupported::Syscall { nr, .. } => nr,
         }
     }

@@ -84,7 +84,6 @@ fn every_variant_round_trips() {
         Request::ProcessStart { parent: None, kind: StartKind::Exec },
         Request::Unsupported(Unsupported::Clone3 { flags: 0x10000, size: 88 }),
         Request::Unsupported(Unsupported::StaticExec { path: Addr(0x4000) }),
-        Request::Unsupported(Unsupported::PreloadExec { path: Addr(0x4000) }),
         Request::ProcessWait { target: ProcessTarget::Any, options: WaitOptions::default() },
         Request::NetClose { fd: 3, how: CloseHow::Close },
         Request::FifoOpen { reader: None, flags: NetFlags(net_flags::INTERRUPTIBLE), device: 0x803, inode: 1234 },

@@ -237,7 +237,6 @@ fn unsupported(thread: ThreadId, pid: u32, call: Unsupported) -> Outcome {
         Unsupported::Syscall { nr: 56 | 57 | 58, .. } => "a raw clone/fork system call that bypasses libc's fork() is not supported; the run was stopped rather than left with an untraced process".to_string(),
         Unsupported::Syscall { nr: 33 | 292, .. } => format!("the program asked for descriptor {} ({name} onto it), which dara keeps for its shared region in every traced process; the run was stopped rather than lose the region", dara_abi::SHM_FD),
         Unsupported::StaticExec { path } => format!("{} is statically linked, so dara's preload cannot enter it; statically linked programs are not supported yet", procfs::c_string_of(pid, path.0).unwrap_or_else(|| "the program to run".into())),
-        Unsupported::PreloadExec { path } => format!("{} needs dara's preload (it is dynamically linked, or a script), and a statically linked or Go program cannot start such a program under dara yet; the run was stopped rather than left with an untraced program", procfs::c_string_of(pid, path.0).unwrap_or_else(|| "the program to run".into())),
         Unsupported::Syscall { args: [first, second, _], .. } => format!("{name} cannot be modelled by dara (arguments {first:#x}, {second:#x}); the run was stopped rather than left uncontrolled"),
     };
     Outcome::Uncontrolled { thread, syscall: name, detail }

@@ -334,21 +334,24 @@ impl Agent {
         }
     }
 
-    /// An `execve` by `tid` of the program at `path` (in its memory): a program the agent runs
-    /// (static, Go) is followed as the preload follows an exec (`ProcessExec`, then the new
-    /// image's `ProcessStart` at its exec stop); one that needs the preload is refused, named.
+    /// An `execve` by `tid` of the program at `path` (in its memory), followed as the preload
+    /// follows an exec (`ProcessExec`, then the new image's `ProcessStart` at its exec stop).
+    /// Whatever a traced program execs stays with the agent: static and Go programs, and also a
+    /// dynamically linked program or a script (Go's `os/exec` of `/bin/sh`), which the agent runs
+    /// as it runs a dynamically linked Go program (its system calls and the vDSO's clock, hidden,
+    /// are the scheduling points; dara's library is not in its `LD_PRELOAD`: neither dara's
+    /// launcher nor the preload's exec of an agent program passes it on).
     fn exec_call(&mut self, tid: i32, path: u64) {
         let pid = self.tracees[&tid].pid;
         let program = crate::ptrace::remote::read_c_string(pid, path).map(|p| as_seen_by(pid, tid, &p));
         match program {
-            Ok(program) if crate::binary::needs_agent(&program) => self.post(tid, Request::ProcessExec { via_agent: true }, Then::Exec),
-            // A program that is not there, or not executable: the kernel says so.
-            Ok(program) if !program.is_file() => {
+            Ok(program) if program.is_file() => self.post(tid, Request::ProcessExec { via_agent: true }, Then::Exec),
+            // A program that is not there, or a path that is no string: the kernel says so.
+            _ => {
                 if let Ok(regs) = crate::ptrace::remote::Registers::read(tid) {
                     self.run_call(tid, regs);
                 }
             }
-            _ => self.post(tid, Request::Unsupported(dara_abi::Unsupported::PreloadExec { path: dara_abi::Addr(path) }), Then::Return),
         }
     }
 
@@ -519,12 +522,18 @@ impl Agent {
             Birth::Thread { creator, pid, process, .. } => (pid, process, Request::ThreadStart { creator }),
             Birth::Process { parent, process, .. } => {
                 self.processes.started(process, tid, &self.region);
-                // Its memory is a copy of its parent's, probes and stub included.
+                // Its memory is a copy of its parent's, probes and stub included, and it has its
+                // parent's seccomp filters: an image it execs needs the stub where the preload's
+                // inherited filter lets calls through (a fork of a static program that a preload
+                // exec'd, running `cat`, jumped to an unmapped stub before).
                 if let Some(probes) = self.processes.probes.get(&parent).cloned() {
                     self.processes.probes.insert(process, probes);
                 }
                 if let Some(stub) = self.processes.stubs.get(&parent).copied() {
                     self.processes.stubs.insert(process, stub);
+                }
+                if let Some(ip) = self.processes.allowed_ip.get(&parent).copied() {
+                    self.processes.allowed_ip.insert(process, ip);
                 }
                 self.processes.listeners.forked(parent, process);
                 (tid, process, Request::ProcessStart { parent: Some(parent), kind: StartKind::Fork })
