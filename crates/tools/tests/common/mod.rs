@@ -63,8 +63,12 @@ pub fn fixture_built_by(name: &str, compiler: Option<&str>, flags: &[&str]) -> P
     let exe = dir.join(if suffix.is_empty() { name.to_string() } else { format!("{name}.{suffix}") });
     let fresh = exe.metadata().and_then(|m| m.modified()).ok() > newest_source(&src);
     if !fresh {
-        // Private to this process: two copies of the suite may build the same fixture at once.
-        let tmp = exe.with_extension(format!("tmp{}", std::process::id()));
+        // Private to this process: two copies of the suite may build the same fixture at once. In
+        // a directory of its own, since rustc writes its intermediate objects beside its output
+        // under names made from the crate's (two rustcs of one fixture failed on each other's).
+        let private = exe.with_extension(format!("tmp{}.d", std::process::id()));
+        std::fs::create_dir_all(&private).unwrap();
+        let tmp = private.join(name);
         let mut build = match src.extension().and_then(|e| e.to_str()) {
             Some("rs") => {
                 let mut c = Command::new(compiler.unwrap_or("rustc"));
@@ -86,6 +90,7 @@ pub fn fixture_built_by(name: &str, compiler: Option<&str>, flags: &[&str]) -> P
         let status = build.arg("-o").arg(&tmp).arg(&src).args(flags).status().expect("running the compiler");
         assert!(status.success(), "compiling {}", src.display());
         std::fs::rename(&tmp, &exe).unwrap();
+        let _ = std::fs::remove_dir_all(&private);
     }
     exe
 }
