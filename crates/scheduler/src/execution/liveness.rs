@@ -176,3 +176,44 @@ impl Execution<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dara_abi::Op;
+
+    fn choice(thread: u32, kind: ChoiceKind, alt: u32, op: Op) -> Choice {
+        Choice { thread, kind, alt, op, obj: 0 }
+    }
+
+    fn walking(follow_strategy: bool) -> Walk {
+        let mut walk = Walk::new(Some(LivenessConfig { steps: 100, salt: 0, from_step: None, follow_strategy }), Arc::default(), None, 7);
+        walk.started_at = Some(0);
+        walk
+    }
+
+    #[test]
+    fn the_walk_is_fair_among_threads_not_choices_and_picks_faults_only_when_alone() {
+        // Thread 1 offers three alternatives, thread 2 one, and a pause fault is on offer.
+        let choices = [choice(1, ChoiceKind::Run, 0, Op::CondSignal), choice(1, ChoiceKind::Run, 1, Op::CondSignal), choice(1, ChoiceKind::Run, 2, Op::CondSignal), choice(2, ChoiceKind::Run, 0, Op::MutexLock), choice(2, ChoiceKind::Fault, 0, Op::Pause)];
+        let mut walk = walking(false);
+        let mut per_thread = [0u32; 3];
+        for _ in 0..3000 {
+            let i = walk.pick(&choices).unwrap();
+            assert_ne!(choices[i].kind, ChoiceKind::Fault);
+            per_thread[choices[i].thread as usize] += 1;
+        }
+        assert!((1300..1700).contains(&per_thread[2]), "{per_thread:?}");
+        assert_eq!(walk.pick(&[choice(3, ChoiceKind::Fault, 0, Op::Pause)]), Some(0));
+    }
+
+    #[test]
+    fn a_replay_and_the_workload_leave_the_decision_to_the_strategy() {
+        let choices = [choice(1, ChoiceKind::Run, 0, Op::MutexLock)];
+        assert_eq!(walking(true).pick(&choices), None);
+        assert_eq!(Walk::off().pick(&choices), None);
+        let mut before = walking(false);
+        before.started_at = None;
+        assert_eq!(before.pick(&choices), None);
+    }
+}
