@@ -145,7 +145,7 @@ impl Execution<'_> {
             return ControlFlow::Continue(false);
         };
         let walked = step - start;
-        if walked == 0 || (walked % CHECK_EVERY != 0 && walked < cfg.steps) {
+        if walked == 0 || (!walked.is_multiple_of(CHECK_EVERY) && walked < cfg.steps) {
             return ControlFlow::Continue(true);
         }
         match self.walk.sync(|p| p.pending().is_some_and(|pending| pending.is_empty())) {
