@@ -24,6 +24,8 @@
 //! * [`reproduce`]: re-running a trace with the replay strategy, and `--verify`'s comparison.
 //! * [`minimize`]: shrink a failing schedule to fewer preemptions and steps that still fail the
 //!   same way, with the [`Guided`](minimize::Guided) strategy that follows a plan.
+//! * [`liveness`]: the critical transition of a liveness violation (MaceMC's binary search over
+//!   the trace's prefixes with random walks from each).
 //! * [`profile`]: the profiling run that derives the watch set of memory-level scheduling
 //!   points (`--preempt-on memory`) before a search.
 //! * [`schedule`]: a schedule written by a person (the listing's format), enforced, with the
@@ -43,6 +45,7 @@ pub mod strategy;
 pub mod reproduce;
 pub mod search;
 pub mod minimize;
+pub mod liveness;
 pub mod profile;
 pub mod deadline;
 pub mod schedule;

@@ -37,6 +37,8 @@ pub fn config_for(trace: &Trace, base: &ExecutionConfig) -> ExecutionConfig {
         outside: if h.outside { OutsideMode::Replay { events: std::sync::Arc::new(trace.outside.clone()), stdin: h.stdin } } else { OutsideMode::Closed },
         // A recording stopped by the user is reproduced up to where it was stopped.
         stop_at_step: (trace.outcome == dara_scheduler::Outcome::Interrupted).then_some(trace.steps.len() as u64),
+        // The recorded walk is followed like the rest of the schedule.
+        liveness: h.liveness.map(|l| dara_model::liveness::LivenessConfig { follow_strategy: true, ..l }),
         ..base.clone()
     }
 }

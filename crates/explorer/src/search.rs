@@ -457,6 +457,8 @@ fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: Stri
         stdin: exec.outside.stdin(),
         time: exec.time,
         written: Default::default(),
+        liveness: exec.liveness,
+        critical_transition: None,
     }
 }
 

@@ -15,6 +15,7 @@
 //! * [`outside`]: inputs from and outputs to peers outside dara, as recorded.
 //! * [`preempt`]: the `--preempt-on` settings (memory-level points, edge quanta) and the
 //!   profiling run's access profile.
+//! * [`liveness`]: the liveness walk's settings, its marks, the critical transition.
 //! * [`property`]: user properties (the SDKs' `DARA_ALWAYS`, ...), their tallies and verdicts.
 //! * [`time`]: how virtual time behaves (timer policy, step cost, pause budget, run length).
 //! * [`trace`]: the `trace.bin` format (writer and a reader that never panics on bad input).
@@ -27,6 +28,7 @@ pub mod model;
 pub mod outcome;
 pub mod outside;
 pub mod preempt;
+pub mod liveness;
 pub mod property;
 pub mod time;
 pub mod trace;

@@ -47,6 +47,12 @@ pub enum Outcome {
     /// A user property (`DARA_ALWAYS`, `DARA_UNREACHABLE`, `DARA_EVENTUALLY`) broke: `detail`
     /// says how (see [`crate::property`]).
     PropertyFailed { name: String, property: crate::property::PropertyKind, detail: String },
+    /// An `eventually` property unmet at the end of the workload did not hold in `walk_steps`
+    /// decisions of the fair random walk that followed (see [`crate::liveness`]).
+    LivenessViolated { name: String, walk_steps: u64 },
+    /// The `eventually` properties unmet at the end of the workload all held during the liveness
+    /// walk, after `walk_steps` of its decisions: no bug.
+    Recovered { walk_steps: u64 },
     /// No choice enabled while some threads have not finished.
     Deadlock { threads: Vec<BlockedThread> },
     /// Step bound, virtual-time bound, or a thread that ran too long without reaching a
@@ -76,8 +82,8 @@ impl Outcome {
     pub fn is_bug(&self) -> bool {
         match self {
             Outcome::Exited { code, .. } => *code != 0,
-            Outcome::Crashed { .. } | Outcome::NodeExited { .. } | Outcome::CheckFailed { .. } | Outcome::PropertyFailed { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
-            Outcome::Uncontrolled { .. } | Outcome::KilledFromOutside { .. } | Outcome::StoppedBySignal { .. } | Outcome::Interrupted | Outcome::RanFor { .. } | Outcome::Diverged { .. } => false,
+            Outcome::Crashed { .. } | Outcome::NodeExited { .. } | Outcome::CheckFailed { .. } | Outcome::PropertyFailed { .. } | Outcome::LivenessViolated { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
+            Outcome::Uncontrolled { .. } | Outcome::KilledFromOutside { .. } | Outcome::StoppedBySignal { .. } | Outcome::Interrupted | Outcome::RanFor { .. } | Outcome::Recovered { .. } | Outcome::Diverged { .. } => false,
         }
     }
 
@@ -91,6 +97,8 @@ impl Outcome {
             Outcome::NodeExited { node, code } => format!("node-exit:{node}:{code}"),
             Outcome::CheckFailed { code } => format!("check:{code}"),
             Outcome::PropertyFailed { name, .. } => format!("property:{name}"),
+            Outcome::LivenessViolated { name, .. } => format!("liveness:{name}"),
+            Outcome::Recovered { .. } => "recovered".to_string(),
             Outcome::Deadlock { threads } => {
                 let mut parts: Vec<String> = threads
                     .iter()
@@ -128,6 +136,8 @@ impl Outcome {
             Outcome::NodeExited { node, code } => format!("BUG: node {node} exited with status {code}"),
             Outcome::CheckFailed { code } => format!("BUG: the check command failed (status {code})"),
             Outcome::PropertyFailed { name, property, detail } => format!("BUG: property \"{name}\" ({}) failed: {detail}", property.word()),
+            Outcome::LivenessViolated { name, walk_steps } => format!("BUG: liveness: \"{name}\" (eventually) never held in {} steps of a fair random walk after the workload", crate::liveness::grouped(*walk_steps)),
+            Outcome::Recovered { walk_steps } => format!("the eventually properties unmet at the end of the workload held after {} steps of the liveness walk (no bug)", crate::liveness::grouped(*walk_steps)),
             Outcome::Deadlock { threads } => {
                 let who: Vec<String> = threads.iter().map(|t| format!("thread {} {}", t.thread, t.detail)).collect();
                 format!("BUG: deadlock: {}", who.join("; "))

@@ -74,6 +74,13 @@ pub struct ExecutionProperties {
     /// Lines that were not the protocol (shown once, so a typo in a script does not go unseen).
     pub malformed: u64,
     pub first_malformed: Option<String>,
+    /// The latest value of each `eventually` property (see [`crate::liveness`]).
+    latest: BTreeMap<String, bool>,
+    /// The last mark the scheduler wrote into the pipe that was read.
+    mark: u64,
+    /// Since the walk's start mark: the `eventually` properties that had not held at it and have
+    /// not held since (None before the walk).
+    pending: Option<std::collections::BTreeSet<String>>,
 }
 
 /// Most distinct properties one execution keeps; later new names are counted as malformed.
@@ -84,6 +91,14 @@ impl ExecutionProperties {
     pub fn record(&mut self, line: &[u8]) {
         let text = String::from_utf8_lossy(line);
         let text = text.trim_end_matches('\r');
+        if let Some(mark) = crate::liveness::parse_mark(text) {
+            self.mark = mark;
+            if mark == crate::liveness::WALK_START_MARK {
+                let unmet = self.tallies.keys().filter(|(kind, name)| *kind == PropertyKind::Eventually && self.latest.get(name) != Some(&true));
+                self.pending = Some(unmet.map(|(_, name)| name.clone()).collect());
+            }
+            return;
+        }
         if let Some((kind, name)) = text.strip_prefix("declare ").and_then(parse_declaration) {
             if self.tallies.len() < MAX_PROPERTIES {
                 self.tallies.entry((kind, name.to_string())).or_default();
@@ -103,6 +118,12 @@ impl ExecutionProperties {
         let tally = self.tallies.entry(key).or_default();
         tally.evaluations += 1;
         tally.held += u64::from(held);
+        if kind == PropertyKind::Eventually {
+            self.latest.insert(name.to_string(), held);
+            if let (true, Some(pending)) = (held, self.pending.as_mut()) {
+                pending.remove(name);
+            }
+        }
         let broken = match kind {
             PropertyKind::Always => !held,
             PropertyKind::Unreachable => true,
@@ -111,6 +132,16 @@ impl ExecutionProperties {
         if broken && self.first_broken.is_none() {
             self.first_broken = Some((kind, name.to_string()));
         }
+    }
+
+    /// The last mark read (0: none yet).
+    pub fn mark(&self) -> u64 {
+        self.mark
+    }
+
+    /// The `eventually` properties still unmet in the liveness walk (None: no walk started).
+    pub fn pending(&self) -> Option<&std::collections::BTreeSet<String>> {
+        self.pending.as_ref()
     }
 
     /// The claim the execution broke, if any: its kind, name and what happened, for the outcome.
@@ -229,6 +260,20 @@ mod tests {
         let (kind, _, what) = run(&["eventually 0 converged", "eventually 0 converged"]).broken().unwrap();
         assert_eq!(kind, PropertyKind::Eventually);
         assert!(what.contains("never held in its 2 evaluations"), "{what}");
+    }
+
+    #[test]
+    fn the_walk_waits_for_the_eventually_properties_unmet_at_its_start() {
+        let mut p = run(&["declare eventually declared only", "eventually 0 leader", "eventually 1 converged", "eventually 0 converged"]);
+        assert_eq!(p.pending(), None);
+        p.record(crate::liveness::mark_line(1).trim_end().as_bytes());
+        let names: Vec<&str> = p.pending().unwrap().iter().map(String::as_str).collect();
+        assert_eq!(names, ["converged", "declared only", "leader"]);
+        p.record(b"eventually 1 leader");
+        p.record(crate::liveness::mark_line(2).trim_end().as_bytes());
+        assert_eq!(p.mark(), 2);
+        assert_eq!(p.pending().unwrap().len(), 2);
+        assert_eq!(p.malformed, 0);
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub fn run(args: ExplainArgs) -> anyhow::Result<u8> {
         return Ok(3);
     }
     let places = listing::places(&report.call_sites);
-    let names = Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: trace.header.cluster.as_ref(), outside: &report.outside, places: &places };
+    let names = Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: trace.header.cluster.as_ref(), outside: &report.outside, places: &places, critical: trace.header.critical_transition.as_ref() };
     print!("{}", story(&trace, &report.steps, &names, &preempted, &whence));
     Ok(if trace.outcome.is_bug() { 1 } else { 0 })
 }

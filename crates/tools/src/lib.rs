@@ -14,6 +14,7 @@
 //! * [`gdb`]: `dara-replay --gdb STEP`, a replay paused before a step and served to gdb;
 //! * [`timeline`]: `dara timeline`, a run drawn as one self-contained HTML page;
 //! * [`minimize`]: `dara minimize`, which re-executes a failing trace to shrink it;
+//! * [`liveness`]: a liveness violation's critical transition, found and stored after a search;
 //! * [`memory_bound`]: the bound on a tool's own heap;
 //! * [`results`]: `--json` documents and the JUnit report, for machines;
 //! * [`invocation`]: how a printed command names another of dara's tools so that it runs.
@@ -24,6 +25,7 @@ pub mod gdb;
 pub mod export;
 pub mod invocation;
 pub mod listing;
+pub mod liveness;
 pub mod memory_bound;
 pub mod minimize;
 pub mod on_disk;

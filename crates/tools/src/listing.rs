@@ -25,6 +25,8 @@ pub struct Names<'a> {
     /// Where in the program each step was called from (`demo.c:47 transfer`; see [`places`]);
     /// empty: no such column.
     pub places: &'a [String],
+    /// A liveness violation's critical transition (the trace's header), marked `!!`.
+    pub critical: Option<&'a dara_model::liveness::CriticalTransition>,
 }
 
 /// Each step's call site resolved from its binary's DWARF (None where the preload could not
@@ -59,7 +61,8 @@ pub fn places(sites: &[Option<dara_scheduler::symbols::CallSite>]) -> Vec<String
 }
 
 /// Formats `steps` as a listing. Steps whose `preempted` entry is true are marked `>>` (another
-/// thread could have gone on instead). With several processes, threads are shown as
+/// thread could have gone on instead); a liveness violation's critical transition is marked `!!`
+/// and described after the steps. With several processes, threads are shown as
 /// `p<process>/t<thread>`, prefixed with the node's name in a cluster run (`kv1:p2/t4`); faults
 /// dara injected are shown as thread `dara`.
 pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> String {
@@ -93,7 +96,11 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
             None => "blocks".to_string(),
         };
         let alt = if c.alt != 0 { format!(" [alt {}]", c.alt) } else { String::new() };
-        let mark = if preempted.get(i).copied().unwrap_or(false) { ">> " } else { "   " };
+        let mark = match names.critical {
+            Some(t) if t.step == i as u64 => "!! ",
+            _ if preempted.get(i).copied().unwrap_or(false) => ">> ",
+            _ => "   ",
+        };
         let at = match names.places.get(i) {
             Some(place) if !place.is_empty() => format!("{:<width$}  {place}", "", width = 9usize.saturating_sub(result.len() + alt.len())),
             _ => String::new(),
@@ -106,6 +113,9 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
     let n = preempted.iter().filter(|p| **p).count();
     if n > 0 {
         let _ = writeln!(out, "{n} preemption(s), marked >>: there another thread could have continued, and the schedule switched instead.");
+    }
+    if let Some(t) = names.critical {
+        let _ = writeln!(out, "{} (marked !!)", t.describe());
     }
     out
 }

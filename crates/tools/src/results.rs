@@ -87,12 +87,16 @@ pub struct BugEntry {
     pub random_seed: Option<u64>,
     /// The command that reproduces it.
     pub replay: String,
+    /// A liveness violation's critical transition (from the trace's header), if found.
+    pub critical_transition: Option<dara_model::liveness::CriticalTransition>,
 }
 
 impl BugEntry {
     pub fn new(outcome: &Outcome, execution: u64, steps: usize, dir: &Path, trace: &Path, minimal: Option<PathBuf>) -> BugEntry {
         let replay_trace = minimal.as_deref().unwrap_or(trace);
-        let random_seed = dara_model::trace::read_file(trace).ok().map(|t| t.header.random_seed);
+        let header = dara_model::trace::read_file(trace).ok().map(|t| t.header);
+        let random_seed = header.as_ref().map(|h| h.random_seed);
+        let critical_transition = header.and_then(|h| h.critical_transition);
         BugEntry {
             outcome: OutcomeEntry::of(outcome),
             execution,
@@ -102,6 +106,7 @@ impl BugEntry {
             replay: format!("{} {}", crate::invocation::tool_command("dara-replay"), shell_word(&replay_trace.display().to_string())),
             minimal,
             random_seed,
+            critical_transition,
         }
     }
 }
@@ -259,6 +264,8 @@ pub struct ReplayDocument {
     pub exit_code: u8,
     /// Why the replay could not run (verdict `error`).
     pub error: Option<String>,
+    /// A liveness violation's critical transition (from the trace's header).
+    pub critical_transition: Option<dara_model::liveness::CriticalTransition>,
 }
 
 impl ReplayDocument {
@@ -278,6 +285,7 @@ impl ReplayDocument {
             verified: None,
             exit_code: 2,
             error: None,
+            critical_transition: None,
         }
     }
 }

@@ -141,6 +141,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         time: Default::default(),
         stop_at_step: None,
         pause_before: None,
+        liveness: None,
     })
 }
 

@@ -77,7 +77,7 @@ pub fn run(args: TimelineArgs) -> anyhow::Result<u8> {
     }
     let resolved = crate::listing::resolve(&report.call_sites);
     let places: Vec<String> = resolved.iter().map(crate::listing::place_text).collect();
-    let names = crate::listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside, places: &places };
+    let names = crate::listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside, places: &places, critical: recorded.header.critical_transition.as_ref() };
     let page = page(&recorded, &report.steps, &names, &preempted, &resolved);
     let json = serde_json::to_string(&page).context("cannot encode the timeline")?.replace("</", "<\\/");
     let html = TEMPLATE.replace("/*DATA*/null", &json).replace("TITLE", &html_escape(&page.title));

@@ -385,6 +385,14 @@ impl ProcessTree {
         self.ns_refused.as_deref()
     }
 
+    /// A copy of the SDK pipe's write end (None without one), for the scheduler's marks
+    /// (`dara_model::liveness`). Its holder closes it before [`ProcessTree::kill_all`], or the
+    /// reader never sees the end of the pipe.
+    pub fn sdk_writer(&self) -> Option<std::fs::File> {
+        let fd = self.output_writers.get(2)?.try_clone().ok()?;
+        Some(std::fs::File::from(fd))
+    }
+
     /// Inodes of the pipes the target's stdout, stderr and SDK lines write into (0 where there is
     /// none).
     pub fn output_pipe_inodes(&self) -> [u64; dara_abi::OUTPUT_PIPES] {

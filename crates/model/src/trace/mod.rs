@@ -32,7 +32,7 @@ pub use writer::{decision_bytes, encode, write_file, write_private, PRIVATE_MODE
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"DARATRC\0";
 /// Version of the layout described in docs/trace-format.md.
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
 /// Largest header JSON a reader accepts (and a writer produces).
 pub const MAX_HEADER_BYTES: u32 = 1 << 20;
 /// Largest trace file a reader takes. Files are read whole, so this bounds what reading one
@@ -171,6 +171,12 @@ pub struct TraceHeader {
     /// How virtual time behaved: timer policy, step cost, pause budget, run length.
     #[serde(default)]
     pub time: crate::time::TimeConfig,
+    /// The liveness walk after the workload (`--liveness-steps`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness: Option<crate::liveness::LivenessConfig>,
+    /// A liveness violation's critical transition, once found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub critical_transition: Option<crate::liveness::CriticalTransition>,
 }
 
 /// One decision and what was observed when it was applied.

@@ -53,6 +53,8 @@ fn header() -> TraceHeader {
         stdin: true,
         time: crate::time::TimeConfig { timers: crate::time::TimerPolicy::Any, step_ns: 250, pauses: 2, run_for_ns: Some(30_000_000_000), realtime_epoch_ns: 1_790_000_000_123_456_789 },
         written: WrittenFiles { paths: vec!["/work/fixtures/server.pid".into()], more: true },
+        liveness: Some(crate::liveness::LivenessConfig { steps: 20_000, salt: 3, from_step: Some(41), follow_strategy: false }),
+        critical_transition: Some(crate::liveness::CriticalTransition { step: 40, walks: 10, walk_steps: 20_000, property: "one leader".into() }),
     }
 }
 

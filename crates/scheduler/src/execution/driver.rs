@@ -9,6 +9,7 @@ use std::sync::Arc;
 use dara_abi::{CloseHow, Op};
 
 use super::handoff::Handoff;
+use super::liveness::Walk;
 use super::network::Network;
 use super::observations::Observations;
 use super::processes::ProcessTable;
@@ -88,6 +89,8 @@ pub(super) struct Execution<'a> {
     pub(super) world: Option<Box<dyn World>>,
     /// Which eventfds stand for `timerfd`s (see `timerfds.rs`).
     pub(super) timerfds: TimerFdTable,
+    /// The liveness walk after the workload (see `liveness.rs`).
+    pub(super) walk: Walk,
 }
 
 impl<'a> Execution<'a> {
@@ -109,6 +112,7 @@ impl<'a> Execution<'a> {
             signals_dirty: false,
             world: Some(world),
             timerfds: TimerFdTable::default(),
+            walk: Walk::off(),
         }
     }
 
@@ -165,12 +169,16 @@ impl<'a> Execution<'a> {
     }
 
     /// Ends the run at its bounds (steps, virtual time, the step a replayed recording was stopped
-    /// at) or when something went wrong while granting.
+    /// at; the liveness walk's instead once it runs) or when something went wrong while granting.
     fn within_bounds(&mut self) -> Flow {
-        if self.steps.len() as u64 >= self.cfg.max_steps {
+        let walking = match self.walk_bounds() {
+            ControlFlow::Continue(walking) => walking,
+            ControlFlow::Break(outcome) => return end(outcome),
+        };
+        if !walking && self.steps.len() as u64 >= self.cfg.max_steps {
             return end(Outcome::Hang { reason: format!("step bound reached ({} scheduling decisions); raise --max-steps if the program is just long", self.cfg.max_steps) });
         }
-        if self.model.now() > self.cfg.max_vtime_ns {
+        if !walking && self.model.now() > self.cfg.max_vtime_ns {
             return end(Outcome::Hang { reason: format!("virtual-time bound exceeded ({} s); raise --max-vtime if the program legitimately runs longer", self.cfg.max_vtime_ns / 1_000_000_000) });
         }
         if let Some(outcome) = self.pending_end.take() {
@@ -204,7 +212,12 @@ impl<'a> Execution<'a> {
     fn world_acts(&mut self) -> Flow {
         advance(self.with_world(|world, ex| world.before_choosing(ex)))?;
         match self.cfg.time.run_for_ns.filter(|&t| self.model.now() >= t) {
-            Some(end) => advance(self.with_world(|world, ex| world.run_for_reached(ex, end))),
+            // The workload is over: the liveness walk, if an `eventually` is unmet, else the end.
+            Some(end_ns) => match self.start_walk() {
+                Ok(true) => ControlFlow::Continue(()),
+                Ok(false) => advance(self.with_world(|world, ex| world.run_for_reached(ex, end_ns))),
+                Err(outcome) => end(outcome),
+            },
             None => ControlFlow::Continue(()),
         }
     }
@@ -249,8 +262,11 @@ impl<'a> Execution<'a> {
         }
     }
 
-    /// Asks the strategy; an index out of range or a replay that cannot follow is a divergence.
+    /// Asks the strategy (the liveness walk picks itself, outside a replay); an index out of range or a replay that cannot follow is a divergence.
     fn choose(&mut self, decide: &mut dyn Decide, choices: &[Choice]) -> Flow<Choice> {
+        if let Some(i) = self.walk.pick(choices) {
+            return ControlFlow::Continue(choices[i]);
+        }
         let step = self.steps.len() as u64;
         match decide.choose(step, choices) {
             Ok(i) if i < choices.len() => ControlFlow::Continue(choices[i]),

@@ -22,12 +22,14 @@
 //! | [`signals`], [`outside_deaths`] | pending signals; deaths that are not the program's |
 //! | [`target`] | what the driver needs from the processes (the tracer's tree, or a fake) |
 //! | [`harness`] | setup/cleanup commands, the target's environment, CPU pinning |
+//! | [`liveness`] | the liveness walk after the workload, and the property lines it waits for |
 mod boundary;
 mod cluster;
 mod driver;
 mod exits;
 mod handoff;
 mod harness;
+mod liveness;
 mod network;
 mod newborn;
 mod observations;
@@ -117,6 +119,8 @@ pub struct ExecutionConfig {
     pub stop_at_step: Option<u64>,
     /// Stop before this step, every thread parked, and call the hook (`dara-replay --gdb`).
     pub pause_before: Option<PauseBefore>,
+    /// The liveness walk after the workload (see [`liveness`]); None: the run ends at its bounds.
+    pub liveness: Option<dara_model::liveness::LivenessConfig>,
 }
 
 /// What happened in one execution.
@@ -179,7 +183,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     region.header().realtime_epoch_ns.store(cfg.time.realtime_epoch_ns, Ordering::Release);
     region.header().call_sites.store(u32::from(cfg.symbolize), Ordering::Release);
     let mut world = world::for_config(cfg)?;
-    let properties = Arc::new(std::sync::Mutex::new(dara_model::property::ExecutionProperties::default()));
+    let properties = Arc::new(liveness::PropertyLines::default());
     let property_lines = Arc::clone(&properties);
     let spec = LaunchSpec {
         command: cfg.command.clone(),
@@ -192,11 +196,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         host_proc_fd: Some(dara_abi::HOST_PROC_FD),
         virtual_pids: true,
         agent: cfg.agent.clone().map(|program| dara_tracer::AgentLaunch { program, words: dara_tracer::AgentWordsRef(&region.header().agent) }),
-        sdk_lines: Some(dara_tracer::LineSink(Arc::new(move |line| {
-            if let Ok(mut p) = property_lines.lock() {
-                p.record(line);
-            }
-        }))),
+        sdk_lines: Some(dara_tracer::LineSink(Arc::new(move |line| property_lines.record(line)))),
     };
     let waker = Arc::clone(&region);
     let tree = match cfg.cluster {
@@ -209,9 +209,12 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     // After the launch: the launcher's threads start with the counter as it was.
     let _counter_disabled = crate::own_tsc::disable_in_this_thread();
     world.launched();
+    let sdk_writer = tree.sdk_writer();
     let mut run = Execution::new(cfg, region, Box::new(tree), world);
+    run.walk = liveness::Walk::new(cfg.liveness, Arc::clone(&properties), sdk_writer, cfg.random_seed);
     run.processes.launched.push(run.tree.root_pid());
     let mut outcome = run.drive(decide, stop);
+    run.walk.close();
     // (A replay that ends where its recording was stopped used what it had to.)
     let stopped_as_recorded = outcome == Outcome::Interrupted && cfg.stop_at_step.is_some();
     let ended = run.end_world(&mut outcome, stopped_as_recorded);
@@ -224,7 +227,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         run_harness("cleanup", cleanup, cfg)?;
     }
     // Every line is in: the tree is gone and the SDK pipe's reader has seen its end.
-    let properties = std::mem::take(&mut *properties.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    let properties = properties.take();
     judge_properties(&mut outcome, &properties);
     if outcome.is_bug() {
         outcome.locate(crate::crash_site::stderr_location_resolving(&run.tree.stderr_tail(), &crate::symbols::name_in_file));
@@ -248,10 +251,12 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
 
 /// A broken user property is the execution's outcome, named by the property, over how the
 /// program then ended (it broke first); not over an outcome dara did not judge (uncontrolled,
-/// interrupted, killed from outside, diverged).
+/// interrupted, killed from outside, diverged). A liveness violation stays one unless an `always`
+/// or `unreachable` broke (an `eventually` that never held is what the walk found).
 fn judge_properties(outcome: &mut Outcome, properties: &dara_model::property::ExecutionProperties) {
     let judged = !matches!(outcome, Outcome::Uncontrolled { .. } | Outcome::Interrupted | Outcome::KilledFromOutside { .. } | Outcome::Diverged { .. });
-    if let (true, Some((property, name, detail))) = (judged, properties.broken()) {
+    let broken = properties.broken().filter(|(kind, ..)| !(matches!(outcome, Outcome::LivenessViolated { .. }) && *kind == dara_model::property::PropertyKind::Eventually));
+    if let (true, Some((property, name, detail))) = (judged, broken) {
         *outcome = Outcome::PropertyFailed { name, property, detail };
     }
 }

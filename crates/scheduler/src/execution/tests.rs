@@ -212,6 +212,7 @@ fn config(max_steps: u64) -> ExecutionConfig {
         time: Default::default(),
         stop_at_step: None,
         pause_before: None,
+        liveness: None,
     }
 }
 

@@ -111,6 +111,7 @@ fn run(cli: Cli, document: &mut ReplayDocument) -> anyhow::Result<u8> {
     document.command = recorded.header.command.clone();
     document.recorded_steps = recorded.steps.len();
     document.recorded_outcome = Some(OutcomeEntry::of(&recorded.outcome));
+    document.critical_transition = recorded.header.critical_transition.clone();
     let recorded_setup = recorded.header.setup.clone();
     let setup_note = recorded_setup.as_ref().map(|setup| format!("setup: {setup}{}", if cli.no_setup { " (skipped: --no-setup)" } else { "" }));
     if cli.no_setup {
@@ -143,7 +144,7 @@ fn run(cli: Cli, document: &mut ReplayDocument) -> anyhow::Result<u8> {
     document.outcome = Some(OutcomeEntry::of(&report.outcome));
     if !cli.quiet {
         let places = listing::places(&report.call_sites);
-        let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside, places: &places };
+        let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside, places: &places, critical: recorded.header.critical_transition.as_ref() };
         print!("{}", listing::interleaving(&report.steps, &names, &preempted));
     }
     let on_disk = || println!("{}", dara_tools::on_disk::divergence_note(&recorded.header.written, recorded_setup.as_deref(), cli.no_setup));
@@ -209,7 +210,7 @@ fn follow_written_schedule(cli: &Cli, file: &std::path::Path, recorded: &Trace, 
     document.replayed_steps = report.steps.len();
     document.outcome = Some(OutcomeEntry::of(&report.outcome));
     let places = if cli.quiet { Vec::new() } else { listing::places(&report.call_sites) };
-    let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside, places: &places };
+    let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside, places: &places, critical: recorded.header.critical_transition.as_ref() };
     if !cli.quiet {
         print!("{}", listing::interleaving(&report.steps, &names, &preempted));
     }

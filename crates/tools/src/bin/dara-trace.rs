@@ -117,6 +117,15 @@ struct Cli {
     /// server or chaos loop is then not a hang); a cluster run's check runs then and judges it.
     #[arg(long, value_name = "SECONDS")]
     run_for: Option<f64>,
+    /// Liveness (docs/properties.md): once the workload is over (--run-for reached, else
+    /// --max-steps), an EVENTUALLY property that does not hold then is given this many more
+    /// decisions of a fair random walk to hold; never holding is a liveness violation. 0: off.
+    #[arg(long, value_name = "N", default_value_t = dara_model::liveness::DEFAULT_WALK_STEPS)]
+    liveness_steps: u64,
+    /// Random walks tried from each prefix when looking for a liveness violation's critical
+    /// transition (0: do not look).
+    #[arg(long, value_name = "K", default_value_t = dara_explorer::liveness::DEFAULT_WALKS)]
+    liveness_walks: u32,
     /// Most nodes crashed per execution (same as crash:N in --faults).
     #[arg(long, value_name = "N")]
     max_crashes: Option<u32>,
@@ -231,6 +240,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     execution.max_steps = cli.max_steps.unwrap_or(default_steps);
     execution.max_vtime_ns = cli.max_vtime.unwrap_or(default_vtime).saturating_mul(1_000_000_000);
     execution.cpus = cli.cpus;
+    execution.liveness = (cli.liveness_steps > 0).then_some(dara_model::liveness::LivenessConfig { steps: cli.liveness_steps, salt: 0, from_step: None, follow_strategy: false });
     let mut profiled = None;
     if let Some(spec) = &cli.preempt_on {
         execution.preempt = dara_model::preempt::Preemption::parse(spec).map_err(anyhow::Error::msg)?;
@@ -341,6 +351,9 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     let mut replay = summary.bugs[0].trace.clone();
     for (i, bug) in summary.bugs.iter().enumerate() {
         println!("  {}  (execution {}, {} steps) -> {}", bug.outcome.summary(), bug.execution, bug.steps, bug.dir.display());
+        if matches!(bug.outcome, dara_model::Outcome::LivenessViolated { .. }) && cli.liveness_walks > 0 && i < MINIMIZE_BUGS {
+            dara_tools::liveness::find_critical_transition(bug, &cfg.execution, cli.liveness_walks, &STOP, deadline);
+        }
         let minimal = if cli.no_minimize || i >= MINIMIZE_BUGS { None } else { minimize_bug(bug, &cfg.execution, deadline) };
         if let (0, Some(minimal)) = (i, &minimal) {
             replay = minimal.clone();
@@ -389,6 +402,10 @@ const MINIMIZE_TRIES: u64 = 100;
 fn minimize_bug(bug: &SavedBug, base: &dara_scheduler::execution::ExecutionConfig, deadline: Option<std::time::Instant>) -> Option<PathBuf> {
     if matches!(bug.outcome, dara_model::Outcome::Hang { .. }) {
         // Every candidate would run into the same bound (seconds each); not worth it by default.
+        return None;
+    }
+    if matches!(bug.outcome, dara_model::Outcome::LivenessViolated { .. }) {
+        // A shorter schedule would have another walk; the critical transition says where it broke.
         return None;
     }
     if deadline.is_some_and(|d| std::time::Instant::now() >= d) {

@@ -1,0 +1,133 @@
+//! Liveness after MaceMC (docs/properties.md, "Liveness"): a livelock of two election nodes
+//! (`livelock_election.c`: a split vote retried in the same term) never ends, so the old
+//! end-of-execution judgment of `DARA_EVENTUALLY` never sees it fail; the fair random walk after
+//! the workload does. The violation is found by a bounded search, named by its property, replayed
+//! exactly with its walk, the same for the same seed, and its critical transition is the second
+//! node's self-vote. The twin (a new term after a split vote) searches clean, and a walk that
+//! recovers ends the run clean.
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+const WALK: &str = "2000";
+
+fn election(ok: bool) -> PathBuf {
+    let include = format!("-I{}", repo_root().join("sdk/c").display());
+    let mut flags = vec![include.as_str(), "-g"];
+    if ok {
+        flags.push("-DOK");
+    }
+    fixture_with("livelock_election", &flags)
+}
+
+/// A search with `--json` and the walk's options: its exit code and document.
+fn search_json(out: &Path, program: &Path, strategy: &str, runs: u64, seed: u64, options: &[&str]) -> (i32, Value) {
+    let (runs, seed) = (runs.to_string(), seed.to_string());
+    let mut args = vec!["--json", "-o", out.to_str().unwrap(), "--strategy", strategy, "--seed", &seed, "--runs", &runs, "--epoch", SEARCH_EPOCH];
+    if !options.contains(&"--liveness-steps") {
+        args.extend(["--liveness-steps", WALK]);
+    }
+    args.extend_from_slice(options);
+    args.extend(["--", program.to_str().unwrap()]);
+    let run = dara_trace(&args, Duration::from_secs(600));
+    let doc = serde_json::from_str(run.stdout.trim_end()).unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{}", run.text()));
+    (run.code, doc)
+}
+
+/// The source line of the self-vote's lock.
+fn self_vote_line() -> String {
+    let src = std::fs::read_to_string(repo_root().join("tests/fixtures/livelock_election.c")).unwrap();
+    let n = src.lines().position(|l| l.contains("stand: the self-vote")).unwrap() + 1;
+    format!("livelock_election.c:{n} ")
+}
+
+#[test]
+fn a_livelock_is_a_liveness_violation_replayed_with_its_critical_transition() {
+    let program = election(false);
+    let out = out_dir("livelock");
+    let (code, doc) = search_json(&out, &program, "random", 30, 1, &["--run-for", "2", "--liveness-walks", "10"]);
+    assert_eq!(code, 1, "{doc}");
+    let bug = &doc["bugs"][0];
+    assert_eq!(bug["outcome"]["identity"], "liveness:one leader", "{doc}");
+    assert_eq!(bug["outcome"]["kind"], "liveness-violated", "{doc}");
+    let summary = bug["outcome"]["summary"].as_str().unwrap();
+    assert!(summary.contains("BUG: liveness: \"one leader\" (eventually) never held in 2,000 steps of a fair random walk after the workload"), "{summary}");
+    let critical = &bug["critical_transition"];
+    assert_eq!((critical["walks"].as_u64(), critical["walk_steps"].as_u64(), critical["property"].as_str()), (Some(10), Some(2000), Some("one leader")), "{doc}");
+    let step = critical["step"].as_u64().unwrap();
+
+    // The replay follows the walk step for step, and marks the transition on the second node's
+    // self-vote: the second self-vote lock of the listing, by the other thread than the first.
+    let trace = out.join("bug-0001/trace.bin");
+    let replay = dara_replay(&["--verify", trace.to_str().unwrap()], Duration::from_secs(300));
+    assert_eq!(replay.code, 1, "{}", replay.text());
+    assert!(replay.stdout.contains("verify: 2 more executions identical"), "{}", replay.text());
+    assert!(replay.stdout.contains(&format!("critical transition at step {step}: after it, 10 random walks of 2000 steps never reached \"one leader\"")), "{}", replay.text());
+    let line = self_vote_line();
+    let votes: Vec<&str> = replay.stdout.lines().filter(|l| l.contains(" mutex-lock ") && l.contains(&line)).take(2).collect();
+    assert_eq!(votes.len(), 2, "{}", replay.text());
+    let marked = votes[1];
+    assert!(marked.starts_with("!!") && marked.split_whitespace().nth(1) == Some(step.to_string().as_str()), "the transition is not the second self-vote:\n{}", replay.text());
+    let thread = |l: &str| l.split_whitespace().find(|w| w.starts_with('t') && w[1..].parse::<u32>().is_ok()).map(str::to_string);
+    assert_ne!(thread(votes[0]), thread(votes[1]), "{}", replay.text());
+    assert_eq!(replay.stdout.lines().filter(|l| l.starts_with("!!")).count(), 1);
+
+    let json = dara_replay(&["--json", trace.to_str().unwrap()], Duration::from_secs(300));
+    let replayed: Value = serde_json::from_str(json.stdout.trim_end()).unwrap_or_else(|e| panic!("{e}: {}", json.text()));
+    assert_eq!(replayed["critical_transition"]["step"].as_u64(), Some(step), "{replayed}");
+    assert_eq!(replayed["verdict"], "reproduced", "{replayed}");
+
+    // The same seed: the same execution, the same decisions (walk included), the same transition.
+    let again = out_dir("livelock-again");
+    let (_, doc2) = search_json(&again, &program, "random", 30, 1, &["--run-for", "2", "--liveness-walks", "10"]);
+    assert_eq!(doc2["executions"], doc["executions"]);
+    same_decisions(&trace, &again.join("bug-0001/trace.bin"));
+    assert_eq!(doc2["bugs"][0]["critical_transition"], doc["bugs"][0]["critical_transition"]);
+}
+
+#[test]
+fn without_the_walk_the_livelock_is_only_an_unmet_property_at_the_cut() {
+    // The old end-of-execution judgment: unmet when --run-for cut it, with nothing said about
+    // whether it could still recover, and no transition.
+    let out = out_dir("livelock-no-walk");
+    let (code, doc) = search_json(&out, &election(false), "random", 10, 1, &["--run-for", "2", "--liveness-steps", "0"]);
+    assert_eq!(code, 1, "{doc}");
+    let bug = &doc["bugs"][0];
+    assert_eq!((bug["outcome"]["identity"].as_str(), bug["outcome"]["kind"].as_str()), (Some("property:one leader"), Some("property-failed")), "{doc}");
+    assert!(bug["critical_transition"].is_null(), "{doc}");
+}
+
+#[test]
+fn the_twin_searches_clean_and_a_walk_that_recovers_ends_clean() {
+    let program = election(true);
+    for strategy in ["random", "pct:3"] {
+        let out = out_dir(&format!("livelock-ok-{}", strategy.replace(':', "")));
+        let (code, doc) = search_json(&out, &program, strategy, 30, 1, &["--run-for", "2"]);
+        assert_eq!(code, 0, "{strategy}: {doc}");
+    }
+    // Cut before any node evaluated the property (it is declared, so it is pending): the walk
+    // elects a leader, the run ends clean as recovered, and replays so.
+    let out = out_dir("livelock-ok-cut");
+    let (code, doc) = search_json(&out, &program, "random", 5, 1, &["--max-steps", "4"]);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["outcomes"]["recovered"].as_u64(), Some(5), "{doc}");
+    let trace = out.join("trace.bin");
+    let replay = dara_replay(&["--verify", trace.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert!(replay.stdout.contains("held after") && replay.stdout.contains("verify: 2 more executions identical"), "{}", replay.text());
+}
+
+#[test]
+fn a_program_that_ends_with_the_property_unmet_is_still_a_property_failure() {
+    let out = out_dir("eventually-ends");
+    let script = out.join("never.sh");
+    std::fs::write(&script, "#!/bin/sh\necho 'declare eventually done' >/dev/fd/$DARA_SDK_FD\necho 'eventually 0 done' >/dev/fd/$DARA_SDK_FD\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (code, doc) = search_json(&out, &script, "random", 2, 1, &[]);
+    assert_eq!(code, 1, "{doc}");
+    assert_eq!(doc["bugs"][0]["outcome"]["identity"], "property:done", "{doc}");
+}
