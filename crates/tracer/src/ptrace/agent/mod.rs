@@ -26,6 +26,7 @@ mod region;
 mod select;
 mod signals;
 mod tracees;
+mod transfer;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -268,6 +269,11 @@ impl Agent {
             resume(tid, 0);
             return true;
         }
+        if let Some(listeners::AfterCall::Transfer(running)) = tracee.after {
+            tracee.after = None;
+            self.transfer_returned(tid, regs, running);
+            return true;
+        }
         match tracee.exit_check.take() {
             Some(check) => finish::ready_wait_came_back(tracee.pid, &mut regs, check),
             None => {
@@ -288,6 +294,7 @@ impl Agent {
         let epoch = self.region.header().realtime_epoch_ns.load(std::sync::atomic::Ordering::Relaxed);
         let output_pipes = self.region.header().output_pipes.each_ref().map(|p| p.load(std::sync::atomic::Ordering::Relaxed));
         let action = net::decode(call, tracee.pid, output_pipes, tracee.last_now)
+            .or_else(|| transfer::decode(call, tracee.pid, output_pipes))
             .or_else(|| select::decode(call, tracee.pid, regs.regs.rsp, tracee.last_now))
             .or_else(|| signals::decode(call, tid, tracee.pid, tracee.last_now))
             .unwrap_or_else(|| calls::decode(call, tracee.pid, tracee.last_now, epoch));
