@@ -249,6 +249,34 @@ fn receive_timeouts(build: &str, program: &str) {
     }
 }
 
+/// sendfile, splice and tee on streams (tests/fixtures/sendfile_stream.c), static (the agent) and
+/// dynamic (the preload): a 4 MiB sendfile to a loopback TCP peer that reads 64 KiB per 1 ms, and
+/// a pipe a thread fills spliced into a second connection. Natively the sendfile is one call that
+/// sleeps in the kernel until the reader has most of it; under dara it is a send step that moves
+/// what fits, and the program's loop sends the rest. Every byte arrives (the reader's checksum);
+/// recorded twice with the same decisions, replayed with `--verify`, searched clean.
+#[test]
+fn sendfile_and_splice_to_a_slow_reader_move_every_byte_and_replay() {
+    for (build, flags) in [("static", &["-static", "-pthread"][..]), ("dynamic", &["-pthread"][..])] {
+        let program = fixture_with("sendfile_stream", flags);
+        let program = program.to_str().unwrap();
+        let test = format!("transfer-{build}");
+        // Closed: the reader is a traced client of the program's own listener (see docs/outside.md).
+        let (trace, text) = common::real::record_with(&test, &["--closed"], &[program]);
+        let (again, _) = common::real::record_with(&format!("{test}-again"), &["--closed"], &[program]);
+        same_decisions(&trace, &again);
+        for line in ["sendfile: 4194304 bytes, sum 08089dc5 ok", "splice: 262144 bytes, sum 8bdcfdc5 ok", "tee: ok"] {
+            assert!(text.contains(line), "{test}: no {line:?} in {text}");
+        }
+        // The sendfile, each splice and the tee are sends; the splices and the tee receive first.
+        assert!(steps_with(&trace, Op::NetSend) >= 6, "{test}: too few send steps");
+        assert!(steps_with(&trace, Op::NetRecv) >= 64, "{test}: too few receive steps");
+        replays_identically(&trace);
+        let (last, _) = common::real::search_clean(&format!("{test}-search"), 5, &[], &[program]);
+        replays_identically(&last);
+    }
+}
+
 /// Debian's busybox-static: its shell runs applets (`sleep`, `seq`, `sort`, `od`, `date`) by
 /// exec'ing `/proc/self/exe`, which the agent must read as the shell's executable, not its own.
 /// A pipeline, a sleep on the virtual clock, seeded random bytes and the virtual wall clock:
