@@ -17,7 +17,8 @@
 //!   (`waitpid`), as do the stops of threads and processes it creates meanwhile;
 //! * none does: it waits on the futex words of its parked tracees' slots and its doorbell
 //!   (`futex_waitv`) for a grant or a request to attach, and every 50 ms looks for tracees that
-//!   died while parked (a kill from outside).
+//!   died while parked (a kill from outside) or hold a signal that ends their process
+//!   (`signals.rs`: a Ctrl-C dara passes on to a program without a handler).
 mod calls;
 mod finish;
 mod listeners;
@@ -113,7 +114,10 @@ impl Agent {
                     words.push((&slot.state, dara_abi::state::POSTED));
                 }
             }
-            region::wait_any(&words, DEATH_CHECK_MS);
+            // Nothing happened for a while: the scheduler may be waiting for a process to end.
+            if region::wait_any(&words, DEATH_CHECK_MS) {
+                self.let_fatal_signals_in();
+            }
         }
     }
 
