@@ -92,6 +92,9 @@ pub enum End {
     Socket { nonblocking: bool },
     /// A pipe, FIFO or eventfd dara models; `nonblocking`: its `O_NONBLOCK`.
     Pipe { nonblocking: bool },
+    /// A regular file with `left` bytes after the call's input offset: a transfer from it moves
+    /// at most that many (`busybox httpd` asks `sendfile` for 2^63 bytes and loops to the end).
+    File { left: u64 },
 }
 
 /// One stream end of a transfer: what it waits for is posted on `fd`.
@@ -132,12 +135,16 @@ pub fn plan(call: TransferCall, a: [u64; 6], end: impl Fn(i32) -> End) -> Option
     }
     let ops = call.operands(a);
     let side = |fd: i32| match end(fd) {
-        End::Other => None,
+        End::Other | End::File { .. } => None,
         End::Socket { nonblocking } => Some(Side { fd, nonblocking }),
         End::Pipe { nonblocking } => Some(Side { fd, nonblocking: nonblocking || ops.flags & SPLICE_F_NONBLOCK != 0 }),
     };
     let (receive, send) = (side(ops.input), side(ops.output));
-    (receive.is_some() || send.is_some()).then_some(Plan { receive, send, count: ops.count })
+    let count = match end(ops.input) {
+        End::File { left } => ops.count.min(left),
+        _ => ops.count,
+    };
+    (receive.is_some() || send.is_some()).then_some(Plan { receive, send, count })
 }
 
 #[cfg(test)]
@@ -147,11 +154,13 @@ mod tests {
     const FILE: i32 = 3;
     const SOCKET: i32 = 4;
     const PIPE: i32 = 5;
+    const SHORT_FILE: i32 = 6;
 
     fn end(fd: i32) -> End {
         match fd {
             SOCKET => End::Socket { nonblocking: false },
             PIPE => End::Pipe { nonblocking: false },
+            SHORT_FILE => End::File { left: 10 },
             _ => End::Other,
         }
     }
@@ -162,6 +171,8 @@ mod tests {
         assert_eq!(p, Plan { receive: None, send: Some(Side { fd: SOCKET, nonblocking: false }), count: 4096 });
         assert!(p.blocking());
         assert_eq!(plan(TransferCall::Sendfile, [FILE as u64, FILE as u64, 0, 4096, 0, 0], end), None);
+        let short = plan(TransferCall::Sendfile, [SOCKET as u64, SHORT_FILE as u64, 0, u64::MAX >> 1, 0, 0], end).expect("a stream");
+        assert_eq!(short.count, 10, "at most what the file has left");
     }
 
     #[test]

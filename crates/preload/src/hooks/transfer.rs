@@ -11,7 +11,7 @@
 //!
 //! Runs in hooks and in the SIGSYS handler: raw system calls only, no allocation.
 use dara_abi::request::SEND_LEN_MASK;
-use dara_abi::transfer::{self, End, Plan, TransferCall};
+use dara_abi::transfer::{self, End, Operands, Plan, TransferCall};
 use dara_abi::{net_flags, Deadline, NetFlags, Request, NO_DEADLINE};
 use libc::{c_int, c_uint, loff_t, off_t, size_t, ssize_t};
 
@@ -20,10 +20,10 @@ use crate::fd::{is_net, net_kind, NetKind};
 use crate::gate::Gated;
 use crate::sys;
 
-/// What descriptor `fd` is to a transfer.
-fn end(fd: c_int) -> End {
+/// What descriptor `fd` is to a transfer whose operands are `ops`.
+fn end(fd: c_int, ops: &Operands) -> End {
     if !is_net(fd) {
-        return End::Other;
+        return file_left(fd, ops).map_or(End::Other, |left| End::File { left });
     }
     let flags = write_now::status_flags(fd);
     let nonblocking = flags >= 0 && flags as c_int & libc::O_NONBLOCK != 0;
@@ -36,25 +36,48 @@ fn end(fd: c_int) -> End {
 /// Transfer `call` with arguments `a` on a gated thread: its raw result (`-errno`), or None when
 /// no end is a stream (the caller runs it as it is).
 pub fn trapped(gate: &Gated, call: TransferCall, a: [u64; 6]) -> Option<i64> {
-    let plan = transfer::plan(call, a, end)?;
+    let ops = call.operands(a);
+    let plan = transfer::plan(call, a, |fd| end(fd, &ops))?;
     Some(run(gate, call, a, plan))
 }
 
-/// The first bytes a transfer from a file would send (for the listing): read at the call's
-/// offset, or the file's own position. Zeros for a stream input.
+/// Where the input of `ops` is read from: the call's offset, or the file's own position
+/// (negative when it has none).
+fn input_position(ops: &Operands) -> i64 {
+    if ops.input_offset != 0 {
+        // SAFETY: the program passed this `loff_t` to the call, which reads it too.
+        unsafe { (ops.input_offset as *const loff_t).read_unaligned() }
+    } else {
+        // SAFETY: plain integers; SEEK_CUR by 0 only reads the position.
+        unsafe { sys::syscall(libc::SYS_lseek, &[ops.input as u64, 0, libc::SEEK_CUR as u64]) }
+    }
+}
+
+/// The bytes regular file `fd`, the input of `ops`, has after the call's position; None for any
+/// other descriptor.
+fn file_left(fd: c_int, ops: &Operands) -> Option<u64> {
+    if fd != ops.input {
+        return None;
+    }
+    // SAFETY: all-zero is a valid stat; fstat fills it.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: fstat writes one stat into the live local.
+    if unsafe { sys::syscall(libc::SYS_fstat, &[fd as u64, &mut st as *mut libc::stat as u64]) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return None;
+    }
+    let at = input_position(ops);
+    (at >= 0).then(|| (st.st_size as u64).saturating_sub(at as u64))
+}
+
+/// The first bytes a transfer from a file would send (for the listing), read where the call
+/// reads. Zeros for a stream input.
 fn head(plan: &Plan, call: TransferCall, a: [u64; 6]) -> [u8; 8] {
     let mut bytes = [0u8; 8];
     if plan.receive.is_some() {
         return bytes;
     }
     let ops = call.operands(a);
-    let at = if ops.input_offset != 0 {
-        // SAFETY: the program passed this `loff_t` to the call, which reads it too.
-        unsafe { (ops.input_offset as *const loff_t).read_unaligned() }
-    } else {
-        // SAFETY: plain integers; SEEK_CUR by 0 only reads the position.
-        unsafe { sys::syscall(libc::SYS_lseek, &[ops.input as u64, 0, libc::SEEK_CUR as u64]) }
-    };
+    let at = input_position(&ops);
     if at >= 0 {
         // SAFETY: at most 8 bytes into the live local.
         unsafe { sys::syscall(libc::SYS_pread64, &[ops.input as u64, bytes.as_mut_ptr() as u64, 8.min(ops.count), at as u64]) };

@@ -12,7 +12,7 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use dara_abi::request::SEND_LEN_MASK;
-use dara_abi::transfer::{self, End, Plan, TransferCall};
+use dara_abi::transfer::{self, End, Operands, Plan, TransferCall};
 use dara_abi::{Deadline, NetFlags, Request, NO_DEADLINE};
 
 use super::calls::{Action, Then};
@@ -61,9 +61,11 @@ fn count_arg(call: TransferCall) -> usize {
 /// What transfer call `call` of process `pid` means; None for a call that is none of them.
 pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPES]) -> Option<Action> {
     let kind = TransferCall::of_syscall(call.nr)?;
+    let ops = kind.operands(call.args);
     let end = |fd: i32| match net::descriptor(pid, fd, output_pipes) {
         Descriptor::Socket => End::Socket { nonblocking: net::nonblocking(pid, fd) },
         Descriptor::Pipe => End::Pipe { nonblocking: net::nonblocking(pid, fd) },
+        Descriptor::Random | Descriptor::Other if fd == ops.input => file_left(pid, &ops).map_or(End::Other, |left| End::File { left }),
         Descriptor::Random | Descriptor::Other => End::Other,
     };
     let Some(plan) = transfer::plan(kind, call.args, end) else { return Some(Action::Run) };
@@ -88,22 +90,40 @@ fn send(pid: i32, args: [u64; 6], step: &Step) -> Request {
     Request::NetSend { fd: side.fd, len: step.most.min(SEND_LEN_MASK), flags: flags(side.nonblocking), head, dest_port: 0 }
 }
 
+/// Where the input of `ops` (`file`, a copy of it) is read from: the call's offset, or the file's
+/// own position; negative when it has none.
+fn input_position(pid: i32, ops: &Operands, file: &OwnedFd) -> i64 {
+    if ops.input_offset != 0 {
+        let mut raw = [0u8; 8];
+        if remote::read(pid, ops.input_offset, &mut raw).is_err() {
+            return -1;
+        }
+        i64::from_le_bytes(raw)
+    } else {
+        // SAFETY: plain integers; SEEK_CUR by 0 only reads the shared position.
+        unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_CUR) }
+    }
+}
+
+/// The bytes the input of `ops`, a regular file, has after the call's position; None for any
+/// other descriptor (as the preload's `file_left`).
+fn file_left(pid: i32, ops: &Operands) -> Option<u64> {
+    let file = net::copy_of(pid, ops.input)?;
+    let meta = std::fs::File::from(file.try_clone().ok()?).metadata().ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let at = input_position(pid, ops, &file);
+    (at >= 0).then(|| meta.len().saturating_sub(at as u64))
+}
+
 /// The first bytes a transfer from a file input would send (for the listing), as the preload
 /// reads them: at the call's offset, or the file's own position.
 fn file_head(pid: i32, call: TransferCall, args: [u64; 6]) -> [u8; 8] {
     let ops = call.operands(args);
     let mut bytes = [0u8; 8];
     let Some(file) = net::copy_of(pid, ops.input) else { return bytes };
-    let at = if ops.input_offset != 0 {
-        let mut raw = [0u8; 8];
-        if remote::read(pid, ops.input_offset, &mut raw).is_err() {
-            return bytes;
-        }
-        i64::from_le_bytes(raw)
-    } else {
-        // SAFETY: plain integers; SEEK_CUR by 0 only reads the shared position.
-        unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_CUR) }
-    };
+    let at = input_position(pid, &ops, &file);
     if at >= 0 {
         // SAFETY: at most 8 bytes into the live local.
         unsafe { libc::pread(file.as_raw_fd(), bytes.as_mut_ptr().cast(), 8.min(ops.count) as usize, at) };
