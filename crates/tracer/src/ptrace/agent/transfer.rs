@@ -199,3 +199,43 @@ impl Agent {
         resume(tid, 0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    fn call(nr: i64, args: [u64; 6]) -> Syscall {
+        Syscall { nr, args }
+    }
+
+    #[test]
+    fn a_sendfile_from_a_file_to_a_socket_is_a_send_of_what_the_file_has_left() {
+        let pid = std::process::id() as i32;
+        let (a, _b) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let path = std::env::temp_dir().join(format!("dara-transfer-{pid}"));
+        std::fs::File::create(&path).and_then(|mut f| f.write_all(b"HTTP/1.1 200 OK\r\n")).expect("a file");
+        let file = std::fs::File::open(&path).expect("the file");
+        std::fs::remove_file(&path).ok();
+        let offset = 5i64;
+        let args = [a.as_raw_fd() as u64, file.as_raw_fd() as u64, &offset as *const i64 as u64, u64::MAX >> 1, 0, 0];
+        let Some(Action::Post(Request::NetSend { fd, len, head, .. }, Then::Transfer(step))) = decode(call(libc::SYS_sendfile, args), pid, [0; 3]) else { panic!("not a send") };
+        assert_eq!((fd, len, &head), (a.as_raw_fd(), 12, b"1.1 200 "));
+        assert_eq!(step.stage, Stage::Sent);
+        // Between two files it is no stream transfer: it runs as it is.
+        let args = [file.as_raw_fd() as u64, file.as_raw_fd() as u64, 0, 10, 0, 0];
+        assert_eq!(decode(call(libc::SYS_sendfile, args), pid, [0; 3]), Some(Action::Run));
+    }
+
+    #[test]
+    fn a_splice_from_a_pipe_receives_first() {
+        let pid = std::process::id() as i32;
+        let (reader, _writer) = std::io::pipe().expect("pipe");
+        let (a, _b) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let args = [reader.as_raw_fd() as u64, 0, a.as_raw_fd() as u64, 0, 4096, 0];
+        let Some(Action::Post(Request::NetRecv { fd, len, .. }, Then::Transfer(step))) = decode(call(libc::SYS_splice, args), pid, [0; 3]) else { panic!("not a receive") };
+        assert_eq!((fd, len, step.stage), (reader.as_raw_fd(), 4096, Stage::Received));
+    }
+}
