@@ -105,12 +105,13 @@ pub fn answer<F: Futex<AtomicU32>>(words: &AgentWords, tid: u32, attached: bool,
 /// which a program without dara's preload can block, read the time or randomness, make threads
 /// and processes, or talk to another process (reads, writes and closes of every descriptor: the
 /// filter cannot tell a socket from a file, the agent looks); and `listen` and `getsockname`,
-/// through which outside peers are kept apart in a recording (the agent's `listeners.rs`); and the
+/// through which outside peers are kept apart in a recording (the agent's `listeners.rs`); `sendfile`,
+/// `splice` and `tee`, which move bytes to or from a socket or pipe (the agent's `transfer.rs`); and the
 /// calls that send signals, so that a signal between the program's threads and processes is
 /// sent at a scheduling point (the agent's `signals.rs`). Calls not listed that could block
 /// in the kernel are caught by the scheduler's watchdog and end the run as uncontrolled, never
 /// silently.
-pub const TRACED: [u32; 52] = [
+pub const TRACED: [u32; 55] = [
     202, // futex
     449, // futex_waitv
     24,  // sched_yield
@@ -163,6 +164,9 @@ pub const TRACED: [u32; 52] = [
     48,  // shutdown
     50,  // listen
     51,  // getsockname
+    40,  // sendfile
+    275, // splice
+    276, // tee
 ];
 
 /// One classic-BPF instruction (`struct sock_filter`).

@@ -40,6 +40,7 @@ pub mod handoff;
 pub mod receive_timeout;
 pub mod request;
 pub mod select_sets;
+pub mod transfer;
 pub mod wait_call;
 
 pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind, MutexKind, NetFlags, ProcessTarget, Request, StartKind, TimerClock, TimerExpiry, Unsupported, WaitOptions};

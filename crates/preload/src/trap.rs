@@ -40,7 +40,10 @@ const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 ///
 /// The `timerfd` calls, so that a raw one also gets a timer on the virtual clock
 /// ([`crate::hooks::timerfd`]); glibc's functions are plain system calls, hooked as symbols too.
-const TRAPPED: [c_long; 28] = [
+///
+/// `sendfile`, `splice` and `tee`, so that a raw one on a socket or pipe is a receive and a send
+/// as the hooked wrapper's is ([`crate::hooks::transfer`]).
+const TRAPPED: [c_long; 31] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -69,6 +72,9 @@ const TRAPPED: [c_long; 28] = [
     libc::SYS_timerfd_create,
     libc::SYS_timerfd_settime,
     libc::SYS_timerfd_gettime,
+    libc::SYS_sendfile,
+    libc::SYS_splice,
+    libc::SYS_tee,
 ];
 
 /// Set once the filter is installed (the signal-mask hooks keep SIGSYS deliverable from then on).

@@ -4,7 +4,7 @@
 //! restores, `close` and `close_range` of dara's descriptors, `clone3`, the sanitizer's
 //! stop-the-world clone); the rest are emulated: as scheduling points for a gated thread (futex
 //! waits and wakes, sleeps, clocks, `execve`, `wait4`, reads and writes of descriptors 0 and 1,
-//! `tgkill`), as posts answered at once (the `timerfd` calls), for real otherwise. A call dara
+//! `tgkill`, `sendfile`/`splice`/`tee` on a socket or pipe), as posts answered at once (the `timerfd` calls), for real otherwise. A call dara
 //! cannot honour is posted as `Unsupported` and the scheduler ends the execution ("fail closed").
 //!
 //! The handler runs in signal context on the trapping thread: it uses only raw syscalls through
@@ -171,6 +171,9 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
         libc::SYS_read | libc::SYS_readv => crate::hooks::net::trapped_read(gate, nr, a).unwrap_or_else(|| passthrough(nr, a)),
         libc::SYS_tgkill => crate::hooks::signal::trapped_tgkill(gate, a),
         libc::SYS_write | libc::SYS_writev => crate::hooks::net::trapped_write(gate, nr, a).unwrap_or_else(|| passthrough(nr, a)),
+        libc::SYS_sendfile | libc::SYS_splice | libc::SYS_tee => {
+            dara_abi::transfer::TransferCall::of_syscall(nr).and_then(|call| crate::hooks::transfer::trapped(gate, call, a)).unwrap_or_else(|| passthrough(nr, a))
+        }
         // dup2/dup3 onto dara's region descriptor (see `fdguard`), pause, futex_waitv, and raw fork, vfork or clone without CLONE_THREAD (glibc's fork()
         // goes through the `fork` hook, whose own clone reaches `ungated`).
         _ => unsupported(gate, nr, a),

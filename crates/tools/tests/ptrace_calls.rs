@@ -249,6 +249,77 @@ fn receive_timeouts(build: &str, program: &str) {
     }
 }
 
+/// sendfile, splice and tee on streams (tests/fixtures/sendfile_stream.c), static (the agent) and
+/// dynamic (the preload): a 4 MiB sendfile to a loopback TCP peer that reads 64 KiB per 1 ms, and
+/// a pipe a thread fills spliced into a second connection. Natively the sendfile is one call that
+/// sleeps in the kernel until the reader has most of it; under dara it is a send step that moves
+/// what fits, and the program's loop sends the rest. Every byte arrives (the reader's checksum);
+/// recorded twice with the same decisions, replayed with `--verify`, searched clean.
+#[test]
+fn sendfile_and_splice_to_a_slow_reader_move_every_byte_and_replay() {
+    for (build, flags) in [("static", &["-static", "-pthread"][..]), ("dynamic", &["-pthread"][..])] {
+        let program = fixture_with("sendfile_stream", flags);
+        let program = program.to_str().unwrap();
+        let test = format!("transfer-{build}");
+        // Closed: the reader is a traced client of the program's own listener (see docs/outside.md).
+        let (trace, text) = common::real::record_with(&test, &["--closed"], &[program]);
+        let (again, _) = common::real::record_with(&format!("{test}-again"), &["--closed"], &[program]);
+        same_decisions(&trace, &again);
+        for line in ["sendfile: 4194304 bytes, sum 08089dc5 ok", "splice: 262144 bytes, sum 8bdcfdc5 ok", "tee: ok"] {
+            assert!(text.contains(line), "{test}: no {line:?} in {text}");
+        }
+        // The sendfile, each splice and the tee are sends; the splices and the tee receive first.
+        assert!(steps_with(&trace, Op::NetSend) >= 6, "{test}: too few send steps");
+        assert!(steps_with(&trace, Op::NetRecv) >= 64, "{test}: too few receive steps");
+        replays_identically(&trace);
+        let (last, _) = common::real::search_clean(&format!("{test}-search"), 5, &[], &[program]);
+        replays_identically(&last);
+    }
+}
+
+/// `busybox httpd` (busybox-static, through the agent) recorded serving a 4 MiB file twice to curl
+/// outside dara, then stopped by one Ctrl-C. Each connection's child sends the file with
+/// `sendfile` to a socket that holds far less; before, that call slept in the kernel with the run
+/// token and the watchdog stopped the run as uncontrolled. Now each fetch is a few send steps, the
+/// bytes arrive intact, the relay records every byte the program sent as the client's output, the
+/// Ctrl-C (busybox has no SIGINT handler; its parent waits in `accept`) ends it as at a terminal,
+/// and the replay, with nobody outside, sends the same bytes (`--verify`).
+#[test]
+fn busybox_httpd_sends_a_big_file_to_an_outside_client_and_replays() {
+    use dara_scheduler::outside::OutsideWhat;
+    use std::process::{Command, Stdio};
+    const FILE_BYTES: usize = 4 << 20;
+    let busybox = installed("busybox", "busybox-static");
+    let port = free_ports(1).to_string();
+    let out = out_dir("busybox-httpd");
+    let www = out.join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    let body: Vec<u8> = (0..FILE_BYTES as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(www.join("big.bin"), &body).unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    let httpd = [busybox.to_str().unwrap(), "httpd", "-f", "-p", &listen, "-h", www.to_str().unwrap()];
+    let mut server = common::real::Recording(Command::new(env!("CARGO_BIN_EXE_dara-trace")).args(["-q", "-o", out.to_str().unwrap(), "--"]).args(httpd).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+    common::real::wait_for_listener(port.parse().unwrap(), Duration::from_secs(30), "busybox httpd under dara-trace");
+    let url = format!("http://{listen}/big.bin");
+    for fetch in 0..2 {
+        let got = out.join(format!("got-{fetch}.bin"));
+        let curl = Command::new("curl").args(["-s", "-f", "-m", "60", "-o", got.to_str().unwrap(), &url]).output().expect("curl (run ./scripts/install-deps.sh)");
+        assert!(curl.status.success(), "fetch {fetch}: {curl:?}");
+        assert!(std::fs::read(&got).unwrap() == body, "fetch {fetch}: the file arrived changed");
+    }
+    let (status, stderr) = common::real::ctrl_c(&mut server.0, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "one Ctrl-C stops busybox httpd, and dara with its exit: {status:?} {stderr}");
+    let trace_path = out.join("trace.bin");
+    let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    assert!(matches!(trace.outcome, dara_scheduler::Outcome::StoppedBySignal { signal: libc::SIGINT, .. }), "{:?}", trace.outcome);
+    let output: usize = trace.outside.iter().map(|e| if let OutsideWhat::Output(bytes) = &e.what { bytes.len() } else { 0 }).sum();
+    assert!(output > 2 * FILE_BYTES && output < 2 * FILE_BYTES + 1024, "the relay recorded {output} bytes of output: two files and their headers");
+    assert!(steps_with(&trace_path, Op::NetSend) >= 4, "each fetch's header and file are send steps");
+    replays_identically(&trace_path);
+    assert!(processes_with(&["httpd", &listen]).is_empty(), "a busybox httpd survived");
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
 /// Debian's busybox-static: its shell runs applets (`sleep`, `seq`, `sort`, `od`, `date`) by
 /// exec'ing `/proc/self/exe`, which the agent must read as the shell's executable, not its own.
 /// A pipeline, a sleep on the virtual clock, seeded random bytes and the virtual wall clock:

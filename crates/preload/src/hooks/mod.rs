@@ -32,6 +32,7 @@ pub mod sync;
 pub mod thread;
 pub mod time;
 pub mod timerfd;
+pub mod transfer;
 pub mod write_now;
 
 /// A pointer the program passed to a hooked libc function, forwarded unchanged to the real one.

@@ -93,6 +93,8 @@ pub enum Then {
     SigSuspend { mask: u64 },
     /// A `sigtimedwait` for `set` ended by a signal or its timeout (`agent/signals.rs`).
     SigWait { set: u64 },
+    /// A wait of a `sendfile`/`splice`/`tee` on a stream was granted (`agent/transfer.rs`).
+    Transfer(super::transfer::Step),
 }
 
 /// How a vfork-like call is made a fork: a thread parked in the kernel until its child execs

@@ -325,6 +325,7 @@ impl Agent {
                 }
             }
             Then::Exec => self.exec_granted(tid, regs),
+            Then::Transfer(step) => self.transfer_granted(tid, regs, step, result),
             Then::Kill => self.kill_granted(tid, regs, result),
             Then::SigSuspend { mask } => match super::signals::suspend_granted(pid, tid, mask) {
                 super::signals::Ending::Run => self.run_call(tid, regs),

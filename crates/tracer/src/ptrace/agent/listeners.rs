@@ -46,6 +46,8 @@ pub enum AfterCall {
     Listened { fd: i32, backlog: i32 },
     /// A `getsockname(fd, addr, ..)` of a split socket: show the public port.
     LocalName { fd: i32, addr: u64 },
+    /// A `sendfile`/`splice`/`tee` run non-blocking (`agent/transfer.rs`).
+    Transfer(super::transfer::Running),
 }
 
 /// A split listener: the program's descriptor, and the ports of the twin under it and of the
@@ -121,6 +123,7 @@ impl Agent {
         let tracee = &self.tracees[&tid];
         let (pid, process) = (tracee.pid, tracee.process);
         match after {
+            AfterCall::Transfer(running) => self.transfer_returned(tid, regs, running),
             AfterCall::Listened { fd, backlog } if regs.result() == 0 => match self.open_twin(tid, pid, process, fd, backlog) {
                 Ok((twin, cloexec)) => self.post(tid, Request::NetListen { fd, twin, datagrams: false }, Then::SwapTwin { fd, twin, cloexec }),
                 Err(e) => {

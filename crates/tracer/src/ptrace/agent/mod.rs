@@ -17,7 +17,8 @@
 //!   (`waitpid`), as do the stops of threads and processes it creates meanwhile;
 //! * none does: it waits on the futex words of its parked tracees' slots and its doorbell
 //!   (`futex_waitv`) for a grant or a request to attach, and every 50 ms looks for tracees that
-//!   died while parked (a kill from outside).
+//!   died while parked (a kill from outside) or hold a signal that ends their process
+//!   (`signals.rs`: a Ctrl-C dara passes on to a program without a handler).
 mod calls;
 mod finish;
 mod listeners;
@@ -26,6 +27,7 @@ mod region;
 mod select;
 mod signals;
 mod tracees;
+mod transfer;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -112,7 +114,10 @@ impl Agent {
                     words.push((&slot.state, dara_abi::state::POSTED));
                 }
             }
-            region::wait_any(&words, DEATH_CHECK_MS);
+            // Nothing happened for a while: the scheduler may be waiting for a process to end.
+            if region::wait_any(&words, DEATH_CHECK_MS) {
+                self.let_fatal_signals_in();
+            }
         }
     }
 
@@ -268,6 +273,11 @@ impl Agent {
             resume(tid, 0);
             return true;
         }
+        if let Some(listeners::AfterCall::Transfer(running)) = tracee.after {
+            tracee.after = None;
+            self.transfer_returned(tid, regs, running);
+            return true;
+        }
         match tracee.exit_check.take() {
             Some(check) => finish::ready_wait_came_back(tracee.pid, &mut regs, check),
             None => {
@@ -288,6 +298,7 @@ impl Agent {
         let epoch = self.region.header().realtime_epoch_ns.load(std::sync::atomic::Ordering::Relaxed);
         let output_pipes = self.region.header().output_pipes.each_ref().map(|p| p.load(std::sync::atomic::Ordering::Relaxed));
         let action = net::decode(call, tracee.pid, output_pipes, tracee.last_now)
+            .or_else(|| transfer::decode(call, tracee.pid, output_pipes))
             .or_else(|| select::decode(call, tracee.pid, regs.regs.rsp, tracee.last_now))
             .or_else(|| signals::decode(call, tid, tracee.pid, tracee.last_now))
             .unwrap_or_else(|| calls::decode(call, tracee.pid, tracee.last_now, epoch));

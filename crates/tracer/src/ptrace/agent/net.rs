@@ -82,21 +82,8 @@ pub fn descriptor(pid: i32, fd: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPES]
 /// The deadline of a blocking receive or accept started at `now` on socket `fd` of `pid`: its
 /// `SO_RCVTIMEO` read through a copy of the descriptor; `NO_DEADLINE` when unset or unreadable.
 fn receive_deadline(pid: i32, fd: i32, now: u64) -> u64 {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
-    if pidfd < 0 {
-        return NO_DEADLINE;
-    }
-    // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
-    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags; returns a new fd or -1.
-    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd() as libc::c_long, fd as libc::c_long, 0 as libc::c_long) };
-    if copy < 0 {
-        return NO_DEADLINE;
-    }
-    // SAFETY: a descriptor pidfd_getfd just returned, owned by nobody else.
-    let copy = unsafe { OwnedFd::from_raw_fd(copy as i32) };
+    use std::os::fd::AsRawFd;
+    let Some(copy) = copy_of(pid, fd) else { return NO_DEADLINE };
     let mut tv = libc::timeval { tv_sec: 0, tv_usec: 0 };
     let mut len = core::mem::size_of::<libc::timeval>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `tv`.
@@ -107,8 +94,24 @@ fn receive_deadline(pid: i32, fd: i32, now: u64) -> u64 {
     dara_abi::receive_timeout::deadline(now, tv.tv_sec, tv.tv_usec)
 }
 
+/// A copy of descriptor `fd` of process `pid` (`pidfd_getfd`: the same open file), or None.
+pub(super) fn copy_of(pid: i32, fd: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
+    if pidfd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags; returns a new fd or -1.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd() as libc::c_long, fd as libc::c_long, 0 as libc::c_long) };
+    // SAFETY: a descriptor pidfd_getfd just returned, owned by nobody else.
+    (copy >= 0).then(|| unsafe { OwnedFd::from_raw_fd(copy as i32) })
+}
+
 /// Whether `fd` of `pid` was opened `O_NONBLOCK` (its `fdinfo` flags, in octal).
-fn nonblocking(pid: i32, fd: i32) -> bool {
+pub(super) fn nonblocking(pid: i32, fd: i32) -> bool {
     crate::procfs::descriptor_flags(pid, fd).is_some_and(|f| f & libc::O_NONBLOCK != 0)
 }
 

@@ -103,8 +103,8 @@ const FUTEX2_SIZE_U32: u32 = 2;
 pub const MAX_WAIT_WORDS: usize = 128;
 
 /// Waits until one of `words` (each with the value it is expected to hold) changes, or
-/// `timeout_ms` passed (measured on CLOCK_MONOTONIC).
-pub fn wait_any(words: &[(&AtomicU32, u32)], timeout_ms: u64) {
+/// `timeout_ms` passed (measured on CLOCK_MONOTONIC); true when the time ran out.
+pub fn wait_any(words: &[(&AtomicU32, u32)], timeout_ms: u64) -> bool {
     let list: Vec<WaitV> = words.iter().take(MAX_WAIT_WORDS).map(|(w, v)| WaitV { val: u64::from(*v), uaddr: w.as_ptr() as u64, flags: FUTEX2_SIZE_U32, reserved: 0 }).collect();
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: writes one timespec into the live local.
@@ -112,5 +112,6 @@ pub fn wait_any(words: &[(&AtomicU32, u32)], timeout_ms: u64) {
     let total = now.tv_nsec as u64 + timeout_ms * 1_000_000;
     let until = libc::timespec { tv_sec: now.tv_sec + (total / 1_000_000_000) as i64, tv_nsec: (total % 1_000_000_000) as i64 };
     // SAFETY: the list and the absolute timeout are live locals; the kernel only reads them.
-    unsafe { libc::syscall(libc::SYS_futex_waitv, list.as_ptr(), list.len() as u32, 0u32, &until as *const libc::timespec, libc::CLOCK_MONOTONIC) };
+    let rc = unsafe { libc::syscall(libc::SYS_futex_waitv, list.as_ptr(), list.len() as u32, 0u32, &until as *const libc::timespec, libc::CLOCK_MONOTONIC) };
+    rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT)
 }

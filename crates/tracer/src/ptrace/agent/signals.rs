@@ -252,6 +252,36 @@ impl Agent {
         true
     }
 
+    /// Lets a parked tracee take a pending signal that ends its process (not caught, ignored or
+    /// blocked, terminating by default: a Ctrl-C dara passes on to `busybox httpd` waiting in
+    /// `accept`). A ptrace stop holds it pending until the tracee runs, where the preload's
+    /// parked thread dies of it at once; so the tracee's call is skipped (`EINTR`, never run) and
+    /// the tracee resumed: the signal is delivered on the way out and the process ends, as a
+    /// process killed while parked does. One thread per process is enough.
+    pub(super) fn let_fatal_signals_in(&mut self) {
+        let mut ended = Vec::new();
+        let doomed: Vec<(i32, Then, CallStop)> = self
+            .tracees
+            .iter()
+            .filter(|(_, t)| t.parked.is_some() && t.awaits_death.is_none())
+            .filter(|(&tid, t)| fatal_pending(t.pid, tid))
+            .filter(|(_, t)| !ended.contains(&t.pid) && {
+                ended.push(t.pid);
+                true
+            })
+            .filter_map(|(&tid, t)| Some((tid, t.parked?, t.stop)))
+            .collect();
+        for (tid, then, stop) in doomed {
+            let at_call = !matches!(then, Then::StepOver { .. } | Then::Started | Then::Clock(ClockAnswer::Counter(_)));
+            if at_call && stop == CallStop::Seccomp {
+                if let Ok(mut regs) = Registers::read(tid) {
+                    let _ = regs.skip_with(-(libc::EINTR as i64));
+                }
+            }
+            resume(tid, 0);
+        }
+    }
+
     /// Lets go the senders waiting at their `kill`'s exit whose target has no thread left.
     pub(super) fn deaths_seen(&mut self) {
         let waiting: Vec<(i32, i32)> = self.tracees.iter().filter_map(|(&tid, t)| t.awaits_death.filter(|w| w.at_exit).map(|w| (tid, w.target))).collect();
@@ -262,6 +292,19 @@ impl Agent {
             }
         }
     }
+}
+
+/// Signals whose default action does not end the process, and those dara's traps use.
+const NOT_FATAL: [i32; 10] = [libc::SIGCHLD, libc::SIGCONT, libc::SIGURG, libc::SIGWINCH, libc::SIGSTOP, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU, libc::SIGSYS, libc::SIGTRAP];
+
+/// Whether thread `tid` of `pid` has a signal pending (for it or its process) that ends the
+/// process when delivered: not caught, ignored or blocked, terminating by default.
+fn fatal_pending(pid: i32, tid: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else { return false };
+    let mask = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
+    let harmless = NOT_FATAL.iter().fold(0, |all, &sig| all | bit(sig));
+    let pending = (mask("SigPnd:") | mask("ShdPnd:")) & !(mask("SigBlk:") | mask("SigIgn:") | mask("SigCgt:") | harmless);
+    pending != 0
 }
 
 #[cfg(test)]
