@@ -7,7 +7,7 @@
 //! there (crash reporters call this stack scanning). A stale return address left in a library's
 //! uninitialised locals could be taken for it; the call-instruction check makes that rare, and
 //! the answer is only a location for people and for telling bugs apart.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::symbols::Symbolizer;
 
@@ -17,7 +17,7 @@ const SCAN_BYTES: usize = 16 * 1024;
 /// A return address in the program's executable, named.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProgramFrame {
-    /// `measure`, or `measure+9` when the binary has no line information.
+    /// `measure`, or `prog+0x10ac` (the return address in the file) when the binary is stripped.
     pub function: String,
     /// `prog.c:6`, from the executable's DWARF, when it has it.
     pub line: Option<String>,
@@ -36,8 +36,9 @@ impl std::fmt::Display for ProgramFrame {
 /// when the fault is in the program's executable already (its own name says where), or no return
 /// address into the executable is found.
 pub fn program_frame(pid: u32, symbolizer: &Symbolizer, pc: u64, sp: u64) -> Option<ProgramFrame> {
+    // Both name the file as the kernel resolves it (d_path), so equal files have equal paths.
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
-    let in_exe = |addr: u64| symbolizer.locate(addr).filter(|site| same_file(&site.module, &exe));
+    let in_exe = |addr: u64| symbolizer.locate(addr).filter(|site| site.module == exe);
     if sp == 0 || in_exe(pc).is_some() {
         return None;
     }
@@ -45,14 +46,11 @@ pub fn program_frame(pid: u32, symbolizer: &Symbolizer, pc: u64, sp: u64) -> Opt
     let ret = stack.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))).find(|&word| in_exe(word).is_some() && follows_call(pid, word))?;
     let site = in_exe(ret)?;
     // The call instruction, not the one after it, is the line the program was on.
-    let call = ret - 1;
-    let function = symbolizer.name(call).map(|n| n.split('+').next().unwrap_or(&n).to_string());
-    let line = source_line(&site.module, site.vaddr - 1);
-    let function = match (function, &line) {
-        (Some(f), _) => f,
-        (None, _) => format!("{}+{:#x}", site.module.file_name().map_or_else(|| "program".into(), |n| n.to_string_lossy().into_owned()), site.vaddr),
+    let function = match symbolizer.name(ret - 1) {
+        Some(name) => name.split('+').next().unwrap_or(&name).to_string(),
+        None => symbolizer.module_offset(ret)?,
     };
-    Some(ProgramFrame { function, line })
+    Some(ProgramFrame { function, line: source_line(&site.module, site.vaddr - 1) })
 }
 
 /// Whether the bytes before `ret` in the target end with a call: `call rel32` (E8), or an indirect
@@ -96,10 +94,6 @@ fn source_line(module: &Path, vaddr: u64) -> Option<String> {
     let location = loader.find_location(vaddr).ok()??;
     let file = Path::new(location.file?).file_name()?.to_string_lossy().into_owned();
     Some(format!("{file}:{}", location.line?))
-}
-
-fn same_file(a: &PathBuf, b: &PathBuf) -> bool {
-    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
 #[cfg(test)]
