@@ -13,6 +13,7 @@ use super::liveness::Walk;
 use super::network::Network;
 use super::observations::Observations;
 use super::processes::ProcessTable;
+use super::stall::Stall;
 use super::target::Target;
 use super::timerfds::TimerFdTable;
 use super::world::{Advance, World, WorldReport};
@@ -91,6 +92,8 @@ pub(super) struct Execution<'a> {
     pub(super) timerfds: TimerFdTable,
     /// The liveness walk after the workload (see `liveness.rs`).
     pub(super) walk: Walk,
+    /// Since when nothing has moved in the wait for a quiet point (see `stall.rs`).
+    pub(super) stall: Stall,
 }
 
 impl<'a> Execution<'a> {
@@ -113,6 +116,7 @@ impl<'a> Execution<'a> {
             world: Some(world),
             timerfds: TimerFdTable::default(),
             walk: Walk::off(),
+            stall: Stall::default(),
         }
     }
 

@@ -30,11 +30,13 @@ pub(super) struct Handoff {
     pub(super) holder: Option<TokenHolder>,
     /// Threads being born that the scheduler waits for.
     pub(super) newborns: Newborns,
+    /// Posts ingested so far (movement, for the stall bound).
+    ingested: u64,
 }
 
 impl Default for Handoff {
     fn default() -> Handoff {
-        Handoff { seen_posts: vec![0; dara_abi::MAX_SLOTS], finished: vec![false; dara_abi::MAX_SLOTS], active: Vec::new(), known_slots: 0, holder: None, newborns: Newborns::default() }
+        Handoff { seen_posts: vec![0; dara_abi::MAX_SLOTS], finished: vec![false; dara_abi::MAX_SLOTS], active: Vec::new(), known_slots: 0, holder: None, newborns: Newborns::default(), ingested: 0 }
     }
 }
 
@@ -96,6 +98,23 @@ impl Handoff {
         Ok(())
     }
 
+    /// Posts ingested so far.
+    pub(super) fn ingested(&self) -> u64 {
+        self.ingested
+    }
+
+    /// Slots claimed so far.
+    pub(super) fn known_slots(&self) -> usize {
+        self.known_slots
+    }
+
+    /// Threads of claimed, unfinished slots that are not parked at a scheduling point (being
+    /// created, granted, or running), in claim order.
+    pub(super) fn unparked(&self, region: &Region) -> Vec<ThreadId> {
+        let parked = |i: usize| matches!(region.slot(i).state.load(Ordering::Acquire), state::POSTED | state::EXITED | state::FREE);
+        self.active.iter().copied().filter(|&i| !self.finished[i] && !parked(i)).map(|i| i as ThreadId).collect()
+    }
+
     /// Whether a slot was claimed that the last [`Handoff::note_new_slots`] did not see.
     pub(super) fn claimed_unseen(&self, region: &Region) -> bool {
         handoff::claimed(&region.header().next_slot) as usize > self.known_slots
@@ -118,6 +137,7 @@ impl Handoff {
             match region.observe(i, self.seen_posts[i]) {
                 Seen::NewPost(posts) => {
                     self.seen_posts[i] = posts;
+                    self.ingested += 1;
                     return Some(i as ThreadId);
                 }
                 Seen::Waiting => {}

@@ -19,6 +19,7 @@
 //! | [`world`] | the trait of worlds around the program, and the closed one |
 //! | [`cluster`] | the cluster world: nodes, workload, check, faults |
 //! | [`watchdog`], [`newborn`] | the token holder and threads being born, watched |
+//! | [`stall`] | the last bound on a wait for a quiet point in which nothing moves |
 //! | [`signals`], [`outside_deaths`] | pending signals; deaths that are not the program's |
 //! | [`target`] | what the driver needs from the processes (the tracer's tree, or a fake) |
 //! | [`harness`] | setup/cleanup commands, the target's environment, CPU pinning |
@@ -38,6 +39,7 @@ mod posts;
 mod processes;
 mod quiet;
 mod signals;
+mod stall;
 mod target;
 #[cfg(test)]
 mod tests;

@@ -97,6 +97,11 @@ impl ProcessTable {
         self.exiting.push(process);
     }
 
+    /// Processes killed by a granted signal that have not ended yet.
+    pub(super) fn dying_now(&self) -> Vec<ProcessId> {
+        self.dying.iter().map(|&(p, _)| p).filter(|p| self.records.get(p).is_some_and(|r| r.alive)).collect()
+    }
+
     /// Whether a killed process is still on its way out (the next decision waits for it).
     pub(super) fn awaiting_deaths(&mut self) -> bool {
         let records = &self.records;

@@ -1,7 +1,7 @@
 //! Waiting for a quiet point: every live thread parked at a scheduling point with its post
 //! ingested, no thread being born, no killed process still on its way out, no launched command
 //! still arriving. Meanwhile exits are drained, the token holder and newborn threads are watched,
-//! and a stop request is honoured.
+//! a wait in which nothing moves at all is bounded (`stall.rs`), and a stop request is honoured.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -13,6 +13,12 @@ use crate::outcome::Outcome;
 impl Execution<'_> {
     /// Waits until no thread is running or starting, ingesting every new post.
     pub(super) fn wait_until_quiet(&mut self, stop: &AtomicBool) -> Wait {
+        let wait = self.wait_for_quiet(stop);
+        self.stall_over();
+        wait
+    }
+
+    fn wait_for_quiet(&mut self, stop: &AtomicBool) -> Wait {
         loop {
             let seen = self.region.wake_count();
             // Before exits: a program refused a thread by dara's limit may crash right after.
@@ -71,6 +77,9 @@ impl Execution<'_> {
                 return Wait::End(outcome);
             }
             if let Some(outcome) = self.watch_newborns() {
+                return Wait::End(outcome);
+            }
+            if let Some(outcome) = self.stalled() {
                 return Wait::End(outcome);
             }
         }

@@ -130,8 +130,10 @@ impl FakeProgram {
             Request::ThreadCreate => self.claim(Request::ThreadStart { creator: slot as u32 }),
             _ => {}
         }
-        let next = self.scripts[slot].pop_front().expect("a script ends with ThreadExit or ProcessExit");
-        self.post(slot, next);
+        // A script that ends without an exit leaves its thread running for good: a stall.
+        if let Some(next) = self.scripts[slot].pop_front() {
+            self.post(slot, next);
+        }
         true
     }
 
@@ -229,7 +231,11 @@ struct Run {
 /// Drives the fake program whose threads post `scripts` (thread 0's first, then one per
 /// `ThreadCreate` granted) under `decide`, with a step bound of `max_steps`.
 fn drive(scripts: Vec<Vec<Request>>, max_steps: u64, decide: &mut dyn Decide) -> Run {
-    let cfg = config(max_steps);
+    drive_with(&config(max_steps), scripts, decide)
+}
+
+/// [`drive`] with a configuration of the test's own.
+fn drive_with(cfg: &ExecutionConfig, scripts: Vec<Vec<Request>>, decide: &mut dyn Decide) -> Run {
     let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, false, false).expect("a region"));
     let pid = std::process::id();
     let exits = Exits::default();
@@ -237,7 +243,7 @@ fn drive(scripts: Vec<Vec<Request>>, max_steps: u64, decide: &mut dyn Decide) ->
     let stop = Arc::new(AtomicBool::new(false));
     let program = FakeProgram { region: Arc::clone(&region), pid, scripts: scripts.into_iter().map(VecDeque::from).collect(), posted: Vec::new(), exits: Arc::clone(&exits), grants: Arc::clone(&grants), stop: Arc::clone(&stop) };
     let tree = FakeTree { pid, exits, root_exited: false };
-    let mut run = Execution::new(&cfg, region, Box::new(tree), Box::new(Closed));
+    let mut run = Execution::new(cfg, region, Box::new(tree), Box::new(Closed));
     run.processes.launched.push(pid);
     let running = program.start();
     let outcome = run.drive(decide, &AtomicBool::new(false));
@@ -377,4 +383,18 @@ fn a_timerfd_fires_when_the_clock_jumps_to_its_deadline_and_its_reader_goes_on()
     let left = current.it_value.tv_sec as u64 * 1_000 * MS + current.it_value.tv_nsec as u64;
     assert_eq!((current.it_interval.tv_sec, current.it_interval.tv_nsec), (0, 10 * MS as i64), "the period");
     assert!(left > 9 * MS && left <= 10 * MS, "the next expiry is a period after the first: {left} ns left");
+}
+
+#[test]
+fn a_wait_in_which_nothing_moves_ends_the_run_and_names_what_it_waited_for() {
+    // Thread 0 is granted a yield and then never posts again, while its thread (this test's
+    // main thread, to the watchdog) sleeps without using CPU time: nothing moves.
+    let mut cfg = config(100);
+    cfg.busy_limit = Duration::from_secs(1);
+    let mut decide = pick(oldest);
+    let run = drive_with(&cfg, vec![vec![Request::Yield]], &mut decide);
+    let Outcome::Uncontrolled { thread, detail, .. } = &run.outcome else { panic!("expected a stopped run, got {:?}", run.outcome) };
+    assert_eq!(*thread, 0);
+    assert!(detail.contains("nothing moved") && detail.contains("thread 0 holds the run token"), "{detail}");
+    assert_eq!(run.steps, vec![0, 0], "the start and the yield were decided");
 }

@@ -62,11 +62,13 @@ pub(super) struct TokenHolder {
     asleep: Option<(Instant, Option<u64>)>,
     /// Its /proc files, open from the first look on.
     files: Option<ThreadFiles>,
+    /// CPU time it had used at the last look.
+    cpu: Duration,
 }
 
 impl TokenHolder {
     pub(super) fn new(thread: ThreadId) -> TokenHolder {
-        TokenHolder { thread, since: CoarseInstant::now(), first_look: None, asleep: None, files: None }
+        TokenHolder { thread, since: CoarseInstant::now(), first_look: None, asleep: None, files: None, cpu: Duration::ZERO }
     }
 }
 
@@ -177,7 +179,7 @@ impl Execution<'_> {
 
     /// Whether the thread is blocked writing to a pipe dara drains (the target's stdout or
     /// stderr): it waits for dara's output copier, which a loaded machine may delay.
-    fn writes_to_output(&self, pid: u32, tid: u32) -> bool {
+    pub(super) fn writes_to_output(&self, pid: u32, tid: u32) -> bool {
         let Some((nr, [fd, _, _])) = procfs::blocked_syscall_raw(pid, tid) else { return false };
         let pipes = &self.region.header().output_pipes;
         matches!(nr, SYS_WRITE | SYS_WRITEV) && procfs::fd_inode(pid, fd).is_some_and(|inode| inode != 0 && pipes.iter().any(|p| p.load(Ordering::Relaxed) == inode))
@@ -207,6 +209,11 @@ pub(super) fn blocked_outside(thread: ThreadId, pid: u32, tid: u32, role: &str, 
 }
 
 impl TokenHolder {
+    /// CPU time the thread had used at the watchdog's last look (zero before the first).
+    pub(super) fn cpu_seen(&self) -> Duration {
+        self.cpu
+    }
+
     /// Samples thread `tid` of process `pid` through its /proc files (opened at the first look
     /// and kept) and folds the sample in.
     pub(super) fn look_at(&mut self, pid: u32, tid: u32, now: Instant) -> Look {
@@ -223,6 +230,7 @@ impl TokenHolder {
             return Look::Gone;
         };
         let first = *self.first_look.get_or_insert(sample);
+        self.cpu = sample.cpu;
         if !matches!(sample.state, 'S' | 'D') {
             self.asleep = None;
             return Look::Computed(sample.cpu.saturating_sub(first.cpu));

@@ -1,0 +1,178 @@
+//! The last bound on the scheduler's wait for a quiet point: a wait in which nothing moves at all.
+//!
+//! The watchdogs judge the token holder and the threads being born by their own evidence (CPU
+//! time used, a sleep in the kernel without running); the waits for killed processes and for a
+//! launched command are bounded where they are kept. What none of them sees would make
+//! `dara-trace` sit silent for good: a holder whose thread vanished while its process lives on
+//! (the watchdog then judges nothing), a slot that says "running" for a thread that does not
+//! hold the token, a slot claimed for a thread that never starts. So the wait also
+//! watches for *progress*: a post, a new thread, a process ending, the wake-up counter moving,
+//! or the holder using CPU time (so a holder that loops on short kernel sleeps, using a little
+//! CPU each time, is not caught here, and the watchdog's sleep count restarts at each wake-up: a
+//! known gap). With none of these for [`STALL_NOTICE`], dara says in one line
+//! what it waits for; with none for the busy limit (`--busy-limit`, the same bound a computing
+//! holder gets), the run stops as uncontrolled with that line as its reason.
+//!
+//! A holder stopped by a debugger (`dara-replay --gdb`, or job control: state `t`/`T`) is a
+//! person looking at the program, and one blocked writing to dara's output pipes waits for
+//! whoever reads dara's output: neither wait is judged.
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use dara_abi::state;
+
+use super::Execution;
+use crate::choice::ThreadId;
+use crate::outcome::Outcome;
+use crate::procfs;
+
+/// Nothing moved for this long: dara says what it waits for, once a stall.
+pub(super) const STALL_NOTICE: Duration = Duration::from_secs(10);
+
+/// How often the progress marks are compared (they cost a pass over the process table).
+const LOOK_EVERY: Duration = Duration::from_millis(500);
+
+/// What counts as movement, compared between two looks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Marks {
+    wakes: u32,
+    posts: u64,
+    slots: usize,
+    live_processes: usize,
+    holder: Option<(ThreadId, Duration)>,
+}
+
+/// The state of the current wait: since when nothing moved, and whether that was said.
+#[derive(Debug)]
+pub(super) struct Stall {
+    marks: Option<Marks>,
+    since: Instant,
+    looked: Instant,
+    told: bool,
+}
+
+impl Default for Stall {
+    fn default() -> Stall {
+        let now = Instant::now();
+        Stall { marks: None, since: now, looked: now, told: false }
+    }
+}
+
+impl Execution<'_> {
+    /// Called on every turn of the wait for a quiet point: ends the run when nothing has moved
+    /// for the busy limit, naming what the wait was for.
+    pub(super) fn stalled(&mut self) -> Option<Outcome> {
+        let now = Instant::now();
+        if now - self.stall.looked < LOOK_EVERY {
+            return None;
+        }
+        self.stall.looked = now;
+        let marks = self.progress_marks();
+        if self.stall.marks != Some(marks) || self.holder_is_stopped() || self.holder_writes_output() {
+            self.stall = Stall { marks: Some(marks), since: now, looked: now, told: false };
+            return None;
+        }
+        let still = now - self.stall.since;
+        if still >= self.cfg.busy_limit {
+            let (thread, what) = self.unmoved();
+            return Some(Outcome::Uncontrolled {
+                thread,
+                syscall: "none: dara's wait for the next scheduling point".into(),
+                detail: format!(
+                    "dara waited {} s and nothing moved (no post, no thread or process started or ended, no CPU time used): {what}; the run was stopped (a limit of dara, not a bug of the program: please report it with this line)",
+                    still.as_secs()
+                ),
+            });
+        }
+        if still >= STALL_NOTICE && !self.stall.told {
+            self.stall.told = true;
+            let (_, what) = self.unmoved();
+            eprintln!("dara: nothing has moved for {} s: {what}; waiting up to --busy-limit ({} s)", still.as_secs(), self.cfg.busy_limit.as_secs());
+        }
+        None
+    }
+
+    /// A wait that reached a quiet point (or another end) starts the next one afresh.
+    pub(super) fn stall_over(&mut self) {
+        self.stall.marks = None;
+    }
+
+    fn progress_marks(&self) -> Marks {
+        Marks {
+            wakes: self.region.wake_count(),
+            posts: self.handoff.ingested(),
+            slots: self.handoff.known_slots(),
+            live_processes: self.processes.records.values().filter(|r| r.alive).count(),
+            holder: self.handoff.holder.as_ref().map(|h| (h.thread, h.cpu_seen())),
+        }
+    }
+
+    /// Whether the token holder is stopped by a debugger or by job control.
+    fn holder_is_stopped(&self) -> bool {
+        let Some(thread) = self.handoff.holder() else { return false };
+        let (pid, tid) = self.kernel_ids(thread);
+        matches!(procfs::thread_state(pid, tid), Some('t' | 'T'))
+    }
+
+    /// Whether the token holder is blocked writing to the output pipes dara drains: it waits for
+    /// whoever reads dara's own output (a paused terminal, a pager), not for the program.
+    fn holder_writes_output(&self) -> bool {
+        let Some(thread) = self.handoff.holder() else { return false };
+        let (pid, tid) = self.kernel_ids(thread);
+        self.writes_to_output(pid, tid)
+    }
+
+    fn kernel_ids(&self, thread: ThreadId) -> (u32, u32) {
+        let slot = self.region.slot(thread as usize);
+        (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed))
+    }
+
+    /// What the wait for a quiet point waits for, for a person: every thread that is not parked
+    /// (the token holder first) with what the kernel says of it, killed processes not gone yet,
+    /// a command on its way. The thread the verdict names comes first.
+    fn unmoved(&mut self) -> (ThreadId, String) {
+        let mut parts = Vec::new();
+        let holder = self.handoff.holder();
+        if let Some(thread) = holder {
+            parts.push(format!("thread {thread} holds the run token and {}", self.kernel_view(thread)));
+        }
+        for thread in self.handoff.unparked(&self.region) {
+            if Some(thread) != holder {
+                let how = if self.region.slot(thread as usize).state.load(Ordering::Acquire) == state::STARTING { "is being created" } else { "runs without the run token" };
+                parts.push(format!("thread {thread} {how} and {}", self.kernel_view(thread)));
+            }
+        }
+        for process in self.processes.dying_now() {
+            parts.push(format!("process {process} was killed and has not ended yet"));
+        }
+        if self.world().awaiting_arrival() {
+            parts.push("a command dara launched has not reached dara's preload yet".into());
+        }
+        if parts.is_empty() {
+            parts.push("no thread is running, yet the wait did not end (a slot claimed for a thread that never started?)".into());
+        }
+        let first = holder.or_else(|| self.handoff.unparked(&self.region).first().copied()).unwrap_or(0);
+        (first, parts.join("; "))
+    }
+
+    /// What the kernel says of `thread`: its state and the system call it sits in.
+    fn kernel_view(&self, thread: ThreadId) -> String {
+        let (pid, tid) = self.kernel_ids(thread);
+        let Some(letter) = procfs::thread_state(pid, tid) else {
+            let process_alive = self.processes.of(thread).and_then(|p| self.processes.records.get(&p)).is_some_and(|r| r.alive);
+            let process = if process_alive { "its process lives on" } else { "its process ended" };
+            return format!("is gone from the kernel (pid {pid}, tid {tid}; {process})");
+        };
+        let state = match letter {
+            'R' => "is runnable".to_string(),
+            'S' => "sleeps in the kernel".to_string(),
+            'D' => "waits in the kernel (uninterruptible)".to_string(),
+            'Z' => "is a zombie".to_string(),
+            other => format!("is in state {other}"),
+        };
+        let call = procfs::blocked_syscall(pid, tid).map(|c| format!(" in {c}")).unwrap_or_default();
+        let place = procfs::sleeping_where(pid, tid);
+        let place = if place.is_empty() { String::new() } else { format!(" ({place})") };
+        format!("{state}{call}{place} (pid {pid}, tid {tid})")
+    }
+}
