@@ -22,6 +22,10 @@ pub struct ClusterSpec {
     /// status is the verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<Vec<String>>,
+    /// `--eventually CMD`: a liveness property as a command, run under control during the
+    /// liveness walk after the workload until it exits 0 (docs/properties.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eventually: Option<Vec<String>>,
     #[serde(default)]
     pub faults: FaultBudget,
 }
@@ -112,6 +116,8 @@ pub enum Role {
     Node(usize),
     Workload,
     Check,
+    /// The `--eventually` command, run during the liveness walk.
+    Eventually,
 }
 
 /// One execution's nodes.
@@ -273,7 +279,7 @@ mod tests {
     use crate::choice::object::obj_pair;
 
     fn spec(nodes: usize, faults: FaultBudget) -> ClusterSpec {
-        ClusterSpec { nodes: (0..nodes).map(|i| NodeSpec { name: format!("n{i}"), start: vec!["./n".into()], restart: vec![] }).collect(), check: None, faults }
+        ClusterSpec { nodes: (0..nodes).map(|i| NodeSpec { name: format!("n{i}"), start: vec!["./n".into()], restart: vec![] }).collect(), check: None, eventually: None, faults }
     }
 
     fn offered(nodes: &Nodes, up: &[bool]) -> Vec<(Op, u64, u32)> {

@@ -1,5 +1,5 @@
 //! The cluster config file (`dara-trace --config dara.toml`) and the command-line options that
-//! stand in for or override it (`--check`, `--setup`, `--cleanup`, `--faults`, `--max-crashes`).
+//! stand in for or override it (`--check`, `--eventually`, `--setup`, `--cleanup`, `--faults`, `--max-crashes`).
 //! The format is documented in docs/cluster.md.
 //!
 //! A command is either a TOML array (program and arguments, run as they are) or a string (run
@@ -18,6 +18,9 @@ pub struct ConfigFile {
     /// The command that exercises the nodes; its exit status is the verdict (before `check`).
     pub workload: Option<Command>,
     pub check: Option<Command>,
+    /// A liveness property as a command (`--eventually`): run during the walk after the
+    /// workload until it exits 0.
+    pub eventually: Option<Command>,
     pub setup: Option<String>,
     pub cleanup: Option<String>,
     #[serde(default, rename = "node")]
@@ -133,6 +136,7 @@ pub fn parse_faults(spec: &str, budget: &mut FaultBudget) -> anyhow::Result<()> 
 pub struct ClusterOptions<'a> {
     pub config: Option<&'a Path>,
     pub check: Option<&'a str>,
+    pub eventually: Option<&'a str>,
     pub setup: Option<&'a str>,
     pub cleanup: Option<&'a str>,
     pub faults: Option<&'a str>,
@@ -177,7 +181,8 @@ pub fn resolve(options: &ClusterOptions<'_>) -> anyhow::Result<ClusterRun> {
         bail!("a restart budget without crashes does nothing: add crash to --faults (or set crash in [faults])");
     }
     let check = options.check.map(shell).or_else(|| file.check.as_ref().map(Command::argv));
-    let spec = (!nodes.is_empty() || check.is_some()).then(|| ClusterSpec { nodes, check, faults: budget });
+    let eventually = options.eventually.map(shell).or_else(|| file.eventually.as_ref().map(Command::argv));
+    let spec = (!nodes.is_empty() || check.is_some() || eventually.is_some()).then(|| ClusterSpec { nodes, check, eventually, faults: budget });
     Ok(ClusterRun {
         spec,
         workload: file.workload.as_ref().map(Command::argv),

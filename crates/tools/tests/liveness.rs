@@ -4,7 +4,8 @@
 //! the workload does. The violation is found by a bounded search, named by its property, replayed
 //! exactly with its walk, the same for the same seed, and its critical transition is the second
 //! node's self-vote. The twin (a new term after a split vote) searches clean, and a walk that
-//! recovers ends the run clean.
+//! recovers ends the run clean. The same for a cluster (`livelock_nodes.c`, two processes on UDP)
+//! whose property is a command (`--eventually CMD`) run under control during the walk.
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -130,4 +131,81 @@ fn a_program_that_ends_with_the_property_unmet_is_still_a_property_failure() {
     let (code, doc) = search_json(&out, &script, "random", 2, 1, &[]);
     assert_eq!(code, 1, "{doc}");
     assert_eq!(doc["bugs"][0]["outcome"]["identity"], "property:done", "{doc}");
+}
+
+/// The cluster of two `livelock_nodes` processes (the split vote on loopback UDP) with `--eventually
+/// 'test -e DIR/leader'`, in a directory of its own: the config file's path and the property's
+/// command.
+fn node_cluster(ok: bool) -> (PathBuf, String) {
+    let name = if ok { "livelock-nodes-ok" } else { "livelock-nodes" };
+    let node = if ok { fixture_with("livelock_nodes", &["-DOK"]) } else { fixture("livelock_nodes") };
+    let node = private_copy(&node, name);
+    let dir = out_dir(&format!("{name}-config"));
+    let (node, data, base) = (node.display().to_string(), dir.display().to_string(), free_ports(2));
+    let mut text = format!("workload = [\"{node}\", \"go\", \"{base}\"]\nsetup = \"rm -f {data}/leader\"\n");
+    for id in 0..2 {
+        text += &format!("\n[[node]]\nname = \"n{id}\"\nstart = [\"{node}\", \"serve\", \"{id}\", \"{base}\", \"{data}\"]\n");
+    }
+    let config = dir.join("cluster.toml");
+    std::fs::write(&config, text).unwrap();
+    (config, format!("test -e {data}/leader"))
+}
+
+#[test]
+fn a_livelocked_cluster_fails_an_eventually_command_and_replays_with_its_critical_transition() {
+    let (config, property) = node_cluster(false);
+    let search = |out: &Path| -> (i32, Value) {
+        let run = dara_trace(
+            &["--json", "-o", out.to_str().unwrap(), "--config", config.to_str().unwrap(), "--eventually", &property, "--liveness-steps", "600", "--liveness-walks", "4", "--strategy", "random", "--seed", "1", "--runs", "10"],
+            Duration::from_secs(600),
+        );
+        (run.code, serde_json::from_str(run.stdout.trim_end()).unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{}", run.text())))
+    };
+    let out = out_dir("livelock-nodes");
+    let (code, doc) = search(&out);
+    assert_eq!(code, 1, "{doc}");
+    let bug = &doc["bugs"][0];
+    assert_eq!(bug["outcome"]["identity"], format!("liveness:{property}").as_str(), "{doc}");
+    let critical = &bug["critical_transition"];
+    assert_eq!((critical["walks"].as_u64(), critical["property"].as_str()), (Some(4), Some(property.as_str())), "{doc}");
+    let step = critical["step"].as_u64().unwrap();
+
+    // The command ran under control during the walk (a process of its own, named so), the replay
+    // follows the walk step for step, and the transition is the workload's GO to the second node
+    // sent before the first node asked for its vote: node 1 then stands before it can grant it.
+    let trace = out.join("bug-0001/trace.bin");
+    let replay = dara_replay(&["--verify", trace.to_str().unwrap()], Duration::from_secs(300));
+    assert_eq!(replay.code, 1, "{}", replay.text());
+    assert!(replay.stdout.contains("verify: 2 more executions identical"), "{}", replay.text());
+    assert!(replay.stdout.lines().any(|l| l.contains("eventually:") && l.contains("process-start")), "{}", replay.text());
+    let marked: Vec<&str> = replay.stdout.lines().filter(|l| l.starts_with("!!")).collect();
+    assert_eq!(marked.len(), 1, "{}", replay.text());
+    assert!(marked[0].split_whitespace().nth(1) == Some(step.to_string().as_str()) && marked[0].contains("workload:") && marked[0].contains("\"GO\"") && marked[0].contains("e1"), "the transition is not the second GO:\n{}", replay.text());
+    let first_ask = replay.stdout.lines().position(|l| l.contains("n0:") && l.contains(" send ")).unwrap();
+    let transition = replay.stdout.lines().position(|l| l.starts_with("!!")).unwrap();
+    assert!(transition < first_ask, "the second GO was sent before node 0 asked\n{}", replay.text());
+
+    // The same seed: the same decisions, walk included, and the same transition.
+    let again = out_dir("livelock-nodes-again");
+    let (_, doc2) = search(&again);
+    same_decisions(&trace, &again.join("bug-0001/trace.bin"));
+    assert_eq!(doc2["bugs"][0]["critical_transition"], doc["bugs"][0]["critical_transition"]);
+}
+
+#[test]
+fn the_twin_cluster_elects_a_leader_in_every_walk() {
+    let (config, property) = node_cluster(true);
+    let out = out_dir("livelock-nodes-ok");
+    let run = dara_trace(&["--json", "-o", out.to_str().unwrap(), "--config", config.to_str().unwrap(), "--eventually", &property, "--liveness-steps", "600", "--strategy", "random", "--seed", "1", "--runs", "10"], Duration::from_secs(600));
+    assert_eq!(run.code, 0, "{}", run.text());
+    let doc: Value = serde_json::from_str(run.stdout.trim_end()).unwrap_or_else(|e| panic!("not one JSON document ({e}):\n{}", run.text()));
+    assert_eq!(doc["outcomes"]["recovered"].as_u64(), Some(10), "every execution's walk ran the command until it held\n{doc}");
+    let trace = out.join("trace.bin");
+    let replay = dara_replay(&["--verify", trace.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert!(replay.stdout.contains("verify: 2 more executions identical"), "{}", replay.text());
+    // Without the walk there is nothing to run the command in.
+    let refused = dara_trace(&["-o", out.to_str().unwrap(), "--config", config.to_str().unwrap(), "--eventually", &property, "--liveness-steps", "0"], Duration::from_secs(60));
+    assert_eq!(refused.code, 2, "{}", refused.text());
+    assert!(refused.stderr.contains("--eventually needs the liveness walk"), "{}", refused.text());
 }

@@ -45,6 +45,7 @@ fn header() -> TraceHeader {
         cluster: Some(crate::cluster::ClusterSpec {
             nodes: vec![crate::cluster::NodeSpec { name: "kv1".into(), start: vec!["sh".into(), "-c".into(), "./kv 1".into()], restart: vec![] }],
             check: Some(vec!["./check.sh".into()]),
+            eventually: None,
             faults: crate::cluster::FaultBudget { crashes: 2, restarts: 1, skew_ms: 250, ..Default::default() },
         }),
         setup: Some("rm -rf /tmp/kv".into()),

@@ -1,5 +1,6 @@
 //! The cluster world (docs/cluster.md): launching the nodes one by one, then the workload once
-//! the nodes have settled, then the check; knowing which process is which node; judging their
+//! the nodes have settled, then the check (or, during the liveness walk, the `--eventually`
+//! command until it holds); knowing which process is which node; judging their
 //! exits; and injecting the faults a strategy chose (crash, restart, partition, heal, connection
 //! reset, clock skew, node pause, dropped datagram). The books of nodes and budgets are pure and
 //! live in [`crate::cluster`]; this is where they meet the processes.
@@ -34,16 +35,70 @@ struct Arrival {
     since: Instant,
 }
 
+/// Decisions of the liveness walk between the end of a failed `--eventually` command and the
+/// next run of it (at least; more for long walks, see [`EventuallyCommand::spacing`]), unless
+/// nothing else can run.
+const EVENTUALLY_SPACING: u64 = 200;
+
+/// Runs of the `--eventually` command one walk makes at most (each is a process).
+const EVENTUALLY_RUNS: u64 = 100;
+
+/// The `--eventually` command during the liveness walk: run once the walk starts, again
+/// [`EVENTUALLY_SPACING`] decisions after each failure (or as soon as nothing else can run), and
+/// its exit 0 is the property holding.
+#[derive(Debug, Default)]
+struct EventuallyCommand {
+    /// Its process while it runs.
+    process: Option<ProcessId>,
+    /// The step its last run ended at (failed); None before the first run.
+    failed_at: Option<u64>,
+    launched: bool,
+}
+
+impl EventuallyCommand {
+    /// Decisions between two runs in a walk of `length` decisions.
+    fn spacing(length: u64) -> u64 {
+        EVENTUALLY_SPACING.max(length / EVENTUALLY_RUNS)
+    }
+
+    /// Whether the command runs now, at `step`, in a walk of `length` (`idle`: nothing else can
+    /// run).
+    fn due(&self, step: u64, length: u64, idle: bool) -> bool {
+        self.process.is_none()
+            && match self.failed_at {
+                None => !self.launched,
+                Some(at) => idle || step >= at + Self::spacing(length),
+            }
+    }
+}
+
 /// One cluster run's nodes and phase, and the command on its way.
 pub(super) struct ClusterWorld {
     nodes: Nodes,
     /// A command dara launched whose `ProcessStart` has not come yet: no decision until it does.
     arriving: Option<Arrival>,
+    eventually: EventuallyCommand,
 }
 
 impl ClusterWorld {
     pub(super) fn new(spec: ClusterSpec) -> ClusterWorld {
-        ClusterWorld { nodes: Nodes::new(spec), arriving: None }
+        ClusterWorld { nodes: Nodes::new(spec), arriving: None, eventually: EventuallyCommand::default() }
+    }
+
+    /// Runs the `--eventually` command if the walk is on and it is due (see [`EventuallyCommand`]).
+    fn run_eventually(&mut self, ex: &mut Execution<'_>, idle: bool) -> Option<Advance> {
+        if self.nodes.spec.eventually.is_none() || !ex.walk.walking() || self.arriving.is_some() {
+            return None;
+        }
+        let step = ex.steps.len() as u64;
+        if !self.eventually.due(step, ex.walk.length(), idle) {
+            return None;
+        }
+        self.eventually.launched = true;
+        Some(match self.launch(ex, Role::Eventually, false) {
+            Ok(()) => Advance::Again,
+            Err(outcome) => Advance::End(outcome),
+        })
     }
 
     /// A connection made across a partition is reset as soon as it is established.
@@ -76,6 +131,7 @@ impl ClusterWorld {
             Role::Node(n) => nodes.command(n, restart),
             Role::Workload => ex.cfg.command.clone(),
             Role::Check => nodes.spec.check.clone().unwrap_or_default(),
+            Role::Eventually => nodes.spec.eventually.clone().unwrap_or_default(),
         };
         match role {
             Role::Node(_) if !restart => {
@@ -86,7 +142,7 @@ impl ClusterWorld {
             }
             Role::Workload => nodes.phase = Phase::Workload,
             Role::Check => nodes.phase = Phase::Check,
-            Role::Node(_) => {}
+            Role::Node(_) | Role::Eventually => {}
         }
         match ex.tree.launch(&command) {
             Ok(pid) => {
@@ -103,6 +159,7 @@ impl ClusterWorld {
             Role::Node(n) => format!("node {}", self.nodes.name(n)),
             Role::Workload => "the workload".into(),
             Role::Check => "the check command".into(),
+            Role::Eventually => "the --eventually command".into(),
         }
     }
 
@@ -154,6 +211,9 @@ impl World for ClusterWorld {
                 detail: format!("{who} (`{}`) did not reach dara's preload within {} s (a static binary, or a launcher that clears LD_PRELOAD?)", arrival.command.join(" "), ARRIVAL_LIMIT.as_secs()),
             });
         }
+        if let Some(advance) = self.run_eventually(ex, false) {
+            return advance;
+        }
         let nodes = &self.nodes;
         let role = match nodes.phase {
             Phase::StartingNodes if nodes.launched < nodes.spec.nodes.len() => Role::Node(nodes.launched),
@@ -184,6 +244,20 @@ impl World for ClusterWorld {
                 }
             }
             _ => Advance::End(Outcome::RanFor { virtual_ns: end }),
+        }
+    }
+
+    /// Nothing can run and no timer is pending: a failed `--eventually` command runs again now
+    /// rather than after its spacing (the system has nothing more to do, and without it the run
+    /// would end as a deadlock).
+    fn when_idle(&mut self, ex: &mut Execution<'_>, choices: &[Choice], _stop: &std::sync::atomic::AtomicBool) -> Result<bool, Outcome> {
+        if !choices.is_empty() || ex.model.next_deadline(None).is_some() {
+            return Ok(false);
+        }
+        match self.run_eventually(ex, true) {
+            Some(Advance::End(outcome)) => Err(outcome),
+            Some(_) => Ok(true),
+            None => Ok(false),
         }
     }
 
@@ -272,6 +346,10 @@ impl World for ClusterWorld {
             (Some(Role::Node(n)), _) => {
                 nodes.node_of.insert(process, n);
             }
+            (Some(Role::Eventually), _) => {
+                self.eventually.process = Some(process);
+                nodes.others.insert(process, "eventually");
+            }
             (Some(role @ (Role::Workload | Role::Check)), _) => {
                 ex.verdict = Some(process);
                 nodes.others.insert(process, if role == Role::Workload { "workload" } else { "check" });
@@ -294,12 +372,30 @@ impl World for ClusterWorld {
             ExitStatus::Code(code) => code,
             ExitStatus::Signal(_) => return None, // judged like any process's signal
         };
+        if self.eventually.process == Some(process) {
+            self.eventually.process = None;
+            let step = ex.steps.len() as u64;
+            if code == 0 {
+                return Some(Outcome::Recovered { walk_steps: ex.walk.walked(step) });
+            }
+            self.eventually.failed_at = Some(step);
+            return None;
+        }
         if ex.verdict == Some(process) {
             return match self.nodes.phase {
                 Phase::Workload if code == 0 && self.nodes.spec.check.is_some() => {
                     ex.verdict = None;
                     self.launch(ex, Role::Check, false).err()
                 }
+                // The workload is over: the walk runs the --eventually command.
+                Phase::Workload if code == 0 && self.nodes.spec.eventually.is_some() => match ex.start_walk() {
+                    Ok(true) => {
+                        ex.verdict = None;
+                        None
+                    }
+                    Ok(false) => Some(Outcome::Exited { code, location: None }),
+                    Err(outcome) => Some(outcome),
+                },
                 Phase::Check if code != 0 => Some(Outcome::CheckFailed { code }),
                 Phase::Check if let Some(virtual_ns) = self.nodes.ran_for => Some(Outcome::RanFor { virtual_ns }),
                 _ => Some(Outcome::Exited { code, location: None }),
@@ -319,5 +415,24 @@ impl World for ClusterWorld {
         let n = &self.nodes;
         let nodes: BTreeMap<ProcessId, String> = n.node_of.iter().map(|(&p, &node)| (p, n.name(node).to_string())).chain(n.others.iter().map(|(&p, &r)| (p, r.to_string()))).collect();
         super::world::WorldReport { nodes, ..Default::default() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EventuallyCommand;
+
+    #[test]
+    fn the_eventually_command_runs_once_at_first_then_spaced_or_when_idle() {
+        let mut command = EventuallyCommand::default();
+        assert!(command.due(10, 600, false), "the first run is due at once");
+        command.launched = true;
+        command.process = Some(3);
+        assert!(!command.due(10, 600, true), "never two at a time");
+        command.process = None;
+        command.failed_at = Some(40);
+        assert!(!command.due(239, 600, false) && command.due(240, 600, false), "200 decisions after a failure");
+        assert!(command.due(41, 600, true), "at once when nothing else can run");
+        assert_eq!(EventuallyCommand::spacing(100_000), 1000, "about 100 runs in a long walk");
     }
 }

@@ -8,6 +8,8 @@
 //! nothing else can run), or by the strategy in a replay, which follows the recorded walk. Every
 //! [`CHECK_EVERY`] decisions another mark is written and waited for: all pending properties having
 //! held ends the run as `Recovered`; a walk that spends its steps ends as `LivenessViolated`.
+//! With `--eventually CMD` the property is that command: the cluster world runs it during the
+//! walk, again after each failure, and its exit 0 ends the run as `Recovered`.
 use std::io::Write;
 use std::ops::ControlFlow;
 use std::sync::{Arc, Condvar, Mutex};
@@ -70,6 +72,9 @@ pub(super) struct Walk {
     rng: u64,
     /// The first property pending at the start (named by a violation).
     first_pending: String,
+    /// `--eventually CMD`: the property is that command exiting 0, which the cluster world runs
+    /// during the walk and judges; no marks are written (the name is the command's).
+    command: Option<String>,
 }
 
 impl Walk {
@@ -77,7 +82,26 @@ impl Walk {
         let cfg = cfg.filter(|c| c.steps > 0);
         let salt = cfg.map_or(0, |c| c.salt);
         let rng = dara_abi::splitmix64(random_seed ^ dara_abi::splitmix64(salt ^ 0x6c69_7665_6e65_7373));
-        Walk { cfg, lines, writer, started_at: None, declined: false, marks: 0, rng, first_pending: String::new() }
+        Walk { cfg, lines, writer, started_at: None, declined: false, marks: 0, rng, first_pending: String::new(), command: None }
+    }
+
+    /// The walk's property is `command` exiting 0 (`--eventually`), not the SDK's lines.
+    pub(super) fn with_command(mut self, command: Option<&[String]>) -> Walk {
+        self.command = command.map(|argv| match argv {
+            [sh, c, line] if sh == "/bin/sh" && c == "-c" => line.clone(),
+            _ => argv.join(" "),
+        });
+        self
+    }
+
+    /// Decisions walked by step `step` (0 before the walk).
+    pub(super) fn walked(&self, step: u64) -> u64 {
+        self.started_at.map_or(0, |start| step.saturating_sub(start))
+    }
+
+    /// Most decisions the walk makes.
+    pub(super) fn length(&self) -> u64 {
+        self.cfg.map_or(0, |c| c.steps)
     }
 
     /// Without a walk (the driver's own tests).
@@ -145,15 +169,24 @@ impl Execution<'_> {
             return ControlFlow::Continue(false);
         };
         let walked = step - start;
+        if self.walk.command.is_some() {
+            // The cluster world ends a walk that recovered (the command exited 0).
+            return if walked >= cfg.steps { ControlFlow::Break(self.violation(walked)) } else { ControlFlow::Continue(true) };
+        }
         if walked == 0 || (!walked.is_multiple_of(CHECK_EVERY) && walked < cfg.steps) {
             return ControlFlow::Continue(true);
         }
         match self.walk.sync(|p| p.pending().is_some_and(|pending| pending.is_empty())) {
             Ok(true) => ControlFlow::Break(Outcome::Recovered { walk_steps: walked }),
-            Ok(false) if walked >= cfg.steps => ControlFlow::Break(Outcome::LivenessViolated { name: self.walk.first_pending.clone(), walk_steps: walked }),
+            Ok(false) if walked >= cfg.steps => ControlFlow::Break(self.violation(walked)),
             Ok(false) => ControlFlow::Continue(true),
             Err(outcome) => ControlFlow::Break(outcome),
         }
+    }
+
+    /// The walk spent its `walked` decisions and the property never held.
+    fn violation(&self, walked: u64) -> Outcome {
+        Outcome::LivenessViolated { name: self.walk.first_pending.clone(), walk_steps: walked }
     }
 
     /// The workload is over: starts the walk if an `eventually` property is unmet now. Ok(false)
@@ -161,6 +194,12 @@ impl Execution<'_> {
     pub(super) fn start_walk(&mut self) -> Result<bool, Outcome> {
         if self.walk.cfg.is_none() || self.walk.declined || self.walk.walking() {
             return Ok(self.walk.walking());
+        }
+        if let Some(command) = &self.walk.command {
+            // Pending by definition: the command has not run yet (the cluster world runs it).
+            self.walk.first_pending = command.clone();
+            self.walk.started_at = Some(self.steps.len() as u64);
+            return Ok(true);
         }
         let first = self.walk.sync(|p| p.pending().and_then(|pending| pending.iter().next().cloned()))?;
         match first {

@@ -213,7 +213,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     world.launched();
     let sdk_writer = tree.sdk_writer();
     let mut run = Execution::new(cfg, region, Box::new(tree), world);
-    run.walk = liveness::Walk::new(cfg.liveness, Arc::clone(&properties), sdk_writer, cfg.random_seed);
+    run.walk = liveness::Walk::new(cfg.liveness, Arc::clone(&properties), sdk_writer, cfg.random_seed).with_command(cfg.cluster.as_ref().and_then(|c| c.eventually.as_deref()));
     run.processes.launched.push(run.tree.root_pid());
     let mut outcome = run.drive(decide, stop);
     run.walk.close();

@@ -86,6 +86,12 @@ struct Cli {
     /// up; a non-zero status is a bug.
     #[arg(long, value_name = "CMD")]
     check: Option<String>,
+    /// A liveness property as a shell command (docs/properties.md): once the workload is over
+    /// (it exited 0, or --run-for was reached), the command runs under control during a fair
+    /// random walk of up to --liveness-steps decisions, again 100 virtual ms after each failure;
+    /// never exiting 0 is a liveness violation, and its critical transition is looked for.
+    #[arg(long, value_name = "CMD")]
+    eventually: Option<String>,
     /// A shell command run (outside dara) before every execution, e.g. to empty a data
     /// directory; its failure stops the search.
     #[arg(long, value_name = "CMD")]
@@ -186,6 +192,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     let cluster = cluster_config::resolve(&ClusterOptions {
         config: cli.config.as_deref(),
         check: cli.check.as_deref(),
+        eventually: cli.eventually.as_deref(),
         setup: cli.setup.as_deref(),
         cleanup: cli.cleanup.as_deref(),
         faults: cli.faults.as_deref(),
@@ -215,7 +222,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     }
     let mut build_ids = check_program(&cli.command[0])?;
     if let Some(spec) = &cluster.spec {
-        for command in spec.nodes.iter().flat_map(|n| [&n.start, &n.restart]).chain(spec.check.as_ref()) {
+        for command in spec.nodes.iter().flat_map(|n| [&n.start, &n.restart]).chain(spec.check.as_ref()).chain(spec.eventually.as_ref()) {
             if let Some(program) = command.first() {
                 build_ids.extend(check_program(program)?);
             }
@@ -240,6 +247,12 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     execution.max_steps = cli.max_steps.unwrap_or(default_steps);
     execution.max_vtime_ns = cli.max_vtime.unwrap_or(default_vtime).saturating_mul(1_000_000_000);
     execution.cpus = cli.cpus;
+    if execution.cluster.as_ref().is_some_and(|c| c.eventually.is_some()) && cli.liveness_steps == 0 {
+        bail!("--eventually needs the liveness walk: give --liveness-steps a number above 0");
+    }
+    if execution.cluster.as_ref().is_some_and(|c| c.eventually.is_some() && c.check.is_some()) {
+        bail!("--eventually and --check both judge the end of the workload: give one of them");
+    }
     execution.liveness = (cli.liveness_steps > 0).then_some(dara_model::liveness::LivenessConfig { steps: cli.liveness_steps, salt: 0, from_step: None, follow_strategy: false });
     let mut profiled = None;
     if let Some(spec) = &cli.preempt_on {
