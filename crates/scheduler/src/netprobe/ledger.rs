@@ -40,13 +40,16 @@ pub(super) struct TcpSnapshot {
     pub(super) sent: u64,
     pub(super) acked: u64,
     pub(super) not_sent: u64,
-    /// The peer's advertised receive window (0 where the kernel does not say).
-    pub(super) window: u64,
+    /// The peer's advertised receive window (None where the kernel does not say: `tcp_info`
+    /// has `tcpi_snd_wnd` since Linux 5.4). Zero is a full window, not an unknown one.
+    pub(super) window: Option<u64>,
 }
 
 impl TcpSnapshot {
     pub(super) fn of(fd: &OwnedFd) -> Option<TcpSnapshot> {
-        let info = tcp_info_field::<{ tcpi::SND_WND + 4 }>(fd, 0).or_else(|| tcp_info_field::<{ tcpi::BYTES_RETRANS + 8 }>(fd, 0).map(|short| {
+        let long = tcp_info_field::<{ tcpi::SND_WND + 4 }>(fd, 0);
+        let window_known = long.is_some();
+        let info = long.or_else(|| tcp_info_field::<{ tcpi::BYTES_RETRANS + 8 }>(fd, 0).map(|short| {
             let mut info = [0u8; tcpi::SND_WND + 4];
             info[..short.len()].copy_from_slice(&short);
             info
@@ -58,7 +61,7 @@ impl TcpSnapshot {
             sent: u64_at(tcpi::BYTES_SENT).saturating_sub(u64_at(tcpi::BYTES_RETRANS)),
             acked: u64_at(tcpi::BYTES_ACKED),
             not_sent: u32_at(tcpi::NOTSENT_BYTES),
-            window: u32_at(tcpi::SND_WND),
+            window: window_known.then(|| u32_at(tcpi::SND_WND)),
         })
     }
 
@@ -73,7 +76,13 @@ impl TcpSnapshot {
     /// receiver reading: a push ([`push_held`]) or the peer's next ACK sends them. Bytes beyond
     /// the peer's window wait for its read instead (docs/networking.md, "Not yet").
     pub(super) fn holds_back(&self) -> bool {
-        self.not_sent > 0 && self.window > self.sent.saturating_sub(self.acked)
+        self.not_sent > 0 && self.window.is_some_and(|w| w > self.sent.saturating_sub(self.acked))
+    }
+
+    /// Room the peer's window has for more bytes beyond those written and not acknowledged;
+    /// None when the kernel does not say.
+    pub(super) fn room(&self) -> Option<u64> {
+        self.window.map(|w| w.saturating_sub(self.queued()))
     }
 }
 
@@ -136,7 +145,7 @@ pub(super) fn arrival(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&So
         let Some(pushed) = TcpSnapshot::of(fd) else { return Some(0) };
         t = pushed;
     }
-    let room = t.window.saturating_sub(t.queued()) as usize;
+    let room = t.room().unwrap_or(0) as usize;
     let fin = with_fin && FIN_IN_FLIGHT.contains(&t.state);
     if t.state == TCP_CLOSE || (t.queued() == 0 && !fin) {
         return Some(room);

@@ -143,12 +143,10 @@ pub(crate) fn bytes_received(fd: &OwnedFd) -> Option<u64> {
 }
 
 /// Bytes a TCP socket can send now without waiting for its peer to read: the peer's advertised
-/// window less what is already in flight.
+/// window less what is already in flight (0 when the peer's receive queue is full), or
+/// [`DEFAULT_SEND_ROOM`] when the kernel does not say.
 pub(crate) fn send_window(fd: &OwnedFd) -> usize {
-    match TcpSnapshot::of(fd) {
-        Some(t) if t.window > 0 => t.window.saturating_sub(t.queued()) as usize,
-        _ => DEFAULT_SEND_ROOM,
-    }
+    TcpSnapshot::of(fd).and_then(|t| t.room()).map_or(DEFAULT_SEND_ROOM, |room| room as usize)
 }
 
 /// Connections waiting in a listening socket's accept queue.

@@ -244,8 +244,9 @@ impl<S: Side> Relay<S> {
         let hold = sending && self.held_bytes < HOLD_BYTES && step < self.held_since.unwrap_or(step) + HOLD_STEPS;
         for index in 0..self.streams.len() {
             self.to_program(step, index)?;
-            if !hold {
-                self.flush_to_client(index);
+            // A traced client is the program: never held back.
+            if !hold || !self.streams[index].recorded {
+                self.changed |= self.flush_to_client(index)?;
             }
         }
         if hold {
@@ -277,7 +278,10 @@ impl<S: Side> Relay<S> {
                 return Ok(false);
             }
             let slice = left.unwrap_or(Duration::MAX).min(Duration::from_millis(50));
-            self.flush_clients();
+            // Bytes for a traced client that has read since: they change the program's side.
+            if self.flush_clients()? {
+                return Ok(true);
+            }
             let stdin_open = self.stdin.as_ref().is_some_and(|s| !s.eof && s.pending.len() < INBOUND_BUFFER);
             if stdin_open && wait_readable(&[self.epoll.as_raw_fd(), 0], slice) == Some(1) {
                 return Ok(true);
@@ -300,13 +304,16 @@ impl<S: Side> Relay<S> {
     }
 
     /// Writes what the program sent to every client, as much as each takes now (output held back
-    /// by [`Relay::pump`] goes out here when the program waits, and when the run ends).
-    pub fn flush_clients(&mut self) {
+    /// by [`Relay::pump`] goes out here when the program waits, and when the run ends). Returns
+    /// whether a traced client got something (the program's side changed).
+    pub fn flush_clients(&mut self) -> Result<bool, RelayError> {
+        let mut changed = false;
         for index in 0..self.streams.len() {
-            self.flush_to_client(index);
+            changed |= self.flush_to_client(index)?;
         }
         self.held_since = None;
         self.held_bytes = 0;
+        Ok(changed)
     }
 
     fn watch(&self, fd: &impl AsRawFd, token: u64, events: u32) -> Result<(), RelayError> {

@@ -70,7 +70,7 @@ impl<S: Side> Relay<S> {
             self.events.push(OutsideEvent { step, stream: stream as u32, what: OutsideWhat::Connect { listener: index as u32, peer } });
         }
         self.changed = true;
-        self.streams.push(Stream { inner: Some(inner), inner_addrs, outer, recorded, to_inner: Vec::new(), room: 0, to_outer: Vec::new(), outer_eof: false, outer_reset: false, closed_inner: false, inner_eof: false });
+        self.streams.push(Stream { inner: Some(inner), inner_addrs, outer, recorded, to_inner: Vec::new(), room: 0, to_outer: Vec::new(), outer_eof: false, outer_reset: false, closed_inner: false, inner_eof: false, told_outer_eof: false });
         Ok(())
     }
 
@@ -193,31 +193,55 @@ impl<S: Side> Relay<S> {
     }
 
     /// Writes what the program sent to the client, as much as it takes now (recording, or a traced
-    /// client); a client that went away gets nothing more.
-    pub(super) fn flush_to_client(&mut self, index: usize) {
+    /// client); a client that went away gets nothing more. A traced client is the program too:
+    /// it gets what its receive window takes, settled into its receive queue before anything is
+    /// probed (as a delivery from an outside client is), and its side is marked changed; an
+    /// outside client gets whatever its socket buffer takes. Returns whether a traced client was
+    /// given bytes or the end of the stream.
+    pub(super) fn flush_to_client(&mut self, index: usize) -> Result<bool, RelayError> {
+        let diag = self.diag.as_ref();
         let s = &mut self.streams[index];
-        let Some(outer) = &s.outer else { return };
+        let Some(outer) = &s.outer else { return Ok(false) };
+        let traced = !s.recorded;
+        let mut changed = false;
         while !s.to_outer.is_empty() {
-            // SAFETY: writes from a live buffer of the given length.
-            let n = unsafe { libc::send(outer.as_raw_fd(), s.to_outer.as_ptr().cast(), s.to_outer.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+            let take = if traced { netprobe::send_window(outer).min(s.to_outer.len()) } else { s.to_outer.len() };
+            if take == 0 {
+                break; // the traced client's queue is full: more once it reads
+            }
+            // SAFETY: writes from a live buffer of at least `take` bytes.
+            let n = unsafe { libc::send(outer.as_raw_fd(), s.to_outer.as_ptr().cast(), take, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
             if n > 0 {
                 s.to_outer.drain(..n as usize);
+                if traced {
+                    netprobe::wait_acknowledged(outer, None, diag, Instant::now()).map_err(|e| RelayError::Broken(e.0))?;
+                    changed = true;
+                }
                 continue;
             }
             if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN) {
-                return;
+                return Ok(changed);
             }
             s.to_outer.clear(); // the client is gone
             s.outer = None;
-            return;
+            return Ok(changed);
         }
-        if s.inner_eof {
-            // SAFETY: shutdown of a socket we own.
-            unsafe { libc::shutdown(outer.as_raw_fd(), libc::SHUT_WR) };
+        if s.inner_eof && s.to_outer.is_empty() {
+            if !s.told_outer_eof {
+                s.told_outer_eof = true;
+                if traced {
+                    close_sending_side(outer, None, diag)?;
+                    changed = true;
+                } else {
+                    // SAFETY: shutdown of a socket we own.
+                    unsafe { libc::shutdown(outer.as_raw_fd(), libc::SHUT_WR) };
+                }
+            }
             if s.outer_eof {
                 s.outer = None;
             }
         }
+        Ok(changed)
     }
 }
 
@@ -247,6 +271,8 @@ pub(super) struct Stream {
     pub(super) closed_inner: bool,
     /// The program closed its side.
     pub(super) inner_eof: bool,
+    /// The client has been told (its side shut for writing, settled for a traced client).
+    pub(super) told_outer_eof: bool,
 }
 
 pub(super) fn accept(listener: &OwnedFd) -> Option<OwnedFd> {
