@@ -244,8 +244,9 @@ impl ProcessTree {
         if self.slow_reap_told != pid {
             self.slow_reap_told = pid;
             eprintln!(
-                "dara: the kernel has been releasing process {pid} for {} s after it ended (wait4 -> release_task, invalidating its /proc entries; slow on a loaded machine); waiting for it",
-                for_.as_secs()
+                "dara: the kernel has been releasing process {pid} for {} s after it ended (wait4 -> release_task, invalidating its /proc entries; slow on a loaded machine){}; waiting for it",
+                for_.as_secs(),
+                self.reaping.thread().map(reaper_in_kernel).unwrap_or_default()
             );
         }
         Some((pid, for_))
@@ -468,6 +469,17 @@ impl ProcessTree {
             }
         }
     }
+}
+
+/// Where dara's reaper thread `tid` sits in the kernel, for the slow-reap notice: its state and
+/// its kernel stack (root can read it), innermost first.
+fn reaper_in_kernel(tid: u32) -> String {
+    let read = |file: &str| std::fs::read_to_string(format!("/proc/self/task/{tid}/{file}")).unwrap_or_default();
+    let state = read("stat").rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()).unwrap_or('?');
+    let stack = read("stack");
+    let frames: Vec<&str> = stack.lines().filter_map(|l| l.split_whitespace().nth(1)).map(|f| f.split('+').next().unwrap_or(f)).take(8).collect();
+    let stack = if frames.is_empty() { String::new() } else { format!(", kernel stack {}", frames.join(" < ")) };
+    format!(" (dara's reaper thread {tid}: state {state}{stack})")
 }
 
 impl ProcessTree {

@@ -35,6 +35,9 @@ pub struct Reaping {
     pid: AtomicU32,
     /// When that reap began, in microseconds after [`epoch`] (plus one, so never 0).
     since_us: AtomicU64,
+    /// The reaper thread's kernel tid (0 until it runs): where a slow reap sits in the kernel is
+    /// read from its /proc entries.
+    tid: AtomicU32,
 }
 
 /// A fixed instant all [`Reaping`] times are counted from.
@@ -51,6 +54,11 @@ impl Reaping {
 
     fn end(&self) {
         self.pid.store(0, Ordering::Release);
+    }
+
+    /// The reaper thread's kernel tid, once it runs.
+    pub fn thread(&self) -> Option<u32> {
+        Some(self.tid.load(Ordering::Relaxed)).filter(|&t| t != 0)
     }
 
     /// The process being reaped and for how long, if a reap is under way.
@@ -78,6 +86,8 @@ pub(crate) fn start(pgid: u32, on_exit: impl Fn() + Send + 'static) -> Reaper {
     std::thread::Builder::new()
         .name("dara-reaper".into())
         .spawn(move || {
+            // SAFETY: gettid takes no arguments and cannot fail.
+            published.tid.store(unsafe { libc::gettid() } as u32, Ordering::Relaxed);
             loop {
                 // Which child has ended, without reaping it yet, so the reap itself can be named.
                 let pid = match ended_child(pgid) {
