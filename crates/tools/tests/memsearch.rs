@@ -31,19 +31,8 @@ fn program(name: &str, tag: &str) -> PathBuf {
 fn found(name: &str, args: &[&str], strategy: &str, seed: u64, runs: u64) {
     let tag = format!("{name}{}-{}", args.join("-"), strategy.replace(':', ""));
     let program = program(name, &tag);
-    let out = out_dir(&tag);
-    let run = search_args(&out, strategy, seed, runs, &program, args);
-    assert_eq!(run.code, 1, "expected {name}'s bug within {runs} {strategy} executions (seed {seed})\n{}", run.text());
-    assert!(run.stdout.contains("SIGABRT"), "{}", run.text());
-    let bug = out.join("bug-0001/trace.bin");
-    let recorded = dara_scheduler::trace::read_file(&bug).unwrap();
-    let memory_steps = recorded.steps.iter().filter(|s| matches!(s.choice.op, dara_abi::Op::MemoryRead | dara_abi::Op::MemoryWrite)).count();
-    assert!(memory_steps >= 2, "memory accesses were scheduling points ({memory_steps})");
-    replays(&bug, "SIGABRT");
-    let again = out_dir(&format!("{tag}-again"));
-    let run2 = search_args(&again, strategy, seed, runs, &program, args);
-    assert_eq!(run2.code, 1, "the same seed did not find the bug again\n{}", run2.text());
-    same_decisions(&bug, &again.join("bug-0001/trace.bin"));
+    let what = format!("{name} {} within {runs} {strategy} executions (seed {seed})", args.join(" "));
+    found_with_memory_points(&tag, &what, 2, |out| search_args(out, strategy, seed, runs, &program, args));
     assert_no_survivors(&program);
 }
 
