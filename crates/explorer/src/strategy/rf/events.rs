@@ -20,6 +20,9 @@ use dara_abi::Op;
 use dara_model::choice::ThreadId;
 use dara_model::Choice;
 
+/// Most pairs [`Knowledge::candidates`] lists.
+pub(crate) const MAX_CANDIDATES: usize = 100_000;
+
 /// A step of some thread, as it recurs across executions (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Event {
@@ -136,8 +139,9 @@ impl Knowledge {
         new
     }
 
-    /// Every pair that could exist by what has been seen: each read with the initial value and
-    /// with every write of its granule.
+    /// Pairs that could exist by what has been seen: each read with the initial value and with
+    /// every write of its granule, in a fixed order, at most [`MAX_CANDIDATES`] (a program that
+    /// loops over shared memory makes new events every iteration).
     pub fn candidates(&self) -> Vec<Pair> {
         let mut out = Vec::new();
         for (granule, reads) in &self.reads {
@@ -145,6 +149,10 @@ impl Knowledge {
             let sources: Vec<Option<Event>> = std::iter::once(None).chain(writes).collect();
             for &read in reads {
                 out.extend(sources.iter().map(|&write| Pair { write, read }));
+                if out.len() >= MAX_CANDIDATES {
+                    out.truncate(MAX_CANDIDATES);
+                    return out;
+                }
             }
         }
         out

@@ -79,3 +79,29 @@ fn same_seed_same_decisions() {
     assert_ne!(decisions(4), decisions(5));
 }
 
+
+#[test]
+fn an_impossible_pair_falls_back_and_every_execution_finishes() {
+    use super::super::sim::{Instr, Sim};
+    // Each thread reads x before it writes it: "thread 0's first read reads from a write" needs
+    // another thread's write first, and "a read after a write by the same code" cannot exist in
+    // a single thread; rf aims at such pairs and must fall back to running whatever is offered.
+    let x = 0x100;
+    let program = Sim::new(vec![vec![Instr::MemRead(x), Instr::MemAdd(x, 1)], vec![Instr::Lock(1), Instr::MemRead(x), Instr::MemAdd(x, 1), Instr::Unlock(1)]]);
+    let mut rf = Rf::new(3);
+    let mut search = Search::new();
+    for k in 0..40 {
+        let (_, finished) = search.run(&mut rf, k, &mut program.clone(), 100);
+        assert!(finished, "execution {k}");
+    }
+    assert_eq!(rf.pairs_seen(), 2, "the initial value and the other thread's write");
+}
+
+#[test]
+fn candidates_are_bounded() {
+    let mut knowledge = Knowledge::default();
+    // One thread writing and reading the same granule many times makes many distinct events.
+    let steps: Vec<_> = (0..400).flat_map(|_| [run_choice(0, Op::MemoryWrite, 0x100), run_choice(0, Op::MemoryRead, 0x100)]).collect();
+    knowledge.learn(&steps);
+    assert_eq!(knowledge.candidates().len(), events::MAX_CANDIDATES.min(400 * 401));
+}
