@@ -6,8 +6,8 @@
 # table: how many seeds found the bug, and mean, median and worst executions to it (over the
 # seeds that found it). Counts, not times, so a loaded machine does not change them.
 #
-#   scripts/bench-memsearch.sh [SEEDS] [RUNS] [STRATEGIES...]   (default 20 seeds, 500 executions,
-#                                                               random pct:3 pos rf)
+#   scripts/bench-memsearch.sh [SEEDS] [RUNS] [STRATEGY...]   (default 20 seeds, 500 executions,
+#                                                             random pct:3 pos rf)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds="${1:-20}"
@@ -15,45 +15,21 @@ runs="${2:-500}"
 shift $(( $# < 2 ? $# : 2 ))
 strategies=("$@")
 [ ${#strategies[@]} -eq 0 ] && strategies=(random pct:3 pos rf)
-
-cargo build --release --workspace -q
-lib="$PWD/target/release"
-bin=target/bench-bin/tsan
-mkdir -p "$bin"
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-for prog in mem_reorder mem_wrong_lock mem_two_stage; do
-    clang -O1 -g -pthread -fsanitize=thread -mllvm -tsan-instrument-read-before-write "tests/fixtures/$prog.c" \
-        -o "$bin/$prog" -fno-sanitize-link-runtime -L "$lib" -ldara_tsan -Wl,-rpath,"$lib"
-done
-
-# Executions up to and including the first bug (empty if none within RUNS).
-first_bug() {
-    local strategy=$1 seed=$2
-    shift 2
-    rm -rf "$out/run"
-    local log
-    log=$(target/release/dara-trace -q -o "$out/run" --strategy "$strategy" --seed "$seed" --runs "$runs" --no-minimize \
-        --epoch 1790000000 --preempt-on memory -- "$@" 2>/dev/null || true)
-    sed -n 's/.*(execution \([0-9]*\), .*/\1/p' <<<"$log" | head -1 | awk '{print $1 + 1}'
-}
+source scripts/first-bug.sh
+build_tsan mem_reorder mem_wrong_lock mem_two_stage
 
 echo "| family | strategy | seeds found | mean | median | worst |"
 echo "|---|---|---|---|---|---|"
 for family in "reorder 3" "reorder 5" "reorder 10" "reorder 20" "wrong_lock" "two_stage"; do
-    set -- $family
-    command=("$bin/mem_$1" "${@:2}")
+    read -r name arg <<<"$family"
+    command=("$bin/mem_$name")
+    [ -n "${arg:-}" ] && command+=("$arg")
     for strategy in "${strategies[@]}"; do
         found=()
         for seed in $(seq 1 "$seeds"); do
             k=$(first_bug "$strategy" "$seed" "${command[@]}")
             [ -n "$k" ] && found+=("$k")
         done
-        if [ ${#found[@]} -eq 0 ]; then
-            echo "| $family | $strategy | 0/$seeds | - | - | - |"
-            continue
-        fi
-        stats=$(printf '%s\n' "${found[@]}" | sort -n | awk '{a[NR]=$1; s+=$1} END {printf "%.1f | %s | %s", s/NR, a[int((NR+1)/2)], a[NR]}')
-        echo "| $family | $strategy | ${#found[@]}/$seeds | $stats |"
+        stats_row "$family" "$strategy" "$seeds" ${found[@]+"${found[@]}"}
     done
 done

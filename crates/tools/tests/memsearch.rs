@@ -16,8 +16,13 @@ use common::*;
 
 /// A search of `program args...` with memory points.
 fn search_args(out: &Path, strategy: &str, seed: u64, runs: u64, program: &Path, args: &[&str]) -> Run {
-    let (seed, runs) = (seed.to_string(), runs.to_string());
-    let mut argv = vec!["-q", "-o", out.to_str().unwrap(), "--strategy", strategy, "--seed", &seed, "--runs", &runs, "--epoch", SEARCH_EPOCH, "--preempt-on", "memory", "--", program.to_str().unwrap()];
+    search_jobs(out, strategy, seed, runs, 1, program, args)
+}
+
+/// [`search_args`] with `jobs` parallel executions.
+fn search_jobs(out: &Path, strategy: &str, seed: u64, runs: u64, jobs: u32, program: &Path, args: &[&str]) -> Run {
+    let (seed, runs, jobs) = (seed.to_string(), runs.to_string(), jobs.to_string());
+    let mut argv = vec!["-q", "-o", out.to_str().unwrap(), "--strategy", strategy, "--seed", &seed, "--runs", &runs, "--jobs", &jobs, "--epoch", SEARCH_EPOCH, "--preempt-on", "memory", "--", program.to_str().unwrap()];
     argv.extend_from_slice(args);
     dara_trace(&argv, Duration::from_secs(300))
 }
@@ -52,6 +57,14 @@ fn reorder_with_many_setters_is_found_by_rf() {
         found("mem_reorder", &[setters], "rf", 1, 30);
     }
     found("mem_reorder", &["5"], "pos", 2, 30);
+    // pos's executions are independent: two jobs find the same bug with the same decisions.
+    let program = program("mem_reorder", "reorder-pos-jobs");
+    let (one, two) = (out_dir("reorder-pos-jobs1"), out_dir("reorder-pos-jobs2"));
+    assert_eq!(search_jobs(&one, "pos", 2, 30, 1, &program, &["5"]).code, 1);
+    let run = search_jobs(&two, "pos", 2, 30, 2, &program, &["5"]);
+    assert_eq!(run.code, 1, "{}", run.text());
+    same_decisions(&one.join("bug-0001/trace.bin"), &two.join("bug-0001/trace.bin"));
+    assert_no_survivors(&program);
     clean("mem_reorder_ok", &["10"], "rf", 50);
     clean("mem_reorder_ok", &["10"], "pos", 50);
 }
