@@ -19,11 +19,6 @@ for prog in atomic_check_then_act chase_lev aba_stack; do
     for strategy in random pct:3 pct:4 dpor; do
         n=$seeds
         [ "$strategy" = dpor ] && n=1
-        found=()
-        for seed in $(seq 1 "$n"); do
-            k=$(first_bug "$strategy" "$seed" "$bin/$prog")
-            [ -n "$k" ] && found+=("$k")
-        done
-        stats_row "$prog" "$strategy" "$n" ${found[@]+"${found[@]}"}
+        seeds_row "$prog" "$strategy" "$n" "$bin/$prog"
     done
 done

@@ -25,11 +25,6 @@ for family in "reorder 3" "reorder 5" "reorder 10" "reorder 20" "wrong_lock" "tw
     command=("$bin/mem_$name")
     [ -n "${arg:-}" ] && command+=("$arg")
     for strategy in "${strategies[@]}"; do
-        found=()
-        for seed in $(seq 1 "$seeds"); do
-            k=$(first_bug "$strategy" "$seed" "${command[@]}")
-            [ -n "$k" ] && found+=("$k")
-        done
-        stats_row "$family" "$strategy" "$seeds" ${found[@]+"${found[@]}"}
+        seeds_row "$family" "$strategy" "$seeds" "${command[@]}"
     done
 done

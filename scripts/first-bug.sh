@@ -1,19 +1,15 @@
 # Shared by the executions-to-first-bug benchmarks (bench-atomics.sh, bench-memsearch.sh); source
-# it after `cd` to the repository root. It builds the tools, sets `lib` (where libdara_tsan.so
-# is), `bin` (where ThreadSanitizer-ABI fixture builds go) and `out` (a scratch directory removed
-# on exit), and defines:
+# it after `cd` to the repository root with `runs` set. Through bench-setup.sh it builds the tools
+# and sets `lib`, `bin` (target/bench-bin/tsan) and `out`; it defines:
 #
 #   build_tsan NAME...                  tests/fixtures/NAME.c -> $bin/NAME (the TSan-ABI build line)
 #   first_bug STRATEGY SEED CMD...      executions up to and including the first bug of a search of
 #                                       CMD with --preempt-on memory, at most $runs executions
 #                                       (empty if none)
-#   stats_row LABEL STRATEGY N K...     a Markdown row: seeds found out of N, mean, median, worst
-cargo build --release --workspace -q
-lib="$PWD/target/release"
-bin=target/bench-bin/tsan
-mkdir -p "$bin"
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+#   seeds_row LABEL STRATEGY N CMD...   first_bug over seeds 1..N, as a Markdown row: seeds found
+#                                       out of N, mean, median and worst executions
+bench_kind=tsan
+source scripts/bench-setup.sh
 
 build_tsan() {
     local prog
@@ -33,6 +29,18 @@ first_bug() {
     sed -n 's/.*(execution \([0-9]*\), .*/\1/p' <<<"$log" | head -1 | awk '{print $1 + 1}'
 }
 
+seeds_row() {
+    local label=$1 strategy=$2 n=$3 seed k
+    shift 3
+    local found=()
+    for seed in $(seq 1 "$n"); do
+        k=$(first_bug "$strategy" "$seed" "$@")
+        [ -n "$k" ] && found+=("$k")
+    done
+    stats_row "$label" "$strategy" "$n" ${found[@]+"${found[@]}"}
+}
+
+# A Markdown row: LABEL STRATEGY N K... with K the executions of each seed that found the bug.
 stats_row() {
     local label=$1 strategy=$2 n=$3
     shift 3
