@@ -10,7 +10,7 @@
 //! whatever the other threads do, which is what makes POS sample partial orders close to
 //! uniformly on programs with many fine-grained points.
 //!
-//! Here an event is what PCT ranks ([`pct::entity`]): a thread's pending step, or its timer.
+//! Here an event is what PCT ranks (`pct::entity`): a thread's pending step, or its timer.
 //! An event keeps its priority until it runs (its thread's next step is a new event with a new
 //! draw) or until an event that races with it runs. Two events race when
 //! [`dpor::dependent`](super::dpor::dependent) says so: memory accesses to one 8-byte granule

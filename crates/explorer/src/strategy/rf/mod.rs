@@ -8,12 +8,12 @@
 //! scheduler fill in everything the constraints leave open.
 //!
 //! Here, after each execution ([`Strategy::end_execution`]) its events and pairs are derived from
-//! the granted choices ([`events`]: a read reads from the last write to its granule). An
+//! the granted choices (`events.rs`: a read reads from the last write to its granule). An
 //! execution that showed a new pair puts its plan (its constraints) in the corpus. Every later
 //! execution takes a plan from the corpus and adds one constraint aimed at a pair: one never
 //! seen and not yet tried [`MAX_TRIES`] times, with probability 1/2 when there is one, otherwise
 //! any possible pair (a read with the initial value or with any write to its granule). A pair
-//! becomes a [`Delay`]:
+//! becomes a `Delay`:
 //!
 //! * read `r` from the initial value: every write to `r`'s granule waits until `r` has run;
 //! * read `r` from write `w`: `r` waits until `w` has run.
@@ -25,13 +25,13 @@
 //! Where we deviate, and why:
 //!
 //! * Events are not program locations (choices carry none) but what a thread does, where, and
-//!   after which accesses ([`events::Event`]); like locations they are shared by threads running
+//!   after which accesses (`events::Event`); like locations they are shared by threads running
 //!   the same code.
 //! * RFF's constraints are also negative ("r must not read from w") and its power schedule
 //!   weighs corpus entries by how rarely their pairs were seen; here a constraint is one of the
 //!   two delays above and corpus entries are picked uniformly.
 //! * A write inside a critical section that the read also needs is held back at the lock that
-//!   opens the section ([`Knowledge::delay_points`]): held back inside, it would keep the reader
+//!   opens the section (`Knowledge::delay_points`): held back inside, it would keep the reader
 //!   out, and the plan would fall apart at the all-delayed fallback.
 //!
 //! Determinism: execution `k` depends on the seed, `k` and what executions 0..k showed, so `rf`
