@@ -10,12 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-300}"
 
-cargo build --release --workspace -q
-lib="$PWD/target/release"
-bin=target/bench-bin/sancov
-mkdir -p "$bin"
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+bench_kind=sancov
+source scripts/bench-setup.sh
 build() {
     clang -O1 -g -pthread -fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores "$1" \
         -o "$bin/$(basename "${1%.c}")" -fno-sanitize-link-runtime -L "$lib" -ldara_cov -Wl,-rpath,"$lib"

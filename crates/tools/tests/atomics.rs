@@ -22,19 +22,8 @@ const MEMORY: [&str; 2] = ["--preempt-on", "memory"];
 fn found_with_atomics_as_points(name: &str, strategy: &str, seed: u64, runs: u64) {
     let tag = format!("{name}-{}", strategy.replace(':', ""));
     let program = private_copy(&tsan_fixture(name), &tag);
-    let out = out_dir(&tag);
-    let run = search_with(&out, strategy, seed, runs, &program, &MEMORY);
-    assert_eq!(run.code, 1, "expected {name}'s bug within {runs} {strategy} executions (seed {seed})\n{}", run.text());
-    assert!(run.stdout.contains("SIGABRT"), "{}", run.text());
-    let bug = out.join("bug-0001/trace.bin");
-    let recorded = dara_scheduler::trace::read_file(&bug).unwrap();
-    let atomic_steps = recorded.steps.iter().filter(|s| matches!(s.choice.op, dara_abi::Op::MemoryRead | dara_abi::Op::MemoryWrite)).count();
-    assert!(atomic_steps >= 3, "the atomic operations were scheduling points ({atomic_steps})");
-    replays(&bug, "SIGABRT");
-    let again = out_dir(&format!("{tag}-again"));
-    let run2 = search_with(&again, strategy, seed, runs, &program, &MEMORY);
-    assert_eq!(run2.code, 1, "the same seed did not find the bug again\n{}", run2.text());
-    same_decisions(&bug, &again.join("bug-0001/trace.bin"));
+    let what = format!("{name} within {runs} {strategy} executions (seed {seed}); the atomic operations are points");
+    found_with_memory_points(&tag, &what, 3, |out| search_with(out, strategy, seed, runs, &program, &MEMORY));
     assert_no_survivors(&program);
 }
 

@@ -17,6 +17,10 @@
 //! * [`random`]: uniform random walk (Dara's Random; MaceMC's random walks);
 //! * [`pct`]: probabilistic concurrency testing with d−1 priority change points (Burckhardt et
 //!   al., ASPLOS 2010);
+//! * [`pos`]: partial order sampling, a random priority per event, redrawn for the events that
+//!   race with the one that ran (Yuan, Yang & Gu, CAV 2018);
+//! * [`rf`]: reads-from feedback, steering executions toward reads-from pairs not seen yet on
+//!   top of `pos` (after RFF, Wolff et al., ASPLOS 2024);
 //! * [`dfs`]: systematic depth-first search of the decision tree, unbounded or bounded by
 //!   preemptions (Musuvathi & Qadeer, PLDI 2007) or delays (Emmi, Qadeer & Rakamarić, POPL 2011)
 //!   (`dfs`, `dfs:preempt=K`, `dfs:delay=K`, and iteratively deepening `dfs:preempt`,
@@ -56,9 +60,11 @@ pub mod dfs;
 pub mod dpor;
 pub mod faults;
 pub mod pct;
+pub mod pos;
 mod prefix;
 pub mod random;
 pub mod replay;
+pub mod rf;
 pub mod seeded;
 #[cfg(test)]
 pub(crate) mod sim;
@@ -68,8 +74,10 @@ pub(crate) mod testkit;
 pub use dfs::Dfs;
 pub use dpor::Dpor;
 pub use pct::Pct;
+pub use pos::Pos;
 pub use random::Random;
 pub use replay::Replay;
+pub use rf::Rf;
 pub use seeded::Seeded;
 
 /// A decision procedure over a whole search: `choose` (from [`Decide`]) at every step, framed by
@@ -201,7 +209,7 @@ impl Parsed {
 }
 
 /// The specs [`parse`] accepts, for messages.
-pub const VALID_SPECS: &str = "random, pct (same as pct:3), pct:D with D in 1..=10, dfs, dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay, dpor, coverage:unique, coverage:frequency, coverage:node-frequency";
+pub const VALID_SPECS: &str = "random, pct (same as pct:3), pct:D with D in 1..=10, pos, rf, dfs, dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay, dpor, coverage:unique, coverage:frequency, coverage:node-frequency";
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StrategyError {
@@ -227,6 +235,8 @@ pub fn parse(spec: &str, seed: u64) -> Result<Parsed, StrategyError> {
     match spec {
         "random" => return Ok(Parsed::sampling(Random::new(seed), seed)),
         "pct" => return Ok(Parsed::sampling(Pct::new(pct::DEFAULT_DEPTH, seed), seed)),
+        "pos" => return Ok(Parsed::sampling(Pos::new(seed), seed)),
+        "rf" => return Ok(Parsed::sampling(Rf::new(seed), seed)),
         "replay" => return Err(StrategyError::ReplayNeedsTrace),
         "dfs" => return Ok(Parsed::new(Dfs::unbounded())),
         "dfs:preempt" => return Ok(Parsed::new(Dfs::iterative(dfs::Bound::Preemptions))),
@@ -284,6 +294,8 @@ mod tests {
             ("pct", "pct:3", Independent),
             ("pct:1", "pct:1", Independent),
             ("pct:10", "pct:10", Independent),
+            ("pos", "pos", Independent),
+            ("rf", "rf", Learning),
             (" pct:4 ", "pct:4", Independent),
             ("dfs", "dfs", Systematic),
             ("dfs:preempt=2", "dfs:preempt=2", Systematic),
@@ -320,7 +332,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "unknown strategy `bfs`: valid strategies are random, pct (same as pct:3), pct:D with D in 1..=10, \
-             dfs, dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay, dpor, coverage:unique, coverage:frequency, \
+             pos, rf, dfs, dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay, dpor, coverage:unique, coverage:frequency, \
              coverage:node-frequency"
         );
         for spec in ["coverage:", "coverage:edges", "coverage"] {

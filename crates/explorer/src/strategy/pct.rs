@@ -133,7 +133,7 @@ impl Pct {
 /// priority, so whether a thread's timeout beats the data it could receive instead is decided by
 /// priorities like any race, consistently within an execution, rather than by a coin at every
 /// step (which made a polling node time out half of the times it had a message waiting).
-fn entity(c: &Choice) -> u64 {
+pub(crate) fn entity(c: &Choice) -> u64 {
     const TIMER: u64 = 1 << 32;
     match c.kind {
         ChoiceKind::Timeout => TIMER | u64::from(c.thread),

@@ -418,3 +418,52 @@ pub(crate) fn random_memory_program(seed: u64, budget: usize) -> Sim {
     }
     Sim::new(code)
 }
+
+/// Where [`reorder`] and [`two_stage`]'s checker copies the first and the second value it read.
+const SEEN_FIRST: u64 = 0x300;
+const SEEN_SECOND: u64 = 0x400;
+
+/// A reorder bug in miniature (tests/fixtures/mem_reorder.c): `setters` threads each write `a`
+/// then `b`; a checker, which yields once per setter first (it starts late), reads `a` then `b`.
+/// Bug ([`torn`]): it saw a written `a` and an unwritten `b`.
+pub(crate) fn reorder(setters: usize) -> Sim {
+    use Instr::*;
+    let (a, b) = (0x100, 0x200);
+    let mut code: Vec<Vec<Instr>> = (0..setters).map(|_| vec![MemAdd(a, 1), MemAdd(b, 1)]).collect();
+    code.push(vec![Yield; setters].into_iter().chain([MemRead(a), MemAdd(SEEN_FIRST, 0), MemRead(b), MemAdd(SEEN_SECOND, 0)]).collect());
+    Sim::new(code)
+}
+
+/// A two-stage bug in miniature (tests/fixtures/mem_two_stage.c): `writers` threads each set
+/// `first` under one mutex, then `second = first + 1` under another; a late reader reads `first`
+/// under the first mutex and `second` under the second. Bug ([`torn`]): it saw stage 1 without
+/// stage 2.
+pub(crate) fn two_stage(writers: usize) -> Sim {
+    use Instr::*;
+    let (m1, m2, first, second) = (0x10, 0x20, 0x100, 0x200);
+    let mut code: Vec<Vec<Instr>> = (0..writers)
+        .map(|_| vec![Lock(m1), MemAdd(first, 1), Unlock(m1), Lock(m2), MemRead(first), MemAdd(second, 1), Unlock(m2)])
+        .collect();
+    let reader = [Lock(m1), MemRead(first), MemAdd(SEEN_FIRST, 0), Unlock(m1), Lock(m2), MemRead(second), MemAdd(SEEN_SECOND, 0), Unlock(m2)];
+    code.push(vec![Yield; writers].into_iter().chain(reader).collect());
+    Sim::new(code)
+}
+
+/// Whether an execution of [`reorder`] or [`two_stage`] showed its bug.
+pub(crate) fn torn(sim: &Sim) -> bool {
+    let var = |v| sim.vars.get(&v).copied().unwrap_or(0);
+    var(SEEN_FIRST) > 0 && var(SEEN_SECOND) == 0
+}
+
+/// Executions (1-based) until `strategy` first shows `program`'s [`torn`] bug, up to `limit`.
+pub(crate) fn executions_to_torn(strategy: &mut dyn Strategy, program: &Sim, limit: u64) -> Option<u64> {
+    let mut search = super::testkit::Search::new();
+    (0..limit)
+        .find(|&k| {
+            let mut sim = program.clone();
+            let (_, finished) = search.run(strategy, k, &mut sim, MAX_STEPS);
+            assert!(finished, "execution {k} did not finish");
+            torn(&sim)
+        })
+        .map(|k| k + 1)
+}

@@ -28,7 +28,8 @@ struct Cli {
     /// Number of executions to search (stops at the first bug unless --keep-going).
     #[arg(long, default_value_t = 1)]
     runs: u64,
-    /// Search strategy: random, pct, pct:D (D-1 priority change points); systematic: dfs,
+    /// Search strategy: random, pct, pct:D (D-1 priority change points), pos (partial order
+    /// sampling), rf (reads-from feedback, for memory-level points); systematic: dfs,
     /// dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay (iterative bounds), dpor;
     /// coverage-guided: coverage:unique, coverage:frequency, coverage:node-frequency.
     #[arg(long, default_value = "random")]

@@ -291,6 +291,26 @@ pub fn same_decisions(a: &Path, b: &Path) {
     assert!(dara_scheduler::trace::decision_bytes(&ta) == dara_scheduler::trace::decision_bytes(&tb), "decision lists of {} and {} differ", a.display(), b.display());
 }
 
+/// `search`, run into the directory it is given, finds a SIGABRT bug whose trace has at least
+/// `min_points` memory-level steps; the bug replays ([`replays`]), and the same search again finds
+/// it in the same execution with the same decisions. `what` says which search, for messages.
+#[allow(dead_code)]
+pub fn found_with_memory_points(tag: &str, what: &str, min_points: usize, search: impl Fn(&Path) -> Run) {
+    let out = out_dir(tag);
+    let run = search(&out);
+    assert_eq!(run.code, 1, "expected the bug: {what}\n{}", run.text());
+    assert!(run.stdout.contains("SIGABRT"), "{}", run.text());
+    let bug = out.join("bug-0001/trace.bin");
+    let recorded = dara_scheduler::trace::read_file(&bug).unwrap();
+    let points = recorded.steps.iter().filter(|s| matches!(s.choice.op, dara_abi::Op::MemoryRead | dara_abi::Op::MemoryWrite)).count();
+    assert!(points >= min_points, "memory accesses were scheduling points ({points} of at least {min_points})");
+    replays(&bug, "SIGABRT");
+    let again = out_dir(&format!("{tag}-again"));
+    let run2 = search(&again);
+    assert_eq!(run2.code, 1, "the same seed did not find the bug again: {what}\n{}", run2.text());
+    same_decisions(&bug, &again.join("bug-0001/trace.bin"));
+}
+
 /// The bug in `bug` replays 20 times in a row showing `shows`, and `--verify` holds.
 #[allow(dead_code)]
 pub fn replays(bug: &Path, shows: &str) {
