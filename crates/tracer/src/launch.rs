@@ -236,6 +236,23 @@ impl ProcessTree {
         self.slow_reap().is_some_and(|(_, for_)| for_ < REAP_LIMIT)
     }
 
+    /// Whether the group has no process left but the one the kernel is still releasing (its
+    /// reap under way for [`REAP_NOTICE`] or more): it is dead and unhashed, nothing can be
+    /// killed, and the reaper thread finishes its release alone.
+    fn only_a_release_left(&self) -> bool {
+        if self.reaping.current().is_none_or(|(_, for_)| for_ < REAP_NOTICE) {
+            return false;
+        }
+        // SAFETY: kill with signal 0 only checks whether the process group has a member.
+        let rc = unsafe { libc::kill(-(self.pgid as i32), 0) };
+        rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    }
+
+    /// The exit status of `pid` if the reaper is reaping it now (see [`reaper::Reaping`]).
+    pub fn status_being_reaped(&self, pid: u32) -> Option<reaper::ExitStatus> {
+        self.reaping.status_of(pid)
+    }
+
     /// The process the kernel has been releasing for [`REAP_NOTICE`] or longer (the reaper's
     /// `wait4` is still in the kernel), and for how long. The first time a process is seen so,
     /// dara says so in one line: the wait that follows is the kernel's, not a hang of the program.
@@ -446,7 +463,7 @@ impl ProcessTree {
                 ns.kill();
             }
             if !group_gone {
-                group_gone = matches!(self.reaper_done.recv_timeout(Duration::from_millis(20)), Ok(()) | Err(RecvTimeoutError::Disconnected));
+                group_gone = matches!(self.reaper_done.recv_timeout(Duration::from_millis(20)), Ok(()) | Err(RecvTimeoutError::Disconnected)) || self.only_a_release_left();
             }
             // The init exits once the namespace is empty, dara's reaped children included.
             let ns_gone = self.ns.as_mut().is_none_or(PidNamespace::try_reap);

@@ -9,7 +9,7 @@
 //! `proc_flush_pid`, which invalidates the process's /proc entries) has been seen to take
 //! seconds to minutes on a loaded machine, and whoever waits for the reaper must be able to
 //! tell "the kernel is still releasing pid N" from "a process survived SIGKILL".
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -27,6 +27,17 @@ pub enum ExitStatus {
     Signal(i32),
 }
 
+impl ExitStatus {
+    /// From a status as `wait(2)` encodes it.
+    pub fn from_wait(status: i32) -> ExitStatus {
+        if libc::WIFSIGNALED(status) {
+            ExitStatus::Signal(libc::WTERMSIG(status))
+        } else {
+            ExitStatus::Code(libc::WEXITSTATUS(status))
+        }
+    }
+}
+
 /// Which process the reaper is releasing right now (its `wait4` is in the kernel), and since
 /// when. Written by the reaper thread, read by anyone.
 #[derive(Debug, Default)]
@@ -38,6 +49,9 @@ pub struct Reaping {
     /// The reaper thread's kernel tid (0 until it runs): where a slow reap sits in the kernel is
     /// read from its /proc entries.
     tid: AtomicU32,
+    /// The exit status of the process being reaped, known before the reap (`waitid` with
+    /// `WNOWAIT`), as `wait(2)` encodes it.
+    status: AtomicI32,
 }
 
 /// A fixed instant all [`Reaping`] times are counted from.
@@ -47,13 +61,20 @@ fn epoch() -> Instant {
 }
 
 impl Reaping {
-    fn begin(&self, pid: u32) {
+    fn begin(&self, pid: u32, status: i32) {
+        self.status.store(status, Ordering::Relaxed);
         self.since_us.store(epoch().elapsed().as_micros() as u64 + 1, Ordering::Relaxed);
         self.pid.store(pid, Ordering::Release);
     }
 
     fn end(&self) {
         self.pid.store(0, Ordering::Release);
+    }
+
+    /// The exit status of `pid` if the reaper is reaping it now: the status is known before the
+    /// kernel's release of the process ends, which can take minutes (see the module doc).
+    pub fn status_of(&self, pid: u32) -> Option<ExitStatus> {
+        (self.pid.load(Ordering::Acquire) == pid && pid != 0).then(|| ExitStatus::from_wait(self.status.load(Ordering::Relaxed)))
     }
 
     /// The reaper thread's kernel tid, once it runs.
@@ -90,12 +111,12 @@ pub(crate) fn start(pgid: u32, on_exit: impl Fn() + Send + 'static) -> Reaper {
             published.tid.store(unsafe { libc::gettid() } as u32, Ordering::Relaxed);
             loop {
                 // Which child has ended, without reaping it yet, so the reap itself can be named.
-                let pid = match ended_child(pgid) {
-                    Ok(pid) => pid,
+                let (pid, ended_with) = match ended_child(pgid) {
+                    Ok(ended) => ended,
                     Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                     Err(_) => break, // ECHILD: nothing left to reap
                 };
-                published.begin(pid);
+                published.begin(pid, ended_with);
                 let mut status = 0;
                 // Reaps whichever child of the group is first now (that one, unless another came
                 // first): on the group, never on a pid that could have been recycled in between,
@@ -107,13 +128,7 @@ pub(crate) fn start(pgid: u32, on_exit: impl Fn() + Send + 'static) -> Reaper {
                 if reaped <= 0 {
                     continue; // reaped elsewhere, or nothing left: the next waitid tells
                 }
-                let pid = reaped as u32;
-                let status = if libc::WIFSIGNALED(status) {
-                    ExitStatus::Signal(libc::WTERMSIG(status))
-                } else {
-                    ExitStatus::Code(libc::WEXITSTATUS(status))
-                };
-                let _ = tx.send(ExitEvent { pid, status });
+                let _ = tx.send(ExitEvent { pid: reaped as u32, status: ExitStatus::from_wait(status) });
                 on_exit();
             }
             // Signal `done` before the wake-up, so the woken scheduler sees it. `on_exit` must
@@ -125,9 +140,9 @@ pub(crate) fn start(pgid: u32, on_exit: impl Fn() + Send + 'static) -> Reaper {
     Reaper { exits, done, reaping }
 }
 
-/// Waits until a child in process group `pgid` has ended and returns its pid, leaving it
-/// unreaped (`waitid(P_PGID, WEXITED | WNOWAIT)`).
-fn ended_child(pgid: u32) -> std::io::Result<u32> {
+/// Waits until a child in process group `pgid` has ended and returns its pid and exit status
+/// (as `wait(2)` encodes it), leaving it unreaped (`waitid(P_PGID, WEXITED | WNOWAIT)`).
+fn ended_child(pgid: u32) -> std::io::Result<(u32, i32)> {
     // SAFETY: an all-zero siginfo is a valid value for waitid to fill in.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     // SAFETY: waitid writes only into the local siginfo.
@@ -136,7 +151,8 @@ fn ended_child(pgid: u32) -> std::io::Result<u32> {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: after a successful waitid without WNOHANG the siginfo holds a SIGCHLD record.
-    Ok(unsafe { info.si_pid() } as u32)
+    let (pid, status) = unsafe { (info.si_pid() as u32, info.si_status()) };
+    Ok((pid, crate::procfs::wait_encoding(info.si_code, status)))
 }
 
 #[cfg(test)]
@@ -147,7 +163,7 @@ mod tests {
     fn a_reap_under_way_is_named_with_its_duration() {
         let r = Reaping::default();
         assert_eq!(r.current(), None);
-        r.begin(4242);
+        r.begin(4242, 0);
         let (pid, first) = r.current().expect("a reap is under way");
         assert_eq!(pid, 4242);
         let (_, later) = r.current().unwrap();

@@ -140,7 +140,15 @@ impl Execution<'_> {
                         return Some(outcome);
                     }
                 }
-                procfs::ProcessEnd::Gone if self.processes.launched.contains(&pid) => {} // reaped: the reaper's event has its status
+                // Reaped, or being reaped: the reaper's event has its status, or, while the
+                // kernel's release of it is under way (it can take minutes), the reaper has.
+                procfs::ProcessEnd::Gone if self.processes.launched.contains(&pid) => {
+                    if let Some(status) = self.tree.status_being_reaped(pid) {
+                        if let Some(outcome) = self.process_ended(process, Some(status)) {
+                            return Some(outcome);
+                        }
+                    }
+                }
                 procfs::ProcessEnd::Gone => {
                     if let Some(outcome) = self.process_ended(process, None) {
                         return Some(outcome);

@@ -18,6 +18,9 @@ pub(super) trait Target {
     fn all_gone(&mut self) -> bool;
     /// Whether the kernel is still releasing an ended process (said once, in one line).
     fn kernel_still_reaping(&mut self) -> bool;
+    /// The exit status of `pid` if the reaper is reaping it now (its release by the kernel can
+    /// take minutes; the status is known before).
+    fn status_being_reaped(&self, pid: u32) -> Option<dara_tracer::reaper::ExitStatus>;
     /// Starts `command` in the tree; its kernel pid.
     fn launch(&mut self, command: &[String]) -> Result<u32, LaunchError>;
     /// Kills what is left; false if something could not be killed (see [`Target::survivors`]).
@@ -49,6 +52,10 @@ impl Target for ProcessTree {
 
     fn kernel_still_reaping(&mut self) -> bool {
         ProcessTree::kernel_still_reaping(self)
+    }
+
+    fn status_being_reaped(&self, pid: u32) -> Option<dara_tracer::reaper::ExitStatus> {
+        ProcessTree::status_being_reaped(self, pid)
     }
 
     fn launch(&mut self, command: &[String]) -> Result<u32, LaunchError> {

@@ -54,6 +54,10 @@ impl Target for FakeTree {
         false
     }
 
+    fn status_being_reaped(&self, _pid: u32) -> Option<ExitStatus> {
+        None
+    }
+
     fn launch(&mut self, command: &[String]) -> Result<u32, LaunchError> {
         Err(LaunchError::Spawn { program: command.join(" "), source: std::io::Error::other("the fake target launches nothing") })
     }

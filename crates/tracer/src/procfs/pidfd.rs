@@ -90,9 +90,13 @@ pub fn child_status(pidfd: &std::os::fd::OwnedFd) -> Option<i32> {
     if rc != 0 || pid == 0 {
         return None;
     }
-    // Back to the wait(2) encoding the callers decode.
-    Some(match info.si_code {
-        libc::CLD_EXITED => (status & 0xff) << 8,
-        _ => status & 0x7f,
-    })
+    Some(wait_encoding(info.si_code, status))
+}
+
+/// A child's end as `waitid` reports it (`si_code`, `si_status`), in the `wait(2)` encoding.
+pub(crate) fn wait_encoding(si_code: i32, si_status: i32) -> i32 {
+    match si_code {
+        libc::CLD_EXITED => (si_status & 0xff) << 8,
+        _ => si_status & 0x7f,
+    }
 }
