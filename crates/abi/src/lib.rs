@@ -48,7 +48,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 29;
+pub const VERSION: u32 = 30;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -603,6 +603,11 @@ pub struct Slot {
     /// Coarse steps: receives on TCP sockets the thread made without a post since its previous
     /// post (written with every post). Not zero: the readiness the scheduler saw is stale.
     pub received_unposted: AtomicU32,
+    /// 1 when the thread read its own CPU time (`times`, `getrusage`, `clock`, a CPU-time clock)
+    /// after its last post, else 0 (cleared with every post). CPU time is virtual and does not
+    /// move while a thread computes: the watchdog names this when such a thread computes past
+    /// `--busy-limit` (a loop that waits for its CPU time to grow never ends under dara).
+    pub read_cpu_time: AtomicU32,
     pub sent: [SentOn; SENT_MAX],
     /// The thread's own signal mask (kernel signal-set word) while it is parked, written with
     /// every post: parked, it blocks every signal the program catches, so the kernel's view

@@ -129,6 +129,11 @@ impl Gated {
         LAST_NOW.with(|n| n.get())
     }
 
+    /// Notes that the thread read its own CPU time ([`dara_abi::Slot::read_cpu_time`]).
+    pub fn note_cpu_time_read(&self) {
+        self.slot.read_cpu_time.store(1, core::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Absolute virtual deadline `duration_ns` from now.
     pub fn deadline_after(&self, duration_ns: u64) -> u64 {
         self.now().saturating_add(duration_ns)
@@ -393,6 +398,7 @@ fn post_and_park(slot: &Slot, request: Request) -> Grant {
         slot.call_site.store(site, core::sync::atomic::Ordering::Relaxed);
     }
     let (op, args) = request.encode();
+    slot.read_cpu_time.store(0, core::sync::atomic::Ordering::Relaxed);
     handoff::write_request(slot, op as u32, args);
     crate::unposted::publish(slot);
     // Caught signals wait while the thread is parked: a handler must not run user code beside

@@ -146,6 +146,15 @@ impl Execution<'_> {
         others.extend(self.model.live_threads().into_iter().filter(|&t| t != thread && self.model.timer_deadline(t).is_some()));
         others.sort_unstable();
         others.dedup();
+        if self.region.slot(thread as usize).read_cpu_time.load(Ordering::Acquire) != 0 {
+            return Outcome::Uncontrolled {
+                thread,
+                syscall: "waits for its CPU time to grow".into(),
+                detail: format!(
+                    "it read its own CPU time (times, getrusage, clock or a CPU-time clock) and then computed for {limit} s without a scheduling point; under dara CPU time is virtual and does not move while a thread computes (docs/determinism.md, \"CPU time\"), so a loop that measures its work by CPU time (a calibration, a benchmark) may never end: configure the program not to measure (gpg-agent: s2k-count), or raise --busy-limit if it legitimately computes longer"
+                ),
+            };
+        }
         if others.is_empty() {
             return Outcome::Hang {
                 reason: format!("thread {thread} computed for {limit} s of CPU time without reaching a scheduling point, and no other thread could move (a busy loop with no yield, sleep or lock?; raise --busy-limit if it legitimately computes longer)"),
