@@ -603,11 +603,6 @@ pub struct Slot {
     /// Coarse steps: receives on TCP sockets the thread made without a post since its previous
     /// post (written with every post). Not zero: the readiness the scheduler saw is stale.
     pub received_unposted: AtomicU32,
-    /// 1 when the thread read its own CPU time (`times`, `getrusage`, `clock`, a CPU-time clock)
-    /// after its last post, else 0 (cleared with every post). CPU time is virtual and does not
-    /// move while a thread computes: the watchdog names this when such a thread computes past
-    /// `--busy-limit` (a loop that waits for its CPU time to grow never ends under dara).
-    pub read_cpu_time: AtomicU32,
     pub sent: [SentOn; SENT_MAX],
     /// The thread's own signal mask (kernel signal-set word) while it is parked, written with
     /// every post: parked, it blocks every signal the program catches, so the kernel's view
@@ -619,6 +614,12 @@ pub struct Slot {
     /// [`Header::call_sites`] asks for it. Only the listing reads it (the file and line of each
     /// step); never part of a decision.
     pub call_site: AtomicU64,
+    /// The virtual time (ns) of the thread's last grant when it last read its own CPU time
+    /// (`times`, `getrusage`, `clock`, a CPU-time clock), plus one; 0: never. CPU time is virtual
+    /// and does not move while a thread computes: the watchdog names it when a thread that read
+    /// it shortly before computes past `--busy-limit` (a loop that waits for its CPU time to grow
+    /// never ends under dara).
+    pub cpu_time_read_ns: AtomicU64,
 }
 
 /// A TCP socket a thread sent on without a post ([`Slot::sent`]).

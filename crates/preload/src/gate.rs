@@ -129,9 +129,9 @@ impl Gated {
         LAST_NOW.with(|n| n.get())
     }
 
-    /// Notes that the thread read its own CPU time ([`dara_abi::Slot::read_cpu_time`]).
+    /// Notes that the thread read its own CPU time now ([`dara_abi::Slot::cpu_time_read_ns`]).
     pub fn note_cpu_time_read(&self) {
-        self.slot.read_cpu_time.store(1, core::sync::atomic::Ordering::Relaxed);
+        self.slot.cpu_time_read_ns.store(self.now() + 1, core::sync::atomic::Ordering::Relaxed);
     }
 
     /// Absolute virtual deadline `duration_ns` from now.
@@ -398,7 +398,6 @@ fn post_and_park(slot: &Slot, request: Request) -> Grant {
         slot.call_site.store(site, core::sync::atomic::Ordering::Relaxed);
     }
     let (op, args) = request.encode();
-    slot.read_cpu_time.store(0, core::sync::atomic::Ordering::Relaxed);
     handoff::write_request(slot, op as u32, args);
     crate::unposted::publish(slot);
     // Caught signals wait while the thread is parked: a handler must not run user code beside

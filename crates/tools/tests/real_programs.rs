@@ -653,7 +653,7 @@ fn gpg_key_generation_records_searches_and_replays() {
     replays_identically(&last);
     let out = out_dir("gpg-calibrating");
     let calibrating = setup("true");
-    let args = ["-q", "--busy-limit", "2", "--setup", &calibrating, "-o", out.to_str().unwrap(), "--", "sh", "-c", &keygen];
+    let args = ["-q", "--busy-limit", "10", "--setup", &calibrating, "-o", out.to_str().unwrap(), "--", "sh", "-c", &keygen];
     let stopped = dara_trace(&args, Duration::from_secs(180));
     assert_eq!(stopped.code, 2, "gpg-agent's calibration is dara's limit, not gpg's bug\n{}", stopped.text());
     assert!(stopped.stdout.contains("waits for its CPU time to grow"), "{}", stopped.text());

@@ -8,6 +8,10 @@
 //! - **hang** (`--busy-limit`): the holder's own CPU time (schedstat, else stat's utime+stime)
 //!   since the watchdog first looked at it reaches the limit. Time it spent waiting for a CPU does
 //!   not count.
+//!   A holder that read its own CPU time shortly before (`Slot::cpu_time_read_ns`) is timing
+//!   its work by a clock that does not move under dara while it computes (gpg-agent's S2K
+//!   calibration doubles its work until it has taken 100 ms): stopped as uncontrolled, naming
+//!   CPU time, not as a hang of the program.
 //! - **uncontrolled blocking** (`--watchdog-ms`): the holder sleeps in the kernel (state `S`) for
 //!   that long *without being put on a CPU once* (schedstat's run count unchanged), not having
 //!   posted, and not writing to the output pipes dara drains (a write there waits for dara, not
@@ -146,7 +150,7 @@ impl Execution<'_> {
         others.extend(self.model.live_threads().into_iter().filter(|&t| t != thread && self.model.timer_deadline(t).is_some()));
         others.sort_unstable();
         others.dedup();
-        if self.region.slot(thread as usize).read_cpu_time.load(Ordering::Acquire) != 0 {
+        if measures_cpu_time(self.region.slot(thread as usize)) {
             return Outcome::Uncontrolled {
                 thread,
                 syscall: "waits for its CPU time to grow".into(),
@@ -287,4 +291,17 @@ mod tests {
         assert!(matches!(h.look(sample('R', 2, 7), ms(1100)), Look::Computed(_)));
         assert!(h.asleep.is_none());
     }
+}
+
+/// Virtual time within which a CPU-time read before a long computation counts as measuring it: a
+/// thousand steps at the default step cost (gpg-agent takes a lock or two between its `times()`
+/// and the hashing it times).
+const MEASURE_WINDOW_NS: u64 = 1_000_000;
+
+/// Whether the thread read its own CPU time shortly before its last grant
+/// ([`dara_abi::Slot::cpu_time_read_ns`]): a computation it is timing by CPU time, which under
+/// dara does not move while it computes.
+fn measures_cpu_time(slot: &dara_abi::Slot) -> bool {
+    let read = slot.cpu_time_read_ns.load(Ordering::Acquire);
+    read != 0 && slot.now_ns.load(Ordering::Acquire).saturating_sub(read - 1) <= MEASURE_WINDOW_NS
 }
