@@ -97,13 +97,12 @@ pub fn emulate(uc: &mut ucontext_t) -> bool {
     }
     let regs = &mut uc.uc_mcontext.gregs;
     let pc = regs[libc::REG_RIP as usize] as usize;
-    // SAFETY: `pc` is where the faulting instruction was fetched: the CPU decoded at least two
-    // bytes there to raise #GP for `cpuid` or a counter read (the only SI_KERNEL faults that reach
-    // this check with a decodable instruction), and any instruction that faults at `pc` has its
-    // first byte mapped; a one-byte instruction at a page's end is never `0f`, which always
-    // takes a second byte.
-    let bytes = unsafe { [*(pc as *const u8), *((pc + 1) as *const u8)] };
-    if bytes != CPUID {
+    // SAFETY: `pc` is where the faulting instruction was fetched, so its first byte is mapped.
+    if unsafe { *(pc as *const u8) } != CPUID[0] {
+        return false;
+    }
+    // SAFETY: `0f` opens a two-byte opcode, whose second byte the CPU fetched too.
+    if unsafe { *((pc + 1) as *const u8) } != CPUID[1] {
         return false;
     }
     let (leaf, subleaf) = (regs[libc::REG_RAX as usize] as u32, regs[libc::REG_RCX as usize] as u32);
