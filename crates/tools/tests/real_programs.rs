@@ -11,7 +11,7 @@
 //! jobs from SIGCHLD inside `pselect`); Python's multiprocessing (a Pool, a Queue, a Lock:
 //! semaphores shared between processes); perl ithreads (a Thread::Queue, shared variables); and
 //! three writer processes in one LMDB environment (its process-shared mutexes); openssl's TLS server and a
-//! client that verifies a certificate made just before the run (the wall clock starts at the real time). The first four used to stop with a false "a lock taken without a
+//! client that verifies a certificate made just before the run (the wall clock starts at the real time); gpg making an RSA key through gpg-agent (libgcrypt, npth). The first four used to stop with a false "a lock taken without a
 //! scheduling point" (issue 14). The programs come from Debian packages that
 //! `scripts/install-deps.sh` installs; docs/real-programs.md has the table.
 mod common;

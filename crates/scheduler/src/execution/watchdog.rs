@@ -250,6 +250,19 @@ impl TokenHolder {
     }
 }
 
+/// Virtual time within which a CPU-time read before a long computation counts as measuring it: a
+/// thousand steps at the default step cost (gpg-agent takes a lock or two between its `times()`
+/// and the hashing it times).
+const MEASURE_WINDOW_NS: u64 = 1_000_000;
+
+/// Whether the thread read its own CPU time shortly before its last grant
+/// ([`dara_abi::Slot::cpu_time_read_ns`]): a computation it is timing by CPU time, which under
+/// dara does not move while it computes.
+fn measures_cpu_time(slot: &dara_abi::Slot) -> bool {
+    let read = slot.cpu_time_read_ns.load(Ordering::Acquire);
+    read != 0 && slot.now_ns.load(Ordering::Acquire).saturating_sub(read - 1) <= MEASURE_WINDOW_NS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,17 +304,16 @@ mod tests {
         assert!(matches!(h.look(sample('R', 2, 7), ms(1100)), Look::Computed(_)));
         assert!(h.asleep.is_none());
     }
-}
 
-/// Virtual time within which a CPU-time read before a long computation counts as measuring it: a
-/// thousand steps at the default step cost (gpg-agent takes a lock or two between its `times()`
-/// and the hashing it times).
-const MEASURE_WINDOW_NS: u64 = 1_000_000;
-
-/// Whether the thread read its own CPU time shortly before its last grant
-/// ([`dara_abi::Slot::cpu_time_read_ns`]): a computation it is timing by CPU time, which under
-/// dara does not move while it computes.
-fn measures_cpu_time(slot: &dara_abi::Slot) -> bool {
-    let read = slot.cpu_time_read_ns.load(Ordering::Acquire);
-    read != 0 && slot.now_ns.load(Ordering::Acquire).saturating_sub(read - 1) <= MEASURE_WINDOW_NS
+    #[test]
+    fn a_cpu_time_read_counts_within_the_window() {
+        // SAFETY: a Slot is atomics only: all zero is a valid slot that never read anything.
+        let slot: dara_abi::Slot = unsafe { core::mem::zeroed() };
+        assert!(!measures_cpu_time(&slot), "never read");
+        slot.cpu_time_read_ns.store(5_000 + 1, Ordering::Relaxed);
+        slot.now_ns.store(5_000 + MEASURE_WINDOW_NS, Ordering::Relaxed);
+        assert!(measures_cpu_time(&slot), "read a window before the last grant");
+        slot.now_ns.store(5_001 + MEASURE_WINDOW_NS, Ordering::Relaxed);
+        assert!(!measures_cpu_time(&slot), "read longer ago");
+    }
 }
