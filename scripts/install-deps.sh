@@ -20,7 +20,8 @@
 # crates/tools/tests/common/go.rs) and musl-tools (musl-gcc: static C fixtures against musl),
 # and Debian's etcd-server, etcd-client and hugo (real Go programs: crates/tools/tests/real_go.rs),
 # and busybox-static (a statically linked shell that runs its applets by exec'ing /proc/self/exe:
-# crates/tools/tests/ptrace_calls.rs).
+# crates/tools/tests/ptrace_calls.rs), and gnupg (gpg and gpg-agent on libgcrypt and npth: an RSA
+# key made under dara, crates/tools/tests/real_programs.rs).
 # postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
 # from util-linux).
 #
@@ -73,6 +74,7 @@ command -v etcd >/dev/null 2>&1 || services+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v hugo >/dev/null 2>&1 || need+=(hugo)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+{ command -v gpg >/dev/null 2>&1 && command -v gpg-agent >/dev/null 2>&1; } || need+=(gnupg)
 # dara-replay --gdb STEP hands a paused replay to gdbserver; tests/replay_gdb.rs drives it with gdb.
 command -v gdb >/dev/null 2>&1 || need+=(gdb)
 command -v gdbserver >/dev/null 2>&1 || need+=(gdbserver)

@@ -48,7 +48,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 29;
+pub const VERSION: u32 = 30;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -614,6 +614,12 @@ pub struct Slot {
     /// [`Header::call_sites`] asks for it. Only the listing reads it (the file and line of each
     /// step); never part of a decision.
     pub call_site: AtomicU64,
+    /// The virtual time (ns) of the thread's last grant when it last read its own CPU time
+    /// (`times`, `getrusage`, `clock`, a CPU-time clock), plus one; 0: never. CPU time is virtual
+    /// and does not move while a thread computes: the watchdog names it when a thread that read
+    /// it shortly before computes past `--busy-limit` (a loop that waits for its CPU time to grow
+    /// never ends under dara).
+    pub cpu_time_read_ns: AtomicU64,
 }
 
 /// A TCP socket a thread sent on without a post ([`Slot::sent`]).

@@ -14,14 +14,15 @@
 //! [`program_action`] (the `sigaction`/`signal` hooks read and write it there), and a fault
 //! that is not a counter read goes to that action as the kernel would have delivered it: the
 //! program's handler is called (with its mask and flags), an ignored or default action crashes.
-//! For the other signals a program's handler simply replaces dara's.
+//! For the other signals a program's handler simply replaces dara's. `cpuid` faults with SIGSEGV
+//! too, where the CPU can ([`crate::cpuid`]: dara hides `rdrand` and `rdseed`).
 use core::ffi::{c_int, c_void};
 
 use dara_abi::{Addr, Request};
 use libc::siginfo_t;
 
 use crate::gate::Gated;
-use crate::{real, sys, tsc};
+use crate::{cpuid, real, sys, tsc};
 
 pub mod program_action;
 
@@ -29,7 +30,7 @@ const FATAL: [c_int; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGI
 
 /// Installs the handler for every fatal fault signal still at its default action, and for
 /// SIGSEGV in any case (its previous action becomes the program's); then starts trapping the
-/// time-stamp counter.
+/// time-stamp counter and `cpuid`.
 pub fn install() {
     for signal in FATAL {
         // SAFETY: zeroed sigaction values are valid ("no flags, empty mask").
@@ -50,6 +51,7 @@ pub fn install() {
         if unsafe { real::sigaction(signal, &action, core::ptr::null_mut()) } == 0 && keep {
             program_action::adopt(&old);
             tsc::start_trapping();
+            cpuid::start_faulting();
         }
     }
 }
@@ -59,7 +61,7 @@ extern "C" fn on_fault(signal: c_int, info: *mut siginfo_t, context: *mut c_void
     // and the context may be modified (it is resumed by sigreturn).
     let (code, addr, uc) = unsafe { ((*info).si_code, (*info).si_addr() as u64, &mut *(context as *mut libc::ucontext_t)) };
     if signal == libc::SIGSEGV && program_action::owned() {
-        if code == tsc::SI_KERNEL && tsc::trapping() && tsc::emulate(uc) {
+        if code == tsc::SI_KERNEL && (tsc::trapping() && tsc::emulate(uc) || cpuid::emulate(uc)) {
             return;
         }
         // SAFETY: the kernel's own arguments for this delivery.

@@ -129,6 +129,11 @@ impl Gated {
         LAST_NOW.with(|n| n.get())
     }
 
+    /// Notes that the thread read its own CPU time now ([`dara_abi::Slot::cpu_time_read_ns`]).
+    pub fn note_cpu_time_read(&self) {
+        self.slot.cpu_time_read_ns.store(self.now() + 1, core::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Absolute virtual deadline `duration_ns` from now.
     pub fn deadline_after(&self, duration_ns: u64) -> u64 {
         self.now().saturating_add(duration_ns)

@@ -61,6 +61,7 @@ pub mod access;
 pub mod agent_exec;
 pub mod call_site;
 pub mod coverage;
+pub mod cpuid;
 pub mod dispositions;
 pub mod entropy;
 pub mod exec_image;

@@ -67,6 +67,14 @@ pub fn optional_deadline(base: ClockBase, abstime: Option<&timespec>) -> Option<
 /// coarse steps (a recording, never a cluster: no skew) most reads are answered from the
 /// thread's last grant instead ([`crate::gate::clock_read_unposted`]).
 pub fn read(gate: &Gated, base: ClockBase) -> u64 {
+    let ns = read_posted_or_not(gate, base);
+    if base == ClockBase::CpuTime {
+        gate.note_cpu_time_read();
+    }
+    ns
+}
+
+fn read_posted_or_not(gate: &Gated, base: ClockBase) -> u64 {
     if crate::gate::clock_read_unposted() {
         return base.reading(gate.now());
     }

@@ -11,7 +11,7 @@
 //! jobs from SIGCHLD inside `pselect`); Python's multiprocessing (a Pool, a Queue, a Lock:
 //! semaphores shared between processes); perl ithreads (a Thread::Queue, shared variables); and
 //! three writer processes in one LMDB environment (its process-shared mutexes); openssl's TLS server and a
-//! client that verifies a certificate made just before the run (the wall clock starts at the real time). The first four used to stop with a false "a lock taken without a
+//! client that verifies a certificate made just before the run (the wall clock starts at the real time); gpg making an RSA key through gpg-agent (libgcrypt, npth). The first four used to stop with a false "a lock taken without a
 //! scheduling point" (issue 14). The programs come from Debian packages that
 //! `scripts/install-deps.sh` installs; docs/real-programs.md has the table.
 mod common;
@@ -625,4 +625,37 @@ fn openssl_tls_with_a_fresh_certificate_records_searches_and_replays() {
     // This run's servers only (their certificate is in this test's own directory): a second
     // suite running at the same time has servers of its own.
     assert!(processes_with(&["openssl", "s_server", dir]).is_empty(), "an openssl server survived");
+}
+
+/// gpg makes an RSA key through gpg-agent (libgcrypt, npth threads), recorded, searched with 5
+/// executions and replayed. Two things stopped it before 2026-11-29: libgcrypt mixes `rdrand`
+/// into its pool at every draw, so every run (and every replay) made other primes, and its
+/// progress callbacks (an npth `sem_post`/`sem_wait` pair each) ran a different number of times:
+/// dara now makes `cpuid` fault and hides RDRAND and RDSEED. And gpg-agent calibrates its
+/// passphrase hashing by CPU time (`times()`), which under dara does not move while it hashes, so
+/// the calibration doubles its work forever: the recording and search give the count
+/// (`s2k-count`, gpg-agent's own option), and without it dara stops the run as uncontrolled and
+/// names CPU time, not as a hang of gpg.
+#[test]
+fn gpg_key_generation_records_searches_and_replays() {
+    installed("gpg-agent", "gnupg");
+    let home = out_dir("gpg-home");
+    let home = home.to_str().unwrap();
+    let setup = |conf: &str| format!("rm -rf {home}; mkdir -m 700 {home}; {conf}");
+    let given = setup(&format!("echo 's2k-count 65536' > {home}/gpg-agent.conf"));
+    let keygen = format!("gpg --batch --homedir {home} --passphrase x --quick-gen-key t@e && gpgconf --homedir {home} --kill gpg-agent");
+    let command = ["sh", "-c", keygen.as_str()];
+    let (trace, said) = record_with("gpg", &["--setup", &given], &command);
+    assert!(said.contains("revocation certificate stored"), "{said}");
+    replays_identically(&trace);
+    let (last, run) = search_clean("gpg-search", 5, &["--setup", &given], &command);
+    assert_eq!(run.text().matches("revocation certificate stored").count(), 5, "{}", run.text());
+    replays_identically(&last);
+    let out = out_dir("gpg-calibrating");
+    let calibrating = setup("true");
+    let args = ["-q", "--busy-limit", "10", "--setup", &calibrating, "-o", out.to_str().unwrap(), "--", "sh", "-c", &keygen];
+    let stopped = dara_trace(&args, Duration::from_secs(180));
+    assert_eq!(stopped.code, 2, "gpg-agent's calibration is dara's limit, not gpg's bug\n{}", stopped.text());
+    assert!(stopped.text().contains("waits for its CPU time to grow"), "{}", stopped.text());
+    assert!(processes_with(&["gpg-agent", home]).is_empty(), "a gpg-agent survived");
 }

@@ -8,6 +8,10 @@
 //! - **hang** (`--busy-limit`): the holder's own CPU time (schedstat, else stat's utime+stime)
 //!   since the watchdog first looked at it reaches the limit. Time it spent waiting for a CPU does
 //!   not count.
+//!   A holder that read its own CPU time shortly before (`Slot::cpu_time_read_ns`) is timing
+//!   its work by a clock that does not move under dara while it computes (gpg-agent's S2K
+//!   calibration doubles its work until it has taken 100 ms): stopped as uncontrolled, naming
+//!   CPU time, not as a hang of the program.
 //! - **uncontrolled blocking** (`--watchdog-ms`): the holder sleeps in the kernel (state `S`) for
 //!   that long *without being put on a CPU once* (schedstat's run count unchanged), not having
 //!   posted, and not writing to the output pipes dara drains (a write there waits for dara, not
@@ -148,6 +152,15 @@ impl Execution<'_> {
         others.extend(self.model.live_threads().into_iter().filter(|&t| t != thread && self.model.timer_deadline(t).is_some()));
         others.sort_unstable();
         others.dedup();
+        if measures_cpu_time(self.region.slot(thread as usize)) {
+            return Outcome::Uncontrolled {
+                thread,
+                syscall: "waits for its CPU time to grow".into(),
+                detail: format!(
+                    "it read its own CPU time (times, getrusage, clock or a CPU-time clock) and then computed for {limit} s without a scheduling point; under dara CPU time is virtual and does not move while a thread computes (docs/determinism.md, \"CPU time\"), so a loop that measures its work by CPU time (a calibration, a benchmark) may never end: configure the program not to measure (gpg-agent: s2k-count), or raise --busy-limit if it legitimately computes longer"
+                ),
+            };
+        }
         if others.is_empty() {
             return Outcome::Hang {
                 reason: format!("thread {thread} computed for {limit} s of CPU time without reaching a scheduling point, and no other thread could move (a busy loop with no yield, sleep or lock?; raise --busy-limit if it legitimately computes longer)"),
@@ -245,6 +258,19 @@ impl TokenHolder {
     }
 }
 
+/// Virtual time within which a CPU-time read before a long computation counts as measuring it: a
+/// thousand steps at the default step cost (gpg-agent takes a lock or two between its `times()`
+/// and the hashing it times).
+const MEASURE_WINDOW_NS: u64 = 1_000_000;
+
+/// Whether the thread read its own CPU time shortly before its last grant
+/// ([`dara_abi::Slot::cpu_time_read_ns`]): a computation it is timing by CPU time, which under
+/// dara does not move while it computes.
+fn measures_cpu_time(slot: &dara_abi::Slot) -> bool {
+    let read = slot.cpu_time_read_ns.load(Ordering::Acquire);
+    read != 0 && slot.now_ns.load(Ordering::Acquire).saturating_sub(read - 1) <= MEASURE_WINDOW_NS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,5 +311,17 @@ mod tests {
         // Running again ends the sleep.
         assert!(matches!(h.look(sample('R', 2, 7), ms(1100)), Look::Computed(_)));
         assert!(h.asleep.is_none());
+    }
+
+    #[test]
+    fn a_cpu_time_read_counts_within_the_window() {
+        // SAFETY: a Slot is atomics only: all zero is a valid slot that never read anything.
+        let slot: dara_abi::Slot = unsafe { core::mem::zeroed() };
+        assert!(!measures_cpu_time(&slot), "never read");
+        slot.cpu_time_read_ns.store(5_000 + 1, Ordering::Relaxed);
+        slot.now_ns.store(5_000 + MEASURE_WINDOW_NS, Ordering::Relaxed);
+        assert!(measures_cpu_time(&slot), "read a window before the last grant");
+        slot.now_ns.store(5_001 + MEASURE_WINDOW_NS, Ordering::Relaxed);
+        assert!(!measures_cpu_time(&slot), "read longer ago");
     }
 }

@@ -1,0 +1,132 @@
+//! `cpuid` answered with the hardware random-number instructions hidden.
+//!
+//! `rdrand` and `rdseed` return the CPU's own random numbers: no hook, filter or fault sees them,
+//! so a program that mixes them into its state (libgcrypt's fast entropy poll does, at every
+//! random draw) computes other numbers in every run, and its replay diverges (gpg's key
+//! generation: another prime, another count of progress callbacks; docs/real-programs.md).
+//! Programs ask `cpuid` before they use them, and `cpuid` *can* be made to fault:
+//! `arch_prctl(ARCH_SET_CPUID, 0)` (CPUID faulting, a feature of the CPU or of the hypervisor,
+//! `cpuid_fault` in /proc/cpuinfo) turns it into a SIGSEGV, which [`crate::fault`] hands to
+//! [`emulate`]: the real answer, with the RDRAND (leaf 1, ecx bit 30) and RDSEED (leaf 7, ebx bit
+//! 18) bits cleared. The program then takes its other entropy sources, which dara serves from
+//! the run's seeded streams.
+//!
+//! The setting is per thread and inherited by new threads and processes; `execve` resets it (the
+//! next image's dynamic loader asks `cpuid` before its preload exists, and the constructor sets
+//! it again). Where the CPU cannot fault on `cpuid` the instructions stay visible and their
+//! numbers uncontrolled (docs/determinism.md). A program that uses `rdrand` without asking is not
+//! caught either.
+//!
+//! Runs in signal context: no allocation, no locks.
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use libc::ucontext_t;
+
+use crate::sys;
+
+/// `arch_prctl` codes (asm/prctl.h).
+const ARCH_SET_CPUID: u64 = 0x1012;
+/// `ARCH_SET_CPUID`'s argument: 1 runs `cpuid`, 0 makes it fault.
+const CPUID_RUNS: u64 = 1;
+const CPUID_FAULTS: u64 = 0;
+
+/// The instruction's bytes.
+const CPUID: [u8; 2] = [0x0f, 0xa2];
+
+/// Leaf 1, ecx: RDRAND.
+const LEAF1_ECX_RDRAND: u32 = 1 << 30;
+/// Leaf 7 (sub-leaf 0), ebx: RDSEED.
+const LEAF7_EBX_RDSEED: u32 = 1 << 18;
+
+/// Whether this process's threads fault on `cpuid` (set by the constructor).
+static FAULTING: AtomicBool = AtomicBool::new(false);
+
+/// Whether `cpuid` faults into dara in this process.
+pub fn faulting() -> bool {
+    FAULTING.load(Ordering::Relaxed)
+}
+
+fn set_cpuid(mode: u64) -> i64 {
+    // SAFETY: ARCH_SET_CPUID takes a plain integer.
+    unsafe { sys::syscall(libc::SYS_arch_prctl, &[ARCH_SET_CPUID, mode]) }
+}
+
+/// Makes `cpuid` fault from now on (call once the SIGSEGV handler is in place); false where the
+/// CPU cannot (the instructions then stay visible).
+pub fn start_faulting() -> bool {
+    let ok = set_cpuid(CPUID_FAULTS) == 0;
+    FAULTING.store(ok, Ordering::Relaxed);
+    ok
+}
+
+/// One `cpuid` answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuidAnswer {
+    pub eax: u32,
+    pub ebx: u32,
+    pub ecx: u32,
+    pub edx: u32,
+}
+
+impl CpuidAnswer {
+    /// The answer the program sees for `leaf`/`subleaf`: the CPU's, with `rdrand` and `rdseed`
+    /// left out.
+    pub fn hiding_random(mut self, leaf: u32, subleaf: u32) -> CpuidAnswer {
+        match (leaf, subleaf) {
+            (1, _) => self.ecx &= !LEAF1_ECX_RDRAND,
+            (7, 0) => self.ebx &= !LEAF7_EBX_RDSEED,
+            _ => {}
+        }
+        self
+    }
+}
+
+/// The CPU's own answer, asked with faulting briefly off on this thread.
+fn real_cpuid(leaf: u32, subleaf: u32) -> CpuidAnswer {
+    set_cpuid(CPUID_RUNS);
+    let r = core::arch::x86_64::__cpuid_count(leaf, subleaf);
+    set_cpuid(CPUID_FAULTS);
+    CpuidAnswer { eax: r.eax, ebx: r.ebx, ecx: r.ecx, edx: r.edx }
+}
+
+/// Answers the `cpuid` at the faulting pc of `uc`, if that is one; false otherwise (a real
+/// fault, or a counter read).
+pub fn emulate(uc: &mut ucontext_t) -> bool {
+    if !faulting() {
+        return false;
+    }
+    let regs = &mut uc.uc_mcontext.gregs;
+    let pc = regs[libc::REG_RIP as usize] as usize;
+    // SAFETY: `pc` is where the faulting instruction was fetched, so its first byte is mapped.
+    if unsafe { *(pc as *const u8) } != CPUID[0] {
+        return false;
+    }
+    // SAFETY: `0f` opens a two-byte opcode, whose second byte the CPU fetched too.
+    if unsafe { *((pc + 1) as *const u8) } != CPUID[1] {
+        return false;
+    }
+    let (leaf, subleaf) = (regs[libc::REG_RAX as usize] as u32, regs[libc::REG_RCX as usize] as u32);
+    let answer = real_cpuid(leaf, subleaf).hiding_random(leaf, subleaf);
+    // cpuid writes the low 32 bits and zeroes the high ones.
+    regs[libc::REG_RAX as usize] = answer.eax as i64;
+    regs[libc::REG_RBX as usize] = answer.ebx as i64;
+    regs[libc::REG_RCX as usize] = answer.ecx as i64;
+    regs[libc::REG_RDX as usize] = answer.edx as i64;
+    regs[libc::REG_RIP as usize] = (pc + CPUID.len()) as i64;
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_random_bits_are_hidden() {
+        let all = CpuidAnswer { eax: u32::MAX, ebx: u32::MAX, ecx: u32::MAX, edx: u32::MAX };
+        assert_eq!(all.hiding_random(1, 0), CpuidAnswer { ecx: !LEAF1_ECX_RDRAND, ..all });
+        assert_eq!(all.hiding_random(7, 0), CpuidAnswer { ebx: !LEAF7_EBX_RDSEED, ..all });
+        assert_eq!(all.hiding_random(7, 1), all, "sub-leaf 1 of leaf 7 has no RDSEED bit");
+        assert_eq!(all.hiding_random(0, 0), all);
+        assert_eq!(all.hiding_random(0x8000_0001, 0), all);
+    }
+}

@@ -1,0 +1,85 @@
+//! What the CPU itself tells a program, under dara (docs/determinism.md): `cpuid` no longer
+//! advertises RDRAND or RDSEED, so a pool that would mix the CPU's random numbers in takes dara's
+//! seeded streams alone and the same seed gives the same run (rdrand_pool.c); and CPU time,
+//! which is virtual and does not move while a thread computes, ends a loop that waits for it to
+//! grow as "uncontrolled", naming CPU time, not as a hang of the program (cpu_calibrate.c).
+//! Both came from gpg's key generation (real_programs.rs).
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::real::replays_identically;
+use common::*;
+
+/// The program's own lines of a search's output (dara's lines name executions or traces).
+fn program_lines(stdout: &str) -> Vec<&str> {
+    stdout.lines().filter(|l| !l.starts_with("execution ") && !l.contains("trace") && !l.contains("no bug found")).collect()
+}
+
+/// Whether the machine's CPU has `flag` in /proc/cpuinfo.
+fn cpu_has(flag: &str) -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default().lines().filter(|l| l.starts_with("flags")).any(|l| l.split_whitespace().any(|f| f == flag))
+}
+
+/// Two 5-execution searches of seed 1 end clean with the same output and the same decisions,
+/// and the last execution replays (`--verify`); returns the output.
+fn searches_alike(test: &str, program: &Path, args: &[&str]) -> String {
+    let mut outputs = Vec::new();
+    let mut traces = Vec::new();
+    for i in 1..=2 {
+        let out = out_dir(&format!("{test}-{i}"));
+        let run = search_args(&out, program, args);
+        assert_eq!(run.code, 0, "{test}: a false bug\n{}", run.text());
+        assert!(run.stdout.contains("no bug found in 5 executions"), "{}", run.text());
+        outputs.push(program_lines(&run.stdout).join("\n"));
+        traces.push(out.join("trace.bin"));
+    }
+    assert_eq!(outputs[0], outputs[1], "{test}: the same seed printed other values");
+    let (a, b) = (dara_scheduler::trace::read_file(&traces[0]).unwrap(), dara_scheduler::trace::read_file(&traces[1]).unwrap());
+    assert!(dara_scheduler::trace::decision_bytes(&a) == dara_scheduler::trace::decision_bytes(&b), "{test}: the same seed made other decisions");
+    replays_identically(&traces[1]);
+    outputs.remove(0)
+}
+
+/// A 5-execution search of `program args` (seed 1, the fixture epoch).
+fn search_args(out: &Path, program: &Path, args: &[&str]) -> Run {
+    let mut all = vec!["-q", "-o", out.to_str().unwrap(), "--strategy", "random", "--seed", "1", "--runs", "5", "--epoch", SEARCH_EPOCH, "--"];
+    all.push(program.to_str().unwrap());
+    all.extend_from_slice(args);
+    dara_trace(&all, Duration::from_secs(300))
+}
+
+/// Natively the fixture sees RDRAND (on this machine's CPU) and draws other candidates every run;
+/// under dara `cpuid` hides it, every execution prints "rdrand: hidden", and the same seed gives
+/// the same candidates, decisions and replay. Before dara trapped `cpuid`, the count of progress
+/// steps (a semaphore pair each) changed from run to run and replays diverged, as gpg's did.
+#[test]
+fn cpuid_hides_rdrand_so_an_entropy_pool_repeats_with_the_seed() {
+    let program = private_copy(&fixture("rdrand_pool"), "rdrand_pool");
+    if cpu_has("rdrand") {
+        assert!(cpu_has("cpuid_fault"), "this CPU has RDRAND but cannot fault on cpuid: dara cannot hide it (docs/determinism.md)");
+        let native = std::process::Command::new(&program).output().unwrap();
+        assert!(String::from_utf8_lossy(&native.stdout).contains("rdrand: visible"), "natively the fixture sees RDRAND");
+    }
+    let output = searches_alike("rdrand_pool", &program, &[]);
+    assert_eq!(output.matches("rdrand: hidden").count(), 5, "{output}");
+    assert_eq!(output.matches("candidates: ").count(), 5, "{output}");
+    assert_no_survivors(&program);
+}
+
+/// A loop that doubles its work until it has taken 100 ms of CPU time never ends under dara
+/// (CPU time is virtual): dara stops it after --busy-limit as uncontrolled and names CPU time
+/// (before: "BUG: hang"). The twin, with its count given, searches clean and replays.
+#[test]
+fn a_cpu_time_calibration_stops_as_uncontrolled_naming_cpu_time() {
+    let program = private_copy(&fixture("cpu_calibrate"), "cpu_calibrate");
+    let out = out_dir("cpu_calibrate");
+    let run = dara_trace(&["-q", "--busy-limit", "1", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(run.code, 2, "dara's limit, not the program's bug\n{}", run.text());
+    assert!(run.text().contains("uncontrolled: thread 0 waits for its CPU time to grow"), "{}", run.text());
+    assert!(!run.text().contains("BUG"), "{}", run.text());
+    let output = searches_alike("cpu_calibrate_fixed", &program, &["fixed"]);
+    assert_eq!(output.matches("count 65536 (given)").count(), 5, "{output}");
+    assert_no_survivors(&program);
+}
