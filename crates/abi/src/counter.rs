@@ -23,12 +23,19 @@ impl CounterRead {
     /// The counter instruction at `pc`, if that is one.
     ///
     /// # Safety
-    /// `pc` is the address an instruction fetch just faulted at, so its first two bytes are
-    /// mapped; the third is read only after `0f 01`, a two-byte opcode that always has a ModRM
-    /// byte.
+    /// `pc` is the address an instruction fetch just faulted at, so its first byte is mapped.
+    /// The second is read only after `0f` (an escape byte: the instruction goes on), the third
+    /// only after `0f 01`, a two-byte opcode that always has a ModRM byte. (A one-byte
+    /// instruction that faults at the last byte of a mapping, a `ret` on a bad stack, must not
+    /// make the handler fault on the byte after it.)
     pub unsafe fn at(pc: *const u8) -> Option<CounterRead> {
         // SAFETY: see the function's contract.
-        let (first, second) = unsafe { (*pc, *pc.add(1)) };
+        let first = unsafe { *pc };
+        if first != 0x0f {
+            return None;
+        }
+        // SAFETY: see the function's contract.
+        let second = unsafe { *pc.add(1) };
         match (first, second) {
             (0x0f, 0x31) => Some(CounterRead::Rdtsc),
             // SAFETY: see the function's contract.
