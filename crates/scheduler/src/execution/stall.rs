@@ -11,7 +11,8 @@
 //! CPU each time, is not caught here, and the watchdog's sleep count restarts at each wake-up: a
 //! known gap). With none of these for [`STALL_NOTICE`], dara says in one line
 //! what it waits for; with none for the busy limit (`--busy-limit`, the same bound a computing
-//! holder gets), the run stops as uncontrolled with that line as its reason.
+//! holder gets; for a holder in uninterruptible sleep, at least what the watchdog tolerates),
+//! the run stops as uncontrolled with that line as its reason.
 //!
 //! A holder stopped by a debugger (`dara-replay --gdb`, or job control: state `t`/`T`) is a
 //! person looking at the program, and one blocked writing to dara's output pipes waits for
@@ -68,12 +69,15 @@ impl Execution<'_> {
         }
         self.stall.looked = now;
         let marks = self.progress_marks();
-        if self.stall.marks != Some(marks) || self.holder_is_stopped() || self.holder_writes_output() {
+        let holder_state = self.holder_state();
+        // A holder stopped by a debugger or by job control (`t`, `T`) is a person looking.
+        if self.stall.marks != Some(marks) || matches!(holder_state, Some('t' | 'T')) || self.holder_writes_output() {
             self.stall = Stall { marks: Some(marks), since: now, looked: now, told: false };
             return None;
         }
         let still = now - self.stall.since;
-        if still >= self.cfg.busy_limit {
+        let limit = self.stall_limit(holder_state);
+        if still >= limit {
             let (thread, what) = self.unmoved();
             return Some(Outcome::Uncontrolled {
                 thread,
@@ -87,9 +91,19 @@ impl Execution<'_> {
         if still >= STALL_NOTICE && !self.stall.told {
             self.stall.told = true;
             let (_, what) = self.unmoved();
-            eprintln!("dara: nothing has moved for {} s: {what}; waiting up to --busy-limit ({} s)", still.as_secs(), self.cfg.busy_limit.as_secs());
+            eprintln!("dara: nothing has moved for {} s: {what}; waiting up to {} s (--busy-limit)", still.as_secs(), limit.as_secs());
         }
         None
+    }
+
+    /// How long nothing may move: the busy limit; for a holder in uninterruptible sleep (a
+    /// slow disk), never less than the watchdog lets it sleep (`sleep_limit`), so that under a
+    /// low `--busy-limit` the watchdog judges it, not this bound.
+    fn stall_limit(&self, holder_state: Option<char>) -> Duration {
+        match holder_state {
+            Some(state @ 'D') => self.cfg.busy_limit.max(self.sleep_limit(state)),
+            _ => self.cfg.busy_limit,
+        }
     }
 
     /// A wait that reached a quiet point (or another end) starts the next one afresh.
@@ -107,11 +121,10 @@ impl Execution<'_> {
         }
     }
 
-    /// Whether the token holder is stopped by a debugger or by job control.
-    fn holder_is_stopped(&self) -> bool {
-        let Some(thread) = self.handoff.holder() else { return false };
-        let (pid, tid) = self.kernel_ids(thread);
-        matches!(procfs::thread_state(pid, tid), Some('t' | 'T'))
+    /// The token holder's scheduler state letter (`R`, `S`, `D`, `t`, ...), if there is one.
+    fn holder_state(&self) -> Option<char> {
+        let (pid, tid) = self.kernel_ids(self.handoff.holder()?);
+        procfs::thread_state(pid, tid)
     }
 
     /// Whether the token holder is blocked writing to the output pipes dara drains: it waits for
