@@ -71,6 +71,12 @@ impl Region {
         unsafe { &*(self.map.as_ptr() as *const Header) }
     }
 
+    /// Kernel pid and tid of slot `i`'s thread (0 before it wrote them).
+    pub fn kernel_ids(&self, i: usize) -> (u32, u32) {
+        let slot = self.slot(i);
+        (slot.pid.load(std::sync::atomic::Ordering::Relaxed), slot.tid.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// Slot `i` (< MAX_SLOTS).
     pub fn slot(&self, i: usize) -> &Slot {
         assert!(i < MAX_SLOTS);

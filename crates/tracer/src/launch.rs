@@ -492,7 +492,7 @@ impl ProcessTree {
 /// its kernel stack (root can read it), innermost first.
 fn reaper_in_kernel(tid: u32) -> String {
     let read = |file: &str| std::fs::read_to_string(format!("/proc/self/task/{tid}/{file}")).unwrap_or_default();
-    let state = read("stat").rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()).unwrap_or('?');
+    let state = crate::procfs::thread_state(std::process::id(), tid).unwrap_or('?');
     let stack = read("stack");
     let frames: Vec<&str> = stack.lines().filter_map(|l| l.split_whitespace().nth(1)).map(|f| f.split('+').next().unwrap_or(f)).take(8).collect();
     let stack = if frames.is_empty() { String::new() } else { format!(", kernel stack {}", frames.join(" < ")) };

@@ -50,9 +50,8 @@ const EVENTUALLY_RUNS: u64 = 100;
 struct EventuallyCommand {
     /// Its process while it runs.
     process: Option<ProcessId>,
-    /// The step its last run ended at (failed); None before the first run.
+    /// The step its last run ended at (failed); None before the first run ended.
     failed_at: Option<u64>,
-    launched: bool,
 }
 
 impl EventuallyCommand {
@@ -66,7 +65,9 @@ impl EventuallyCommand {
     fn due(&self, step: u64, length: u64, idle: bool) -> bool {
         self.process.is_none()
             && match self.failed_at {
-                None => !self.launched,
+                // Not run yet: while it runs its process is known, and while it is on its way
+                // nothing is launched (see `run_eventually`).
+                None => true,
                 Some(at) => idle || step >= at + Self::spacing(length),
             }
     }
@@ -94,7 +95,6 @@ impl ClusterWorld {
         if !self.eventually.due(step, ex.walk.length(), idle) {
             return None;
         }
-        self.eventually.launched = true;
         Some(match self.launch(ex, Role::Eventually, false) {
             Ok(()) => Advance::Again,
             Err(outcome) => Advance::End(outcome),
@@ -426,7 +426,6 @@ mod tests {
     fn the_eventually_command_runs_once_at_first_then_spaced_or_when_idle() {
         let mut command = EventuallyCommand::default();
         assert!(command.due(10, 600, false), "the first run is due at once");
-        command.launched = true;
         command.process = Some(3);
         assert!(!command.due(10, 600, true), "never two at a time");
         command.process = None;

@@ -135,7 +135,7 @@ impl Execution<'_> {
             match end {
                 procfs::ProcessEnd::Running => {}
                 procfs::ProcessEnd::Zombie(status) => {
-                    let status = if libc::WIFSIGNALED(status) { ExitStatus::Signal(libc::WTERMSIG(status)) } else { ExitStatus::Code(libc::WEXITSTATUS(status)) };
+                    let status = ExitStatus::from_wait(status);
                     if let Some(outcome) = self.process_ended(process, Some(status)) {
                         return Some(outcome);
                     }

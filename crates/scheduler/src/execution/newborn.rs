@@ -43,7 +43,7 @@ impl Execution<'_> {
         }
         for index in starting {
             let slot = self.region.slot(index);
-            let (pid, tid) = (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed));
+            let (pid, tid) = self.region.kernel_ids(index);
             let process = slot.process.load(Ordering::Relaxed);
             // /proc is looked at only while the process has not ended (its pidfd says).
             let ended = self.processes.records.get(&process).and_then(|r| r.pidfd.as_ref()).is_none_or(procfs::pidfd_exited);

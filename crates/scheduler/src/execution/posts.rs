@@ -53,8 +53,7 @@ impl Execution<'_> {
         if op == Op::ThreadExit {
             // The thread now runs libc's teardown. Wait until it is really gone, so nothing of it
             // runs concurrently with the next granted thread.
-            let slot = self.region.slot(thread as usize);
-            let (pid, tid) = (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed));
+            let (pid, tid) = self.region.kernel_ids(thread as usize);
             if pid != tid {
                 procfs::wait_thread_exit(pid, tid, THREAD_EXIT_LIMIT);
             }

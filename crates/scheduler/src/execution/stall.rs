@@ -123,7 +123,7 @@ impl Execution<'_> {
 
     /// The token holder's scheduler state letter (`R`, `S`, `D`, `t`, ...), if there is one.
     fn holder_state(&self) -> Option<char> {
-        let (pid, tid) = self.kernel_ids(self.handoff.holder()?);
+        let (pid, tid) = self.region.kernel_ids(self.handoff.holder()? as usize);
         procfs::thread_state(pid, tid)
     }
 
@@ -131,25 +131,21 @@ impl Execution<'_> {
     /// whoever reads dara's own output (a paused terminal, a pager), not for the program.
     fn holder_writes_output(&self) -> bool {
         let Some(thread) = self.handoff.holder() else { return false };
-        let (pid, tid) = self.kernel_ids(thread);
+        let (pid, tid) = self.region.kernel_ids(thread as usize);
         self.writes_to_output(pid, tid)
-    }
-
-    fn kernel_ids(&self, thread: ThreadId) -> (u32, u32) {
-        let slot = self.region.slot(thread as usize);
-        (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed))
     }
 
     /// What the wait for a quiet point waits for, for a person: every thread that is not parked
     /// (the token holder first) with what the kernel says of it, killed processes not gone yet,
     /// a command on its way. The thread the verdict names comes first.
-    fn unmoved(&mut self) -> (ThreadId, String) {
+    fn unmoved(&self) -> (ThreadId, String) {
         let mut parts = Vec::new();
         let holder = self.handoff.holder();
         if let Some(thread) = holder {
             parts.push(format!("thread {thread} holds the run token and {}", self.kernel_view(thread)));
         }
-        for thread in self.handoff.unparked(&self.region) {
+        let unparked = self.handoff.unparked(&self.region);
+        for &thread in &unparked {
             if Some(thread) != holder {
                 let how = if self.region.slot(thread as usize).state.load(Ordering::Acquire) == state::STARTING { "is being created" } else { "runs without the run token" };
                 parts.push(format!("thread {thread} {how} and {}", self.kernel_view(thread)));
@@ -164,13 +160,13 @@ impl Execution<'_> {
         if parts.is_empty() {
             parts.push("no thread is running, yet the wait did not end (a slot claimed for a thread that never started?)".into());
         }
-        let first = holder.or_else(|| self.handoff.unparked(&self.region).first().copied()).unwrap_or(0);
+        let first = holder.or_else(|| unparked.first().copied()).unwrap_or(0);
         (first, parts.join("; "))
     }
 
     /// What the kernel says of `thread`: its state and the system call it sits in.
     fn kernel_view(&self, thread: ThreadId) -> String {
-        let (pid, tid) = self.kernel_ids(thread);
+        let (pid, tid) = self.region.kernel_ids(thread as usize);
         let Some(letter) = procfs::thread_state(pid, tid) else {
             let process_alive = self.processes.of(thread).and_then(|p| self.processes.records.get(&p)).is_some_and(|r| r.alive);
             let process = if process_alive { "its process lives on" } else { "its process ended" };
@@ -184,8 +180,6 @@ impl Execution<'_> {
             other => format!("is in state {other}"),
         };
         let call = procfs::blocked_syscall(pid, tid).map(|c| format!(" in {c}")).unwrap_or_default();
-        let place = procfs::sleeping_where(pid, tid);
-        let place = if place.is_empty() { String::new() } else { format!(" ({place})") };
-        format!("{state}{call}{place} (pid {pid}, tid {tid})")
+        format!("{state}{call}{} (pid {pid}, tid {tid})", super::watchdog::sleeping_where(pid, tid))
     }
 }

@@ -102,7 +102,7 @@ impl Execution<'_> {
         if slot.state.load(Ordering::Acquire) == state::POSTED {
             return None; // it waits for the scheduler, which ingests the post next
         }
-        let (pid, tid) = (slot.pid.load(Ordering::Relaxed), slot.tid.load(Ordering::Relaxed));
+        let (pid, tid) = self.region.kernel_ids(thread as usize);
         let process = self.processes.threads.get(&thread).copied();
         // /proc answers for whoever has the pid now, and pids are recycled within seconds in a
         // busy search: the process's pidfd says whether *it* has ended.
@@ -148,10 +148,6 @@ impl Execution<'_> {
     /// dara's limit, not the program's bug: the run stops uncontrolled and says so.
     fn busy_outcome(&self, thread: ThreadId) -> Outcome {
         let limit = self.cfg.busy_limit.as_secs();
-        let mut others: Vec<ThreadId> = self.model.choices().iter().map(|c| c.thread).filter(|&t| t != thread).collect();
-        others.extend(self.model.live_threads().into_iter().filter(|&t| t != thread && self.model.timer_deadline(t).is_some()));
-        others.sort_unstable();
-        others.dedup();
         if measures_cpu_time(self.region.slot(thread as usize)) {
             return Outcome::Uncontrolled {
                 thread,
@@ -161,6 +157,10 @@ impl Execution<'_> {
                 ),
             };
         }
+        let mut others: Vec<ThreadId> = self.model.choices().iter().map(|c| c.thread).filter(|&t| t != thread).collect();
+        others.extend(self.model.live_threads().into_iter().filter(|&t| t != thread && self.model.timer_deadline(t).is_some()));
+        others.sort_unstable();
+        others.dedup();
         if others.is_empty() {
             return Outcome::Hang {
                 reason: format!("thread {thread} computed for {limit} s of CPU time without reaching a scheduling point, and no other thread could move (a busy loop with no yield, sleep or lock?; raise --busy-limit if it legitimately computes longer)"),
@@ -205,12 +205,22 @@ fn reaps_a_child(pid: u32, tid: u32, for_: Duration) -> bool {
     for_ < dara_tracer::launch::REAP_LIMIT && matches!(procfs::blocked_syscall_raw(pid, tid), Some((SYS_WAIT4 | SYS_WAITID, _)))
 }
 
+/// Where thread (pid, tid) sleeps in the kernel, as " (kernel function ...)" for a verdict, or
+/// nothing when /proc does not say.
+pub(super) fn sleeping_where(pid: u32, tid: u32) -> String {
+    let place = procfs::sleeping_where(pid, tid);
+    if place.is_empty() {
+        place
+    } else {
+        format!(" ({place})")
+    }
+}
+
 /// The verdict on a watched thread (pid, tid) that slept in the kernel for `for_` without
 /// running: `role` says what it is ("holds the run token but"), `waited` what waited for it.
 pub(super) fn blocked_outside(thread: ThreadId, pid: u32, tid: u32, role: &str, for_: Duration, waited: &str) -> Outcome {
     let syscall = procfs::blocked_syscall(pid, tid).unwrap_or_else(|| "an unknown system call".into());
-    let place = procfs::sleeping_where(pid, tid);
-    let place = if place.is_empty() { String::new() } else { format!(" ({place})") };
+    let place = sleeping_where(pid, tid);
     Outcome::Uncontrolled {
         thread,
         syscall: syscall.clone(),
