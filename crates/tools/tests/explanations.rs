@@ -73,7 +73,7 @@ fn the_demo_s_bug_explained_by_its_one_preemption_and_racing_pair() {
 fn a_stripped_program_s_listing_takes_lines_from_its_separate_debug_file() {
     let out = out_dir("debug-file");
     let program = out.join("library_fault");
-    std::fs::copy(fixture("library_fault"), &program).unwrap();
+    copy_executable(&fixture("library_fault"), &program);
     let tool = |name: &str, args: &[&str]| {
         let status = Command::new(name).args(args).status().unwrap_or_else(|e| panic!("{name} (binutils): {e}"));
         assert!(status.success(), "{name} {args:?}");

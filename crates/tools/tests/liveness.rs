@@ -126,8 +126,7 @@ fn the_twin_searches_clean_and_a_walk_that_recovers_ends_clean() {
 fn a_program_that_ends_with_the_property_unmet_is_still_a_property_failure() {
     let out = out_dir("eventually-ends");
     let script = out.join("never.sh");
-    std::fs::write(&script, "#!/bin/sh\necho 'declare eventually done' >/dev/fd/$DARA_SDK_FD\necho 'eventually 0 done' >/dev/fd/$DARA_SDK_FD\n").unwrap();
-    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    write_script(&script, "#!/bin/sh\necho 'declare eventually done' >/dev/fd/$DARA_SDK_FD\necho 'eventually 0 done' >/dev/fd/$DARA_SDK_FD\n");
     let (code, doc) = search_json(&out, &script, "random", 2, 1, &[]);
     assert_eq!(code, 1, "{doc}");
     assert_eq!(doc["bugs"][0]["outcome"]["identity"], "property:done", "{doc}");

@@ -112,8 +112,24 @@ pub fn private_copy(program: &Path, test: &str) -> PathBuf {
     let dir = own_tmp("private").join(test);
     std::fs::create_dir_all(&dir).unwrap();
     let copy = dir.join(program.file_name().unwrap());
-    std::fs::copy(program, &copy).unwrap();
+    copy_executable(program, &copy);
     copy
+}
+
+/// Copies the program `from` to `to` (mode 755) in a child process. Written from this process, the
+/// copy's descriptor would be inherited by whatever another test thread forks meanwhile, and until
+/// that child's exec, running the copy fails with "Text file busy" (it did in CI).
+pub fn copy_executable(from: &Path, to: &Path) {
+    let status = std::process::Command::new("install").args(["-m", "755"]).arg(from).arg(to).status().expect("install (coreutils)");
+    assert!(status.success(), "install {} {}", from.display(), to.display());
+}
+
+/// Writes an executable script `path` with `text` (see [`copy_executable`] for why not in place).
+#[allow(dead_code)]
+pub fn write_script(path: &Path, text: &str) {
+    let draft = path.with_extension("draft");
+    std::fs::write(&draft, text).unwrap();
+    copy_executable(&draft, path);
 }
 
 /// Asserts that no process runs `program` any more.
