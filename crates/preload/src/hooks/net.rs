@@ -10,6 +10,7 @@
 //! stdin, inherited across `execve`), except the pipes dara forwards the program's stdout and
 //! stderr through. The descriptor table ([`crate::fd`]) remembers which is which. Regular files
 //! are left alone.
+use dara_abi::request::STREAM_SEND_MOST;
 use dara_abi::{net_flags, Addr, CloseHow, Deadline, NetFlags, Request, NO_DEADLINE};
 use libc::{c_int, c_uint, c_void, size_t, socklen_t, ssize_t};
 
@@ -130,19 +131,21 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks
     }
 }
 
-/// A send: waits until there is room, then sends without blocking; a blocking caller gets all of
-/// `len` sent (posting again for the rest), as the kernel would.
+/// A send: waits until there is room, then sends without blocking, at most [`send_most`] bytes
+/// a grant; a blocking caller gets all of `len` sent (posting again for the rest), as the kernel
+/// would.
 fn transmit(gate: &Gated, fd: c_int, buf: *const u8, len: usize, dontwait: bool, dest_port: u16, call: &mut dyn FnMut(*const u8, usize) -> ssize_t) -> ssize_t {
     let nonblock = dontwait || fd_nonblocking(fd);
+    let most = send_most(fd);
     let mut done = 0usize;
-    if let Some(r) = send_unposted(fd, nonblock, &mut || call(buf, len)) {
+    if let Some(r) = send_unposted(fd, nonblock, &mut || call(buf, len.min(most))) {
         if r <= 0 || nonblock || r as usize >= len {
             return ret(r);
         }
         done = r as usize; // a blocking caller: the rest waits for room the posted way
     }
     loop {
-        let rest = len - done;
+        let rest = (len - done).min(most);
         let mut first = [0u8; 8];
         if !buf.is_null() {
             let n = rest.min(8);
@@ -242,15 +245,24 @@ fn iov_preview(iov: *const libc::iovec, n: c_int) -> ([u8; 8], usize) {
     }
 }
 
-/// A vectored send (`sendmsg`, `writev`): one post, then one real call. Not split: a message is
-/// sent whole or not at all.
-fn transmit_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, dontwait: bool, dest_port: u16, call: &mut dyn FnMut() -> ssize_t) -> ssize_t {
+/// A vectored send (`sendmsg`, `writev`): one post, then one real call. A datagram is not split:
+/// sent whole or not at all. On TCP a grant moves at most [`STREAM_SEND_MOST`] bytes, as
+/// [`transmit`] does.
+fn transmit_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, dontwait: bool, dest_port: u16, call: &mut dyn FnMut(*const libc::iovec, c_int) -> ssize_t) -> ssize_t {
     let nonblock = dontwait || fd_nonblocking(fd);
     let (first, total) = iov_preview(iov, n);
+    // More than one send's worth on a stream socket: the first buffer, cut to that worth, goes
+    // first (a short write; a blocking caller's rest follows buffer by buffer).
+    let prefix = (total > send_most(fd)).then(|| first_bytes(iov, n, send_most(fd))).flatten();
+    let (whole, whole_n, whole_total) = (iov, n, total);
+    let (iov, n, total) = match &prefix {
+        Some(one) => (one as *const libc::iovec, 1, one.iov_len),
+        None => (iov, n, total),
+    };
     if nonblock {
         // A blocking vectored send is not split (see above): only a non-blocking one goes
         // without a post, as whatever the kernel takes.
-        if let Some(r) = send_unposted(fd, true, call) {
+        if let Some(r) = send_unposted(fd, true, &mut || call(iov, n)) {
             return ret(r);
         }
     }
@@ -263,13 +275,13 @@ fn transmit_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, d
             }
             return ret(g.result);
         }
-        let r = raw(call());
+        let r = raw(call(iov, n));
         if r == -(libc::EAGAIN as i64) && !nonblock {
             continue;
         }
-        if !nonblock && r > 0 && (r as usize) < total {
+        if !nonblock && r > 0 && (r as usize) < whole_total {
             // A blocking caller gets every byte, as from the kernel: the rest by further grants.
-            return ret(finish_vector(gate, fd, iov, n, r as usize, dest_port));
+            return ret(finish_vector(gate, fd, whole, whole_n, r as usize, dest_port));
         }
         return ret(r);
     }
@@ -297,6 +309,24 @@ fn finish_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, mut
         done += r as usize;
     }
     done as i64
+}
+
+/// Most bytes one granted send moves on `fd`: [`STREAM_SEND_MOST`] on a TCP socket, where what
+/// the kernel takes in one call depends on real time; anything on other descriptors, whose
+/// capacity is the same every run.
+fn send_most(fd: c_int) -> usize {
+    if is_tcp(fd) {
+        STREAM_SEND_MOST as usize
+    } else {
+        usize::MAX
+    }
+}
+
+/// The first non-empty buffer of the `n` at `iov`, cut to at most `most` bytes.
+fn first_bytes(iov: *const libc::iovec, n: c_int, most: usize) -> Option<libc::iovec> {
+    // SAFETY: the caller's iovec array of `n` entries.
+    let part = (0..n.max(0) as usize).map(|i| unsafe { *iov.add(i) }).find(|v| v.iov_len > 0)?;
+    Some(libc::iovec { iov_base: part.iov_base, iov_len: part.iov_len.min(most) })
 }
 
 fn iov_total(iov: *const libc::iovec, n: c_int) -> usize {
@@ -579,7 +609,7 @@ pub fn trapped_write(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64>
         transmit(gate, fd, one.iov_base as *const u8, one.iov_len, false, 0, &mut |b, l| ret(unsafe { write_now::write(fd, true, b, l) }))
     } else {
         // SAFETY: the program's own iovecs, written without blocking.
-        transmit_vector(gate, fd, iov, n, false, 0, &mut || ret(unsafe { write_now::writev(fd, true, iov, n) }))
+        transmit_vector(gate, fd, iov, n, false, 0, &mut |v, k| ret(unsafe { write_now::writev(fd, true, v, k) }))
     };
     Some(if r < 0 { -errno() } else { r as i64 })
 }
@@ -649,7 +679,20 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
     // SAFETY: the caller's msghdr (or its copy) is valid for the call.
     let (port, iov, n) = unsafe { msg.as_ref().map_or((0, core::ptr::null(), 0), |m| (sockaddr_port(m.msg_name as *const libc::sockaddr, m.msg_namelen), m.msg_iov as *const libc::iovec, m.msg_iovlen as c_int)) };
     // SAFETY: the program's own arguments; MSG_DONTWAIT only makes the call non-blocking.
-    transmit_vector(&gate, fd, iov, n, flags & libc::MSG_DONTWAIT != 0, port, &mut || unsafe { real::sendmsg(fd, msg, flags | libc::MSG_DONTWAIT) })
+    // A cut vector goes in a copy of the message that names it.
+    let mut cut = copy;
+    // SAFETY: the program's own arguments (or the copy, naming its buffers or a prefix of one);
+    // MSG_DONTWAIT only makes the call non-blocking.
+    transmit_vector(&gate, fd, iov, n, flags & libc::MSG_DONTWAIT != 0, port, &mut |v, k| unsafe {
+        match cut.as_mut() {
+            Some(m) if v != iov => {
+                m.msg_iov = v.cast_mut();
+                m.msg_iovlen = k as _;
+                real::sendmsg(fd, m, flags | libc::MSG_DONTWAIT)
+            }
+            _ => real::sendmsg(fd, msg, flags | libc::MSG_DONTWAIT),
+        }
+    })
 }
 
 #[no_mangle]
@@ -674,5 +717,5 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) ->
     };
     let socket = is_net_socket(fd);
     // SAFETY: the program's own arguments; written without blocking (`write_now`).
-    transmit_vector(&gate, fd, iov, n, false, 0, &mut || ret(unsafe { write_now::writev(fd, socket, iov, n) }))
+    transmit_vector(&gate, fd, iov, n, false, 0, &mut |v, k| ret(unsafe { write_now::writev(fd, socket, v, k) }))
 }
