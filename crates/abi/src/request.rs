@@ -168,13 +168,15 @@ impl core::fmt::Display for DecodeError {
 /// Largest `NetSend` length: the bits below [`net_flags::SEND_SHIFT`].
 pub const SEND_LEN_MASK: u64 = (1 << net_flags::SEND_SHIFT) - 1;
 
-/// Most bytes one granted send moves on a stream socket (a blocking caller's rest goes by further
-/// grants, a non-blocking caller sees a short write, as Linux allows). How much a loopback TCP
-/// socket takes in one call otherwise follows its autotuned buffers, which grow with the pace of
-/// the reads, in real time: the same run moved 3,932,160 bytes in one `sendfile` and 256,000 under
-/// load, and its replay diverged. A connection whose reader has drained it takes this many at
-/// once: it is under half the smallest window Linux opens a loopback connection with (one
-/// 65,483-byte segment), so the bytes never wait in the sender for a window update.
+/// Most bytes one granted send moves on a TCP connection whose other end is not a traced
+/// program's (dara's relay to an outside client, or a peer outside dara): the grant's result
+/// says so, and a blocking caller's rest goes by further grants (a non-blocking caller sees a
+/// short write, as Linux allows). How much a loopback socket takes in one call otherwise follows
+/// its autotuned buffers, which grow with the pace of the reads, in real time: busybox httpd's
+/// `sendfile` of 4 MiB moved 3,932,160 bytes in one call and 256,000 under load, and the replay
+/// diverged. dara's relay drains its end at every step, and this many always fit at once: under
+/// half the smallest window Linux opens a loopback connection with (one 65,483-byte segment), so
+/// no byte waits in the sender for a window update.
 pub const STREAM_SEND_MOST: u64 = 32 << 10;
 
 /// A descriptor word: the preload writes a `c_int` sign-extended (`fd as u64`).

@@ -144,10 +144,6 @@ pub fn plan(call: TransferCall, a: [u64; 6], end: impl Fn(i32) -> End) -> Option
         End::File { left } => ops.count.min(left),
         _ => ops.count,
     };
-    let count = match end(ops.output) {
-        End::Socket { .. } => count.min(crate::request::STREAM_SEND_MOST),
-        _ => count,
-    };
     (receive.is_some() || send.is_some()).then_some(Plan { receive, send, count })
 }
 
@@ -177,10 +173,6 @@ mod tests {
         assert_eq!(plan(TransferCall::Sendfile, [FILE as u64, FILE as u64, 0, 4096, 0, 0], end), None);
         let short = plan(TransferCall::Sendfile, [SOCKET as u64, SHORT_FILE as u64, 0, u64::MAX >> 1, 0, 0], end).expect("a stream");
         assert_eq!(short.count, 10, "at most what the file has left");
-        let big = plan(TransferCall::Sendfile, [SOCKET as u64, FILE as u64, 0, 4 << 20, 0, 0], end).expect("a stream");
-        assert_eq!(big.count, crate::request::STREAM_SEND_MOST, "one grant moves at most a send's worth to a socket");
-        let to_pipe = plan(TransferCall::Splice, [SOCKET as u64, 0, PIPE as u64, 0, 4 << 20, 0], end).expect("a stream");
-        assert_eq!(to_pipe.count, 4 << 20, "a pipe's capacity is the kernel's, the same every run");
     }
 
     #[test]

@@ -10,7 +10,6 @@
 //! stdin, inherited across `execve`), except the pipes dara forwards the program's stdout and
 //! stderr through. The descriptor table ([`crate::fd`]) remembers which is which. Regular files
 //! are left alone.
-use dara_abi::request::STREAM_SEND_MOST;
 use dara_abi::{net_flags, Addr, CloseHow, Deadline, NetFlags, Request, NO_DEADLINE};
 use libc::{c_int, c_uint, c_void, size_t, socklen_t, ssize_t};
 
@@ -131,21 +130,20 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks
     }
 }
 
-/// A send: waits until there is room, then sends without blocking, at most [`send_most`] bytes
-/// a grant; a blocking caller gets all of `len` sent (posting again for the rest), as the kernel
-/// would.
+/// A send: waits until there is room, then sends without blocking, at most what the grant allows
+/// ([`granted_most`]); a blocking caller gets all of `len` sent (posting again for the rest), as
+/// the kernel would.
 fn transmit(gate: &Gated, fd: c_int, buf: *const u8, len: usize, dontwait: bool, dest_port: u16, call: &mut dyn FnMut(*const u8, usize) -> ssize_t) -> ssize_t {
     let nonblock = dontwait || fd_nonblocking(fd);
-    let most = send_most(fd);
     let mut done = 0usize;
-    if let Some(r) = send_unposted(fd, nonblock, &mut || call(buf, len.min(most))) {
+    if let Some(r) = send_unposted(fd, nonblock, &mut |most| call(buf, len.min(most))) {
         if r <= 0 || nonblock || r as usize >= len {
             return ret(r);
         }
         done = r as usize; // a blocking caller: the rest waits for room the posted way
     }
     loop {
-        let rest = (len - done).min(most);
+        let rest = len - done;
         let mut first = [0u8; 8];
         if !buf.is_null() {
             let n = rest.min(8);
@@ -163,7 +161,7 @@ fn transmit(gate: &Gated, fd: c_int, buf: *const u8, len: usize, dontwait: bool,
             return if done > 0 { done as ssize_t } else { ret(g.result) };
         }
         // SAFETY: in bounds of the caller's buffer.
-        let r = raw(call(unsafe { buf.add(done) }, rest));
+        let r = raw(call(unsafe { buf.add(done) }, rest.min(granted_most(g.result))));
         if nonblock || r < 0 && r != -(libc::EAGAIN as i64) {
             return if done > 0 && r < 0 { done as ssize_t } else { ret(r) };
         }
@@ -194,14 +192,16 @@ fn receive_unposted(fd: c_int, nonblock: bool, call: &mut dyn FnMut() -> ssize_t
 }
 
 /// Coarse steps: a send on a TCP socket without a post (see [`crate::unposted`]). Performs `call`
-/// (which adds `MSG_DONTWAIT`, or writes a non-blocking descriptor) and returns its raw result,
-/// or None when the send must take the posted path: not coarse mode, not a TCP socket, the
-/// thread's table is full, or a blocking caller found no room at all.
-fn send_unposted(fd: c_int, nonblock: bool, call: &mut dyn FnMut() -> ssize_t) -> Option<i64> {
-    if !crate::unposted::may_send(fd) || !is_tcp(fd) {
+/// with the most bytes it may move (it adds `MSG_DONTWAIT`, or writes a non-blocking descriptor)
+/// and returns its raw result, or None when the send must take the posted path: not coarse mode,
+/// not a TCP socket, the thread's table is full or its budget spent, or a blocking caller found
+/// no room at all.
+fn send_unposted(fd: c_int, nonblock: bool, call: &mut dyn FnMut(usize) -> ssize_t) -> Option<i64> {
+    let room = crate::unposted::send_room(fd);
+    if room == 0 || !is_tcp(fd) {
         return None;
     }
-    let r = raw(call());
+    let r = raw(call(room));
     if r == -(libc::EAGAIN as i64) {
         crate::unposted::fruitless();
         if !nonblock {
@@ -209,7 +209,7 @@ fn send_unposted(fd: c_int, nonblock: bool, call: &mut dyn FnMut() -> ssize_t) -
         }
     }
     if r > 0 {
-        crate::unposted::sent(fd);
+        crate::unposted::sent(fd, r as usize);
     }
     Some(r)
 }
@@ -246,23 +246,17 @@ fn iov_preview(iov: *const libc::iovec, n: c_int) -> ([u8; 8], usize) {
 }
 
 /// A vectored send (`sendmsg`, `writev`): one post, then one real call. A datagram is not split:
-/// sent whole or not at all. On TCP a grant moves at most [`STREAM_SEND_MOST`] bytes, as
-/// [`transmit`] does.
+/// sent whole or not at all; a stream moves at most what the grant allows, as in [`transmit`].
 fn transmit_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, dontwait: bool, dest_port: u16, call: &mut dyn FnMut(*const libc::iovec, c_int) -> ssize_t) -> ssize_t {
     let nonblock = dontwait || fd_nonblocking(fd);
     let (first, total) = iov_preview(iov, n);
-    // More than one send's worth on a stream socket: the first buffer, cut to that worth, goes
-    // first (a short write; a blocking caller's rest follows buffer by buffer).
-    let prefix = (total > send_most(fd)).then(|| first_bytes(iov, n, send_most(fd))).flatten();
-    let (whole, whole_n, whole_total) = (iov, n, total);
-    let (iov, n, total) = match &prefix {
-        Some(one) => (one as *const libc::iovec, 1, one.iov_len),
-        None => (iov, n, total),
-    };
     if nonblock {
         // A blocking vectored send is not split (see above): only a non-blocking one goes
         // without a post, as whatever the kernel takes.
-        if let Some(r) = send_unposted(fd, true, &mut || call(iov, n)) {
+        if let Some(r) = send_unposted(fd, true, &mut |most| match (total > most).then(|| first_bytes(iov, n, most)).flatten() {
+            Some(one) => call(&one, 1),
+            None => call(iov, n),
+        }) {
             return ret(r);
         }
     }
@@ -275,13 +269,20 @@ fn transmit_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, d
             }
             return ret(g.result);
         }
-        let r = raw(call(iov, n));
+        // Less granted than offered: the first buffer, cut to that, goes first (a short write; a
+        // blocking caller's rest follows buffer by buffer).
+        let most = granted_most(g.result);
+        let prefix = (total > most).then(|| first_bytes(iov, n, most)).flatten();
+        let r = raw(match &prefix {
+            Some(one) => call(one, 1),
+            None => call(iov, n),
+        });
         if r == -(libc::EAGAIN as i64) && !nonblock {
             continue;
         }
-        if !nonblock && r > 0 && (r as usize) < whole_total {
+        if !nonblock && r > 0 && (r as usize) < total {
             // A blocking caller gets every byte, as from the kernel: the rest by further grants.
-            return ret(finish_vector(gate, fd, whole, whole_n, r as usize, dest_port));
+            return ret(finish_vector(gate, fd, iov, n, r as usize, dest_port));
         }
         return ret(r);
     }
@@ -311,15 +312,10 @@ fn finish_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, mut
     done as i64
 }
 
-/// Most bytes one granted send moves on `fd`: [`STREAM_SEND_MOST`] on a TCP socket, where what
-/// the kernel takes in one call depends on real time; anything on other descriptors, whose
-/// capacity is the same every run.
-fn send_most(fd: c_int) -> usize {
-    if is_tcp(fd) {
-        STREAM_SEND_MOST as usize
-    } else {
-        usize::MAX
-    }
+/// Most bytes a send may move, from its grant's result: the bytes the scheduler allows
+/// ([`dara_abi::request::STREAM_SEND_MOST`] to a peer that is not a traced program's), or no limit.
+fn granted_most(result: i64) -> usize {
+    usize::try_from(result).ok().filter(|&n| n > 0).unwrap_or(usize::MAX)
 }
 
 /// The first non-empty buffer of the `n` at `iov`, cut to at most `most` bytes.

@@ -122,6 +122,12 @@ fn run(gate: &Gated, call: TransferCall, mut a: [u64; 6], plan: Plan) -> i64 {
                 Some(false) => return g.result,
                 None => {}
             }
+            // The grant says how much the send may move (see `STREAM_SEND_MOST`).
+            if let Ok(n) = u64::try_from(g.result) {
+                if n > 0 {
+                    most = most.min(n);
+                }
+            }
         }
         a[count_arg] = most;
         let nr = call.nr();

@@ -58,6 +58,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use dara_abi::request::STREAM_SEND_MOST;
 use dara_abi::{CloseHow, NetFlags, Op, Request as R};
 
 use crate::choice::{ProcessId, ThreadId};
@@ -238,7 +239,11 @@ impl NetProbe {
                     (0, _) | (_, None) => self.peer(ep),
                     (port, Some((k, local, _))) => self.lookup(&[(k, port, local), (k, port, 0)]),
                 };
-                Ok(NetView { ready, ready_entries: u32::from(ready), size: len as i64, obj: describe(ep.id, peer, ep.kind, &first[..(len as usize).min(4)]) })
+                // The grant's result is the most the send may move: all it offers, but on a TCP
+                // connection to no traced socket (dara's relay, or a peer outside dara) a fixed
+                // worth the kernel always takes at once (`STREAM_SEND_MOST`).
+                let most = if ep.kind == kind::TCP && peer == NO_ENDPOINT { len.min(STREAM_SEND_MOST) } else { len };
+                Ok(NetView { ready, ready_entries: u32::from(ready), size: most as i64, obj: describe(ep.id, peer, ep.kind, &first[..(len as usize).min(4)]) })
             }
             R::FifoOpen { flags, device, inode, .. } => {
                 let wait = FifoWait { device, inode, reader: flags.fifo_reader() };

@@ -148,6 +148,12 @@ impl Agent {
     /// A wait of transfer `step` was granted with `result`.
     pub(super) fn transfer_granted(&mut self, tid: i32, mut regs: Registers, mut step: Step, result: i64) {
         let pid = self.tracees[&tid].pid;
+        if let (Stage::Sent, Ok(n)) = (step.stage, u64::try_from(result)) {
+            // The grant of the send says how much it may move (see `STREAM_SEND_MOST`).
+            if n > 0 {
+                step.most = step.most.min(n);
+            }
+        }
         if step.stage == Stage::Received {
             // A receive on a socket takes at most what the scheduler saw queued.
             let socket = step.plan.receive.is_some_and(|s| net::descriptor(pid, s.fd, [0; dara_abi::OUTPUT_PIPES]) == Descriptor::Socket);
