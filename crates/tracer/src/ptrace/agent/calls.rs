@@ -72,6 +72,11 @@ pub enum Then {
     /// `timed`: it waited with the socket's `SO_RCVTIMEO`, and a grant of `EAGAIN` is that
     /// timeout firing: answered, not run.
     Receive { len_arg: Option<usize>, timed: bool },
+    /// A send granted with the most bytes it may move (see `dara_abi::request::STREAM_SEND_MOST`):
+    /// run it, cut to that many when `len_arg` names its length argument (a single-buffer send
+    /// on a non-blocking socket, whose caller takes a short write; a blocking caller's is not
+    /// cut).
+    Send { len_arg: Option<usize> },
     /// A split listener's `NetListen` was granted: the twin takes the program's descriptor.
     SwapTwin { fd: i32, twin: i32, cloexec: bool },
     /// A wait for readiness: run the call with a zero timeout (argument `timeout_arg` set to 0,

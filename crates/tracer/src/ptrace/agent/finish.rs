@@ -194,7 +194,7 @@ impl Agent {
             Then::Slept => answer(tid, stop, regs, if result == INTERRUPTED { INTERRUPTED } else { 0 }),
             Then::Run => self.run_call(tid, regs),
             Then::Receive { timed: true, .. } if result == -(libc::EAGAIN as i64) => answer(tid, stop, regs, result),
-            Then::Receive { len_arg, .. } => {
+            Then::Receive { len_arg, .. } | Then::Send { len_arg } => {
                 let most = u64::try_from(result).ok().filter(|&n| n > 0);
                 if let (Some(arg), Some(most)) = (len_arg, most) {
                     if most < regs.syscall().args[arg] && regs.set_arg(arg, most).is_err() {

@@ -214,10 +214,13 @@ pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPE
         let request = Request::NetRecv { fd, flags: flags(nonblock), deadline: Deadline::from_ns(deadline), len };
         Action::Post(request, Then::Receive { len_arg: len_arg.filter(|_| socket), timed: deadline != NO_DEADLINE })
     };
-    let send = |buf: u64, len: u64, dontwait: bool, dest_port: u16| {
+    // `len_arg`: the length argument of a single-buffer send, cut to what the grant allows when
+    // the caller does not wait (a Go server's write of a 4 MiB answer to dara's relay moved what
+    // the socket's autotuned buffers took, and its replay diverged).
+    let send = |buf: u64, len: u64, dontwait: bool, dest_port: u16, len_arg: Option<usize>| {
         let nonblock = dontwait || nonblocking(pid, fd);
         let request = Request::NetSend { fd, len: len.min((1 << net_flags::SEND_SHIFT) - 1), flags: flags(nonblock), head: head(pid, buf, len), dest_port };
-        Action::Post(request, Then::Run)
+        Action::Post(request, Then::Send { len_arg: len_arg.filter(|_| socket && nonblock) })
     };
     Some(match call.nr {
         libc::SYS_read => receive(a[2], false, Some(2)),
@@ -227,18 +230,18 @@ pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPE
             let (_, _, iov, count) = msghdr(pid, a[1]);
             receive(iovecs(pid, iov, count).2, dontwait(a[2]), None)
         }
-        libc::SYS_write => send(a[1], a[2], false, 0),
-        libc::SYS_sendto => send(a[1], a[2], dontwait(a[3]), dest_port(pid, a[4], a[5] as u32)),
+        libc::SYS_write => send(a[1], a[2], false, 0, Some(2)),
+        libc::SYS_sendto => send(a[1], a[2], dontwait(a[3]), dest_port(pid, a[4], a[5] as u32), Some(2)),
         libc::SYS_writev => {
             let (base, first, total) = iovecs(pid, a[1], a[2]);
-            let mut request = send(base, first, false, 0);
+            let mut request = send(base, first, false, 0, None);
             set_send_len(&mut request, total);
             request
         }
         libc::SYS_sendmsg => {
             let (name, name_len, iov, count) = msghdr(pid, a[1]);
             let (base, first, total) = iovecs(pid, iov, count);
-            let mut request = send(base, first, dontwait(a[2]), dest_port(pid, name, name_len));
+            let mut request = send(base, first, dontwait(a[2]), dest_port(pid, name, name_len), None);
             set_send_len(&mut request, total);
             request
         }
