@@ -74,6 +74,12 @@ pub const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 const MAX_POLL_ENTRIES: usize = 4096;
 /// `tcpi_state` of a connection that is over (reset, or both sides closed).
 pub(crate) const TCP_CLOSE: u8 = 7;
+/// `tcpi_state`s of a connection whose peer's FIN has arrived, which the kernel counts as one
+/// byte received (`tcpi_bytes_received`).
+pub(crate) const TCP_TIME_WAIT: u8 = 6;
+pub(crate) const TCP_CLOSE_WAIT: u8 = 8;
+pub(crate) const TCP_LAST_ACK: u8 = 9;
+pub(crate) const TCP_CLOSING: u8 = 11;
 /// `tcpi_state` of a listening socket.
 pub(crate) const TCP_LISTEN: u8 = 10;
 /// `SO_MEMINFO` from `<asm-generic/socket.h>`: a socket's memory counters, drops included.
@@ -128,6 +134,9 @@ pub struct NetProbe {
     /// The duplicates a send's probe took, kept as long as the view: a granted send is settled on
     /// the same duplicate (the others are dropped when the views are taken again).
     send_dups: BTreeMap<(u32, i32), OwnedFd>,
+    /// Bytes a traced TCP socket has written in all, by its (local, remote) ports, as of its
+    /// last settled send: what its peer's receives may count on (see `settle::unread_arrived`).
+    written: BTreeMap<(u16, u16), u64>,
     /// Connections traced processes made since the last [`NetProbe::take_connections`]: the
     /// connecting process's pid and the server's address.
     connections: Vec<(u32, std::net::SocketAddr)>,
@@ -200,7 +209,16 @@ impl NetProbe {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
                 let ep = self.endpoint(process, fd, &dup);
                 self.probed.insert((pid, fd), ep);
-                let revents = self.settled_poll(&dup, ep, libc::POLLIN)?;
+                let mut revents = self.settled_poll(&dup, ep, libc::POLLIN)?;
+                // What a traced peer wrote and this socket has not read: its arrival is waited
+                // for, and a receive takes a count that depends on nothing else.
+                let unread = match *request {
+                    R::NetRecv { len, .. } if ep.kind == kind::TCP => self.unread_arrived(&dup, ep, len)?,
+                    _ => None,
+                };
+                if unread.is_some_and(|n| n > 0) && revents == 0 {
+                    revents = poll_now(&dup, libc::POLLIN);
+                }
                 let ready = revents != 0;
                 let mut preview = [0u8; 4];
                 // A peek would consume a pending error (a reset) the program must read itself.
@@ -223,8 +241,9 @@ impl NetProbe {
                     (true, kind::TIMERFD) => 8,
                     (true, _) => inq(&dup).max(peeked as i64),
                 };
-                let size = match *request {
-                    R::NetRecv { len, .. } if avail >= 0 => avail.min(len as i64),
+                let size = match (*request, unread) {
+                    (R::NetRecv { .. }, Some(n)) if n > 0 && avail > 0 => n as i64,
+                    (R::NetRecv { len, .. }, _) if avail >= 0 => avail.min(len as i64),
                     _ => i64::from(ready),
                 };
                 Ok(NetView { ready, ready_entries: u32::from(ready), size, obj: describe(ep.id, self.peer(ep), ep.kind, &preview[..peeked]) })

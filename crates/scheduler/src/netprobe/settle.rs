@@ -109,6 +109,46 @@ impl NetProbe {
         Err(ProbeError(format!("loopback delivery to endpoint e{} did not arrive within {} ms although a traced thread sent it; the run was stopped rather than decided on a racy probe", ep.id, SETTLE_LIMIT.as_millis())))
     }
 
+    /// For a receive of `len` bytes on TCP endpoint `ep` (`dup`), whose peer is a traced socket
+    /// whose sends were settled: the bytes the receive may take, waited for until they are in
+    /// the socket's queue; None when the peer is not a traced sender (dara's relay settles its
+    /// own deliveries) or the kernel does not say.
+    ///
+    /// How many bytes a loopback socket holds when its reader looks depends on real time once a
+    /// writer has sent more than the reader's window: the rest waits in the writer's queue until
+    /// the reader's read opens the window, and arrives a little later (`sendfile_stream`: a
+    /// replay's receive took 61,440 bytes where the recording's took 65,536). So the count is
+    /// what the peer has written and this socket has not read, at most `len` and at most
+    /// [`STREAM_SEND_MOST`] (a loopback socket with default buffers always admits that much once
+    /// its reader has read: the read sends a window update), and the probe waits until the queue
+    /// holds it. A reset connection takes what it has.
+    pub(super) fn unread_arrived(&mut self, dup: &OwnedFd, ep: Endpoint, len: u64) -> Result<Option<u64>, ProbeError> {
+        let Some((_, local, remote)) = ep.key.filter(|k| k.2 != 0) else { return Ok(None) };
+        let Some(&written) = self.written.get(&(remote, local)) else { return Ok(None) };
+        let (Some(received), Some(state)) = (bytes_received(dup), TcpSnapshot::of(dup).map(|t| t.state)) else { return Ok(None) };
+        // The kernel counts a FIN as one byte received; a closed connection (a reset, or both
+        // ends done) takes what it has.
+        let fin = match state {
+            TCP_CLOSE => return Ok(None),
+            TCP_CLOSE_WAIT | TCP_LAST_ACK | TCP_CLOSING | TCP_TIME_WAIT => 1,
+            _ => 0,
+        };
+        let queued = inq(dup).max(0) as u64;
+        let read = received.saturating_sub(queued + fin);
+        let most = written.saturating_sub(read).min(len).min(STREAM_SEND_MOST);
+        let started = Instant::now();
+        while (inq(dup).max(0) as u64) < most {
+            if TcpSnapshot::of(dup).is_some_and(|t| t.state == TCP_CLOSE) {
+                return Ok(None);
+            }
+            if started.elapsed() > SETTLE_LIMIT {
+                return Err(ProbeError(format!("bytes a traced thread wrote to endpoint e{} did not arrive within {} ms (its peer wrote {written}, it has read {read}); the run was stopped rather than decided on a racy probe", ep.id, SETTLE_LIMIT.as_millis())));
+            }
+            std::thread::yield_now();
+        }
+        Ok(Some(most))
+    }
+
     /// `sender`: the socket the send was granted on, when known (else descriptor `fd` now).
     pub(super) fn settle_send(&mut self, pid: u32, fd: i32, sender: Option<OwnedFd>, datagram_to: Option<u16>, own: OwnReceived) -> Result<(), ProbeError> {
         if let Some(port) = datagram_to {
@@ -153,6 +193,9 @@ impl NetProbe {
             }
             std::thread::yield_now();
         }
+        if let (Some((local, remote)), Some(t)) = (addrs, TcpSnapshot::of(&dup)) {
+            self.written.insert((local.port(), remote.port()), t.sent + t.not_sent);
+        }
         Ok(())
     }
 
@@ -188,7 +231,13 @@ impl NetProbe {
     pub(super) fn owe_connection(&mut self, pid: u32, ep: Endpoint, dup: &OwnedFd) {
         // A socket with no peer was refused (its error already taken by a second connect call);
         // one already counted is being checked again by a second connect call.
-        if ep.key.or_else(|| inet_key(dup, kind::TCP)).is_some_and(|k| k.2 != 0) {
+        let key = ep.key.or_else(|| inet_key(dup, kind::TCP));
+        if let Some((_, local, remote)) = key {
+            // A new connection on an old pair of ports: what the old one wrote counts no more.
+            self.written.remove(&(local, remote));
+            self.written.remove(&(remote, local));
+        }
+        if key.is_some_and(|k| k.2 != 0) {
             if let Some(server) = socket_address(dup, true).filter(|_| self.connected.insert(ep.id)) {
                 *self.owed.entry(owed_connection(server)).or_default() += 1;
                 self.connections.push((pid, server));
