@@ -296,8 +296,11 @@ mod tests {
         let bytes = *b"PUT x 1\n!";
         let write = decode(call(libc::SYS_write, [a.as_raw_fd() as u64, bytes.as_ptr() as u64, 9, 0, 0, 0]), pid, [0; 3], 0);
         let expected = Request::NetSend { fd: a.as_raw_fd(), len: 9, flags: NetFlags(0), head: *b"PUT x 1\n", dest_port: 0 };
-        assert_eq!(write, Some(Action::Post(expected, Then::Run)));
+        assert_eq!(write, Some(Action::Post(expected, Then::Send { len_arg: None })), "a blocking caller's write is never cut");
         a.set_nonblocking(true).expect("O_NONBLOCK");
+        let write = decode(call(libc::SYS_write, [a.as_raw_fd() as u64, bytes.as_ptr() as u64, 9, 0, 0, 0]), pid, [0; 3], 0);
+        let Some(Action::Post(Request::NetSend { flags, .. }, then)) = write else { panic!("not a send") };
+        assert_eq!((flags.0 & net_flags::NONBLOCK, then), (net_flags::NONBLOCK, Then::Send { len_arg: Some(2) }), "a non-blocking write takes what its grant allows");
         let Some(Action::Post(Request::NetRecv { flags, len, .. }, Then::Receive { len_arg, .. })) = decode(call(libc::SYS_read, [a.as_raw_fd() as u64, 0, 64, 0, 0, 0]), pid, [0; 3], 0) else { panic!("not a receive") };
         assert_eq!((flags.0 & net_flags::NONBLOCK, len, len_arg), (net_flags::NONBLOCK, 64, Some(2)));
     }
