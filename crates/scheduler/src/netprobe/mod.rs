@@ -42,6 +42,14 @@
 //!   runs, so the sender's own later `bind` of that port cannot pass for a receiver; only a
 //!   delivery deferred to `ksoftirqd` while the sender binds or closes the destination port
 //!   itself could still disagree.
+//! Between two traced TCP sockets the kernel's autotuned buffers would still decide how many bytes
+//! a reader finds and when a writer is full, in real time. So every settled send notes its
+//! socket's total written bytes; a receive is granted what its peer wrote and it has not read (at
+//! most its length and 32 KiB), waited for until the queue holds it; and a blocking send is
+//! ready while dara's account of the connection (half the send buffer, at most 2 MiB, less what
+//! is written and not read) has room, and moves at most that (`settle::unread_arrived`,
+//! `settle::send_room`; docs/networking.md).
+//!
 //! A probe of an endpoint that is owed something and does not show it yet is retried (yielding
 //! the CPU, up to [`SETTLE_LIMIT`]) until the kernel shows it; an accept or datagram receive pays
 //! one back, and so does a datagram the receiving socket dropped because its buffer was full
