@@ -149,7 +149,7 @@ fn a_go_server_on_port_0_is_recorded_with_clients_from_outside_and_replays() {
         writeln!(stream, "big").unwrap();
         let mut answer = vec![0u8; (4 << 20) + 1];
         std::io::Read::read_exact(&mut stream, &mut answer).unwrap();
-        answer[4 << 20] == b'\n' && answer.iter().take(4 << 20).enumerate().all(|(i, &b)| b == ((i as u32).wrapping_mul(2_654_435_761) >> 24) as u8)
+        answer[4 << 20] == b'\n' && answer[..4 << 20] == common::real::big_body(4 << 20)[..]
     };
     let answers = port.map(|p| [talk(p, "hello"), big(p).to_string(), talk(p, "dara"), talk(p, "quit")]);
     let status = wait_at_most(&mut child, Duration::from_secs(120));
@@ -312,19 +312,13 @@ fn busybox_httpd_sends_a_big_file_to_an_outside_client_and_replays() {
     let out = out_dir("busybox-httpd");
     let www = out.join("www");
     std::fs::create_dir_all(&www).unwrap();
-    let body: Vec<u8> = (0..FILE_BYTES as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let body = common::real::big_body(FILE_BYTES);
     std::fs::write(www.join("big.bin"), &body).unwrap();
     let listen = format!("127.0.0.1:{port}");
     let httpd = [busybox.to_str().unwrap(), "httpd", "-f", "-p", &listen, "-h", www.to_str().unwrap()];
     let mut server = common::real::Recording(Command::new(env!("CARGO_BIN_EXE_dara-trace")).args(["-q", "-o", out.to_str().unwrap(), "--"]).args(httpd).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
     common::real::wait_for_listener(port.parse().unwrap(), Duration::from_secs(30), "busybox httpd under dara-trace");
-    let url = format!("http://{listen}/big.bin");
-    for fetch in 0..2 {
-        let got = out.join(format!("got-{fetch}.bin"));
-        let curl = Command::new("curl").args(["-s", "-f", "-m", "60", "-o", got.to_str().unwrap(), &url]).output().expect("curl (run ./scripts/install-deps.sh)");
-        assert!(curl.status.success(), "fetch {fetch}: {curl:?}");
-        assert!(std::fs::read(&got).unwrap() == body, "fetch {fetch}: the file arrived changed");
-    }
+    common::real::fetch_intact(&format!("http://{listen}/big.bin"), &out, 2, &body, "busybox httpd");
     let (status, stderr) = common::real::ctrl_c(&mut server.0, Duration::from_secs(60));
     assert_eq!(status.code(), Some(0), "one Ctrl-C stops busybox httpd, and dara with its exit: {status:?} {stderr}");
     let trace_path = out.join("trace.bin");

@@ -318,7 +318,7 @@ fn nginx_sends_a_big_file_both_ways_intact_and_replays() {
         let out = out_dir(&format!("nginx-big-{sendfile}"));
         let dir = out.join("nginx");
         std::fs::create_dir_all(dir.join("html")).unwrap();
-        let body: Vec<u8> = (0..FILE_BYTES as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        let body = big_body(FILE_BYTES);
         std::fs::write(dir.join("html/big.bin"), &body).unwrap();
         let template = std::fs::read_to_string(repo_root().join("tests/fixtures/nginx.conf.in")).unwrap();
         let conf = dir.join("nginx.conf");
@@ -327,13 +327,7 @@ fn nginx_sends_a_big_file_both_ways_intact_and_replays() {
         let error_log = dir.join("error.log");
         let nginx = ["nginx", "-g", "daemon off;", "-e", error_log.to_str().unwrap(), "-c", conf.to_str().unwrap()];
         let mut server = start_recording(&out, &nginx, &port);
-        let url = format!("http://127.0.0.1:{port}/big.bin");
-        for fetch in 0..2 {
-            let got = out.join(format!("got-{fetch}.bin"));
-            let curl = Command::new("curl").args(["-s", "-f", "-m", "60", "-o", got.to_str().unwrap(), &url]).output().expect("curl (run ./scripts/install-deps.sh)");
-            assert!(curl.status.success(), "sendfile {sendfile}, fetch {fetch}: {curl:?}");
-            assert!(std::fs::read(&got).unwrap() == body, "sendfile {sendfile}, fetch {fetch}: the file arrived changed");
-        }
+        fetch_intact(&format!("http://127.0.0.1:{port}/big.bin"), &out, 2, &body, &format!("sendfile {sendfile}"));
         let (status, stderr) = ctrl_c(&mut server.0, Duration::from_secs(60));
         assert_eq!(status.code(), Some(0), "sendfile {sendfile}: {status:?} {stderr}");
         std::fs::remove_file(dir.join("nginx.pid")).ok();

@@ -120,8 +120,9 @@ impl NetProbe {
     /// replay's receive took 61,440 bytes where the recording's took 65,536). So the count is
     /// what the peer has written and this socket has not read, at most `len` and at most
     /// [`STREAM_SEND_MOST`] (a loopback socket with default buffers always admits that much once
-    /// its reader has read: the read sends a window update), and the probe waits until the queue
-    /// holds it. A reset connection takes what it has.
+    /// its reader has read: the read sends a window update; a quarter of a smaller receive
+    /// buffer), and the probe waits until the queue holds it. A reset connection takes what it
+    /// has.
     pub(super) fn unread_arrived(&mut self, dup: &OwnedFd, ep: Endpoint, len: u64) -> Result<Option<u64>, ProbeError> {
         let Some((_, local, remote)) = ep.key.filter(|k| k.2 != 0) else { return Ok(None) };
         let Some(&written) = self.written.get(&(remote, local)) else { return Ok(None) };
@@ -135,7 +136,10 @@ impl NetProbe {
         };
         let queued = inq(dup).max(0) as u64;
         let read = received.saturating_sub(queued + fin);
-        let most = written.saturating_sub(read).min(len).min(STREAM_SEND_MOST);
+        // A program that made its receive buffer small (SO_RCVBUF reports twice what it set) gets
+        // a window of about half of it.
+        let admits = sockopt(dup, libc::SO_RCVBUF).map_or(STREAM_SEND_MOST, |b| (b.max(0) as u64 / 4).min(STREAM_SEND_MOST));
+        let most = written.saturating_sub(read).min(len).min(admits.max(1));
         let started = Instant::now();
         while (inq(dup).max(0) as u64) < most {
             if TcpSnapshot::of(dup).is_some_and(|t| t.state == TCP_CLOSE) {

@@ -117,6 +117,25 @@ impl Drop for Recording {
     }
 }
 
+/// `bytes` bytes of a fixed pattern (byte i is the top byte of i * 2654435761): a file a server
+/// sends, which no transfer could get right by accident.
+#[allow(dead_code)]
+pub fn big_body(bytes: usize) -> Vec<u8> {
+    (0..bytes as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect()
+}
+
+/// Fetches `url` with curl `times` times into `out` and asserts each fetch brings `body` intact
+/// (`what` names the case in the failure).
+#[allow(dead_code)]
+pub fn fetch_intact(url: &str, out: &Path, times: usize, body: &[u8], what: &str) {
+    for fetch in 0..times {
+        let got = out.join(format!("got-{fetch}.bin"));
+        let curl = std::process::Command::new("curl").args(["-s", "-f", "-m", "60", "-o", got.to_str().unwrap(), url]).output().expect("curl (run ./scripts/install-deps.sh)");
+        assert!(curl.status.success(), "{what}, fetch {fetch}: {curl:?}");
+        assert!(std::fs::read(&got).unwrap() == body, "{what}, fetch {fetch}: the file arrived changed");
+    }
+}
+
 /// One Ctrl-C to a recording `dara-trace` (dara passes it on), a second one if it has not ended
 /// within `wait`: its exit status and what it wrote to stderr.
 pub fn ctrl_c(server: &mut std::process::Child, wait: Duration) -> (std::process::ExitStatus, String) {
