@@ -86,17 +86,6 @@ impl TcpSnapshot {
     }
 }
 
-/// Most bytes dara lets a connection between traced sockets hold written and not read, when a
-/// blocking sender asks: half the send buffer (`SO_SNDBUF` reports twice what the program set),
-/// at most [`CONNECTION_MOST`]. Natively a loopback connection holds about 3.9 MB with default
-/// buffers, so the kernel always takes what the model allows.
-pub(super) fn connection_capacity(fd: &OwnedFd) -> u64 {
-    sockopt(fd, libc::SO_SNDBUF).map_or(CONNECTION_MOST, |b| (b.max(0) as u64 / 2).min(CONNECTION_MOST))
-}
-
-/// See [`connection_capacity`].
-pub(super) const CONNECTION_MOST: u64 = 2 << 20;
-
 /// Sends at once what TCP socket `fd` holds back in its send queue (see
 /// [`TcpSnapshot::holds_back`]): setting `TCP_NODELAY` pushes the queued segments out (Linux
 /// `__tcp_sock_set_nodelay`, which overrides a cork for what is queued); the option is then put

@@ -82,8 +82,6 @@ pub const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 const MAX_POLL_ENTRIES: usize = 4096;
 /// `tcpi_state` of a connection that is over (reset, or both sides closed).
 pub(crate) const TCP_CLOSE: u8 = 7;
-/// `tcpi_state` of an open connection.
-pub(crate) const TCP_ESTABLISHED: u8 = 1;
 /// `tcpi_state`s of a connection whose peer's FIN has arrived, which the kernel counts as one
 /// byte received (`tcpi_bytes_received`).
 pub(crate) const TCP_TIME_WAIT: u8 = 6;
@@ -258,28 +256,20 @@ impl NetProbe {
                 };
                 Ok(NetView { ready, ready_entries: u32::from(ready), size, obj: describe(ep.id, self.peer(ep), ep.kind, &preview[..peeked]) })
             }
-            R::NetSend { len, head: first, dest_port, flags, .. } => {
+            R::NetSend { len, head: first, dest_port, .. } => {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
                 let ep = self.endpoint(process, fd, &dup);
                 self.probed.insert((pid, fd), ep);
+                let dup = &*self.send_dups.entry((pid, fd)).insert_entry(dup).into_mut();
+                let ready = poll_now(&dup, libc::POLLOUT) != 0;
                 let peer = match (dest_port, ep.key) {
                     (0, _) | (_, None) => self.peer(ep),
                     (port, Some((k, local, _))) => self.lookup(&[(k, port, local), (k, port, 0)]),
                 };
-                // A blocking send to a traced socket waits for room in dara's model of the
-                // connection (`send_room`), when the kernel says enough to know it.
-                let blocking = flags.0 & dara_abi::net_flags::NONBLOCK == 0;
-                let room = if ep.kind == kind::TCP && peer != NO_ENDPOINT && blocking { self.send_room(&dup, ep) } else { None };
-                let dup = &*self.send_dups.entry((pid, fd)).insert_entry(dup).into_mut();
                 // The grant's result is the most the send may move: all it offers, but on a TCP
                 // connection to no traced socket (dara's relay, or a peer outside dara) a fixed
-                // worth the kernel always takes at once (`STREAM_SEND_MOST`), and to a traced one
-                // the model's room.
-                let (ready, most) = match room {
-                    Some(room) => (room > 0, len.min(room)),
-                    None if ep.kind == kind::TCP && peer == NO_ENDPOINT => (poll_now(dup, libc::POLLOUT) != 0, len.min(STREAM_SEND_MOST)),
-                    None => (poll_now(dup, libc::POLLOUT) != 0, len),
-                };
+                // worth the kernel always takes at once (`STREAM_SEND_MOST`).
+                let most = if ep.kind == kind::TCP && peer == NO_ENDPOINT { len.min(STREAM_SEND_MOST) } else { len };
                 Ok(NetView { ready, ready_entries: u32::from(ready), size: most as i64, obj: describe(ep.id, peer, ep.kind, &first[..(len as usize).min(4)]) })
             }
             R::FifoOpen { flags, device, inode, .. } => {

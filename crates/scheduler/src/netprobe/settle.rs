@@ -153,27 +153,6 @@ impl NetProbe {
         Ok(Some(most))
     }
 
-    /// Room for a blocking send on TCP endpoint `ep` (`dup`), whose peer is a traced socket:
-    /// [`connection_capacity`] less what this socket has written and the peer has not read;
-    /// None when the kernel does not say (the send then waits for the kernel's `POLLOUT`).
-    ///
-    /// When a loopback socket is full depends on its buffers, which Linux autotunes in real
-    /// time, and how much a send moves when it is nearly full: `sendfile_stream`'s replays
-    /// waited for room the recording had (1 in 15 under load, 20 of 20 with sends cut to
-    /// 32 KiB). Both counts are the program's own doing: what its sends moved and what its
-    /// peer's receives took, settled before any probe. The kernel holds more than the model
-    /// (about 3.9 MB with default buffers), so it takes whatever the model grants.
-    pub(super) fn send_room(&mut self, dup: &OwnedFd, ep: Endpoint) -> Option<u64> {
-        let (local, remote) = ep.addrs.or_else(|| addresses(dup))?;
-        let mine = TcpSnapshot::of(dup).filter(|t| t.state == TCP_ESTABLISHED || t.state == TCP_CLOSE_WAIT)?;
-        if self.diag.is_none() {
-            self.diag = SockDiag::open();
-        }
-        let peer = self.diag.as_ref()?.counts(remote, local).filter(|c| c.state != TCP_LISTEN && c.state != TCP_CLOSE)?;
-        let unread = (mine.sent + mine.not_sent).saturating_sub(peer.read());
-        Some(connection_capacity(dup).saturating_sub(unread))
-    }
-
     /// `sender`: the socket the send was granted on, when known (else descriptor `fd` now).
     pub(super) fn settle_send(&mut self, pid: u32, fd: i32, sender: Option<OwnedFd>, datagram_to: Option<u16>, own: OwnReceived) -> Result<(), ProbeError> {
         if let Some(port) = datagram_to {

@@ -37,9 +37,6 @@ pub(crate) mod tcpi {
 }
 /// Size of `struct inet_diag_msg`, which precedes the attributes of an answer.
 const DIAG_MSG_LEN: usize = 72;
-/// Offset of `idiag_rqueue` in `struct inet_diag_msg` (after family, state, timer, retrans, the
-/// 48-byte socket id and `idiag_expires`).
-const RQUEUE_OFFSET: usize = 56;
 
 #[repr(C)]
 struct NlMsgHdr {
@@ -76,23 +73,6 @@ struct Request {
     body: InetDiagReqV2,
 }
 
-/// A TCP socket's counts, as sock_diag reports them.
-#[derive(Clone, Copy, Debug)]
-pub struct ReceiveCounts {
-    pub state: u8,
-    /// `tcpi_bytes_received` (a FIN counts as one).
-    pub received: u64,
-    /// Received and not read by the program (`idiag_rqueue`; a FIN counts until it is read).
-    pub unread: u64,
-}
-
-impl ReceiveCounts {
-    /// Bytes the program has read from the socket.
-    pub fn read(&self) -> u64 {
-        self.received.saturating_sub(self.unread)
-    }
-}
-
 /// A netlink socket for sock_diag queries, opened once per execution.
 pub struct SockDiag {
     fd: OwnedFd,
@@ -109,12 +89,6 @@ impl SockDiag {
     /// The TCP state and `tcpi_bytes_received` of the socket whose local address is `local` and
     /// remote address `remote`; None when there is no such socket or the kernel does not say.
     pub fn received(&self, local: SocketAddr, remote: SocketAddr) -> Option<(u8, u64)> {
-        self.counts(local, remote).map(|c| (c.state, c.received))
-    }
-
-    /// What the socket whose local address is `local` and remote address `remote` has received
-    /// and read; None when there is no such socket or the kernel does not say.
-    pub fn counts(&self, local: SocketAddr, remote: SocketAddr) -> Option<ReceiveCounts> {
         let mut id = InetDiagSockId { sport: local.port().to_be_bytes(), dport: remote.port().to_be_bytes(), src: [0; 16], dst: [0; 16], interface: 0, cookie: [u32::MAX; 2] };
         let family = match (local, remote) {
             (SocketAddr::V4(l), SocketAddr::V4(r)) => {
@@ -146,10 +120,6 @@ impl SockDiag {
         if kind == NLMSG_ERROR || kind != SOCK_DIAG_BY_FAMILY {
             return None;
         }
-        // `idiag_rqueue`: for a TCP socket, received and not read (a FIN counts, as in
-        // `tcpi_bytes_received`).
-        let rqueue_at = std::mem::size_of::<NlMsgHdr>() + RQUEUE_OFFSET;
-        let unread = u64::from(u32::from_ne_bytes(answer.get(rqueue_at..rqueue_at + 4)?.try_into().ok()?));
         let mut at = std::mem::size_of::<NlMsgHdr>() + DIAG_MSG_LEN;
         while at + 4 <= answer.len() {
             let len = u16::from_ne_bytes(answer[at..at + 2].try_into().ok()?) as usize;
@@ -160,8 +130,7 @@ impl SockDiag {
             if kind == INET_DIAG_INFO {
                 let info = answer.get(at + 4..at + len)?;
                 let state = *info.first()?;
-                let received = u64::from_ne_bytes(info.get(tcpi::BYTES_RECEIVED..tcpi::BYTES_RECEIVED + 8)?.try_into().ok()?);
-                return Some(ReceiveCounts { state, received, unread });
+                return Some((state, u64::from_ne_bytes(info.get(tcpi::BYTES_RECEIVED..tcpi::BYTES_RECEIVED + 8)?.try_into().ok()?)));
             }
             at += (len + 3) & !3;
         }
