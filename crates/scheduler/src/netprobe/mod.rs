@@ -43,12 +43,10 @@
 //!   delivery deferred to `ksoftirqd` while the sender binds or closes the destination port
 //!   itself could still disagree.
 //! Between two traced TCP sockets the kernel's autotuned buffers would still decide how many bytes
-//! a reader finds and when a writer is full, in real time. So every settled send notes its
-//! socket's total written bytes; a receive is granted what its peer wrote and it has not read (at
-//! most its length and 32 KiB), waited for until the queue holds it; and a blocking send is
-//! ready while dara's account of the connection (half the send buffer, at most 2 MiB, less what
-//! is written and not read) has room, and moves at most that (`settle::unread_arrived`,
-//! `settle::send_room`; docs/networking.md).
+//! a reader finds, in real time (bytes behind its window arrive a little after its read). So
+//! every settled send notes its socket's total written bytes, and a receive is granted what its
+//! peer wrote and it has not read (at most its length and 32 KiB), waited for until the queue
+//! holds it (`settle::unread_arrived`; docs/networking.md).
 //!
 //! A probe of an endpoint that is owed something and does not show it yet is retried (yielding
 //! the CPU, up to [`SETTLE_LIMIT`]) until the kernel shows it; an accept or datagram receive pays
