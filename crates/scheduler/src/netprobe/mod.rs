@@ -42,6 +42,7 @@
 //!   runs, so the sender's own later `bind` of that port cannot pass for a receiver; only a
 //!   delivery deferred to `ksoftirqd` while the sender binds or closes the destination port
 //!   itself could still disagree.
+//!
 //! Between two traced TCP sockets the kernel's autotuned buffers would still decide how many bytes
 //! a reader finds, in real time (bytes behind its window arrive a little after its read). So
 //! every settled send notes its socket's total written bytes, and a receive is granted what its
@@ -259,7 +260,7 @@ impl NetProbe {
                 let ep = self.endpoint(process, fd, &dup);
                 self.probed.insert((pid, fd), ep);
                 let dup = &*self.send_dups.entry((pid, fd)).insert_entry(dup).into_mut();
-                let ready = poll_now(&dup, libc::POLLOUT) != 0;
+                let ready = poll_now(dup, libc::POLLOUT) != 0;
                 let peer = match (dest_port, ep.key) {
                     (0, _) | (_, None) => self.peer(ep),
                     (port, Some((k, local, _))) => self.lookup(&[(k, port, local), (k, port, 0)]),
