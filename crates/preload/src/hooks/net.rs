@@ -487,8 +487,30 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c
         // SAFETY: the program's own arguments, forwarded unchanged.
         _ => return unsafe { real::recv(fd, buf, len, flags) },
     };
-    // SAFETY: the program's own arguments; MSG_DONTWAIT only makes the call non-blocking.
-    receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut |most| unsafe { real::recv(fd, buf, most, flags | libc::MSG_DONTWAIT) })
+    // SAFETY: the program's own arguments; MSG_DONTWAIT only makes the call non-blocking, and
+    // `done` stays within the caller's `len` bytes.
+    receive_whole(&gate, fd, len, flags, &mut |done, most| unsafe { real::recv(fd, buf.cast::<u8>().add(done).cast(), most, flags | libc::MSG_DONTWAIT) })
+}
+
+/// A receive that honours `MSG_WAITALL` on a blocking TCP socket: a grant moves at most what the
+/// scheduler allows (what is there, at most 32 KiB from a traced peer), so the rest is received
+/// by further grants until `len` bytes, end of file or an error, as the kernel's blocking call
+/// would wait for them. `call(done, most)` receives at most `most` bytes after the first `done`.
+fn receive_whole(gate: &Gated, fd: c_int, len: usize, flags: c_int, call: &mut dyn FnMut(usize, usize) -> ssize_t) -> ssize_t {
+    let dontwait = flags & libc::MSG_DONTWAIT != 0;
+    if flags & libc::MSG_WAITALL == 0 || dontwait || fd_nonblocking(fd) || !is_tcp(fd) {
+        return receive(gate, fd, len, dontwait, true, &mut |most| call(0, most));
+    }
+    let mut done = 0usize;
+    while done < len {
+        let r = receive(gate, fd, len - done, false, true, &mut |most| call(done, most));
+        if r <= 0 {
+            // What came before an error or end of file counts, as in the kernel.
+            return if done > 0 { done as ssize_t } else { r };
+        }
+        done += r as usize;
+    }
+    done as ssize_t
 }
 
 #[no_mangle]
@@ -501,7 +523,7 @@ pub unsafe extern "C" fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flag
     // SAFETY: the program's length argument, read before the call overwrites it.
     let room = if alen.is_null() { 0 } else { unsafe { *alen } };
     // SAFETY: as for `recv`.
-    let r = receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut |most| unsafe { real::recvfrom(fd, buf, most, flags | libc::MSG_DONTWAIT, addr, alen) });
+    let r = receive_whole(&gate, fd, len, flags, &mut |done, most| unsafe { real::recvfrom(fd, buf.cast::<u8>().add(done).cast(), most, flags | libc::MSG_DONTWAIT, addr, alen) });
     if r >= 0 {
         // SAFETY: a successful recvfrom filled the caller's address buffer of `room` bytes.
         unsafe { super::outside::show_relayed_peer(addr, alen, room, true) };

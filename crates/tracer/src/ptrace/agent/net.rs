@@ -224,7 +224,8 @@ pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPE
     };
     Some(match call.nr {
         libc::SYS_read => receive(a[2], false, Some(2)),
-        libc::SYS_recvfrom => receive(a[2], dontwait(a[3]), Some(2)),
+        // A receive with MSG_WAITALL is not cut: its caller takes nothing shorter.
+        libc::SYS_recvfrom => receive(a[2], dontwait(a[3]), Some(2).filter(|_| a[3] as i32 & libc::MSG_WAITALL == 0)),
         libc::SYS_readv => receive(iovecs(pid, a[1], a[2]).2, false, None),
         libc::SYS_recvmsg => {
             let (_, _, iov, count) = msghdr(pid, a[1]);
