@@ -179,6 +179,13 @@ pub const SEND_LEN_MASK: u64 = (1 << net_flags::SEND_SHIFT) - 1;
 /// no byte waits in the sender for a window update.
 pub const STREAM_SEND_MOST: u64 = 32 << 10;
 
+/// The most bytes a granted receive or send may move, from the grant's result: a positive result
+/// is that count (what the scheduler saw queued, or what it lets a send move); zero or an error
+/// sets no limit.
+pub fn grant_limit(result: i64) -> Option<u64> {
+    u64::try_from(result).ok().filter(|&n| n > 0)
+}
+
 /// A descriptor word: the preload writes a `c_int` sign-extended (`fd as u64`).
 fn descriptor(word: u64) -> i32 {
     word as i32

@@ -68,7 +68,7 @@ const FRUITLESS_MAX: u32 = 8;
 /// this only means a post sooner. Unbounded, a non-blocking `writev` loop of nginx's 4 MiB file
 /// to dara's relay moved what the socket's autotuned buffers took between two posts (1,208,320 or
 /// 3,808,768 bytes), and its replay's moved another amount.
-pub const SEND_BUDGET: usize = STREAM_SEND_MOST as usize;
+const SEND_BUDGET: usize = STREAM_SEND_MOST as usize;
 
 /// Notes a call without a post that found nothing (`EAGAIN`).
 pub fn fruitless() {

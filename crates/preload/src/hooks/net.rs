@@ -10,6 +10,7 @@
 //! stdin, inherited across `execve`), except the pipes dara forwards the program's stdout and
 //! stderr through. The descriptor table ([`crate::fd`]) remembers which is which. Regular files
 //! are left alone.
+use dara_abi::request::grant_limit;
 use dara_abi::{net_flags, Addr, CloseHow, Deadline, NetFlags, Request, NO_DEADLINE};
 use libc::{c_int, c_uint, c_void, size_t, socklen_t, ssize_t};
 
@@ -121,8 +122,8 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks
         if !nonblock && g.result == -(libc::EAGAIN as i64) {
             return ret(g.result); // SO_RCVTIMEO fired
         }
-        let granted = usize::try_from(g.result).ok().filter(|&n| n > 0 && is_tcp(fd));
-        let r = raw(call(granted.map_or(len, |n| n.min(len))));
+        let granted = grant_limit(g.result).filter(|_| is_tcp(fd));
+        let r = raw(call(granted.map_or(len, |n| (n as usize).min(len))));
         if r == -(libc::EAGAIN as i64) && !nonblock {
             continue; // not there after all: wait again, never leak EAGAIN
         }
@@ -253,10 +254,7 @@ fn transmit_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, d
     if nonblock {
         // A blocking vectored send is not split (see above): only a non-blocking one goes
         // without a post, as whatever the kernel takes.
-        if let Some(r) = send_unposted(fd, true, &mut |most| match (total > most).then(|| first_bytes(iov, n, most)).flatten() {
-            Some(one) => call(&one, 1),
-            None => call(iov, n),
-        }) {
+        if let Some(r) = send_unposted(fd, true, &mut |most| call_at_most(iov, n, total, most, call)) {
             return ret(r);
         }
     }
@@ -271,12 +269,7 @@ fn transmit_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, d
         }
         // Less granted than offered: the first buffer, cut to that, goes first (a short write; a
         // blocking caller's rest follows buffer by buffer).
-        let most = granted_most(g.result);
-        let prefix = (total > most).then(|| first_bytes(iov, n, most)).flatten();
-        let r = raw(match &prefix {
-            Some(one) => call(one, 1),
-            None => call(iov, n),
-        });
+        let r = raw(call_at_most(iov, n, total, granted_most(g.result), call));
         if r == -(libc::EAGAIN as i64) && !nonblock {
             continue;
         }
@@ -315,14 +308,18 @@ fn finish_vector(gate: &Gated, fd: c_int, iov: *const libc::iovec, n: c_int, mut
 /// Most bytes a send may move, from its grant's result: the bytes the scheduler allows
 /// ([`dara_abi::request::STREAM_SEND_MOST`] to a peer that is not a traced program's), or no limit.
 fn granted_most(result: i64) -> usize {
-    usize::try_from(result).ok().filter(|&n| n > 0).unwrap_or(usize::MAX)
+    grant_limit(result).map_or(usize::MAX, |n| n as usize)
 }
 
-/// The first non-empty buffer of the `n` at `iov`, cut to at most `most` bytes.
-fn first_bytes(iov: *const libc::iovec, n: c_int, most: usize) -> Option<libc::iovec> {
+/// `call` on the `n` buffers at `iov` (`total` bytes), moving at most `most`: when they hold
+/// more, on the first non-empty buffer alone, cut to `most` (a short write).
+fn call_at_most(iov: *const libc::iovec, n: c_int, total: usize, most: usize, call: &mut dyn FnMut(*const libc::iovec, c_int) -> ssize_t) -> ssize_t {
     // SAFETY: the caller's iovec array of `n` entries.
-    let part = (0..n.max(0) as usize).map(|i| unsafe { *iov.add(i) }).find(|v| v.iov_len > 0)?;
-    Some(libc::iovec { iov_base: part.iov_base, iov_len: part.iov_len.min(most) })
+    let first = (0..n.max(0) as usize).map(|i| unsafe { *iov.add(i) }).find(|v| v.iov_len > 0);
+    match first.filter(|_| total > most) {
+        Some(part) => call(&libc::iovec { iov_base: part.iov_base, iov_len: part.iov_len.min(most) }, 1),
+        None => call(iov, n),
+    }
 }
 
 fn iov_total(iov: *const libc::iovec, n: c_int) -> usize {

@@ -10,7 +10,7 @@
 //! `copy_file_range` is not hooked: Linux refuses anything but regular files, so it never waits.
 //!
 //! Runs in hooks and in the SIGSYS handler: raw system calls only, no allocation.
-use dara_abi::request::SEND_LEN_MASK;
+use dara_abi::request::{grant_limit, SEND_LEN_MASK};
 use dara_abi::transfer::{self, End, Operands, Plan, TransferCall};
 use dara_abi::{net_flags, Deadline, NetFlags, Request, NO_DEADLINE};
 use libc::{c_int, c_uint, loff_t, off_t, size_t, ssize_t};
@@ -108,10 +108,8 @@ fn run(gate: &Gated, call: TransferCall, mut a: [u64; 6], plan: Plan) -> i64 {
                 None => {}
             }
             // A TCP receive takes at most what the scheduler saw queued (as `recv` does).
-            if let Ok(n) = u64::try_from(g.result) {
-                if n > 0 && net_kind(side.fd) == NetKind::Tcp {
-                    most = most.min(n);
-                }
+            if let Some(n) = grant_limit(g.result).filter(|_| net_kind(side.fd) == NetKind::Tcp) {
+                most = most.min(n);
             }
         }
         if let Some(side) = plan.send {
@@ -123,10 +121,8 @@ fn run(gate: &Gated, call: TransferCall, mut a: [u64; 6], plan: Plan) -> i64 {
                 None => {}
             }
             // The grant says how much the send may move (see `STREAM_SEND_MOST`).
-            if let Ok(n) = u64::try_from(g.result) {
-                if n > 0 {
-                    most = most.min(n);
-                }
+            if let Some(n) = grant_limit(g.result) {
+                most = most.min(n);
             }
         }
         a[count_arg] = most;

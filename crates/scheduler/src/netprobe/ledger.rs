@@ -40,6 +40,8 @@ pub(super) struct TcpSnapshot {
     pub(super) sent: u64,
     pub(super) acked: u64,
     pub(super) not_sent: u64,
+    /// Bytes received (`tcpi_bytes_received`; a FIN counts as one).
+    pub(super) received: u64,
     /// The peer's advertised receive window (None where the kernel does not say: `tcp_info`
     /// has `tcpi_snd_wnd` since Linux 5.4). Zero is a full window, not an unknown one.
     pub(super) window: Option<u64>,
@@ -61,6 +63,7 @@ impl TcpSnapshot {
             sent: u64_at(tcpi::BYTES_SENT).saturating_sub(u64_at(tcpi::BYTES_RETRANS)),
             acked: u64_at(tcpi::BYTES_ACKED),
             not_sent: u32_at(tcpi::NOTSENT_BYTES),
+            received: u64_at(tcpi::BYTES_RECEIVED),
             window: window_known.then(|| u32_at(tcpi::SND_WND)),
         })
     }

@@ -126,16 +126,16 @@ impl NetProbe {
     pub(super) fn unread_arrived(&mut self, dup: &OwnedFd, ep: Endpoint, len: u64) -> Result<Option<u64>, ProbeError> {
         let Some((_, local, remote)) = ep.key.filter(|k| k.2 != 0) else { return Ok(None) };
         let Some(&written) = self.written.get(&(remote, local)) else { return Ok(None) };
-        let (Some(received), Some(state)) = (bytes_received(dup), TcpSnapshot::of(dup).map(|t| t.state)) else { return Ok(None) };
+        let Some(t) = TcpSnapshot::of(dup) else { return Ok(None) };
         // The kernel counts a FIN as one byte received; a closed connection (a reset, or both
         // ends done) takes what it has.
-        let fin = match state {
+        let fin = match t.state {
             TCP_CLOSE => return Ok(None),
             TCP_CLOSE_WAIT | TCP_LAST_ACK | TCP_CLOSING | TCP_TIME_WAIT => 1,
             _ => 0,
         };
         let queued = inq(dup).max(0) as u64;
-        let read = received.saturating_sub(queued + fin);
+        let read = t.received.saturating_sub(queued + fin);
         // A program that made its receive buffer small (SO_RCVBUF reports twice what it set) gets
         // a window of about half of it.
         let admits = sockopt(dup, libc::SO_RCVBUF).map_or(STREAM_SEND_MOST, |b| (b.max(0) as u64 / 4).min(STREAM_SEND_MOST));

@@ -195,8 +195,7 @@ impl Agent {
             Then::Run => self.run_call(tid, regs),
             Then::Receive { timed: true, .. } if result == -(libc::EAGAIN as i64) => answer(tid, stop, regs, result),
             Then::Receive { len_arg, .. } | Then::Send { len_arg } => {
-                let most = u64::try_from(result).ok().filter(|&n| n > 0);
-                if let (Some(arg), Some(most)) = (len_arg, most) {
+                if let (Some(arg), Some(most)) = (len_arg, dara_abi::request::grant_limit(result)) {
                     if most < regs.syscall().args[arg] && regs.set_arg(arg, most).is_err() {
                         return;
                     }

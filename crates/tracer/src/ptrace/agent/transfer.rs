@@ -11,7 +11,7 @@
 //! all (`EAGAIN`) makes the call again: it stops at the filter and posts again.
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use dara_abi::request::SEND_LEN_MASK;
+use dara_abi::request::{grant_limit, SEND_LEN_MASK};
 use dara_abi::transfer::{self, End, Operands, Plan, TransferCall};
 use dara_abi::{Deadline, NetFlags, Request, NO_DEADLINE};
 
@@ -148,19 +148,15 @@ impl Agent {
     /// A wait of transfer `step` was granted with `result`.
     pub(super) fn transfer_granted(&mut self, tid: i32, mut regs: Registers, mut step: Step, result: i64) {
         let pid = self.tracees[&tid].pid;
-        if let (Stage::Sent, Ok(n)) = (step.stage, u64::try_from(result)) {
+        if let (Stage::Sent, Some(n)) = (step.stage, grant_limit(result)) {
             // The grant of the send says how much it may move (see `STREAM_SEND_MOST`).
-            if n > 0 {
-                step.most = step.most.min(n);
-            }
+            step.most = step.most.min(n);
         }
         if step.stage == Stage::Received {
             // A receive on a socket takes at most what the scheduler saw queued.
             let socket = step.plan.receive.is_some_and(|s| net::descriptor(pid, s.fd, [0; dara_abi::OUTPUT_PIPES]) == Descriptor::Socket);
-            if let (true, Ok(n)) = (socket, u64::try_from(result)) {
-                if n > 0 {
-                    step.most = step.most.min(n);
-                }
+            if let (true, Some(n)) = (socket, grant_limit(result)) {
+                step.most = step.most.min(n);
             }
             if step.plan.send.is_some() {
                 step.stage = Stage::Sent;
