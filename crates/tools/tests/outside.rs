@@ -539,6 +539,28 @@ fn a_recording_keeps_pace_with_real_time() {
     assert_no_survivors(&program);
 }
 
+/// A timer lasts its whole duration in real time from when its thread armed it, even after a busy
+/// stretch left virtual time far behind real time (each step costs 1 µs of virtual time and tens
+/// of real ones). Before, a timer was due once real time since the run's start passed its virtual
+/// deadline: after 20,000 `sched_yield` steps a 100 ms nanosleep ended at once (and memcached's LRU
+/// maintainer, which sleeps 1 ms, woke after every request under load). The replay holds.
+#[test]
+fn a_recording_timer_lasts_its_duration_in_real_time_after_a_busy_stretch() {
+    let program = private_copy(&fixture("outside_kv"), "outside_nap");
+    let rec = Recording::start("outside_nap", &program, &[]);
+    let mut c = rec.client();
+    assert_eq!(c.ask("SPIN 20000"), "SPUN 20000");
+    let asked = std::time::Instant::now();
+    assert_eq!(c.ask("NAP 100"), "AWAKE");
+    let waited = asked.elapsed();
+    assert!(waited >= Duration::from_millis(100), "a 100 ms sleep ended after {waited:?} of real time");
+    assert_eq!(c.ask("SHUTDOWN"), "DOWN");
+    let (code, stdout, trace_path) = rec.finish();
+    assert_eq!(code, 0, "{stdout}");
+    replays_as_recorded(&trace_path, 3, "served 3 requests");
+    assert_no_survivors(&program);
+}
+
 /// Outside clients that find the program's backlog full (`listen(l, 0)`, three clients while the
 /// server sleeps) wait in dara's queue until the program accepts: dara connects to the program's
 /// twin listener only while it has room (before, dara's own connect waited in the kernel and the

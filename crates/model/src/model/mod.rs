@@ -214,6 +214,11 @@ impl Model {
         self.threads.get(&thread).and_then(ops::timer)
     }
 
+    /// Every thread's timer: (thread, deadline).
+    pub fn timers(&self) -> impl Iterator<Item = (ThreadId, u64)> + '_ {
+        self.threads.iter().filter_map(|(&id, t)| ops::timer(t).map(|deadline| (id, deadline)))
+    }
+
     /// The earliest deadline still ahead of the clock among the live threads' timers, leaving
     /// out `except`'s, and the `timerfd`s' (a paused thread's process's too: they fire while it
     /// stands still).

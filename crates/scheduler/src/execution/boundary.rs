@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::driver::Execution;
+use super::pace::TimerPace;
 use super::world::{Advance, World, WorldReport};
 use super::signal_name;
 use crate::choice::{Choice, ChoiceKind, ProcessId, ThreadId};
@@ -32,9 +33,8 @@ pub(super) struct Boundary<S: Side> {
     relay: Relay<S>,
     /// Entries written to the region's table of relayed peers (see [`show_relayed_peer`]).
     relayed_count: usize,
-    /// When the run started: virtual time 0 (a recording's timers fire no earlier than this plus
-    /// their deadline).
-    started: Instant,
+    /// When a recording's timers may fire in real time (see [`TimerPace`]).
+    pace: TimerPace,
     /// Since when the run has been waiting for outside input with nothing else to do, and
     /// whether the user was told.
     idle_since: Option<(Instant, bool)>,
@@ -42,7 +42,7 @@ pub(super) struct Boundary<S: Side> {
 
 impl<S: Side> Boundary<S> {
     pub(super) fn new(relay: Relay<S>) -> Boundary<S> {
-        Boundary { relay, relayed_count: 0, started: Instant::now(), idle_since: None }
+        Boundary { relay, relayed_count: 0, pace: TimerPace::new(), idle_since: None }
     }
 
     /// Tells the preload to show the client where the program would see dara's socket that
@@ -114,8 +114,12 @@ impl<S: Side> World for Boundary<S> {
     /// the recording, before that step's decision: the thread, parked and blocking them, lets
     /// them through as it comes back from the grant, as it did then. Sent before the decision
     /// because one may be what ended its wait (an `Interrupt` choice, offered only for a signal
-    /// that is pending).
+    /// that is pending). A recording notes here when its timers were armed, in real time (see
+    /// [`TimerPace`]).
     fn before_decision(&mut self, ex: &mut Execution<'_>, step: u64) {
+        if self.relay.live() {
+            self.pace.note(&ex.model);
+        }
         let signals = self.relay.signals_before(step);
         for &(thread, sig) in &signals {
             let (pid, tid) = (ex.processes.pid_of(thread as ThreadId), ex.region.slot(thread as usize).tid.load(Ordering::Acquire));
@@ -155,10 +159,10 @@ impl<S: Side> World for Boundary<S> {
         if !may_receive && !unrelayed {
             return Ok(false);
         }
-        // Virtual time follows real time while the program idles: its next timer fires when it
-        // would have without dara (virtual 0 is the start of the run), unless a client comes first.
-        let real_ns = self.started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
-        let limit = next_timer.map(|t| Duration::from_nanos(t.saturating_sub(real_ns)));
+        // While the program idles, its next timer fires when it would have without dara (its
+        // duration after it was armed, in real time), unless a client comes first.
+        let real_ns = self.pace.real_ns();
+        let limit = next_timer.map(|t| Duration::from_nanos(self.pace.floor(t).saturating_sub(real_ns)));
         if limit == Some(Duration::ZERO) {
             self.idle_since = None;
             return Ok(false);

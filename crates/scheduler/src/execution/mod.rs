@@ -35,6 +35,7 @@ mod network;
 mod newborn;
 mod observations;
 mod outside_deaths;
+mod pace;
 mod posts;
 mod processes;
 mod quiet;
