@@ -20,3 +20,14 @@ pub use process::*;
 pub use sockets::*;
 pub use syscall_names::*;
 pub use thread::*;
+
+/// The text of a small /proc file (a status, stat or syscall file: a few KiB at most), read with
+/// one buffer of room: such files report a size of 0, and `fs::read_to_string` then starts from
+/// a 32-byte read and doubles, eight `read` calls for a thread's status. The scheduler reads them
+/// at many steps. None if the file cannot be read (the thread or process is gone).
+pub(crate) fn read_small(path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::with_capacity(4096);
+    std::fs::File::open(path).ok()?.read_to_string(&mut text).ok()?;
+    Some(text)
+}

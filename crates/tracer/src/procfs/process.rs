@@ -39,7 +39,7 @@ pub fn signal_caught(pid: u32, sig: i32) -> bool {
 
 /// The union of the signal masks named by `keys` in `/proc/<pid>/status` (None if it is gone).
 fn signal_masks(pid: u32, keys: &[&str]) -> Option<u64> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = super::read_small(&format!("/proc/{pid}/status"))?;
     let mask = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
     Some(keys.iter().fold(0, |all, key| all | mask(key)))
 }
@@ -57,7 +57,7 @@ pub fn namespace_pids(pid: u32) -> Option<Vec<u32>> {
 }
 
 fn namespace_ids(pid: u32, field: &str) -> Option<Vec<u32>> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = super::read_small(&format!("/proc/{pid}/status"))?;
     let line = status.lines().find_map(|l| l.strip_prefix(field))?;
     line.split_whitespace().map(|n| n.parse().ok()).collect()
 }
@@ -86,12 +86,12 @@ pub fn process_end(pid: u32) -> ProcessEnd {
 
 /// The `TracerPid:` of `/proc/<pid>/status` (0: not traced).
 fn tracer_of(pid: u32) -> Option<u32> {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = super::read_small(&format!("/proc/{pid}/status"))?;
     status.lines().find_map(|l| l.strip_prefix("TracerPid:"))?.trim().parse().ok()
 }
 
 fn zombie_status(pid: u32) -> ProcessEnd {
-    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return ProcessEnd::Gone };
+    let Some(stat) = super::read_small(&format!("/proc/{pid}/stat")) else { return ProcessEnd::Gone };
     let Some(close) = stat.rfind(')') else { return ProcessEnd::Gone };
     // Fields after the command: state is field 3, num_threads 20, exit_code 52 (1-based).
     let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();

@@ -7,7 +7,7 @@ use super::syscall_name;
 
 /// State letter from `/proc/<pid>/task/<tid>/stat` (`R`, `S`, `D`, `Z`, ...), None if gone.
 pub fn thread_state(pid: u32, tid: u32) -> Option<char> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    let stat = super::read_small(&format!("/proc/{pid}/task/{tid}/stat"))?;
     let rest = &stat[stat.rfind(')')? + 2..];
     rest.chars().next()
 }
@@ -15,7 +15,7 @@ pub fn thread_state(pid: u32, tid: u32) -> Option<char> {
 /// The number and first three arguments of the syscall a blocked thread is in, from
 /// `/proc/<pid>/task/<tid>/syscall`. None if not in a syscall or unreadable.
 pub fn blocked_syscall_raw(pid: u32, tid: u32) -> Option<(i64, [u64; 3])> {
-    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    let text = super::read_small(&format!("/proc/{pid}/task/{tid}/syscall"))?;
     let mut fields = text.split_whitespace();
     let nr: i64 = fields.next()?.parse().ok()?;
     let mut args = [0u64; 3];
@@ -28,7 +28,7 @@ pub fn blocked_syscall_raw(pid: u32, tid: u32) -> Option<(i64, [u64; 3])> {
 /// The syscall a blocked thread is in, as "name(arg0, arg1, arg2)", from
 /// `/proc/<pid>/task/<tid>/syscall`. None if not in a syscall or unreadable.
 pub fn blocked_syscall(pid: u32, tid: u32) -> Option<String> {
-    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    let text = super::read_small(&format!("/proc/{pid}/task/{tid}/syscall"))?;
     let mut fields = text.split_whitespace();
     let nr: i64 = fields.next()?.parse().ok()?;
     let args: Vec<&str> = fields.take(3).collect();
@@ -191,7 +191,7 @@ pub struct Signals {
 
 /// The pending and caught signals of thread `tid` of `pid`; None when it is gone.
 pub fn signals(pid: u32, tid: u32) -> Option<Signals> {
-    let status = fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    let status = super::read_small(&format!("/proc/{pid}/task/{tid}/status"))?;
     let mask = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
     Some(Signals { pending: mask("SigPnd:") | mask("ShdPnd:"), caught: mask("SigCgt:") })
 }
