@@ -36,6 +36,7 @@ pub mod access;
 pub mod agent;
 pub mod clock;
 pub mod counter;
+pub mod cpuid;
 pub mod handoff;
 pub mod receive_timeout;
 pub mod request;

@@ -8,7 +8,8 @@
 //! `arch_prctl(ARCH_SET_CPUID, 0)` (CPUID faulting, a feature of the CPU or of the hypervisor,
 //! `cpuid_fault` in /proc/cpuinfo) turns it into a SIGSEGV, which [`crate::fault`] hands to
 //! [`emulate`]: the real answer, with the RDRAND (leaf 1, ecx bit 30) and RDSEED (leaf 7, ebx bit
-//! 18) bits cleared. The program then takes its other entropy sources, which dara serves from
+//! 18) bits cleared (`dara_abi::cpuid`, shared with the ptrace agent, which does the same for the
+//! processes it traces). The program then takes its other entropy sources, which dara serves from
 //! the run's seeded streams.
 //!
 //! The setting is per thread and inherited by new threads and processes; `execve` resets it (the
@@ -22,21 +23,9 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use libc::ucontext_t;
 
+use dara_abi::cpuid::{CpuidAnswer, ARCH_SET_CPUID, CPUID, CPUID_FAULTS, CPUID_RUNS};
+
 use crate::sys;
-
-/// `arch_prctl` codes (asm/prctl.h).
-const ARCH_SET_CPUID: u64 = 0x1012;
-/// `ARCH_SET_CPUID`'s argument: 1 runs `cpuid`, 0 makes it fault.
-const CPUID_RUNS: u64 = 1;
-const CPUID_FAULTS: u64 = 0;
-
-/// The instruction's bytes.
-const CPUID: [u8; 2] = [0x0f, 0xa2];
-
-/// Leaf 1, ecx: RDRAND.
-const LEAF1_ECX_RDRAND: u32 = 1 << 30;
-/// Leaf 7 (sub-leaf 0), ebx: RDSEED.
-const LEAF7_EBX_RDSEED: u32 = 1 << 18;
 
 /// Whether this process's threads fault on `cpuid` (set by the constructor).
 static FAULTING: AtomicBool = AtomicBool::new(false);
@@ -57,28 +46,6 @@ pub fn start_faulting() -> bool {
     let ok = set_cpuid(CPUID_FAULTS) == 0;
     FAULTING.store(ok, Ordering::Relaxed);
     ok
-}
-
-/// One `cpuid` answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CpuidAnswer {
-    pub eax: u32,
-    pub ebx: u32,
-    pub ecx: u32,
-    pub edx: u32,
-}
-
-impl CpuidAnswer {
-    /// The answer the program sees for `leaf`/`subleaf`: the CPU's, with `rdrand` and `rdseed`
-    /// left out.
-    pub fn hiding_random(mut self, leaf: u32, subleaf: u32) -> CpuidAnswer {
-        match (leaf, subleaf) {
-            (1, _) => self.ecx &= !LEAF1_ECX_RDRAND,
-            (7, 0) => self.ebx &= !LEAF7_EBX_RDSEED,
-            _ => {}
-        }
-        self
-    }
 }
 
 /// The CPU's own answer, asked with faulting briefly off on this thread.
@@ -114,19 +81,4 @@ pub fn emulate(uc: &mut ucontext_t) -> bool {
     regs[libc::REG_RDX as usize] = answer.edx as i64;
     regs[libc::REG_RIP as usize] = (pc + CPUID.len()) as i64;
     true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_random_bits_are_hidden() {
-        let all = CpuidAnswer { eax: u32::MAX, ebx: u32::MAX, ecx: u32::MAX, edx: u32::MAX };
-        assert_eq!(all.hiding_random(1, 0), CpuidAnswer { ecx: !LEAF1_ECX_RDRAND, ..all });
-        assert_eq!(all.hiding_random(7, 0), CpuidAnswer { ebx: !LEAF7_EBX_RDSEED, ..all });
-        assert_eq!(all.hiding_random(7, 1), all, "sub-leaf 1 of leaf 7 has no RDSEED bit");
-        assert_eq!(all.hiding_random(0, 0), all);
-        assert_eq!(all.hiding_random(0x8000_0001, 0), all);
-    }
 }

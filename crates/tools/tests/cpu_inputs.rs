@@ -1,6 +1,7 @@
 //! What the CPU itself tells a program, under dara (docs/determinism.md): `cpuid` no longer
 //! advertises RDRAND or RDSEED, so a pool that would mix the CPU's random numbers in takes dara's
-//! seeded streams alone and the same seed gives the same run (rdrand_pool.c); and CPU time,
+//! seeded streams alone and the same seed gives the same run (rdrand_pool.c, also linked
+//! statically, under the ptrace agent); and CPU time,
 //! which is virtual and does not move while a thread computes, ends a loop that waits for it to
 //! grow as "uncontrolled", naming CPU time, not as a hang of the program (cpu_calibrate.c).
 //! Both came from gpg's key generation (real_programs.rs).
@@ -63,6 +64,19 @@ fn cpuid_hides_rdrand_so_an_entropy_pool_repeats_with_the_seed() {
         assert!(String::from_utf8_lossy(&native.stdout).contains("rdrand: visible"), "natively the fixture sees RDRAND");
     }
     let output = searches_alike("rdrand_pool", &program, &[]);
+    assert_eq!(output.matches("rdrand: hidden").count(), 5, "{output}");
+    assert_eq!(output.matches("candidates: ").count(), 5, "{output}");
+    assert_no_survivors(&program);
+}
+
+/// The same pool linked statically runs under the ptrace agent (docs/ptrace.md), which makes
+/// `cpuid` fault at the process's exec and answers it at the SIGSEGV stop as the preload does.
+/// Before, the agent let `cpuid` run: the static build printed "rdrand: visible" and drew other
+/// candidates in every execution of one seed.
+#[test]
+fn cpuid_hides_rdrand_under_the_ptrace_agent_too() {
+    let program = private_copy(&fixture_with("rdrand_pool", &["-static"]), "rdrand_pool_static");
+    let output = searches_alike("rdrand_pool_static", &program, &[]);
     assert_eq!(output.matches("rdrand: hidden").count(), 5, "{output}");
     assert_eq!(output.matches("candidates: ").count(), 5, "{output}");
     assert_no_survivors(&program);

@@ -435,6 +435,10 @@ impl Agent {
                 return;
             }
         };
+        // `cpuid` faults from the image's first instruction on, so that dara answers it with the
+        // random-number instructions hidden (`cpuid_answered`); `execve` had reset the setting.
+        // Where the CPU cannot fault on `cpuid` they stay visible (docs/determinism.md).
+        let _ = at_exec.syscall(libc::SYS_arch_prctl, [dara_abi::cpuid::ARCH_SET_CPUID, dara_abi::cpuid::CPUID_FAULTS, 0, 0, 0, 0]);
         if let Ok(exe) = std::fs::read(format!("/proc/{pid}/exe")) {
             let linked_entry = goblin::elf::Elf::parse(&exe).map(|e| e.header.e_entry).unwrap_or(0);
             let bias = entry.map_or(0, |e| e.wrapping_sub(linked_entry));

@@ -191,6 +191,7 @@ impl Agent {
             libc::PTRACE_EVENT_STOP => self.first_or_group_stop(tid),
             _ if signal == (libc::SIGTRAP | 0x80) => self.syscall_exit_stop(tid),
             _ if signal == libc::SIGSEGV && self.counter_read(tid) => {}
+            _ if signal == libc::SIGSEGV && cpuid_answered(tid) => {}
             _ if signal == libc::SIGSYS && self.trapped_call(tid) => {}
             _ if signal == libc::SIGTRAP && self.stub_returned(tid) => {}
             _ if signal == libc::SIGTRAP && self.probe_hit(tid) => {}
@@ -713,4 +714,30 @@ fn as_seen_by(pid: i32, tid: i32, path: &str) -> std::path::PathBuf {
     } else {
         std::path::Path::new(&format!("/proc/{pid}/cwd")).join(p)
     }
+}
+
+/// A SIGSEGV on its way to `tid`: if it is the fault of a `cpuid` (the agent made `cpuid` fault
+/// at the process's exec, see `prepare_image`), answered as the preload answers it, the random
+/// number instructions hidden (`dara_abi::cpuid`), the instruction stepped over and the signal
+/// swallowed; true then.
+fn cpuid_answered(tid: i32) -> bool {
+    use dara_abi::cpuid::{CpuidAnswer, CPUID};
+    let Ok(mut regs) = crate::ptrace::remote::Registers::read(tid) else { return false };
+    let mut bytes = [0u8; 2];
+    if crate::ptrace::remote::read(tid, regs.regs.rip, &mut bytes).is_err() || bytes != CPUID {
+        return false;
+    }
+    let (leaf, subleaf) = (regs.regs.rax as u32, regs.regs.rcx as u32);
+    // The agent's own `cpuid` runs: only the traced processes fault on it.
+    let real = core::arch::x86_64::__cpuid_count(leaf, subleaf);
+    let answer = CpuidAnswer { eax: real.eax, ebx: real.ebx, ecx: real.ecx, edx: real.edx }.hiding_random(leaf, subleaf);
+    // cpuid writes the low 32 bits and zeroes the high ones.
+    let r = &mut regs.regs;
+    (r.rax, r.rbx, r.rcx, r.rdx) = (u64::from(answer.eax), u64::from(answer.ebx), u64::from(answer.ecx), u64::from(answer.edx));
+    r.rip += CPUID.len() as u64;
+    if regs.write().is_err() {
+        return false;
+    }
+    resume(tid, 0);
+    true
 }
