@@ -161,3 +161,25 @@ fn a_static_program_s_kills_are_steps_and_the_killed_child_is_gone_before_the_se
         assert_no_survivors(&program);
     }
 }
+
+/// GNU make's jobserver pattern linked statically: SIGCHLD blocked everywhere but in the mask of
+/// the wait (`pselect`, `ppoll`, `epoll_pwait`), so each child's end interrupts it and runs the
+/// handler. The agent counts the call's own mask, and an interrupted `epoll_pwait` runs as a
+/// `ppoll` under that mask (a zero-timeout `epoll_pwait` returns before it looks for signals).
+/// Before, the agent judged `epoll_pwait` on the thread's mask and then returned EINTR with the
+/// signal still pending: "(0 SIGCHLD handled)", exit 4, a false bug.
+#[test]
+fn a_static_wait_under_its_own_signal_mask_runs_the_handler_it_lets_through() {
+    for (build, program) in static_builds("masked_wait_sigchld", "ptrace-masked-wait") {
+        for call in ["pselect", "ppoll", "epoll_pwait"] {
+            let out = out_dir(&format!("ptrace-masked-wait-{build}-{call}"));
+            let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--seed", "1", "--runs", "3", "--", program.to_str().unwrap(), call], Duration::from_secs(180));
+            assert_eq!(run.code, 0, "{build} {call}: {}", run.text());
+            // Each execution exits 0 only if a wait was interrupted and the handler ran.
+            assert_eq!(run.stdout.matches("reaped 3 children after").count(), 3, "{build} {call}: {}", run.text());
+            assert!(!run.stdout.contains("(0 SIGCHLD handled)"), "{build} {call}: {}", run.text());
+            replays_identically(&out.join("trace.bin"));
+        }
+        assert_no_survivors(&program);
+    }
+}

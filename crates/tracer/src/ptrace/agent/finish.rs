@@ -287,7 +287,12 @@ impl Agent {
                 // A poll's grant of 2 + k: the program sees only its k-th ready entry.
                 let polls = matches!(nr, libc::SYS_poll | libc::SYS_ppoll);
                 let only_entry = (polls && result >= 2).then(|| (result - 2) as usize);
-                let check = ExitCheck { nr, timeout_arg, timeout: call.args[timeout_arg], blocking, only_entry, select: None, interrupted: result == INTERRUPTED };
+                let interrupted = result == INTERRUPTED;
+                if let Some(check) = interrupted.then(|| interrupted_epoll_as_ppoll(pid, &mut regs, nr)).flatten() {
+                    self.run_as(tid, stop, regs, libc::SYS_ppoll, check);
+                    return;
+                }
+                let check = ExitCheck { nr, timeout_arg, timeout: call.args[timeout_arg], blocking, only_entry, select: None, interrupted };
                 let zero = if timespec { zero_timespec(pid, &regs) } else { Some(0) };
                 if zero.is_some_and(|z| regs.set_arg(timeout_arg, z).is_ok()) {
                     self.tracees.get_mut(&tid).expect("granted tracee").exit_check = Some(check);
@@ -310,18 +315,7 @@ impl Agent {
                 if args.into_iter().enumerate().try_for_each(|(i, arg)| regs.set_arg(i, arg)).is_err() {
                     return;
                 }
-                self.tracees.get_mut(&tid).expect("granted tracee").exit_check = Some(check);
-                match stop {
-                    CallStop::Seccomp => {
-                        if regs.set_nr(nr).is_ok() {
-                            resume_to_exit(tid);
-                        }
-                    }
-                    CallStop::Trapped { ret, .. } => {
-                        self.tracees.get_mut(&tid).expect("granted tracee").stop = CallStop::Trapped { nr, ret };
-                        self.run_call(tid, regs);
-                    }
-                }
+                self.run_as(tid, stop, regs, nr, check);
             }
             Then::Exec => self.exec_granted(tid, regs),
             Then::Transfer(step) => self.transfer_granted(tid, regs, step, result),
@@ -358,6 +352,23 @@ impl Agent {
                 }
                 err => answer(tid, stop, regs, err),
             },
+        }
+    }
+
+    /// Runs the granted call as call `nr` (its arguments already rewritten in `regs`), looked at
+    /// on return with `check`.
+    fn run_as(&mut self, tid: i32, stop: CallStop, mut regs: Registers, nr: i64, check: ExitCheck) {
+        self.tracees.get_mut(&tid).expect("granted tracee").exit_check = Some(check);
+        match stop {
+            CallStop::Seccomp => {
+                if regs.set_nr(nr).is_ok() {
+                    resume_to_exit(tid);
+                }
+            }
+            CallStop::Trapped { ret, .. } => {
+                self.tracees.get_mut(&tid).expect("granted tracee").stop = CallStop::Trapped { nr, ret };
+                self.run_call(tid, regs);
+            }
         }
     }
 
@@ -457,4 +468,21 @@ impl Agent {
             }
         }
     }
+}
+
+/// An `epoll_pwait` or `epoll_pwait2` whose wait a signal ended (an `Interrupt` grant) and that
+/// gives its own signal mask, its arguments rewritten for `ppoll(NULL, 0, {0, 0}, mask)`: the
+/// check for its return, or None (nothing rewritten) for any other call. With a zero timeout
+/// `epoll_pwait` returns 0 before it looks for signals and puts the thread's mask back, so the
+/// signal its mask let through stayed pending and its handler never ran (make's jobserver
+/// pattern, `masked_wait_sigchld.c epoll_pwait`); `ppoll` looks, returns EINTR under the call's
+/// mask, and the handler runs as it would have in the real wait.
+fn interrupted_epoll_as_ppoll(pid: i32, regs: &mut Registers, nr: i64) -> Option<ExitCheck> {
+    let args = regs.syscall().args;
+    if !matches!(nr, libc::SYS_epoll_pwait | libc::SYS_epoll_pwait2) || args[4] == 0 {
+        return None;
+    }
+    let zero = zero_timespec(pid, regs)?;
+    [0, 0, zero, args[4], args[5]].into_iter().enumerate().try_for_each(|(i, arg)| regs.set_arg(i, arg)).ok()?;
+    Some(ExitCheck { nr: libc::SYS_ppoll, timeout_arg: 2, timeout: 0, blocking: true, only_entry: None, select: None, interrupted: true })
 }

@@ -77,13 +77,14 @@ pub fn decode(call: Syscall, tid: i32, pid: i32, last_now: u64) -> Option<Action
     })
 }
 
-/// The signals a `ppoll` or `pselect6` of process `pid` waits under (its mask argument), if it
+/// The signals a `ppoll`, `pselect6`, `epoll_pwait` or `epoll_pwait2` of process `pid` waits under (its mask argument), if it
 /// gives one: the scheduler counts a pending signal that mask lets through as ending the wait,
 /// as the kernel applies it while the call sleeps (the preload's `WaitMask`).
 pub fn wait_mask(call: Syscall, pid: i32) -> Option<u64> {
     let a = call.args;
     let set = match call.nr {
         libc::SYS_ppoll if a[4] == KERNEL_SIGSET_BYTES => a[3],
+        libc::SYS_epoll_pwait | libc::SYS_epoll_pwait2 if a[5] == KERNEL_SIGSET_BYTES => a[4],
         libc::SYS_pselect6 => pselect_mask_pointer(pid, a[5])?,
         _ => return None,
     };
