@@ -111,7 +111,7 @@ pub fn answer<F: Futex<AtomicU32>>(words: &AgentWords, tid: u32, attached: bool,
 /// sent at a scheduling point (the agent's `signals.rs`). Calls not listed that could block
 /// in the kernel are caught by the scheduler's watchdog and end the run as uncontrolled, never
 /// silently.
-pub const TRACED: [u32; 55] = [
+pub const TRACED: [u32; 56] = [
     202, // futex
     449, // futex_waitv
     24,  // sched_yield
@@ -164,6 +164,7 @@ pub const TRACED: [u32; 55] = [
     48,  // shutdown
     50,  // listen
     51,  // getsockname
+    52,  // getpeername
     40,  // sendfile
     275, // splice
     276, // tee

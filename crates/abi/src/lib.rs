@@ -38,6 +38,7 @@ pub mod clock;
 pub mod counter;
 pub mod cpuid;
 pub mod handoff;
+pub mod peer_address;
 pub mod receive_timeout;
 pub mod request;
 pub mod select_sets;

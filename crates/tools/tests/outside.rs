@@ -499,8 +499,21 @@ fn a_signal_sent_straight_to_the_server_is_recorded_and_replayed() {
 /// one, with nobody outside (the answer is compared byte for byte).
 #[test]
 fn the_program_sees_the_outside_client_address_in_the_recording_and_the_replay() {
-    let program = private_copy(&fixture("outside_kv"), "outside_peer_address");
-    let rec = Recording::start("outside_peer_address", &program, &[]);
+    peer_address_recorded_and_replayed(&private_copy(&fixture("outside_kv"), "outside_peer_address"), "outside_peer_address");
+}
+
+/// The same, linked statically: the ptrace agent runs it, and rewrites the address `accept` and
+/// `getpeername` write (before 2026-11-29 the program saw dara's own loopback socket, another
+/// port in every replay).
+#[test]
+fn a_static_program_sees_the_outside_client_address_in_the_recording_and_the_replay() {
+    let program = private_copy(&fixture_with("outside_kv", &["-static", "-pthread"]), "outside_peer_address_static");
+    peer_address_recorded_and_replayed(&program, "outside_peer_address_static");
+}
+
+fn peer_address_recorded_and_replayed(program: &Path, name: &str) {
+    let program = program.to_path_buf();
+    let rec = Recording::start(name, &program, &[]);
     let mut a = rec.client();
     let me = a.stream.local_addr().unwrap();
     assert_eq!(a.ask("PEER"), format!("PEER {me} {me}"));

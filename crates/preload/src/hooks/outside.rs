@@ -22,8 +22,7 @@
 //! dara's socket: the same address in a recording and in its replay.
 //!
 //! Not a hot path: a listen happens a few times per program. No allocation; raw syscalls only.
-use core::sync::atomic::Ordering;
-
+use dara_abi::peer_address::{self, InetAddress};
 use dara_abi::Request;
 use libc::{c_int, socklen_t};
 
@@ -155,76 +154,22 @@ pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut libc::sockaddr, len: 
     rc
 }
 
-/// The entries of [`Header::relayed`](dara_abi::Header) in use for TCP connections, or UDP
-/// senders when `datagrams` (none when outside peers are not kept apart).
-fn relayed(datagrams: bool) -> impl Iterator<Item = &'static dara_abi::RelayedPeer> {
-    let entries = crate::region::header().filter(|h| h.outside != 0).map_or(&[][..], |h| &h.relayed[..]);
-    entries.iter().filter(move |e| e.relay_port.load(Ordering::Acquire) != 0 && (e.flags.load(Ordering::Relaxed) & dara_abi::relayed_flags::DATAGRAMS != 0) == datagrams)
+/// The table of relayed peers (empty when outside peers are not kept apart).
+fn relayed_table() -> &'static [dara_abi::RelayedPeer] {
+    crate::region::header().filter(|h| h.outside != 0).map_or(&[][..], |h| &h.relayed[..])
 }
 
-/// The client's IP (16 bytes; IPv4 in the first 4) and port of `entry`, and whether it is IPv4.
-fn client_of(entry: &dara_abi::RelayedPeer) -> ([u8; 16], u16, bool) {
-    let mut ip = [0u8; 16];
-    for (chunk, word) in ip.chunks_mut(4).zip(&entry.ip) {
-        chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
-    }
-    (ip, entry.port.load(Ordering::Relaxed) as u16, entry.family.load(Ordering::Relaxed) == libc::AF_INET as u32)
-}
-
-/// An INET address in `family`'s layout (an IPv4 address on an AF_INET6 socket is v4-mapped);
-/// None for an IPv6 address on an AF_INET socket. Returns the storage and its used size.
-fn inet_sockaddr(family: c_int, ip: [u8; 16], port: u16, v4: bool) -> Option<(libc::sockaddr_storage, socklen_t)> {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut out: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
-    let size = match (family, v4) {
-        (libc::AF_INET, true) => {
-            let sin = libc::sockaddr_in { sin_family: libc::AF_INET as libc::sa_family_t, sin_port: port.to_be(), sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes([ip[0], ip[1], ip[2], ip[3]]) }, sin_zero: [0; 8] };
-            // SAFETY: a sockaddr_in fits in the storage.
-            unsafe { core::ptr::write(&mut out as *mut _ as *mut libc::sockaddr_in, sin) };
-            core::mem::size_of::<libc::sockaddr_in>()
-        }
-        (libc::AF_INET6, _) => {
-            let mut s6 = ip;
-            if v4 {
-                s6 = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, ip[0], ip[1], ip[2], ip[3]];
-            }
-            let sin6 = libc::sockaddr_in6 { sin6_family: libc::AF_INET6 as libc::sa_family_t, sin6_port: port.to_be(), sin6_flowinfo: 0, sin6_addr: libc::in6_addr { s6_addr: s6 }, sin6_scope_id: 0 };
-            // SAFETY: a sockaddr_in6 fits in the storage.
-            unsafe { core::ptr::write(&mut out as *mut _ as *mut libc::sockaddr_in6, sin6) };
-            core::mem::size_of::<libc::sockaddr_in6>()
-        }
-        _ => return None,
-    };
-    Some((out, size as socklen_t))
-}
-
-/// The (ip, port, is IPv4) of an INET or INET6 address of `len` bytes; None for others.
+/// The INET address in the first `len` bytes at `addr`; None for another family.
 ///
 /// # Safety
 /// `addr` is null or holds `len` readable bytes.
-unsafe fn inet_parts(addr: *const libc::sockaddr, len: socklen_t) -> Option<(c_int, [u8; 16], u16, bool)> {
-    if addr.is_null() || (len as usize) < core::mem::size_of::<libc::sockaddr_in>() {
+unsafe fn inet_address(addr: *const libc::sockaddr, len: socklen_t) -> Option<InetAddress> {
+    if addr.is_null() {
         return None;
     }
-    // SAFETY: at least a sockaddr_in is readable; the family says which layout it is.
-    unsafe {
-        match c_int::from((*addr).sa_family) {
-            libc::AF_INET => {
-                let sin = &*(addr as *const libc::sockaddr_in);
-                let mut ip = [0u8; 16];
-                ip[..4].copy_from_slice(&sin.sin_addr.s_addr.to_ne_bytes());
-                Some((libc::AF_INET, ip, u16::from_be(sin.sin_port), true))
-            }
-            libc::AF_INET6 if len as usize >= core::mem::size_of::<libc::sockaddr_in6>() => {
-                let sin6 = &*(addr as *const libc::sockaddr_in6);
-                let b = sin6.sin6_addr.s6_addr;
-                let mapped = b[..10].iter().all(|&x| x == 0) && b[10] == 0xff && b[11] == 0xff;
-                let ip = if mapped { [b[12], b[13], b[14], b[15], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] } else { b };
-                Some((libc::AF_INET6, ip, u16::from_be(sin6.sin6_port), mapped))
-            }
-            _ => None,
-        }
-    }
+    // SAFETY: the caller's contract.
+    let bytes = unsafe { core::slice::from_raw_parts(addr as *const u8, (len as usize).min(core::mem::size_of::<libc::sockaddr_storage>())) };
+    InetAddress::parse(bytes)
 }
 
 /// A datagram the program sends to a client dara relays for goes to dara's socket that stands
@@ -237,11 +182,13 @@ pub unsafe fn relayed_destination(addr: *const libc::sockaddr, len: socklen_t) -
         return None;
     }
     // SAFETY: the caller's contract.
-    let (family, ip, port, v4) = unsafe { inet_parts(addr, len) }?;
-    let entry = relayed(true).find(|e| client_of(e) == (ip, port, v4))?;
-    let relay_v6 = entry.flags.load(Ordering::Relaxed) & dara_abi::relayed_flags::RELAY_V6 != 0;
-    let loopback = if relay_v6 { [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1] } else { [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] };
-    inet_sockaddr(family, loopback, entry.relay_port.load(Ordering::Relaxed) as u16, !relay_v6)
+    let to = unsafe { inet_address(addr, len) }?;
+    let (bytes, size) = peer_address::relayed_destination(&to, relayed_table())?;
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut out: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+    // SAFETY: `size` bytes (at most a sockaddr_in6) fit in the storage.
+    unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), &mut out as *mut _ as *mut u8, size) };
+    Some((out, size as socklen_t))
 }
 
 /// After the kernel wrote a peer address into `addr` (`*len` its size, `room` the caller's
@@ -256,17 +203,11 @@ pub unsafe fn show_relayed_peer(addr: *mut libc::sockaddr, len: *mut socklen_t, 
         return;
     }
     // SAFETY: the caller's contract; the kernel wrote `*len` bytes, at most `room` of them.
-    let Some((family, ip, port, v4)) = (unsafe { inet_parts(addr, (*len).min(room)) }) else { return };
-    let loopback = if v4 { ip[0] == 127 } else { ip == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1] };
-    if !loopback || port == 0 {
-        return;
-    }
-    let Some(entry) = relayed(datagrams).find(|e| e.relay_port.load(Ordering::Relaxed) == u32::from(port)) else { return };
-    let (ip, port, v4) = client_of(entry);
-    let Some((out, size)) = inet_sockaddr(family, ip, port, v4) else { return };
+    let Some(peer) = (unsafe { inet_address(addr, (*len).min(room)) }) else { return };
+    let Some((bytes, size)) = peer_address::shown_peer(&peer, relayed_table(), datagrams) else { return };
     // SAFETY: copies at most `room` bytes into the caller's buffer; `len` is valid.
     unsafe {
-        core::ptr::copy_nonoverlapping(&out as *const _ as *const u8, addr as *mut u8, (size as usize).min(room as usize));
-        *len = size;
+        core::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, size.min(room as usize));
+        *len = size as socklen_t;
     }
 }

@@ -37,6 +37,8 @@ pub enum Action {
     Listen { fd: i32, backlog: i32 },
     /// `getsockname`: a split listener shows its public port.
     LocalName { fd: i32, addr: u64 },
+    /// `getpeername`: a connection dara relays for an outside client shows that client.
+    PeerName,
     /// A signal sent to process `pid` as the program names it (None: the sender's own), posted
     /// as `ProcessKill` once the pid is named by logical process (`agent/signals.rs`).
     Kill { pid: Option<i32>, signal: i32 },
@@ -213,6 +215,7 @@ pub fn decode(call: Syscall, pid: i32, last_now: u64, epoch_ns: u64) -> Action {
         },
         libc::SYS_listen => Action::Listen { fd: a[0] as i32, backlog: a[1] as i32 },
         libc::SYS_getsockname => Action::LocalName { fd: a[0] as i32, addr: a[1] },
+        libc::SYS_getpeername => Action::PeerName,
         // Waits dara models for the preload but not yet on this path, and anything else in the
         // filter: the run stops and names the call.
         nr => Action::Post(Request::Unsupported(Unsupported::Syscall { nr: nr as u64, args: [a[0], a[1], a[2]] }), Then::Return),

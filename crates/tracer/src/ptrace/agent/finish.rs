@@ -200,7 +200,9 @@ impl Agent {
                         return;
                     }
                 }
-                self.run_call(tid, regs);
+                if !self.peer_shown_on_return(tid, &regs) {
+                    self.run_call(tid, regs);
+                }
             }
             Then::Started => {
                 if std::mem::take(&mut self.tracees.get_mut(&tid).expect("granted tracee").fresh_image) {

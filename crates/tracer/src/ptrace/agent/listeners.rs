@@ -21,8 +21,12 @@
 //! port 0 tells its clients an address they can reach): the call runs, and at its exit a twin's
 //! port in the answer becomes the public one.
 //!
-//! Not done yet (the preload does them): UDP sockets (split at `bind`), and showing an accepted
-//! connection's peer as the outside client dara relays for (`accept`, `getpeername`).
+//! The peer of a connection dara relays for an outside client is shown as that client (`accept`,
+//! `accept4`, `getpeername`: the call runs to its exit, where dara's own loopback address in the
+//! answer is replaced, as the preload's hooks do), so a recording and its replay show the same
+//! address.
+//!
+//! Not done yet (the preload does it): UDP sockets (split at `bind`).
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -48,6 +52,9 @@ pub enum AfterCall {
     LocalName { fd: i32, addr: u64 },
     /// A `sendfile`/`splice`/`tee` run non-blocking (`agent/transfer.rs`).
     Transfer(super::transfer::Running),
+    /// An `accept`/`accept4`/`getpeername` that writes its peer's address at `addr` (`room`
+    /// bytes), its size at `len_at`: the peer dara relays for is shown.
+    PeerName { addr: u64, len_at: u64, room: u32 },
 }
 
 /// A split listener: the program's descriptor, and the ports of the twin under it and of the
@@ -117,6 +124,30 @@ impl Agent {
         resume_to_exit(tid);
     }
 
+    /// An `accept`, `accept4` or `getpeername` about to run (its grant, or its stop at the
+    /// filter) that asks for its peer's address, while outside peers are kept apart: run to its
+    /// exit, where a peer that is dara's socket standing for an outside client is shown as that
+    /// client (`dara_abi::peer_address`), the same address in a recording and its replay, as the
+    /// preload's hooks show it. True then; false (nothing done) otherwise.
+    pub(super) fn peer_shown_on_return(&mut self, tid: i32, regs: &Registers) -> bool {
+        let call = regs.syscall();
+        if !matches!(call.nr, libc::SYS_accept | libc::SYS_accept4 | libc::SYS_getpeername) || call.args[1] == 0 || call.args[2] == 0 {
+            return false;
+        }
+        let tracee = &self.tracees[&tid];
+        if !self.outside_apart() || tracee.stop != super::tracees::CallStop::Seccomp {
+            return false;
+        }
+        let mut room = [0u8; 4];
+        if remote::read(tracee.pid, call.args[2], &mut room).is_err() {
+            return false;
+        }
+        let after = AfterCall::PeerName { addr: call.args[1], len_at: call.args[2], room: u32::from_ne_bytes(room) };
+        self.tracees.get_mut(&tid).expect("a known tracee").after = Some(after);
+        resume_to_exit(tid);
+        true
+    }
+
     /// A call with an [`AfterCall`] came back.
     pub(super) fn after_call(&mut self, tid: i32, after: AfterCall) {
         let Ok(regs) = Registers::read(tid) else { return };
@@ -132,6 +163,10 @@ impl Agent {
                     self.post(tid, Request::Unsupported(refused), Then::Return);
                 }
             },
+            AfterCall::PeerName { addr, len_at, room } if regs.result() >= 0 => {
+                show_relayed_peer(pid, addr, len_at, room, &self.region.header().relayed);
+                resume(tid, 0);
+            }
             AfterCall::LocalName { fd, addr } if regs.result() == 0 => {
                 if let Some(split) = self.processes.listeners.split_of(process, fd) {
                     show_public_port(pid, addr, split);
@@ -226,6 +261,28 @@ fn show_public_port(pid: i32, addr: u64, split: Split) {
     // The port is at offset 2 in both families' addresses.
     if remote::read(pid, addr + 2, &mut port).is_ok() && u16::from_be_bytes(port) == split.twin_port {
         let _ = remote::write(pid, addr + 2, &split.public_port.to_be_bytes());
+    }
+}
+
+/// After an `accept`/`getpeername` of `pid` wrote its peer's address at `addr` (`room` bytes of
+/// buffer, the address's size at `len_at`): a peer that is dara's socket standing for an outside
+/// client becomes that client (as much as `room` takes; the size written says its full size, as
+/// the kernel does).
+fn show_relayed_peer(pid: i32, addr: u64, len_at: u64, room: u32, table: &[dara_abi::RelayedPeer]) {
+    use dara_abi::peer_address::{shown_peer, InetAddress, SOCKADDR_IN6};
+    let mut len = [0u8; 4];
+    if remote::read(pid, len_at, &mut len).is_err() {
+        return;
+    }
+    let mut bytes = [0u8; SOCKADDR_IN6];
+    let written = (u32::from_ne_bytes(len).min(room) as usize).min(SOCKADDR_IN6);
+    if remote::read(pid, addr, &mut bytes[..written]).is_err() {
+        return;
+    }
+    let Some(peer) = InetAddress::parse(&bytes[..written]) else { return };
+    let Some((shown, size)) = shown_peer(&peer, table, false) else { return };
+    if remote::write(pid, addr, &shown[..size.min(room as usize)]).is_ok() {
+        let _ = remote::write(pid, len_at, &(size as u32).to_ne_bytes());
     }
 }
 

@@ -323,6 +323,11 @@ impl Agent {
             }
             Action::Listen { fd, backlog } => self.listen_stop(tid, regs, fd, backlog),
             Action::LocalName { fd, addr } => self.local_name_stop(tid, regs, fd, addr),
+            Action::PeerName => {
+                if !self.peer_shown_on_return(tid, &regs) {
+                    self.run_call(tid, regs);
+                }
+            }
             Action::Post(Request::ThreadExit, then) => self.exit_thread(tid, then),
             Action::Exec { path } => self.exec_call(tid, path),
             Action::Wait(wait) => {
