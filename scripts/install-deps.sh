@@ -69,6 +69,9 @@ command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || services+=
 command -v lighttpd >/dev/null 2>&1 || [ -x /usr/sbin/lighttpd ] || services+=(lighttpd)
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || services+=(haproxy)
 command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
+# dnsmasq-base: the DNS server alone (the dnsmasq package would start a system service); dig.
+command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need+=(dnsmasq-base)
+command -v dig >/dev/null 2>&1 || need+=(dnsutils)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || services+=(postgresql-15)
 command -v etcd >/dev/null 2>&1 || services+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)

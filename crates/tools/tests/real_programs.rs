@@ -552,6 +552,52 @@ fn mosquitto_under_outside_clients_records_and_replays() {
     assert!(processes_with(&["mosquitto", "-p", &port]).is_empty(), "a mosquitto survived");
 }
 
+/// dnsmasq (Debian's dnsmasq-base) as a DNS server in a closed-world test script
+/// (tests/fixtures/scripts/dnsmasq_test.sh: names from a hosts file asked with dig over UDP and
+/// TCP, a missing one, SIGTERM), searched; the last execution replays. Worked unchanged when
+/// first tried (2026-11-29).
+#[test]
+fn dnsmasq_test_script_searches_clean_and_replays() {
+    let port = free_ports(1).to_string();
+    let script = repo_root().join("tests/fixtures/scripts/dnsmasq_test.sh");
+    let (last, run) = search_clean("dnsmasq-search", SEARCH_RUNS, &[], &[script.to_str().unwrap(), &port]);
+    assert_eq!(run.stdout.matches("dnsmasq_test: every answer was right").count() as u64, SEARCH_RUNS, "{}", run.text());
+    assert!(steps_with(&last, Op::NetAccept) >= 1, "dnsmasq accepted dig's TCP query under control");
+    replays_identically(&last);
+    assert!(processes_with(&["dnsmasq", &format!("dnsmasq_test.{port}.")]).is_empty(), "a dnsmasq survived");
+}
+
+/// dnsmasq recorded with dig outside dara, over UDP (dara relays each outside sender's datagrams
+/// through a socket of its own) and TCP, then stopped with SIGTERM sent to dnsmasq itself, as a
+/// service manager stops it (in the foreground it ignores SIGINT, natively too). The replay
+/// answers the same queries with nobody outside.
+#[test]
+fn dnsmasq_under_outside_dig_records_and_replays() {
+    let port = free_ports(1).to_string();
+    let out = out_dir("dnsmasq");
+    let hosts = out.join("hosts");
+    std::fs::write(&hosts, "10.1.2.3 alpha.test\n10.1.2.4 beta.test\n").unwrap();
+    let hosts_arg = format!("--addn-hosts={}", hosts.display());
+    let command = ["dnsmasq", "-k", "--no-resolv", "--no-hosts", &hosts_arg, "-p", &port, "--listen-address=127.0.0.1", "--bind-interfaces", "--user=root", "--pid-file="];
+    let mut server = start_recording(&out.join("rec"), &command, &port);
+    for (name, address, over) in [("alpha.test", "10.1.2.3", "+notcp"), ("beta.test", "10.1.2.4", "+tcp"), ("alpha.test", "10.1.2.3", "+notcp")] {
+        let dig = Command::new("dig").args(["+short", "+time=10", "+tries=1", over, name, "@127.0.0.1", "-p", &port]).output().expect("dig (run ./scripts/install-deps.sh)");
+        assert_eq!(String::from_utf8_lossy(&dig.stdout).trim(), address, "{name} over {over}: {}", String::from_utf8_lossy(&dig.stderr));
+    }
+    // The server itself: a process named dnsmasq whose parent is not one (dnsmasq forks a child
+    // per TCP connection; dara-trace's own command line names dnsmasq too).
+    let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim().to_string();
+    let parent = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| s.rsplit(')').next()?.split_whitespace().nth(1)?.parse::<u32>().ok()).unwrap_or(0);
+    let dnsmasq: Vec<u32> = processes_with(&["dnsmasq", "-p", &port]).into_iter().filter(|&p| comm(p) == "dnsmasq" && comm(parent(p)) != "dnsmasq").collect();
+    assert_eq!(dnsmasq.len(), 1, "one dnsmasq server runs: {dnsmasq:?}");
+    // SAFETY: signalling the server's process, as `kill` from a shell would.
+    unsafe { libc::kill(dnsmasq[0] as i32, libc::SIGTERM) };
+    let status = wait_at_most(&mut server.0, Duration::from_secs(60)).expect("dara-trace ends with dnsmasq");
+    assert_eq!(status.code(), Some(0), "dnsmasq's SIGTERM exit is clean: {status:?}");
+    replays_identically(&out.join("rec/trace.bin"));
+    assert!(processes_with(&["dnsmasq", "-p", &port]).is_empty(), "a dnsmasq survived");
+}
+
 /// haproxy with four threads in front of lighttpd, in a closed-world test script
 /// (tests/fixtures/scripts/haproxy_test.sh: curl fetches three pages through the proxy), searched.
 #[test]
