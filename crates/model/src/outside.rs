@@ -59,12 +59,21 @@ pub enum OutsideWhat {
     Datagram(Vec<u8>),
     /// A datagram the program sent to the outside peer (compared in a replay).
     DatagramOutput(Vec<u8>),
+    /// The recording brought the program's clock up to real time: virtual time became this many
+    /// nanoseconds before the decision of the event's step (stream 0). A replay moves it the same.
+    Clock(u64),
 }
 
 impl OutsideWhat {
     /// Whether this is something the program did (checked in a replay) rather than an input.
     pub fn is_output(&self) -> bool {
         matches!(self, OutsideWhat::Output(_) | OutsideWhat::OutputClosed | OutsideWhat::DatagramOutput(_))
+    }
+
+    /// Whether this is something an outside peer brought (a client, its bytes or end, a
+    /// datagram sender and its datagrams, stdin); not a signal, an output or a clock move.
+    pub fn is_input(&self) -> bool {
+        !self.is_output() && !matches!(self, OutsideWhat::Signal(_) | OutsideWhat::Clock(_))
     }
 }
 
@@ -109,6 +118,7 @@ pub fn describe_event(e: &OutsideEvent) -> String {
         OutsideWhat::Peer { socket, .. } => format!("an outside peer to send to UDP socket {socket} (at step {}, outside peer {})", e.step, e.stream),
         OutsideWhat::Datagram(b) => format!("a datagram of {} bytes {} from outside peer {} at step {}", b.len(), shown(b), e.stream, e.step),
         OutsideWhat::DatagramOutput(b) => format!("the program to send a datagram of {} bytes {} to outside peer {} at step {}", b.len(), shown(b), e.stream, e.step),
+        OutsideWhat::Clock(ns) => format!("the clock to move to {} ns at step {} (real time)", ns, e.step),
     }
 }
 

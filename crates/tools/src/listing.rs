@@ -81,7 +81,9 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
     let mut outside = names.outside.iter().peekable();
     for (i, step) in steps.iter().enumerate() {
         while let Some(e) = outside.next_if(|e| e.step <= i as u64) {
-            let _ = writeln!(out, "   {:>6}  {:>8}  {:<12} {}", "", "", "outside", outside_line(e));
+            if let Some(line) = outside_line(e) {
+                let _ = writeln!(out, "   {:>6}  {:>8}  {:<12} {}", "", "", "outside", line);
+            }
         }
         let c = &step.choice;
         let op = match c.kind {
@@ -107,8 +109,8 @@ pub fn interleaving(steps: &[Step], names: &Names<'_>, preempted: &[bool]) -> St
         };
         let _ = writeln!(out, "{mark}{:>6}  {:>8}  {:<12} {:<16} {:<34} {result}{alt}{at}", i, format_vtime(step.now_ns), who(c.thread), op, object);
     }
-    for e in outside {
-        let _ = writeln!(out, "   {:>6}  {:>8}  {:<12} {}", "", "", "outside", outside_line(e));
+    for line in outside.filter_map(outside_line) {
+        let _ = writeln!(out, "   {:>6}  {:>8}  {:<12} {}", "", "", "outside", line);
     }
     let n = preempted.iter().filter(|p| **p).count();
     if n > 0 {
@@ -130,11 +132,12 @@ pub fn step_object(c: &Choice, names: &Names<'_>) -> String {
     }
 }
 
-/// One outside event for the listing: what crossed the boundary, with its first bytes.
-fn outside_line(e: &dara_model::outside::OutsideEvent) -> String {
+/// One outside event for the listing: what crossed the boundary, with its first bytes; None for
+/// a move of the clock up to real time (the vtime column shows it).
+fn outside_line(e: &dara_model::outside::OutsideEvent) -> Option<String> {
     use dara_model::outside::OutsideWhat::*;
     let bytes = |b: &[u8]| format!("{} bytes {}", b.len(), dara_model::outside::quoted(b, 48));
-    match &e.what {
+    Some(match &e.what {
         Connect { listener, peer: Some(peer) } => format!("c{} connects to listening socket {listener} from {peer}", e.stream),
         Connect { listener, peer: None } => format!("c{} connects to listening socket {listener}", e.stream),
         Data(b) => format!("c{} sends {}", e.stream, bytes(b)),
@@ -150,7 +153,8 @@ fn outside_line(e: &dara_model::outside::OutsideEvent) -> String {
         Peer { socket, peer: None } => format!("d{} sends to UDP socket {socket}", e.stream),
         Datagram(b) => format!("d{} sends a datagram of {}", e.stream, bytes(b)),
         DatagramOutput(b) => format!("d{} receives a datagram of {}", e.stream, bytes(b)),
-    }
+        Clock(_) => return None,
+    })
 }
 
 /// A step's object for the listing: what the choice is about ([`Choice::object`]), with a

@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use crate::choice::{Choice, ChoiceKind};
 use crate::outcome::Outcome;
 use crate::outside::{OutsideEvent, OutsideWhat};
-use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET};
+use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET, OUTSIDE_CLOCK};
 
 /// Reads and decodes the trace at `path`: a regular file or a pipe (`<(...)`), of at most
 /// [`MAX_TRACE_BYTES`]. A device (`/dev/zero`, which never ends) or a directory is refused
@@ -174,6 +174,7 @@ fn decode_outside(c: &mut Cursor<'_>) -> Result<Vec<OutsideEvent>, TraceError> {
             OUTSIDE_DATAGRAM => OutsideWhat::Datagram(bytes(c)?),
             OUTSIDE_DATAGRAM_OUTPUT => OutsideWhat::DatagramOutput(bytes(c)?),
             OUTSIDE_RESET => OutsideWhat::Reset,
+            OUTSIDE_CLOCK => OutsideWhat::Clock(c.varint(&field("clock"))?),
             k => return Err(c.damaged(kind_at, field(&format!("has unknown kind {k}")))),
         };
         events.push(OutsideEvent { step, stream, what });

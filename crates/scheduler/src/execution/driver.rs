@@ -161,6 +161,8 @@ impl<'a> Execution<'a> {
         let choices = self.choices(stop)?;
         let choice = self.choose(decide, &choices)?;
         self.pause_if_asked(&choice);
+        let step = self.steps.len() as u64;
+        self.with_world(|world, ex| world.keep_pace(ex, step));
         self.apply(choice)
     }
 

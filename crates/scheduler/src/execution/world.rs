@@ -83,6 +83,10 @@ pub(super) trait World {
     /// Just before the choices of `step` are taken (a replay's signals that came with a grant).
     fn before_decision(&mut self, _ex: &mut Execution<'_>, _step: u64) {}
 
+    /// The decision of `step` is made and about to be applied: a recording may bring the clock
+    /// up to real time here, and its replay moves it the same (see `Boundary`).
+    fn keep_pace(&mut self, _ex: &mut Execution<'_>, _step: u64) {}
+
     /// Nothing but timers can run (`choices`): wait for input from the world? Ok(true) when
     /// something came (look again), Ok(false) to decide now.
     fn when_idle(&mut self, _ex: &mut Execution<'_>, _choices: &[Choice], _stop: &AtomicBool) -> Result<bool, Outcome> {

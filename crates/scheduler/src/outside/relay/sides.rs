@@ -53,7 +53,16 @@ pub trait Side: Sized {
     fn unused(&self, _steps: u64) -> Option<(u64, String, String)> {
         None
     }
+
+    /// The virtual time to move the clock to before the decision of `step`, if it moves: a
+    /// recording's real time (`real_ns`, since the run started) once the clock (`virtual_ns`)
+    /// has fallen more than [`PACE_SLACK_NS`] behind it; a replay's recorded move.
+    fn clock(&mut self, step: u64, virtual_ns: u64, real_ns: u64) -> Option<u64>;
 }
+
+/// How far a recording's clock may fall behind real time before it is moved up: at most one
+/// recorded move a millisecond.
+pub const PACE_SLACK_NS: u64 = 1_000_000;
 
 /// The recording side: the user's signals come through the inbox, open while it lives.
 pub struct Recorder {
@@ -84,6 +93,10 @@ impl Side for Recorder {
     fn has_pending_signal(&self) -> bool {
         self.inbox.has_pending()
     }
+
+    fn clock(&mut self, _step: u64, virtual_ns: u64, real_ns: u64) -> Option<u64> {
+        (real_ns > virtual_ns.saturating_add(PACE_SLACK_NS)).then_some(real_ns)
+    }
 }
 
 /// The replay side: the recording's events, split by what the replay does with them.
@@ -93,14 +106,17 @@ pub struct Replayer {
     /// Signals sent to one thread with one grant (`stream` = thread + 1).
     grant_signals: VecDeque<OutsideEvent>,
     outputs: VecDeque<OutsideEvent>,
+    /// The recording's clock moves.
+    clocks: VecDeque<OutsideEvent>,
 }
 
 impl Replayer {
     pub fn new(events: &Arc<Vec<OutsideEvent>>) -> Replayer {
         let (outputs, rest): (Vec<_>, Vec<_>) = events.iter().cloned().partition(|e| e.what.is_output());
+        let (clocks, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::Clock(_)));
         let (signals, inputs): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::Signal(_)));
         let (grant_signals, signals): (Vec<_>, Vec<_>) = signals.into_iter().partition(|e| e.stream != 0);
-        Replayer { inputs: inputs.into(), signals: signals.into(), grant_signals: grant_signals.into(), outputs: outputs.into() }
+        Replayer { inputs: inputs.into(), signals: signals.into(), grant_signals: grant_signals.into(), outputs: outputs.into(), clocks: clocks.into() }
     }
 }
 
@@ -155,6 +171,17 @@ impl Side for Replayer {
             relay.side.inputs.pop_front();
             relay.apply_input(step, e, net)?;
         }
+    }
+
+    fn clock(&mut self, step: u64, _virtual_ns: u64, _real_ns: u64) -> Option<u64> {
+        let mut moved = None;
+        while let Some(e) = self.clocks.front().filter(|e| e.step <= step) {
+            if let (true, OutsideWhat::Clock(ns)) = (e.step == step, &e.what) {
+                moved = Some(*ns);
+            }
+            self.clocks.pop_front();
+        }
+        moved
     }
 
     fn unused(&self, steps: u64) -> Option<(u64, String, String)> {
@@ -225,7 +252,7 @@ impl Relay<Replayer> {
                 };
                 self.to_program_datagram(step, peer, bytes.clone(), net);
             }
-            OutsideWhat::Signal(_) | OutsideWhat::Output(_) | OutsideWhat::OutputClosed | OutsideWhat::DatagramOutput(_) => {}
+            OutsideWhat::Signal(_) | OutsideWhat::Output(_) | OutsideWhat::OutputClosed | OutsideWhat::DatagramOutput(_) | OutsideWhat::Clock(_) => {}
         }
         Ok(())
     }
@@ -257,6 +284,14 @@ impl<S: Side> Relay<S> {
             self.events.push(OutsideEvent { step, stream: thread + 1, what: OutsideWhat::Signal(s) });
         }
         found
+    }
+
+    /// The virtual time to move the program's clock to before the decision of `step` (see
+    /// [`Side::clock`]), recorded.
+    pub fn pace(&mut self, step: u64, virtual_ns: u64, real_ns: u64) -> Option<u64> {
+        let moved = self.side.clock(step, virtual_ns, real_ns)?;
+        self.events.push(OutsideEvent { step, stream: 0, what: OutsideWhat::Clock(moved) });
+        Some(moved)
     }
 
     /// Replay: recorded events nobody produced or used, once the run is over after `steps`.
