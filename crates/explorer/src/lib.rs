@@ -13,14 +13,16 @@
 //!   * [`dpor`](strategy::dpor): dynamic partial-order reduction, Flanagan & Godefroid, POPL 2005,
 //!     with sleep sets (Godefroid 1996) and source sets (Abdulla et al., POPL 2014);
 //!   * [`coverage`](strategy::coverage) (`coverage:unique|frequency|node-frequency`): Dara's
-//!     coverage-guided objectives;
+//!     coverage-guided objectives, aiming at the program's unmet goals (`sometimes`,
+//!     `reachable`) from the executions that came closest;
 //!   * [`replay`](strategy::replay): follow a recorded decision list, report the first divergence
 //!     (dBug's replay);
 //!   * [`seeded`](strategy::seeded) (`--seed-trace`): a wrapper starting execution 0 from a
 //!     recorded schedule, as Dara's explorer starts from a seed schedule;
 //!   * [`faults`](strategy::faults): a wrapper placing fault points (crash, partition, ...) for the
 //!     sampling strategies, like PCT's change points, within SAMC-style fault budgets.
-//! * [`search`]: the search loop: executions under a strategy, each bug saved once.
+//! * [`search`]: the search loop: executions under a strategy, each bug saved once, and the first
+//!   execution that met each goal.
 //! * [`reproduce`]: re-running a trace with the replay strategy, and `--verify`'s comparison.
 //! * [`minimize`]: shrink a failing schedule to fewer preemptions and steps that still fail the
 //!   same way, with the [`Guided`](minimize::Guided) strategy that follows a plan.

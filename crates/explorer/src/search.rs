@@ -1,8 +1,9 @@
 //! The search loop: run executions under a strategy, judge each outcome, save every distinct bug
-//! once (trace + human summary), and stop at the first bug unless asked to keep going. Also stops,
-//! saying why, when dara could not control the program, when interrupted, when the time budget is
-//! spent, or when a systematic strategy has exhausted its space (a proof only when every
-//! interleaving point was visible, see [`crate::visibility`]).
+//! once (trace + human summary) and the first execution that met each goal (`goal-NNNN/`), and
+//! stop at the first bug unless asked to keep going. Also stops, saying why, when dara could not
+//! control the program, when interrupted, when the time budget is spent, or when a systematic
+//! strategy has exhausted its space (a proof only when every interleaving point was visible, see
+//! [`crate::visibility`]).
 //!
 //! Parallel searches (`jobs > 1`) run exactly the executions a sequential one runs: execution 0
 //! runs alone and its length is passed to every later one ([`Start::first_steps`]); then workers,
@@ -60,6 +61,17 @@ pub struct SavedBug {
     pub steps: usize,
 }
 
+/// The first execution that met a goal (a `sometimes` that held, a `reachable` reached), saved
+/// to disk: how the program got there, for `dara-replay`.
+#[derive(Clone, Debug)]
+pub struct SavedGoal {
+    pub kind: dara_model::property::PropertyKind,
+    pub name: String,
+    pub dir: PathBuf,
+    pub trace: PathBuf,
+    pub execution: u64,
+}
+
 /// How a search ended.
 #[derive(Debug)]
 pub enum SearchEnd {
@@ -97,6 +109,8 @@ pub struct SearchSummary {
     pub notes: Vec<String>,
     /// The user properties the executions evaluated (the SDKs' lines), over the whole search.
     pub properties: dara_model::property::SearchProperties,
+    /// The goals met, each with the first execution that met it, in the order met.
+    pub goals: Vec<SavedGoal>,
     /// Lines on the SDK's descriptor that were not the protocol, and the first of them.
     pub malformed_property_lines: (u64, Option<String>),
 }
@@ -314,7 +328,7 @@ fn run_execution(cfg: &SearchConfig, strategy: &mut (dyn Strategy + Send), start
     strategy.begin_execution(start);
     let report = execution::run(&exec, &mut *strategy, stop)?;
     let choices: Vec<dara_scheduler::Choice> = report.steps.iter().map(|s| s.choice).collect();
-    let status = strategy.end_execution(&Feedback { choices: &choices, coverage: &report.coverage });
+    let status = strategy.end_execution(&Feedback { choices: &choices, coverage: &report.coverage, properties: &report.properties });
     Ok((report, status))
 }
 
@@ -344,6 +358,7 @@ struct Judge<'a> {
     outcome_counts: BTreeMap<String, u64>,
     covered: std::collections::BTreeSet<(u32, u32)>,
     properties: dara_model::property::SearchProperties,
+    goals: Vec<SavedGoal>,
     malformed_property_lines: (u64, Option<String>),
 }
 
@@ -360,6 +375,7 @@ impl<'a> Judge<'a> {
             outcome_counts: BTreeMap::new(),
             covered: Default::default(),
             properties: Default::default(),
+            goals: Vec::new(),
             malformed_property_lines: (0, None),
         }
     }
@@ -380,7 +396,7 @@ impl<'a> Judge<'a> {
         for (&process, coverage) in &report.coverage {
             self.covered.extend(coverage.edges.iter().map(|e| (process, e.edge)));
         }
-        self.properties.add(&report.properties);
+        let goals_met = self.properties.add(k, &report.properties);
         self.malformed_property_lines.0 += report.properties.malformed;
         if self.malformed_property_lines.1.is_none() {
             self.malformed_property_lines.1 = report.properties.first_malformed.clone();
@@ -393,6 +409,12 @@ impl<'a> Judge<'a> {
         let last = self.cfg.out_dir.join("trace.bin");
         trace::write_file(&last, &trace)?;
         self.last_trace = Some(last);
+        for (kind, name) in goals_met {
+            let number = self.goals.len() + 1;
+            let headline = format!("goal \"{name}\" ({}) first met in execution {k}", kind.word());
+            let (dir, trace_path) = save_run(&self.cfg.out_dir.join(format!("goal-{number:04}")), &headline, &self.cfg.replay_command, k, &trace)?;
+            self.goals.push(SavedGoal { kind, name, dir, trace: trace_path, execution: k });
+        }
 
         let mut new_bug = false;
         if report.outcome.is_bug() && !self.bugs.iter().any(|b| b.outcome.signature() == report.outcome.signature()) {
@@ -421,6 +443,7 @@ impl<'a> Judge<'a> {
             wall: self.started.elapsed(),
             notes: Vec::new(),
             properties: self.properties,
+            goals: self.goals,
             malformed_property_lines: self.malformed_property_lines,
         }
     }
@@ -463,13 +486,19 @@ fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: Stri
 }
 
 fn save_bug(out: &Path, replay_command: &str, number: usize, execution: u64, trace: &Trace) -> Result<SavedBug, SearchError> {
-    let dir = out.join(format!("bug-{number:04}"));
-    std::fs::create_dir_all(&dir).map_err(|source| SearchError::Output { path: dir.clone(), source })?;
+    let (dir, trace_path) = save_run(&out.join(format!("bug-{number:04}")), &trace.outcome.summary(), replay_command, execution, trace)?;
+    Ok(SavedBug { dir, trace: trace_path, execution, outcome: trace.outcome.clone(), steps: trace.steps.len() })
+}
+
+/// Writes `trace` into `dir` with a `summary.txt` that opens with `headline`; returns the
+/// directory and the trace's path.
+fn save_run(dir: &Path, headline: &str, replay_command: &str, execution: u64, trace: &Trace) -> Result<(PathBuf, PathBuf), SearchError> {
+    std::fs::create_dir_all(dir).map_err(|source| SearchError::Output { path: dir.to_path_buf(), source })?;
     let trace_path = dir.join("trace.bin");
     trace::write_file(&trace_path, trace)?;
     let summary = format!(
         "{}\n\ncommand:    {}\nstrategy:   {} (seed {}, execution {})\nsteps:      {}\nreplay:     {} {}\n",
-        trace.outcome.summary(),
+        headline,
         trace.header.command.join(" "),
         trace.header.strategy,
         trace.header.seed,
@@ -480,7 +509,7 @@ fn save_bug(out: &Path, replay_command: &str, number: usize, execution: u64, tra
     );
     let summary_path = dir.join("summary.txt");
     trace::write_private(&summary_path, summary.as_bytes()).map_err(|source| SearchError::Output { path: summary_path, source })?;
-    Ok(SavedBug { dir, trace: trace_path, execution, outcome: trace.outcome.clone(), steps: trace.steps.len() })
+    Ok((dir.to_path_buf(), trace_path))
 }
 
 #[cfg(test)]

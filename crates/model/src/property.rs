@@ -54,6 +54,11 @@ impl PropertyKind {
     pub fn is_claim(self) -> bool {
         matches!(self, PropertyKind::Always | PropertyKind::Unreachable | PropertyKind::Eventually)
     }
+
+    /// Whether the kind is a goal a search tries to meet (`sometimes`, `reachable`).
+    pub fn is_goal(self) -> bool {
+        !self.is_claim()
+    }
 }
 
 /// One property's evaluations in one execution.
@@ -87,6 +92,11 @@ pub struct ExecutionProperties {
 pub const MAX_PROPERTIES: usize = 4096;
 
 impl ExecutionProperties {
+    /// No property declared or evaluated (a program without the SDK), usable in a `static`.
+    pub const fn empty() -> ExecutionProperties {
+        ExecutionProperties { tallies: BTreeMap::new(), first_broken: None, malformed: 0, first_malformed: None, latest: BTreeMap::new(), mark: 0, pending: None }
+    }
+
     /// Takes one protocol line (without its newline).
     pub fn record(&mut self, line: &[u8]) {
         let text = String::from_utf8_lossy(line);
@@ -198,6 +208,8 @@ pub struct SearchTally {
     /// Executions in which the claim broke (claims only).
     pub executions_broken: u64,
     pub evaluations: u64,
+    /// Goals: the (0-based) execution that met it first.
+    pub first_met: Option<u64>,
 }
 
 /// The properties of a search, by kind and name.
@@ -205,7 +217,9 @@ pub struct SearchTally {
 pub struct SearchProperties(pub BTreeMap<(PropertyKind, String), SearchTally>);
 
 impl SearchProperties {
-    pub fn add(&mut self, execution: &ExecutionProperties) {
+    /// Adds execution `k`'s properties; returns the goals it met first (none before it had).
+    pub fn add(&mut self, k: u64, execution: &ExecutionProperties) -> Vec<(PropertyKind, String)> {
+        let mut first = Vec::new();
         for ((kind, name), t) in &execution.tallies {
             let s = self.0.entry((*kind, name.clone())).or_default();
             if t.evaluations == 0 {
@@ -214,6 +228,10 @@ impl SearchProperties {
             s.executions += 1;
             s.evaluations += t.evaluations;
             s.executions_held += u64::from(t.held > 0);
+            if kind.is_goal() && t.held > 0 && s.first_met.is_none() {
+                s.first_met = Some(k);
+                first.push((*kind, name.clone()));
+            }
             let broken = match kind {
                 PropertyKind::Always => t.held < t.evaluations,
                 PropertyKind::Unreachable => true,
@@ -222,6 +240,7 @@ impl SearchProperties {
             };
             s.executions_broken += u64::from(broken);
         }
+        first
     }
 
     /// Whether a goal was met (a `sometimes` held, a `reachable` reached) or a claim kept.
@@ -290,7 +309,7 @@ mod tests {
         let mut s = SearchProperties::default();
         let p = run(&["declare reachable slow path", "declare always safe", "always 1 safe"]);
         assert!(p.broken().is_none());
-        s.add(&p);
+        assert!(s.add(0, &p).is_empty());
         let slow = &s.0[&(PropertyKind::Reachable, "slow path".into())];
         assert_eq!(slow.executions, 0);
         assert!(!SearchProperties::satisfied(PropertyKind::Reachable, slow));
@@ -300,10 +319,14 @@ mod tests {
     #[test]
     fn a_search_tells_unmet_goals_from_met_ones() {
         let mut s = SearchProperties::default();
-        s.add(&run(&["sometimes 0 leader elected", "always 1 safe"]));
-        s.add(&run(&["sometimes 1 leader elected", "always 0 safe", "sometimes 0 never"]));
+        let first = s.add(0, &run(&["sometimes 0 leader elected", "always 1 safe", "reachable slow path"]));
+        assert_eq!(first, [(PropertyKind::Reachable, "slow path".to_string())]);
+        let second = s.add(1, &run(&["sometimes 1 leader elected", "always 0 safe", "sometimes 0 never", "reachable slow path"]));
+        assert_eq!(second, [(PropertyKind::Sometimes, "leader elected".to_string())], "the goals met first, not again");
         let leader = &s.0[&(PropertyKind::Sometimes, "leader elected".into())];
-        assert_eq!((leader.executions, leader.executions_held), (2, 1));
+        assert_eq!((leader.executions, leader.executions_held, leader.first_met), (2, 1, Some(1)));
+        assert_eq!(s.0[&(PropertyKind::Sometimes, "never".into())].first_met, None);
+        assert_eq!(s.0[&(PropertyKind::Always, "safe".into())].first_met, None, "claims are not goals");
         assert!(SearchProperties::satisfied(PropertyKind::Sometimes, leader));
         assert!(!SearchProperties::satisfied(PropertyKind::Sometimes, &s.0[&(PropertyKind::Sometimes, "never".into())]));
         assert_eq!(s.0[&(PropertyKind::Always, "safe".into())].executions_broken, 1);

@@ -124,10 +124,15 @@ pub struct PropertyEntry {
     pub evaluations: u64,
     /// A goal met (a `sometimes` held, a `reachable` reached) or a claim kept in every execution.
     pub satisfied: bool,
+    /// A goal met: the (0-based) execution that met it first, and that execution's trace (saved
+    /// as `goal-NNNN/trace.bin`); null otherwise.
+    pub first_met: Option<u64>,
+    pub first_met_trace: Option<PathBuf>,
 }
 
 impl PropertyEntry {
-    pub fn list(properties: &dara_model::property::SearchProperties) -> Vec<PropertyEntry> {
+    /// The search's properties, goals with the trace of the first execution that met them.
+    pub fn list(properties: &dara_model::property::SearchProperties, goals: &[dara_explorer::search::SavedGoal]) -> Vec<PropertyEntry> {
         properties
             .0
             .iter()
@@ -139,6 +144,8 @@ impl PropertyEntry {
                 executions_broken: t.executions_broken,
                 evaluations: t.evaluations,
                 satisfied: dara_model::property::SearchProperties::satisfied(*kind, t),
+                first_met: t.first_met,
+                first_met_trace: goals.iter().find(|g| g.kind == *kind && g.name == *name).map(|g| g.trace.clone()),
             })
             .collect()
     }
@@ -152,14 +159,22 @@ impl PropertyEntry {
                 let verb = if self.kind == K::Reachable { "reached" } else { "held" };
                 format!("NEVER {verb} in {executions} executions{}", if self.executions > 0 { format!(" (evaluated in {})", self.executions) } else { String::new() })
             }
-            K::Sometimes => format!("held in {} of {executions} executions", self.executions_held),
-            K::Reachable => format!("reached in {} of {executions} executions ({} times)", self.executions, self.evaluations),
+            K::Sometimes => format!("held in {} of {executions} executions{}", self.executions_held, self.first(executions)),
+            K::Reachable => format!("reached in {} of {executions} executions ({} times){}", self.executions, self.evaluations, self.first(executions)),
             K::Unreachable if self.executions == 0 => format!("never reached in {executions} executions"),
             _ if self.executions_broken > 0 => format!("BROKEN in {} of {} executions that evaluated it", self.executions_broken, self.executions),
             _ if self.executions == 0 => format!("never evaluated in {executions} executions"),
             _ => format!("held in all {} executions that evaluated it ({} evaluations)", self.executions, self.evaluations),
         };
         format!("{:<11} {name:<32} {what}", self.kind.word())
+    }
+
+    /// ", first in execution K (TRACE)" for a goal met in a search of more than one execution.
+    fn first(&self, executions: u64) -> String {
+        match (self.first_met, &self.first_met_trace) {
+            (Some(k), Some(trace)) if executions > 1 => format!(", first in execution {k} ({})", trace.display()),
+            _ => String::new(),
+        }
     }
 }
 

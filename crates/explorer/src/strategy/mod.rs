@@ -5,7 +5,7 @@
 //! every strategy is unit-tested here against simulated programs. As shuttle's `Scheduler`, the
 //! [`Strategy`] trait is narrow: [`begin_execution`](Strategy::begin_execution), `choose` (from
 //! [`Decide`]) at every step, and [`end_execution`](Strategy::end_execution), which gets what the
-//! execution did ([`Feedback`]: its decisions and coverage) and answers with a [`Status`] (the
+//! execution did ([`Feedback`]: its decisions, coverage and properties) and answers with a [`Status`] (the
 //! space is exhausted; notes for the user). What the search must know before it starts (the spec
 //! stored in traces, whether executions may run in parallel or start from a seed trace) is an
 //! [`Info`] that [`parse`] returns once, from each strategy's [`Describe`]. Wrappers implement the
@@ -29,7 +29,8 @@
 //!   reduction, Flanagan & Godefroid, POPL 2005, with sleep sets and source sets);
 //! * [`coverage`]: coverage-guided search (`coverage:unique`, `coverage:frequency`,
 //!   `coverage:node-frequency`, Dara's three objectives) learning from earlier executions which
-//!   actions reach new code;
+//!   actions reach new code, and aiming executions at the program's unmet goals (`sometimes`,
+//!   `reachable`) from the executions that came closest (`:no-goals` turns that off);
 //! * [`replay`]: follow a recorded decision list and report the first divergence (dBug's and
 //!   Vtrace's replay);
 //! * [`seeded`]: a wrapper starting execution 0 from a recorded schedule (`--seed-trace`, as
@@ -52,6 +53,7 @@ use std::collections::BTreeMap;
 
 use dara_model::choice::ProcessId;
 use dara_model::coverage::ProcessCoverage;
+use dara_model::property::ExecutionProperties;
 use dara_model::{Choice, Decide};
 
 mod base;
@@ -122,15 +124,25 @@ pub struct Feedback<'a> {
     pub choices: &'a [Choice],
     /// Coverage per process (empty for programs built without coverage).
     pub coverage: &'a BTreeMap<ProcessId, ProcessCoverage>,
+    /// The user properties the program declared and evaluated (empty without the SDK): which
+    /// goals (`sometimes`, `reachable`) the execution evaluated and which it met.
+    pub properties: &'a ExecutionProperties,
 }
 
 /// Coverage of a program built without it.
 static NO_COVERAGE: BTreeMap<ProcessId, ProcessCoverage> = BTreeMap::new();
+/// Properties of a program that reports none.
+static NO_PROPERTIES: ExecutionProperties = ExecutionProperties::empty();
 
 impl<'a> Feedback<'a> {
-    /// An execution of a program without coverage.
+    /// An execution of a program without coverage or properties.
     pub fn without_coverage(choices: &'a [Choice]) -> Feedback<'a> {
-        Feedback { choices, coverage: &NO_COVERAGE }
+        Feedback { choices, coverage: &NO_COVERAGE, properties: &NO_PROPERTIES }
+    }
+
+    /// An execution with coverage and no properties.
+    pub fn with_coverage(choices: &'a [Choice], coverage: &'a BTreeMap<ProcessId, ProcessCoverage>) -> Feedback<'a> {
+        Feedback { choices, coverage, properties: &NO_PROPERTIES }
     }
 
     /// Decisions the execution took.
@@ -209,7 +221,7 @@ impl Parsed {
 }
 
 /// The specs [`parse`] accepts, for messages.
-pub const VALID_SPECS: &str = "random, pct (same as pct:3), pct:D with D in 1..=10, pos, rf, dfs, dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay, dpor, coverage:unique, coverage:frequency, coverage:node-frequency";
+pub const VALID_SPECS: &str = "random, pct (same as pct:3), pct:D with D in 1..=10, pos, rf, dfs, dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay, dpor, coverage:unique, coverage:frequency, coverage:node-frequency (each also with :no-goals)";
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StrategyError {
@@ -223,7 +235,7 @@ pub enum StrategyError {
         "bad bound in `{spec}`: use dfs:preempt=K or dfs:delay=K with K a whole number, or dfs:preempt / dfs:delay to raise the bound step by step"
     )]
     DfsBound { spec: String },
-    #[error("unknown coverage objective in `{spec}`: use coverage:unique, coverage:frequency or coverage:node-frequency")]
+    #[error("unknown coverage objective in `{spec}`: use coverage:unique, coverage:frequency or coverage:node-frequency, optionally followed by :no-goals (no aiming at unmet goals)")]
     CoverageObjective { spec: String },
     #[error("`replay` follows a recorded trace and cannot be chosen for a search: use dara-replay TRACE (search strategies are {VALID_SPECS})")]
     ReplayNeedsTrace,
@@ -244,9 +256,9 @@ pub fn parse(spec: &str, seed: u64) -> Result<Parsed, StrategyError> {
         "dpor" => return Ok(Parsed::new(Dpor::new())),
         _ => {}
     }
-    if let Some(name) = spec.strip_prefix("coverage:") {
-        return match coverage::Coverage::parse_objective(name) {
-            Some(objective) => Ok(Parsed::sampling(coverage::Coverage::new(objective, seed), seed)),
+    if let Some(suffix) = spec.strip_prefix("coverage:") {
+        return match coverage::Coverage::parse(suffix, seed) {
+            Some(strategy) => Ok(Parsed::sampling(strategy, seed)),
             None => Err(StrategyError::CoverageObjective { spec: spec.to_string() }),
         };
     }
@@ -306,6 +318,8 @@ mod tests {
             ("coverage:unique", "coverage:unique", Learning),
             ("coverage:frequency", "coverage:frequency", Learning),
             ("coverage:node-frequency", "coverage:node-frequency", Learning),
+            ("coverage:unique:no-goals", "coverage:unique:no-goals", Learning),
+            ("coverage:node-frequency:no-goals", "coverage:node-frequency:no-goals", Learning),
         ] {
             let info = parse(spec, 1).unwrap_or_else(|e| panic!("{spec}: {e}")).info;
             assert_eq!(info, Info { spec: described.to_string(), order }, "{spec}");
@@ -333,9 +347,9 @@ mod tests {
             err.to_string(),
             "unknown strategy `bfs`: valid strategies are random, pct (same as pct:3), pct:D with D in 1..=10, \
              pos, rf, dfs, dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay, dpor, coverage:unique, coverage:frequency, \
-             coverage:node-frequency"
+             coverage:node-frequency (each also with :no-goals)"
         );
-        for spec in ["coverage:", "coverage:edges", "coverage"] {
+        for spec in ["coverage:", "coverage:edges", "coverage", "coverage:unique:goals", "coverage:edges:no-goals", "coverage:unique:no-goals:x"] {
             let err = parse(spec, 1).err().unwrap();
             assert!(
                 matches!(err, StrategyError::CoverageObjective { .. } | StrategyError::Unknown { .. }),

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use dara_abi::Op;
 use dara_model::choice::ProcessId;
 use dara_model::coverage::ProcessCoverage;
+use dara_model::property::ExecutionProperties;
 use dara_model::{Choice, ChoiceKind};
 
 use super::{Feedback, Start, Status, Strategy};
@@ -16,6 +17,10 @@ pub(crate) trait Program {
     /// What the program reports at its end, per process. Default: none.
     fn coverage(&self) -> BTreeMap<ProcessId, ProcessCoverage> {
         BTreeMap::new()
+    }
+    /// The properties it declared and evaluated. Default: none.
+    fn properties(&self) -> ExecutionProperties {
+        ExecutionProperties::empty()
     }
 }
 
@@ -79,8 +84,8 @@ fn execute(strategy: &mut dyn Strategy, start: Start, program: &mut dyn Program,
         taken.push(choices[i]);
     }
     finished |= program.choices().is_empty();
-    let coverage = program.coverage();
-    let status = strategy.end_execution(&Feedback { choices: &taken, coverage: &coverage });
+    let (coverage, properties) = (program.coverage(), program.properties());
+    let status = strategy.end_execution(&Feedback { choices: &taken, coverage: &coverage, properties: &properties });
     (taken, finished, status)
 }
 

@@ -22,7 +22,8 @@ use dara_tracer::binary::{self, BinaryKind};
 #[derive(Parser, Debug)]
 #[command(name = "dara-trace", version, after_help = "Exit status: 0 no bug found, 1 bug found, 2 usage or tool error (or a program dara cannot control), 130 interrupted.")]
 struct Cli {
-    /// Output directory: trace.bin of the last execution, bug-NNNN/ for each distinct bug.
+    /// Output directory: trace.bin of the last execution, bug-NNNN/ for each distinct bug,
+    /// goal-NNNN/ for the first execution that met each goal (SOMETIMES, REACHABLE).
     #[arg(short, long, default_value = "dara-out")]
     out: PathBuf,
     /// Number of executions to search (stops at the first bug unless --keep-going).
@@ -31,7 +32,8 @@ struct Cli {
     /// Search strategy: random, pct, pct:D (D-1 priority change points), pos (partial order
     /// sampling), rf (reads-from feedback, for memory-level points); systematic: dfs,
     /// dfs:preempt=K, dfs:delay=K, dfs:preempt, dfs:delay (iterative bounds), dpor;
-    /// coverage-guided: coverage:unique, coverage:frequency, coverage:node-frequency.
+    /// coverage-guided: coverage:unique, coverage:frequency, coverage:node-frequency (each
+    /// aims executions at the program's unmet SOMETIMES/REACHABLE goals; add :no-goals to stop).
     #[arg(long, default_value = "random")]
     strategy: String,
     /// Seed of the search; the same seed gives the same executions.
@@ -320,7 +322,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
         coverage_edges: summary.coverage,
         wall_seconds: summary.wall.as_secs_f64(),
         notes: summary.notes.clone(),
-        properties: PropertyEntry::list(&summary.properties),
+        properties: PropertyEntry::list(&summary.properties, &summary.goals),
         exit_code: 0,
     };
     print_properties(&document.properties, summary.executions, &summary.malformed_property_lines);

@@ -122,7 +122,7 @@ fn steers_toward_the_action_that_reached_new_code() {
         let taken = [offered[2], offered[0], offered[1]];
         let coverage = BTreeMap::from([(0, ProcessCoverage { guards: 0, edges: vec![EdgeHit { edge: 7, pc: 0x700, count: 1, first_step: 0 }], modules: vec![] })]);
         s.begin_execution(Start::at(0));
-        let _ = s.end_execution(&Feedback { choices: &taken, coverage: &coverage });
+        let _ = s.end_execution(&Feedback::with_coverage(&taken, &coverage));
         s.begin_execution(Start::at(1));
         assert_eq!(s.choose(0, &offered).unwrap(), 2, "seed {seed}");
         assert_eq!(s.reasons().guided, 1);
@@ -207,8 +207,8 @@ fn objectives_weigh_blocks_as_documented() {
     // block 2's code (pc 0x20) also in process 1 once.
     let both = BTreeMap::from([(0, ProcessCoverage { guards: 0, edges: vec![hit(1, 0x10), hit(2, 0x20)], modules: vec![] }), (1, ProcessCoverage { guards: 0, edges: vec![hit(2, 0x20)], modules: vec![] })]);
     let one = BTreeMap::from([(0, ProcessCoverage { guards: 0, edges: vec![hit(1, 0x10)], modules: vec![] })]);
-    h.record(&Feedback { choices: &[c], coverage: &both });
-    h.record(&Feedback { choices: &[c], coverage: &one });
+    h.record(&Feedback::with_coverage(&[c], &both));
+    h.record(&Feedback::with_coverage(&[c], &one));
     let none = HashSet::new();
     // Credited to k: (0,1), (0,2), (1,2).
     assert_eq!(h.promise(k, &none, Objective::Unique), 3.0);
