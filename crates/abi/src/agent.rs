@@ -111,7 +111,7 @@ pub fn answer<F: Futex<AtomicU32>>(words: &AgentWords, tid: u32, attached: bool,
 /// sent at a scheduling point (the agent's `signals.rs`). Calls not listed that could block
 /// in the kernel are caught by the scheduler's watchdog and end the run as uncontrolled, never
 /// silently.
-pub const TRACED: [u32; 56] = [
+pub const TRACED: [u32; 57] = [
     202, // futex
     449, // futex_waitv
     24,  // sched_yield
@@ -162,6 +162,7 @@ pub const TRACED: [u32; 56] = [
     46,  // sendmsg
     47,  // recvmsg
     48,  // shutdown
+    49,  // bind
     50,  // listen
     51,  // getsockname
     52,  // getpeername

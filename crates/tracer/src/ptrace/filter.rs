@@ -38,7 +38,7 @@ mod tests {
             libc::SYS_clone, libc::SYS_clone3, libc::SYS_fork, libc::SYS_vfork, libc::SYS_execve, libc::SYS_execveat, libc::SYS_exit, libc::SYS_exit_group,
             libc::SYS_wait4, libc::SYS_waitid, libc::SYS_epoll_wait, libc::SYS_epoll_pwait, libc::SYS_epoll_pwait2, libc::SYS_poll, libc::SYS_ppoll, libc::SYS_select,
             libc::SYS_pselect6, libc::SYS_pause, libc::SYS_rt_sigsuspend, libc::SYS_rt_sigtimedwait, libc::SYS_kill, libc::SYS_tkill, libc::SYS_tgkill, libc::SYS_read, libc::SYS_write, libc::SYS_readv, libc::SYS_writev,
-            libc::SYS_close, libc::SYS_connect, libc::SYS_accept, libc::SYS_accept4, libc::SYS_sendto, libc::SYS_recvfrom, libc::SYS_sendmsg, libc::SYS_recvmsg, libc::SYS_shutdown, libc::SYS_listen, libc::SYS_getsockname,
+            libc::SYS_close, libc::SYS_connect, libc::SYS_accept, libc::SYS_accept4, libc::SYS_sendto, libc::SYS_recvfrom, libc::SYS_sendmsg, libc::SYS_recvmsg, libc::SYS_shutdown, libc::SYS_bind, libc::SYS_listen, libc::SYS_getsockname,
             libc::SYS_getpeername,
             libc::SYS_sendfile, libc::SYS_splice, libc::SYS_tee,
         ];

@@ -35,6 +35,8 @@ pub enum Action {
     Exec { path: u64 },
     /// `listen`: a listener outside peers may reach is split (`agent/listeners.rs`).
     Listen { fd: i32, backlog: i32 },
+    /// `bind`: a UDP socket outside peers may reach is split (`agent/listeners.rs`).
+    Bind { fd: i32 },
     /// `getsockname`: a split listener shows its public port.
     LocalName { fd: i32, addr: u64 },
     /// `getpeername`: a connection dara relays for an outside client shows that client.
@@ -214,6 +216,7 @@ pub fn decode(call: Syscall, pid: i32, last_now: u64, epoch_ns: u64) -> Action {
             None => Action::Post(Request::Unsupported(Unsupported::Syscall { nr: call.nr as u64, args: [a[0], a[1], a[2]] }), Then::Return),
         },
         libc::SYS_listen => Action::Listen { fd: a[0] as i32, backlog: a[1] as i32 },
+        libc::SYS_bind => Action::Bind { fd: a[0] as i32 },
         libc::SYS_getsockname => Action::LocalName { fd: a[0] as i32, addr: a[1] },
         libc::SYS_getpeername => Action::PeerName,
         // Waits dara models for the preload but not yet on this path, and anything else in the

@@ -200,7 +200,7 @@ impl Agent {
                         return;
                     }
                 }
-                if !self.peer_shown_on_return(tid, &regs) {
+                if !self.send_to_relay(tid, &mut regs) && !self.peer_shown_on_return(tid, &regs) {
                     self.run_call(tid, regs);
                 }
             }

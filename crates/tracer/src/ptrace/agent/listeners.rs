@@ -26,7 +26,8 @@
 //! answer is replaced, as the preload's hooks do), so a recording and its replay show the same
 //! address.
 //!
-//! Not done yet (the preload does it): UDP sockets (split at `bind`).
+//! A UDP socket is split when it is bound (`bind`), as the preload splits one; the addresses of
+//! the datagrams that cross it are `datagrams.rs`'s.
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -48,13 +49,19 @@ const ADDRESS_AT: u64 = 64;
 pub enum AfterCall {
     /// The program's `listen(fd, backlog)`: split the socket if it listens now.
     Listened { fd: i32, backlog: i32 },
+    /// The program's `bind(fd, ..)` of a UDP socket: split it if the bind succeeded.
+    Bound { fd: i32 },
     /// A `getsockname(fd, addr, ..)` of a split socket: show the public port.
     LocalName { fd: i32, addr: u64 },
     /// A `sendfile`/`splice`/`tee` run non-blocking (`agent/transfer.rs`).
     Transfer(super::transfer::Running),
-    /// An `accept`/`accept4`/`getpeername` that writes its peer's address at `addr` (`room`
-    /// bytes), its size at `len_at`: the peer dara relays for is shown.
-    PeerName { addr: u64, len_at: u64, room: u32 },
+    /// An `accept`/`accept4`/`getpeername` (or, `datagrams`, a `recvfrom`/`recvmsg`) that
+    /// writes its peer's address at `addr` (`room` bytes), its size at `len_at`: the peer dara
+    /// relays for is shown.
+    PeerName { addr: u64, len_at: u64, room: u32, datagrams: bool },
+    /// A call run with argument registers of the agent's (`datagrams.rs`): (index, value) to put
+    /// back at its exit.
+    PutBack([(usize, u64); 2]),
 }
 
 /// A split listener: the program's descriptor, and the ports of the twin under it and of the
@@ -104,12 +111,26 @@ impl Agent {
     /// `listen(fd, backlog)` stopped at the filter (see the module doc, step 1).
     pub(super) fn listen_stop(&mut self, tid: i32, regs: Registers, fd: i32, backlog: i32) {
         let pid = self.tracees[&tid].pid;
-        let splits = self.outside_apart() && Socket::of(pid, fd).is_some_and(|s| s.inet_stream() && !s.listening());
+        let splits = self.outside_apart() && Socket::of(pid, fd).is_some_and(|s| s.inet_of(libc::SOCK_STREAM) && !s.listening());
         if !splits || self.tracees[&tid].stop != super::tracees::CallStop::Seccomp {
             self.run_call(tid, regs);
             return;
         }
         self.tracees.get_mut(&tid).expect("a known tracee").after = Some(AfterCall::Listened { fd, backlog });
+        resume_to_exit(tid);
+    }
+
+    /// `bind(fd, ..)` stopped at the filter: an INET datagram socket is split at its exit, as the
+    /// preload splits one after the real `bind` (outside senders reach the public socket dara
+    /// keeps, the program reads from the twin what dara passes on from a socket per sender).
+    pub(super) fn bind_stop(&mut self, tid: i32, regs: Registers, fd: i32) {
+        let pid = self.tracees[&tid].pid;
+        let splits = self.outside_apart() && Socket::of(pid, fd).is_some_and(|s| s.inet_of(libc::SOCK_DGRAM));
+        if !splits || self.tracees[&tid].stop != super::tracees::CallStop::Seccomp {
+            self.run_call(tid, regs);
+            return;
+        }
+        self.tracees.get_mut(&tid).expect("a known tracee").after = Some(AfterCall::Bound { fd });
         resume_to_exit(tid);
     }
 
@@ -131,18 +152,25 @@ impl Agent {
     /// preload's hooks show it. True then; false (nothing done) otherwise.
     pub(super) fn peer_shown_on_return(&mut self, tid: i32, regs: &Registers) -> bool {
         let call = regs.syscall();
-        if !matches!(call.nr, libc::SYS_accept | libc::SYS_accept4 | libc::SYS_getpeername) || call.args[1] == 0 || call.args[2] == 0 {
-            return false;
-        }
         let tracee = &self.tracees[&tid];
         if !self.outside_apart() || tracee.stop != super::tracees::CallStop::Seccomp {
             return false;
         }
-        let mut room = [0u8; 4];
-        if remote::read(tracee.pid, call.args[2], &mut room).is_err() {
+        let (addr, len_at, datagrams) = match call.nr {
+            libc::SYS_accept | libc::SYS_accept4 | libc::SYS_getpeername => (call.args[1], call.args[2], false),
+            libc::SYS_recvfrom => (call.args[4], call.args[5], true),
+            // struct msghdr: msg_name, then msg_namelen at byte 8.
+            libc::SYS_recvmsg => (super::net::msghdr(tracee.pid, call.args[1]).0, call.args[1] + 8, true),
+            _ => return false,
+        };
+        if addr == 0 || len_at == 0 {
             return false;
         }
-        let after = AfterCall::PeerName { addr: call.args[1], len_at: call.args[2], room: u32::from_ne_bytes(room) };
+        let mut room = [0u8; 4];
+        if remote::read(tracee.pid, len_at, &mut room).is_err() {
+            return false;
+        }
+        let after = AfterCall::PeerName { addr, len_at, room: u32::from_ne_bytes(room), datagrams };
         self.tracees.get_mut(&tid).expect("a known tracee").after = Some(after);
         resume_to_exit(tid);
         true
@@ -155,16 +183,17 @@ impl Agent {
         let (pid, process) = (tracee.pid, tracee.process);
         match after {
             AfterCall::Transfer(running) => self.transfer_returned(tid, regs, running),
-            AfterCall::Listened { fd, backlog } if regs.result() == 0 => match self.open_twin(tid, pid, process, fd, backlog) {
-                Ok((twin, cloexec)) => self.post(tid, Request::NetListen { fd, twin, datagrams: false }, Then::SwapTwin { fd, twin, cloexec }),
-                Err(e) => {
-                    eprintln!("dara-agent: cannot take over the listening socket {fd} of process {pid}: {e}");
-                    let refused = Unsupported::Syscall { nr: libc::SYS_listen as u64, args: [fd as u64, backlog as u64, 0] };
-                    self.post(tid, Request::Unsupported(refused), Then::Return);
+            AfterCall::Listened { fd, backlog } if regs.result() == 0 => self.split(tid, pid, process, fd, Some(backlog)),
+            AfterCall::Bound { fd } if regs.result() == 0 => self.split(tid, pid, process, fd, None),
+            AfterCall::PeerName { addr, len_at, room, datagrams } if regs.result() >= 0 => {
+                show_relayed_peer(pid, addr, len_at, room, &self.region.header().relayed, datagrams);
+                resume(tid, 0);
+            }
+            AfterCall::PutBack(args) => {
+                let mut regs = regs;
+                for (index, value) in args {
+                    let _ = regs.set_arg(index, value);
                 }
-            },
-            AfterCall::PeerName { addr, len_at, room } if regs.result() >= 0 => {
-                show_relayed_peer(pid, addr, len_at, room, &self.region.header().relayed);
                 resume(tid, 0);
             }
             AfterCall::LocalName { fd, addr } if regs.result() == 0 => {
@@ -177,15 +206,34 @@ impl Agent {
         }
     }
 
-    /// The twin of listening socket `fd`, opened in process `pid` by calls made from `tid`
-    /// (stopped at the exit of the program's `listen`), and whether `fd` is close-on-exec.
-    fn open_twin(&mut self, tid: i32, pid: i32, process: u32, fd: i32, backlog: i32) -> Result<(i32, bool), String> {
+    /// Splits socket `fd`, a TCP one that listens now (`backlog`) or a UDP one just bound (None):
+    /// opens its twin and posts `NetListen`; a twin that cannot be opened stops the run.
+    fn split(&mut self, tid: i32, pid: i32, process: u32, fd: i32, backlog: Option<i32>) {
+        match self.open_twin(tid, pid, process, fd, backlog) {
+            Ok((twin, cloexec)) => self.post(tid, Request::NetListen { fd, twin, datagrams: backlog.is_none() }, Then::SwapTwin { fd, twin, cloexec }),
+            Err(e) => {
+                let (what, nr, arg) = match backlog {
+                    Some(backlog) => ("listening socket", libc::SYS_listen, backlog as u64),
+                    None => ("UDP socket", libc::SYS_bind, 0),
+                };
+                eprintln!("dara-agent: cannot take over the {what} {fd} of process {pid}: {e}");
+                let refused = Unsupported::Syscall { nr: nr as u64, args: [fd as u64, arg, 0] };
+                self.post(tid, Request::Unsupported(refused), Then::Return);
+            }
+        }
+    }
+
+    /// The twin of socket `fd` (a TCP one that listens with `backlog`, or a UDP one: None),
+    /// opened in process `pid` by calls made from `tid` (stopped at the exit of the program's
+    /// `listen` or `bind`), and whether `fd` is close-on-exec.
+    fn open_twin(&mut self, tid: i32, pid: i32, process: u32, fd: i32, backlog: Option<i32>) -> Result<(i32, bool), String> {
         let public = Socket::of(pid, fd).ok_or("the socket is gone")?;
         let (mut address, len) = public.local_address().ok_or("it has no address")?;
         let (family, public_port) = (i32::from(address.ss_family), port_of(&address));
         let scratch = self.scratch_page(tid, process)?;
         let call = |nr: i64, args: [u64; 6]| inject::syscall_after_call(tid, nr, args).map_err(|e| e.to_string());
-        let twin = call(libc::SYS_socket, [family as u64, (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64, 0, 0, 0, 0])?;
+        let kind = if backlog.is_some() { libc::SOCK_STREAM } else { libc::SOCK_DGRAM };
+        let twin = call(libc::SYS_socket, [family as u64, (kind | libc::SOCK_CLOEXEC) as u64, 0, 0, 0, 0])?;
         if twin < 0 {
             return Err(format!("socket: {}", std::io::Error::from_raw_os_error(-twin as i32)));
         }
@@ -200,11 +248,10 @@ impl Agent {
             let bytes = unsafe { std::slice::from_raw_parts(&address as *const libc::sockaddr_storage as *const u8, len as usize) };
             remote::write(pid, scratch + ADDRESS_AT, bytes).map_err(|e| e.to_string())?;
             let status = public.status_flags();
-            for (name, nr, args) in [
-                ("bind", libc::SYS_bind, [twin as u64, scratch + ADDRESS_AT, u64::from(len), 0, 0, 0]),
-                ("listen", libc::SYS_listen, [twin as u64, backlog as u64, 0, 0, 0, 0]),
-                ("fcntl", libc::SYS_fcntl, [twin as u64, libc::F_SETFL as u64, status as u64, 0, 0, 0]),
-            ] {
+            let listen = backlog.map(|backlog| ("listen", libc::SYS_listen, [twin as u64, backlog as u64, 0, 0, 0, 0]));
+            let bind = ("bind", libc::SYS_bind, [twin as u64, scratch + ADDRESS_AT, u64::from(len), 0, 0, 0]);
+            let fcntl = ("fcntl", libc::SYS_fcntl, [twin as u64, libc::F_SETFL as u64, status as u64, 0, 0, 0]);
+            for (name, nr, args) in std::iter::once(bind).chain(listen).chain(std::iter::once(fcntl)) {
                 let rc = call(nr, args)?;
                 if rc < 0 {
                     return Err(format!("{name} of the twin: {}", std::io::Error::from_raw_os_error(-rc as i32)));
@@ -268,7 +315,7 @@ fn show_public_port(pid: i32, addr: u64, split: Split) {
 /// buffer, the address's size at `len_at`): a peer that is dara's socket standing for an outside
 /// client becomes that client (as much as `room` takes; the size written says its full size, as
 /// the kernel does).
-fn show_relayed_peer(pid: i32, addr: u64, len_at: u64, room: u32, table: &[dara_abi::RelayedPeer]) {
+fn show_relayed_peer(pid: i32, addr: u64, len_at: u64, room: u32, table: &[dara_abi::RelayedPeer], datagrams: bool) {
     use dara_abi::peer_address::{shown_peer, InetAddress, SOCKADDR_IN6};
     let mut len = [0u8; 4];
     if remote::read(pid, len_at, &mut len).is_err() {
@@ -280,7 +327,7 @@ fn show_relayed_peer(pid: i32, addr: u64, len_at: u64, room: u32, table: &[dara_
         return;
     }
     let Some(peer) = InetAddress::parse(&bytes[..written]) else { return };
-    let Some((shown, size)) = shown_peer(&peer, table, false) else { return };
+    let Some((shown, size)) = shown_peer(&peer, table, datagrams) else { return };
     if remote::write(pid, addr, &shown[..size.min(room as usize)]).is_ok() {
         let _ = remote::write(pid, len_at, &(size as u32).to_ne_bytes());
     }
@@ -329,9 +376,10 @@ impl Socket {
         (rc == 0).then_some((address, len))
     }
 
-    fn inet_stream(&self) -> bool {
+    /// An INET or INET6 socket of type `kind` (`SOCK_STREAM`, `SOCK_DGRAM`).
+    fn inet_of(&self, kind: i32) -> bool {
         let family = self.local_address().map(|(a, _)| i32::from(a.ss_family));
-        self.option(libc::SOL_SOCKET, libc::SO_TYPE) == Some(libc::SOCK_STREAM) && matches!(family, Some(libc::AF_INET | libc::AF_INET6))
+        self.option(libc::SOL_SOCKET, libc::SO_TYPE) == Some(kind) && matches!(family, Some(libc::AF_INET | libc::AF_INET6))
     }
 
     fn listening(&self) -> bool {

@@ -20,6 +20,7 @@
 //!   died while parked (a kill from outside) or hold a signal that ends their process
 //!   (`signals.rs`: a Ctrl-C dara passes on to a program without a handler).
 mod calls;
+mod datagrams;
 mod finish;
 mod listeners;
 mod net;
@@ -303,6 +304,8 @@ impl Agent {
             .or_else(|| select::decode(call, tracee.pid, regs.regs.rsp, tracee.last_now))
             .or_else(|| signals::decode(call, tid, tracee.pid, tracee.last_now))
             .unwrap_or_else(|| calls::decode(call, tracee.pid, tracee.last_now, epoch));
+        let action = self.post_to_relay(tracee.pid, &call, action);
+        let tracee = &self.tracees[&tid];
         match action {
             Action::Run => self.run_call(tid, regs),
             Action::Answer(value) => finish::answer(tid, stop, regs, value),
@@ -322,6 +325,7 @@ impl Agent {
                 finish::answer(tid, stop, regs, value);
             }
             Action::Listen { fd, backlog } => self.listen_stop(tid, regs, fd, backlog),
+            Action::Bind { fd } => self.bind_stop(tid, regs, fd),
             Action::LocalName { fd, addr } => self.local_name_stop(tid, regs, fd, addr),
             Action::PeerName => {
                 if !self.peer_shown_on_return(tid, &regs) {

@@ -139,7 +139,7 @@ fn iovecs(pid: i32, addr: u64, count: u64) -> (u64, u64, u64) {
 }
 
 /// A `struct msghdr` at `addr`: (name, name length, iovec array, iovec count).
-fn msghdr(pid: i32, addr: u64) -> (u64, u32, u64, u64) {
+pub(super) fn msghdr(pid: i32, addr: u64) -> (u64, u32, u64, u64) {
     let mut raw = [0u8; 32];
     if remote::read(pid, addr, &mut raw).is_err() {
         return (0, 0, 0, 0);
