@@ -72,6 +72,7 @@ command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
 # dnsmasq-base: the DNS server alone (the dnsmasq package would start a system service); dig.
 command -v dnsmasq >/dev/null 2>&1 || [ -x /usr/sbin/dnsmasq ] || need+=(dnsmasq-base)
 command -v dig >/dev/null 2>&1 || need+=(dnsutils)
+command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || services+=(postgresql-15)
 command -v etcd >/dev/null 2>&1 || services+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)

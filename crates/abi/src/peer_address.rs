@@ -83,14 +83,24 @@ pub fn in_use(table: &[RelayedPeer], datagrams: bool) -> impl Iterator<Item = &R
     table.iter().filter(move |e| e.relay_port.load(Ordering::Acquire) != 0 && (e.flags.load(Ordering::Relaxed) & relayed_flags::DATAGRAMS != 0) == datagrams)
 }
 
-/// The outside client `entry` stands for (its family says which layout `encode` gives it).
+/// The outside client `entry` stands for (its family says which layout `encode` gives it). An
+/// IPv4 client dara heard on an IPv6 socket (`::ffff:a.b.c.d`) is the IPv4 address, as
+/// [`InetAddress::parse`] reads a v4-mapped one: a program on an IPv6 socket that sends to
+/// what `recvfrom` showed it (iperf3's UDP test) is then recognised.
 pub fn client_of(entry: &RelayedPeer) -> InetAddress {
     let mut ip = [0u8; 16];
     for (chunk, word) in ip.chunks_mut(4).zip(&entry.ip) {
         chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
     }
-    let v4 = entry.family.load(Ordering::Relaxed) == u32::from(AF_INET);
-    InetAddress { family: if v4 { AF_INET } else { AF_INET6 }, ip, port: entry.port.load(Ordering::Relaxed) as u16, v4 }
+    let port = entry.port.load(Ordering::Relaxed) as u16;
+    if entry.family.load(Ordering::Relaxed) == u32::from(AF_INET) {
+        return InetAddress { family: AF_INET, ip, port, v4: true };
+    }
+    if ip[..10].iter().all(|&b| b == 0) && ip[10] == 0xff && ip[11] == 0xff {
+        let v4 = [ip[12], ip[13], ip[14], ip[15], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        return InetAddress { family: AF_INET6, ip: v4, port, v4: true };
+    }
+    InetAddress { family: AF_INET6, ip, port, v4: false }
 }
 
 /// What the program is shown instead of `peer`, the address the kernel wrote for a connection's
@@ -168,5 +178,26 @@ mod tests {
         assert_eq!(shown_peer(&v4([10, 0, 0, 9], 40000), &table, false), None, "not loopback");
         let to = relayed_destination(&v4([10, 0, 0, 1], 6666), &table).unwrap();
         assert_eq!(InetAddress::parse(&to.0[..to.1]), Some(v4([127, 0, 0, 1], 40001)));
+    }
+
+    /// An IPv4 client heard on an IPv6 socket is listed as `::ffff:a.b.c.d`; a send to the
+    /// v4-mapped address the program was shown still goes to dara's socket.
+    #[test]
+    fn a_v4_mapped_client_is_its_ipv4_address() {
+        let mapped = [0u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1];
+        let word = |i: usize| AtomicU32::new(u32::from_ne_bytes(mapped[i * 4..i * 4 + 4].try_into().unwrap()));
+        let entry = RelayedPeer {
+            relay_port: AtomicU32::new(40005),
+            flags: AtomicU32::new(relayed_flags::DATAGRAMS),
+            family: AtomicU32::new(u32::from(AF_INET6)),
+            port: AtomicU32::new(56873),
+            ip: [word(0), word(1), word(2), word(3)],
+        };
+        let client = client_of(&entry);
+        assert!(client.v4 && client.ip[..4] == [127, 0, 0, 1]);
+        let (shown, size) = client.encode(AF_INET6).unwrap();
+        let to = InetAddress::parse(&shown[..size]).unwrap();
+        let relay = relayed_destination(&to, core::slice::from_ref(&entry)).expect("the send goes to dara's socket");
+        assert_eq!(InetAddress::parse(&relay.0[..relay.1]).map(|a| a.port), Some(40005));
     }
 }

@@ -598,6 +598,52 @@ fn dnsmasq_under_outside_dig_records_and_replays() {
     assert!(processes_with(&["dnsmasq", "-p", &port]).is_empty(), "a dnsmasq survived");
 }
 
+/// iperf3 (Debian's) as a server recorded under its own client from outside, a one-second TCP
+/// test and a one-second UDP test (`-1`: one test, then it exits). The server measures the test
+/// on its clock: recorded, that clock keeps up with real time once the client has talked (before
+/// 2026-11-29 it reported 423 MB received in 0.00 s), and the UDP test works through dara's
+/// relay of each outside sender (before, iperf3's IPv6 socket answered the v4-mapped client
+/// straight, past dara, and the test failed). Both replay with nobody outside.
+#[test]
+fn iperf3_tcp_and_udp_tests_from_outside_record_and_replay() {
+    for (mode, extra) in [("tcp", &[][..]), ("udp", &["-u", "-b", "20M"][..])] {
+        let port = free_ports(1).to_string();
+        let out = out_dir(&format!("iperf3-{mode}"));
+        // Not `start_recording`: its probe connection would be the one test iperf3 -1 serves.
+        let mut server = Recording(Command::new(env!("CARGO_BIN_EXE_dara-trace")).args(["-q", "-o", out.to_str().unwrap(), "--", "iperf3", "-s", "-p", &port, "-1"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+        let started = std::time::Instant::now();
+        while !tcp_listens(port.parse().unwrap()) {
+            assert!(started.elapsed() < Duration::from_secs(30), "iperf3 under dara-trace did not listen on port {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let client = Command::new("iperf3").args(["-c", "127.0.0.1", "-p", &port, "-t", "1", "-J"]).args(extra).output().expect("iperf3 (run ./scripts/install-deps.sh)");
+        let report: serde_json::Value = serde_json::from_slice(&client.stdout).unwrap_or_else(|e| panic!("{mode}: iperf3's report: {e}\n{}", String::from_utf8_lossy(&client.stdout)));
+        assert!(client.status.success(), "{mode}: {report}");
+        let end = &report["end"];
+        let (seconds, bytes) = match mode {
+            "tcp" => (end["sum_received"]["seconds"].as_f64(), end["sum_received"]["bytes"].as_u64()),
+            _ => (end["sum"]["seconds"].as_f64(), end["sum"]["bytes"].as_u64()),
+        };
+        assert!(bytes.is_some_and(|b| b > 0), "{mode}: nothing received: {end}");
+        assert!(seconds.is_some_and(|s| s >= 0.5), "{mode}: the server measured {seconds:?} s for a 1-second test: {end}");
+        let status = wait_at_most(&mut server.0, Duration::from_secs(60)).expect("dara-trace ends with iperf3's one test");
+        assert_eq!(status.code(), Some(0), "{mode}: {status:?}");
+        replays_identically(&out.join("trace.bin"));
+        assert!(processes_with(&["iperf3", "-p", &port]).is_empty(), "an iperf3 survived");
+    }
+}
+
+/// Whether a TCP socket listens on `port` (read from /proc/net/tcp and tcp6, without connecting).
+fn tcp_listens(port: u16) -> bool {
+    let local = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().filter_map(|f| std::fs::read_to_string(f).ok()).any(|table| {
+        table.lines().skip(1).any(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            fields.len() > 3 && fields[1].ends_with(&local) && fields[3] == "0A"
+        })
+    })
+}
+
 /// haproxy with four threads in front of lighttpd, in a closed-world test script
 /// (tests/fixtures/scripts/haproxy_test.sh: curl fetches three pages through the proxy), searched.
 #[test]

@@ -511,10 +511,17 @@ impl Agent {
         }
     }
 
-    /// `tid` created a thread or process (named by the event message).
+    /// `tid` created a thread or process (named by the event message). A new process is known by
+    /// the pid the programs see from here on: its creator goes on only after this stop, and may
+    /// name it at once (`kill $!`), before the child's own first stop comes to the agent (before,
+    /// whether the shell's kill named process 1 or an untraced pid followed that race, and a
+    /// replay of `busybox sh -c 'sleep 5 & kill $!'` diverged).
     fn creation_stop(&mut self, tid: i32) {
         let child = event_message(tid) as i32;
         if let Some(birth) = self.tracees.get_mut(&tid).and_then(|t| t.birth.take()) {
+            if let Birth::Process { process, .. } = birth {
+                self.processes.known_as(process, child);
+            }
             self.expected.insert(child, birth);
             if self.early.remove(&child) {
                 self.born(child);

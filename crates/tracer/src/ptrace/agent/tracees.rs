@@ -138,6 +138,12 @@ impl Processes {
         }
         self.drawn.insert(process, 0);
         self.seeds.remove(&process);
+        self.known_as(process, pid);
+    }
+
+    /// Process `process` is kernel pid `pid`: the pid the programs see (in dara's PID namespace)
+    /// names it from now on.
+    pub fn known_as(&mut self, process: u32, pid: i32) {
         let seen = crate::procfs::namespace_pids(pid as u32).and_then(|ids| ids.last().copied()).unwrap_or(pid as u32);
         self.seen_as.insert(process, seen);
     }
