@@ -599,14 +599,19 @@ fn dnsmasq_under_outside_dig_records_and_replays() {
 }
 
 /// iperf3 (Debian's) as a server recorded under its own client from outside, a one-second TCP
-/// test and a one-second UDP test (`-1`: one test, then it exits). The server measures the test
-/// on its clock: recorded, that clock keeps up with real time once the client has talked (before
-/// 2026-11-29 it reported 423 MB received in 0.00 s), and the UDP test works through dara's
-/// relay of each outside sender (before, iperf3's IPv6 socket answered the v4-mapped client
-/// straight, past dara, and the test failed). Both replay with nobody outside.
+/// test at 40 Mbit/s and a one-second UDP test at 20 Mbit/s (`-1`: one test, then it exits). The
+/// server measures each test on its clock, which must come out near the second it took (a
+/// recorded server's clock keeps up with real time once a client has talked: at full speed it
+/// reported 423 MB received in 0.00 s before 2026-11-29; `outside.rs` tests that alone), and the
+/// UDP test works through dara's relay of each outside sender (before, iperf3's IPv6 socket
+/// answered the v4-mapped client straight, past dara, and the test failed). Both replay with
+/// nobody outside.
 #[test]
 fn iperf3_tcp_and_udp_tests_from_outside_record_and_replay() {
-    for (mode, extra) in [("tcp", &[][..]), ("udp", &["-u", "-b", "20M"][..])] {
+    // Both at a set rate (-b): the recording holds every byte the client sends, and its replays
+    // feed them all again (unbounded, a TCP test moved 735 MB in the second, and the test's three
+    // replays took over 300 s on an idle machine).
+    for (mode, extra) in [("tcp", &["-b", "40M"][..]), ("udp", &["-u", "-b", "20M"][..])] {
         let port = free_ports(1).to_string();
         let out = out_dir(&format!("iperf3-{mode}"));
         // Not `start_recording`: its probe connection would be the one test iperf3 -1 serves.
