@@ -58,15 +58,13 @@ impl Agent {
 
     /// A send's post names the port of dara's socket that stands for the outside client it goes
     /// to (the scheduler settles the datagram there), not the client's.
-    pub(super) fn post_to_relay(&self, pid: i32, call: &Syscall, action: Action) -> Action {
-        match action {
-            Action::Post(Request::NetSend { fd, len, flags, head, dest_port: _ }, then) if self.relayed_destination(pid, call).is_some() => {
-                let (relay, _) = self.relayed_destination(pid, call).expect("looked up above");
-                let dest_port = u16::from_be_bytes([relay[2], relay[3]]);
-                Action::Post(Request::NetSend { fd, len, flags, head, dest_port }, then)
+    pub(super) fn post_to_relay(&self, pid: i32, call: &Syscall, mut action: Action) -> Action {
+        if let Action::Post(Request::NetSend { dest_port, .. }, _) = &mut action {
+            if let Some((relay, _)) = self.relayed_destination(pid, call) {
+                *dest_port = u16::from_be_bytes([relay[2], relay[3]]);
             }
-            action => action,
         }
+        action
     }
 
     /// The grant of a send to an outside client dara relays for (see the module doc): its
@@ -84,12 +82,10 @@ impl Agent {
         if remote::write(pid, sockaddr_at, &relay[..size]).is_err() {
             return false;
         }
-        let put_back = if call.nr == libc::SYS_sendto {
-            let put_back = [(4, call.args[4]), (5, call.args[5])];
+        if call.nr == libc::SYS_sendto {
             if regs.set_arg(4, sockaddr_at).and_then(|()| regs.set_arg(5, size as u64)).is_err() {
                 return false;
             }
-            put_back
         } else {
             let mut msghdr = [0u8; MSGHDR];
             if remote::read(pid, call.args[1], &mut msghdr).is_err() {
@@ -101,9 +97,8 @@ impl Agent {
             if remote::write(pid, msghdr_at, &msghdr).is_err() || regs.set_arg(1, msghdr_at).is_err() {
                 return false;
             }
-            [(1, call.args[1]), (1, call.args[1])]
-        };
-        self.tracees.get_mut(&tid).expect("a known tracee").after = Some(AfterCall::PutBack(put_back));
+        }
+        self.tracees.get_mut(&tid).expect("a known tracee").after = Some(AfterCall::PutBack(call.args));
         resume_to_exit(tid);
         true
     }

@@ -59,9 +59,9 @@ pub enum AfterCall {
     /// writes its peer's address at `addr` (`room` bytes), its size at `len_at`: the peer dara
     /// relays for is shown.
     PeerName { addr: u64, len_at: u64, room: u32, datagrams: bool },
-    /// A call run with argument registers of the agent's (`datagrams.rs`): (index, value) to put
+    /// A call run with argument registers of the agent's (`datagrams.rs`): the program's, put
     /// back at its exit.
-    PutBack([(usize, u64); 2]),
+    PutBack([u64; 6]),
 }
 
 /// A split listener: the program's descriptor, and the ports of the twin under it and of the
@@ -156,12 +156,21 @@ impl Agent {
         if !self.outside_apart() || tracee.stop != super::tracees::CallStop::Seccomp {
             return false;
         }
-        let (addr, len_at, datagrams) = match call.nr {
-            libc::SYS_accept | libc::SYS_accept4 | libc::SYS_getpeername => (call.args[1], call.args[2], false),
-            libc::SYS_recvfrom => (call.args[4], call.args[5], true),
-            // struct msghdr: msg_name, then msg_namelen at byte 8.
-            libc::SYS_recvmsg => (super::net::msghdr(tracee.pid, call.args[1]).0, call.args[1] + 8, true),
+        let datagrams = match call.nr {
+            libc::SYS_accept | libc::SYS_accept4 | libc::SYS_getpeername => false,
+            libc::SYS_recvfrom | libc::SYS_recvmsg => true,
             _ => return false,
+        };
+        // No exit stop (a ptrace round trip) while dara relays for no peer of that kind: the
+        // table's entry is written before the program can see the peer.
+        if dara_abi::peer_address::in_use(&self.region.header().relayed, datagrams).next().is_none() {
+            return false;
+        }
+        let (addr, len_at) = match call.nr {
+            libc::SYS_recvfrom => (call.args[4], call.args[5]),
+            // struct msghdr: msg_name, then msg_namelen at byte 8.
+            libc::SYS_recvmsg => (super::net::msghdr(tracee.pid, call.args[1]).0, call.args[1] + 8),
+            _ => (call.args[1], call.args[2]),
         };
         if addr == 0 || len_at == 0 {
             return false;
@@ -191,9 +200,9 @@ impl Agent {
             }
             AfterCall::PutBack(args) => {
                 let mut regs = regs;
-                for (index, value) in args {
-                    let _ = regs.set_arg(index, value);
-                }
+                let r = &mut regs.regs;
+                (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (args[0], args[1], args[2], args[3], args[4], args[5]);
+                let _ = regs.write();
                 resume(tid, 0);
             }
             AfterCall::LocalName { fd, addr } if regs.result() == 0 => {
