@@ -128,6 +128,9 @@ impl Execution<'_> {
                 return None;
             }
             Request::ProcessExec { via_agent: true } => {
+                if self.cfg.preempt.atomics {
+                    return Some(Outcome::Uncontrolled { thread, syscall: "execve".into(), detail: "a statically linked program is about to start, and --preempt-on atomics traps atomic instructions only in dynamically linked programs (through dara's preload); the run was stopped: leave out --preempt-on atomics for this program".into() });
+                }
                 if let Err(detail) = self.tree.ensure_agent() {
                     return Some(Outcome::Uncontrolled { thread, syscall: "execve".into(), detail: format!("a statically linked program is about to start: {detail}") });
                 }
@@ -212,6 +215,13 @@ impl Execution<'_> {
         }
         self.observed.process_started(process, pid);
         let program = procfs::program_name(pid).unwrap_or_default();
+        if kind != StartKind::Fork {
+            if let Some(dir) = self.region.atomic_plans() {
+                // Before the grant: the preload reads the plan once its start is granted.
+                let summary = crate::atomic_plans::ensure(&dir, pid).map_err(|detail| Outcome::Uncontrolled { thread, syscall: "--preempt-on atomics".into(), detail: format!("{detail}; the run was stopped") })?;
+                self.observed.atomic_sites.insert(program.clone(), summary);
+            }
+        }
         if self.cfg.symbolize && !program.is_empty() {
             self.observed.programs.insert(thread, program.clone());
         }

@@ -260,7 +260,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     let mut profiled = None;
     if let Some(spec) = &cli.preempt_on {
         execution.preempt = dara_model::preempt::Preemption::parse(spec).map_err(anyhow::Error::msg)?;
-        if execution.preempt.memory {
+        if execution.preempt.memory_level() {
             let p = dara_explorer::profile::profile(&mut execution, cli.seed, &STOP)?;
             profiled = Some(p.sources);
             if let Some(warning) = &p.warning {
