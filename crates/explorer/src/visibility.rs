@@ -44,6 +44,9 @@ pub enum BlindSpot {
     NotInstrumented,
     /// Plain loads and stores were points, atomic operations were not (a sancov build).
     AtomicsNotInstrumented,
+    /// Only the program's trapped atomic instructions were points (`--preempt-on atomics` on a
+    /// plain build): plain loads and stores, and atomic loads (plain moves), were not.
+    OnlyAtomicInstructions,
 }
 
 impl Visibility {
@@ -51,7 +54,8 @@ impl Visibility {
     /// instrumentation the profiling run received.
     pub fn of(preempt: &Preemption, profiled: Option<Instrumented>) -> Visibility {
         match profiled {
-            _ if !preempt.memory => Visibility::Partial(BlindSpot::NoMemoryPoints),
+            _ if !preempt.memory_level() => Visibility::Partial(BlindSpot::NoMemoryPoints),
+            _ if !preempt.memory => Visibility::Partial(BlindSpot::OnlyAtomicInstructions),
             None => Visibility::Partial(BlindSpot::NoMemoryPoints),
             Some(sources) if !sources.any() => Visibility::Partial(BlindSpot::NotInstrumented),
             Some(sources) if !sources.covers_atomics() => Visibility::Partial(BlindSpot::AtomicsNotInstrumented),
@@ -74,7 +78,7 @@ impl fmt::Display for BlindSpot {
         match self {
             BlindSpot::NoMemoryPoints => write!(
                 f,
-                "memory accesses were not scheduling points, so races on plain memory or atomics between two scheduling points were not explored: build with {TSAN_BUILD} and use --preempt-on memory (docs/memory-preemption.md)"
+                "memory accesses were not scheduling points, so races on plain memory or atomics between two scheduling points were not explored: build with {TSAN_BUILD} and use --preempt-on memory, or, without a rebuild, use --preempt-on atomics for the program's own atomic instructions (docs/memory-preemption.md)"
             ),
             BlindSpot::NotInstrumented => write!(
                 f,
@@ -83,6 +87,10 @@ impl fmt::Display for BlindSpot {
             BlindSpot::AtomicsNotInstrumented => write!(
                 f,
                 "atomic operations were not scheduling points (sancov's load/store callbacks skip atomic instructions), so races on atomics between two scheduling points were not explored: build with {TSAN_BUILD} instead (docs/memory-preemption.md)"
+            ),
+            BlindSpot::OnlyAtomicInstructions => write!(
+                f,
+                "only the program's own atomic read-modify-write and exchange instructions were scheduling points (--preempt-on atomics): plain loads and stores, atomic loads and release stores (plain moves) and atomics inside shared libraries were not, so races through them were not explored: build with {TSAN_BUILD} and use --preempt-on memory (docs/memory-preemption.md)"
             ),
         }
     }
@@ -112,6 +120,12 @@ mod tests {
         assert_eq!(Visibility::of(&memory(), Some(tsan)), Visibility::Complete);
         let tsan_plain_only = Instrumented::from_bits(instrumented::TSAN);
         assert_eq!(Visibility::of(&memory(), Some(tsan_plain_only)), Visibility::Complete, "a TSan build without atomics has none to miss");
+        let atomics = Preemption { atomics: true, ..Default::default() };
+        let trapped = Instrumented::from_bits(instrumented::TRAPPED_ATOMIC);
+        assert_eq!(Visibility::of(&atomics, Some(trapped)), Visibility::Partial(BlindSpot::OnlyAtomicInstructions));
+        let both = Preemption { memory: true, atomics: true, ..Default::default() };
+        assert_eq!(Visibility::of(&both, Some(trapped)), Visibility::Partial(BlindSpot::NotInstrumented), "trapped atomics are not instrumentation");
+        assert_eq!(Visibility::of(&both, Some(Instrumented::from_bits(instrumented::TRAPPED_ATOMIC | instrumented::TSAN))), Visibility::Complete);
     }
 
     #[test]
@@ -122,7 +136,7 @@ mod tests {
 
     #[test]
     fn every_reason_names_the_build_line() {
-        for blind in [BlindSpot::NoMemoryPoints, BlindSpot::NotInstrumented, BlindSpot::AtomicsNotInstrumented] {
+        for blind in [BlindSpot::NoMemoryPoints, BlindSpot::NotInstrumented, BlindSpot::AtomicsNotInstrumented, BlindSpot::OnlyAtomicInstructions] {
             let text = blind.to_string();
             assert!(text.contains("-fsanitize=thread") && text.contains("-ldara_tsan") && !text.contains('\n'), "{text}");
         }

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use dara_abi::atomic_sites::{PlanHeader, PlanName, PLANS_DIR_MAX, PLAN_NAME_LEN, PLAN_MAGIC, PLAN_VERSION};
-use dara_tracer::atomic_plan::{self, PlanSummary};
+use dara_tracer::atomic_plan;
+pub use dara_tracer::atomic_plan::PlanSummary;
 
 /// How long an unused plan is kept.
 const KEEP: Duration = Duration::from_secs(7 * 24 * 3600);

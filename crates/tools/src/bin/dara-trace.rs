@@ -267,7 +267,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
                 eprintln!("dara-trace: warning: {warning}");
             }
             if cli.quiet == 0 {
-                println!("memory profile: {} of {} granules shared and written, watched ({} steps, {:.1} ms, {})", p.watched, p.touched, p.steps, p.wall.as_secs_f64() * 1e3, p.outcome);
+                println!("{}", p.describe());
             }
         }
     }
