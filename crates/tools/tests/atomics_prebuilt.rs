@@ -7,6 +7,7 @@
 //!   seed finds it again with the same decisions. Without the option none is ever found (the
 //!   atomics tests show that for dpor; here a random search of the same size).
 //! * Their twins stay clean; dpor over the trapped points says it was not exhaustive and why.
+//! * `--jobs 2` finds the ABA bug in the same execution with the same decisions as one job.
 //! * The listing names the atomic variable and the function that touched it.
 //! * A statically linked program (the ptrace agent runs it) is refused with a sentence, exit 2.
 mod common;
@@ -78,6 +79,17 @@ fn a_prebuilt_chase_lev_deque_is_found_with_its_atomic_instructions_as_points() 
 fn a_prebuilt_aba_stack_is_found_with_its_atomic_instructions_as_points() {
     found_only_with_atomics_as_points("aba_stack", "pct:3", 1, 300);
     twin_clean("aba_stack_ok", 50);
+
+    // Two jobs find it in the same execution with the same decisions as one.
+    let program = prebuilt("aba_stack", "aba_stack-jobs");
+    let one = out_dir("aba_stack-prebuilt-jobs1");
+    let two = out_dir("aba_stack-prebuilt-jobs2");
+    let run = search_with(&one, "pct:3", 3, 300, &program, &ATOMICS);
+    assert_eq!(run.code, 1, "{}", run.text());
+    let run = search_with(&two, "pct:3", 3, 300, &program, &[ATOMICS[0], ATOMICS[1], "--jobs", "2"]);
+    assert_eq!(run.code, 1, "{}", run.text());
+    same_decisions(&one.join("bug-0001/trace.bin"), &two.join("bug-0001/trace.bin"));
+    assert_no_survivors(&program);
 }
 
 #[test]

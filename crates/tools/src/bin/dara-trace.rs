@@ -260,6 +260,9 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     let mut profiled = None;
     if let Some(spec) = &cli.preempt_on {
         execution.preempt = dara_model::preempt::Preemption::parse(spec).map_err(anyhow::Error::msg)?;
+        if execution.preempt.memory_level() && recording {
+            bail!("--preempt-on {spec}: memory-level points are for searches, and a single run with outside peers is a recording of one schedule (after a profiling run clients would meet the wrong one): give --runs N to search, or --closed for one closed run");
+        }
         if execution.preempt.memory_level() {
             let p = dara_explorer::profile::profile(&mut execution, cli.seed, &STOP)?;
             profiled = Some(p.sources);
