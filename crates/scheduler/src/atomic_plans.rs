@@ -68,10 +68,16 @@ pub fn name_of(exe: &Path) -> io::Result<PlanName> {
 }
 
 /// Makes sure `dir` holds the plan of the program process `pid` runs; what the plan holds, or a
-/// sentence saying why there is none.
+/// sentence saying why there is none. A program the ptrace agent runs needs no plan (the agent
+/// finds its own sites at the exec): what it traps is counted the same way.
 pub fn ensure(dir: &Path, pid: u32) -> Result<PlanSummary, String> {
     let exe = PathBuf::from(format!("/proc/{pid}/exe"));
     let program = fs::read_link(&exe).map(|p| p.display().to_string()).unwrap_or_else(|_| format!("process {pid}'s program"));
+    if dara_tracer::binary::needs_agent(&exe) {
+        let bytes = dara_tracer::image::read(&exe).map_err(|e| format!("cannot read {program}: {e}"))?;
+        let sites = dara_tracer::ptrace::atomics::program_sites(&bytes).map_err(|e| format!("cannot trap the atomic instructions of {program}: {e}"))?;
+        return Ok(PlanSummary { sites: sites.len(), skipped: 0 });
+    }
     let name = name_of(&exe).map_err(|e| format!("cannot look at {program}: {e}"))?;
     let rendered = name.render();
     let path = dir.join(std::str::from_utf8(&rendered[..PLAN_NAME_LEN - 1]).expect("hex"));

@@ -9,9 +9,11 @@
 //! * Their twins stay clean; dpor over the trapped points says it was not exhaustive and why.
 //! * `--jobs 2` finds the ABA bug in the same execution with the same decisions as one job.
 //! * The listing names the atomic variable and the function that touched it.
-//! * A statically linked program (the ptrace agent runs it) is refused with a sentence, exit 2.
+//! * Under the ptrace agent too: the static (musl) check-then-act, and a Go program whose own
+//!   `sync/atomic` calls are points while the runtime's atomics are left alone.
 mod common;
 
+use common::go::*;
 use common::*;
 
 const ATOMICS: [&str; 2] = ["--preempt-on", "atomics"];
@@ -93,12 +95,45 @@ fn a_prebuilt_aba_stack_is_found_with_its_atomic_instructions_as_points() {
 }
 
 #[test]
-fn a_static_program_is_refused_with_a_reason() {
+fn a_static_program_s_atomic_instructions_are_points_under_the_ptrace_agent() {
     let program = private_copy(&musl_fixture("atomic_check_then_act"), "atomic_check_then_act-static");
-    let out = out_dir("atomic_check_then_act-static");
-    let run = search_with(&out, "random", 1, 5, &program, &ATOMICS);
-    assert_eq!(run.code, 2, "{}", run.text());
-    assert!(run.stderr.contains("--preempt-on atomics traps atomic instructions only in dynamically linked programs"), "{}", run.text());
-    assert!(!run.stderr.contains("warning"), "no misleading warning before the reason\n{}", run.text());
+    let what = "the static (musl) check-then-act within 20 random executions (seed 1) with --preempt-on atomics";
+    found_with_memory_points("atomic_check_then_act-static", what, 2, |out| search_with(out, "random", 1, 20, &program, &ATOMICS));
+    let out = out_dir("atomic_check_then_act-static-without");
+    let run = search(&out, "random", 1, 20, &program);
+    assert_eq!(run.code, 0, "without atomic points the bug cannot show\n{}", run.text());
     assert_no_survivors(&program);
+}
+
+/// A Go program: the XCHG of `atomic.StoreInt32` in `main.claim` is a point; the runtime's and
+/// the standard library's atomics are not trapped (2 sites, not thousands).
+#[test]
+fn a_go_program_s_own_atomics_are_points_and_the_runtime_s_are_not() {
+    let program = private_copy(&go_fixture("atomicclaim"), "atomicclaim");
+    let search_go = |out: &std::path::Path| {
+        let args = ["-o", out.to_str().unwrap(), "--strategy", "random", "--seed", "1", "--runs", "100", "--epoch", SEARCH_EPOCH, ATOMICS[0], ATOMICS[1], "--", program.to_str().unwrap()];
+        dara_trace(&args, std::time::Duration::from_secs(300))
+    };
+    let out = out_dir("atomicclaim");
+    let run = search_go(&out);
+    assert_eq!(run.code, 1, "expected the double claim within 100 random executions (seed 1)\n{}", run.text());
+    assert!(run.stdout.contains("atomicclaim: 2 owners"), "{}", run.text());
+    let profile = run.stdout.lines().find(|l| l.starts_with("memory profile:")).unwrap_or_else(|| panic!("{}", run.text()));
+    assert!(profile.contains("atomic instructions trapped: 2 in atomicclaim"), "only the program's own two: {profile}");
+    let bug = out.join("bug-0001/trace.bin");
+    let points = dara_scheduler::trace::read_file(&bug).unwrap().steps.iter().filter(|s| s.choice.op == dara_abi::Op::MemoryWrite).count();
+    assert!(points >= 2, "the atomic instructions were steps ({points})");
+    let verify = dara_replay(&["-q", "--verify", bug.to_str().unwrap()], std::time::Duration::from_secs(120));
+    assert_eq!(verify.code, 1, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical") && verify.stdout.contains("2 owners"), "{}", verify.text());
+    let again = out_dir("atomicclaim-again");
+    assert_eq!(search_go(&again).code, 1);
+    same_decisions(&bug, &again.join("bug-0001/trace.bin"));
+
+    let twin = private_copy(&go_twin("atomicclaim"), "atomicclaim_ok");
+    let out = out_dir("atomicclaim-ok");
+    let run = search_with(&out, "random", 1, 30, &twin, &ATOMICS);
+    assert_eq!(run.code, 0, "false alarm on the twin\n{}", run.text());
+    assert_no_survivors(&program);
+    assert_no_survivors(&twin);
 }

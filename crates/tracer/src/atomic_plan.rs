@@ -67,21 +67,37 @@ struct Found {
     site: AtomicSite,
 }
 
-/// The plan of the ELF file `bytes`: its file's bytes, and what it holds.
-pub fn plan(bytes: &[u8]) -> Result<(Vec<u8>, PlanSummary), PlanError> {
+/// The atomic instructions of the ELF file `bytes`, sorted by address, and whether the file is
+/// position-independent. With a symbol table, only those of functions `keep` accepts by name.
+pub fn sites(bytes: &[u8], keep: impl Fn(&str) -> bool) -> Result<(Vec<AtomicSite>, bool), PlanError> {
+    let (found, position_independent) = find(bytes, NOMINAL_BIAS, &keep)?;
+    Ok((found.into_iter().map(|f| f.site).collect(), position_independent))
+}
+
+/// The atomic instructions of functions `keep` accepts, decoded as loaded at `bias` (for a
+/// position-independent file; 0 otherwise), sorted and unique.
+fn find(bytes: &[u8], bias: u64, keep: &dyn Fn(&str) -> bool) -> Result<(Vec<Found>, bool), PlanError> {
     let elf = Elf::parse(bytes).map_err(|e| PlanError::NotElf(e.to_string()))?;
     if elf.header.e_machine != goblin::elf::header::EM_X86_64 || !elf.is_64 {
         return Err(PlanError::NotX86_64);
     }
     let position_independent = elf.header.e_type == goblin::elf::header::ET_DYN;
-    let bias = if position_independent { NOMINAL_BIAS } else { 0 };
+    let bias = if position_independent { bias } else { 0 };
     let mut found = Vec::new();
-    for range in code_ranges(&elf) {
+    for range in code_ranges(&elf, keep) {
         let Some(code) = bytes.get(range.offset as usize..(range.offset + range.len) as usize) else { continue };
         find_in(code, bias + range.address, bias, &mut found);
     }
     found.sort_by_key(|f| f.site.address);
     found.dedup_by_key(|f| f.site.address);
+    Ok((found, position_independent))
+}
+
+/// The plan of the ELF file `bytes`: its file's bytes, and what it holds.
+pub fn plan(bytes: &[u8]) -> Result<(Vec<u8>, PlanSummary), PlanError> {
+    let elf = Elf::parse(bytes).map_err(|e| PlanError::NotElf(e.to_string()))?;
+    let (found, position_independent) = find(bytes, NOMINAL_BIAS, &|_| true)?;
+    let bias = if position_independent { NOMINAL_BIAS } else { 0 };
 
     let image_low = elf.program_headers.iter().filter(|p| p.p_type == program_header::PT_LOAD).map(|p| p.p_vaddr).min().unwrap_or(0) & !(PAGE - 1);
     let pages = (found.len() as u64 * COPY_ROOM).div_ceil(PAGE).max(1);
@@ -129,9 +145,10 @@ struct CodeRange {
     len: u64,
 }
 
-/// The code to decode: functions of the symbol table within executable sections, else the
-/// executable sections whole (else the executable segments, for a file without sections).
-fn code_ranges(elf: &Elf) -> Vec<CodeRange> {
+/// The code to decode: functions of the symbol table within executable sections (those `keep`
+/// accepts by name), else the executable sections whole (else the executable segments, for a
+/// file without sections).
+fn code_ranges(elf: &Elf, keep: &dyn Fn(&str) -> bool) -> Vec<CodeRange> {
     let sections: Vec<CodeRange> = elf
         .section_headers
         .iter()
@@ -147,12 +164,12 @@ fn code_ranges(elf: &Elf) -> Vec<CodeRange> {
             .map(|p| CodeRange { address: p.p_vaddr, offset: p.p_offset, len: p.p_filesz })
             .collect();
     }
-    let functions: Vec<(u64, u64)> = elf.syms.iter().filter(|s| s.st_type() == sym::STT_FUNC && s.st_size > 0 && s.st_value != 0).map(|s| (s.st_value, s.st_size)).collect();
+    let functions: Vec<(u64, u64, &str)> = elf.syms.iter().filter(|s| s.st_type() == sym::STT_FUNC && s.st_size > 0 && s.st_value != 0).map(|s| (s.st_value, s.st_size, elf.strtab.get_at(s.st_name).unwrap_or(""))).collect();
     if functions.is_empty() {
         return sections;
     }
     let mut ranges = Vec::new();
-    for (start, size) in functions {
+    for (start, size, _) in functions.into_iter().filter(|&(_, _, name)| keep(name)) {
         if let Some(section) = sections.iter().find(|s| start >= s.address && start + size <= s.address + s.len) {
             ranges.push(CodeRange { address: start, offset: section.offset + (start - section.address), len: size });
         }

@@ -128,9 +128,6 @@ impl Execution<'_> {
                 return None;
             }
             Request::ProcessExec { via_agent: true } => {
-                if self.cfg.preempt.atomics {
-                    return Some(Outcome::Uncontrolled { thread, syscall: "execve".into(), detail: ATOMICS_NEED_PRELOAD.into() });
-                }
                 if let Err(detail) = self.tree.ensure_agent() {
                     return Some(Outcome::Uncontrolled { thread, syscall: "execve".into(), detail: format!("a statically linked program is about to start: {detail}") });
                 }
@@ -217,10 +214,8 @@ impl Execution<'_> {
         let program = procfs::program_name(pid).unwrap_or_default();
         if kind != StartKind::Fork {
             if let Some(dir) = self.region.atomic_plans() {
-                if dara_tracer::binary::needs_agent(std::path::Path::new(&format!("/proc/{pid}/exe"))) {
-                    return Err(Outcome::Uncontrolled { thread, syscall: "--preempt-on atomics".into(), detail: ATOMICS_NEED_PRELOAD.into() });
-                }
-                // Before the grant: the preload reads the plan once its start is granted.
+                // Before the grant: the preload reads the plan once its start is granted (the
+                // ptrace agent found its program's own sites at the exec).
                 let summary = crate::atomic_plans::ensure(&dir, pid).map_err(|detail| Outcome::Uncontrolled { thread, syscall: "--preempt-on atomics".into(), detail: format!("{detail}; the run was stopped") })?;
                 self.observed.atomic_sites.insert(program.clone(), summary);
             }
@@ -253,9 +248,6 @@ fn unsupported(thread: ThreadId, pid: u32, call: Unsupported) -> Outcome {
     };
     Outcome::Uncontrolled { thread, syscall: name, detail }
 }
-
-/// Why a program run by the ptrace agent stops a run with `--preempt-on atomics`.
-const ATOMICS_NEED_PRELOAD: &str = "a statically linked or Go program is about to run, and --preempt-on atomics traps atomic instructions only in dynamically linked programs (through dara's preload); the run was stopped: leave out --preempt-on atomics for this program";
 
 /// How long the scheduler waits for an exiting thread to be gone before it goes on anyway.
 const THREAD_EXIT_LIMIT: Duration = Duration::from_secs(2);
