@@ -108,7 +108,7 @@ pub enum PlanError {
 impl<'a> Plan<'a> {
     /// Reads a plan in place. `bytes` must be 8-byte aligned (a mapping is).
     pub fn parse(bytes: &'a [u8]) -> Result<Plan<'a>, PlanError> {
-        if bytes.as_ptr() as usize % 8 != 0 {
+        if !(bytes.as_ptr() as usize).is_multiple_of(8) {
             return Err(PlanError::Misaligned);
         }
         if bytes.len() < size_of::<PlanHeader>() {
