@@ -3,7 +3,9 @@
 # built with plain `cc -O2` (two threads, ROUNDS `lock xadd`s each on one shared counter), searched
 # with random for RUNS executions without memory points and with `--preempt-on atomics`, in the
 # same run; prints the executions per second, the steps per execution and the ratio, plus the same
-# for the redis smoke script (tests/fixtures/scripts/redis_smoke.sh) when redis is installed.
+# for the redis smoke script (tests/fixtures/scripts/redis_smoke.sh) when redis is installed; and,
+# as the baseline of what a trap adds to a scheduling point, the same program making as many
+# sched_yield points instead (`yield` rows: none and atomics alike have no trap there).
 #
 #   scripts/bench-atomics-trap.sh [RUNS] [ROUNDS]   (default 20 executions, 1000 rounds)
 set -euo pipefail
@@ -39,6 +41,7 @@ row() {
     }'
 }
 row "atomic_counter $rounds" -- "$bin/atomic_counter" "$rounds"
+row "atomic_counter $rounds yield" -- "$bin/atomic_counter" "$rounds" yield
 if command -v redis-server >/dev/null; then
     row "redis smoke script" -- tests/fixtures/scripts/redis_smoke.sh "$(shuf -i 20000-30000 -n 1)"
 fi
