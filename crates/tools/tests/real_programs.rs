@@ -1,6 +1,7 @@
 //! Real multithreaded programs nobody here wrote, recorded as a user would (`dara-trace -o OUT --
 //! CMD`, one run with coarse steps), searched with 20 random executions that must find no bug,
-//! and replayed with `--verify`: pigz compressing with four threads, `xz -T 4`, `zstd -T4`, `sort
+//! and replayed with `--verify`: pigz compressing with four threads, `xz -T 4` (also writing to a
+//! non-blocking stdout), `zstd -T4`, `sort
 //! --parallel=4`, python3 threads taking turns on the GIL, four threads of one process on a
 //! sqlite WAL database (Debian's libsqlite3), memcached with four worker threads under
 //! memcslap from outside (and, searched, on libevent's timerfd-based precise timers), and nginx (master and two workers) serving curl, stopped by one Ctrl-C
@@ -97,6 +98,24 @@ fn zstd_with_four_threads_records_searches_and_replays() {
     let (last, _) = search_clean("zstd-search", SEARCH_RUNS, &[], &command.each_ref().map(String::as_str));
     replays_identically(&last);
     assert!(processes_with(&["zstd", dir.to_str().unwrap()]).is_empty(), "a zstd survived");
+}
+
+/// `xz -T4 -c` writing its output to stdout, which dara drains through a pipe: xz makes stdout
+/// non-blocking and, when a write finds the pipe full, waits in `poll` for room. Before, a search
+/// stopped with a false "deadlock: thread 0 waits for a ready descriptor" whenever dara looked
+/// while its forwarder had not drained the pipe yet. Incompressible input (random letters), so
+/// the output fills the pipe many times over.
+#[test]
+fn xz_writing_to_a_non_blocking_stdout_searches_and_replays() {
+    let dir = out_dir("xz-stdout-input");
+    let input = dir.join("random.txt");
+    let letters = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let text: Vec<u8> = (0..3_000_000u64).map(|i| if i % 77 == 76 { b'\n' } else { letters[(dara_abi::splitmix64(i) % 64) as usize] }).collect();
+    std::fs::write(&input, text).unwrap();
+    let (last, _) = search_clean("xz-stdout", 5, &[], &["xz", "-T4", "-c", input.to_str().unwrap()]);
+    assert!(threads_created(&last) >= 1, "xz -T4 compressed in threads");
+    replays_identically(&last);
+    assert!(processes_with(&["xz", input.to_str().unwrap()]).is_empty(), "an xz survived");
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //! too. When dara may create namespaces the tree runs in one of [`crate::pidns`]: commands are
 //! forked into it, join its mounts (fresh /proc) before exec, and orphans go to its init.
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -415,6 +415,13 @@ impl ProcessTree {
     /// none).
     pub fn output_pipe_inodes(&self) -> [u64; dara_abi::OUTPUT_PIPES] {
         self.output_pipes
+    }
+
+    /// Waits until the forwarders have read everything the target wrote to its output pipes, at
+    /// most `limit`; whether they have ([`crate::output_drain`]).
+    pub fn wait_output_drained(&self, limit: Duration) -> bool {
+        let pipes: Vec<_> = self.output_writers.iter().map(|w| w.as_fd()).collect();
+        crate::output_drain::wait_empty(&pipes, limit)
     }
 
     /// The end of what the target wrote to stderr so far; complete once [`kill_all`](Self::kill_all)

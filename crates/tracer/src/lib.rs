@@ -5,6 +5,8 @@
 //! * [`image`]: reading an ELF file whole, only when it is a regular file of sane size.
 //! * [`launch`]: starting the command with the preload injected, ASLR off, in its own process
 //!   group, pinned to one CPU, dying with dara.
+//! * [`output_drain`]: waiting until dara's output pipes are empty, so the program always finds
+//!   them writable.
 //! * [`pidns`]: a PID namespace (and a private /proc) per execution, so pids repeat across runs.
 //! * [`procfs`]: what /proc and pidfds say about a live target (thread states and blocked
 //!   syscalls for the watchdog, process ends, signal dispositions, sockets), and signalling or
@@ -19,6 +21,7 @@ pub mod debug_file;
 pub mod image;
 pub mod launch;
 pub mod out_of_line;
+pub mod output_drain;
 pub mod pidns;
 pub mod procfs;
 pub mod ptrace;

@@ -1,10 +1,11 @@
 //! What a descriptor is, asked of the kernel on a miss and kept in the table: whether calls on it
-//! are network scheduling points ([`is_net`]) and which kind of network descriptor it is
-//! ([`net_kind`]).
+//! are network scheduling points ([`is_net`]), which kind of network descriptor it is
+//! ([`net_kind`]), and whether it is one of dara's output pipes ([`is_output`]).
 //!
 //! Network descriptors are sockets, pipes, FIFOs and eventfds, except the pipes dara forwards the
 //! program's stdout and stderr through (their inodes are in the region header; dara drains them,
-//! so writes never block). One `fstat` per descriptor number (and one or two `getsockopt` for the
+//! so writes never block; they are [`Kind::Output`], and a write on an `O_NONBLOCK` one first
+//! waits until dara has drained it: `hooks/output.rs`). One `fstat` per descriptor number (and one or two `getsockopt` for the
 //! kind) while the table keeps it; every call for numbers at or above [`super::TRACKED`].
 use core::sync::atomic::Ordering;
 
@@ -21,28 +22,39 @@ pub fn is_output_pipe(inode: u64) -> bool {
 
 /// Whether calls on `fd` are network scheduling points.
 pub fn is_net(fd: c_int) -> bool {
-    if fd < 0 {
-        return false;
-    }
+    fd >= 0 && matches!(kind_of(fd), Kind::Net | Kind::Known(_))
+}
+
+/// Whether `fd` is one of the pipes dara drains ([`is_output_pipe`]).
+pub fn is_output(fd: c_int) -> bool {
+    fd >= 0 && kind_of(fd) == Kind::Output
+}
+
+/// What `fd` is: the table's answer, else the kernel's ([`Kind::Unknown`] for a closed number).
+fn kind_of(fd: c_int) -> Kind {
     match super::known(fd) {
-        Kind::Other => return false,
-        Kind::Net | Kind::Known(_) => return true,
-        Kind::Unknown => {}
+        Kind::Unknown => asked(fd),
+        known => known,
     }
+}
+
+/// What the kernel says `fd` is (one `fstat`), remembered in the table.
+fn asked(fd: c_int) -> Kind {
     // SAFETY: an all-zero stat is a valid out-buffer; fstat writes at most its size.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: fstat on a descriptor number with a live out-buffer.
     let rc = unsafe { sys::syscall(libc::SYS_fstat, &[fd as u64, &mut st as *mut libc::stat as u64]) };
-    let net = rc == 0
-        && match st.st_mode & libc::S_IFMT {
-            libc::S_IFSOCK => true,
-            libc::S_IFIFO => !is_output_pipe(st.st_ino),
-            _ => false,
-        };
-    if rc == 0 {
-        super::learned(fd, if net { Kind::Net } else { Kind::Other });
+    if rc != 0 {
+        return Kind::Unknown;
     }
-    net
+    let kind = match st.st_mode & libc::S_IFMT {
+        libc::S_IFSOCK => Kind::Net,
+        libc::S_IFIFO if is_output_pipe(st.st_ino) => Kind::Output,
+        libc::S_IFIFO => Kind::Net,
+        _ => Kind::Other,
+    };
+    super::learned(fd, kind);
+    kind
 }
 
 /// The kind of network descriptor `fd` (which [`is_net`] said is one).
@@ -51,7 +63,7 @@ pub fn net_kind(fd: c_int) -> NetKind {
     match known {
         Kind::Known(kind) => return kind,
         Kind::Net | Kind::Unknown => {}
-        Kind::Other => return NetKind::NotSocket,
+        Kind::Other | Kind::Output => return NetKind::NotSocket,
     }
     let option = |name| sockopt(fd, libc::SOL_SOCKET, name);
     let kind = match option(libc::SO_TYPE) {

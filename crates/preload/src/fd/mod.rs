@@ -32,7 +32,7 @@ use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU8, Ordering};
 use libc::c_int;
 
 pub mod kind;
-pub use kind::{is_net, net_kind};
+pub use kind::{is_net, is_output, net_kind};
 pub mod sockets;
 
 /// Descriptor numbers below this are remembered; higher ones are asked again every time.
@@ -43,8 +43,11 @@ pub const TRACKED: usize = 4096;
 pub enum Kind {
     /// Not known (new, or its previous holder is gone): asked of the kernel on first use.
     Unknown,
-    /// Not a network descriptor (a regular file, a terminal, an output pipe dara drains).
+    /// Not a network descriptor (a regular file, a terminal).
     Other,
+    /// One of the pipes dara drains the program's output through ([`kind::is_output`]): no
+    /// network descriptor either.
+    Output,
     /// A socket, pipe, FIFO or eventfd whose [`NetKind`] is not asked yet.
     Net,
     /// A network descriptor of a known kind.
@@ -71,6 +74,7 @@ impl Kind {
             Kind::Known(NetKind::Tcp) => 3,
             Kind::Known(NetKind::Socket) => 4,
             Kind::Known(NetKind::NotSocket) => 5,
+            Kind::Output => 6,
         }
     }
 
@@ -81,6 +85,7 @@ impl Kind {
             3 => Kind::Known(NetKind::Tcp),
             4 => Kind::Known(NetKind::Socket),
             5 => Kind::Known(NetKind::NotSocket),
+            6 => Kind::Output,
             _ => Kind::Unknown,
         }
     }

@@ -73,7 +73,7 @@ fn a_new_number_forgets_its_previous_holder() {
 
 #[test]
 fn every_kind_survives_its_encoding() {
-    for kind in [Kind::Unknown, Kind::Other, Kind::Net, Kind::Known(NetKind::Tcp), Kind::Known(NetKind::Socket), Kind::Known(NetKind::NotSocket)] {
+    for kind in [Kind::Unknown, Kind::Other, Kind::Output, Kind::Net, Kind::Known(NetKind::Tcp), Kind::Known(NetKind::Socket), Kind::Known(NetKind::NotSocket)] {
         assert_eq!(Kind::from_u8(kind.to_u8()), kind);
     }
 }

@@ -19,6 +19,7 @@ pub mod file_locks;
 pub mod files;
 pub mod killpg;
 pub mod net;
+pub mod output;
 pub mod outside;
 pub mod poll;
 pub mod popen;

@@ -595,10 +595,11 @@ pub fn trapped_read(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64> 
 /// delivers inside the write, so a write dara does not see cannot make a probe racy, and a
 /// program printing into a pipe, `out=$(node)` in a test script, keeps the scheduling points it
 /// had), a posted wait for room when it is full; `None` for other descriptors (the caller runs it
-/// for real). Returns the raw result.
+/// for real, on a non-blocking output pipe once drained: `output`). Returns the raw result.
 pub fn trapped_write(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64> {
     let fd = a[0] as c_int;
     if !is_net(fd) {
+        super::output::drain_before_write(fd);
         return None;
     }
     let socket = is_net_socket(fd);
@@ -714,8 +715,13 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t {
     let gate = match Gated::enter() {
         Some(g) if is_net(fd) => g,
-        // SAFETY: the program's own arguments, forwarded unchanged.
-        _ => return unsafe { real::write(fd, buf, len) },
+        gate => {
+            if gate.is_some() {
+                super::output::drain_before_write(fd);
+            }
+            // SAFETY: the program's own arguments, forwarded unchanged.
+            return unsafe { real::write(fd, buf, len) };
+        }
     };
     // Written without blocking (`write_now`): a blocking caller posts again for the rest.
     let socket = is_net_socket(fd);
@@ -727,8 +733,13 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, len: size_t) -> ss
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
     let gate = match Gated::enter() {
         Some(g) if is_net(fd) => g,
-        // SAFETY: the program's own arguments, forwarded unchanged.
-        _ => return unsafe { real::writev(fd, iov, n) },
+        gate => {
+            if gate.is_some() {
+                super::output::drain_before_write(fd);
+            }
+            // SAFETY: the program's own arguments, forwarded unchanged.
+            return unsafe { real::writev(fd, iov, n) };
+        }
     };
     let socket = is_net_socket(fd);
     // SAFETY: the program's own arguments; written without blocking (`write_now`).

@@ -307,6 +307,10 @@ impl<'a> Execution<'a> {
         };
         if let (Some(request), Some(_)) = (pending, result) {
             self.net_granted(&choice, request);
+            // Its view may be older than a write to an output pipe (see `output`).
+            if let Some(outcome) = self.drain_output_for(&[(choice.thread, request)]) {
+                return end(outcome);
+            }
         }
         self.steps.push(Step { choice, result, now_ns: self.model.now() });
         if self.cfg.symbolize {

@@ -15,6 +15,7 @@
 //! | [`exits`] | ends of processes and of the run, and how each is judged |
 //! | [`observations`] | symbols, programs, fault sites, coverage modules for the report |
 //! | [`network`] | the net probe and readiness views |
+//! | [`output`] | dara's output pipes, drained before a poll that asks them for room |
 //! | [`boundary`] | the world of peers outside dara: recording and replay runs |
 //! | [`world`] | the trait of worlds around the program, and the closed one |
 //! | [`cluster`] | the cluster world: nodes, workload, check, faults |
@@ -34,6 +35,7 @@ mod liveness;
 mod network;
 mod newborn;
 mod observations;
+mod output;
 mod outside_deaths;
 mod pace;
 mod posts;

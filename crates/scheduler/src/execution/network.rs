@@ -69,6 +69,9 @@ impl Execution<'_> {
             self.network.probe.forget_views();
         }
         let requests: Vec<(ThreadId, Request)> = self.model.net_requests().into_iter().filter(|&(thread, _)| !self.model.has_net_view(thread)).collect();
+        if let Some(outcome) = self.drain_output_for(&requests) {
+            return Some(outcome);
+        }
         let epoll_waits: Vec<(ThreadId, u32, i32)> = requests
             .iter()
             .filter_map(|&(thread, r)| match r {

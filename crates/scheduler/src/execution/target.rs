@@ -28,6 +28,9 @@ pub(super) trait Target {
     fn survivors(&self) -> String;
     /// The last bytes the program wrote to stderr.
     fn stderr_tail(&self) -> Vec<u8>;
+    /// Waits until dara has read everything the program wrote to its output pipes (stdout,
+    /// stderr, the SDK's lines), at most `limit` (zero: one look); whether it has.
+    fn output_drained(&self, limit: std::time::Duration) -> bool;
     /// Starts the ptrace agent if the tree has none yet (a process is about to exec a program
     /// the preload cannot enter); why not, if it cannot.
     fn ensure_agent(&mut self) -> Result<(), String>;
@@ -72,6 +75,10 @@ impl Target for ProcessTree {
 
     fn stderr_tail(&self) -> Vec<u8> {
         ProcessTree::stderr_tail(self)
+    }
+
+    fn output_drained(&self, limit: std::time::Duration) -> bool {
+        ProcessTree::wait_output_drained(self, limit)
     }
 
     fn ensure_agent(&mut self) -> Result<(), String> {

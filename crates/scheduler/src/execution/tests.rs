@@ -74,6 +74,10 @@ impl Target for FakeTree {
         Vec::new()
     }
 
+    fn output_drained(&self, _limit: std::time::Duration) -> bool {
+        true // no output pipes
+    }
+
     fn ensure_agent(&mut self) -> Result<(), String> {
         Err("the fake target has no agent".into())
     }

@@ -185,12 +185,7 @@ impl NetProbe {
     /// Whether a pending `poll`/`epoll_wait` of process `pid` (`request`) watches a socket only a
     /// peer dara does not relay could wake: a UDP socket, or a Unix-domain listening socket.
     pub fn watches_unrelayed(&mut self, pid: u32, request: &Request) -> bool {
-        let fds: Vec<i32> = match *request {
-            R::NetEpollWait { epoll, .. } => epoll_targets(pid, epoll),
-            R::NetPoll { fds, count, .. } => read_pollfds(pid, fds.0, (count as usize).min(MAX_POLL_ENTRIES)).unwrap_or_default().iter().map(|p| p.fd).filter(|&fd| fd >= 0).collect(),
-            _ => Vec::new(),
-        };
-        fds.into_iter().any(|fd| {
+        watched(pid, request).into_iter().any(|(fd, _)| {
             let Ok(Some(dup)) = self.dup(pid, fd) else { return false };
             match socket_kind(&dup) {
                 kind::UDP => true,
@@ -387,6 +382,22 @@ impl NetProbe {
     }
 }
 
+
+/// The descriptors a pending `poll`/`select` or `epoll_wait` of process `pid` watches, with the
+/// events it asks for (an epoll set's members: every event); none for another request.
+fn watched(pid: u32, request: &Request) -> Vec<(i32, i16)> {
+    match *request {
+        R::NetEpollWait { epoll, .. } => epoll_targets(pid, epoll).into_iter().map(|fd| (fd, !0)).collect(),
+        R::NetPoll { fds, count, .. } => read_pollfds(pid, fds.0, (count as usize).min(MAX_POLL_ENTRIES)).unwrap_or_default().iter().filter(|p| p.fd >= 0).map(|p| (p.fd, p.events)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether a pending `poll`/`select` or `epoll_wait` of process `pid` (`request`) may ask one of
+/// the pipes whose inodes are `pipes` for room to write (`dara_tracer::output_drain`).
+pub fn watches_for_room(pid: u32, request: &Request, pipes: &[u64]) -> bool {
+    watched(pid, request).into_iter().any(|(fd, events)| events & libc::POLLOUT != 0 && crate::procfs::fd_inode(pid, fd as u64).is_some_and(|inode| pipes.contains(&inode)))
+}
 
 fn closed_view() -> NetView {
     // A descriptor the target does not have: the real call fails at once (EBADF).

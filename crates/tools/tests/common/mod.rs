@@ -210,19 +210,17 @@ impl Run {
 pub fn run_with_limit(mut cmd: Command, limit: Duration) -> Run {
     let start = Instant::now();
     let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawning a dara tool");
-    // Drain the pipes on threads so a chatty target cannot block on a full pipe.
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut out, &mut s).ok();
-        s
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut err, &mut s).ok();
-        s
-    });
+    // Drain the pipes on threads so a chatty target cannot block on a full pipe; to the end, also
+    // when a target writes bytes that are no UTF-8 (`xz -c`).
+    fn drain(mut from: impl std::io::Read + Send + 'static) -> std::thread::JoinHandle<String> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            from.read_to_end(&mut bytes).ok();
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    }
+    let out_t = drain(child.stdout.take().unwrap());
+    let err_t = drain(child.stderr.take().unwrap());
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;

@@ -8,7 +8,8 @@
 //! `close`/`dup`/`exec` can leave a stale answer; a regular file, a terminal or /dev/null costs
 //! the stop and that one `readlink` (and a `stat` for a path). A `read`/`readv` of /dev/urandom
 //! or /dev/random is answered from the process's seeded stream, as `getrandom` is. Which descriptors count is the preload's rule (`fd/kind.rs`):
-//! sockets and pipes, except the pipes dara drains the program's output through. A network
+//! sockets and pipes, except the pipes dara drains the program's output through (a non-blocking
+//! write to one waits until dara has drained it, as in the preload). A network
 //! descriptor's `O_NONBLOCK` is read from `/proc/PID/fdinfo/N`.
 //!
 //! What differs from the preload, and why it is sound: a blocking call is granted only once the
@@ -37,9 +38,11 @@ pub enum Descriptor {
     /// `/dev/urandom` or `/dev/random` (by path, or the character device 1:9 or 1:8): a read is
     /// answered from the process's stream, as `getrandom` is.
     Random,
-    /// A regular file, a terminal, /dev/null, dara's output pipes, a closed number: the call
-    /// runs as it is.
+    /// A regular file, a terminal, /dev/null, a closed number: the call runs as it is.
     Other,
+    /// One of the pipes dara drains the program's output through: the call runs as it is, a
+    /// write on an `O_NONBLOCK` description once the pipe is drained ([`drain_before_write`]).
+    Output,
 }
 
 /// The kernel's random devices, by their (major, minor) numbers: /dev/random, /dev/urandom.
@@ -57,7 +60,7 @@ pub fn descriptor(pid: i32, fd: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPES]
         return Descriptor::Socket;
     }
     if let Some(inode) = inode(b"pipe:[") {
-        return if output_pipes.contains(&inode) { Descriptor::Other } else { Descriptor::Pipe };
+        return if output_pipes.contains(&inode) { Descriptor::Output } else { Descriptor::Pipe };
     }
     if link == b"anon_inode:[eventfd]" {
         return Descriptor::Pipe;
@@ -113,6 +116,24 @@ pub(super) fn copy_of(pid: i32, fd: i32) -> Option<std::os::fd::OwnedFd> {
 /// Whether `fd` of `pid` was opened `O_NONBLOCK` (its `fdinfo` flags, in octal).
 pub(super) fn nonblocking(pid: i32, fd: i32) -> bool {
     crate::procfs::descriptor_flags(pid, fd).is_some_and(|f| f & libc::O_NONBLOCK != 0)
+}
+
+/// How long a write waits for dara to drain an output pipe before it runs anyway (as long as
+/// dara-trace waits by default for a thread that computes, `--busy-limit`).
+const OUTPUT_DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Before a write to `fd`, one of dara's output pipes: on an `O_NONBLOCK` description, waits until
+/// dara has read everything in the pipe, so the write takes what an empty pipe takes whatever the
+/// speed of dara's forwarder (`crate::output_drain`; the preload's `hooks/output.rs`). A pipe
+/// nobody drains for [`OUTPUT_DRAIN_LIMIT`] is written as it is.
+fn drain_before_write(pid: i32, fd: i32) {
+    use std::os::fd::AsFd;
+    if !nonblocking(pid, fd) {
+        return;
+    }
+    if let Some(copy) = copy_of(pid, fd) {
+        crate::output_drain::wait_empty(&[copy.as_fd()], OUTPUT_DRAIN_LIMIT);
+    }
 }
 
 fn flags(nonblock: bool) -> NetFlags {
@@ -201,7 +222,11 @@ pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPE
     match (kind, call.nr) {
         (Descriptor::Random, libc::SYS_read) => return Some(Action::Random { addr: a[1], len: a[2] }),
         (Descriptor::Random, libc::SYS_readv) => return Some(Action::RandomVector { iov: a[1], count: a[2] }),
-        (Descriptor::Random | Descriptor::Other, _) => return Some(Action::Run),
+        (Descriptor::Output, libc::SYS_write | libc::SYS_writev) => {
+            drain_before_write(pid, fd);
+            return Some(Action::Run);
+        }
+        (Descriptor::Random | Descriptor::Other | Descriptor::Output, _) => return Some(Action::Run),
         _ => {}
     }
     let socket = kind == Descriptor::Socket;
@@ -287,7 +312,7 @@ mod tests {
         assert_eq!(descriptor(pid, 999, [0; 3]), Descriptor::Other);
         use std::os::unix::fs::MetadataExt;
         let inode = std::fs::metadata(format!("/proc/self/fd/{}", writer.as_raw_fd())).expect("stat").ino();
-        assert_eq!(descriptor(pid, writer.as_raw_fd(), [0, inode, 0]), Descriptor::Other);
+        assert_eq!(descriptor(pid, writer.as_raw_fd(), [0, inode, 0]), Descriptor::Output);
     }
 
     #[test]

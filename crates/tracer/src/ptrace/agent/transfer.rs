@@ -65,8 +65,8 @@ pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPE
     let end = |fd: i32| match net::descriptor(pid, fd, output_pipes) {
         Descriptor::Socket => End::Socket { nonblocking: net::nonblocking(pid, fd) },
         Descriptor::Pipe => End::Pipe { nonblocking: net::nonblocking(pid, fd) },
-        Descriptor::Random | Descriptor::Other if fd == ops.input => file_left(pid, &ops).map_or(End::Other, |left| End::File { left }),
-        Descriptor::Random | Descriptor::Other => End::Other,
+        Descriptor::Random | Descriptor::Other | Descriptor::Output if fd == ops.input => file_left(pid, &ops).map_or(End::Other, |left| End::File { left }),
+        Descriptor::Random | Descriptor::Other | Descriptor::Output => End::Other,
     };
     let Some(plan) = transfer::plan(kind, call.args, end) else { return Some(Action::Run) };
     let step = Step { call: kind, plan, most: plan.count, stage: Stage::Received };
