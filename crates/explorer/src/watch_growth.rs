@@ -126,7 +126,7 @@ impl WatchEpochs {
                 }
             }
         }
-        if !self.grows || (k + 1) % EPOCH != 0 {
+        if !self.grows || !(k + 1).is_multiple_of(EPOCH) {
             return None;
         }
         let current = Arc::clone(state.sets.last().expect("the profile's set is always there"));
