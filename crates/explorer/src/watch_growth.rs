@@ -118,8 +118,10 @@ impl WatchEpochs {
     pub fn judged(&self, k: u64, profile: Option<&AccessProfile>) -> Option<Growth> {
         let mut state = self.state();
         if let Some(profile) = profile {
-            state.table_full |= profile.nearly_full();
             let current = Arc::clone(state.sets.last().expect("the profile's set is always there"));
+            // The table holds the watched granules and what the execution recorded.
+            let recorded = profile.touched.len().saturating_sub(current.len());
+            state.table_full |= profile.nearly_full() || recorded >= dara_abi::access::RECORD_LIMIT;
             for &g in &profile.racy {
                 if current.binary_search(&g).is_err() && state.seen.insert(g) {
                     state.found.push(g);

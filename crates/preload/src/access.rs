@@ -13,7 +13,8 @@
 //!   which kind of instrumentation reported it ([`Header::instrumented`](dara_abi::Header)); never post;
 //! * `MEMORY`: post `MemoryRead` / `MemoryWrite` (args `[addr, size]`) when the granule is in the
 //!   watch set the scheduler wrote into the table, and let the thread proceed when granted;
-//!   record any other access as the profile does (same probe, `access::note`), so the search
+//!   record any other access as the profile does (same probe, `access::note`; new entries up
+//!   to `access::RECORD_LIMIT` per process, so lookups stay short), so the search
 //!   learns which granules this schedule shared and grows the watch set of later executions
 //!   (`dara_explorer::watch_growth`).
 //!
@@ -26,7 +27,7 @@
 //! Runs inside instrumented code, possibly in a signal handler: no allocation, no lock, no
 //! syscall besides the handoff's futex calls. A handler that interrupts user code posts like any
 //! hook would; one that interrupts the preload is refused by the guard.
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use dara_abi::access::AccessKind;
 use dara_abi::{access, instrumented, preempt, Addr, Request};
@@ -55,11 +56,24 @@ fn on_access(addr: usize, size: u64, write: bool, source: u32) {
         if header.instrumented.load(Ordering::Relaxed) & source == 0 {
             header.instrumented.fetch_or(source, Ordering::Relaxed);
         }
-    } else if access::note(&table.entries, addr, gate.index(), write) == access::Noted::Watched {
-        let addr = Addr(addr);
-        gate.post(if write { Request::MemoryWrite { addr, size } } else { Request::MemoryRead { addr, size } });
+    } else {
+        let claim = CLAIMED.load(Ordering::Relaxed) < access::RECORD_LIMIT;
+        match access::note(&table.entries, addr, gate.index(), write, claim) {
+            access::Noted::Watched => {
+                let addr = Addr(addr);
+                gate.post(if write { Request::MemoryWrite { addr, size } } else { Request::MemoryRead { addr, size } });
+            }
+            access::Noted::Claimed => {
+                CLAIMED.fetch_add(1, Ordering::Relaxed);
+            }
+            access::Noted::Recorded | access::Noted::NoRoom => {}
+        }
     }
 }
+
+/// Table entries this process claimed in a search execution, up to [`access::RECORD_LIMIT`]
+/// (one thread runs at a time, so the count is exact and the same in every run of a schedule).
+static CLAIMED: AtomicUsize = AtomicUsize::new(0);
 
 macro_rules! receivers {
     ($($name:ident => ($size:expr, $write:expr)),* $(,)?) => {
