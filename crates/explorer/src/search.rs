@@ -24,7 +24,7 @@ use dara_scheduler::Outcome;
 
 use crate::strategy::{self, Feedback, Order, Start, Status, Strategy, StrategyError};
 use crate::visibility::{BlindSpot, Visibility};
-use crate::watch_growth::{Growth, WatchEpochs};
+use crate::watch_growth::{Growing, Growth, WatchEpochs};
 
 /// A search: the execution template plus how many executions, how chosen.
 #[derive(Clone, Debug)]
@@ -180,8 +180,12 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
     }
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| SearchError::Output { path: cfg.out_dir.clone(), source })?;
     // A systematic strategy's decision tree must not change under it (crate::watch_growth).
-    let grows = cfg.execution.preempt.memory && info.order != Order::Systematic;
-    let epochs = WatchEpochs::new(cfg.execution.preempt.watch.clone(), grows);
+    let growing = match (cfg.execution.preempt.memory, info.order) {
+        (false, _) => Growing::Never,
+        (true, Order::Systematic) => Growing::Rounds,
+        (true, _) => Growing::Epochs,
+    };
+    let epochs = WatchEpochs::new(cfg.execution.preempt.watch.clone(), growing);
     let mut judge = Judge::new(cfg, info.spec, started, stop, &epochs);
     if cfg.runs == 0 {
         return Ok(judge.finish(SearchEnd::Completed));
@@ -190,22 +194,24 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
     // Execution 0, alone: its length calibrates every later execution (PCT's step estimate).
     let (first, mut status) = run_execution(cfg, &mut *strategy, Start::at(0), cfg.execution.pin_cpu, &epochs.used_by(0), halt)?;
     let first_steps = first.steps.len() as u64;
-    if let Some(end) = judge.judge(0, first, &mut progress)? {
+    if let Some(end) = judge.judge(0, first, status.exhausted.is_some() && cfg.runs > 1, &mut progress)? {
         return Ok(judge.finish(end).with_notes(status));
     }
 
     let end = if cfg.jobs <= 1 {
-        sequential(cfg, &mut *strategy, first_steps, &mut status, &mut judge, halt, &mut progress)?
+        sequential(cfg, &mut strategy, first_steps, &mut status, &mut judge, halt, &mut progress)?
     } else {
         parallel(cfg, first_steps, &mut judge, &epochs, halt, &mut progress)?
     };
     Ok(judge.finish(end).with_notes(status))
 }
 
-/// Executions 1.. one after another; `status` is the strategy's after the last one.
+/// Executions 1.. one after another; `status` is the strategy's after the last one. A systematic
+/// strategy that exhausted its space while the watch set grew starts again, fresh, with the
+/// grown set (a new round, `crate::watch_growth`).
 fn sequential(
     cfg: &SearchConfig,
-    strategy: &mut (dyn Strategy + Send),
+    strategy: &mut Box<dyn Strategy + Send>,
     first_steps: u64,
     status: &mut Status,
     judge: &mut Judge<'_>,
@@ -213,30 +219,37 @@ fn sequential(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SearchEnd, SearchError> {
     for k in 1..cfg.runs {
+        if judge.epochs.round_starts_at(k) {
+            *strategy = strategy::parse(&cfg.strategy, cfg.seed)?.strategy;
+            *status = Status::default();
+        }
         if let Some(proved) = &status.exhausted {
-            return Ok(exhausted(cfg.visibility, proved));
+            return Ok(exhausted(cfg.visibility, judge.epochs.unwatched_sharing(), proved));
         }
         if judge.over_budget() {
             return Ok(SearchEnd::TimeBudget);
         }
         // Every execution before k has been judged, so k's set is there.
         let watch = judge.epochs.used_by(k);
-        let (report, after) = run_execution(cfg, strategy, Start::calibrated(k, first_steps), cfg.execution.pin_cpu, &watch, stop)?;
+        let (report, after) = run_execution(cfg, &mut **strategy, Start::calibrated(k, first_steps), cfg.execution.pin_cpu, &watch, stop)?;
         *status = after;
-        if let Some(end) = judge.judge(k, report, progress)? {
+        // A round may end here only if another execution can follow it.
+        let round_over = status.exhausted.is_some() && k + 1 < cfg.runs;
+        if let Some(end) = judge.judge(k, report, round_over, progress)? {
             return Ok(end);
         }
     }
     Ok(match &status.exhausted {
-        Some(proved) => exhausted(cfg.visibility, proved),
+        Some(proved) => exhausted(cfg.visibility, judge.epochs.unwatched_sharing(), proved),
         None => SearchEnd::Completed,
     })
 }
 
 /// How a search whose strategy explored its whole space ends: a proof only if dara saw every
-/// point where threads could interleave.
-fn exhausted(visibility: Visibility, proved: &str) -> SearchEnd {
-    match visibility.blind_spot() {
+/// point where threads could interleave, and its executions showed no sharing outside the watch
+/// set (`unwatched` granules: systematic searches keep the profile's set).
+fn exhausted(visibility: Visibility, unwatched: usize, proved: &str) -> SearchEnd {
+    match visibility.blind_spot().or((unwatched > 0).then_some(BlindSpot::UnwatchedSharing)) {
         None => SearchEnd::Exhausted(proved.to_string()),
         Some(blind) => SearchEnd::NotExhaustive { explored: proved.to_string(), blind },
     }
@@ -311,7 +324,7 @@ fn parallel(
             }
             while let Some(report) = pending.remove(&expected) {
                 if end.is_none() && error.is_none() {
-                    match judge.judge(expected, report, progress) {
+                    match judge.judge(expected, report, false, progress) {
                         Ok(Some(e)) => {
                             limit.fetch_min(expected + 1, Ordering::SeqCst);
                             epochs.close();
@@ -419,8 +432,9 @@ impl<'a> Judge<'a> {
         self.user_stop.load(Ordering::Relaxed)
     }
 
-    /// Judges execution `k`; Some(end) when the search must stop here.
-    fn judge(&mut self, k: u64, report: ExecutionReport, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Option<SearchEnd>, SearchError> {
+    /// Judges execution `k` (`exhausted`: its systematic strategy has explored its whole space,
+    /// and the search may go on); Some(end) when the search must stop here.
+    fn judge(&mut self, k: u64, report: ExecutionReport, exhausted: bool, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Option<SearchEnd>, SearchError> {
         self.executions = k + 1;
         let kind = report.outcome.signature().split(':').next().unwrap_or_default().to_string();
         *self.outcome_counts.entry(kind).or_insert(0) += 1;
@@ -433,7 +447,7 @@ impl<'a> Judge<'a> {
             self.malformed_property_lines.1 = report.properties.first_malformed.clone();
         }
         let exec = execution_config(self.cfg, k, &self.epochs.used_by(k));
-        let growth = self.epochs.judged(k, report.access_profile.as_ref());
+        let growth = self.epochs.judged(k, report.access_profile.as_ref(), exhausted);
         let mut header = header_for(self.cfg, &exec, k, self.strategy.clone());
         header.written = report.written_files.clone();
         let trace = Trace { header, steps: report.steps.clone(), outcome: report.outcome.clone(), coverage: report.coverage.clone(), outside: report.outside.clone() };
@@ -552,9 +566,10 @@ mod tests {
     #[test]
     fn an_exhausted_space_is_a_proof_only_when_everything_was_visible() {
         let proved = "explored all 6 schedules";
-        assert!(matches!(exhausted(Visibility::Complete, proved), SearchEnd::Exhausted(note) if note == proved));
+        assert!(matches!(exhausted(Visibility::Complete, 0, proved), SearchEnd::Exhausted(note) if note == proved));
         let blind = Visibility::Partial(BlindSpot::AtomicsNotInstrumented);
-        assert!(matches!(exhausted(blind, proved), SearchEnd::NotExhaustive { explored, blind: BlindSpot::AtomicsNotInstrumented } if explored == proved));
-        assert!(matches!(exhausted(Visibility::Unknown, proved), SearchEnd::NotExhaustive { blind: BlindSpot::NoMemoryPoints, .. }));
+        assert!(matches!(exhausted(blind, 0, proved), SearchEnd::NotExhaustive { explored, blind: BlindSpot::AtomicsNotInstrumented } if explored == proved));
+        assert!(matches!(exhausted(Visibility::Unknown, 0, proved), SearchEnd::NotExhaustive { blind: BlindSpot::NoMemoryPoints, .. }));
+        assert!(matches!(exhausted(Visibility::Complete, 2, proved), SearchEnd::NotExhaustive { blind: BlindSpot::UnwatchedSharing, .. }), "sharing outside the watch set");
     }
 }

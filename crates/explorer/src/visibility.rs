@@ -12,8 +12,9 @@
 //! ([`Instrumented`], `Header::instrumented`).
 //!
 //! Not a blind spot by this definition, and said in docs/memory-preemption.md instead: memory
-//! touched only by uninstrumented code (libc, the kernel), and sharing the profiling run did not
-//! show (the watch set comes from one natural-order run).
+//! touched only by uninstrumented code (libc, the kernel), and sharing that no execution showed.
+//! Sharing that an execution of a systematic search showed outside the profile's watch set is
+//! one ([`BlindSpot::UnwatchedSharing`]): those searches do not grow the set.
 use std::fmt;
 
 use dara_scheduler::preempt::{Instrumented, Preemption};
@@ -44,6 +45,9 @@ pub enum BlindSpot {
     NotInstrumented,
     /// Plain loads and stores were points, atomic operations were not (a sancov build).
     AtomicsNotInstrumented,
+    /// A systematic search keeps the profile's watch set, and its executions showed memory
+    /// shared and written outside it (`crate::watch_growth`).
+    UnwatchedSharing,
 }
 
 impl Visibility {
@@ -83,6 +87,10 @@ impl fmt::Display for BlindSpot {
             BlindSpot::AtomicsNotInstrumented => write!(
                 f,
                 "atomic operations were not scheduling points (sancov's load/store callbacks skip atomic instructions), so races on atomics between two scheduling points were not explored: build with {TSAN_BUILD} instead (docs/memory-preemption.md)"
+            ),
+            BlindSpot::UnwatchedSharing => write!(
+                f,
+                "its executions showed memory shared and written that the profiling run did not, and a systematic search keeps the profile's watch set, so accesses to that memory were not scheduling points: search with random, pct, pos or rf, whose watch set grows (docs/memory-preemption.md)"
             ),
         }
     }

@@ -24,8 +24,13 @@
 //! nothing else.
 //!
 //! Systematic strategies (`dfs`, `dpor`) build one decision tree over the whole search; new
-//! points between two executions would change the tree under them, so their searches keep the
-//! profile's set (the executions still record, and the growth they saw is not applied).
+//! points between two executions would change the tree under them. Their searches grow in
+//! *rounds* instead: a round keeps its set until the strategy has explored its whole space;
+//! if its executions showed sharing outside the set, the next execution starts a new round
+//! with a fresh strategy and the grown set; a round that showed nothing new is a fixpoint, and
+//! only then is "explored all schedules" a claim about the watched memory. A search whose
+//! executions run out first ends with its sharing unwatched ("not exhaustive",
+//! `BlindSpot::UnwatchedSharing`). Rounds run one execution after another, like the strategies.
 use std::collections::BTreeSet;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -52,20 +57,32 @@ pub struct Growth {
     pub watched: usize,
 }
 
-/// The watch sets of one search, one per epoch: the judge adds each judged execution's new
-/// sharing in execution order, and executions wait for their epoch's set.
+/// How a search's watch set grows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Growing {
+    /// Never: no memory points.
+    Never,
+    /// After every [`EPOCH`] executions (sampling and learning strategies).
+    Epochs,
+    /// When a systematic strategy has exhausted its space: the search starts a new round, with
+    /// a fresh strategy, from the next execution.
+    Rounds,
+}
+
+/// The watch sets of one search: the judge adds each judged execution's new sharing in
+/// execution order, and executions wait for their set.
 pub struct WatchEpochs {
-    /// Whether the set grows at all (memory points on, a non-systematic strategy).
-    grows: bool,
+    growing: Growing,
     state: Mutex<State>,
     published: Condvar,
 }
 
 #[derive(Default)]
 struct State {
-    /// `sets[e]`: the watch set of epoch `e`, sorted. `sets[0]` is the profile's.
-    sets: Vec<Arc<Vec<u64>>>,
-    /// New granules of the epoch being judged, in the order executions showed them.
+    /// The watch sets, sorted, each with the first execution that uses it, in order; the first
+    /// is the profile's, from execution 0. Under [`Growing::Epochs`] set `e` starts epoch `e`.
+    sets: Vec<(u64, Arc<Vec<u64>>)>,
+    /// New granules since the last set, in the order executions showed them.
     found: Vec<u64>,
     seen: BTreeSet<u64>,
     /// Shared written granules left out because the set was full.
@@ -76,12 +93,43 @@ struct State {
     closed: bool,
 }
 
+impl State {
+    /// The set execution `k` uses, among those published.
+    fn set_for(&self, k: u64) -> &Arc<Vec<u64>> {
+        let later = self.sets.partition_point(|(start, _)| *start <= k);
+        &self.sets[later.max(1) - 1].1
+    }
+
+    fn latest(&self) -> Arc<Vec<u64>> {
+        Arc::clone(&self.sets.last().expect("the profile's set is always there").1)
+    }
+
+    /// Publishes the latest set plus what was found since, for executions from `start` on.
+    fn publish(&mut self, start: u64) -> Option<Growth> {
+        let current = self.latest();
+        let room = MAX_WATCHED.saturating_sub(current.len());
+        let found = std::mem::take(&mut self.found);
+        self.seen.clear();
+        self.dropped += found.len().saturating_sub(room);
+        let added = found.len().min(room);
+        let next = if added == 0 {
+            current
+        } else {
+            let mut set: Vec<u64> = current.iter().copied().chain(found.into_iter().take(room)).collect();
+            set.sort_unstable();
+            Arc::new(set)
+        };
+        let watched = next.len();
+        self.sets.push((start, next));
+        (added > 0).then_some(Growth { added, after: start - 1, watched })
+    }
+}
+
 impl WatchEpochs {
-    /// The sets of a search whose profile watches `profile` (empty without memory points);
-    /// `grows`: whether later executions may add to it.
-    pub fn new(profile: Vec<u64>, grows: bool) -> WatchEpochs {
-        let state = State { sets: vec![Arc::new(profile)], ..Default::default() };
-        WatchEpochs { grows, state: Mutex::new(state), published: Condvar::new() }
+    /// The sets of a search whose profile watches `profile` (empty without memory points).
+    pub fn new(profile: Vec<u64>, growing: Growing) -> WatchEpochs {
+        let state = State { sets: vec![(0, Arc::new(profile))], ..Default::default() };
+        WatchEpochs { growing, state: Mutex::new(state), published: Condvar::new() }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -92,11 +140,11 @@ impl WatchEpochs {
     /// judged. None when the search closed first or `cancelled` says so (checked at least every
     /// 50 ms while waiting): the execution must not run.
     pub fn for_execution(&self, k: u64, cancelled: impl Fn() -> bool) -> Option<Arc<Vec<u64>>> {
-        let epoch = if self.grows { epoch_of(k) as usize } else { 0 };
         let mut state = self.state();
         loop {
-            if let Some(set) = state.sets.get(epoch) {
-                return Some(Arc::clone(set));
+            // Rounds run one execution after another: every set before k is known.
+            if self.growing != Growing::Epochs || state.sets.len() as u64 > epoch_of(k) {
+                return Some(Arc::clone(state.set_for(k)));
             }
             if state.closed || cancelled() {
                 return None;
@@ -105,20 +153,20 @@ impl WatchEpochs {
         }
     }
 
-    /// The set execution `k` ran with (it has run, so its epoch's set exists).
+    /// The set execution `k` ran with (it has run, so its set is published).
     pub fn used_by(&self, k: u64) -> Arc<Vec<u64>> {
-        let epoch = if self.grows { epoch_of(k) as usize } else { 0 };
-        let state = self.state();
-        Arc::clone(state.sets.get(epoch).unwrap_or(&state.sets[0]))
+        Arc::clone(self.state().set_for(k))
     }
 
     /// The judge, for every execution in index order: execution `k`'s access table said
-    /// `profile`. At the end of an epoch publishes the next epoch's set and returns how it grew
-    /// (None when it did not).
-    pub fn judged(&self, k: u64, profile: Option<&AccessProfile>) -> Option<Growth> {
+    /// `profile`; `exhausted`: a systematic strategy has explored its whole space with it, and
+    /// the search may go on. Publishes a set for the executions after `k` at the end of an
+    /// epoch, or at the end of a round that found sharing outside its set (a new round starts
+    /// at `k + 1`); returns how the set grew (None when it did not).
+    pub fn judged(&self, k: u64, profile: Option<&AccessProfile>, exhausted: bool) -> Option<Growth> {
         let mut state = self.state();
         if let Some(profile) = profile {
-            let current = Arc::clone(state.sets.last().expect("the profile's set is always there"));
+            let current = state.latest();
             // The table holds the watched granules and what the execution recorded.
             let recorded = profile.touched.len().saturating_sub(current.len());
             state.table_full |= profile.nearly_full() || recorded >= dara_abi::access::RECORD_LIMIT;
@@ -128,27 +176,19 @@ impl WatchEpochs {
                 }
             }
         }
-        if !self.grows || !(k + 1).is_multiple_of(EPOCH) {
-            return None;
-        }
-        let current = Arc::clone(state.sets.last().expect("the profile's set is always there"));
-        let room = MAX_WATCHED.saturating_sub(current.len());
-        let found = std::mem::take(&mut state.found);
-        state.seen.clear();
-        state.dropped += found.len().saturating_sub(room);
-        let added = found.len().min(room);
-        let next = if added == 0 {
-            current
-        } else {
-            let mut set: Vec<u64> = current.iter().copied().chain(found.into_iter().take(room)).collect();
-            set.sort_unstable();
-            Arc::new(set)
+        let growth = match self.growing {
+            Growing::Epochs if (k + 1).is_multiple_of(EPOCH) => state.publish(k + 1),
+            Growing::Rounds if exhausted && !state.found.is_empty() => state.publish(k + 1),
+            _ => return None,
         };
-        let watched = next.len();
-        state.sets.push(next);
         drop(state);
         self.published.notify_all();
-        (added > 0).then_some(Growth { added, after: k, watched })
+        growth
+    }
+
+    /// Whether a new round of a systematic search starts at execution `k` (with a new set).
+    pub fn round_starts_at(&self, k: u64) -> bool {
+        self.growing == Growing::Rounds && self.state().sets.iter().any(|(start, _)| *start == k)
     }
 
     /// The search is over: wakes every waiting execution, which then does not run.
@@ -164,9 +204,15 @@ impl WatchEpochs {
         state.dropped > 0 || state.table_full
     }
 
+    /// Granules that executions showed shared and written outside the watch set and that were
+    /// not (yet) added to it: in a search that does not grow, everything it saw outside.
+    pub fn unwatched_sharing(&self) -> usize {
+        self.state().found.len()
+    }
+
     /// Granules the last published set watches.
     pub fn watched(&self) -> usize {
-        self.state().sets.last().map_or(0, |s| s.len())
+        self.state().latest().len()
     }
 }
 
@@ -180,41 +226,47 @@ mod tests {
 
     #[test]
     fn an_epoch_runs_with_what_the_epochs_before_it_found() {
-        let epochs = WatchEpochs::new(vec![10], true);
+        let epochs = WatchEpochs::new(vec![10], Growing::Epochs);
         assert_eq!(*epochs.for_execution(0, || false).unwrap(), vec![10]);
         for k in 0..EPOCH - 1 {
             let found: &[u64] = if k == 2 { &[30, 20] } else if k == 5 { &[20, 40] } else { &[] };
-            assert_eq!(epochs.judged(k, Some(&racy(found))), None, "the set grows only at an epoch's end");
+            assert_eq!(epochs.judged(k, Some(&racy(found)), false), None, "the set grows only at an epoch's end");
         }
         assert!(epochs.for_execution(EPOCH, || true).is_none(), "epoch 1 waits for the last execution of epoch 0");
-        assert_eq!(epochs.judged(EPOCH - 1, None), Some(Growth { added: 3, after: EPOCH - 1, watched: 4 }));
+        assert_eq!(epochs.judged(EPOCH - 1, None, false), Some(Growth { added: 3, after: EPOCH - 1, watched: 4 }));
         assert_eq!(*epochs.for_execution(EPOCH, || false).unwrap(), vec![10, 20, 30, 40]);
         assert_eq!(*epochs.used_by(EPOCH - 1), vec![10], "executions of epoch 0 ran with the profile's set");
         for k in EPOCH..2 * EPOCH {
-            assert_eq!(epochs.judged(k, Some(&racy(&[]))), None, "nothing new: no growth to report");
+            assert_eq!(epochs.judged(k, Some(&racy(&[])), true), None, "nothing new: no growth to report");
         }
         assert_eq!(*epochs.for_execution(2 * EPOCH + 3, || false).unwrap(), vec![10, 20, 30, 40]);
-        assert!(!epochs.overflowed());
+        assert!(!epochs.overflowed() && !epochs.round_starts_at(EPOCH));
     }
 
     #[test]
-    fn a_search_that_does_not_grow_keeps_the_profile_set() {
-        let epochs = WatchEpochs::new(vec![7], false);
+    fn a_systematic_search_grows_only_when_a_round_is_exhausted() {
+        let epochs = WatchEpochs::new(vec![7], Growing::Rounds);
         for k in 0..3 * EPOCH {
-            assert_eq!(epochs.judged(k, Some(&racy(&[k + 100]))), None);
+            assert_eq!(epochs.judged(k, Some(&racy(&[k % 2 + 100])), false), None, "no growth within a round");
         }
-        assert_eq!(*epochs.for_execution(5 * EPOCH, || false).unwrap(), vec![7]);
-        assert_eq!(*epochs.used_by(2 * EPOCH), vec![7]);
+        assert_eq!(*epochs.for_execution(5 * EPOCH, || false).unwrap(), vec![7], "a round never waits");
+        assert_eq!(epochs.unwatched_sharing(), 2, "what it saw outside the set is counted");
+        assert_eq!(epochs.judged(3 * EPOCH, None, true), Some(Growth { added: 2, after: 3 * EPOCH, watched: 3 }));
+        assert!(epochs.round_starts_at(3 * EPOCH + 1) && !epochs.round_starts_at(3 * EPOCH));
+        assert_eq!(*epochs.used_by(3 * EPOCH), vec![7]);
+        assert_eq!(*epochs.for_execution(3 * EPOCH + 1, || false).unwrap(), vec![7, 100, 101]);
+        assert_eq!(epochs.unwatched_sharing(), 0);
+        assert_eq!(epochs.judged(3 * EPOCH + 5, Some(&racy(&[100])), true), None, "a round that saw nothing new is a fixpoint");
     }
 
     #[test]
     fn the_cap_keeps_the_first_found_and_says_so() {
         let full: Vec<u64> = (0..MAX_WATCHED as u64 - 1).map(|g| g * 2).collect();
-        let epochs = WatchEpochs::new(full, true);
-        epochs.judged(0, Some(&racy(&[1_000_001])));
-        epochs.judged(1, Some(&racy(&[1_000_000])));
+        let epochs = WatchEpochs::new(full, Growing::Epochs);
+        epochs.judged(0, Some(&racy(&[1_000_001])), false);
+        epochs.judged(1, Some(&racy(&[1_000_000])), false);
         for k in 2..EPOCH {
-            epochs.judged(k, None);
+            epochs.judged(k, None, false);
         }
         let set = epochs.for_execution(EPOCH, || false).unwrap();
         assert_eq!(set.len(), MAX_WATCHED);
@@ -224,7 +276,7 @@ mod tests {
 
     #[test]
     fn a_closed_search_releases_its_waiters() {
-        let epochs = Arc::new(WatchEpochs::new(vec![], true));
+        let epochs = Arc::new(WatchEpochs::new(vec![], Growing::Epochs));
         let waiter = {
             let epochs = Arc::clone(&epochs);
             std::thread::spawn(move || epochs.for_execution(3 * EPOCH, || false))

@@ -7,6 +7,7 @@
 //!   executions that use only the profile's set) never finds the bug; `random` with seed 1 finds
 //!   it within 80 executions, in a later epoch, through accesses to the counter; the bug replays
 //!   20/20 with `--verify`; the same seed gives the same decisions, and so does `--jobs 2`.
+//! * dpor grows its set in rounds: it finds the bug in its second round, and proves the twin.
 //! * Its twin (an atomic increment) stays clean.
 //! * Without `--preempt-on memory`, the instrumented build's empty search ends with a hint naming
 //!   the option; an uninstrumented build's does not.
@@ -85,6 +86,30 @@ fn two_jobs_grow_the_same_set_and_find_the_same_bug() {
     same_decisions(&a, &b);
     assert_eq!(watch_set(&a), watch_set(&b), "the bug's execution watched different memory with two jobs");
     assert_no_survivors(&program);
+}
+
+/// dpor keeps one set per round: its first round, over the profile's set, exhausts without the
+/// bug but shows the counter shared; the second round watches it, finds the bug, and on the twin
+/// ends in a fixpoint that is a proof over the watched memory.
+#[test]
+fn dpor_grows_in_rounds_finds_the_bug_and_proves_the_twin() {
+    let program = private_copy(&tsan_fixture("mem_late_sharing"), "late-sharing-dpor");
+    let out = out_dir("late-sharing-dpor");
+    let run = search_with(&out, "dpor", 0, 200, &program, &MEMORY);
+    assert_eq!(run.code, 1, "dpor missed the bug\n{}", run.text());
+    let bug = out.join("bug-0001/trace.bin");
+    assert!(watch_set(&bug).len() >= 2, "found without the grown set");
+    let verify = dara_replay(&["-q", "--verify", bug.to_str().unwrap()], std::time::Duration::from_secs(60));
+    assert!(verify.code == 1 && verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    assert_no_survivors(&program);
+
+    let twin = private_copy(&tsan_fixture("mem_late_sharing_ok"), "late-sharing-ok-dpor");
+    let out = out_dir("late-sharing-ok-dpor");
+    let run = search_with(&out, "dpor", 0, 200, &twin, &MEMORY);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("search space exhausted: explored all schedules"), "{}", run.text());
+    assert!(watch_set(&out.join("trace.bin")).len() >= 2, "the proof's last round did not watch the counter");
+    assert_no_survivors(&twin);
 }
 
 #[test]
