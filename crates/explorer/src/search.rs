@@ -115,8 +115,6 @@ pub struct SearchSummary {
     pub goals: Vec<SavedGoal>,
     /// Lines on the SDK's descriptor that were not the protocol, and the first of them.
     pub malformed_property_lines: (u64, Option<String>),
-    /// Granules the last watch set held (memory points only; the profile's plus what grew).
-    pub watched: usize,
     /// Some shared written memory was left unwatched: the watch set reached its cap, or an
     /// execution's access table filled up.
     pub watch_overflowed: bool,
@@ -490,7 +488,6 @@ impl<'a> Judge<'a> {
             properties: self.properties,
             goals: self.goals,
             malformed_property_lines: self.malformed_property_lines,
-            watched: self.epochs.watched(),
             watch_overflowed: self.epochs.overflowed(),
         }
     }

@@ -209,11 +209,6 @@ impl WatchEpochs {
     pub fn unwatched_sharing(&self) -> usize {
         self.state().found.len()
     }
-
-    /// Granules the last published set watches.
-    pub fn watched(&self) -> usize {
-        self.state().latest().len()
-    }
 }
 
 #[cfg(test)]
