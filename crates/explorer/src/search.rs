@@ -24,7 +24,7 @@ use dara_scheduler::Outcome;
 
 use crate::strategy::{self, Feedback, Order, Start, Status, Strategy, StrategyError};
 use crate::visibility::{BlindSpot, Visibility};
-use crate::watch_growth::{Growing, Growth, WatchEpochs};
+use crate::watch_growth::{Growing, Growth, WatchSets};
 
 /// A search: the execution template plus how many executions, how chosen.
 #[derive(Clone, Debug)]
@@ -183,7 +183,7 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
         (true, Order::Systematic) => Growing::Rounds,
         (true, _) => Growing::Epochs,
     };
-    let epochs = WatchEpochs::new(cfg.execution.preempt.watch.clone(), growing);
+    let epochs = WatchSets::new(cfg.execution.preempt.watch.clone(), growing);
     let mut judge = Judge::new(cfg, info.spec, started, stop, &epochs);
     if cfg.runs == 0 {
         return Ok(judge.finish(SearchEnd::Completed));
@@ -257,7 +257,7 @@ fn parallel(
     cfg: &SearchConfig,
     first_steps: u64,
     judge: &mut Judge<'_>,
-    epochs: &WatchEpochs,
+    epochs: &WatchSets,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SearchEnd, SearchError> {
@@ -387,7 +387,7 @@ fn execution_config(cfg: &SearchConfig, k: u64, watch: &[u64]) -> ExecutionConfi
 /// the search ends.
 struct Judge<'a> {
     cfg: &'a SearchConfig,
-    epochs: &'a WatchEpochs,
+    epochs: &'a WatchSets,
     /// The user's stop (SIGINT/SIGTERM), to tell an interrupted execution from one the time
     /// budget cut.
     user_stop: &'a AtomicBool,
@@ -404,7 +404,7 @@ struct Judge<'a> {
 }
 
 impl<'a> Judge<'a> {
-    fn new(cfg: &'a SearchConfig, strategy: String, started: Instant, user_stop: &'a AtomicBool, epochs: &'a WatchEpochs) -> Judge<'a> {
+    fn new(cfg: &'a SearchConfig, strategy: String, started: Instant, user_stop: &'a AtomicBool, epochs: &'a WatchSets) -> Judge<'a> {
         Judge {
             cfg,
             epochs,

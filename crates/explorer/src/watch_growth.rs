@@ -46,7 +46,7 @@ pub fn epoch_of(k: u64) -> u64 {
     k / EPOCH
 }
 
-/// How the watch set grew at the end of an epoch, for the user.
+/// How the watch set grew at the end of an epoch or round, for the user.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Growth {
     /// Granules added.
@@ -71,7 +71,7 @@ pub enum Growing {
 
 /// The watch sets of one search: the judge adds each judged execution's new sharing in
 /// execution order, and executions wait for their set.
-pub struct WatchEpochs {
+pub struct WatchSets {
     growing: Growing,
     state: Mutex<State>,
     published: Condvar,
@@ -125,11 +125,11 @@ impl State {
     }
 }
 
-impl WatchEpochs {
+impl WatchSets {
     /// The sets of a search whose profile watches `profile` (empty without memory points).
-    pub fn new(profile: Vec<u64>, growing: Growing) -> WatchEpochs {
+    pub fn new(profile: Vec<u64>, growing: Growing) -> WatchSets {
         let state = State { sets: vec![(0, Arc::new(profile))], ..Default::default() };
-        WatchEpochs { growing, state: Mutex::new(state), published: Condvar::new() }
+        WatchSets { growing, state: Mutex::new(state), published: Condvar::new() }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn an_epoch_runs_with_what_the_epochs_before_it_found() {
-        let epochs = WatchEpochs::new(vec![10], Growing::Epochs);
+        let epochs = WatchSets::new(vec![10], Growing::Epochs);
         assert_eq!(*epochs.for_execution(0, || false).unwrap(), vec![10]);
         for k in 0..EPOCH - 1 {
             let found: &[u64] = if k == 2 { &[30, 20] } else if k == 5 { &[20, 40] } else { &[] };
@@ -240,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_systematic_search_grows_only_when_a_round_is_exhausted() {
-        let epochs = WatchEpochs::new(vec![7], Growing::Rounds);
+        let epochs = WatchSets::new(vec![7], Growing::Rounds);
         for k in 0..3 * EPOCH {
             assert_eq!(epochs.judged(k, Some(&racy(&[k % 2 + 100])), false), None, "no growth within a round");
         }
@@ -257,7 +257,7 @@ mod tests {
     #[test]
     fn the_cap_keeps_the_first_found_and_says_so() {
         let full: Vec<u64> = (0..MAX_WATCHED as u64 - 1).map(|g| g * 2).collect();
-        let epochs = WatchEpochs::new(full, Growing::Epochs);
+        let epochs = WatchSets::new(full, Growing::Epochs);
         epochs.judged(0, Some(&racy(&[1_000_001])), false);
         epochs.judged(1, Some(&racy(&[1_000_000])), false);
         for k in 2..EPOCH {
@@ -271,7 +271,7 @@ mod tests {
 
     #[test]
     fn a_closed_search_releases_its_waiters() {
-        let epochs = Arc::new(WatchEpochs::new(vec![], Growing::Epochs));
+        let epochs = Arc::new(WatchSets::new(vec![], Growing::Epochs));
         let waiter = {
             let epochs = Arc::clone(&epochs);
             std::thread::spawn(move || epochs.for_execution(3 * EPOCH, || false))

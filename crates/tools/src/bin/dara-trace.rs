@@ -358,7 +358,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     if summary.bugs.is_empty() {
         if !matches!(summary.end, SearchEnd::Interrupted) {
             println!("no bug found in {} executions ({})", summary.executions, cfg.strategy);
-            if matches!(summary.end, SearchEnd::Completed | SearchEnd::TimeBudget) {
+            if !recording && matches!(summary.end, SearchEnd::Completed | SearchEnd::TimeBudget) {
                 let build = binary::resolve(&cli.command[0]).map(|p| dara_tools::memory_build::memory_instrumentation(&p)).unwrap_or_default();
                 let empty = EmptySearch { visibility, build, overflowed: profile_overflowed || summary.watch_overflowed };
                 if let Some(line) = dara_explorer::hint::hint(&empty) {
