@@ -34,6 +34,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 
 pub mod access;
 pub mod agent;
+pub mod atomic_sites;
 pub mod clock;
 pub mod counter;
 pub mod cpuid;
@@ -50,7 +51,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 30;
+pub const VERSION: u32 = 31;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -715,6 +716,9 @@ pub struct Header {
     pub written: [WrittenFile; MAX_WRITTEN_FILES],
     /// The words a process uses to ask dara's ptrace agent to trace it (see [`AgentWords`]).
     pub agent: agent::AgentWords,
+    /// `--preempt-on atomics`: the directory of the programs' atomic-site plans
+    /// ([`atomic_sites`]), NUL-terminated; empty otherwise. Written before the launch.
+    pub atomic_plans: [AtomicU8; atomic_sites::PLANS_DIR_MAX],
     pub processes: [ProcessEntry; MAX_PROCESSES],
 }
 
@@ -771,6 +775,12 @@ pub mod preempt {
     /// post (told in the next post: [`Slot::sent`](crate::Slot::sent)). Only decisions that could
     /// matter remain scheduling points.
     pub const COARSE: u32 = 4;
+    /// The program's own atomic instructions are trapped ([`atomic_sites`](crate::atomic_sites)):
+    /// their accesses are recorded (`PROFILE`) or posted when watched (`MEMORY`).
+    pub const ATOMICS: u32 = 8;
+    /// Instrumented accesses (sancov load/store callbacks, ThreadSanitizer-ABI callbacks) are
+    /// recorded (`PROFILE`) or posted when watched (`MEMORY`): `--preempt-on memory`.
+    pub const INSTRUMENTED: u32 = 16;
 }
 
 /// Bits of [`Header::instrumented`]: where a profiling run's recorded accesses came from.
@@ -781,6 +791,8 @@ pub mod instrumented {
     pub const TSAN: u32 = 2;
     /// Atomic operations of a ThreadSanitizer-ABI build.
     pub const TSAN_ATOMIC: u32 = 4;
+    /// Atomic instructions of a prebuilt program, trapped (`--preempt-on atomics`).
+    pub const TRAPPED_ATOMIC: u32 = 8;
 }
 
 /// The words of [`HeldKind`]: what an [`Op::Held`] lock is.

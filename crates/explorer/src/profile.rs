@@ -39,6 +39,21 @@ pub struct ProfileSummary {
     pub overflowed: bool,
     /// Which instrumentation reported the accesses (what a search can see: `visibility`).
     pub sources: dara_scheduler::preempt::Instrumented,
+    /// `--preempt-on atomics`: the atomic instructions trapped in each program the run started.
+    pub atomic_sites: std::collections::BTreeMap<String, dara_scheduler::atomic_plans::PlanSummary>,
+}
+
+impl ProfileSummary {
+    /// The line dara-trace prints after the profiling run.
+    pub fn describe(&self) -> String {
+        let watched = if self.atomic_sites.is_empty() {
+            format!("{} of {} granules shared and written, watched", self.watched, self.touched)
+        } else {
+            let trapped: Vec<String> = self.atomic_sites.iter().map(|(program, s)| if s.skipped > 0 { format!("{} in {program}, {} left out", s.sites, s.skipped) } else { format!("{} in {program}", s.sites) }).collect();
+            format!("{} of {} granules watched; atomic instructions trapped: {}", self.watched, self.touched, trapped.join(", "))
+        };
+        format!("memory profile: {watched} ({} steps, {:.1} ms, {})", self.steps, self.wall.as_secs_f64() * 1e3, self.outcome)
+    }
 }
 
 /// Salt of the profiling run's application seed.
@@ -55,11 +70,22 @@ pub fn profile(cfg: &mut ExecutionConfig, seed: u64, stop: &AtomicBool) -> Resul
     run_cfg.discard_output = true;
     let report = execution::run(&run_cfg, &mut NonPreemptive::default(), stop)?;
     let profile = report.access_profile.unwrap_or_default();
-    let mut watch = if cfg.preempt.all_accesses { profile.touched.clone() } else { profile.racy.clone() };
+    // Trapped atomic instructions alone cannot tell sharing apart: the plain `mov`s that read
+    // atomics are not seen, so a granule one thread writes atomically and others only read looks
+    // private. Atomic instructions are few and there to be shared: every granule they touched is
+    // watched.
+    let watch_all = cfg.preempt.all_accesses || (cfg.preempt.atomics && !cfg.preempt.memory);
+    let mut watch = if watch_all { profile.touched.clone() } else { profile.racy.clone() };
     let dropped = watch.len().saturating_sub(MAX_WATCHED);
     watch.truncate(MAX_WATCHED);
     let overflowed = profile.nearly_full() || dropped > 0;
-    let warning = if profile.touched.is_empty() {
+    // A run dara had to stop says why itself; the search that follows stops the same way.
+    let stopped = matches!(report.outcome, dara_scheduler::Outcome::Uncontrolled { .. });
+    let warning = if stopped {
+        None
+    } else if profile.touched.is_empty() && !cfg.preempt.memory {
+        Some("--preempt-on atomics: the profiling run executed no atomic instruction of the program's own code on shared memory (lock-prefixed or xchg; atomics inside shared libraries and plain atomic loads are not trapped), so there are no memory scheduling points; for plain memory too, build it as docs/memory-preemption.md says".to_string())
+    } else if profile.touched.is_empty() {
         Some(format!("--preempt-on memory: the profiling run saw no instrumented load or store, so there are no memory scheduling points: build the program with {} (plain memory and atomics), or clang -fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores and link -ldara_cov (plain memory only; docs/memory-preemption.md)", crate::visibility::TSAN_BUILD))
     } else if overflowed {
         Some(format!("--preempt-on memory: the program touches more shared memory than dara tracks ({} granules profiled, {} watched at most); some racy addresses are not scheduling points", profile.touched.len(), MAX_WATCHED))
@@ -77,6 +103,7 @@ pub fn profile(cfg: &mut ExecutionConfig, seed: u64, stop: &AtomicBool) -> Resul
         warning,
         overflowed,
         sources: profile.sources,
+        atomic_sites: report.atomic_sites,
     })
 }
 

@@ -13,8 +13,8 @@
 //!
 //! Not a blind spot by this definition, and said in docs/memory-preemption.md instead: memory
 //! touched only by uninstrumented code (libc, the kernel), and sharing that no execution showed.
-//! Sharing that an execution of a systematic search showed outside the profile's watch set is
-//! one ([`BlindSpot::UnwatchedSharing`]): those searches do not grow the set.
+//! Sharing a systematic search's executions showed outside its watch set, with no executions
+//! left for a round that watches it, is one ([`BlindSpot::UnwatchedSharing`]).
 use std::fmt;
 
 use dara_scheduler::preempt::{Instrumented, Preemption};
@@ -45,9 +45,12 @@ pub enum BlindSpot {
     NotInstrumented,
     /// Plain loads and stores were points, atomic operations were not (a sancov build).
     AtomicsNotInstrumented,
-    /// A systematic search keeps the profile's watch set, and its executions showed memory
-    /// shared and written outside it (`crate::watch_growth`).
+    /// A systematic search's executions showed memory shared and written outside its watch set,
+    /// and none were left for a round that watches it (`crate::watch_growth`).
     UnwatchedSharing,
+    /// Only the program's trapped atomic instructions were points (`--preempt-on atomics` on a
+    /// plain build): plain loads and stores, and atomic loads (plain moves), were not.
+    OnlyAtomicInstructions,
 }
 
 impl Visibility {
@@ -55,7 +58,8 @@ impl Visibility {
     /// instrumentation the profiling run received.
     pub fn of(preempt: &Preemption, profiled: Option<Instrumented>) -> Visibility {
         match profiled {
-            _ if !preempt.memory => Visibility::Partial(BlindSpot::NoMemoryPoints),
+            _ if !preempt.memory_level() => Visibility::Partial(BlindSpot::NoMemoryPoints),
+            _ if !preempt.memory => Visibility::Partial(BlindSpot::OnlyAtomicInstructions),
             None => Visibility::Partial(BlindSpot::NoMemoryPoints),
             Some(sources) if !sources.any() => Visibility::Partial(BlindSpot::NotInstrumented),
             Some(sources) if !sources.covers_atomics() => Visibility::Partial(BlindSpot::AtomicsNotInstrumented),
@@ -78,7 +82,7 @@ impl fmt::Display for BlindSpot {
         match self {
             BlindSpot::NoMemoryPoints => write!(
                 f,
-                "memory accesses were not scheduling points, so races on plain memory or atomics between two scheduling points were not explored: build with {TSAN_BUILD} and use --preempt-on memory (docs/memory-preemption.md)"
+                "memory accesses were not scheduling points, so races on plain memory or atomics between two scheduling points were not explored: build with {TSAN_BUILD} and use --preempt-on memory, or, without a rebuild, use --preempt-on atomics for the program's own atomic instructions (docs/memory-preemption.md)"
             ),
             BlindSpot::NotInstrumented => write!(
                 f,
@@ -90,7 +94,11 @@ impl fmt::Display for BlindSpot {
             ),
             BlindSpot::UnwatchedSharing => write!(
                 f,
-                "its executions showed memory shared and written that the profiling run did not, and a systematic search keeps the profile's watch set, so accesses to that memory were not scheduling points: search with random, pct, pos or rf, whose watch set grows (docs/memory-preemption.md)"
+                "its executions showed memory shared and written outside the watch set, and no executions were left for a round that watches it, so accesses to that memory were not scheduling points: give more --runs (docs/memory-preemption.md)"
+            ),
+            BlindSpot::OnlyAtomicInstructions => write!(
+                f,
+                "only the program's own atomic read-modify-write and exchange instructions were scheduling points (--preempt-on atomics): plain loads and stores, atomic loads and release stores (plain moves) and atomics inside shared libraries were not, so races through them were not explored: build with {TSAN_BUILD} and use --preempt-on memory (docs/memory-preemption.md)"
             ),
         }
     }
@@ -120,6 +128,12 @@ mod tests {
         assert_eq!(Visibility::of(&memory(), Some(tsan)), Visibility::Complete);
         let tsan_plain_only = Instrumented::from_bits(instrumented::TSAN);
         assert_eq!(Visibility::of(&memory(), Some(tsan_plain_only)), Visibility::Complete, "a TSan build without atomics has none to miss");
+        let atomics = Preemption { atomics: true, ..Default::default() };
+        let trapped = Instrumented::from_bits(instrumented::TRAPPED_ATOMIC);
+        assert_eq!(Visibility::of(&atomics, Some(trapped)), Visibility::Partial(BlindSpot::OnlyAtomicInstructions));
+        let both = Preemption { memory: true, atomics: true, ..Default::default() };
+        assert_eq!(Visibility::of(&both, Some(trapped)), Visibility::Partial(BlindSpot::NotInstrumented), "trapped atomics are not instrumentation");
+        assert_eq!(Visibility::of(&both, Some(Instrumented::from_bits(instrumented::TRAPPED_ATOMIC | instrumented::TSAN))), Visibility::Complete);
     }
 
     #[test]
@@ -130,7 +144,7 @@ mod tests {
 
     #[test]
     fn every_reason_names_the_build_line() {
-        for blind in [BlindSpot::NoMemoryPoints, BlindSpot::NotInstrumented, BlindSpot::AtomicsNotInstrumented] {
+        for blind in [BlindSpot::NoMemoryPoints, BlindSpot::NotInstrumented, BlindSpot::AtomicsNotInstrumented, BlindSpot::OnlyAtomicInstructions] {
             let text = blind.to_string();
             assert!(text.contains("-fsanitize=thread") && text.contains("-ldara_tsan") && !text.contains('\n'), "{text}");
         }

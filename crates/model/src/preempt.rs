@@ -30,6 +30,10 @@ pub struct Preemption {
     /// Granules (`addr >> 3`) whose accesses are scheduling points, sorted.
     #[serde(default)]
     pub watch: Vec<u64>,
+    /// `atomics`: the program's own atomic instructions (lock-prefixed, `xchg` with memory) are
+    /// trapped, no rebuild needed, and are memory-level points on watched granules.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub atomics: bool,
     /// Coarse steps (a recording, which needs no decision there): private lock operations and
     /// most clock reads are not scheduling points (`dara_abi::preempt::COARSE`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -37,19 +41,26 @@ pub struct Preemption {
 }
 
 impl Preemption {
-    /// Parses `memory`, `memory:all`, `edges:N` or a comma-separated combination.
+    /// Whether any memory-level points were asked for (instrumented accesses or trapped
+    /// atomics): a profiling run and a watch set.
+    pub fn memory_level(&self) -> bool {
+        self.memory || self.atomics
+    }
+
+    /// Parses `memory`, `memory:all`, `atomics`, `edges:N` or a comma-separated combination.
     pub fn parse(spec: &str) -> Result<Preemption, String> {
         let mut p = Preemption::default();
         for part in spec.split(',').map(str::trim) {
             match part {
                 "memory" => p.memory = true,
+                "atomics" => p.atomics = true,
                 "memory:all" => {
                     p.memory = true;
                     p.all_accesses = true;
                 }
                 _ => match part.strip_prefix("edges:").map(str::parse::<u32>) {
                     Some(Ok(n)) if n > 0 => p.edges = n,
-                    _ => return Err(format!("unknown --preempt-on value {part:?}: expected memory, memory:all, edges:N (N > 0) or a comma-separated combination such as memory,edges:1000")),
+                    _ => return Err(format!("unknown --preempt-on value {part:?}: expected memory, memory:all, atomics, edges:N (N > 0) or a comma-separated combination such as memory,edges:1000")),
                 },
             }
         }
@@ -61,6 +72,9 @@ impl Preemption {
         let mut parts = Vec::new();
         if self.memory {
             parts.push(if self.all_accesses { "memory:all".to_string() } else { "memory".to_string() });
+        }
+        if self.atomics {
+            parts.push("atomics".into());
         }
         if self.edges > 0 {
             parts.push(format!("edges:{}", self.edges));
@@ -77,12 +91,13 @@ impl Preemption {
 
     /// Header flags for an execution with these settings (`profile`: the profiling run).
     pub fn flags(&self, profile: bool) -> u32 {
-        let memory = match (self.memory, profile) {
+        let mode = match (self.memory_level(), profile) {
             (true, true) => preempt::PROFILE,
             (true, false) => preempt::MEMORY,
             (false, _) => 0,
         };
-        memory | if self.coarse { preempt::COARSE } else { 0 }
+        let sources = if self.memory { preempt::INSTRUMENTED } else { 0 } | if self.atomics { preempt::ATOMICS } else { 0 };
+        mode | sources | if self.coarse { preempt::COARSE } else { 0 }
     }
 
     /// Writes the watch set into a fresh table. Returns how many granules did not fit (0 unless
@@ -112,6 +127,8 @@ pub struct Instrumented {
     pub tsan: bool,
     /// ThreadSanitizer-ABI atomic operations.
     pub tsan_atomics: bool,
+    /// A prebuilt program's atomic instructions, trapped (`--preempt-on atomics`).
+    pub trapped_atomics: bool,
 }
 
 impl Instrumented {
@@ -121,12 +138,18 @@ impl Instrumented {
             sancov: bits & instrumented::SANCOV != 0,
             tsan: bits & instrumented::TSAN != 0,
             tsan_atomics: bits & instrumented::TSAN_ATOMIC != 0,
+            trapped_atomics: bits & instrumented::TRAPPED_ATOMIC != 0,
         }
     }
 
     /// Whether any instrumented access reached dara.
     pub fn any(self) -> bool {
         self.sancov || self.tsan || self.tsan_atomics
+    }
+
+    /// Whether plain loads and stores reached dara (only instrumentation reports them).
+    pub fn plain_accesses(self) -> bool {
+        self.sancov || self.tsan
     }
 
     /// Whether every instrumented module reported its atomic operations too: accesses came
@@ -198,8 +221,13 @@ mod tests {
     #[test]
     fn flags_follow_memory_and_profile() {
         let m = Preemption::parse("memory").unwrap();
-        assert_eq!(m.flags(true), preempt::PROFILE);
-        assert_eq!(m.flags(false), preempt::MEMORY);
+        assert_eq!(m.flags(true), preempt::PROFILE | preempt::INSTRUMENTED);
+        assert_eq!(m.flags(false), preempt::MEMORY | preempt::INSTRUMENTED);
+        let a = Preemption::parse("atomics").unwrap();
+        assert!(a.memory_level() && !a.memory);
+        assert_eq!(a.flags(false), preempt::MEMORY | preempt::ATOMICS);
+        assert_eq!(Preemption::parse("memory,atomics").unwrap().flags(true), preempt::PROFILE | preempt::INSTRUMENTED | preempt::ATOMICS);
+        assert_eq!(a.describe(), "atomics");
         assert_eq!(Preemption::parse("edges:5").unwrap().flags(true), 0);
     }
 

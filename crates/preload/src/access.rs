@@ -36,12 +36,14 @@ use crate::gate::{self, Gated};
 use crate::region;
 
 /// Shared body of every receiver: `size` bytes at `addr`, a store if `write`, reported by the
-/// instrumentation `source` (an [`instrumented`] bit).
+/// instrumentation `source` (an [`instrumented`] bit; a trapped atomic instruction counts only
+/// under [`preempt::ATOMICS`], instrumentation only under [`preempt::INSTRUMENTED`]).
 #[inline(always)]
-fn on_access(addr: usize, size: u64, write: bool, source: u32) {
+pub(crate) fn on_access(addr: usize, size: u64, write: bool, source: u32) {
     let Some(header) = region::header() else { return };
     let flags = header.preempt_flags;
-    if flags & (preempt::MEMORY | preempt::PROFILE) == 0 {
+    let wanted = if source == instrumented::TRAPPED_ATOMIC { preempt::ATOMICS } else { preempt::INSTRUMENTED };
+    if flags & (preempt::MEMORY | preempt::PROFILE) == 0 || flags & wanted == 0 {
         return;
     }
     let Some(table) = region::access_table() else { return };

@@ -15,14 +15,15 @@
 //! that is not a counter read goes to that action as the kernel would have delivered it: the
 //! program's handler is called (with its mask and flags), an ignored or default action crashes.
 //! For the other signals a program's handler simply replaces dara's. `cpuid` faults with SIGSEGV
-//! too, where the CPU can ([`crate::cpuid`]: dara hides `rdrand` and `rdseed`).
+//! too, where the CPU can ([`crate::cpuid`]: dara hides `rdrand` and `rdseed`), and so do the
+//! program's atomic instructions under `--preempt-on atomics` ([`crate::atomics`]).
 use core::ffi::{c_int, c_void};
 
 use dara_abi::{Addr, Request};
 use libc::siginfo_t;
 
 use crate::gate::Gated;
-use crate::{cpuid, real, sys, tsc};
+use crate::{atomics, cpuid, real, sys, tsc};
 
 pub mod program_action;
 
@@ -61,7 +62,7 @@ extern "C" fn on_fault(signal: c_int, info: *mut siginfo_t, context: *mut c_void
     // and the context may be modified (it is resumed by sigreturn).
     let (code, addr, uc) = unsafe { ((*info).si_code, (*info).si_addr() as u64, &mut *(context as *mut libc::ucontext_t)) };
     if signal == libc::SIGSEGV && program_action::owned() {
-        if code == tsc::SI_KERNEL && (tsc::trapping() && tsc::emulate(uc) || cpuid::emulate(uc)) {
+        if code == tsc::SI_KERNEL && (tsc::trapping() && tsc::emulate(uc) || cpuid::emulate(uc) || atomics::emulate(uc)) {
             return;
         }
         // SAFETY: the kernel's own arguments for this delivery.

@@ -103,6 +103,12 @@ extern "C" fn dara_preload_init(
     crate::stop_world::detect_runtime();
     entropy::seed_process(entry.random_seed.load(Ordering::Acquire));
     entropy::overwrite_at_random();
+    // dara wrote this program's plan before granting the start.
+    if header.preempt_flags & dara_abi::preempt::ATOMICS != 0 {
+        if let Err(e) = crate::atomics::apply(header) {
+            sys::die(e.message(), SETUP_FAILED);
+        }
+    }
     // Last, holding the run token: a signal that reached the old image while it was parked at
     // its exec is pending, and the new image (whose handlers the exec reset) takes its default
     // action now, as the kernel would have delivered it on the way out of the exec.

@@ -59,6 +59,7 @@ mod layers;
 
 pub mod access;
 pub mod agent_exec;
+pub mod atomics;
 pub mod call_site;
 pub mod coverage;
 pub mod cpuid;

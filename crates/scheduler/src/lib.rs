@@ -20,6 +20,7 @@ pub use dara_model::{choice, cluster, model, outcome, preempt, time, trace};
 pub use dara_model::{Choice, ChoiceKind, Decide, Divergence, Outcome};
 pub use dara_tracer::procfs;
 
+pub mod atomic_plans;
 pub mod coverage;
 pub mod crash_frame;
 pub mod crash_site;

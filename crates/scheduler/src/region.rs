@@ -51,6 +51,12 @@ impl Region {
         header.preempt_flags = preempt.flags(profile);
         header.preempt_edges = preempt.edges;
         header.outside = u32::from(outside);
+        if preempt.atomics {
+            let dir = crate::atomic_plans::directory()?;
+            for (byte, &b) in header.atomic_plans.iter().zip(dir.as_os_str().as_encoded_bytes()) {
+                byte.store(b, Ordering::Relaxed);
+            }
+        }
         if header.preempt_flags & dara_abi::preempt::MEMORY != 0 {
             // A set of at most MAX_WATCHED granules in a table four times larger, probed up to
             // 64 entries deep, always fits.
@@ -58,6 +64,13 @@ impl Region {
             debug_assert_eq!(unwatched, 0, "the watch set did not fit into the access table");
         }
         Ok(region)
+    }
+
+    /// The directory of atomic-instruction plans written at creation (`--preempt-on atomics`).
+    pub fn atomic_plans(&self) -> Option<std::path::PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
+        let bytes: Vec<u8> = self.header().atomic_plans.iter().map(|b| b.load(Ordering::Relaxed)).take_while(|&b| b != 0).collect();
+        (!bytes.is_empty()).then(|| std::ffi::OsStr::from_bytes(&bytes).into())
     }
 
     /// dara's descriptor of the region's memfd (handed to the target as `dara_abi::SHM_FD`).

@@ -82,6 +82,19 @@ fn cpuid_hides_rdrand_under_the_ptrace_agent_too() {
     assert_no_survivors(&program);
 }
 
+/// A SIGSEGV handler installed with `signal` in a program compiled with `-std=c11` (glibc's
+/// `signal` is then `__sysv_signal`, which the preload did not hook) replaced dara's, so the
+/// first trapped `cpuid` ran the program's handler (exit 3): every zstd run crashed so. Now the
+/// handler is kept beside dara's, `cpuid` and `rdtsc` are answered, and the same seed gives the
+/// same run.
+#[test]
+fn a_sigsegv_handler_set_through_sysv_signal_leaves_cpuid_answered() {
+    let program = private_copy(&fixture_with("sysv_signal_segv", &["-std=c11"]), "sysv_signal_segv");
+    let output = searches_alike("sysv_signal_segv", &program, &[]);
+    assert_eq!(output.matches("cpuid and rdtsc answered").count(), 5, "{output}");
+    assert_no_survivors(&program);
+}
+
 /// A loop that doubles its work until it has taken 100 ms of CPU time never ends under dara
 /// (CPU time is virtual): dara stops it after --busy-limit as uncontrolled and names CPU time
 /// (before: "BUG: hang"). The twin, with its count given, searches clean and replays.

@@ -1,6 +1,6 @@
 //! Real multithreaded programs nobody here wrote, recorded as a user would (`dara-trace -o OUT --
 //! CMD`, one run with coarse steps), searched with 20 random executions that must find no bug,
-//! and replayed with `--verify`: pigz compressing with four threads, `xz -T 4`, `sort
+//! and replayed with `--verify`: pigz compressing with four threads, `xz -T 4`, `zstd -T4`, `sort
 //! --parallel=4`, python3 threads taking turns on the GIL, four threads of one process on a
 //! sqlite WAL database (Debian's libsqlite3), memcached with four worker threads under
 //! memcslap from outside (and, searched, on libevent's timerfd-based precise timers), and nginx (master and two workers) serving curl, stopped by one Ctrl-C
@@ -74,6 +74,29 @@ fn xz_with_four_threads_records_searches_and_replays() {
     assert!(test.success(), "xz -t: the searched xz wrote a broken .xz");
     replays_identically(&last);
     assert!(processes_with(&["xz", dir.to_str().unwrap()]).is_empty(), "an xz survived");
+}
+
+/// zstd with four worker threads. It installs a crash handler with `signal` compiled as
+/// `__sysv_signal`, which replaced dara's SIGSEGV handler: its first `cpuid` (trapped by dara)
+/// crashed every run. The recording writes a frame `zstd -t` accepts; the search is clean.
+#[test]
+fn zstd_with_four_threads_records_searches_and_replays() {
+    let dir = out_dir("zstd-input");
+    let input = dir.join("input.txt");
+    std::fs::write(&input, text(40_000)).unwrap();
+    let zstd = |file: &str| ["zstd", "-T4", "-q", "-f", "-k", file].map(String::from);
+    let command = zstd(input.to_str().unwrap());
+    let (trace, _) = record("zstd", &command.each_ref().map(String::as_str));
+    let test = Command::new("zstd").arg("-t").arg(dir.join("input.txt.zst")).status().unwrap();
+    assert!(test.success(), "zstd -t: the recorded zstd wrote a broken frame");
+    replays_identically(&trace);
+
+    let small = dir.join("small.txt");
+    std::fs::write(&small, text(8_000)).unwrap();
+    let command = zstd(small.to_str().unwrap());
+    let (last, _) = search_clean("zstd-search", SEARCH_RUNS, &[], &command.each_ref().map(String::as_str));
+    replays_identically(&last);
+    assert!(processes_with(&["zstd", dir.to_str().unwrap()]).is_empty(), "a zstd survived");
 }
 
 #[test]

@@ -13,10 +13,12 @@
 //!
 //! The scheduler talks to this crate through [`ProcessTree`] (spawn, receive exits, kill all) and
 //! asks [`procfs`] about single processes and threads.
+pub mod atomic_plan;
 pub mod binary;
 pub mod debug_file;
 pub mod image;
 pub mod launch;
+pub mod out_of_line;
 pub mod pidns;
 pub mod procfs;
 pub mod ptrace;

@@ -41,7 +41,7 @@ fn header() -> TraceHeader {
         max_steps: 100_000,
         max_vtime_ns: 3_600_000_000_000,
         build_ids: vec![("/work/fixtures/server".into(), "8e5d1b0c".into())],
-        preempt: crate::preempt::Preemption { memory: true, all_accesses: false, edges: 1000, watch: vec![0x80_1234, 0x80_1235], coarse: false },
+        preempt: crate::preempt::Preemption { memory: true, all_accesses: false, edges: 1000, watch: vec![0x80_1234, 0x80_1235], atomics: false, coarse: false },
         cluster: Some(crate::cluster::ClusterSpec {
             nodes: vec![crate::cluster::NodeSpec { name: "kv1".into(), start: vec!["sh".into(), "-c".into(), "./kv 1".into()], restart: vec![] }],
             check: Some(vec!["./check.sh".into()]),

@@ -143,6 +143,44 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
     old
 }
 
+/// `signal` with System V semantics (`__sysv_signal`, `sysv_signal`: one-shot, not deferred, no
+/// restart) or BSD's (`bsd_signal`), through the `sigaction` hook, so SIGSYS and SIGSEGV stay
+/// dara's as they do for `sigaction`. glibc's `signal` is `__sysv_signal` in a program compiled
+/// in a strict standard mode (`-std=c11`): zstd is, and its SIGSEGV handler replaced dara's, so
+/// the first trapped `cpuid` crashed it.
+///
+/// # Safety
+/// `handler` is a signal handler, SIG_DFL or SIG_IGN, as for `signal`.
+unsafe fn signal_with_flags(sig: c_int, handler: libc::sighandler_t, flags: c_int) -> libc::sighandler_t {
+    // SAFETY: all-zero sigactions are valid (SIG_DFL, empty mask, no flags).
+    let (mut action, mut old): (libc::sigaction, libc::sigaction) = unsafe { (core::mem::zeroed(), core::mem::zeroed()) };
+    action.sa_sigaction = handler;
+    action.sa_flags = flags;
+    // SAFETY: two live sigactions.
+    if unsafe { sigaction(sig, &action, &mut old) } != 0 {
+        return libc::SIG_ERR;
+    }
+    old.sa_sigaction
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: the program's own arguments.
+    unsafe { signal_with_flags(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: the program's own arguments.
+    unsafe { signal_with_flags(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: the program's own arguments.
+    unsafe { signal_with_flags(sig, handler, libc::SA_RESTART) }
+}
+
 /// `kill` by a traced thread: a scheduling point naming the target by logical process (pids
 /// differ from run to run), then the real `kill`. The grant says how many traced processes the
 /// signal terminates; for a single target the sender waits until it is dead, with its caught

@@ -155,6 +155,8 @@ pub struct ExecutionReport {
     pub call_sites: Vec<Option<crate::symbols::CallSite>>,
     /// The user properties the program evaluated (the SDKs' lines), in this execution.
     pub properties: dara_model::property::ExecutionProperties,
+    /// `--preempt-on atomics`: the atomic instructions trapped in each program started.
+    pub atomic_sites: BTreeMap<String, dara_tracer::atomic_plan::PlanSummary>,
     pub wall: Duration,
 }
 
@@ -250,7 +252,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     let access_profile = (cfg.profile || cfg.preempt.memory).then(|| AccessProfile::read(run.region.access_table(), run.region.header().instrumented.load(Ordering::Acquire)));
     let (paths, more) = run.region.written_files();
     let written_files = crate::trace::WrittenFiles { paths, more };
-    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, call_sites: run.observed.step_sites, properties, wall: started.elapsed() })
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, call_sites: run.observed.step_sites, properties, atomic_sites: run.observed.atomic_sites, wall: started.elapsed() })
 }
 
 /// A broken user property is the execution's outcome, named by the property, over how the

@@ -28,11 +28,13 @@ pub(super) struct Observations {
     pending_sites: BTreeMap<ThreadId, crate::symbols::CallSite>,
     /// The call site of each step, in step order (when `symbolize`; empty otherwise).
     pub(super) step_sites: Vec<Option<crate::symbols::CallSite>>,
+    /// `--preempt-on atomics`: the atomic instructions trapped in each program started.
+    pub(super) atomic_sites: BTreeMap<String, dara_tracer::atomic_plan::PlanSummary>,
 }
 
 impl Default for Observations {
     fn default() -> Observations {
-        Observations { symbolizers: BTreeMap::new(), symbols: BTreeMap::new(), faults: BTreeMap::new(), programs: BTreeMap::new(), modules: BTreeMap::new(), coverage_checks: vec![0; MAX_PROCESSES], pending_sites: BTreeMap::new(), step_sites: Vec::new() }
+        Observations { symbolizers: BTreeMap::new(), symbols: BTreeMap::new(), faults: BTreeMap::new(), programs: BTreeMap::new(), modules: BTreeMap::new(), coverage_checks: vec![0; MAX_PROCESSES], pending_sites: BTreeMap::new(), step_sites: Vec::new(), atomic_sites: BTreeMap::new() }
     }
 }
 

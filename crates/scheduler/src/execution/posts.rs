@@ -212,6 +212,14 @@ impl Execution<'_> {
         }
         self.observed.process_started(process, pid);
         let program = procfs::program_name(pid).unwrap_or_default();
+        if kind != StartKind::Fork {
+            if let Some(dir) = self.region.atomic_plans() {
+                // Before the grant: the preload reads the plan once its start is granted (the
+                // ptrace agent found its program's own sites at the exec).
+                let summary = crate::atomic_plans::ensure(&dir, pid).map_err(|detail| Outcome::Uncontrolled { thread, syscall: "--preempt-on atomics".into(), detail: format!("{detail}; the run was stopped") })?;
+                self.observed.atomic_sites.insert(program.clone(), summary);
+            }
+        }
         if self.cfg.symbolize && !program.is_empty() {
             self.observed.programs.insert(thread, program.clone());
         }

@@ -262,7 +262,10 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     let mut profile_overflowed = false;
     if let Some(spec) = &cli.preempt_on {
         execution.preempt = dara_model::preempt::Preemption::parse(spec).map_err(anyhow::Error::msg)?;
-        if execution.preempt.memory {
+        if execution.preempt.memory_level() && recording {
+            bail!("--preempt-on {spec}: memory-level points are for searches, and a single run with outside peers is a recording of one schedule (after a profiling run clients would meet the wrong one): give --runs N to search, or --closed for one closed run");
+        }
+        if execution.preempt.memory_level() {
             let p = dara_explorer::profile::profile(&mut execution, cli.seed, &STOP)?;
             profiled = Some(p.sources);
             profile_overflowed = p.overflowed;
@@ -270,7 +273,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
                 eprintln!("dara-trace: warning: {warning}");
             }
             if cli.quiet == 0 {
-                println!("memory profile: {} of {} granules shared and written, watched ({} steps, {:.1} ms, {})", p.watched, p.touched, p.steps, p.wall.as_secs_f64() * 1e3, p.outcome);
+                println!("{}", p.describe());
             }
         }
     }

@@ -11,6 +11,7 @@
 //! docs/ptrace.md tells the whole story: what is stopped, what each call becomes, the costs, and
 //! what this path cannot see (in Go and static C, uncontended locks never enter the kernel).
 pub mod agent;
+pub mod atomics;
 pub mod auxv;
 pub mod displaced;
 pub mod filter;

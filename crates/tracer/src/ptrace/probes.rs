@@ -105,14 +105,17 @@ pub struct Probes {
     yielding: std::collections::BTreeSet<u64>,
     /// Where each probed instruction runs out of line once its point is granted.
     displaced: Displaced,
+    /// `--preempt-on atomics`: the probes that sit on the program's atomic instructions.
+    atomics: super::atomics::AtomicProbes,
 }
 
 impl Probes {
     /// Finds the probed functions of `set` in `exe` (loaded `bias` bytes above its link
     /// addresses) and arms them in the process of `at_exec`'s thread `tid`, stopped at its exec;
-    /// their first instructions are copied to run out of line ([`Displaced`]).
-    pub fn arm(at_exec: &mut AtExec, tid: i32, exe: &[u8], bias: u64, set: ProbeSet) -> Probes {
-        let mut probes = Probes::default();
+    /// with `atomics`, the program's own atomic instructions too ([`super::atomics`]). Each
+    /// probed instruction is copied to run out of line ([`Displaced`]).
+    pub fn arm(at_exec: &mut AtExec, tid: i32, exe: &[u8], bias: u64, set: ProbeSet, atomics: bool) -> Probes {
+        let mut probes = Probes { atomics: super::atomics::AtomicProbes::new(bias), ..Probes::default() };
         let Ok(elf) = goblin::elf::Elf::parse(exe) else { return probes };
         let mut code = Vec::new();
         let wanted: std::collections::BTreeSet<&str> = match set {
@@ -136,6 +139,20 @@ impl Probes {
                 }
             }
         }
+        if atomics {
+            for site in super::atomics::program_sites(exe).unwrap_or_default() {
+                let addr = site.address.wrapping_add(bias);
+                if probes.armed.contains_key(&addr) {
+                    continue;
+                }
+                let Ok(instruction) = read_code(tid, addr) else { continue };
+                if let Ok(original) = poke_byte(tid, addr, INT3) {
+                    probes.armed.insert(addr, original);
+                    code.push((addr, instruction));
+                    probes.atomics.insert(site);
+                }
+            }
+        }
         let image_start = elf.program_headers.iter().filter(|ph| ph.p_type == goblin::elf::program_header::PT_LOAD).map(|ph| ph.p_vaddr).min();
         if let Some(start) = image_start.filter(|_| !code.is_empty()) {
             probes.displaced = Displaced::place(at_exec, tid, start.wrapping_add(bias), &code);
@@ -147,6 +164,17 @@ impl Probes {
     /// thread resumes there instead of stepping the instruction in place.
     pub fn displaced(&self, addr: u64) -> Option<u64> {
         self.displaced.copy_of(addr)
+    }
+
+    /// The access of the atomic instruction probed at `addr`, given the stopped thread's
+    /// registers (its operand's address and size); None for a function probe.
+    pub fn atomic_access(&self, addr: u64, regs: &libc::user_regs_struct) -> Option<(u64, u64)> {
+        self.atomics.access_at(addr, regs)
+    }
+
+    /// How many atomic instructions are probed.
+    pub fn atomic_sites(&self) -> usize {
+        self.atomics.len()
     }
 
     /// Whether the probe at `addr` is at a function that yields on purpose ([`SPIN_PROBES`]).

@@ -233,23 +233,7 @@ impl Agent {
                 }
                 self.run_call(tid, regs);
             }
-            Then::StepOver { addr } => {
-                let process = self.tracees[&tid].process;
-                let probes = self.processes.probes.get(&process);
-                if let Some(copy) = probes.and_then(|p| p.displaced(addr)) {
-                    regs.regs.rip = copy;
-                    if regs.write().is_ok() {
-                        resume(tid, 0);
-                        return;
-                    }
-                }
-                if probes.is_some_and(|p| p.disarm(tid, addr).is_ok()) {
-                    self.tracees.get_mut(&tid).expect("granted tracee").stepping = Some(addr);
-                    crate::ptrace::probes::single_step(tid);
-                } else {
-                    resume(tid, 0);
-                }
-            }
+            Then::StepOver { addr } => self.step_over(tid, addr, regs),
             Then::SwapTwin { fd, twin, cloexec } => self.swap_twin(tid, fd, twin, cloexec),
             Then::WokeJoiners => self.post(tid, dara_abi::Request::ThreadExit, Then::ExitThread),
             Then::CreateProcess { vfork } => {
@@ -456,7 +440,8 @@ impl Agent {
             let linked_entry = goblin::elf::Elf::parse(&exe).map(|e| e.header.e_entry).unwrap_or(0);
             let bias = entry.map_or(0, |e| e.wrapping_sub(linked_entry));
             let set = if self.coarse { crate::ptrace::probes::ProbeSet::Spins } else { crate::ptrace::probes::ProbeSet::All };
-            let probes = crate::ptrace::probes::Probes::arm(&mut at_exec, tid, &exe, bias, set);
+            let atomics = self.region.header().preempt_flags & dara_abi::preempt::ATOMICS != 0;
+            let probes = crate::ptrace::probes::Probes::arm(&mut at_exec, tid, &exe, bias, set, atomics);
             self.processes.probes.insert(process, probes);
         }
         // An image exec'd by a preload keeps the preload's filter: the calls it traps are made

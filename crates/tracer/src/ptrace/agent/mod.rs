@@ -481,10 +481,51 @@ impl Agent {
         if regs.write().is_err() {
             return false;
         }
+        if let Some((operand, size)) = self.processes.probes.get(&process).and_then(|p| p.atomic_access(addr, &regs.regs)) {
+            self.atomic_reached(tid, addr, operand, size, regs);
+            return true;
+        }
         let yields = self.processes.probes.get(&process).is_some_and(|p| p.yields_at(addr));
         let request = if yields { Request::Yield } else { Request::Probe { at: dara_abi::Addr(addr) } };
         self.post(tid, request, Then::StepOver { addr });
         true
+    }
+
+    /// `tid` stopped at the atomic instruction at `addr`, which accesses `size` bytes at
+    /// `operand` (`--preempt-on atomics`): a profiling run records the access, a search posts it
+    /// as a `MemoryWrite` point when its granule is watched, as the preload does for the
+    /// programs it runs (`dara_preload::atomics`); otherwise the thread goes straight on.
+    fn atomic_reached(&mut self, tid: i32, addr: u64, operand: u64, size: u64, regs: crate::ptrace::remote::Registers) {
+        let header = self.region.header();
+        let table = self.region.access_table();
+        let slot = self.tracees[&tid].slot;
+        if header.preempt_flags & preempt::PROFILE != 0 {
+            dara_abi::access::record(&table.entries, operand, slot, true);
+            header.instrumented.fetch_or(dara_abi::instrumented::TRAPPED_ATOMIC, std::sync::atomic::Ordering::Relaxed);
+        } else if header.preempt_flags & preempt::MEMORY != 0 && dara_abi::access::is_watched(&table.entries, operand) {
+            self.post(tid, Request::MemoryWrite { addr: dara_abi::Addr(operand), size }, Then::StepOver { addr });
+            return;
+        }
+        self.step_over(tid, addr, regs);
+    }
+    /// Lets stopped thread `tid` run the instruction under the probe at `addr` (its pc) and go
+    /// on: at the instruction's copy out of line, else stepped in place with the probe disarmed.
+    pub(super) fn step_over(&mut self, tid: i32, addr: u64, mut regs: crate::ptrace::remote::Registers) {
+        let process = self.tracees[&tid].process;
+        let probes = self.processes.probes.get(&process);
+        if let Some(copy) = probes.and_then(|p| p.displaced(addr)) {
+            regs.regs.rip = copy;
+            if regs.write().is_ok() {
+                resume(tid, 0);
+                return;
+            }
+        }
+        if probes.is_some_and(|p| p.disarm(tid, addr).is_ok()) {
+            self.tracees.get_mut(&tid).expect("a stopped tracee").stepping = Some(addr);
+            crate::ptrace::probes::single_step(tid);
+        } else {
+            resume(tid, 0);
+        }
     }
 
     /// A clock read by `tid`: answered from its last grant (coarse steps, a few in a row) or

@@ -33,6 +33,13 @@ impl Region {
         unsafe { &*(self.base as *const Header) }
     }
 
+    /// The access table of memory-level points (`dara_abi::access`).
+    pub fn access_table(&self) -> &dara_abi::AccessTable {
+        // SAFETY: the table lies inside the mapping at ACCESS_TABLE_OFFSET (64-byte aligned) and
+        // consists of atomics only.
+        unsafe { &*(self.base.add(dara_abi::ACCESS_TABLE_OFFSET) as *const dara_abi::AccessTable) }
+    }
+
     /// Slot `i`, if the region has it.
     pub fn slot(&self, i: u32) -> Option<&Slot> {
         ((i as usize) < dara_abi::MAX_SLOTS).then(|| {
