@@ -70,12 +70,7 @@ pub fn profile(cfg: &mut ExecutionConfig, seed: u64, stop: &AtomicBool) -> Resul
     run_cfg.discard_output = true;
     let report = execution::run(&run_cfg, &mut NonPreemptive::default(), stop)?;
     let profile = report.access_profile.unwrap_or_default();
-    // Trapped atomic instructions alone cannot tell sharing apart: the plain `mov`s that read
-    // atomics are not seen, so a granule one thread writes atomically and others only read looks
-    // private. Atomic instructions are few and there to be shared: every granule they touched is
-    // watched.
-    let watch_all = cfg.preempt.all_accesses || (cfg.preempt.atomics && !cfg.preempt.memory);
-    let mut watch = if watch_all { profile.touched.clone() } else { profile.racy.clone() };
+    let mut watch = if cfg.preempt.watches_every_touched() { profile.touched.clone() } else { profile.racy.clone() };
     let dropped = watch.len().saturating_sub(MAX_WATCHED);
     watch.truncate(MAX_WATCHED);
     let overflowed = profile.nearly_full() || dropped > 0;

@@ -178,12 +178,13 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
     }
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| SearchError::Output { path: cfg.out_dir.clone(), source })?;
     // A systematic strategy's decision tree must not change under it (crate::watch_growth).
-    let growing = match (cfg.execution.preempt.memory, info.order) {
+    let preempt = &cfg.execution.preempt;
+    let growing = match (preempt.memory_level(), info.order) {
         (false, _) => Growing::Never,
         (true, Order::Systematic) => Growing::Rounds,
         (true, _) => Growing::Epochs,
     };
-    let epochs = WatchSets::new(cfg.execution.preempt.watch.clone(), growing);
+    let epochs = WatchSets::new(preempt.watch.clone(), growing, preempt.watches_every_touched());
     let mut judge = Judge::new(cfg, info.spec, started, stop, &epochs);
     if cfg.runs == 0 {
         return Ok(judge.finish(SearchEnd::Completed));

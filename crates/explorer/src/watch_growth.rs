@@ -73,6 +73,9 @@ pub enum Growing {
 /// execution order, and executions wait for their set.
 pub struct WatchSets {
     growing: Growing,
+    /// Every granule an execution touched outside the set is new, not only the shared written
+    /// ones (`Preemption::watches_every_touched`: `memory:all`, trapped atomics alone).
+    every_touched: bool,
     state: Mutex<State>,
     published: Condvar,
 }
@@ -126,10 +129,11 @@ impl State {
 }
 
 impl WatchSets {
-    /// The sets of a search whose profile watches `profile` (empty without memory points).
-    pub fn new(profile: Vec<u64>, growing: Growing) -> WatchSets {
+    /// The sets of a search whose profile watches `profile` (empty without memory points);
+    /// `every_touched`: what the profile's set was made of, and so what is new later.
+    pub fn new(profile: Vec<u64>, growing: Growing, every_touched: bool) -> WatchSets {
         let state = State { sets: vec![(0, Arc::new(profile))], ..Default::default() };
-        WatchSets { growing, state: Mutex::new(state), published: Condvar::new() }
+        WatchSets { growing, every_touched, state: Mutex::new(state), published: Condvar::new() }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -170,7 +174,8 @@ impl WatchSets {
             // The table holds the watched granules and what the execution recorded.
             let recorded = profile.touched.len().saturating_sub(current.len());
             state.table_full |= profile.nearly_full() || recorded >= dara_abi::access::RECORD_LIMIT;
-            for &g in &profile.racy {
+            let candidates = if self.every_touched { &profile.touched } else { &profile.racy };
+            for &g in candidates {
                 if current.binary_search(&g).is_err() && state.seen.insert(g) {
                     state.found.push(g);
                 }
@@ -221,7 +226,7 @@ mod tests {
 
     #[test]
     fn an_epoch_runs_with_what_the_epochs_before_it_found() {
-        let epochs = WatchSets::new(vec![10], Growing::Epochs);
+        let epochs = WatchSets::new(vec![10], Growing::Epochs, false);
         assert_eq!(*epochs.for_execution(0, || false).unwrap(), vec![10]);
         for k in 0..EPOCH - 1 {
             let found: &[u64] = if k == 2 { &[30, 20] } else if k == 5 { &[20, 40] } else { &[] };
@@ -240,7 +245,7 @@ mod tests {
 
     #[test]
     fn a_systematic_search_grows_only_when_a_round_is_exhausted() {
-        let epochs = WatchSets::new(vec![7], Growing::Rounds);
+        let epochs = WatchSets::new(vec![7], Growing::Rounds, false);
         for k in 0..3 * EPOCH {
             assert_eq!(epochs.judged(k, Some(&racy(&[k % 2 + 100])), false), None, "no growth within a round");
         }
@@ -255,9 +260,21 @@ mod tests {
     }
 
     #[test]
+    fn a_set_of_every_touched_granule_grows_by_what_was_touched() {
+        let private = AccessProfile { touched: vec![5, 50], ..Default::default() };
+        for (every_touched, grown) in [(true, vec![5, 50]), (false, vec![5])] {
+            let epochs = WatchSets::new(vec![5], Growing::Epochs, every_touched);
+            for k in 0..EPOCH {
+                epochs.judged(k, Some(&private), false);
+            }
+            assert_eq!(*epochs.for_execution(EPOCH, || false).unwrap(), grown, "every_touched: {every_touched}");
+        }
+    }
+
+    #[test]
     fn the_cap_keeps_the_first_found_and_says_so() {
         let full: Vec<u64> = (0..MAX_WATCHED as u64 - 1).map(|g| g * 2).collect();
-        let epochs = WatchSets::new(full, Growing::Epochs);
+        let epochs = WatchSets::new(full, Growing::Epochs, false);
         epochs.judged(0, Some(&racy(&[1_000_001])), false);
         epochs.judged(1, Some(&racy(&[1_000_000])), false);
         for k in 2..EPOCH {
@@ -271,7 +288,7 @@ mod tests {
 
     #[test]
     fn a_closed_search_releases_its_waiters() {
-        let epochs = Arc::new(WatchSets::new(vec![], Growing::Epochs));
+        let epochs = Arc::new(WatchSets::new(vec![], Growing::Epochs, false));
         let waiter = {
             let epochs = Arc::clone(&epochs);
             std::thread::spawn(move || epochs.for_execution(3 * EPOCH, || false))
