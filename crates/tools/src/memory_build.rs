@@ -1,10 +1,11 @@
-//! Which memory instrumentation a program's build carries, read from its ELF symbol tables
-//! before a search: the ThreadSanitizer ABI's plain-access callbacks (`__tsan_read*`,
-//! `__tsan_write*`, ...) and atomic ones (`__tsan_atomic*`), sancov's `__sanitizer_cov_load*` /
-//! `__sanitizer_cov_store*`. A search without `--preempt-on memory` never receives these
-//! accesses (the receivers return at once), so this is how it can tell the user that memory
-//! points were available and off (`dara_explorer::hint`). Only the executable itself is read:
-//! an instrumented library or a child program is not seen.
+//! Which memory-level points a program's build offers, read from its ELF file when a search
+//! without them found nothing: the memory instrumentation its symbol tables name (the
+//! ThreadSanitizer ABI's plain-access callbacks `__tsan_read*`, `__tsan_write*`, ... and atomic
+//! ones `__tsan_atomic*`, sancov's `__sanitizer_cov_load*` / `__sanitizer_cov_store*`), and
+//! the atomic instructions of its own code that `--preempt-on atomics` would trap. A search
+//! without those options never sees either (the receivers return at once), so this is how it
+//! can tell the user that points were available and off (`dara_explorer::hint`). Only the
+//! executable itself is read: an instrumented library or a child program is not seen.
 use std::path::Path;
 
 use dara_model::preempt::Instrumented;
@@ -12,6 +13,12 @@ use dara_model::preempt::Instrumented;
 /// The instrumentation `path`'s symbol tables name (none when it cannot be read or parsed).
 pub fn memory_instrumentation(path: &Path) -> Instrumented {
     std::fs::read(path).map(|bytes| from_image(&bytes)).unwrap_or_default()
+}
+
+/// The atomic instructions of `path`'s own code, as `--preempt-on atomics` finds them (0 when it
+/// cannot be read or is not an ELF file).
+pub fn atomic_instructions(path: &Path) -> usize {
+    std::fs::read(path).ok().and_then(|bytes| dara_tracer::ptrace::atomics::program_sites(&bytes).ok()).map_or(0, |sites| sites.len())
 }
 
 fn from_image(bytes: &[u8]) -> Instrumented {
@@ -46,5 +53,6 @@ mod tests {
         assert!(!memory_instrumentation(&own).any(), "the test binary is not instrumented");
         assert!(!from_image(b"#!/bin/sh\nexit 0\n").any());
         assert!(!memory_instrumentation(Path::new("/nonexistent/program")).any());
+        assert_eq!(atomic_instructions(Path::new("/nonexistent/program")), 0);
     }
 }

@@ -10,7 +10,8 @@
 //! * dpor grows its set in rounds: it finds the bug in its second round, and proves the twin.
 //! * Its twin (an atomic increment) stays clean.
 //! * Without `--preempt-on memory`, the instrumented build's empty search ends with a hint naming
-//!   the option; an uninstrumented build's does not.
+//!   the option; a plain build's does not, unless its own code has atomic instructions
+//!   (the twin's): then the hint names `--preempt-on atomics`.
 mod common;
 
 use std::collections::BTreeSet;
@@ -139,5 +140,13 @@ fn an_empty_search_without_memory_points_names_the_option() {
     let out = out_dir("late-sharing-plain");
     let run = search(&out, "random", SEED, 20, &plain);
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(!run.stdout.contains("hint: "), "a hint for a program without memory instrumentation\n{}", run.text());
+    assert!(!run.stdout.contains("hint: "), "a hint for a program without memory instrumentation or atomics\n{}", run.text());
+
+    // The twin's plain build counts with a lock-prefixed instruction: trapping it is the option.
+    let atomic = private_copy(&fixture("mem_late_sharing_ok"), "late-sharing-ok-plain");
+    let out = out_dir("late-sharing-ok-plain");
+    let run = search(&out, "random", SEED, 20, &atomic);
+    assert_eq!(run.code, 0, "{}", run.text());
+    let hint = run.stdout.lines().find(|l| l.starts_with("hint: ")).unwrap_or_else(|| panic!("no hint\n{}", run.text()));
+    assert!(hint.contains("atomic instruction") && hint.contains("--preempt-on atomics"), "{hint}");
 }

@@ -362,8 +362,12 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
         if !matches!(summary.end, SearchEnd::Interrupted) {
             println!("no bug found in {} executions ({})", summary.executions, cfg.strategy);
             if !recording && matches!(summary.end, SearchEnd::Completed | SearchEnd::TimeBudget) {
-                let build = binary::resolve(&cli.command[0]).map(|p| dara_tools::memory_build::memory_instrumentation(&p)).unwrap_or_default();
-                let empty = EmptySearch { visibility, build, overflowed: profile_overflowed || summary.watch_overflowed };
+                let program = binary::resolve(&cli.command[0]);
+                let build = program.as_deref().map(dara_tools::memory_build::memory_instrumentation).unwrap_or_default();
+                // Disassembling is worth it only when nothing else will be suggested.
+                let look_for_atomics = !build.any() && !cfg.execution.preempt.memory_level();
+                let atomic_instructions = program.as_deref().filter(|_| look_for_atomics).map_or(0, dara_tools::memory_build::atomic_instructions);
+                let empty = EmptySearch { visibility, build, atomic_instructions, overflowed: profile_overflowed || summary.watch_overflowed };
                 if let Some(line) = dara_explorer::hint::hint(&empty) {
                     println!("{line}");
                 }
