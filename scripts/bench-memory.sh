@@ -6,6 +6,9 @@
 # granule the profile saw); plus the profile's "N of M granules" line. Prints a Markdown table.
 #
 #   scripts/bench-memory.sh [RUNS]      (default 300 executions per row, random, seed 1)
+#
+# DARA_TRACE=/path/to/other/dara-trace runs another build instead (e.g. one without a change,
+# to compare; its preload is the one next to it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-300}"
@@ -26,7 +29,7 @@ for prog in mem_lost_update mem_private_work; do
         rm -rf "$out/run"
         flags=()
         [ "$mode" != none ] && flags=(--preempt-on "$mode")
-        log=$(target/release/dara-trace -o "$out/run" --runs "$runs" --seed 1 --keep-going --no-minimize "${flags[@]}" -- "$bin/$prog" 2>&1 || true)
+        log=$("${DARA_TRACE:-target/release/dara-trace}" -o "$out/run" --runs "$runs" --seed 1 --keep-going --no-minimize "${flags[@]}" -- "$bin/$prog" 2>&1 || true)
         profile=$(sed -n 's/^memory profile: \([0-9]*\) of \([0-9]*\) granules.*/\1 \/ \2/p' <<<"$log")
         rate=$(sed -n 's/^executions .* (\([0-9]*\)\/s)$/\1/p' <<<"$log" | tail -1)
         steps=$(target/release/dara info "$out/run/trace.bin" 2>/dev/null | sed -n 's/^steps[^0-9]*\([0-9]*\).*/\1/p' | head -1)

@@ -8,6 +8,8 @@
 #                                       (empty if none)
 #   seeds_row LABEL STRATEGY N CMD...   first_bug over seeds 1..N, as a Markdown row: seeds found
 #                                       out of N, mean, median and worst executions
+#
+# DARA_TRACE=/path/to/other/dara-trace searches with another build (to compare).
 bench_kind=tsan
 source scripts/bench-setup.sh
 
@@ -24,7 +26,7 @@ first_bug() {
     shift 2
     rm -rf "$out/run"
     local log
-    log=$(target/release/dara-trace -q -o "$out/run" --strategy "$strategy" --seed "$seed" --runs "$runs" --no-minimize \
+    log=$("${DARA_TRACE:-target/release/dara-trace}" -q -o "$out/run" --strategy "$strategy" --seed "$seed" --runs "$runs" --no-minimize \
         --epoch 1790000000 --preempt-on memory -- "$@" 2>/dev/null || true)
     sed -n 's/.*(execution \([0-9]*\), .*/\1/p' <<<"$log" | head -1 | awk '{print $1 + 1}'
 }

@@ -1,6 +1,7 @@
-//! The [`AccessTable`](super::AccessTable) protocol: how the preload records accesses in a
-//! profiling run and looks up watched granules later, and how the scheduler writes and reads the
-//! table. Shared here so both sides probe the same way.
+//! The [`AccessTable`](super::AccessTable) protocol: how the preload records accesses (in the
+//! profiling run, and in search executions for the granules nobody watches yet) and looks up
+//! watched granules, and how the scheduler writes and reads the table. Shared here so both sides
+//! probe the same way.
 //!
 //! An open-addressed hash set of 8-byte *granules* (`addr >> 3`) with linear probing from
 //! `splitmix64(granule)`, at most [`MAX_PROBES`] entries per lookup, never deleted from within
@@ -9,7 +10,7 @@
 //!
 //! ```text
 //!  bits 0..=47   granule (addr >> 3; user addresses are below 2^47, so granules below 2^44)
-//!  bits 48..=60  first thread's slot + 1 (profiling run), 0 in a watch entry
+//!  bits 48..=60  first thread's slot + 1 (a recorded access), 0 in a watch entry
 //!  bit  61       WATCHED: written by the scheduler, "accesses here are scheduling points"
 //!  bit  62       SHARED: touched by a second thread
 //!  bit  63       WRITTEN: somebody stored to it
@@ -90,9 +91,40 @@ pub const fn entry_racy(entry: u64) -> bool {
     entry & (SHARED | WRITTEN) == (SHARED | WRITTEN)
 }
 
+/// What [`note`] did with an access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Noted {
+    /// The granule is in the watch set: the access is a scheduling point (nothing recorded).
+    Watched,
+    /// The access is recorded in the granule's entry (thread, shared, written).
+    Recorded,
+    /// The access is recorded in a new entry, claimed for the granule.
+    Claimed,
+    /// Not recorded: the table had no room within [`MAX_PROBES`] entries, or the granule had
+    /// no entry and the caller may not claim one.
+    NoRoom,
+}
+
+/// New entries one process claims at most in a search execution (the profiling run has no
+/// such limit). With at most a quarter of the table watched (`MAX_WATCHED`), the table then
+/// stays at most three quarters full, so the lookup of a granule nobody recorded still meets an
+/// empty entry within a few probes; beyond it the process only updates entries already there.
+pub const RECORD_LIMIT: usize = crate::ACCESS_TABLE_SLOTS / 2;
+
 /// Profiling run: notes that thread `slot` accessed `addr` (a store if `write`). Returns false
 /// when the table had no room within [`MAX_PROBES`] entries.
 pub fn record(entries: &[AtomicU64], addr: u64, slot: u32, write: bool) -> bool {
+    note(entries, addr, slot, write, true) != Noted::NoRoom
+}
+
+/// Every run with memory points: if `addr`'s granule is watched, says so; otherwise records that
+/// thread `slot` accessed it (a store if `write`; a new entry only if `claim`), so that a search
+/// execution, too, shows which granules became shared and written (the adaptive watch set). One
+/// probe sequence for both, so an unwatched access costs what the watch lookup alone did plus,
+/// the first time a thread touches a granule, one compare-and-swap. A watched entry never gets
+/// SHARED or WRITTEN bits: the shared written entries of a search execution's table are exactly
+/// its new sharing.
+pub fn note(entries: &[AtomicU64], addr: u64, slot: u32, write: bool, claim: bool) -> Noted {
     let g = granule(addr);
     let me = (u64::from(slot) + 1) & THREAD_MASK;
     let written = if write { WRITTEN } else { 0 };
@@ -102,9 +134,12 @@ pub fn record(entries: &[AtomicU64], addr: u64, slot: u32, write: bool) -> bool 
         let mut current = entry.load(Ordering::Relaxed);
         loop {
             if current == 0 {
+                if !claim {
+                    return Noted::NoRoom;
+                }
                 let fresh = g | (me << THREAD_SHIFT) | written;
                 match entry.compare_exchange(0, fresh, Ordering::Relaxed, Ordering::Relaxed) {
-                    Ok(_) => return true,
+                    Ok(_) => return Noted::Claimed,
                     Err(seen) => current = seen,
                 }
                 continue;
@@ -112,20 +147,23 @@ pub fn record(entries: &[AtomicU64], addr: u64, slot: u32, write: bool) -> bool 
             if entry_granule(current) != g {
                 break;
             }
+            if current & WATCHED != 0 {
+                return Noted::Watched;
+            }
             let first = (current >> THREAD_SHIFT) & THREAD_MASK;
             let shared = if first != me { SHARED } else { 0 };
             let merged = current | shared | written;
             if merged == current {
-                return true;
+                return Noted::Recorded;
             }
             match entry.compare_exchange(current, merged, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return true,
+                Ok(_) => return Noted::Recorded,
                 Err(seen) => current = seen,
             }
         }
         i = (i + 1) & (entries.len() - 1);
     }
-    false
+    Noted::NoRoom
 }
 
 /// Scheduler, before the target starts: marks `granule` watched. Returns false when the table had
@@ -242,5 +280,24 @@ mod tests {
         assert!(!is_watched(&t, 0x6000));
         watch(&t, granule(0x6000));
         assert!(is_watched(&t, 0x6000));
+    }
+
+    #[test]
+    fn noting_a_watched_granule_records_nothing_and_others_are_recorded() {
+        let t = table(64);
+        watch(&t, granule(0x7000));
+        assert_eq!(note(&t, 0x7004, 1, true, true), Noted::Watched);
+        assert_eq!(note(&t, 0x7000, 2, false, true), Noted::Watched);
+        assert!(!entry_racy(entry_of(&t, 0x7000)), "a watched entry stays a watch entry");
+        assert_eq!(note(&t, 0x8000, 1, false, true), Noted::Claimed);
+        assert_eq!(note(&t, 0x8000, 2, true, false), Noted::Recorded, "an existing entry is updated without claiming");
+        assert!(entry_racy(entry_of(&t, 0x8000)), "new sharing shows in the table");
+        assert!(!is_watched(&t, 0x8000));
+        assert_eq!(note(&t, 0x9000, 1, true, false), Noted::NoRoom, "no new entry without a claim");
+        assert_eq!(entry_of(&t, 0x9000), 0);
+        let full = table(2);
+        note(&full, 0x10, 1, false, true);
+        note(&full, 0x18, 1, false, true);
+        assert_eq!(note(&full, 0x20, 1, false, true), Noted::NoRoom);
     }
 }

@@ -30,10 +30,14 @@
 //!   the trace's prefixes with random walks from each).
 //! * [`profile`]: the profiling run that derives the watch set of memory-level scheduling
 //!   points (`--preempt-on memory`) before a search.
+//! * [`watch_growth`]: the adaptive watch set: sharing later executions show is watched by the
+//!   executions after them, in epochs, the same for every `--jobs`.
 //! * [`schedule`]: a schedule written by a person (the listing's format), enforced, with the
 //!   first line that could not be followed (after Vtrace).
 //! * [`visibility`]: whether a search saw every point where threads could interleave, which
 //!   decides whether an exhausted systematic search proved anything.
+//! * [`hint`]: the one line a search that found no bug adds when points that could matter were
+//!   off (memory points on an instrumented build, atomics on a sancov build, a full watch set).
 //! * [`deadline`]: a stop flag that also fires when the time budget runs out.
 //! * [`rng`]: the strategies' seeded generator. Its output is part of dara's reproducibility
 //!   contract: a trace's (strategy, seed, execution) must regenerate the same schedule.
@@ -49,6 +53,8 @@ pub mod search;
 pub mod minimize;
 pub mod liveness;
 pub mod profile;
+pub mod watch_growth;
 pub mod deadline;
 pub mod schedule;
 pub mod visibility;
+pub mod hint;

@@ -8,7 +8,8 @@
 //! The profile runs under [`NonPreemptive`]: the natural order, close to what the program does
 //! natively, so that it usually runs to completion and touches what a normal run touches. Its
 //! application randomness has its own seed, derived from the search seed. One run sees one
-//! schedule: a sharing that only happens on another path is not watched (docs/memory-preemption.md).
+//! schedule: a sharing that only happens on another path is not in this set; the search's own
+//! executions add it for the executions after them ([`crate::watch_growth`]).
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -33,6 +34,9 @@ pub struct ProfileSummary {
     pub outcome: String,
     /// Something the user must know, in one line (no instrumentation seen, table full).
     pub warning: Option<String>,
+    /// Shared written memory was left unwatched: the table filled up or the set was cut at
+    /// `MAX_WATCHED`.
+    pub overflowed: bool,
     /// Which instrumentation reported the accesses (what a search can see: `visibility`).
     pub sources: dara_scheduler::preempt::Instrumented,
     /// `--preempt-on atomics`: the atomic instructions trapped in each program the run started.
@@ -66,14 +70,10 @@ pub fn profile(cfg: &mut ExecutionConfig, seed: u64, stop: &AtomicBool) -> Resul
     run_cfg.discard_output = true;
     let report = execution::run(&run_cfg, &mut NonPreemptive::default(), stop)?;
     let profile = report.access_profile.unwrap_or_default();
-    // Trapped atomic instructions alone cannot tell sharing apart: the plain `mov`s that read
-    // atomics are not seen, so a granule one thread writes atomically and others only read looks
-    // private. Atomic instructions are few and there to be shared: every granule they touched is
-    // watched.
-    let watch_all = cfg.preempt.all_accesses || (cfg.preempt.atomics && !cfg.preempt.memory);
-    let mut watch = if watch_all { profile.touched.clone() } else { profile.racy.clone() };
+    let mut watch = if cfg.preempt.watches_every_touched() { profile.touched.clone() } else { profile.racy.clone() };
     let dropped = watch.len().saturating_sub(MAX_WATCHED);
     watch.truncate(MAX_WATCHED);
+    let overflowed = profile.nearly_full() || dropped > 0;
     // A run dara had to stop says why itself; the search that follows stops the same way.
     let stopped = matches!(report.outcome, dara_scheduler::Outcome::Uncontrolled { .. });
     let warning = if stopped {
@@ -82,7 +82,7 @@ pub fn profile(cfg: &mut ExecutionConfig, seed: u64, stop: &AtomicBool) -> Resul
         Some("--preempt-on atomics: the profiling run executed no atomic instruction of the program's own code on shared memory (lock-prefixed or xchg; atomics inside shared libraries and plain atomic loads are not trapped), so there are no memory scheduling points; for plain memory too, build it as docs/memory-preemption.md says".to_string())
     } else if profile.touched.is_empty() {
         Some(format!("--preempt-on memory: the profiling run saw no instrumented load or store, so there are no memory scheduling points: build the program with {} (plain memory and atomics), or clang -fsanitize-coverage=trace-pc-guard,trace-loads,trace-stores and link -ldara_cov (plain memory only; docs/memory-preemption.md)", crate::visibility::TSAN_BUILD))
-    } else if profile.nearly_full() || dropped > 0 {
+    } else if overflowed {
         Some(format!("--preempt-on memory: the program touches more shared memory than dara tracks ({} granules profiled, {} watched at most); some racy addresses are not scheduling points", profile.touched.len(), MAX_WATCHED))
     } else {
         None
@@ -96,6 +96,7 @@ pub fn profile(cfg: &mut ExecutionConfig, seed: u64, stop: &AtomicBool) -> Resul
         wall: report.wall,
         outcome: report.outcome.summary(),
         warning,
+        overflowed,
         sources: profile.sources,
         atomic_sites: report.atomic_sites,
     })

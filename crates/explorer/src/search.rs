@@ -9,7 +9,8 @@
 //! runs alone and its length is passed to every later one ([`Start::first_steps`]); then workers,
 //! each with its own strategy instance and CPU, take execution indices in order, and results are judged in index order. A bug at
 //! execution k stops new executions above k; executions below k still finish, so the first bug
-//! reported is the same for every `jobs`.
+//! reported is the same for every `jobs`. With memory points, an execution also waits for its
+//! epoch's watch set ([`crate::watch_growth`]), which the judge publishes in index order.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,8 +22,9 @@ use dara_scheduler::execution::{self, ExecutionConfig, ExecutionError, Execution
 use dara_scheduler::trace::{self, Trace, TraceError, TraceHeader};
 use dara_scheduler::Outcome;
 
-use crate::strategy::{self, Feedback, Start, Status, Strategy, StrategyError};
+use crate::strategy::{self, Feedback, Order, Start, Status, Strategy, StrategyError};
 use crate::visibility::{BlindSpot, Visibility};
+use crate::watch_growth::{Growing, Growth, WatchSets};
 
 /// A search: the execution template plus how many executions, how chosen.
 #[derive(Clone, Debug)]
@@ -113,6 +115,9 @@ pub struct SearchSummary {
     pub goals: Vec<SavedGoal>,
     /// Lines on the SDK's descriptor that were not the protocol, and the first of them.
     pub malformed_property_lines: (u64, Option<String>),
+    /// Some shared written memory was left unwatched: the watch set reached its cap, or an
+    /// execution's access table filled up.
+    pub watch_overflowed: bool,
 }
 
 /// Reported after each execution (in execution order), for progress output.
@@ -124,6 +129,8 @@ pub struct Progress<'a> {
     /// Distinct (process, edge) pairs reached so far.
     pub coverage: usize,
     pub elapsed: Duration,
+    /// The watch set grew after this execution: later executions watch more memory.
+    pub watch_growth: Option<&'a Growth>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -170,30 +177,40 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
         strategy = Box::new(strategy::Seeded::new(strategy, &info.spec, seed.clone()));
     }
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| SearchError::Output { path: cfg.out_dir.clone(), source })?;
-    let mut judge = Judge::new(cfg, info.spec, started, stop);
+    // A systematic strategy's decision tree must not change under it (crate::watch_growth).
+    let preempt = &cfg.execution.preempt;
+    let growing = match (preempt.memory_level(), info.order) {
+        (false, _) => Growing::Never,
+        (true, Order::Systematic) => Growing::Rounds,
+        (true, _) => Growing::Epochs,
+    };
+    let epochs = WatchSets::new(preempt.watch.clone(), growing, preempt.watches_every_touched());
+    let mut judge = Judge::new(cfg, info.spec, started, stop, &epochs);
     if cfg.runs == 0 {
         return Ok(judge.finish(SearchEnd::Completed));
     }
 
     // Execution 0, alone: its length calibrates every later execution (PCT's step estimate).
-    let (first, mut status) = run_execution(cfg, &mut *strategy, Start::at(0), cfg.execution.pin_cpu, halt)?;
+    let (first, mut status) = run_execution(cfg, &mut *strategy, Start::at(0), cfg.execution.pin_cpu, &epochs.used_by(0), halt)?;
     let first_steps = first.steps.len() as u64;
-    if let Some(end) = judge.judge(0, first, &mut progress)? {
+    if let Some(end) = judge.judge(0, first, status.exhausted.is_some() && cfg.runs > 1, &mut progress)? {
         return Ok(judge.finish(end).with_notes(status));
     }
 
     let end = if cfg.jobs <= 1 {
-        sequential(cfg, &mut *strategy, first_steps, &mut status, &mut judge, halt, &mut progress)?
+        sequential(cfg, &mut strategy, first_steps, &mut status, &mut judge, halt, &mut progress)?
     } else {
-        parallel(cfg, first_steps, &mut judge, halt, &mut progress)?
+        parallel(cfg, first_steps, &mut judge, &epochs, halt, &mut progress)?
     };
     Ok(judge.finish(end).with_notes(status))
 }
 
-/// Executions 1.. one after another; `status` is the strategy's after the last one.
+/// Executions 1.. one after another; `status` is the strategy's after the last one. A systematic
+/// strategy that exhausted its space while the watch set grew starts again, fresh, with the
+/// grown set (a new round, `crate::watch_growth`).
 fn sequential(
     cfg: &SearchConfig,
-    strategy: &mut (dyn Strategy + Send),
+    strategy: &mut Box<dyn Strategy + Send>,
     first_steps: u64,
     status: &mut Status,
     judge: &mut Judge<'_>,
@@ -201,28 +218,37 @@ fn sequential(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SearchEnd, SearchError> {
     for k in 1..cfg.runs {
+        if judge.epochs.round_starts_at(k) {
+            *strategy = strategy::parse(&cfg.strategy, cfg.seed)?.strategy;
+            *status = Status::default();
+        }
         if let Some(proved) = &status.exhausted {
-            return Ok(exhausted(cfg.visibility, proved));
+            return Ok(exhausted(cfg.visibility, judge.epochs.unwatched_sharing(), proved));
         }
         if judge.over_budget() {
             return Ok(SearchEnd::TimeBudget);
         }
-        let (report, after) = run_execution(cfg, strategy, Start::calibrated(k, first_steps), cfg.execution.pin_cpu, stop)?;
+        // Every execution before k has been judged, so k's set is there.
+        let watch = judge.epochs.used_by(k);
+        let (report, after) = run_execution(cfg, &mut **strategy, Start::calibrated(k, first_steps), cfg.execution.pin_cpu, &watch, stop)?;
         *status = after;
-        if let Some(end) = judge.judge(k, report, progress)? {
+        // A round may end here only if another execution can follow it.
+        let round_over = status.exhausted.is_some() && k + 1 < cfg.runs;
+        if let Some(end) = judge.judge(k, report, round_over, progress)? {
             return Ok(end);
         }
     }
     Ok(match &status.exhausted {
-        Some(proved) => exhausted(cfg.visibility, proved),
+        Some(proved) => exhausted(cfg.visibility, judge.epochs.unwatched_sharing(), proved),
         None => SearchEnd::Completed,
     })
 }
 
 /// How a search whose strategy explored its whole space ends: a proof only if dara saw every
-/// point where threads could interleave.
-fn exhausted(visibility: Visibility, proved: &str) -> SearchEnd {
-    match visibility.blind_spot() {
+/// point where threads could interleave, and its executions showed no sharing outside the watch
+/// set (`unwatched` granules: systematic searches keep the profile's set).
+fn exhausted(visibility: Visibility, unwatched: usize, proved: &str) -> SearchEnd {
+    match visibility.blind_spot().or((unwatched > 0).then_some(BlindSpot::UnwatchedSharing)) {
         None => SearchEnd::Exhausted(proved.to_string()),
         Some(blind) => SearchEnd::NotExhaustive { explored: proved.to_string(), blind },
     }
@@ -232,6 +258,7 @@ fn parallel(
     cfg: &SearchConfig,
     first_steps: u64,
     judge: &mut Judge<'_>,
+    epochs: &WatchSets,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SearchEnd, SearchError> {
@@ -263,7 +290,9 @@ fn parallel(
                     if k >= limit.load(Ordering::SeqCst) {
                         return;
                     }
-                    let result = run_execution(cfg, &mut *strategy, Start::calibrated(k, first_steps), cpu, stop).map(|(report, _)| report);
+                    let cancelled = || stop.load(Ordering::Relaxed) || out_of_time.load(Ordering::Relaxed) || k >= limit.load(Ordering::SeqCst);
+                    let Some(watch) = epochs.for_execution(k, cancelled) else { return };
+                    let result = run_execution(cfg, &mut *strategy, Start::calibrated(k, first_steps), cpu, &watch, stop).map(|(report, _)| report);
                     let failed = result.is_err();
                     if tx.send((k, result)).is_err() || failed {
                         return;
@@ -279,6 +308,7 @@ fn parallel(
         for (k, result) in rx {
             if judge.over_budget() {
                 out_of_time.store(true, Ordering::Relaxed);
+                epochs.close();
             }
             match result {
                 Ok(report) => {
@@ -286,20 +316,23 @@ fn parallel(
                 }
                 Err(e) => {
                     limit.store(0, Ordering::SeqCst);
+                    epochs.close();
                     error.get_or_insert(e);
                     continue;
                 }
             }
             while let Some(report) = pending.remove(&expected) {
                 if end.is_none() && error.is_none() {
-                    match judge.judge(expected, report, progress) {
+                    match judge.judge(expected, report, false, progress) {
                         Ok(Some(e)) => {
                             limit.fetch_min(expected + 1, Ordering::SeqCst);
+                            epochs.close();
                             end = Some(e);
                         }
                         Ok(None) => {}
                         Err(e) => {
                             limit.store(0, Ordering::SeqCst);
+                            epochs.close();
                             error = Some(e);
                         }
                     }
@@ -320,10 +353,9 @@ fn parallel(
     })
 }
 
-/// Runs the execution `start` begins, and what the strategy says after it.
-fn run_execution(cfg: &SearchConfig, strategy: &mut (dyn Strategy + Send), start: Start, cpu: Option<usize>, stop: &AtomicBool) -> Result<(ExecutionReport, Status), SearchError> {
-    let mut exec = cfg.execution.clone();
-    exec.random_seed = execution_random_seed(cfg.seed, start.execution);
+/// Runs the execution `start` begins, watching `watch`, and what the strategy says after it.
+fn run_execution(cfg: &SearchConfig, strategy: &mut (dyn Strategy + Send), start: Start, cpu: Option<usize>, watch: &[u64], stop: &AtomicBool) -> Result<(ExecutionReport, Status), SearchError> {
+    let mut exec = execution_config(cfg, start.execution, watch);
     exec.pin_cpu = cpu;
     strategy.begin_execution(start);
     let report = execution::run(&exec, &mut *strategy, stop)?;
@@ -344,9 +376,19 @@ fn available_cpus() -> Vec<usize> {
     }
 }
 
-/// Judges executions in order: writes traces, saves new bugs, decides when the search ends.
+/// Execution `k`'s settings: the search's, with its application seed and its epoch's watch set.
+fn execution_config(cfg: &SearchConfig, k: u64, watch: &[u64]) -> ExecutionConfig {
+    let mut exec = cfg.execution.clone();
+    exec.random_seed = execution_random_seed(cfg.seed, k);
+    exec.preempt.watch = watch.to_vec();
+    exec
+}
+
+/// Judges executions in order: writes traces, saves new bugs, grows the watch set, decides when
+/// the search ends.
 struct Judge<'a> {
     cfg: &'a SearchConfig,
+    epochs: &'a WatchSets,
     /// The user's stop (SIGINT/SIGTERM), to tell an interrupted execution from one the time
     /// budget cut.
     user_stop: &'a AtomicBool,
@@ -363,9 +405,10 @@ struct Judge<'a> {
 }
 
 impl<'a> Judge<'a> {
-    fn new(cfg: &'a SearchConfig, strategy: String, started: Instant, user_stop: &'a AtomicBool) -> Judge<'a> {
+    fn new(cfg: &'a SearchConfig, strategy: String, started: Instant, user_stop: &'a AtomicBool, epochs: &'a WatchSets) -> Judge<'a> {
         Judge {
             cfg,
+            epochs,
             user_stop,
             strategy,
             started,
@@ -388,8 +431,9 @@ impl<'a> Judge<'a> {
         self.user_stop.load(Ordering::Relaxed)
     }
 
-    /// Judges execution `k`; Some(end) when the search must stop here.
-    fn judge(&mut self, k: u64, report: ExecutionReport, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Option<SearchEnd>, SearchError> {
+    /// Judges execution `k` (`exhausted`: its systematic strategy has explored its whole space,
+    /// and the search may go on); Some(end) when the search must stop here.
+    fn judge(&mut self, k: u64, report: ExecutionReport, exhausted: bool, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Option<SearchEnd>, SearchError> {
         self.executions = k + 1;
         let kind = report.outcome.signature().split(':').next().unwrap_or_default().to_string();
         *self.outcome_counts.entry(kind).or_insert(0) += 1;
@@ -401,8 +445,8 @@ impl<'a> Judge<'a> {
         if self.malformed_property_lines.1.is_none() {
             self.malformed_property_lines.1 = report.properties.first_malformed.clone();
         }
-        let mut exec = self.cfg.execution.clone();
-        exec.random_seed = execution_random_seed(self.cfg.seed, k);
+        let exec = execution_config(self.cfg, k, &self.epochs.used_by(k));
+        let growth = self.epochs.judged(k, report.access_profile.as_ref(), exhausted);
         let mut header = header_for(self.cfg, &exec, k, self.strategy.clone());
         header.written = report.written_files.clone();
         let trace = Trace { header, steps: report.steps.clone(), outcome: report.outcome.clone(), coverage: report.coverage.clone(), outside: report.outside.clone() };
@@ -422,7 +466,7 @@ impl<'a> Judge<'a> {
             self.bugs.push(saved);
             new_bug = true;
         }
-        progress(Progress { execution: k, report: &report, new_bug: if new_bug { self.bugs.last() } else { None }, bugs: self.bugs.len(), coverage: self.covered.len(), elapsed: self.started.elapsed() });
+        progress(Progress { execution: k, report: &report, new_bug: if new_bug { self.bugs.last() } else { None }, bugs: self.bugs.len(), coverage: self.covered.len(), elapsed: self.started.elapsed(), watch_growth: growth.as_ref() });
         Ok(match &report.outcome {
             Outcome::Interrupted if !self.user_stopped() && self.cfg.time_budget.is_some() => Some(SearchEnd::TimeBudget),
             Outcome::Interrupted => Some(SearchEnd::Interrupted),
@@ -445,6 +489,7 @@ impl<'a> Judge<'a> {
             properties: self.properties,
             goals: self.goals,
             malformed_property_lines: self.malformed_property_lines,
+            watch_overflowed: self.epochs.overflowed(),
         }
     }
 }
@@ -519,9 +564,10 @@ mod tests {
     #[test]
     fn an_exhausted_space_is_a_proof_only_when_everything_was_visible() {
         let proved = "explored all 6 schedules";
-        assert!(matches!(exhausted(Visibility::Complete, proved), SearchEnd::Exhausted(note) if note == proved));
+        assert!(matches!(exhausted(Visibility::Complete, 0, proved), SearchEnd::Exhausted(note) if note == proved));
         let blind = Visibility::Partial(BlindSpot::AtomicsNotInstrumented);
-        assert!(matches!(exhausted(blind, proved), SearchEnd::NotExhaustive { explored, blind: BlindSpot::AtomicsNotInstrumented } if explored == proved));
-        assert!(matches!(exhausted(Visibility::Unknown, proved), SearchEnd::NotExhaustive { blind: BlindSpot::NoMemoryPoints, .. }));
+        assert!(matches!(exhausted(blind, 0, proved), SearchEnd::NotExhaustive { explored, blind: BlindSpot::AtomicsNotInstrumented } if explored == proved));
+        assert!(matches!(exhausted(Visibility::Unknown, 0, proved), SearchEnd::NotExhaustive { blind: BlindSpot::NoMemoryPoints, .. }));
+        assert!(matches!(exhausted(Visibility::Complete, 2, proved), SearchEnd::NotExhaustive { blind: BlindSpot::UnwatchedSharing, .. }), "sharing outside the watch set");
     }
 }

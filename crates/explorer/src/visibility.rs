@@ -12,8 +12,9 @@
 //! ([`Instrumented`], `Header::instrumented`).
 //!
 //! Not a blind spot by this definition, and said in docs/memory-preemption.md instead: memory
-//! touched only by uninstrumented code (libc, the kernel), and sharing the profiling run did not
-//! show (the watch set comes from one natural-order run).
+//! touched only by uninstrumented code (libc, the kernel), and sharing that no execution showed.
+//! Sharing a systematic search's executions showed outside its watch set, with no executions
+//! left for a round that watches it, is one ([`BlindSpot::UnwatchedSharing`]).
 use std::fmt;
 
 use dara_scheduler::preempt::{Instrumented, Preemption};
@@ -44,6 +45,9 @@ pub enum BlindSpot {
     NotInstrumented,
     /// Plain loads and stores were points, atomic operations were not (a sancov build).
     AtomicsNotInstrumented,
+    /// A systematic search's executions showed memory shared and written outside its watch set,
+    /// and none were left for a round that watches it (`crate::watch_growth`).
+    UnwatchedSharing,
     /// Only the program's trapped atomic instructions were points (`--preempt-on atomics` on a
     /// plain build): plain loads and stores, and atomic loads (plain moves), were not.
     OnlyAtomicInstructions,
@@ -87,6 +91,10 @@ impl fmt::Display for BlindSpot {
             BlindSpot::AtomicsNotInstrumented => write!(
                 f,
                 "atomic operations were not scheduling points (sancov's load/store callbacks skip atomic instructions), so races on atomics between two scheduling points were not explored: build with {TSAN_BUILD} instead (docs/memory-preemption.md)"
+            ),
+            BlindSpot::UnwatchedSharing => write!(
+                f,
+                "its executions showed memory shared and written outside the watch set, and no executions were left for a round that watches it, so accesses to that memory were not scheduling points: give more --runs (docs/memory-preemption.md)"
             ),
             BlindSpot::OnlyAtomicInstructions => write!(
                 f,

@@ -47,6 +47,14 @@ impl Preemption {
         self.memory || self.atomics
     }
 
+    /// Whether every granule a run touched is worth watching, not only the shared written ones:
+    /// `memory:all`, or trapped atomics alone, which cannot tell sharing apart (the plain moves
+    /// that read atomics are not seen, so a granule one thread writes atomically and others only
+    /// read looks private; atomic instructions are few and there to be shared).
+    pub fn watches_every_touched(&self) -> bool {
+        self.all_accesses || (self.atomics && !self.memory)
+    }
+
     /// Parses `memory`, `memory:all`, `atomics`, `edges:N` or a comma-separated combination.
     pub fn parse(spec: &str) -> Result<Preemption, String> {
         let mut p = Preemption::default();

@@ -12,18 +12,22 @@
 //!   shared [`AccessTable`](dara_abi::AccessTable) (lock-free, see `dara_abi::access`), and
 //!   which kind of instrumentation reported it ([`Header::instrumented`](dara_abi::Header)); never post;
 //! * `MEMORY`: post `MemoryRead` / `MemoryWrite` (args `[addr, size]`) when the granule is in the
-//!   watch set the scheduler wrote into the table, and let the thread proceed when granted.
+//!   watch set the scheduler wrote into the table, and let the thread proceed when granted;
+//!   record any other access as the profile does (same probe, `access::note`; new entries up
+//!   to `access::RECORD_LIMIT` per process, so lookups stay short), so the search
+//!   learns which granules this schedule shared and grows the watch set of later executions
+//!   (`dara_explorer::watch_growth`).
 //!
-//! Filters, cheapest first, so the common access costs a few loads: the watch lookup (MEMORY),
-//! then the thread's own stack (an address between the current stack pointer and the stack top
-//! noted when the thread was gated is private to the thread — other threads' accesses to it are
-//! still seen), then [`Gated::enter`], which refuses threads dara does not control, threads not
-//! yet started or already exited, and code running inside the preload (the reentrancy guard).
+//! Filters, cheapest first, so the common access costs a few loads: the thread's own stack (an
+//! address between the current stack pointer and the stack top noted when the thread was gated
+//! is private to the thread — other threads' accesses to it are still seen), then
+//! [`Gated::enter`], which refuses threads dara does not control, threads not yet started or
+//! already exited, and code running inside the preload (the reentrancy guard), then the table.
 //!
 //! Runs inside instrumented code, possibly in a signal handler: no allocation, no lock, no
 //! syscall besides the handoff's futex calls. A handler that interrupts user code posts like any
 //! hook would; one that interrupts the preload is refused by the guard.
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use dara_abi::access::AccessKind;
 use dara_abi::{access, instrumented, preempt, Addr, Request};
@@ -44,25 +48,34 @@ pub(crate) fn on_access(addr: usize, size: u64, write: bool, source: u32) {
     }
     let Some(table) = region::access_table() else { return };
     let addr = addr as u64;
+    if gate::on_own_stack(addr) {
+        return;
+    }
+    let Some(gate) = Gated::enter() else { return };
     if flags & preempt::PROFILE != 0 {
-        if gate::on_own_stack(addr) {
-            return;
-        }
-        let Some(gate) = Gated::enter() else { return };
         // A full table drops the access; the scheduler notices a nearly full table and says so.
         access::record(&table.entries, addr, gate.index(), write);
         if header.instrumented.load(Ordering::Relaxed) & source == 0 {
             header.instrumented.fetch_or(source, Ordering::Relaxed);
         }
     } else {
-        if !access::is_watched(&table.entries, addr) || gate::on_own_stack(addr) {
-            return;
+        let claim = CLAIMED.load(Ordering::Relaxed) < access::RECORD_LIMIT;
+        match access::note(&table.entries, addr, gate.index(), write, claim) {
+            access::Noted::Watched => {
+                let addr = Addr(addr);
+                gate.post(if write { Request::MemoryWrite { addr, size } } else { Request::MemoryRead { addr, size } });
+            }
+            access::Noted::Claimed => {
+                CLAIMED.fetch_add(1, Ordering::Relaxed);
+            }
+            access::Noted::Recorded | access::Noted::NoRoom => {}
         }
-        let Some(gate) = Gated::enter() else { return };
-        let addr = Addr(addr);
-        gate.post(if write { Request::MemoryWrite { addr, size } } else { Request::MemoryRead { addr, size } });
     }
 }
+
+/// Table entries this process claimed in a search execution, up to [`access::RECORD_LIMIT`]
+/// (one thread runs at a time, so the count is exact and the same in every run of a schedule).
+static CLAIMED: AtomicUsize = AtomicUsize::new(0);
 
 macro_rules! receivers {
     ($($name:ident => ($size:expr, $write:expr)),* $(,)?) => {

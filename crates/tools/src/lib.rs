@@ -16,6 +16,8 @@
 //! * [`minimize`]: `dara minimize`, which re-executes a failing trace to shrink it;
 //! * [`liveness`]: a liveness violation's critical transition, found and stored after a search;
 //! * [`memory_bound`]: the bound on a tool's own heap;
+//! * [`memory_build`]: which memory instrumentation a program's build carries (for the hint of
+//!   a search that ran without memory points);
 //! * [`results`]: `--json` documents and the JUnit report, for machines;
 //! * [`invocation`]: how a printed command names another of dara's tools so that it runs.
 pub mod cluster_config;
@@ -27,6 +29,7 @@ pub mod invocation;
 pub mod listing;
 pub mod liveness;
 pub mod memory_bound;
+pub mod memory_build;
 pub mod minimize;
 pub mod on_disk;
 pub mod results;

@@ -144,7 +144,8 @@ pub struct ExecutionReport {
     pub nodes: BTreeMap<ProcessId, String>,
     /// Coverage of sancov-instrumented processes. Empty for programs built without coverage.
     pub coverage: BTreeMap<ProcessId, ProcessCoverage>,
-    /// What the profiling run's accesses were (`cfg.profile` only).
+    /// What the run's accesses were (`cfg.profile`, and search executions with memory-level
+    /// points: there the granules outside the watch set).
     pub access_profile: Option<AccessProfile>,
     /// Inputs from outside peers and the program's outputs to them, by step (recording and
     /// replay runs; empty in a closed world).
@@ -250,7 +251,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
             Some((p, cov))
         })
         .collect();
-    let access_profile = cfg.profile.then(|| AccessProfile::read(run.region.access_table(), run.region.header().instrumented.load(Ordering::Acquire)));
+    let access_profile = (cfg.profile || cfg.preempt.memory_level()).then(|| AccessProfile::read(run.region.access_table(), run.region.header().instrumented.load(Ordering::Acquire)));
     let (paths, more) = run.region.written_files();
     let written_files = crate::trace::WrittenFiles { paths, more };
     Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, call_sites: run.observed.step_sites, properties, atomic_sites: run.observed.atomic_sites, wall: started.elapsed() })

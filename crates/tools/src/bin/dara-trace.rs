@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use dara_explorer::deadline::with_deadline;
 use dara_explorer::search::{search, Progress, SavedBug, SearchConfig, SearchEnd, SearchSummary};
+use dara_explorer::hint::EmptySearch;
 use dara_explorer::visibility::Visibility;
 use dara_tools::cluster_config::{self, ClusterOptions};
 use dara_tools::minimize::size_line;
@@ -258,6 +259,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     }
     execution.liveness = (cli.liveness_steps > 0).then_some(dara_model::liveness::LivenessConfig { steps: cli.liveness_steps, salt: 0, from_step: None, follow_strategy: false });
     let mut profiled = None;
+    let mut profile_overflowed = false;
     if let Some(spec) = &cli.preempt_on {
         execution.preempt = dara_model::preempt::Preemption::parse(spec).map_err(anyhow::Error::msg)?;
         if execution.preempt.memory_level() && recording {
@@ -266,6 +268,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
         if execution.preempt.memory_level() {
             let p = dara_explorer::profile::profile(&mut execution, cli.seed, &STOP)?;
             profiled = Some(p.sources);
+            profile_overflowed = p.overflowed;
             if let Some(warning) = &p.warning {
                 eprintln!("dara-trace: warning: {warning}");
             }
@@ -358,6 +361,17 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     if summary.bugs.is_empty() {
         if !matches!(summary.end, SearchEnd::Interrupted) {
             println!("no bug found in {} executions ({})", summary.executions, cfg.strategy);
+            if !recording && matches!(summary.end, SearchEnd::Completed | SearchEnd::TimeBudget) {
+                let program = binary::resolve(&cli.command[0]);
+                let build = program.as_deref().map(dara_tools::memory_build::memory_instrumentation).unwrap_or_default();
+                // Disassembling is worth it only when nothing else will be suggested.
+                let look_for_atomics = !build.any() && !cfg.execution.preempt.memory_level();
+                let atomic_instructions = program.as_deref().filter(|_| look_for_atomics).map_or(0, dara_tools::memory_build::atomic_instructions);
+                let empty = EmptySearch { visibility, build, atomic_instructions, overflowed: profile_overflowed || summary.watch_overflowed };
+                if let Some(line) = dara_explorer::hint::hint(&empty) {
+                    println!("{line}");
+                }
+            }
             if let Some(t) = &summary.last_trace {
                 println!("trace of the last execution: {}", t.display());
             }
@@ -498,6 +512,10 @@ impl ProgressLine {
     fn update(&mut self, p: &Progress<'_>) {
         if self.quiet {
             return;
+        }
+        if let Some(g) = p.watch_growth {
+            self.clear();
+            println!("memory watch set: +{} granule{} after execution {} (now {})", g.added, if g.added == 1 { "" } else { "s" }, g.after, g.watched);
         }
         let done = p.execution + 1;
         if let Some(bug) = p.new_bug {
