@@ -13,7 +13,8 @@
 //!
 //! [`coverage`] counts sancov edges of instrumented programs into the region (and posts
 //! `EdgeQuantum` every N edges under `--preempt-on edges:N`); [`access`] turns sancov load/store
-//! callbacks into memory-level scheduling points (`--preempt-on memory`); [`fault`] names the
+//! callbacks into memory-level scheduling points (`--preempt-on memory`), and [`atomics`] the program's
+//! own atomic instructions, trapped (`--preempt-on atomics`); [`fault`] names the
 //! faulting function of a crash; [`written`] notes the files the program opens for writing.
 //!
 //! [`solo`] lets a single-threaded process (and in a recording, every thread) take and release
@@ -39,7 +40,7 @@
 //!    `fdguard`, `dispositions`, `fault::program_action`, `sigmask`, `trap`, `exec_image`
 //! 2. handoff: `unposted`, `gate`
 //! 3. services over the handoff: `interrupt`, `vclock`, `timecalls`, `tsc`, `cpuid`, `thread_end`,
-//!    `exec_slot`, `agent_exec`, `process`, `fault`, `coverage`, `access`
+//!    `exec_slot`, `agent_exec`, `process`, `fault`, `coverage`, `access`, `atomics`
 //! 4. entry points: `hooks`, `trapped`, `vdso`, `init`
 //!
 //! Without `DARA_SHM` in the environment the library is inert: the constructor returns at once

@@ -21,28 +21,41 @@ pub use dara_tracer::atomic_plan::PlanSummary;
 /// How long an unused plan is kept.
 const KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// The plan directory, created (mode 0700, owned by this user) if needed.
+/// The plan directory, created (mode 0700, owned by this user) if needed: the first of the
+/// cache directories that can be (a read-only or too long home falls through to /tmp).
 pub fn directory() -> io::Result<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
+    let cache = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".cache")))
-        .map(|cache| cache.join("dara"))
-        .filter(|d| d.as_os_str().len() + "/atomic-plans".len() < PLANS_DIR_MAX)
-        // SAFETY: getuid has no preconditions.
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("dara-{}", unsafe { libc::getuid() })));
-    let dir = base.join("atomic-plans");
+        .or_else(|| std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".cache")));
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let candidates = cache.map(|c| c.join("dara")).into_iter().chain([std::env::temp_dir().join(format!("dara-{uid}"))]);
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no cache directory");
+    for base in candidates {
+        match usable(&base.join("atomic-plans"), uid) {
+            Ok(dir) => {
+                prune_once(&dir);
+                return Ok(dir);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// `dir`, created if needed, if it is short enough for the region header, this user's, and
+/// writable by nobody else.
+fn usable(dir: &Path, uid: u32) -> io::Result<PathBuf> {
     if dir.as_os_str().len() >= PLANS_DIR_MAX {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("the plan directory {} is longer than {} bytes: set XDG_CACHE_HOME to a shorter path", dir.display(), PLANS_DIR_MAX - 1)));
     }
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
-    let meta = fs::metadata(&dir)?;
-    // SAFETY: getuid has no preconditions.
-    if meta.uid() != unsafe { libc::getuid() } || meta.permissions().mode() & 0o022 != 0 {
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let meta = fs::metadata(dir)?;
+    if meta.uid() != uid || meta.permissions().mode() & 0o022 != 0 {
         return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{} belongs to another user or others may write to it; dara will not run code from it", dir.display())));
     }
-    prune_once(&dir);
-    Ok(dir)
+    Ok(dir.to_path_buf())
 }
 
 /// Removes plans not modified for [`KEEP`], once per dara process.
@@ -118,6 +131,15 @@ mod tests {
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 1);
         assert_eq!(ensure(&dir, std::process::id()).unwrap(), first, "the cached plan says the same");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_unusable_cache_falls_through_to_the_next() {
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        assert!(usable(Path::new("/proc/no-such-cache/dara/atomic-plans"), uid).is_err(), "not creatable");
+        let long = PathBuf::from("/tmp").join("x".repeat(PLANS_DIR_MAX));
+        assert!(usable(&long, uid).is_err(), "too long for the header");
     }
 
     #[test]
