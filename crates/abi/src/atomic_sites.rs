@@ -75,6 +75,26 @@ pub struct AtomicSite {
 const _: () = assert!(size_of::<PlanHeader>() == 40);
 const _: () = assert!(size_of::<AtomicSite>() == 32);
 
+impl PlanHeader {
+    /// The header at the start of `bytes` (any alignment: copied out), if it is one of this
+    /// version's.
+    pub fn read(bytes: &[u8]) -> Result<PlanHeader, PlanError> {
+        if bytes.len() < size_of::<PlanHeader>() {
+            return Err(PlanError::Short);
+        }
+        // SAFETY: at least a header's worth of bytes (checked), read unaligned; every bit pattern
+        // is a valid PlanHeader.
+        let header = unsafe { core::ptr::read_unaligned(bytes.as_ptr() as *const PlanHeader) };
+        if header.magic != PLAN_MAGIC {
+            return Err(PlanError::Magic);
+        }
+        if header.version != PLAN_VERSION {
+            return Err(PlanError::Version);
+        }
+        Ok(header)
+    }
+}
+
 impl AtomicSite {
     /// The operand's address, given the thread's general registers and the load bias.
     pub fn operand(&self, registers: &[i64], bias: u64) -> Option<u64> {
@@ -111,17 +131,10 @@ impl<'a> Plan<'a> {
         if !(bytes.as_ptr() as usize).is_multiple_of(8) {
             return Err(PlanError::Misaligned);
         }
-        if bytes.len() < size_of::<PlanHeader>() {
-            return Err(PlanError::Short);
-        }
-        // SAFETY: aligned, long enough, and every bit pattern is a valid PlanHeader.
+        PlanHeader::read(bytes)?;
+        // SAFETY: aligned, long enough and checked by `read`; every bit pattern is a valid
+        // PlanHeader.
         let header = unsafe { &*(bytes.as_ptr() as *const PlanHeader) };
-        if header.magic != PLAN_MAGIC {
-            return Err(PlanError::Magic);
-        }
-        if header.version != PLAN_VERSION {
-            return Err(PlanError::Version);
-        }
         let sites_end = size_of::<PlanHeader>() + header.sites as usize * size_of::<AtomicSite>();
         let code_end = sites_end.checked_add(header.code_len as usize).ok_or(PlanError::Short)?;
         if bytes.len() < code_end {
@@ -141,7 +154,7 @@ impl<'a> Plan<'a> {
 
 /// The file name of an executable's plan: its identity (device, inode, size, modification time),
 /// so a rebuilt program gets a new plan, in hex: `DEV-INO-SIZE-MTIME.plan`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PlanName {
     pub dev: u64,
     pub ino: u64,

@@ -8,13 +8,14 @@
 //! file's identity (device, inode, size, modification time), written under a temporary name and
 //! renamed, so parallel executions never read half a plan. Plans older than a week are removed
 //! when a dara process first uses the directory.
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use dara_abi::atomic_sites::{PlanHeader, PlanName, PLANS_DIR_MAX, PLAN_NAME_LEN, PLAN_MAGIC, PLAN_VERSION};
+use dara_abi::atomic_sites::{PlanHeader, PlanName, PLANS_DIR_MAX, PLAN_NAME_LEN};
 use dara_tracer::atomic_plan;
 pub use dara_tracer::atomic_plan::PlanSummary;
 
@@ -86,16 +87,14 @@ pub fn name_of(exe: &Path) -> io::Result<PlanName> {
 pub fn ensure(dir: &Path, pid: u32) -> Result<PlanSummary, String> {
     let exe = PathBuf::from(format!("/proc/{pid}/exe"));
     let program = fs::read_link(&exe).map(|p| p.display().to_string()).unwrap_or_else(|_| format!("process {pid}'s program"));
-    if dara_tracer::binary::needs_agent(&exe) {
-        let bytes = dara_tracer::image::read(&exe).map_err(|e| format!("cannot read {program}: {e}"))?;
-        let sites = dara_tracer::ptrace::atomics::program_sites(&bytes).map_err(|e| format!("cannot trap the atomic instructions of {program}: {e}"))?;
-        return Ok(PlanSummary { sites: sites.len(), skipped: 0 });
-    }
     let name = name_of(&exe).map_err(|e| format!("cannot look at {program}: {e}"))?;
     let rendered = name.render();
     let path = dir.join(std::str::from_utf8(&rendered[..PLAN_NAME_LEN - 1]).expect("hex"));
     if let Some(summary) = summary_of(&path) {
         return Ok(summary);
+    }
+    if dara_tracer::binary::needs_agent(&exe) {
+        return agent_summary(&exe, &program, name);
     }
     let bytes = dara_tracer::image::read(&exe).map_err(|e| format!("cannot read {program}: {e}"))?;
     let (plan, summary) = atomic_plan::plan(&bytes).map_err(|e| format!("cannot trap the atomic instructions of {program}: {e}"))?;
@@ -108,14 +107,26 @@ pub fn ensure(dir: &Path, pid: u32) -> Result<PlanSummary, String> {
     Ok(summary)
 }
 
+/// What the agent traps in the program at `exe` (named `program`, identified by `name`): counted
+/// once per file and dara process, not at every process start of every execution.
+fn agent_summary(exe: &Path, program: &str, name: PlanName) -> Result<PlanSummary, String> {
+    static COUNTED: std::sync::Mutex<BTreeMap<PlanName, PlanSummary>> = std::sync::Mutex::new(BTreeMap::new());
+    if let Some(&summary) = COUNTED.lock().unwrap_or_else(|e| e.into_inner()).get(&name) {
+        return Ok(summary);
+    }
+    let bytes = dara_tracer::image::read(exe).map_err(|e| format!("cannot read {program}: {e}"))?;
+    let sites = dara_tracer::ptrace::atomics::program_sites(&bytes).map_err(|e| format!("cannot trap the atomic instructions of {program}: {e}"))?;
+    let summary = PlanSummary { sites: sites.len(), skipped: 0 };
+    COUNTED.lock().unwrap_or_else(|e| e.into_inner()).insert(name, summary);
+    Ok(summary)
+}
+
 /// What the plan at `path` holds, if it is a plan of this version.
 fn summary_of(path: &Path) -> Option<PlanSummary> {
-    let mut header = [0u8; std::mem::size_of::<PlanHeader>()];
-    fs::File::open(path).ok()?.read_exact(&mut header).ok()?;
-    let word = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().expect("8 bytes"));
-    let half = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().expect("4 bytes"));
-    // PlanHeader: magic, version and sites, code_address, code_len, skipped.
-    (word(0) == PLAN_MAGIC && half(8) == PLAN_VERSION).then(|| PlanSummary { sites: half(12) as usize, skipped: half(32) as usize })
+    let mut bytes = [0u8; std::mem::size_of::<PlanHeader>()];
+    fs::File::open(path).ok()?.read_exact(&mut bytes).ok()?;
+    let header = PlanHeader::read(&bytes).ok()?;
+    Some(PlanSummary { sites: header.sites as usize, skipped: header.skipped as usize })
 }
 
 #[cfg(test)]

@@ -59,14 +59,6 @@ impl AtomicProbes {
         self.sites.insert(site.address.wrapping_add(self.bias), site);
     }
 
-    pub fn len(&self) -> usize {
-        self.sites.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.sites.is_empty()
-    }
-
     /// The access of the atomic instruction at `addr`, given the stopped thread's registers: its
     /// operand's address and size.
     pub fn access_at(&self, addr: u64, regs: &libc::user_regs_struct) -> Option<(u64, u64)> {

@@ -172,11 +172,6 @@ impl Probes {
         self.atomics.access_at(addr, regs)
     }
 
-    /// How many atomic instructions are probed.
-    pub fn atomic_sites(&self) -> usize {
-        self.atomics.len()
-    }
-
     /// Whether the probe at `addr` is at a function that yields on purpose ([`SPIN_PROBES`]).
     pub fn yields_at(&self, addr: u64) -> bool {
         self.yielding.contains(&addr)
