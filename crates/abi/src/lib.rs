@@ -51,7 +51,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 31;
+pub const VERSION: u32 = 32;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -815,6 +815,10 @@ pub struct Coverage {
     /// Guards handed out by `__sanitizer_cov_trace_pc_guard_init` in this process (all
     /// instrumented edges of its `trace-pc-guard` modules); 0 for `trace-pc` builds.
     pub guards: AtomicU32,
+    /// Nonzero once any edge of this process was hit: set with the first hit of each edge,
+    /// before its count, so a reader that finds 0 here may skip the counters (an uninstrumented
+    /// process then costs the scheduler one load, not a scan that faults in the area's pages).
+    pub reached: AtomicU32,
     /// Hits of edge `i`, saturating at 255.
     pub counts: [AtomicU8; COV_MAP_SIZE],
     /// [`Header::step`] when edge `i` was first hit in this execution.
@@ -861,6 +865,7 @@ const _: () = assert!(core::mem::align_of::<Slot>() == 64);
 const _: () = assert!(core::mem::size_of::<Header>() % 64 == 0);
 const _: () = assert!(REGION_SIZE % 64 == 0);
 const _: () = assert!(core::mem::size_of::<Coverage>() % 64 == 0);
+const _: () = assert!(core::mem::offset_of!(Coverage, counts) == 8, "guards and reached share the area's first eight bytes");
 const _: () = assert!(ACCESS_TABLE_OFFSET % 64 == 0);
 
 /// Splitmix64: the one mixing function both sides use to derive per-process and per-draw seeds,

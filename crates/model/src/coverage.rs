@@ -61,13 +61,19 @@ impl<A: CoverageAreas + ?Sized> CoverageAreas for std::sync::Arc<A> {
 }
 
 impl ProcessCoverage {
-    /// Reads process `p`'s area; `None` when the process reached no instrumented edge.
+    /// Reads process `p`'s area; `None` when the process reached no instrumented edge. The
+    /// counters are scanned only when the area says an edge was reached
+    /// ([`dara_abi::Coverage::reached`]): most programs are not instrumented.
     pub fn read(areas: &impl CoverageAreas, p: usize) -> Option<ProcessCoverage> {
         use std::sync::atomic::Ordering::{Acquire, Relaxed};
         if p >= dara_abi::MAX_PROCESSES {
             return None;
         }
         let cov = areas.coverage(p);
+        let guards = cov.guards.load(Relaxed);
+        if cov.reached.load(Acquire) == 0 {
+            return (guards != 0).then_some(ProcessCoverage { guards, edges: Vec::new(), modules: Vec::new() });
+        }
         let edges: Vec<EdgeHit> = cov
             .counts
             .iter()
@@ -77,7 +83,6 @@ impl ProcessCoverage {
                 (count != 0).then(|| EdgeHit { edge: i as u32, pc: cov.pcs[i].load(Relaxed), count, first_step: cov.first_step[i].load(Relaxed) })
             })
             .collect();
-        let guards = cov.guards.load(Relaxed);
         (!edges.is_empty() || guards != 0).then_some(ProcessCoverage { guards, edges, modules: Vec::new() })
     }
 
@@ -152,6 +157,10 @@ mod tests {
         areas.0[1].guards.store(40, Relaxed);
         assert_eq!(ProcessCoverage::read(&areas, 1), Some(ProcessCoverage { guards: 40, edges: vec![], modules: vec![] }));
         let area = &areas.0[2];
+        area.counts[9].store(1, Relaxed);
+        assert_eq!(ProcessCoverage::read(&areas, 2), None, "a counter without `reached` is not looked at");
+        area.counts[9].store(0, Relaxed);
+        area.reached.store(1, Relaxed);
         for (edge, count, pc, step) in [(7usize, 3u8, 0x40_1000u64, 5u32), (2, 255, 0x40_0f00, 1)] {
             area.counts[edge].store(count, Relaxed);
             area.pcs[edge].store(pc, Relaxed);

@@ -7,7 +7,8 @@
 //! module, in `__sanitizer_cov_trace_pc_guard_init`) or a hash of the call site for gcc's
 //! `trace-pc`, which passes nothing. Both receivers are naked so that they can hand the return
 //! address (the instrumented call site) to [`record`]; the first hit of an edge stores that
-//! address and the step being run ([`Header::step`](dara_abi::Header)), then the count.
+//! address and the step being run ([`Header::step`](dara_abi::Header)), marks the area
+//! [`reached`](dara_abi::Coverage::reached), then stores the count.
 //!
 //! Under `--preempt-on edges:N` ([`Header::preempt_edges`](dara_abi::Header)) every N-th edge a
 //! gated thread reaches is also a scheduling point (`EdgeQuantum`, a yield), so instrumented code
@@ -105,6 +106,7 @@ fn record(index: usize, pc: usize) {
         let step = region::header().map_or(0, |h| h.step.load(Ordering::Relaxed));
         cov.pcs[index].store(pc as u64, Ordering::Relaxed);
         cov.first_step[index].store(step, Ordering::Relaxed);
+        cov.reached.store(1, Ordering::Relaxed);
     }
     if count != u8::MAX {
         counter.store(count + 1, Ordering::Release);

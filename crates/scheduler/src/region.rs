@@ -107,32 +107,10 @@ impl Region {
         unsafe { &*(self.map.as_ptr().add(dara_abi::cov_offset(p)) as *const dara_abi::Coverage) }
     }
 
-    /// Whether process `p` has counted an edge yet, cheaply enough to ask during a run: the
-    /// counters of the first page (which also holds `guards`, written by every preload) are
-    /// scanned, and for the rest one `mincore` says whether any of their pages exists. The region
-    /// is a fresh memfd per execution and nobody else writes there, so a resident page means a
-    /// counter on it was bumped. Errors answer `true` (the caller then just does its work).
+    /// Whether process `p` has counted an edge yet: one load of its area's
+    /// [`reached`](dara_abi::Coverage::reached) word, cheap enough to ask at every post.
     pub fn coverage_touched(&self, p: usize) -> bool {
-        const PAGE: usize = 4096;
-        let area = self.coverage(p);
-        let counts_at = dara_abi::cov_offset(p) + std::mem::offset_of!(dara_abi::Coverage, counts);
-        let first_page_end = (dara_abi::cov_offset(p) / PAGE + 1) * PAGE;
-        let in_first = first_page_end.saturating_sub(counts_at).min(dara_abi::COV_MAP_SIZE);
-        if area.counts[..in_first].iter().any(|c| c.load(Ordering::Relaxed) != 0) {
-            return true;
-        }
-        let counts_end = counts_at + dara_abi::COV_MAP_SIZE;
-        let pages = counts_end.div_ceil(PAGE) - first_page_end / PAGE;
-        let mut resident = [0u8; dara_abi::COV_MAP_SIZE / PAGE + 2];
-        if pages == 0 || pages > resident.len() {
-            return pages != 0;
-        }
-        // SAFETY: [first_page_end, first_page_end + pages * PAGE) starts page-aligned (the
-        // mapping is) and lies inside the mapping: the counters are followed by the area's
-        // `first_step` and `pcs` arrays, far longer than a page; `resident` holds one byte per
-        // page asked about.
-        let rc = unsafe { libc::mincore(self.map.as_ptr().add(first_page_end) as *mut libc::c_void, pages * PAGE, resident.as_mut_ptr()) };
-        rc != 0 || resident[..pages].iter().any(|r| r & 1 != 0)
+        self.coverage(p).reached.load(Ordering::Acquire) != 0
     }
 
     /// The memory-preemption access table.
@@ -215,14 +193,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn coverage_touched_sees_a_counter_on_any_page() {
-        for (process, edge) in [(0, 3), (1, 5000), (5, dara_abi::COV_MAP_SIZE - 1), (63, 40_000)] {
+    fn coverage_touched_reads_the_reached_word() {
+        for process in [0, 1, 63, dara_abi::MAX_PROCESSES - 1] {
             let region = Region::create(2, 1, &Default::default(), false, false).unwrap();
             // Every preload writes `guards` (0 here), which must not count as coverage.
             region.coverage(process).guards.store(0, Ordering::Relaxed);
             assert!(!region.coverage_touched(process), "process {process}: nothing counted yet");
-            region.coverage(process).counts[edge].store(1, Ordering::Relaxed);
-            assert!(region.coverage_touched(process), "process {process}: edge {edge}");
+            region.coverage(process).reached.store(1, Ordering::Relaxed);
+            assert!(region.coverage_touched(process), "process {process}");
             assert!(!region.coverage_touched((process + 1) % dara_abi::MAX_PROCESSES), "another process's area is untouched");
         }
     }

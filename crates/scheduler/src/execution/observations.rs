@@ -1,17 +1,18 @@
 //! What an execution notes about the program for its report, without affecting the run: names of
 //! the object addresses the interleaving listing shows, the program each process started, where a
 //! process took a fatal fault (named while it still existed), and the module maps of processes
-//! that show coverage (read while they are alive, paced so uninstrumented programs pay nothing).
+//! that show coverage (read while they are alive, so uninstrumented programs pay nothing).
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use dara_abi::{Op, MAX_PROCESSES};
+use dara_abi::MAX_PROCESSES;
 
 use crate::choice::{ProcessId, ThreadId};
 use crate::coverage::{self, Module};
 use crate::region::Region;
 use crate::symbols::Symbolizer;
 
+#[derive(Default)]
 pub(super) struct Observations {
     symbolizers: BTreeMap<ProcessId, Symbolizer>,
     /// Names of object addresses seen (when `symbolize`).
@@ -22,20 +23,12 @@ pub(super) struct Observations {
     pub(super) programs: BTreeMap<ThreadId, String>,
     /// Executable mappings of each process that has shown coverage, read while it was alive.
     pub(super) modules: BTreeMap<ProcessId, Vec<Module>>,
-    /// Posts ingested per process while its module map was not read yet (paces the checks).
-    coverage_checks: Vec<u32>,
     /// The call site of each thread's pending post (when `symbolize`).
     pending_sites: BTreeMap<ThreadId, crate::symbols::CallSite>,
     /// The call site of each step, in step order (when `symbolize`; empty otherwise).
     pub(super) step_sites: Vec<Option<crate::symbols::CallSite>>,
     /// `--preempt-on atomics`: the atomic instructions trapped in each program started.
     pub(super) atomic_sites: BTreeMap<String, dara_tracer::atomic_plan::PlanSummary>,
-}
-
-impl Default for Observations {
-    fn default() -> Observations {
-        Observations { symbolizers: BTreeMap::new(), symbols: BTreeMap::new(), faults: BTreeMap::new(), programs: BTreeMap::new(), modules: BTreeMap::new(), coverage_checks: vec![0; MAX_PROCESSES], pending_sites: BTreeMap::new(), step_sites: Vec::new(), atomic_sites: BTreeMap::new() }
-    }
 }
 
 impl Observations {
@@ -101,18 +94,15 @@ impl Observations {
     /// 40 µs, a fiftieth of a small execution, so it is not done for uninstrumented programs.
     /// A process whose executable calls a receiver was mapped at its `ProcessStart` already
     /// (a program that only returns from `main` posts nothing after that). This catches the
-    /// rest (an instrumented library in an uninstrumented executable): a `trace-pc-guard` module
-    /// by its guard count (one load, every post); a `trace-pc` one by its counters, checked
-    /// ([`Region::coverage_touched`], one `mincore`) at the process's 1st, 2nd, 4th, 8th, …
-    /// post and whenever one of its threads starts or exits. `pid`: its kernel pid, if alive.
-    pub(super) fn note_modules(&mut self, region: &Region, process: ProcessId, pid: Option<u32>, op: Op) {
+    /// rest (an instrumented library in an uninstrumented executable) at its first post after
+    /// a `trace-pc-guard` module handed out guards or any edge was counted: two loads per post.
+    /// `pid`: its kernel pid, if alive.
+    pub(super) fn note_modules(&mut self, region: &Region, process: ProcessId, pid: Option<u32>) {
         let p = process as usize;
         if p >= MAX_PROCESSES || self.modules.contains_key(&process) {
             return;
         }
-        self.coverage_checks[p] = self.coverage_checks[p].saturating_add(1);
-        let due = self.coverage_checks[p].is_power_of_two() || matches!(op, Op::ThreadStart | Op::ThreadExit | Op::ProcessExit);
-        let covered = region.coverage(p).guards.load(Ordering::Relaxed) != 0 || (due && region.coverage_touched(p));
+        let covered = region.coverage(p).guards.load(Ordering::Relaxed) != 0 || region.coverage_touched(p);
         if let (true, Some(pid)) = (covered, pid) {
             self.modules.insert(process, coverage::executable_modules(pid));
         }

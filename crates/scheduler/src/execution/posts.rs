@@ -152,7 +152,7 @@ impl Execution<'_> {
             let site = self.region.slot(thread as usize).call_site.load(Ordering::Acquire);
             self.observed.note_call_site(thread, process, pid, site);
         }
-        self.observed.note_modules(&self.region, process, pid, op);
+        self.observed.note_modules(&self.region, process, pid);
         if matches!(op, Op::SigSuspend | Op::SigWait) {
             self.signals_may_be_pending(); // a signal it lets through may be pending already
         }
