@@ -22,7 +22,8 @@
 //!   * [`faults`](strategy::faults): a wrapper placing fault points (crash, partition, ...) for the
 //!     sampling strategies, like PCT's change points, within SAMC-style fault budgets.
 //! * [`search`]: the search loop: executions under a strategy, each bug saved once, and the first
-//!   execution that met each goal.
+//!   execution that met each goal; `last_trace` keeps its `trace.bin`, the last execution's,
+//!   written about once a second and at the end.
 //! * [`reproduce`]: re-running a trace with the replay strategy, and `--verify`'s comparison.
 //! * [`minimize`]: shrink a failing schedule to fewer preemptions and steps that still fail the
 //!   same way, with the [`Guided`](minimize::Guided) strategy that follows a plan.
@@ -50,6 +51,7 @@ pub mod rng;
 pub mod strategy;
 pub mod reproduce;
 pub mod search;
+mod last_trace;
 pub mod minimize;
 pub mod liveness;
 pub mod profile;

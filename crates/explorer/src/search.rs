@@ -22,6 +22,7 @@ use dara_scheduler::execution::{self, ExecutionConfig, ExecutionError, Execution
 use dara_scheduler::trace::{self, Trace, TraceError, TraceHeader};
 use dara_scheduler::Outcome;
 
+use crate::last_trace::LastTrace;
 use crate::strategy::{self, Feedback, Order, Start, Status, Strategy, StrategyError};
 use crate::visibility::{BlindSpot, Visibility};
 use crate::watch_growth::{Growing, Growth, WatchSets};
@@ -187,14 +188,14 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
     let epochs = WatchSets::new(preempt.watch.clone(), growing, preempt.watches_every_touched());
     let mut judge = Judge::new(cfg, info.spec, started, stop, &epochs);
     if cfg.runs == 0 {
-        return Ok(judge.finish(SearchEnd::Completed));
+        return judge.finish(SearchEnd::Completed);
     }
 
     // Execution 0, alone: its length calibrates every later execution (PCT's step estimate).
     let (first, mut status) = run_execution(cfg, &mut *strategy, Start::at(0), cfg.execution.pin_cpu, &epochs.used_by(0), halt)?;
     let first_steps = first.steps.len() as u64;
     if let Some(end) = judge.judge(0, first, status.exhausted.is_some() && cfg.runs > 1, &mut progress)? {
-        return Ok(judge.finish(end).with_notes(status));
+        return Ok(judge.finish(end)?.with_notes(status));
     }
 
     let end = if cfg.jobs <= 1 {
@@ -202,7 +203,7 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
     } else {
         parallel(cfg, first_steps, &mut judge, &epochs, halt, &mut progress)?
     };
-    Ok(judge.finish(end).with_notes(status))
+    Ok(judge.finish(end)?.with_notes(status))
 }
 
 /// Executions 1.. one after another; `status` is the strategy's after the last one. A systematic
@@ -384,6 +385,9 @@ fn execution_config(cfg: &SearchConfig, k: u64, watch: &[u64]) -> ExecutionConfi
     exec
 }
 
+/// How often the search's `trace.bin` is rewritten while executions go by (see [`LastTrace`]).
+const LAST_TRACE_EVERY: Duration = Duration::from_secs(1);
+
 /// Judges executions in order: writes traces, saves new bugs, grows the watch set, decides when
 /// the search ends.
 struct Judge<'a> {
@@ -396,7 +400,7 @@ struct Judge<'a> {
     started: Instant,
     bugs: Vec<SavedBug>,
     executions: u64,
-    last_trace: Option<PathBuf>,
+    last_trace: LastTrace,
     outcome_counts: BTreeMap<String, u64>,
     covered: std::collections::BTreeSet<(u32, u32)>,
     properties: dara_model::property::SearchProperties,
@@ -414,7 +418,7 @@ impl<'a> Judge<'a> {
             started,
             bugs: Vec::new(),
             executions: 0,
-            last_trace: None,
+            last_trace: LastTrace::new(cfg.out_dir.join("trace.bin"), LAST_TRACE_EVERY),
             outcome_counts: BTreeMap::new(),
             covered: Default::default(),
             properties: Default::default(),
@@ -450,9 +454,6 @@ impl<'a> Judge<'a> {
         let mut header = header_for(self.cfg, &exec, k, self.strategy.clone());
         header.written = report.written_files.clone();
         let trace = Trace { header, steps: report.steps.clone(), outcome: report.outcome.clone(), coverage: report.coverage.clone(), outside: report.outside.clone() };
-        let last = self.cfg.out_dir.join("trace.bin");
-        trace::write_file(&last, &trace)?;
-        self.last_trace = Some(last);
         for (kind, name) in goals_met {
             let number = self.goals.len() + 1;
             let headline = format!("goal \"{name}\" ({}) first met in execution {k}", kind.word());
@@ -466,6 +467,7 @@ impl<'a> Judge<'a> {
             self.bugs.push(saved);
             new_bug = true;
         }
+        self.last_trace.update(trace)?;
         progress(Progress { execution: k, report: &report, new_bug: if new_bug { self.bugs.last() } else { None }, bugs: self.bugs.len(), coverage: self.covered.len(), elapsed: self.started.elapsed(), watch_growth: growth.as_ref() });
         Ok(match &report.outcome {
             Outcome::Interrupted if !self.user_stopped() && self.cfg.time_budget.is_some() => Some(SearchEnd::TimeBudget),
@@ -476,12 +478,14 @@ impl<'a> Judge<'a> {
         })
     }
 
-    fn finish(self, end: SearchEnd) -> SearchSummary {
-        SearchSummary {
+    /// The summary of a search that ended as `end`, with the last execution's trace on disk.
+    fn finish(mut self, end: SearchEnd) -> Result<SearchSummary, SearchError> {
+        let last_trace = self.last_trace.flush()?.map(Path::to_path_buf);
+        Ok(SearchSummary {
             executions: self.executions,
             bugs: self.bugs,
             end,
-            last_trace: self.last_trace,
+            last_trace,
             outcome_counts: self.outcome_counts,
             coverage: self.covered.len(),
             wall: self.started.elapsed(),
@@ -490,7 +494,7 @@ impl<'a> Judge<'a> {
             goals: self.goals,
             malformed_property_lines: self.malformed_property_lines,
             watch_overflowed: self.epochs.overflowed(),
-        }
+        })
     }
 }
 
