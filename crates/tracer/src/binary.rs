@@ -1,6 +1,8 @@
 //! Classifies the program a command names, so dara can refuse what it cannot control with a
 //! message that says what to do, instead of running it uncontrolled.
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use goblin::elf::program_header::PT_INTERP;
 
@@ -65,8 +67,43 @@ pub fn is_go(path: &Path) -> bool {
 }
 
 /// Whether dara runs `path` through its ptrace agent rather than its preload: statically linked
-/// programs (no dynamic loader to load the preload) and Go programs.
+/// programs (no dynamic loader to load the preload) and Go programs. Asked at every launch, and
+/// the answer reads the whole file, so it is kept per [`FileIdentity`] for the life of the dara
+/// process: a search reads each program once.
 pub fn needs_agent(path: &Path) -> bool {
+    static KNOWN: Mutex<Option<HashMap<FileIdentity, bool>>> = Mutex::new(None);
+    let Some(before) = FileIdentity::of(path) else { return reads_needs_agent(path) };
+    if let Some(&answer) = KNOWN.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).get(&before) {
+        return answer;
+    }
+    let answer = reads_needs_agent(path);
+    // A file replaced while it was read: the answer is not known to be this identity's.
+    if FileIdentity::of(path) == Some(before) {
+        KNOWN.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(before, answer);
+    }
+    answer
+}
+
+/// Which file a path names, and which version of it: device, inode, size and modification
+/// time (of the file a symbolic link such as `/proc/<pid>/exe` leads to).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+impl FileIdentity {
+    fn of(path: &Path) -> Option<FileIdentity> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(FileIdentity { dev: m.dev(), ino: m.ino(), size: m.size(), mtime: (m.mtime(), m.mtime_nsec()) })
+    }
+}
+
+/// [`needs_agent`], from the file's bytes.
+fn reads_needs_agent(path: &Path) -> bool {
     match classify(path) {
         Ok(BinaryKind::Static) => true,
         Ok(BinaryKind::Dynamic) => is_go(path),
@@ -91,6 +128,27 @@ mod tests {
         let kind = classify(&sh).unwrap();
         assert!(matches!(kind, BinaryKind::Dynamic), "{kind:?}");
         assert!(resolve("definitely-not-a-program-dara").is_none());
+    }
+
+    #[test]
+    fn a_changed_file_is_read_again() {
+        let dir = std::env::temp_dir().join(format!("dara-binary-agent-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let program = dir.join("prog");
+        std::fs::copy(resolve("sh").expect("sh on PATH"), &program).unwrap();
+        assert!(!needs_agent(&program), "a dynamic C program runs under the preload");
+        assert!(!needs_agent(&program), "asked again: the same answer");
+        // The same inode, rewritten as an ELF file without a dynamic loader (PT_INTERP renamed).
+        let mut bytes = std::fs::read(&program).unwrap();
+        let elf = goblin::elf::Elf::parse(&bytes).unwrap();
+        let (phoff, phentsize) = (elf.header.e_phoff as usize, elf.header.e_phentsize as usize);
+        let interp = elf.program_headers.iter().position(|ph| ph.p_type == PT_INTERP).unwrap();
+        bytes[phoff + interp * phentsize..][..4].copy_from_slice(&goblin::elf::program_header::PT_NOTE.to_le_bytes());
+        std::fs::write(&program, &bytes).unwrap();
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        std::fs::File::options().write(true).open(&program).unwrap().set_modified(later).unwrap();
+        assert!(needs_agent(&program), "now static: the cached answer is not used");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
