@@ -8,6 +8,8 @@
 //! the read are not in it.
 pub use dara_model::coverage::*;
 
+use std::path::Path;
+
 use crate::region::Region;
 
 impl CoverageAreas for Region {
@@ -23,24 +25,12 @@ pub fn executable_modules(pid: u32) -> Vec<Module> {
 
 /// Whether the executable of process `pid` calls a sancov edge receiver (imports or defines
 /// `__sanitizer_cov_trace_pc_guard` or `__sanitizer_cov_trace_pc`). Answered from the file's
-/// symbol tables once per (path, size, mtime) for the life of the dara process, so a search pays
-/// the ELF parse once and every later process start a `readlink` and a `stat`.
+/// symbol tables once per version of the file for the life of the dara process
+/// ([`FileMemo`](dara_tracer::file_memo::FileMemo)), so a search pays the ELF parse once and every
+/// later process start one `stat` of `/proc/<pid>/exe`.
 pub fn executable_is_instrumented(pid: u32) -> bool {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-    type Key = (std::path::PathBuf, u64, Option<std::time::SystemTime>);
-    static KNOWN: Mutex<Option<HashMap<Key, bool>>> = Mutex::new(None);
-    let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else { return false };
-    let Ok(meta) = std::fs::metadata(&exe) else { return false };
-    let key = (exe, meta.len(), meta.modified().ok());
-    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
-    let known = known.get_or_insert_with(HashMap::new);
-    if let Some(&answer) = known.get(&key) {
-        return answer;
-    }
-    let answer = dara_tracer::image::read(&key.0).ok().is_some_and(|bytes| calls_receiver(&bytes));
-    known.insert(key, answer);
-    answer
+    static KNOWN: dara_tracer::file_memo::FileMemo<bool> = dara_tracer::file_memo::FileMemo::new();
+    KNOWN.get(Path::new(&format!("/proc/{pid}/exe")), |exe| dara_tracer::image::read(exe).ok().is_some_and(|bytes| calls_receiver(&bytes)))
 }
 
 /// Whether an ELF image names a sancov edge receiver in its symbol tables.

@@ -1,10 +1,10 @@
 //! Classifies the program a command names, so dara can refuse what it cannot control with a
 //! message that says what to do, instead of running it uncontrolled.
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use goblin::elf::program_header::PT_INTERP;
+
+use crate::file_memo::FileMemo;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BinaryKind {
@@ -68,38 +68,11 @@ pub fn is_go(path: &Path) -> bool {
 
 /// Whether dara runs `path` through its ptrace agent rather than its preload: statically linked
 /// programs (no dynamic loader to load the preload) and Go programs. Asked at every launch, and
-/// the answer reads the whole file, so it is kept per [`FileIdentity`] for the life of the dara
-/// process: a search reads each program once.
+/// the answer reads the whole file, so it is kept per version of the file
+/// ([`FileMemo`](crate::file_memo::FileMemo)): a search reads each program once.
 pub fn needs_agent(path: &Path) -> bool {
-    static KNOWN: Mutex<Option<HashMap<FileIdentity, bool>>> = Mutex::new(None);
-    let Some(before) = FileIdentity::of(path) else { return reads_needs_agent(path) };
-    if let Some(&answer) = KNOWN.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).get(&before) {
-        return answer;
-    }
-    let answer = reads_needs_agent(path);
-    // A file replaced while it was read: the answer is not known to be this identity's.
-    if FileIdentity::of(path) == Some(before) {
-        KNOWN.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(before, answer);
-    }
-    answer
-}
-
-/// Which file a path names, and which version of it: device, inode, size and modification
-/// time (of the file a symbolic link such as `/proc/<pid>/exe` leads to).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct FileIdentity {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-}
-
-impl FileIdentity {
-    fn of(path: &Path) -> Option<FileIdentity> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(path).ok()?;
-        Some(FileIdentity { dev: m.dev(), ino: m.ino(), size: m.size(), mtime: (m.mtime(), m.mtime_nsec()) })
-    }
+    static KNOWN: FileMemo<bool> = FileMemo::new();
+    KNOWN.get(path, reads_needs_agent)
 }
 
 /// [`needs_agent`], from the file's bytes.

@@ -3,6 +3,8 @@
 //! * [`binary`]: what the command is (dynamic ELF, static ELF, script) and refusing what dara
 //!   cannot control yet.
 //! * [`image`]: reading an ELF file whole, only when it is a regular file of sane size.
+//! * [`file_memo`]: answers that read a whole file (static? Go? instrumented?), kept per file
+//!   version so a search reads each program once.
 //! * [`launch`]: starting the command with the preload injected, ASLR off, in its own process
 //!   group, pinned to one CPU, dying with dara.
 //! * [`output_drain`]: waiting until dara's output pipes are empty, so the program always finds
@@ -18,6 +20,7 @@
 pub mod atomic_plan;
 pub mod binary;
 pub mod debug_file;
+pub mod file_memo;
 pub mod image;
 pub mod launch;
 pub mod out_of_line;
