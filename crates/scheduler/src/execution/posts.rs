@@ -204,8 +204,9 @@ impl Execution<'_> {
             self.with_world(|world, ex| world.process_started(ex, process, pid, parent));
             let entry = &self.region.header().processes[process as usize];
             entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
-            let own_pid = own_pid(pid, self.tree.pids_virtual()).map_err(|detail| Outcome::Uncontrolled { thread, syscall: "fork".into(), detail })?;
-            self.processes.records.insert(process, ProcessRecord { pid, own_pid, alive: true, exit: None, pidfd: procfs::pidfd_open(pid), program: String::new() });
+            let pidfd = procfs::pidfd_open(pid);
+            let own_pid = own_pid(pid, pidfd.as_ref(), self.tree.pids_virtual()).map_err(|detail| Outcome::Uncontrolled { thread, syscall: "fork".into(), detail })?;
+            self.processes.records.insert(process, ProcessRecord { pid, own_pid, alive: true, exit: None, pidfd, program: String::new() });
             self.network.probe.add_traced(pid);
             self.model.add_process(process, parent);
             self.memory.set_pid(process, pid);

@@ -7,6 +7,7 @@
 //! decision waits for it, what a `kill` hits, killing the strays at the end); judging an end is
 //! the driver's (`exits.rs`), since the verdict depends on the run's roles.
 use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use dara_tracer::reaper::ExitStatus;
@@ -28,7 +29,7 @@ pub(super) struct ProcessRecord {
     pub(super) exit: Option<ExitStatus>,
     /// A pidfd, so the process can be killed at the end even if it left dara's process group
     /// (setsid), without ever signalling a recycled pid.
-    pub(super) pidfd: Option<std::os::fd::OwnedFd>,
+    pub(super) pidfd: Option<OwnedFd>,
     /// The file name of the program the process runs (its latest image), for messages.
     pub(super) program: String,
 }
@@ -164,15 +165,17 @@ impl ProcessTable {
     }
 }
 
-/// The pid a new process (kernel pid `pid`, which its preload read through dara's /proc) sees
-/// itself as. In a PID namespace (`virtual_pids`) it must be in exactly one namespace below
-/// dara's: a preload without dara's /proc descriptor (a program that closed it) would have posted
-/// its own namespace pid, which names some other process here.
-pub(super) fn own_pid(pid: u32, virtual_pids: bool) -> Result<u32, String> {
+/// The pid a new process (kernel pid `pid`, which its preload read through dara's /proc;
+/// `pidfd`: dara's pidfd of it, if one could be opened) sees itself as. In a PID namespace
+/// (`virtual_pids`) it must be in exactly one namespace below dara's: a preload without dara's
+/// /proc descriptor (a program that closed it) would have posted its own namespace pid, which
+/// names some other process here.
+pub(super) fn own_pid(pid: u32, pidfd: Option<&OwnedFd>, virtual_pids: bool) -> Result<u32, String> {
     if !virtual_pids {
         return Ok(pid);
     }
-    match procfs::namespace_pids(pid).as_deref() {
+    let pids = pidfd.and_then(procfs::namespace_pids_of).or_else(|| procfs::namespace_pids(pid));
+    match pids.as_deref() {
         Some(&[_, own]) => Ok(own),
         _ => Err(format!("a new process posted pid {pid}, which is not a process in this execution's PID namespace: dara's /proc descriptor ({}) was closed or replaced by the program", dara_abi::HOST_PROC_FD)),
     }
