@@ -38,6 +38,7 @@ pub mod atomic_sites;
 pub mod clock;
 pub mod counter;
 pub mod cpuid;
+pub mod fork_server;
 pub mod handoff;
 pub mod peer_address;
 pub mod receive_timeout;

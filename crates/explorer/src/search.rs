@@ -39,6 +39,9 @@ pub struct SearchConfig {
     pub build_ids: Vec<(String, String)>,
     /// Executions run in parallel, each pinned to its own CPU.
     pub jobs: usize,
+    /// Copy each execution's program from a fork server started once for the search, when the
+    /// program can serve (`dara_tracer::fork_server`), rather than fork + exec it.
+    pub fork_server: bool,
     /// Wall time the search may take: no execution starts after it, and a running one is
     /// stopped (its trace is kept; the search ends as `TimeBudget`).
     pub time_budget: Option<Duration>,
@@ -119,6 +122,17 @@ pub struct SearchSummary {
     /// Some shared written memory was left unwatched: the watch set reached its cap, or an
     /// execution's access table filled up.
     pub watch_overflowed: bool,
+    /// How the executions were started: copied from a fork server, or why not.
+    pub launches: Launches,
+}
+
+/// How a search's executions were started ([`SearchConfig::fork_server`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Launches {
+    /// Executions whose program was copied from the fork server (the others: fork + exec).
+    pub copied: u64,
+    /// Why there was no fork server although the search asked for one.
+    pub no_server: Option<String>,
 }
 
 /// Reported after each execution (in execution order), for progress output.
@@ -178,6 +192,8 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
         strategy = Box::new(strategy::Seeded::new(strategy, &info.spec, seed.clone()));
     }
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| SearchError::Output { path: cfg.out_dir.clone(), source })?;
+    let (served, no_server) = with_fork_server(cfg);
+    let cfg = &served;
     // A systematic strategy's decision tree must not change under it (crate::watch_growth).
     let preempt = &cfg.execution.preempt;
     let growing = match (preempt.memory_level(), info.order) {
@@ -187,6 +203,7 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
     };
     let epochs = WatchSets::new(preempt.watch.clone(), growing, preempt.watches_every_touched());
     let mut judge = Judge::new(cfg, info.spec, started, stop, &epochs);
+    judge.launches.no_server = no_server;
     if cfg.runs == 0 {
         return judge.finish(SearchEnd::Completed);
     }
@@ -365,6 +382,23 @@ fn run_execution(cfg: &SearchConfig, strategy: &mut (dyn Strategy + Send), start
     Ok((report, status))
 }
 
+/// The search's settings with a fork server for its executions, when it asks for one, runs more
+/// than one execution and the program can serve; otherwise as it was, and why (the executions are
+/// the same either way: only slower).
+fn with_fork_server(cfg: &SearchConfig) -> (SearchConfig, Option<String>) {
+    let mut served = cfg.clone();
+    if !cfg.fork_server || cfg.runs < 2 || served.execution.fork_server.is_some() {
+        return (served, None);
+    }
+    match execution::start_fork_server(&cfg.execution) {
+        Ok(server) => {
+            served.execution.fork_server = Some(server);
+            (served, None)
+        }
+        Err(why) => (served, Some(why)),
+    }
+}
+
 /// CPUs this process may run on.
 fn available_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
@@ -406,6 +440,7 @@ struct Judge<'a> {
     properties: dara_model::property::SearchProperties,
     goals: Vec<SavedGoal>,
     malformed_property_lines: (u64, Option<String>),
+    launches: Launches,
 }
 
 impl<'a> Judge<'a> {
@@ -424,6 +459,7 @@ impl<'a> Judge<'a> {
             properties: Default::default(),
             goals: Vec::new(),
             malformed_property_lines: (0, None),
+            launches: Launches::default(),
         }
     }
 
@@ -439,6 +475,7 @@ impl<'a> Judge<'a> {
     /// and the search may go on); Some(end) when the search must stop here.
     fn judge(&mut self, k: u64, report: ExecutionReport, exhausted: bool, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Option<SearchEnd>, SearchError> {
         self.executions = k + 1;
+        self.launches.copied += u64::from(report.copied_from_fork_server);
         let kind = report.outcome.signature().split(':').next().unwrap_or_default().to_string();
         *self.outcome_counts.entry(kind).or_insert(0) += 1;
         for (&process, coverage) in &report.coverage {
@@ -494,6 +531,7 @@ impl<'a> Judge<'a> {
             goals: self.goals,
             malformed_property_lines: self.malformed_property_lines,
             watch_overflowed: self.epochs.overflowed(),
+            launches: self.launches,
         })
     }
 }

@@ -1,6 +1,7 @@
 //! The constructor: connect to dara before any user code runs.
 //!
-//! Order matters: map the region and check its version; claim the process entry and the main
+//! Order matters: when dara started the program as its fork server, serve (each execution's
+//! process continues from there, `fork_server.rs`); map the region and check its version; claim the process entry and the main
 //! thread's slot; install the syscall trap; then post `ProcessStart` and wait for the grant (the
 //! start barrier: `main` and every later constructor run only once the scheduler says so). The
 //! process's random seed is written by the scheduler before that grant, so the randomness
@@ -37,6 +38,8 @@ extern "C" fn dara_preload_init(
     let Some(path) = crate::process::region_path() else {
         return; // Not under dara: stay inert.
     };
+    // A fork server parks here; each execution's process continues from this point.
+    crate::fork_server::serve_if_asked();
     let header = match region::map(path) {
         Ok(header) => header,
         Err(MapError::Version) => {

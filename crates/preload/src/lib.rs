@@ -70,6 +70,7 @@ pub mod exec_image;
 pub mod exec_slot;
 pub mod fault;
 pub mod fd;
+pub mod fork_server;
 pub mod fdguard;
 pub mod gate;
 pub mod hooks;

@@ -142,6 +142,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         stop_at_step: None,
         pause_before: None,
         liveness: None,
+        fork_server: None,
     })
 }
 

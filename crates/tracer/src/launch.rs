@@ -60,6 +60,9 @@ pub struct LaunchSpec {
     /// Where the lines the program writes to [`dara_abi::SDK_FD`] go (the SDK's property
     /// events); None: the target gets no such descriptor.
     pub sdk_lines: Option<LineSink>,
+    /// The search's program parked before `main` ([`crate::fork_server`]): the root command, when
+    /// it serves it, is a copy of it rather than a fork + exec.
+    pub fork_server: Option<Arc<crate::ForkServer>>,
 }
 
 /// Takes each line (without its newline) written to the SDK's pipe, in the order written.
@@ -133,6 +136,8 @@ pub struct ProcessTree {
     host_proc: Option<OwnedFd>,
     /// The ptrace agent, started with the first command that needs it.
     agent: Option<crate::ptrace::AgentProcess>,
+    /// The root command is a copy of the spec's fork server.
+    root_copied: bool,
 }
 
 /// How much of the target's stderr [`ProcessTree::stderr_tail`] keeps.
@@ -219,7 +224,7 @@ impl ProcessTree {
             None => (None, None),
         };
         let host_proc = spec.host_proc_fd.and_then(|_| std::fs::File::open("/proc").ok()).map(OwnedFd::from);
-        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, forwarders, output_writers, stderr_tail, output_pipes, ns, ns_refused, host_proc, agent: None })
+        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, forwarders, output_writers, stderr_tail, output_pipes, ns, ns_refused, host_proc, agent: None, root_copied: false })
     }
 
     fn start_reaper(&mut self, on_exit: impl Fn() + Send + 'static) {
@@ -273,18 +278,13 @@ impl ProcessTree {
     /// names it (a new one if 0), inside the namespace if there is one.
     fn start(&mut self, command: &[String], group: libc::pid_t) -> Result<u32, LaunchError> {
         let (program, args) = command.split_first().ok_or(LaunchError::Empty)?;
+        if let Some(pid) = self.fork_from_server(command, group) {
+            return Ok(pid);
+        }
         let spawn_error = |source| LaunchError::Spawn { program: program.clone(), source };
         let traced = self.ptrace_launch(program).map_err(spawn_error)?;
         let spec = &self.spec;
-        let mut cmd = Command::new(program);
-        cmd.args(args);
-        if let Some(cwd) = &spec.cwd {
-            cmd.current_dir(cwd);
-        }
-        cmd.env_clear();
-        for (k, v) in &spec.env {
-            cmd.env(k, v);
-        }
+        let mut cmd = command_for(spec, program, args);
         if traced.is_some() {
             // The agent runs it, not the preload (a dynamically linked Go program would load it).
             cmd.env_remove("LD_PRELOAD");
@@ -294,6 +294,10 @@ impl ProcessTree {
         let host_proc = spec.host_proc_fd.zip(self.host_proc.as_ref().map(|f| f.as_raw_fd()));
         let sdk = self.output_writers.get(2).map(|w| (w.as_raw_fd(), dara_abi::SDK_FD));
         let mounts = self.ns.as_ref().map(PidNamespace::mount_ns_fd);
+        let mut installs = [(-1, -1); 3];
+        for (slot, pair) in installs.iter_mut().zip(pass_fd.into_iter().chain(host_proc.map(|(to, from)| (from, to))).chain(sdk)) {
+            *slot = pair;
+        }
         // SAFETY: the closure runs in the forked child before exec and only makes
         // async-signal-safe system calls (setpgid, personality, prctl, dup2, sched_setaffinity,
         // open, setns, fchdir); it allocates nothing.
@@ -302,21 +306,7 @@ impl ProcessTree {
                 if let Some(mnt_ns) = mounts {
                     pidns::enter_mounts(mnt_ns)?;
                 }
-                if libc::setpgid(0, group) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let persona = libc::personality(0xffff_ffff);
-                if persona == -1 || libc::personality((persona | libc::ADDR_NO_RANDOMIZE) as libc::c_ulong) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-                for (from, to) in pass_fd.into_iter().chain(host_proc.map(|(to, from)| (from, to))).chain(sdk) {
-                    // dup2 gives the new descriptor no close-on-exec flag: it survives the exec.
-                    if libc::dup2(from, to) != to {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                enable_counter_in_child();
+                set_up_child(group, &installs)?;
                 if let Some(cpu) = cpu {
                     let mut set: libc::cpu_set_t = std::mem::zeroed();
                     libc::CPU_SET(cpu, &mut set);
@@ -358,6 +348,37 @@ impl ProcessTree {
         Ok(child.id())
     }
 
+    /// The root command as a copy of the spec's fork server, when it serves `command`; None:
+    /// launch it plainly (also after the server failed, which dara says once).
+    fn fork_from_server(&mut self, command: &[String], group: libc::pid_t) -> Option<u32> {
+        let server = self.spec.fork_server.as_ref().filter(|s| group == 0 && self.root == 0 && s.serves(command))?;
+        let null = std::fs::File::open("/dev/null").ok()?;
+        let stdin = self.spec.stdin_fd.unwrap_or(null.as_raw_fd());
+        let host_proc = self.spec.host_proc_fd.zip(self.host_proc.as_ref().map(|f| f.as_raw_fd()));
+        let sdk = self.output_writers.get(2).map(|w| (w.as_raw_fd(), dara_abi::SDK_FD));
+        let installs: Vec<(i32, i32)> = [(stdin, 0), (self.output_writers[0].as_raw_fd(), 1), (self.output_writers[1].as_raw_fd(), 2)]
+            .into_iter()
+            .chain(self.spec.pass_fd)
+            .chain(host_proc.map(|(to, from)| (from, to)))
+            .chain(sdk)
+            .collect();
+        let child = crate::fork_server::ForkChild { pid_ns: self.ns.as_ref().map(PidNamespace::pid_ns_fd), mount_ns: self.ns.as_ref().map(PidNamespace::mount_ns_fd), installs: &installs, cpu: self.spec.cpu };
+        match server.fork(&child) {
+            Ok(pid) => {
+                // dara is its parent: the group exists before the reaper waits on it, whichever of
+                // the two setpgid calls comes first.
+                // SAFETY: plain integers; `pid` is dara's unreaped child.
+                unsafe { libc::setpgid(pid as i32, pid as i32) };
+                self.root_copied = true;
+                Some(pid)
+            }
+            Err(e) => {
+                eprintln!("dara: the fork server stopped serving ({e}); every execution now starts the program with fork and exec (slower, same runs)");
+                None
+            }
+        }
+    }
+
     /// Starts the ptrace agent if the tree has none yet; why not, if it cannot.
     pub fn ensure_agent(&mut self) -> Result<(), String> {
         if self.agent.is_some() {
@@ -385,6 +406,11 @@ impl ProcessTree {
         let words = agent.words;
         self.ensure_agent().map_err(std::io::Error::other)?;
         Ok(Some((words, crate::ptrace::filter::program())))
+    }
+
+    /// Whether the first command is a copy of the spec's fork server (not a fork + exec).
+    pub fn root_copied(&self) -> bool {
+        self.root_copied
     }
 
     /// Kernel pid of the first launched command (0 before one is).
@@ -531,6 +557,49 @@ impl ProcessTree {
     }
 }
 
+/// A command for `program` with the spec's arguments, working directory and complete environment
+/// (nothing of dara's own).
+pub(crate) fn command_for(spec: &LaunchSpec, program: &str, args: &[String]) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    if let Some(cwd) = &spec.cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.env_clear();
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// What every command dara starts gets between fork and exec: process group `group` as the new
+/// process names it (a new one if 0), ASLR off, death with dara, the descriptors `installs` as
+/// (dara's, number in the child; -1 pairs skipped) and the time-stamp counter on.
+///
+/// # Safety
+/// Call only in a forked child before exec: async-signal-safe system calls only, no allocation.
+pub(crate) unsafe fn set_up_child(group: libc::pid_t, installs: &[(i32, i32)]) -> std::io::Result<()> {
+    // SAFETY: plain integers, in the child (see the contract).
+    unsafe {
+        if libc::setpgid(0, group) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let persona = libc::personality(0xffff_ffff);
+        if persona == -1 || libc::personality((persona | libc::ADDR_NO_RANDOMIZE) as libc::c_ulong) == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        for &(from, to) in installs.iter().filter(|&&(from, _)| from >= 0) {
+            // dup2 gives the new descriptor no close-on-exec flag: it survives the exec.
+            if libc::dup2(from, to) != to {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
+    enable_counter_in_child();
+    Ok(())
+}
+
 /// A pipe whose ends are closed on exec (a launched command gets its own copy of the write end).
 fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
@@ -654,7 +723,7 @@ mod tests {
     use super::*;
 
     fn spec(command: &[&str]) -> LaunchSpec {
-        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None }
+        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None }
     }
 
     #[test]

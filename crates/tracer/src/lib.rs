@@ -5,6 +5,8 @@
 //! * [`image`]: reading an ELF file whole, only when it is a regular file of sane size.
 //! * [`file_memo`]: answers that read a whole file (static? Go? instrumented?), kept per file
 //!   version so a search reads each program once.
+//! * [`fork_server`]: the search's program started once and parked before `main`, copied per
+//!   execution instead of exec'd.
 //! * [`launch`]: starting the command with the preload injected, ASLR off, in its own process
 //!   group, pinned to one CPU, dying with dara.
 //! * [`output_drain`]: waiting until dara's output pipes are empty, so the program always finds
@@ -21,6 +23,7 @@ pub mod atomic_plan;
 pub mod binary;
 pub mod debug_file;
 pub mod file_memo;
+pub mod fork_server;
 pub mod image;
 pub mod launch;
 pub mod out_of_line;
@@ -31,4 +34,5 @@ pub mod ptrace;
 pub mod reaper;
 
 pub use launch::{AgentLaunch, AgentWordsRef, LaunchError, LaunchSpec, LineSink, ProcessTree};
+pub use fork_server::ForkServer;
 pub use reaper::ExitEvent;

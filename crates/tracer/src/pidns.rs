@@ -95,6 +95,11 @@ impl PidNamespace {
         self.host_proc.as_raw_fd()
     }
 
+    /// The PID namespace descriptor (children of a thread that `setns`es to it are born inside).
+    pub fn pid_ns_fd(&self) -> i32 {
+        self.pid_ns.as_raw_fd()
+    }
+
     /// The mount namespace descriptor a child joins before its exec ([`enter_mounts`]).
     pub fn mount_ns_fd(&self) -> i32 {
         self.mnt_ns.as_raw_fd()

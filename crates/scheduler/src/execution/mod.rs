@@ -126,6 +126,9 @@ pub struct ExecutionConfig {
     pub pause_before: Option<PauseBefore>,
     /// The liveness walk after the workload (see [`liveness`]); None: the run ends at its bounds.
     pub liveness: Option<dara_model::liveness::LivenessConfig>,
+    /// The program parked before `main`, copied for the execution instead of started with fork +
+    /// exec ([`start_fork_server`]); None: fork + exec.
+    pub fork_server: Option<Arc<dara_tracer::ForkServer>>,
 }
 
 /// What happened in one execution.
@@ -159,6 +162,8 @@ pub struct ExecutionReport {
     pub properties: dara_model::property::ExecutionProperties,
     /// `--preempt-on atomics`: the atomic instructions trapped in each program started.
     pub atomic_sites: BTreeMap<String, dara_tracer::atomic_plan::PlanSummary>,
+    /// The program was copied from the fork server rather than started with fork + exec.
+    pub copied_from_fork_server: bool,
     pub wall: Duration,
 }
 
@@ -205,6 +210,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         virtual_pids: true,
         agent: cfg.agent.clone().map(|program| dara_tracer::AgentLaunch { program, words: dara_tracer::AgentWordsRef(&region.header().agent) }),
         sdk_lines: Some(dara_tracer::LineSink(Arc::new(move |line| property_lines.record(line)))),
+        fork_server: cfg.fork_server.clone(),
     };
     let waker = Arc::clone(&region);
     let tree = match cfg.cluster {
@@ -218,6 +224,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     let _counter_disabled = crate::own_tsc::disable_in_this_thread();
     world.launched();
     let sdk_writer = tree.sdk_writer();
+    let copied_from_fork_server = tree.root_copied();
     let mut run = Execution::new(cfg, region, Box::new(tree), world);
     run.walk = liveness::Walk::new(cfg.liveness, Arc::clone(&properties), sdk_writer, cfg.random_seed).with_command(cfg.cluster.as_ref().and_then(|c| c.eventually.as_deref()));
     run.processes.launched.push(run.tree.root_pid());
@@ -254,7 +261,21 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
     let access_profile = (cfg.profile || cfg.preempt.memory_level()).then(|| AccessProfile::read(run.region.access_table(), run.region.header().instrumented.load(Ordering::Acquire)));
     let (paths, more) = run.region.written_files();
     let written_files = crate::trace::WrittenFiles { paths, more };
-    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, call_sites: run.observed.step_sites, properties, atomic_sites: run.observed.atomic_sites, wall: started.elapsed() })
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, call_sites: run.observed.step_sites, properties, atomic_sites: run.observed.atomic_sites, copied_from_fork_server, wall: started.elapsed() })
+}
+
+/// Starts `cfg.command` as a fork server for the executions of a search
+/// ([`dara_tracer::fork_server`]); why not, when it cannot serve. Call from a thread that outlives
+/// the search's executions (their processes die with it).
+pub fn start_fork_server(cfg: &ExecutionConfig) -> Result<Arc<dara_tracer::ForkServer>, String> {
+    if cfg.cluster.is_some() {
+        return Err("a cluster run starts several commands".into());
+    }
+    if !cfg.outside.is_closed() {
+        return Err("a run open to outside peers runs once".into());
+    }
+    let spec = LaunchSpec { command: cfg.command.clone(), cwd: cfg.cwd.clone(), env: target_environment(cfg), pass_fd: None, cpu: cfg.pin_cpu, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None };
+    dara_tracer::ForkServer::start(&spec).map(Arc::new).map_err(|e| e.to_string())
 }
 
 /// A broken user property is the execution's outcome, named by the property, over how the

@@ -223,6 +223,7 @@ fn config(max_steps: u64) -> ExecutionConfig {
         stop_at_step: None,
         pause_before: None,
         liveness: None,
+        fork_server: None,
     }
 }
 

@@ -47,6 +47,11 @@ struct Cli {
     /// are the same for every value.
     #[arg(long, default_value_t = 1)]
     jobs: usize,
+    /// Start the program with fork and exec for every execution instead of copying it, parked
+    /// before `main`, from a fork server started once per search (the runs are the same either
+    /// way; this only makes them slower).
+    #[arg(long)]
+    no_fork_server: bool,
     /// Execution 0 follows this trace's decisions, then the strategy takes over (when the trace
     /// runs out or the program offers something else). Not for dfs/dpor.
     #[arg(long, value_name = "TRACE")]
@@ -290,6 +295,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
         keep_going: cli.keep_going,
         build_ids,
         jobs: cli.jobs.max(1),
+        fork_server: !cli.no_fork_server,
         time_budget: cli.time_budget.map(|s| std::time::Duration::from_secs_f64(s.max(0.0))),
         seed_trace: match &cli.seed_trace {
             Some(path) => Some(seed_decisions(path)?),
@@ -558,6 +564,11 @@ fn print_table(summary: &SearchSummary, strategy: &str) {
     let secs = summary.wall.as_secs_f64();
     println!("{:<22} {}", "strategy", strategy);
     println!("{:<22} {} in {:.2} s ({:.0}/s)", "executions", summary.executions, secs, summary.executions as f64 / secs.max(1e-9));
+    match &summary.launches.no_server {
+        Some(why) => println!("{:<22} not used: {why}", "fork server"),
+        None if summary.launches.copied > 0 => println!("{:<22} {} of {} executions copied from the program parked before main", "fork server", summary.launches.copied, summary.executions),
+        None => {}
+    }
     for (kind, n) in &summary.outcome_counts {
         println!("{:<22} {n}", format!("  ended {kind}"));
     }

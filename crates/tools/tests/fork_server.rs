@@ -1,0 +1,87 @@
+//! The fork server (issue 17, item 5): a search copies its program, parked before `main`, for
+//! each execution instead of a fork + exec. The copy must be invisible: the program sees what a
+//! launched one sees, a seed gives the same executions and bugs with and without the server, a
+//! bug found through it replays through a plain launch, and nothing of it outlives dara-trace.
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// `launch_view`'s lines, with the one thing that differs between two executions however they
+/// are started (the region memfd's inode in the memory map) left out.
+fn view(stdout: &str) -> Vec<String> {
+    let probe = ["pid ", "stack ", "fd ", "signals ", "map "];
+    stdout
+        .lines()
+        .filter(|l| probe.iter().any(|p| l.starts_with(p)))
+        .map(|l| if l.starts_with("map ") && l.contains("/memfd:dara-region") { l.split_whitespace().filter(|w| !w.chars().all(|c| c.is_ascii_digit())).collect::<Vec<_>>().join(" ") } else { l.to_string() })
+        .collect()
+}
+
+#[test]
+fn a_program_copied_from_the_fork_server_sees_what_a_launched_one_sees() {
+    let program = private_copy(&fixture("launch_view"), "launch_view");
+    let p = program.to_str().unwrap();
+    let served_out = out_dir("fork-server-view");
+    let served = dara_trace(&["-o", served_out.to_str().unwrap(), "--runs", "2", "--", p], Duration::from_secs(120));
+    assert_eq!(served.code, 0, "{}", served.text());
+    assert!(served.stdout.contains("fork server            2 of 2 executions copied"), "{}", served.text());
+    let launched_out = out_dir("fork-server-view-launched");
+    let launched = dara_trace(&["-o", launched_out.to_str().unwrap(), "--runs", "2", "--no-fork-server", "--", p], Duration::from_secs(120));
+    assert_eq!(launched.code, 0, "{}", launched.text());
+    assert!(!launched.stdout.contains("fork server"), "{}", launched.text());
+
+    let seen = view(&served.stdout);
+    assert!(seen.iter().filter(|l| l.starts_with("pid 2 ppid 0 own-group 1")).count() == 2, "{}", served.text());
+    assert!(seen.iter().any(|l| l.starts_with("map ")) && seen.iter().any(|l| l.starts_with("fd 1000 ")), "{}", served.text());
+    assert_eq!(seen, view(&launched.stdout), "a copied program saw something a launched one did not");
+    // The last execution's trace, replayed with a plain launch, prints the same again.
+    let replay = dara_replay(&[served_out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert_eq!(view(&replay.stdout), seen[seen.len() / 2..], "the replay saw other things\n{}", replay.text());
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn a_seed_finds_the_same_bug_with_and_without_the_fork_server_and_it_replays() {
+    let program = private_copy(&fixture("lost_update"), "lost_update_fork_server");
+    let served_out = out_dir("fork-server-bug");
+    let served = search(&served_out, "random", 1, 200, &program);
+    assert_eq!(served.code, 1, "{}", served.text());
+    let launched_out = out_dir("fork-server-bug-launched");
+    let launched = search_with(&launched_out, "random", 1, 200, &program, &["--no-fork-server"]);
+    assert_eq!(launched.code, 1, "{}", launched.text());
+    let bug = served_out.join("bug-0001/trace.bin");
+    same_decisions(&bug, &launched_out.join("bug-0001/trace.bin"));
+    replays(&bug, "SIGABRT");
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn killing_dara_trace_ends_its_fork_server() {
+    let program = private_copy(&fixture("demo_ok"), "demo_ok_fork_server");
+    let out = out_dir("fork-server-kill");
+    let mut dara = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-o", out.to_str().unwrap(), "--runs", "1000000", "--", program.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The server and an execution's copy both run the program: wait (bounded) until one does.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while processes_mentioning(program.to_str().unwrap()).is_empty() {
+        assert!(Instant::now() < deadline, "the search never started its program");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    dara.kill().unwrap();
+    dara.wait().unwrap();
+    // They die with dara (PR_SET_PDEATHSIG); the kernel may take a moment on a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !processes_mentioning(program.to_str().unwrap()).is_empty() {
+        assert!(Instant::now() < deadline, "processes of the search survived dara-trace: {:?}", processes_mentioning(program.to_str().unwrap()));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
