@@ -1,7 +1,11 @@
 //! A PID namespace (and a mount namespace with its own /proc) per execution, so that the pids,
 //! tids and parent pids a program observes are the same in every execution of a schedule.
 //!
-//! dara clones a tiny *init* into new PID and mount namespaces. The init (pid 1 there) makes its
+//! dara clones a tiny *init* into new PID and mount namespaces. It runs in dara's own address
+//! space (`CLONE_VM`) on a small stack of its own, making raw system calls only (no libc wrapper
+//! that could write the cloning thread's `errno`): a fork would copy dara's page tables for every
+//! execution and leave dara a copy-on-write fault on each page it writes while the init lives,
+//! which was the largest single cost of an execution. The init (pid 1 there) makes its
 //! mounts private to the namespace (`MS_SLAVE`), mounts a fresh /proc (so `/proc/self` and
 //! `/proc/<pid>` speak namespace pids) and a fresh /dev/shm (what the program leaves there goes
 //! with the namespace), closes every descriptor it inherited, and then only
@@ -18,12 +22,55 @@
 //! fails and dara runs the program with real pids.
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use syscalls::{syscall, Sysno};
 
 /// Value written by the init on its ready pipe once it is set up.
 const INIT_READY: u8 = 1;
 /// Value written by the init when its mount namespace could not be made private or /proc could
 /// not be mounted (it then exits).
 const INIT_FAILED: u8 = 0;
+
+/// Bytes of the init's own stack (it calls a handful of system calls in one frame).
+const INIT_STACK_BYTES: usize = 64 * 1024;
+
+/// The init's stack: mapped by dara, unmapped only once the init is reaped (never while it may
+/// run on it).
+#[derive(Debug)]
+struct InitStack {
+    base: *mut libc::c_void,
+}
+
+// SAFETY: the mapping is owned by this value alone; any thread may unmap it.
+unsafe impl Send for InitStack {}
+
+impl InitStack {
+    fn new() -> std::io::Result<InitStack> {
+        // SAFETY: a fresh private anonymous mapping; nothing else is affected.
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), INIT_STACK_BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK, -1, 0) };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(InitStack { base })
+    }
+
+    /// The top of the stack (it grows down), 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping, which is what clone wants as a stack pointer.
+        unsafe { self.base.cast::<u8>().add(INIT_STACK_BYTES).cast() }
+    }
+
+    /// Unmaps the stack. Call only once the init is reaped.
+    fn release(&mut self) {
+        if !self.base.is_null() {
+            // SAFETY: the mapping made in `new`, used by no process any more (the caller's
+            // contract); unmapped once.
+            unsafe { libc::munmap(self.base, INIT_STACK_BYTES) };
+            self.base = std::ptr::null_mut();
+        }
+    }
+}
 
 /// The namespaces of one execution, entered through descriptors dara holds.
 #[derive(Debug)]
@@ -41,6 +88,8 @@ pub struct PidNamespace {
     /// `/proc/<init>/task/<init>/children`: the orphans the init adopted.
     init_children: String,
     reaped: bool,
+    /// The init's stack, released once it is reaped (leaked if it never is).
+    stack: InitStack,
 }
 
 impl PidNamespace {
@@ -49,17 +98,29 @@ impl PidNamespace {
         let host_proc = open_dir(c"/proc", libc::O_PATH)?;
         let own_pid_ns = open_dir(c"/proc/thread-self/ns/pid", libc::O_RDONLY)?;
         let (ready_r, ready_w) = pipe()?;
-        let flags = (libc::CLONE_NEWPID | libc::CLONE_NEWNS) as libc::c_ulong | libc::SIGCHLD as libc::c_ulong;
-        // SAFETY: clone without CLONE_VM and a null stack behaves like fork: the child gets a copy
-        // of this address space and continues here; it only makes async-signal-safe system calls
-        // (`init_main`) and never returns into Rust code, so cloning a multithreaded process is
-        // sound.
-        let pid = unsafe { libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize) };
-        match pid {
-            -1 => return Err(std::io::Error::last_os_error()),
-            // SAFETY: in the child, see above.
-            0 => unsafe { init_main(ready_w.as_raw_fd()) },
-            _ => {}
+        let mut stack = InitStack::new()?;
+        let flags = libc::CLONE_VM | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::SIGCHLD;
+        // The init starts with every signal blocked (it keeps them so): none of dara's handlers
+        // may run on its stack.
+        // SAFETY: sigset_t is plain data that sigfillset initializes; pthread_sigmask writes the
+        // old mask into a live local.
+        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        unsafe {
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        }
+        // SAFETY: the child runs `init_entry` on its own stack in this address space; it makes raw
+        // system calls only (no errno, no allocation, no lock: nothing of this process's state
+        // is touched) and exits rather than return. Its stack outlives it (`InitStack`).
+        let pid = unsafe { libc::clone(init_entry, stack.top(), flags, ready_w.as_raw_fd() as usize as *mut libc::c_void) };
+        let clone_error = std::io::Error::last_os_error();
+        // SAFETY: restoring the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        if pid == -1 {
+            stack.release();
+            return Err(clone_error);
         }
         let init = pid as u32;
         drop(ready_w);
@@ -68,6 +129,7 @@ impl PidNamespace {
         let n = unsafe { libc::read(ready_r.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
         if n != 1 || byte[0] != INIT_READY {
             kill_and_reap(init);
+            stack.release();
             return Err(std::io::Error::other("the namespace's init could not mount a private /proc"));
         }
         let namespaces = open_dir(&ns_path(init, "pid")?, libc::O_RDONLY).and_then(|p| Ok((p, open_dir(&ns_path(init, "mnt")?, libc::O_RDONLY)?)));
@@ -75,14 +137,17 @@ impl PidNamespace {
             Ok(fds) => fds,
             Err(e) => {
                 kill_and_reap(init);
+                stack.release();
                 return Err(e);
             }
         };
         let Some(init_fd) = pidfd_open(init) else {
+            let error = std::io::Error::last_os_error();
             kill_and_reap(init);
-            return Err(std::io::Error::last_os_error());
+            stack.release();
+            return Err(error);
         };
-        Ok(PidNamespace { init, init_fd, pid_ns, mnt_ns, own_pid_ns, host_proc, init_children: format!("/proc/{init}/task/{init}/children"), reaped: false })
+        Ok(PidNamespace { init, init_fd, pid_ns, mnt_ns, own_pid_ns, host_proc, init_children: format!("/proc/{init}/task/{init}/children"), reaped: false, stack })
     }
 
     /// Kernel pid of the init (in dara's namespace).
@@ -142,25 +207,37 @@ impl PidNamespace {
             // SAFETY: waitpid writes the status into a local.
             let rc = unsafe { libc::waitpid(self.init as i32, &mut status, libc::WNOHANG | libc::__WALL) };
             self.reaped = rc == self.init as i32 || (rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD));
+            if self.reaped {
+                self.stack.release();
+            }
         }
         self.reaped
+    }
+
+    /// Waits at most `limit` for the init to end (its pidfd becomes readable); whether it has.
+    pub fn wait_ended(&self, limit: Duration) -> bool {
+        let mut pfd = libc::pollfd { fd: self.init_fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: poll reads and writes the one live pollfd.
+        unsafe { libc::poll(&mut pfd, 1, limit.as_millis().min(i32::MAX as u128) as i32) > 0 }
     }
 
     /// Notes that someone else (the reaper of the init's process group) reaped the init.
     pub fn reaped_elsewhere(&mut self) {
         self.reaped = true;
+        self.stack.release();
     }
 }
 
 impl Drop for PidNamespace {
     fn drop(&mut self) {
         self.kill();
-        // Bounded: the init exits as soon as its namespace is empty.
+        // Bounded: the init exits as soon as its namespace is empty. (If it never does, its stack
+        // stays mapped: it must not vanish under a live process.)
         for _ in 0..5000 {
             if self.try_reap() {
                 return;
             }
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            self.wait_ended(Duration::from_millis(1));
         }
     }
 }
@@ -189,44 +266,48 @@ pub unsafe fn enter_mounts(mnt_ns: i32) -> std::io::Result<()> {
     }
 }
 
+/// Where the cloned init starts: `arg` is the ready pipe's write end.
+extern "C" fn init_entry(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: this is the init, cloned as `init_main` requires.
+    unsafe { init_main(arg as usize as i32) }
+}
+
 /// The init: private mounts, a fresh /proc, then reap orphans until killed.
 ///
 /// # Safety
-/// Runs in the freshly cloned child of a multithreaded process: async-signal-safe calls only.
+/// Runs in a child cloned with `CLONE_VM` on its own stack, every signal blocked: raw system
+/// calls only (they write no `errno`, which is the cloning thread's), nothing allocated, nothing
+/// of dara's memory touched but the literals it reads.
 unsafe fn init_main(ready: i32) -> ! {
-    // SAFETY: every call below takes integers or literal C strings and touches no shared state.
+    let null = std::ptr::null::<u8>();
+    // SAFETY: every call below takes integers or pointers to literal C strings and live locals.
     unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        let _ = syscall!(Sysno::prctl, libc::PR_SET_PDEATHSIG, libc::SIGKILL);
         // Its own group: the terminal's Ctrl-C goes to dara's group, and a cluster run's commands
         // join this one (it outlives them all).
-        libc::setpgid(0, 0);
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-        let private = libc::mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_SLAVE, std::ptr::null()) == 0;
-        let proc_mounted = private && libc::mount(c"proc".as_ptr(), c"/proc".as_ptr(), c"proc".as_ptr(), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, std::ptr::null()) == 0;
+        let _ = syscall!(Sysno::setpgid, 0, 0);
+        let private = syscall!(Sysno::mount, null, c"/".as_ptr(), null, libc::MS_REC | libc::MS_SLAVE, null).is_ok();
+        let proc_mounted = private && syscall!(Sysno::mount, c"proc".as_ptr(), c"/proc".as_ptr(), c"proc".as_ptr(), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, null).is_ok();
         // A fresh /dev/shm of the execution's own (best effort: a system without one keeps the
         // host's): POSIX shared memory and named semaphores the program leaves behind (a
         // postgres killed before its cleanup leaves its PostgreSQL.* segments) go with the
         // namespace, and names the seeded program draws in every run (postgres's segment
         // handles) never meet another run's.
         if proc_mounted {
-            libc::mount(c"tmpfs".as_ptr(), c"/dev/shm".as_ptr(), c"tmpfs".as_ptr(), libc::MS_NOSUID | libc::MS_NODEV, c"mode=1777".as_ptr().cast());
+            let _ = syscall!(Sysno::mount, c"tmpfs".as_ptr(), c"/dev/shm".as_ptr(), c"tmpfs".as_ptr(), libc::MS_NOSUID | libc::MS_NODEV, c"mode=1777".as_ptr());
         }
         let byte = if proc_mounted { INIT_READY } else { INIT_FAILED };
-        libc::write(ready, (&byte as *const u8).cast(), 1);
+        let _ = syscall!(Sysno::write, ready, &byte as *const u8, 1);
         if !proc_mounted {
-            libc::_exit(1);
+            let _ = syscall!(Sysno::exit, 1);
         }
         // Hold nothing of dara's: a copy of a pipe's or socket's descriptor would keep it open.
-        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
-        let mut chld: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut chld);
-        libc::sigaddset(&mut chld, libc::SIGCHLD);
+        let _ = syscall!(Sysno::close_range, 0, u32::MAX, 0);
+        let sigchld: u64 = 1 << (libc::SIGCHLD - 1);
         loop {
-            while libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG | libc::__WALL) > 0 {}
+            while syscall!(Sysno::wait4, -1i32, null, libc::WNOHANG | libc::__WALL, null).is_ok_and(|pid| pid > 0) {}
             // SIGCHLD is blocked, so one that arrived since the last wait is still pending here.
-            libc::sigwaitinfo(&chld, std::ptr::null_mut());
+            let _ = syscall!(Sysno::rt_sigtimedwait, &sigchld as *const u64, null, null, 8);
         }
     }
 }
