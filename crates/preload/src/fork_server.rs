@@ -15,7 +15,7 @@
 //!   (what glibc's `fork` does in a child);
 //! - the same descriptors under the same numbers (stdin, stdout, stderr, the region, dara's
 //!   /proc, the SDK pipe), the execution's mounts, its own process group, dara's death signal
-//!   and its CPU.
+//!   and its CPU (the server moves there first: the child is born on it).
 //!
 //! Runs in the constructor before any of the program's code, single-threaded: raw system calls
 //! only, no allocation, small stack frames (the stack's size is part of what the program could
@@ -54,6 +54,7 @@ pub fn serve_if_asked() {
         }
     };
     send(&Greeting { magic: MAGIC, pid: sys::getpid() as i32 });
+    let mut placement = Placement::new();
     loop {
         let mut request = ForkRequest { magic: 0, pid_ns: 0, mount_ns: 0, installs: 0, targets: [-1; MAX_INSTALLS], cpu: -1 };
         let mut fds = [-1i32; MAX_FDS];
@@ -62,6 +63,10 @@ pub fn serve_if_asked() {
             sys::exit_group(0);
         };
         let received = &fds[..count];
+        // The child is born where it runs: moving a running process to another CPU waits for
+        // that CPU's migration thread (a millisecond on a loaded machine); moving the server,
+        // asleep between requests, is one system call, and none while requests keep their CPU.
+        placement.move_to(request.cpu);
         match fork(&request, received, &state) {
             Ok(0) => {
                 become_launched(&request, received, &state);
@@ -191,13 +196,6 @@ fn become_launched(request: &ForkRequest, fds: &[i32], state: &ThreadState) {
         }
         sys::syscall(libc::SYS_setpgid, &[0, 0]);
         sys::syscall(libc::SYS_prctl, &[libc::PR_SET_PDEATHSIG as u64, libc::SIGKILL as u64]);
-        if let Ok(cpu) = usize::try_from(request.cpu) {
-            let mut mask = [0u64; 16];
-            if let Some(word) = mask.get_mut(cpu / 64) {
-                *word = 1 << (cpu % 64);
-                sys::syscall(libc::SYS_sched_setaffinity, &[0, size_of::<[u64; 16]>() as u64, mask.as_ptr() as u64]);
-            }
-        }
         let installs = &fds[next..];
         for (&fd, &target) in installs.iter().zip(&request.targets) {
             // dup2 leaves the new number without close-on-exec, as a launched program has it.
@@ -210,6 +208,42 @@ fn become_launched(request: &ForkRequest, fds: &[i32], state: &ThreadState) {
         }
         if !request.targets[..installs.len()].contains(&SHM_FD) {
             sys::close(SHM_FD);
+        }
+    }
+}
+
+/// A CPU affinity mask as the kernel takes it (1024 CPUs).
+type CpuMask = [u64; 16];
+
+/// Where the server runs: its children inherit it. The mask it was started with is kept for
+/// requests that name no CPU.
+struct Placement {
+    started_with: CpuMask,
+    /// The CPU it is pinned to now (-1: the mask it was started with).
+    current: i32,
+}
+
+impl Placement {
+    fn new() -> Placement {
+        let mut started_with = [u64::MAX; 16];
+        // SAFETY: the kernel writes at most the mask's size into the live local.
+        unsafe { sys::syscall(libc::SYS_sched_getaffinity, &[0, size_of::<CpuMask>() as u64, started_with.as_mut_ptr() as u64]) };
+        Placement { started_with, current: -1 }
+    }
+
+    /// Pins the server to `cpu` (-1: back to its own mask), unless it is there already.
+    fn move_to(&mut self, cpu: i32) {
+        if cpu == self.current {
+            return;
+        }
+        let mut mask = [0u64; 16];
+        match usize::try_from(cpu) {
+            Ok(cpu) if cpu / 64 < mask.len() => mask[cpu / 64] = 1 << (cpu % 64),
+            _ => mask = self.started_with,
+        }
+        // SAFETY: the kernel reads the live mask.
+        if unsafe { sys::syscall(libc::SYS_sched_setaffinity, &[0, size_of::<CpuMask>() as u64, mask.as_ptr() as u64]) } == 0 {
+            self.current = cpu;
         }
     }
 }
