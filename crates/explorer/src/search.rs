@@ -387,6 +387,10 @@ fn run_execution(cfg: &SearchConfig, strategy: &mut (dyn Strategy + Send), start
 /// the same either way: only slower).
 fn with_fork_server(cfg: &SearchConfig) -> (SearchConfig, Option<String>) {
     let mut served = cfg.clone();
+    if cfg.runs > 1 && served.execution.namespaces.is_none() {
+        // Without one the executions make their own (and without privileges none).
+        served.execution.namespaces = execution::start_namespace_pool();
+    }
     if !cfg.fork_server || cfg.runs < 2 || served.execution.fork_server.is_some() {
         return (served, None);
     }

@@ -143,6 +143,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         pause_before: None,
         liveness: None,
         fork_server: None,
+        namespaces: None,
     })
 }
 

@@ -63,6 +63,9 @@ pub struct LaunchSpec {
     /// The search's program parked before `main` ([`crate::fork_server`]): the root command, when
     /// it serves it, is a copy of it rather than a fork + exec.
     pub fork_server: Option<Arc<crate::ForkServer>>,
+    /// Where the tree's namespace comes from when `virtual_pids`: made ahead by a search's pool,
+    /// or (None) cloned now.
+    pub namespaces: Option<Arc<crate::NamespacePool>>,
 }
 
 /// Takes each line (without its newline) written to the SDK's pipe, in the order written.
@@ -218,7 +221,11 @@ impl ProcessTree {
         // Until the reaper starts these stand in; `start_reaper` replaces them.
         let (_, exits) = std::sync::mpsc::channel();
         let (_, reaper_done) = std::sync::mpsc::channel();
-        let (ns, ns_refused) = match spec.virtual_pids.then(PidNamespace::create) {
+        let make = || match &spec.namespaces {
+            Some(pool) => pool.take(),
+            None => PidNamespace::create(),
+        };
+        let (ns, ns_refused) = match spec.virtual_pids.then(make) {
             Some(Ok(ns)) => (Some(ns), None),
             Some(Err(e)) => (None, Some(e.to_string())),
             None => (None, None),
@@ -723,7 +730,7 @@ mod tests {
     use super::*;
 
     fn spec(command: &[&str]) -> LaunchSpec {
-        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None }
+        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None, namespaces: None }
     }
 
     #[test]

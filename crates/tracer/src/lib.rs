@@ -9,6 +9,7 @@
 //!   execution instead of exec'd.
 //! * [`launch`]: starting the command with the preload injected, ASLR off, in its own process
 //!   group, pinned to one CPU, dying with dara.
+//! * [`namespace_pool`]: the next execution's namespace made ahead, while one runs.
 //! * [`output_drain`]: waiting until dara's output pipes are empty, so the program always finds
 //!   them writable.
 //! * [`pidns`]: a PID namespace (and a private /proc) per execution, so pids repeat across runs.
@@ -26,6 +27,7 @@ pub mod file_memo;
 pub mod fork_server;
 pub mod image;
 pub mod launch;
+pub mod namespace_pool;
 pub mod out_of_line;
 pub mod output_drain;
 pub mod pidns;
@@ -35,4 +37,5 @@ pub mod reaper;
 
 pub use launch::{AgentLaunch, AgentWordsRef, LaunchError, LaunchSpec, LineSink, ProcessTree};
 pub use fork_server::ForkServer;
+pub use namespace_pool::NamespacePool;
 pub use reaper::ExitEvent;

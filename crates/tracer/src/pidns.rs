@@ -90,6 +90,9 @@ pub struct PidNamespace {
     reaped: bool,
     /// The init's stack, released once it is reaped (leaked if it never is).
     stack: InitStack,
+    /// Keeps the thread that cloned the init (a [`crate::namespace_pool`] maker) alive while
+    /// the namespace is in use: the init dies with that thread.
+    _cloned_by: Option<std::sync::Arc<()>>,
 }
 
 impl PidNamespace {
@@ -147,7 +150,13 @@ impl PidNamespace {
             stack.release();
             return Err(error);
         };
-        Ok(PidNamespace { init, init_fd, pid_ns, mnt_ns, own_pid_ns, host_proc, init_children: format!("/proc/{init}/task/{init}/children"), reaped: false, stack })
+        Ok(PidNamespace { init, init_fd, pid_ns, mnt_ns, own_pid_ns, host_proc, init_children: format!("/proc/{init}/task/{init}/children"), reaped: false, stack, _cloned_by: None })
+    }
+
+    /// This namespace, noting that the thread which cloned its init lives while `token` does.
+    pub fn kept_alive_by(mut self, token: std::sync::Arc<()>) -> PidNamespace {
+        self._cloned_by = Some(token);
+        self
     }
 
     /// Kernel pid of the init (in dara's namespace).

@@ -129,6 +129,9 @@ pub struct ExecutionConfig {
     /// The program parked before `main`, copied for the execution instead of started with fork +
     /// exec ([`start_fork_server`]); None: fork + exec.
     pub fork_server: Option<Arc<dara_tracer::ForkServer>>,
+    /// A search's namespaces, each made while the execution before it ran; None: made at the
+    /// execution's start.
+    pub namespaces: Option<Arc<dara_tracer::NamespacePool>>,
 }
 
 /// What happened in one execution.
@@ -211,6 +214,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
         agent: cfg.agent.clone().map(|program| dara_tracer::AgentLaunch { program, words: dara_tracer::AgentWordsRef(&region.header().agent) }),
         sdk_lines: Some(dara_tracer::LineSink(Arc::new(move |line| property_lines.record(line)))),
         fork_server: cfg.fork_server.clone(),
+        namespaces: cfg.namespaces.clone(),
     };
     let waker = Arc::clone(&region);
     let tree = match cfg.cluster {
@@ -274,8 +278,14 @@ pub fn start_fork_server(cfg: &ExecutionConfig) -> Result<Arc<dara_tracer::ForkS
     if !cfg.outside.is_closed() {
         return Err("a run open to outside peers runs once".into());
     }
-    let spec = LaunchSpec { command: cfg.command.clone(), cwd: cfg.cwd.clone(), env: target_environment(cfg), pass_fd: None, cpu: cfg.pin_cpu, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None };
+    let spec = LaunchSpec { command: cfg.command.clone(), cwd: cfg.cwd.clone(), env: target_environment(cfg), pass_fd: None, cpu: cfg.pin_cpu, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None, namespaces: None };
     dara_tracer::ForkServer::start(&spec).map(Arc::new).map_err(|e| e.to_string())
+}
+
+/// Starts making a search's namespaces ahead of its executions ([`dara_tracer::namespace_pool`]);
+/// None when dara cannot start the thread (each execution then makes its own).
+pub fn start_namespace_pool() -> Option<Arc<dara_tracer::NamespacePool>> {
+    dara_tracer::NamespacePool::start().ok().map(Arc::new)
 }
 
 /// A broken user property is the execution's outcome, named by the property, over how the

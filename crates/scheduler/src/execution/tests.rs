@@ -224,6 +224,7 @@ fn config(max_steps: u64) -> ExecutionConfig {
         pause_before: None,
         liveness: None,
         fork_server: None,
+        namespaces: None,
     }
 }
 
