@@ -522,7 +522,14 @@ impl ProcessTree {
                 return false;
             }
             if group_gone {
-                std::thread::sleep(Duration::from_millis(1));
+                // Only the init is left to end: its pidfd says when (a 1 ms bound keeps the
+                // reaper-slowness checks above going).
+                match self.ns.as_ref() {
+                    Some(ns) => {
+                        ns.wait_ended(Duration::from_millis(1));
+                    }
+                    None => std::thread::sleep(Duration::from_millis(1)),
+                }
             }
         }
     }
