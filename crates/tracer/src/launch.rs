@@ -16,6 +16,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::forwarding::{self, Pipe, Sink};
 use crate::pidns::{self, PidNamespace};
 use crate::reaper::{self, ExitEvent, Reaping};
 
@@ -122,7 +123,7 @@ pub struct ProcessTree {
     /// The last slow reap dara told the user about (0: none).
     slow_reap_told: u32,
     finished: bool,
-    /// Threads copying the target's stdout/stderr pipes to dara's own.
+    /// The thread copying the target's output pipes to dara's own ([`crate::forwarding`]).
     forwarders: Vec<std::thread::JoinHandle<()>>,
     /// Write ends of those pipes, handed to every launched command; closed at teardown so the
     /// forwarders see end of file.
@@ -143,8 +144,7 @@ pub struct ProcessTree {
     root_copied: bool,
 }
 
-/// How much of the target's stderr [`ProcessTree::stderr_tail`] keeps.
-pub const STDERR_TAIL_BYTES: usize = 16 * 1024;
+pub use crate::forwarding::{SDK_LINE_MAX, STDERR_TAIL_BYTES};
 
 /// Makes the calling process the subreaper of its descendants. Call once at start-up.
 pub fn become_subreaper() -> std::io::Result<()> {
@@ -206,18 +206,16 @@ impl ProcessTree {
         let stderr_tail = Arc::new(Mutex::new(Vec::new()));
         let tail = Some(Arc::clone(&stderr_tail));
         let (out_r, err_r) = (std::fs::File::from(out_r), std::fs::File::from(err_r));
-        let mut forwarders = if spec.discard_output {
-            vec![forward(out_r, std::io::sink, None), forward(err_r, std::io::sink, tail)]
-        } else {
-            vec![forward(out_r, std::io::stdout, None), forward(err_r, std::io::stderr, tail)]
-        };
+        let (to_out, to_err) = if spec.discard_output { (Sink::Discard, Sink::Discard) } else { (Sink::Stdout, Sink::Stderr) };
+        let mut pipes = vec![Pipe { from: out_r, to: to_out, tail: None }, Pipe { from: err_r, to: to_err, tail }];
         let mut output_writers = vec![out_w, err_w];
         if let Some(sink) = &spec.sdk_lines {
             let (sdk_r, sdk_w) = cloexec_pipe().map_err(pipe_error)?;
             output_pipes[2] = fd_inode(sdk_w.as_raw_fd()).unwrap_or(0);
-            forwarders.push(forward_lines(std::fs::File::from(sdk_r), sink.clone()));
+            pipes.push(Pipe { from: std::fs::File::from(sdk_r), to: Sink::Lines(sink.clone()), tail: None });
             output_writers.push(sdk_w);
         }
+        let forwarders = vec![forwarding::start(pipes).map_err(pipe_error)?];
         // Until the reaper starts these stand in; `start_reaper` replaces them.
         let (_, exits) = std::sync::mpsc::channel();
         let (_, reaper_done) = std::sync::mpsc::channel();
@@ -664,67 +662,6 @@ fn fd_inode(fd: i32) -> Option<u64> {
     // SAFETY: fstat writes into the live local.
     (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
 }
-
-/// Copies `from` to `to()` until end of file, keeping the last [`STDERR_TAIL_BYTES`] in `tail`;
-/// write errors (a closed terminal) are ignored so the target never blocks on a full pipe.
-fn forward<R, W>(mut from: R, to: fn() -> W, tail: Option<Arc<Mutex<Vec<u8>>>>) -> std::thread::JoinHandle<()>
-where
-    R: std::io::Read + Send + 'static,
-    W: std::io::Write + 'static,
-{
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 8192];
-        let mut sink = to();
-        loop {
-            match from.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    if let Some(Ok(mut kept)) = tail.as_ref().map(|t| t.lock()) {
-                        kept.extend_from_slice(&buf[..n]);
-                        let excess = kept.len().saturating_sub(STDERR_TAIL_BYTES);
-                        kept.drain(..excess);
-                    }
-                    let _ = sink.write_all(&buf[..n]);
-                    let _ = sink.flush();
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
-    })
-}
-
-/// Reads the SDK's pipe on a thread of its own and hands `sink` each complete line. A line longer
-/// than [`SDK_LINE_MAX`] is cut there (the SDKs write short lines; this bounds dara's memory).
-fn forward_lines(mut from: std::fs::File, sink: LineSink) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 8192];
-        let mut line: Vec<u8> = Vec::new();
-        loop {
-            match std::io::Read::read(&mut from, &mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    for &b in &buf[..n] {
-                        if b == b'\n' {
-                            (sink.0)(&line);
-                            line.clear();
-                        } else if line.len() < SDK_LINE_MAX {
-                            line.push(b);
-                        }
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
-        }
-        if !line.is_empty() {
-            (sink.0)(&line);
-        }
-    })
-}
-
-/// The longest SDK line dara keeps (property names are cut to fit).
-pub const SDK_LINE_MAX: usize = 4096;
 
 impl Drop for ProcessTree {
     fn drop(&mut self) {

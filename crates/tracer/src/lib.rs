@@ -7,6 +7,7 @@
 //!   version so a search reads each program once.
 //! * [`fork_server`]: the search's program started once and parked before `main`, copied per
 //!   execution instead of exec'd.
+//! * [`forwarding`]: the thread copying an execution's output pipes (stdout, stderr, SDK lines).
 //! * [`launch`]: starting the command with the preload injected, ASLR off, in its own process
 //!   group, pinned to one CPU, dying with dara.
 //! * [`namespace_pool`]: the next execution's namespace made ahead, while one runs.
@@ -25,6 +26,7 @@ pub mod binary;
 pub mod debug_file;
 pub mod file_memo;
 pub mod fork_server;
+pub mod forwarding;
 pub mod image;
 pub mod launch;
 pub mod namespace_pool;
