@@ -3,8 +3,8 @@
 //! loading (protocol and what the copy looks like: `dara_abi::fork_server`).
 //!
 //! Only a command the preload enters can serve: a dynamically linked program (or a script whose
-//! interpreter is one) that is neither a Go program nor set-user/group-ID (the dynamic loader
-//! ignores LD_PRELOAD then). The copy is indistinguishable from a launched program, so anything
+//! interpreter is one) that is neither a Go program nor set-user/group-ID nor given file
+//! capabilities (the dynamic loader ignores LD_PRELOAD then). The copy is indistinguishable from a launched program, so anything
 //! that goes wrong with the server (it cannot start, it died) only costs speed: the tree falls
 //! back to a plain launch, and says so once.
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -67,13 +67,20 @@ pub fn unsuitable(command: &[String]) -> Option<String> {
     if let Some(why) = why {
         return Some(format!("{} {why}", runs.display()));
     }
-    let set_id_file = [&path, &runs].into_iter().find(|p| set_id(p));
-    set_id_file.map(|p| format!("{} is set-user or set-group-ID", p.display()))
+    let secure = [&path, &runs].into_iter().find(|p| secure_exec(p));
+    secure.map(|p| format!("{} is set-user/group-ID or has file capabilities (the dynamic loader ignores LD_PRELOAD)", p.display()))
 }
 
-fn set_id(path: &Path) -> bool {
+/// Whether running `path` is a secure exec, in which the dynamic loader ignores LD_PRELOAD: a
+/// set-user/group-ID file or one with file capabilities. Such a server would never greet dara and
+/// would run the program meanwhile.
+fn secure_exec(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    path.metadata().is_ok_and(|m| m.permissions().mode() & (libc::S_ISUID | libc::S_ISGID) != 0)
+    let set_id = path.metadata().is_ok_and(|m| m.permissions().mode() & (libc::S_ISUID | libc::S_ISGID) != 0);
+    let Ok(name) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else { return true };
+    // SAFETY: getxattr with a null buffer and size 0 only asks for the attribute's size.
+    let capabilities = unsafe { libc::getxattr(name.as_ptr(), c"security.capability".as_ptr(), std::ptr::null_mut(), 0) } >= 0;
+    set_id || capabilities
 }
 
 impl ForkServer {
@@ -187,4 +194,31 @@ fn seqpacket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: both descriptors were just created and are owned by nothing else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| w.to_string()).collect()
+    }
+
+    #[test]
+    fn a_dynamic_program_or_a_script_of_one_can_serve() {
+        assert_eq!(unsuitable(&command(&["sh", "-c", "true"])), None);
+        let dir = std::env::temp_dir().join(format!("dara-fork-server-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("s.sh");
+        std::fs::write(&script, "#!/bin/sh\ntrue\n").unwrap();
+        assert_eq!(unsuitable(&command(&[script.to_str().unwrap()])), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn what_cannot_serve_says_why() {
+        let missing = unsuitable(&command(&["/no/such/program-dara"])).unwrap();
+        assert!(missing.contains("not found"), "{missing}");
+        assert!(unsuitable(&[]).is_some());
+    }
 }
