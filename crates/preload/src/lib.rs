@@ -21,7 +21,8 @@
 //! its private locks without a post; [`unposted`] lets a recording send and receive on TCP sockets
 //! without one.
 //!
-//! The plumbing: [`init`] (the constructor and start barrier), [`gate`] (per-thread state, the
+//! The plumbing: [`init`] (the constructor and start barrier; [`fork_server`] parks a search's
+//! program there and clones it per execution), [`gate`] (per-thread state, the
 //! reentrancy guard and the handoff), [`region`] (the mapping), [`sys`] (the one syscall
 //! trampoline every raw syscall goes through), [`real`] (the libc functions behind the hooks),
 //! [`fd`] (what dara knows about each descriptor number, and its lifecycle), [`exec_image`] and
@@ -37,7 +38,8 @@
 //! vDSO thunks, the constructor) sit on top and call down.
 //!
 //! 1. base: `sys`, `call_site`, `region`, `real`, `stop_world`, `solo`, `entropy`, `written`, `fd`,
-//!    `fdguard`, `dispositions`, `fault::program_action`, `sigmask`, `trap`, `exec_image`
+//!    `fdguard`, `dispositions`, `fault::program_action`, `sigmask`, `trap`, `exec_image`,
+//!    `fork_server`
 //! 2. handoff: `unposted`, `gate`
 //! 3. services over the handoff: `interrupt`, `vclock`, `timecalls`, `tsc`, `cpuid`, `thread_end`,
 //!    `exec_slot`, `agent_exec`, `process`, `fault`, `coverage`, `access`, `atomics`

@@ -8,8 +8,8 @@
 //! which was the largest single cost of an execution. The init (pid 1 there) makes its
 //! mounts private to the namespace (`MS_SLAVE`), mounts a fresh /proc (so `/proc/self` and
 //! `/proc/<pid>` speak namespace pids) and a fresh /dev/shm (what the program leaves there goes
-//! with the namespace), closes every descriptor it inherited, and then only
-//! reaps the orphans reparented to it. It dies with dara (`PR_SET_PDEATHSIG`) and its death
+//! with the namespace), and then only reaps the orphans reparented to it. It shares dara's
+//! descriptor table (`CLONE_FILES`), so it holds no descriptor of its own. It dies with dara (`PR_SET_PDEATHSIG`) and its death
 //! makes the kernel kill everything in the namespace: nothing dara started survives dara.
 //!
 //! Commands are started inside with [`PidNamespace::fork_inside`]: the launching thread's
@@ -102,7 +102,11 @@ impl PidNamespace {
         let own_pid_ns = open_dir(c"/proc/thread-self/ns/pid", libc::O_RDONLY)?;
         let (ready_r, ready_w) = pipe()?;
         let mut stack = InitStack::new()?;
-        let flags = libc::CLONE_VM | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::SIGCHLD;
+        // CLONE_FILES: the init shares dara's descriptor table rather than copying it. A copy,
+        // made while another thread of dara holds a duplicate of a program's pipe or socket (a
+        // probe's `pidfd_getfd`), would keep that end open until the init closed it: a reader
+        // then saw no end of file, a false deadlock. Sharing the table, it holds nothing.
+        let flags = libc::CLONE_VM | libc::CLONE_FILES | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::SIGCHLD;
         // The init starts with every signal blocked (it keeps them so): none of dara's handlers
         // may run on its stack.
         // SAFETY: sigset_t is plain data that sigfillset initializes; pthread_sigmask writes the
@@ -126,11 +130,17 @@ impl PidNamespace {
             return Err(clone_error);
         }
         let init = pid as u32;
+        let Some(init_fd) = pidfd_open(init) else {
+            let error = std::io::Error::last_os_error();
+            kill_and_reap(init);
+            stack.release();
+            return Err(error);
+        };
+        // The write end stays open here (the table is shared): the init's end is told by its
+        // pidfd.
+        let ready = init_ready(&ready_r, &init_fd);
         drop(ready_w);
-        let mut byte = [INIT_FAILED];
-        // SAFETY: read writes at most one byte into the live local.
-        let n = unsafe { libc::read(ready_r.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
-        if n != 1 || byte[0] != INIT_READY {
+        if !ready {
             kill_and_reap(init);
             stack.release();
             return Err(std::io::Error::other("the namespace's init could not mount a private /proc"));
@@ -143,12 +153,6 @@ impl PidNamespace {
                 stack.release();
                 return Err(e);
             }
-        };
-        let Some(init_fd) = pidfd_open(init) else {
-            let error = std::io::Error::last_os_error();
-            kill_and_reap(init);
-            stack.release();
-            return Err(error);
         };
         Ok(PidNamespace { init, init_fd, pid_ns, mnt_ns, own_pid_ns, host_proc, init_children: format!("/proc/{init}/task/{init}/children"), reaped: false, stack, _cloned_by: None })
     }
@@ -310,13 +314,34 @@ unsafe fn init_main(ready: i32) -> ! {
         if !proc_mounted {
             let _ = syscall!(Sysno::exit, 1);
         }
-        // Hold nothing of dara's: a copy of a pipe's or socket's descriptor would keep it open.
-        let _ = syscall!(Sysno::close_range, 0, u32::MAX, 0);
         let sigchld: u64 = 1 << (libc::SIGCHLD - 1);
         loop {
             while syscall!(Sysno::wait4, -1i32, null, libc::WNOHANG | libc::__WALL, null).is_ok_and(|pid| pid > 0) {}
             // SIGCHLD is blocked, so one that arrived since the last wait is still pending here.
             let _ = syscall!(Sysno::rt_sigtimedwait, &sigchld as *const u64, null, null, 8);
+        }
+    }
+}
+
+/// Waits for the init's byte on `ready` (true: set up) or its end (false).
+fn init_ready(ready: &OwnedFd, init: &OwnedFd) -> bool {
+    loop {
+        let mut fds = [libc::pollfd { fd: ready.as_raw_fd(), events: libc::POLLIN, revents: 0 }, libc::pollfd { fd: init.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        // SAFETY: poll reads and writes the two live pollfds.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        if fds[0].revents & libc::POLLIN != 0 {
+            let mut byte = [INIT_FAILED];
+            // SAFETY: read writes at most one byte into the live local.
+            let n = unsafe { libc::read(ready.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
+            return n == 1 && byte[0] == INIT_READY;
+        }
+        if fds[1].revents != 0 {
+            return false;
         }
     }
 }
