@@ -1,9 +1,8 @@
 //! The constructor: connect to dara before any user code runs.
 //!
-//! Order matters: install the syscall trap, the fault handler and the vDSO patch (none needs the
-//! region); when dara started the program as its fork server, serve (each execution's process
-//! continues from there, `fork_server.rs`); map the region and check its version; claim the
-//! process entry and the main thread's slot; then post `ProcessStart` and wait for the grant (the
+//! Order matters: when dara started the program as its fork server, serve (each execution's
+//! process continues from there, `fork_server.rs`); map the region and check its version; claim the process entry and the main
+//! thread's slot; install the syscall trap; then post `ProcessStart` and wait for the grant (the
 //! start barrier: `main` and every later constructor run only once the scheduler says so). The
 //! process's random seed is written by the scheduler before that grant, so the randomness
 //! streams and `AT_RANDOM` are set up after it.
@@ -39,22 +38,6 @@ extern "C" fn dara_preload_init(
     let Some(path) = crate::process::region_path() else {
         return; // Not under dara: stay inert.
     };
-    // The trap, the fault handler and the vDSO need nothing of the region: they are set up
-    // before it is mapped, so a fork server does it once for every execution it serves (and a
-    // launched program in the same order, so the two cannot be told apart).
-    if let Err(e) = trap::install(crate::trapped::on_sigsys) {
-        sys::die(
-            match e {
-                InstallError::Handler => b"dara: cannot install the SIGSYS handler\n",
-                InstallError::NoNewPrivs => b"dara: prctl(PR_SET_NO_NEW_PRIVS) failed\n",
-                InstallError::Filter => b"dara: cannot install the seccomp filter\n",
-            },
-            SETUP_FAILED,
-        );
-    }
-    crate::fault::install();
-    // Before any user code: no thread may be inside the vDSO while it changes.
-    let _ = crate::vdso::patch();
     // A fork server parks here; each execution's process continues from this point.
     crate::fork_server::serve_if_asked();
     let header = match region::map(path) {
@@ -97,6 +80,21 @@ extern "C" fn dara_preload_init(
     // glibc passes the initial stack's environment array: it lies above every frame the main
     // thread will ever have (_start's included), so it bounds the main thread's own stack.
     crate::process::become_main_thread(slot, index, process, envp as usize);
+
+    if let Err(e) = trap::install(crate::trapped::on_sigsys) {
+        sys::die(
+            match e {
+                InstallError::Handler => b"dara: cannot install the SIGSYS handler\n",
+                InstallError::NoNewPrivs => b"dara: prctl(PR_SET_NO_NEW_PRIVS) failed\n",
+                InstallError::Filter => b"dara: cannot install the seccomp filter\n",
+            },
+            SETUP_FAILED,
+        );
+    }
+
+    crate::fault::install();
+    // Before any user code: no thread may be inside the vDSO while it changes.
+    let _ = crate::vdso::patch();
 
     let Some(gate) = Gated::enter() else {
         sys::die(b"dara: main thread is not gated\n", SETUP_FAILED)
