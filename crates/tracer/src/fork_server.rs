@@ -25,8 +25,11 @@ const GREETING_LIMIT: Duration = Duration::from_secs(30);
 
 /// A running fork server for one command.
 pub struct ForkServer {
-    /// The command it runs (the root command of every execution it serves).
+    /// The command it runs (the root command of every execution it serves), in this environment
+    /// and directory.
     command: Vec<String>,
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    cwd: Option<std::path::PathBuf>,
     pid: u32,
     /// dara's end of the socket; requests and replies alternate under the lock.
     socket: Mutex<OwnedFd>,
@@ -101,7 +104,7 @@ impl ForkServer {
         cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
         let pid = cmd.spawn()?.id();
         drop(theirs);
-        let server = ForkServer { command: spec.command.clone(), pid, socket: Mutex::new(ours), broken: AtomicBool::new(false) };
+        let server = ForkServer { command: spec.command.clone(), env: spec.env.clone(), cwd: spec.cwd.clone(), pid, socket: Mutex::new(ours), broken: AtomicBool::new(false) };
         let greeting: Greeting = server.read_reply(Some(GREETING_LIMIT))?;
         if greeting.pid < 0 {
             return Err(std::io::Error::from_raw_os_error(-greeting.pid));
@@ -109,9 +112,10 @@ impl ForkServer {
         Ok(server)
     }
 
-    /// Whether this server runs `command`.
-    pub fn serves(&self, command: &[String]) -> bool {
-        self.command == command && !self.broken.load(Ordering::Relaxed)
+    /// Whether this server runs `command` as `spec` would launch it (same environment and
+    /// directory: what the dynamic loader saw is frozen in the server).
+    pub fn serves(&self, spec: &LaunchSpec, command: &[String]) -> bool {
+        self.command == command && self.env == spec.env && self.cwd == spec.cwd && !self.broken.load(Ordering::Relaxed)
     }
 
     /// A child for an execution: dara's own child, its pid as dara sees it. The caller puts it in

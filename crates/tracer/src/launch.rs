@@ -356,7 +356,7 @@ impl ProcessTree {
     /// The root command as a copy of the spec's fork server, when it serves `command`; None:
     /// launch it plainly (also after the server failed, which dara says once).
     fn fork_from_server(&mut self, command: &[String], group: libc::pid_t) -> Option<u32> {
-        let server = self.spec.fork_server.as_ref().filter(|s| group == 0 && self.root == 0 && s.serves(command))?;
+        let server = self.spec.fork_server.as_ref().filter(|s| group == 0 && self.root == 0 && s.serves(&self.spec, command))?;
         let null = std::fs::File::open("/dev/null").ok()?;
         let stdin = self.spec.stdin_fd.unwrap_or(null.as_raw_fd());
         let host_proc = self.spec.host_proc_fd.zip(self.host_proc.as_ref().map(|f| f.as_raw_fd()));

@@ -388,12 +388,19 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     }
     println!("{} distinct bug(s) in {} executions:", summary.bugs.len(), summary.executions);
     let mut replay = summary.bugs[0].trace.clone();
+    // The minimization's candidates are executions of the same command: copied from a fork
+    // server too (invisible to the program, like the search's).
+    let mut minimize_base = cfg.execution.clone();
+    if !cli.no_fork_server && !cli.no_minimize {
+        minimize_base.fork_server = dara_scheduler::execution::start_fork_server(&minimize_base).ok();
+        minimize_base.namespaces = dara_scheduler::execution::start_namespace_pool();
+    }
     for (i, bug) in summary.bugs.iter().enumerate() {
         println!("  {}  (execution {}, {} steps) -> {}", bug.outcome.summary(), bug.execution, bug.steps, bug.dir.display());
         if matches!(bug.outcome, dara_model::Outcome::LivenessViolated { .. }) && cli.liveness_walks > 0 && i < MINIMIZE_BUGS {
             dara_tools::liveness::find_critical_transition(bug, &cfg.execution, cli.liveness_walks, &STOP, deadline);
         }
-        let minimal = if cli.no_minimize || i >= MINIMIZE_BUGS { None } else { minimize_bug(bug, &cfg.execution, deadline) };
+        let minimal = if cli.no_minimize || i >= MINIMIZE_BUGS { None } else { minimize_bug(bug, &minimize_base, deadline) };
         if let (0, Some(minimal)) = (i, &minimal) {
             replay = minimal.clone();
         }
