@@ -382,25 +382,12 @@ fn run_execution(cfg: &SearchConfig, strategy: &mut (dyn Strategy + Send), start
     Ok((report, status))
 }
 
-/// The search's settings with a fork server for its executions, when it asks for one, runs more
-/// than one execution and the program can serve; otherwise as it was, and why (the executions are
-/// the same either way: only slower).
+/// The search's settings readied for its executions when it runs more than one
+/// ([`execution::prepare_repeated_runs`]), and why there is no fork server if it asked for one.
 fn with_fork_server(cfg: &SearchConfig) -> (SearchConfig, Option<String>) {
     let mut served = cfg.clone();
-    if cfg.runs > 1 && served.execution.namespaces.is_none() {
-        // Without one the executions make their own (and without privileges none).
-        served.execution.namespaces = execution::start_namespace_pool();
-    }
-    if !cfg.fork_server || cfg.runs < 2 || served.execution.fork_server.is_some() {
-        return (served, None);
-    }
-    match execution::start_fork_server(&cfg.execution) {
-        Ok(server) => {
-            served.execution.fork_server = Some(server);
-            (served, None)
-        }
-        Err(why) => (served, Some(why)),
-    }
+    let no_server = if cfg.runs > 1 { execution::prepare_repeated_runs(&mut served.execution, cfg.fork_server) } else { None };
+    (served, no_server)
 }
 
 /// CPUs this process may run on.

@@ -57,11 +57,14 @@ pub struct ForkChild<'a> {
 pub fn unsuitable(command: &[String]) -> Option<String> {
     let Some(program) = command.first() else { return Some("no command".into()) };
     let Some(path) = binary::resolve(program) else { return Some(format!("{program} not found")) };
-    let runs = match binary::classify(&path) {
-        Ok(BinaryKind::Script { interpreter }) => interpreter,
-        _ => path.clone(),
+    let (runs, kind) = match binary::classify(&path) {
+        Ok(BinaryKind::Script { interpreter }) => {
+            let kind = binary::classify(&interpreter);
+            (interpreter, kind)
+        }
+        kind => (path.clone(), kind),
     };
-    let why = match binary::classify(&runs) {
+    let why = match kind {
         Ok(BinaryKind::Dynamic) if binary::is_go(&runs) => Some("is a Go program (dara's ptrace agent runs it)"),
         Ok(BinaryKind::Dynamic) => None,
         Ok(BinaryKind::Static) => Some("is statically linked (dara's ptrace agent runs it)"),

@@ -295,12 +295,10 @@ impl ProcessTree {
             cmd.env_remove("LD_PRELOAD");
         }
         let cpu = spec.cpu;
-        let pass_fd = spec.pass_fd;
         let host_proc = spec.host_proc_fd.zip(self.host_proc.as_ref().map(|f| f.as_raw_fd()));
-        let sdk = self.output_writers.get(2).map(|w| (w.as_raw_fd(), dara_abi::SDK_FD));
         let mounts = self.ns.as_ref().map(PidNamespace::mount_ns_fd);
         let mut installs = [(-1, -1); 3];
-        for (slot, pair) in installs.iter_mut().zip(pass_fd.into_iter().chain(host_proc.map(|(to, from)| (from, to))).chain(sdk)) {
+        for (slot, pair) in installs.iter_mut().zip(self.dara_descriptors()) {
             *slot = pair;
         }
         // SAFETY: the closure runs in the forked child before exec and only makes
@@ -357,16 +355,13 @@ impl ProcessTree {
     /// launch it plainly (also after the server failed, which dara says once).
     fn fork_from_server(&mut self, command: &[String], group: libc::pid_t) -> Option<u32> {
         let server = self.spec.fork_server.as_ref().filter(|s| group == 0 && self.root == 0 && s.serves(&self.spec, command))?;
-        let null = std::fs::File::open("/dev/null").ok()?;
-        let stdin = self.spec.stdin_fd.unwrap_or(null.as_raw_fd());
-        let host_proc = self.spec.host_proc_fd.zip(self.host_proc.as_ref().map(|f| f.as_raw_fd()));
-        let sdk = self.output_writers.get(2).map(|w| (w.as_raw_fd(), dara_abi::SDK_FD));
-        let installs: Vec<(i32, i32)> = [(stdin, 0), (self.output_writers[0].as_raw_fd(), 1), (self.output_writers[1].as_raw_fd(), 2)]
-            .into_iter()
-            .chain(self.spec.pass_fd)
-            .chain(host_proc.map(|(to, from)| (from, to)))
-            .chain(sdk)
-            .collect();
+        let null = match self.spec.stdin_fd {
+            Some(_) => None,
+            None => Some(std::fs::File::open("/dev/null").ok()?),
+        };
+        let stdin = self.spec.stdin_fd.or(null.as_ref().map(AsRawFd::as_raw_fd))?;
+        let stdio = [(stdin, 0), (self.output_writers[0].as_raw_fd(), 1), (self.output_writers[1].as_raw_fd(), 2)];
+        let installs: Vec<(i32, i32)> = stdio.into_iter().chain(self.dara_descriptors()).collect();
         let child = crate::fork_server::ForkChild { pid_ns: self.ns.as_ref().map(PidNamespace::pid_ns_fd), mount_ns: self.ns.as_ref().map(PidNamespace::mount_ns_fd), installs: &installs, cpu: self.spec.cpu };
         match server.fork(&child) {
             Ok(pid) => {
@@ -411,6 +406,14 @@ impl ProcessTree {
         let words = agent.words;
         self.ensure_agent().map_err(std::io::Error::other)?;
         Ok(Some((words, crate::ptrace::filter::program())))
+    }
+
+    /// dara's descriptors every command gets, as (dara's, number in the child): the region, dara's
+    /// /proc, the SDK pipe (those the spec and the tree have).
+    fn dara_descriptors(&self) -> impl Iterator<Item = (i32, i32)> {
+        let host_proc = self.spec.host_proc_fd.zip(self.host_proc.as_ref().map(|f| f.as_raw_fd())).map(|(to, from)| (from, to));
+        let sdk = self.output_writers.get(2).map(|w| (w.as_raw_fd(), dara_abi::SDK_FD));
+        self.spec.pass_fd.into_iter().chain(host_proc).chain(sdk)
     }
 
     /// Whether the first command is a copy of the spec's fork server (not a fork + exec).

@@ -282,10 +282,25 @@ pub fn start_fork_server(cfg: &ExecutionConfig) -> Result<Arc<dara_tracer::ForkS
     dara_tracer::ForkServer::start(&spec).map(Arc::new).map_err(|e| e.to_string())
 }
 
-/// Starts making a search's namespaces ahead of its executions ([`dara_tracer::namespace_pool`]);
-/// None when dara cannot start the thread (each execution then makes its own).
-pub fn start_namespace_pool() -> Option<Arc<dara_tracer::NamespacePool>> {
-    dara_tracer::NamespacePool::start().ok().map(Arc::new)
+/// Readies `cfg` for many executions of its command (a search's, a minimization's candidates):
+/// namespaces made ahead ([`dara_tracer::namespace_pool`]) and, when `fork_server`, a fork server
+/// ([`start_fork_server`]). Returns why there is no server although one was asked for. The
+/// executions are the same either way, only slower. Call from a thread that outlives them.
+pub fn prepare_repeated_runs(cfg: &mut ExecutionConfig, fork_server: bool) -> Option<String> {
+    if cfg.namespaces.is_none() {
+        // Without a pool each execution makes its own (and without privileges none).
+        cfg.namespaces = dara_tracer::NamespacePool::start().ok().map(Arc::new);
+    }
+    if !fork_server || cfg.fork_server.is_some() {
+        return None;
+    }
+    match start_fork_server(cfg) {
+        Ok(server) => {
+            cfg.fork_server = Some(server);
+            None
+        }
+        Err(why) => Some(why),
+    }
 }
 
 /// A broken user property is the execution's outcome, named by the property, over how the

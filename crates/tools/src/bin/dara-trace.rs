@@ -391,9 +391,8 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     // The minimization's candidates are executions of the same command: copied from a fork
     // server too (invisible to the program, like the search's).
     let mut minimize_base = cfg.execution.clone();
-    if !cli.no_fork_server && !cli.no_minimize {
-        minimize_base.fork_server = dara_scheduler::execution::start_fork_server(&minimize_base).ok();
-        minimize_base.namespaces = dara_scheduler::execution::start_namespace_pool();
+    if !cli.no_minimize {
+        dara_scheduler::execution::prepare_repeated_runs(&mut minimize_base, !cli.no_fork_server);
     }
     for (i, bug) in summary.bugs.iter().enumerate() {
         println!("  {}  (execution {}, {} steps) -> {}", bug.outcome.summary(), bug.execution, bug.steps, bug.dir.display());
