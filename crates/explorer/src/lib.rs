@@ -23,7 +23,8 @@
 //!     sampling strategies, like PCT's change points, within SAMC-style fault budgets.
 //! * [`search`]: the search loop: executions under a strategy, each bug saved once, and the first
 //!   execution that met each goal; `last_trace` keeps its `trace.bin`, the last execution's,
-//!   written about once a second and at the end.
+//!   written about once a second and at the end; `launch_ahead` launches the next execution's
+//!   program on another CPU while one runs.
 //! * [`reproduce`]: re-running a trace with the replay strategy, and `--verify`'s comparison.
 //! * [`minimize`]: shrink a failing schedule to fewer preemptions and steps that still fail the
 //!   same way, with the [`Guided`](minimize::Guided) strategy that follows a plan.
@@ -52,6 +53,7 @@ pub mod strategy;
 pub mod reproduce;
 pub mod search;
 mod last_trace;
+mod launch_ahead;
 pub mod minimize;
 pub mod liveness;
 pub mod profile;

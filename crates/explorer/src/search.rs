@@ -18,11 +18,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use dara_abi::splitmix64;
-use dara_scheduler::execution::{self, ExecutionConfig, ExecutionError, ExecutionReport};
+use dara_scheduler::execution::{self, ExecutionConfig, ExecutionError, ExecutionReport, Launched};
 use dara_scheduler::trace::{self, Trace, TraceError, TraceHeader};
 use dara_scheduler::Outcome;
 
 use crate::last_trace::LastTrace;
+use crate::launch_ahead::LaunchAhead;
 use crate::strategy::{self, Feedback, Order, Start, Status, Strategy, StrategyError};
 use crate::visibility::{BlindSpot, Visibility};
 use crate::watch_growth::{Growing, Growth, WatchSets};
@@ -194,6 +195,7 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| SearchError::Output { path: cfg.out_dir.clone(), source })?;
     let (served, no_server) = with_fork_server(cfg);
     let cfg = &served;
+    let cpus = available_cpus();
     // A systematic strategy's decision tree must not change under it (crate::watch_growth).
     let preempt = &cfg.execution.preempt;
     let growing = match (preempt.memory_level(), info.order) {
@@ -208,15 +210,17 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
         return judge.finish(SearchEnd::Completed);
     }
 
+    // One execution after another: each launches the next one's program as it starts.
+    let mut ahead = (cfg.jobs <= 1 && cfg.runs > 1).then(|| launch_cpu(&cpus, cfg.execution.pin_cpu)).flatten().and_then(|cpu| LaunchAhead::start(&cfg.execution, cpu));
     // Execution 0, alone: its length calibrates every later execution (PCT's step estimate).
-    let (first, mut status) = run_execution(cfg, &mut *strategy, Start::at(0), cfg.execution.pin_cpu, &epochs.used_by(0), halt)?;
+    let (first, mut status) = run_execution(cfg, &mut *strategy, Start::at(0), cfg.execution.pin_cpu, &epochs.used_by(0), halt, ahead.as_mut(), None)?;
     let first_steps = first.steps.len() as u64;
     if let Some(end) = judge.judge(0, first, status.exhausted.is_some() && cfg.runs > 1, &mut progress)? {
         return Ok(judge.finish(end)?.with_notes(status));
     }
 
     let end = if cfg.jobs <= 1 {
-        sequential(cfg, &mut strategy, first_steps, &mut status, &mut judge, halt, &mut progress)?
+        sequential(cfg, &mut strategy, first_steps, &mut status, &mut judge, halt, ahead.as_mut(), &mut progress)?
     } else {
         parallel(cfg, first_steps, &mut judge, &epochs, halt, &mut progress)?
     };
@@ -233,6 +237,7 @@ fn sequential(
     status: &mut Status,
     judge: &mut Judge<'_>,
     stop: &AtomicBool,
+    mut ahead: Option<&mut LaunchAhead>,
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<SearchEnd, SearchError> {
     for k in 1..cfg.runs {
@@ -248,7 +253,8 @@ fn sequential(
         }
         // Every execution before k has been judged, so k's set is there.
         let watch = judge.epochs.used_by(k);
-        let (report, after) = run_execution(cfg, &mut **strategy, Start::calibrated(k, first_steps), cfg.execution.pin_cpu, &watch, stop)?;
+        let launched = ahead.as_deref_mut().and_then(LaunchAhead::take);
+        let (report, after) = run_execution(cfg, &mut **strategy, Start::calibrated(k, first_steps), cfg.execution.pin_cpu, &watch, stop, ahead.as_deref_mut(), launched)?;
         *status = after;
         // A round may end here only if another execution can follow it.
         let round_over = status.exhausted.is_some() && k + 1 < cfg.runs;
@@ -310,7 +316,7 @@ fn parallel(
                     }
                     let cancelled = || stop.load(Ordering::Relaxed) || out_of_time.load(Ordering::Relaxed) || k >= limit.load(Ordering::SeqCst);
                     let Some(watch) = epochs.for_execution(k, cancelled) else { return };
-                    let result = run_execution(cfg, &mut *strategy, Start::calibrated(k, first_steps), cpu, &watch, stop).map(|(report, _)| report);
+                    let result = run_execution(cfg, &mut *strategy, Start::calibrated(k, first_steps), cpu, &watch, stop, None, None).map(|(report, _)| report);
                     let failed = result.is_err();
                     if tx.send((k, result)).is_err() || failed {
                         return;
@@ -371,12 +377,32 @@ fn parallel(
     })
 }
 
-/// Runs the execution `start` begins, watching `watch`, and what the strategy says after it.
-fn run_execution(cfg: &SearchConfig, strategy: &mut (dyn Strategy + Send), start: Start, cpu: Option<usize>, watch: &[u64], stop: &AtomicBool) -> Result<(ExecutionReport, Status), SearchError> {
+/// Runs the execution `start` begins, watching `watch`, with its program `launched` ahead if it
+/// was, and what the strategy says after it. `ahead`: launch the next execution's program while
+/// this one runs (with the watch set known for it now; the next execution discards it if its set
+/// grew meanwhile).
+#[allow(clippy::too_many_arguments)]
+fn run_execution(
+    cfg: &SearchConfig,
+    strategy: &mut (dyn Strategy + Send),
+    start: Start,
+    cpu: Option<usize>,
+    watch: &[u64],
+    stop: &AtomicBool,
+    ahead: Option<&mut LaunchAhead>,
+    launched: Option<Launched>,
+) -> Result<(ExecutionReport, Status), SearchError> {
     let mut exec = execution_config(cfg, start.execution, watch);
     exec.pin_cpu = cpu;
+    let next = start.execution + 1;
+    if let Some(ahead) = ahead.filter(|_| next < cfg.runs) {
+        // A memory-level search's next watch set may grow with this execution: not ahead.
+        if !cfg.execution.preempt.memory_level() {
+            ahead.ask(execution_config(cfg, next, watch));
+        }
+    }
     strategy.begin_execution(start);
-    let report = execution::run(&exec, &mut *strategy, stop)?;
+    let report = execution::run_launched(&exec, launched, &mut *strategy, stop)?;
     let choices: Vec<dara_scheduler::Choice> = report.steps.iter().map(|s| s.choice).collect();
     let status = strategy.end_execution(&Feedback { choices: &choices, coverage: &report.coverage, properties: &report.properties });
     Ok((report, status))
@@ -388,6 +414,14 @@ fn with_fork_server(cfg: &SearchConfig) -> (SearchConfig, Option<String>) {
     let mut served = cfg.clone();
     let no_server = if cfg.runs > 1 { execution::prepare_repeated_runs(&mut served.execution, cfg.fork_server) } else { None };
     (served, no_server)
+}
+
+/// Where a search pinned to `pin` launches its next execution's program ahead: the next CPU
+/// after it among `cpus`; None when there is no other.
+fn launch_cpu(cpus: &[usize], pin: Option<usize>) -> Option<usize> {
+    let pin = pin?;
+    let at = cpus.iter().position(|&c| c == pin)?;
+    (1..cpus.len()).map(|i| cpus[(at + i) % cpus.len()]).next()
 }
 
 /// CPUs this process may run on.

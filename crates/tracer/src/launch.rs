@@ -417,6 +417,19 @@ impl ProcessTree {
     }
 
     /// Whether the first command is a copy of the spec's fork server (not a fork + exec).
+    /// Moves the tree to `cpu`: its root, parked at its start barrier (a program launched ahead,
+    /// still single-threaded), and every command launched from now on.
+    pub fn move_to_cpu(&mut self, cpu: usize) {
+        self.spec.cpu = Some(cpu);
+        // SAFETY: cpu_set_t is plain data; sched_setaffinity reads it. The root is dara's
+        // unreaped child, so its pid names it. Failure (CPU offline) only costs speed.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(self.root as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+
     pub fn root_copied(&self) -> bool {
         self.root_copied
     }

@@ -23,6 +23,7 @@
 //! | [`stall`] | the last bound on a wait for a quiet point in which nothing moves |
 //! | [`signals`], [`outside_deaths`] | pending signals; deaths that are not the program's |
 //! | [`target`] | what the driver needs from the processes (the tracer's tree, or a fake) |
+//! | [`launched`] | the region and the processes made before the execution is driven, maybe ahead |
 //! | [`harness`] | setup/cleanup commands, the target's environment, CPU pinning |
 //! | [`liveness`] | the liveness walk after the workload, and the property lines it waits for |
 mod boundary;
@@ -31,6 +32,7 @@ mod driver;
 mod exits;
 mod handoff;
 mod harness;
+mod launched;
 mod liveness;
 mod network;
 mod newborn;
@@ -57,8 +59,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dara_tracer::{LaunchSpec, ProcessTree};
+use dara_tracer::LaunchSpec;
 pub use harness::outside_command;
+pub use launched::{can_launch_ahead, launch_ahead, Launched};
 pub use pause::{PauseBefore, PausedStep};
 
 use crate::choice::{Decide, ProcessId, ThreadId};
@@ -66,7 +69,6 @@ use crate::coverage::ProcessCoverage;
 use crate::outcome::Outcome;
 use crate::outside::{OutsideEvent, OutsideMode, RelayError};
 use crate::preempt::{AccessProfile, Preemption};
-use crate::region::Region;
 use crate::time::TimeConfig;
 use crate::trace::Step;
 use driver::{Execution, Wait};
@@ -188,42 +190,31 @@ pub enum ExecutionError {
 /// Runs one execution of `cfg.command` under `decide`. `stop` (set by a signal handler) ends it
 /// early with `Outcome::Interrupted`.
 pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) -> Result<ExecutionReport, ExecutionError> {
+    run_launched(cfg, None, decide, stop)
+}
+
+/// [`run`], with the program `ahead` launched ahead for it ([`launch_ahead`]) if it was made for
+/// this execution (otherwise it is killed, and the program launched now).
+pub fn run_launched(cfg: &ExecutionConfig, ahead: Option<Launched>, decide: &mut dyn Decide, stop: &AtomicBool) -> Result<ExecutionReport, ExecutionError> {
     let started = Instant::now();
     if let Some(cpu) = cfg.pin_cpu {
         pin_current_thread(cpu);
     }
-    if let Some(setup) = &cfg.setup {
+    let ahead = ahead.filter(|l| l.made_for(cfg));
+    if let (None, Some(setup)) = (&ahead, &cfg.setup) {
         run_harness("setup", setup, cfg)?;
     }
-    let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, cfg.profile, !cfg.outside.is_closed()).map_err(ExecutionError::Region)?);
-    region.header().realtime_epoch_ns.store(cfg.time.realtime_epoch_ns, Ordering::Release);
-    region.header().call_sites.store(u32::from(cfg.symbolize), Ordering::Release);
     let mut world = world::for_config(cfg)?;
-    let properties = Arc::new(liveness::PropertyLines::default());
-    let property_lines = Arc::clone(&properties);
-    let spec = LaunchSpec {
-        command: cfg.command.clone(),
-        cwd: cfg.cwd.clone(),
-        env: target_environment(cfg),
-        pass_fd: Some((region.fd(), dara_abi::SHM_FD)),
-        cpu: cfg.pin_cpu,
-        discard_output: cfg.discard_output,
-        stdin_fd: world.stdin_for_program(),
-        host_proc_fd: Some(dara_abi::HOST_PROC_FD),
-        virtual_pids: true,
-        agent: cfg.agent.clone().map(|program| dara_tracer::AgentLaunch { program, words: dara_tracer::AgentWordsRef(&region.header().agent) }),
-        sdk_lines: Some(dara_tracer::LineSink(Arc::new(move |line| property_lines.record(line)))),
-        fork_server: cfg.fork_server.clone(),
-        namespaces: cfg.namespaces.clone(),
+    let launched = match ahead {
+        Some(mut launched) => {
+            if let Some(cpu) = cfg.pin_cpu {
+                launched.tree.move_to_cpu(cpu);
+            }
+            launched
+        }
+        None => launched::launch(cfg, world.stdin_for_program(), cfg.pin_cpu)?,
     };
-    let waker = Arc::clone(&region);
-    let tree = match cfg.cluster {
-        Some(_) => ProcessTree::spawn_group(&spec, move || waker.wake_scheduler())?,
-        None => ProcessTree::spawn(&spec, move || waker.wake_scheduler())?,
-    };
-    for (word, inode) in region.header().output_pipes.iter().zip(tree.output_pipe_inodes()) {
-        word.store(inode, Ordering::Release);
-    }
+    let Launched { region, tree, properties, .. } = launched;
     // After the launch: the launcher's threads start with the counter as it was.
     let _counter_disabled = crate::own_tsc::disable_in_this_thread();
     world.launched();
