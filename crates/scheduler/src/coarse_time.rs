@@ -1,6 +1,6 @@
 //! A monotonic clock with a resolution of a few milliseconds that reads no time-stamp counter.
 //!
-//! The scheduler thread runs with the counter disabled ([`crate::own_tsc`]), so each precise
+//! The scheduler thread runs with the counter disabled ([`crate::own_traps`]), so each precise
 //! clock read there is a system call. Checks that only compare against limits of many
 //! milliseconds (how long the token holder has run, the watchdog's grace) read
 //! `CLOCK_MONOTONIC_COARSE` instead: the vDSO answers it from the last timer tick, without the

@@ -4,7 +4,7 @@
 //! * [`execution`]: one execution, from launch to verdict: the handoff loop over the shared
 //!   [`region`] (waking through [`futex`]), process supervision through `dara-tracer`, the
 //!   watchdog, the outside relay.
-//! * [`own_tsc`], [`coarse_time`]: the scheduler thread runs with `rdtsc` disabled like the
+//! * [`own_traps`], [`coarse_time`]: the scheduler thread runs with `rdtsc` disabled like the
 //!   threads it gates, and reads a coarse clock for its limits.
 //! * [`memory`]: reading target memory for the model, and where shared memory lies.
 //! * [`netprobe`], [`sockdiag`], [`fifo`], [`epoll_dups`]: what the kernel says about the
@@ -37,5 +37,5 @@ pub mod outside;
 pub mod sockdiag;
 pub mod symbols;
 pub mod execution;
-pub mod own_tsc;
+pub mod own_traps;
 pub mod coarse_time;

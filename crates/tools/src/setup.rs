@@ -144,6 +144,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         liveness: None,
         fork_server: None,
         namespaces: None,
+        leftovers: None,
     })
 }
 

@@ -640,7 +640,7 @@ fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Re-enables the time-stamp counter between fork and exec. The scheduler thread runs with it
-/// disabled (the scheduler's `own_tsc.rs`), which a fork inherits and an exec keeps, and the new
+/// disabled (the scheduler's `own_traps.rs`), which a fork inherits and an exec keeps, and the new
 /// program's dynamic loader reads the counter before anything could catch the fault.
 /// Async-signal-safe.
 pub fn enable_counter_in_child() {

@@ -23,7 +23,7 @@ pub(super) fn run_harness(which: &'static str, command: &str, cfg: &ExecutionCon
 
 /// A command to start from the scheduler thread (a harness command, a debugger at a pause), outside
 /// dara's control: its time-stamp counter is enabled again between fork and exec, as the
-/// scheduler thread runs with it disabled (`crate::own_tsc`) and a new program's loader reads it.
+/// scheduler thread runs with it disabled (`crate::own_traps`) and a new program's loader reads it.
 pub fn outside_command(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
     let mut cmd = std::process::Command::new(program);
     // SAFETY: the closure makes one async-signal-safe system call.

@@ -24,6 +24,7 @@
 //! | [`signals`], [`outside_deaths`] | pending signals; deaths that are not the program's |
 //! | [`target`] | what the driver needs from the processes (the tracer's tree, or a fake) |
 //! | [`launched`] | the region and the processes made before the execution is driven, maybe ahead |
+//! | [`leftovers`] | a thread dropping what ended executions leave (namespaces, regions) |
 //! | [`harness`] | setup/cleanup commands, the target's environment, CPU pinning |
 //! | [`liveness`] | the liveness walk after the workload, and the property lines it waits for |
 mod boundary;
@@ -33,6 +34,7 @@ mod exits;
 mod handoff;
 mod harness;
 mod launched;
+mod leftovers;
 mod liveness;
 mod network;
 mod newborn;
@@ -62,6 +64,7 @@ use std::time::{Duration, Instant};
 use dara_tracer::LaunchSpec;
 pub use harness::outside_command;
 pub use launched::{can_launch_ahead, launch_ahead, Launched};
+pub use leftovers::Leftovers;
 pub use pause::{PauseBefore, PausedStep};
 
 use crate::choice::{Decide, ProcessId, ThreadId};
@@ -134,6 +137,9 @@ pub struct ExecutionConfig {
     /// A search's namespaces, each made while the execution before it ran; None: made at the
     /// execution's start.
     pub namespaces: Option<Arc<dara_tracer::NamespacePool>>,
+    /// A search's thread that drops what each execution leaves behind ([`leftovers`]); None:
+    /// the execution drops its own.
+    pub leftovers: Option<Arc<Leftovers>>,
 }
 
 /// What happened in one execution.
@@ -216,7 +222,7 @@ pub fn run_launched(cfg: &ExecutionConfig, ahead: Option<Launched>, decide: &mut
     };
     let Launched { region, tree, properties, .. } = launched;
     // After the launch: the launcher's threads start with the counter as it was.
-    let _counter_disabled = crate::own_tsc::disable_in_this_thread();
+    let _counter_disabled = crate::own_traps::disable_in_this_thread();
     world.launched();
     let sdk_writer = tree.sdk_writer();
     let copied_from_fork_server = tree.root_copied();
@@ -256,6 +262,9 @@ pub fn run_launched(cfg: &ExecutionConfig, ahead: Option<Launched>, decide: &mut
     let access_profile = (cfg.profile || cfg.preempt.memory_level()).then(|| AccessProfile::read(run.region.access_table(), run.region.header().instrumented.load(Ordering::Acquire)));
     let (paths, more) = run.region.written_files();
     let written_files = crate::trace::WrittenFiles { paths, more };
+    if let Some(leftovers) = &cfg.leftovers {
+        leftovers.drop_later(Box::new((run.tree, run.region)));
+    }
     Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, call_sites: run.observed.step_sites, properties, atomic_sites: run.observed.atomic_sites, copied_from_fork_server, wall: started.elapsed() })
 }
 
@@ -269,7 +278,7 @@ pub fn start_fork_server(cfg: &ExecutionConfig) -> Result<Arc<dara_tracer::ForkS
     if !cfg.outside.is_closed() {
         return Err("a run open to outside peers runs once".into());
     }
-    let spec = LaunchSpec { command: cfg.command.clone(), cwd: cfg.cwd.clone(), env: target_environment(cfg), pass_fd: None, cpu: cfg.pin_cpu, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None, namespaces: None };
+    let spec = LaunchSpec { command: cfg.command.clone(), cwd: cfg.cwd.clone(), env: target_environment(cfg), pass_fd: None, cpu: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None, namespaces: None };
     dara_tracer::ForkServer::start(&spec).map(Arc::new).map_err(|e| e.to_string())
 }
 
@@ -281,6 +290,9 @@ pub fn prepare_repeated_runs(cfg: &mut ExecutionConfig, fork_server: bool) -> Op
     if cfg.namespaces.is_none() {
         // Without a pool each execution makes its own (and without privileges none).
         cfg.namespaces = dara_tracer::NamespacePool::start().ok().map(Arc::new);
+    }
+    if cfg.leftovers.is_none() {
+        cfg.leftovers = Leftovers::start().map(Arc::new);
     }
     if !fork_server || cfg.fork_server.is_some() {
         return None;

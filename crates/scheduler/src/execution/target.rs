@@ -7,7 +7,7 @@
 use dara_tracer::reaper::ExitEvent;
 use dara_tracer::{LaunchError, ProcessTree};
 
-pub(super) trait Target {
+pub(super) trait Target: Send {
     /// Kernel pid of the launched command.
     fn root_pid(&self) -> u32;
     /// Whether the pids the program sees are virtual (a PID namespace).

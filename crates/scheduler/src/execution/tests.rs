@@ -225,6 +225,7 @@ fn config(max_steps: u64) -> ExecutionConfig {
         liveness: None,
         fork_server: None,
         namespaces: None,
+        leftovers: None,
     }
 }
 

@@ -1,4 +1,5 @@
-//! The scheduler thread runs with the time-stamp counter disabled, as the threads it gates do.
+//! The scheduler thread runs with the time-stamp counter disabled and `cpuid` faulting, as the
+//! threads it gates do.
 //!
 //! **Why.** The preload makes every gated thread fault on `rdtsc` (`PR_SET_TSC`,
 //! `PR_TSC_SIGSEGV`) so the counter can be answered from the virtual clock. The kernel keeps that
@@ -8,6 +9,15 @@
 //! (thread → scheduler → thread): with only the targets trapping, a point cost about 23 µs instead
 //! of about 6 µs (bisected to 30182e5; docs/performance.md). With the scheduler thread trapping
 //! too, the two sides agree and no switch between them touches CR4.
+//!
+//! **`cpuid` faulting, the same way.** The gated threads fault on `cpuid` (`ARCH_SET_CPUID`, the
+//! preload's `cpuid.rs`), a setting the kernel keeps in an MSR and rewrites on a switch between
+//! tasks whose settings differ; an MSR write exits to the hypervisor too. A futex round trip
+//! between two threads on one CPU: 3.7 µs when both fault or neither does, 7.9-9.7 µs when one
+//! does. So the scheduler thread faults on `cpuid` too while it drives an execution. Its code
+//! asks `cpuid` seldom if ever (Rust's feature detection caches at the first question); a thread
+//! that does, or one it created (the setting is inherited; `execve` resets it), turns faulting off
+//! for itself in [`on_sigsegv`] and retries the instruction.
 //!
 //! **What it takes.**
 //! - The thread's own clock reads must not execute `rdtsc`, which the vDSO's `clock_gettime` and
@@ -28,6 +38,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
+use dara_abi::cpuid::{ARCH_SET_CPUID, CPUID, CPUID_FAULTS, CPUID_RUNS};
+
 /// `si_code` of a fault the kernel raises for a privileged instruction (#GP).
 const SI_KERNEL: i32 = 0x80;
 
@@ -44,13 +56,15 @@ static PREVIOUS_SEGV: OnceLock<libc::sigaction> = OnceLock::new();
 /// scheduler's own thread).
 static REENABLED: AtomicUsize = AtomicUsize::new(0);
 
-/// The counter is disabled in this thread until the guard drops.
+/// The counter is disabled in this thread (and `cpuid` faults, where the CPU can) until the
+/// guard drops.
 pub struct CounterDisabled(());
 
 impl Drop for CounterDisabled {
     fn drop(&mut self) {
         set_mode(libc::PR_TSC_ENABLE);
         DISABLED.with(|d| d.set(false));
+        set_cpuid(CPUID_RUNS);
     }
 }
 
@@ -67,7 +81,14 @@ pub fn disable_in_this_thread() -> Option<CounterDisabled> {
         DISABLED.with(|d| d.set(false));
         return None;
     }
+    // Where the CPU cannot fault on `cpuid` the targets do not either: nothing to match.
+    set_cpuid(CPUID_FAULTS);
     Some(CounterDisabled(()))
+}
+
+fn set_cpuid(mode: u64) -> i64 {
+    // SAFETY: ARCH_SET_CPUID takes a plain integer.
+    unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_SET_CPUID, mode) }
 }
 
 /// How many threads found their counter disabled by inheritance and re-enabled it.
@@ -113,16 +134,22 @@ fn install_handler() -> bool {
 }
 
 /// A counter read in a thread that inherited the disabled counter: enable it and retry the
-/// instruction. Anything else: the previous action. Runs in signal context: no allocation.
+/// instruction; a `cpuid` in a thread that faults on it: the same. Anything else: the previous
+/// action. Runs in signal context: no allocation.
 extern "C" fn on_sigsegv(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo and ucontext to an SA_SIGINFO handler; the
-    // faulting pc of a #GP on rdtsc points at the instruction's bytes, which are mapped code.
+    // faulting pc of a #GP on rdtsc or cpuid points at the instruction's bytes, which are mapped
+    // code (the second byte only read after a first 0f, which opens a two-byte opcode).
     unsafe {
         let pc = (*(context as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RIP as usize] as *const u8;
         if (*info).si_code == SI_KERNEL && !pc.is_null() && dara_abi::counter::CounterRead::at(pc).is_some() {
             set_mode(libc::PR_TSC_ENABLE);
             DISABLED.with(|d| d.set(false));
             REENABLED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if (*info).si_code == SI_KERNEL && !pc.is_null() && *pc == CPUID[0] && *pc.add(1) == CPUID[1] {
+            set_cpuid(CPUID_RUNS);
             return;
         }
         match PREVIOUS_SEGV.get().copied() {
@@ -191,6 +218,34 @@ mod tests {
         // SAFETY: PR_GET_TSC writes the mode into the live integer.
         unsafe { libc::prctl(libc::PR_GET_TSC, &mut mode as *mut libc::c_int, 0, 0, 0) };
         mode
+    }
+
+    /// Whether `cpuid` faults in this thread (ARCH_GET_CPUID answers 0 then).
+    fn cpuid_faults() -> bool {
+        const ARCH_GET_CPUID: u64 = 0x1011;
+        // SAFETY: ARCH_GET_CPUID takes no pointer.
+        unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_GET_CPUID, 0) == 0 }
+    }
+
+    #[test]
+    fn cpuid_in_a_thread_that_faults_on_it_is_answered_and_stops_faulting() {
+        std::thread::spawn(|| {
+            let guard = disable_in_this_thread().expect("the kernel takes PR_SET_TSC");
+            if !cpuid_faults() {
+                return; // the CPU cannot fault on cpuid: nothing to check here
+            }
+            let faulting = std::thread::spawn(|| {
+                let inherited = cpuid_faults();
+                // SAFETY: cpuid leaf 0 exists on every x86-64 CPU.
+                let vendor = unsafe { core::arch::x86_64::__cpuid(0) };
+                (inherited, vendor.ebx != 0, cpuid_faults())
+            });
+            assert_eq!(faulting.join().unwrap(), (true, true, false), "inherited, answered, then off for that thread");
+            drop(guard);
+            assert!(!cpuid_faults(), "the guard turns faulting off");
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
