@@ -18,17 +18,80 @@
 //! numbers uncontrolled (docs/determinism.md). A program that uses `rdrand` without asking is not
 //! caught either.
 //!
+//! **Answers kept.** Asking the CPU from the handler turns faulting off and on again around the
+//! instruction: two MSR writes, each an exit to the hypervisor on a virtual machine (a `cpuid`
+//! answered so costs about 10 µs, one answered from memory about 4.6). Every answer given is kept
+//! in a small table by [`key`] (the sub-leaf only where it matters), and the fork server learns the
+//! common ones before it serves ([`learn_common_answers`]), so its copies answer the C runtime's
+//! dozen start-up questions (libgcc's `__cpu_indicator_init`) from the table they inherit. The
+//! answers hold no CPU's own identity (`CpuidAnswer::for_program`), so one learnt on another CPU
+//! is the one this CPU would give.
+//!
 //! Runs in signal context: no allocation, no locks.
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use libc::ucontext_t;
 
-use dara_abi::cpuid::{CpuidAnswer, ARCH_SET_CPUID, CPUID, CPUID_FAULTS, CPUID_RUNS};
+use dara_abi::cpuid::{key, subleaves_to_learn, CpuidAnswer, ARCH_SET_CPUID, CPUID, CPUID_FAULTS, CPUID_RUNS};
 
 use crate::sys;
 
 /// Whether this process's threads fault on `cpuid` (set by the constructor).
 static FAULTING: AtomicBool = AtomicBool::new(false);
+
+/// One kept answer; `filled` is set last, so a reader sees all of it or skips it.
+struct Kept {
+    leaf: AtomicU32,
+    subleaf: AtomicU32,
+    answer: [AtomicU32; 4],
+    filled: AtomicBool,
+}
+
+/// Room for the learnt answers (about 90 on a current CPU) and those asked later.
+const KEPT_CAPACITY: usize = 160;
+
+static KEPT: [Kept; KEPT_CAPACITY] = [const { Kept { leaf: AtomicU32::new(0), subleaf: AtomicU32::new(0), answer: [const { AtomicU32::new(0) }; 4], filled: AtomicBool::new(false) } }; KEPT_CAPACITY];
+/// Entries claimed in `KEPT` (may exceed the capacity: then nothing more is kept).
+static KEPT_CLAIMED: AtomicUsize = AtomicUsize::new(0);
+
+fn kept(leaf: u32, subleaf: u32) -> Option<CpuidAnswer> {
+    let (leaf, subleaf) = key(leaf, subleaf);
+    let claimed = KEPT_CLAIMED.load(Ordering::Acquire).min(KEPT_CAPACITY);
+    KEPT[..claimed].iter().find(|k| k.filled.load(Ordering::Acquire) && k.leaf.load(Ordering::Relaxed) == leaf && k.subleaf.load(Ordering::Relaxed) == subleaf).map(|k| {
+        let [eax, ebx, ecx, edx] = [0, 1, 2, 3].map(|i| k.answer[i].load(Ordering::Relaxed));
+        CpuidAnswer { eax, ebx, ecx, edx }
+    })
+}
+
+fn keep(leaf: u32, subleaf: u32, answer: CpuidAnswer) {
+    let (leaf, subleaf) = key(leaf, subleaf);
+    let Some(slot) = KEPT.get(KEPT_CLAIMED.fetch_add(1, Ordering::AcqRel)) else { return };
+    slot.leaf.store(leaf, Ordering::Relaxed);
+    slot.subleaf.store(subleaf, Ordering::Relaxed);
+    for (word, value) in slot.answer.iter().zip([answer.eax, answer.ebx, answer.ecx, answer.edx]) {
+        word.store(value, Ordering::Relaxed);
+    }
+    slot.filled.store(true, Ordering::Release);
+}
+
+/// Asks the CPU the common questions and keeps the answers (the fork server, before it serves:
+/// `cpuid` does not fault in it yet). Every basic and extended leaf up to the CPU's last (bounded),
+/// the enumerated ones with their first sub-leaves (`subleaves_to_learn`).
+pub fn learn_common_answers() {
+    let ask = |leaf: u32, subleaf: u32| {
+        let r = core::arch::x86_64::__cpuid_count(leaf, subleaf);
+        CpuidAnswer { eax: r.eax, ebx: r.ebx, ecx: r.ecx, edx: r.edx }
+    };
+    let last_basic = ask(0, 0).eax.min(0x24);
+    let last_extended = ask(0x8000_0000, 0).eax.clamp(0x8000_0000, 0x8000_0028);
+    for leaf in (0..=last_basic).chain(0x8000_0000..=last_extended) {
+        for subleaf in 0..subleaves_to_learn(leaf) {
+            if kept(leaf, subleaf).is_none() {
+                keep(leaf, subleaf, ask(leaf, subleaf).for_program(leaf, subleaf));
+            }
+        }
+    }
+}
 
 /// Whether `cpuid` faults into dara in this process.
 pub fn faulting() -> bool {
@@ -73,7 +136,11 @@ pub fn emulate(uc: &mut ucontext_t) -> bool {
         return false;
     }
     let (leaf, subleaf) = (regs[libc::REG_RAX as usize] as u32, regs[libc::REG_RCX as usize] as u32);
-    let answer = real_cpuid(leaf, subleaf).hiding_random(leaf, subleaf);
+    let answer = kept(leaf, subleaf).unwrap_or_else(|| {
+        let answer = real_cpuid(leaf, subleaf).for_program(leaf, subleaf);
+        keep(leaf, subleaf, answer);
+        answer
+    });
     // cpuid writes the low 32 bits and zeroes the high ones.
     regs[libc::REG_RAX as usize] = answer.eax as i64;
     regs[libc::REG_RBX as usize] = answer.ebx as i64;

@@ -787,7 +787,7 @@ fn cpuid_answered(tid: i32) -> bool {
     let (leaf, subleaf) = (regs.regs.rax as u32, regs.regs.rcx as u32);
     // The agent's own `cpuid` runs: only the traced processes fault on it.
     let real = core::arch::x86_64::__cpuid_count(leaf, subleaf);
-    let answer = CpuidAnswer { eax: real.eax, ebx: real.ebx, ecx: real.ecx, edx: real.edx }.hiding_random(leaf, subleaf);
+    let answer = CpuidAnswer { eax: real.eax, ebx: real.ebx, ecx: real.ecx, edx: real.edx }.for_program(leaf, subleaf);
     // cpuid writes the low 32 bits and zeroes the high ones.
     let r = &mut regs.regs;
     (r.rax, r.rbx, r.rcx, r.rdx) = (u64::from(answer.eax), u64::from(answer.ebx), u64::from(answer.ecx), u64::from(answer.edx));
