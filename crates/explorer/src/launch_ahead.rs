@@ -38,7 +38,7 @@ impl LaunchAhead {
             .name("dara-launch-ahead".into())
             .spawn(move || {
                 for cfg in asked {
-                    if made.send(execution::launch_ahead(&cfg, Some(cpu)).ok()).is_err() {
+                    if made.send(execution::launch_ahead(&cfg, cpu).ok()).is_err() {
                         break;
                     }
                 }

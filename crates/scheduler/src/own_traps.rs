@@ -236,8 +236,7 @@ mod tests {
             }
             let faulting = std::thread::spawn(|| {
                 let inherited = cpuid_faults();
-                // SAFETY: cpuid leaf 0 exists on every x86-64 CPU.
-                let vendor = unsafe { core::arch::x86_64::__cpuid(0) };
+                let vendor = core::arch::x86_64::__cpuid(0);
                 (inherited, vendor.ebx != 0, cpuid_faults())
             });
             assert_eq!(faulting.join().unwrap(), (true, true, false), "inherited, answered, then off for that thread");

@@ -36,9 +36,15 @@ pub struct Pipe {
     pub tail: Option<Arc<Mutex<Vec<u8>>>>,
 }
 
-/// Starts the thread; it ends when every pipe has reached end of file.
-pub fn start(pipes: Vec<Pipe>) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new().name("dara-output".into()).spawn(move || copy_all(pipes))
+/// Starts the thread, on `cpu` (the tree's) if given; it ends when every pipe has reached end of
+/// file.
+pub fn start(pipes: Vec<Pipe>, cpu: Option<usize>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("dara-output".into()).spawn(move || {
+        if let Some(cpu) = cpu {
+            crate::placement::pin(0, cpu);
+        }
+        copy_all(pipes)
+    })
 }
 
 fn copy_all(pipes: Vec<Pipe>) {

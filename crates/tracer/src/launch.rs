@@ -43,8 +43,12 @@ pub struct LaunchSpec {
     pub env: Vec<(OsString, OsString)>,
     /// A descriptor of dara's to hand down as (dara's fd, number in the target).
     pub pass_fd: Option<(i32, i32)>,
-    /// CPU the whole tree is pinned to.
+    /// CPU the whole tree is pinned to, and dara's threads that serve it (reaper, output).
     pub cpu: Option<usize>,
+    /// The CPU the root command is started on when not `cpu`: a program launched ahead, while
+    /// another execution runs on `cpu`, moved there by [`ProcessTree::settle`] when its own
+    /// execution starts.
+    pub born_on: Option<usize>,
     /// Drop the target's stdout/stderr instead of copying them to dara's (the pipes are still
     /// drained, so the target behaves the same).
     pub discard_output: bool,
@@ -215,7 +219,7 @@ impl ProcessTree {
             pipes.push(Pipe { from: std::fs::File::from(sdk_r), to: Sink::Lines(sink.clone()), tail: None });
             output_writers.push(sdk_w);
         }
-        let forwarders = vec![forwarding::start(pipes).map_err(pipe_error)?];
+        let forwarders = vec![forwarding::start(pipes, spec.cpu).map_err(pipe_error)?];
         // Until the reaper starts these stand in; `start_reaper` replaces them.
         let (_, exits) = std::sync::mpsc::channel();
         let (_, reaper_done) = std::sync::mpsc::channel();
@@ -233,7 +237,7 @@ impl ProcessTree {
     }
 
     fn start_reaper(&mut self, on_exit: impl Fn() + Send + 'static) {
-        let reaper = reaper::start(self.pgid, on_exit);
+        let reaper = reaper::start(self.pgid, self.spec.cpu, on_exit);
         self.exits = reaper.exits;
         self.reaper_done = reaper.done;
         self.reaping = reaper.reaping;
@@ -294,7 +298,7 @@ impl ProcessTree {
             // The agent runs it, not the preload (a dynamically linked Go program would load it).
             cmd.env_remove("LD_PRELOAD");
         }
-        let cpu = spec.cpu;
+        let cpu = spec.born_on.filter(|_| self.root == 0).or(spec.cpu);
         let host_proc = spec.host_proc_fd.zip(self.host_proc.as_ref().map(|f| f.as_raw_fd()));
         let mounts = self.ns.as_ref().map(PidNamespace::mount_ns_fd);
         let mut installs = [(-1, -1); 3];
@@ -311,9 +315,7 @@ impl ProcessTree {
                 }
                 set_up_child(group, &installs)?;
                 if let Some(cpu) = cpu {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(cpu, &mut set);
-                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                    crate::placement::pin(0, cpu);
                 }
                 if let Some((words, filter)) = &traced {
                     // Last: from here on the filter's calls stop for the agent.
@@ -362,7 +364,7 @@ impl ProcessTree {
         let stdin = self.spec.stdin_fd.or(null.as_ref().map(AsRawFd::as_raw_fd))?;
         let stdio = [(stdin, 0), (self.output_writers[0].as_raw_fd(), 1), (self.output_writers[1].as_raw_fd(), 2)];
         let installs: Vec<(i32, i32)> = stdio.into_iter().chain(self.dara_descriptors()).collect();
-        let child = crate::fork_server::ForkChild { pid_ns: self.ns.as_ref().map(PidNamespace::pid_ns_fd), mount_ns: self.ns.as_ref().map(PidNamespace::mount_ns_fd), installs: &installs, cpu: self.spec.cpu };
+        let child = crate::fork_server::ForkChild { pid_ns: self.ns.as_ref().map(PidNamespace::pid_ns_fd), mount_ns: self.ns.as_ref().map(PidNamespace::mount_ns_fd), installs: &installs, cpu: self.spec.born_on.or(self.spec.cpu) };
         match server.fork(&child) {
             Ok(pid) => {
                 // dara is its parent: the group exists before the reaper waits on it, whichever of
@@ -417,16 +419,11 @@ impl ProcessTree {
     }
 
     /// Whether the first command is a copy of the spec's fork server (not a fork + exec).
-    /// Moves the tree to `cpu`: its root, parked at its start barrier (a program launched ahead,
-    /// still single-threaded), and every command launched from now on.
-    pub fn move_to_cpu(&mut self, cpu: usize) {
-        self.spec.cpu = Some(cpu);
-        // SAFETY: cpu_set_t is plain data; sched_setaffinity reads it. The root is dara's
-        // unreaped child, so its pid names it. Failure (CPU offline) only costs speed.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(self.root as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    /// Moves a root started elsewhere (`born_on`) to the tree's CPU. Call while it is parked at
+    /// its start barrier, single-threaded (the root is dara's unreaped child: its pid names it).
+    pub fn settle(&mut self) {
+        if let (Some(cpu), Some(_)) = (self.spec.cpu, self.spec.born_on.take()) {
+            crate::placement::pin(self.root as libc::pid_t, cpu);
         }
     }
 
@@ -690,7 +687,7 @@ mod tests {
     use super::*;
 
     fn spec(command: &[&str]) -> LaunchSpec {
-        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None, namespaces: None }
+        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, born_on: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None, namespaces: None }
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! * [`namespace_pool`]: the next execution's namespace made ahead, while one runs.
 //! * [`output_drain`]: waiting until dara's output pipes are empty, so the program always finds
 //!   them writable.
+//! * [`placement`]: pinning a thread or process to a CPU.
 //! * [`pidns`]: a PID namespace (and a private /proc) per execution, so pids repeat across runs.
 //! * [`procfs`]: what /proc and pidfds say about a live target (thread states and blocked
 //!   syscalls for the watchdog, process ends, signal dispositions, sockets), and signalling or
@@ -33,6 +34,7 @@ pub mod namespace_pool;
 pub mod out_of_line;
 pub mod output_drain;
 pub mod pidns;
+pub mod placement;
 pub mod procfs;
 pub mod ptrace;
 pub mod reaper;

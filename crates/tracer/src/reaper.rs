@@ -98,8 +98,8 @@ pub(crate) struct Reaper {
     pub(crate) reaping: Arc<Reaping>,
 }
 
-/// Starts the reaper for process group `pgid`.
-pub(crate) fn start(pgid: u32, on_exit: impl Fn() + Send + 'static) -> Reaper {
+/// Starts the reaper for process group `pgid`, on `cpu` (the tree's) if given.
+pub(crate) fn start(pgid: u32, cpu: Option<usize>, on_exit: impl Fn() + Send + 'static) -> Reaper {
     let (tx, exits) = channel();
     let (done_tx, done) = channel();
     let reaping = Arc::new(Reaping::default());
@@ -109,6 +109,9 @@ pub(crate) fn start(pgid: u32, on_exit: impl Fn() + Send + 'static) -> Reaper {
         .spawn(move || {
             // SAFETY: gettid takes no arguments and cannot fail.
             published.tid.store(unsafe { libc::gettid() } as u32, Ordering::Relaxed);
+            if let Some(cpu) = cpu {
+                crate::placement::pin(0, cpu);
+            }
             loop {
                 // Which child has ended, without reaping it yet, so the reap itself can be named.
                 let (pid, ended_with) = match ended_child(pgid) {

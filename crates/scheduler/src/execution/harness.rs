@@ -57,13 +57,3 @@ pub(super) fn target_environment(cfg: &ExecutionConfig) -> Vec<(std::ffi::OsStri
     crate::sanitizer_options::apply(&mut env);
     env
 }
-
-pub(super) fn pin_current_thread(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; sched_setaffinity reads it. Failure (CPU offline) is
-    // harmless: the run is still correct, only slower.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}

@@ -6,7 +6,7 @@
 //! they run on another CPU while the previous execution runs on its own. The program runs none of
 //! its code before the execution grants its start, so a program launched ahead is the same as one
 //! launched at the start: the same region settings, the same descriptors, the same namespace
-//! (pid 2), and it is moved to the execution's CPU before the grant ([`ProcessTree::move_to_cpu`]).
+//! (pid 2), and it is moved to the execution's CPU before the grant ([`ProcessTree::settle`]).
 //! Only closed runs of one command without `--setup`/`--cleanup` (which must run between two
 //! executions' programs) and without the ptrace agent launch ahead ([`can_launch_ahead`]).
 use std::sync::atomic::Ordering;
@@ -53,13 +53,13 @@ pub fn can_launch_ahead(cfg: &ExecutionConfig) -> bool {
 /// Launches the program of an execution of `cfg` now, on `cpu` (the execution moves it to its own
 /// when it starts); for a thread that lives as long as the search (a fork + exec'd program dies
 /// with the thread that forked it).
-pub fn launch_ahead(cfg: &ExecutionConfig, cpu: Option<usize>) -> Result<Launched, ExecutionError> {
-    launch(cfg, None, cpu)
+pub fn launch_ahead(cfg: &ExecutionConfig, cpu: usize) -> Result<Launched, ExecutionError> {
+    launch(cfg, None, Some(cpu))
 }
 
 /// Creates the region and launches the command with `stdin_fd` as its stdin (None: /dev/null),
-/// placed on `cpu`.
-pub(super) fn launch(cfg: &ExecutionConfig, stdin_fd: Option<i32>, cpu: Option<usize>) -> Result<Launched, ExecutionError> {
+/// its root started on `born_on` if given (else on the execution's CPU).
+pub(super) fn launch(cfg: &ExecutionConfig, stdin_fd: Option<i32>, born_on: Option<usize>) -> Result<Launched, ExecutionError> {
     let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, cfg.profile, !cfg.outside.is_closed()).map_err(ExecutionError::Region)?);
     region.header().realtime_epoch_ns.store(cfg.time.realtime_epoch_ns, Ordering::Release);
     region.header().call_sites.store(u32::from(cfg.symbolize), Ordering::Release);
@@ -70,7 +70,8 @@ pub(super) fn launch(cfg: &ExecutionConfig, stdin_fd: Option<i32>, cpu: Option<u
         cwd: cfg.cwd.clone(),
         env: target_environment(cfg),
         pass_fd: Some((region.fd(), dara_abi::SHM_FD)),
-        cpu,
+        cpu: cfg.pin_cpu,
+        born_on,
         discard_output: cfg.discard_output,
         stdin_fd,
         host_proc_fd: Some(dara_abi::HOST_PROC_FD),

@@ -75,7 +75,7 @@ use crate::preempt::{AccessProfile, Preemption};
 use crate::time::TimeConfig;
 use crate::trace::Step;
 use driver::{Execution, Wait};
-use harness::{pin_current_thread, run_harness, target_environment};
+use harness::{run_harness, target_environment};
 /// How to run one execution.
 #[derive(Clone, Debug)]
 pub struct ExecutionConfig {
@@ -204,7 +204,7 @@ pub fn run(cfg: &ExecutionConfig, decide: &mut dyn Decide, stop: &AtomicBool) ->
 pub fn run_launched(cfg: &ExecutionConfig, ahead: Option<Launched>, decide: &mut dyn Decide, stop: &AtomicBool) -> Result<ExecutionReport, ExecutionError> {
     let started = Instant::now();
     if let Some(cpu) = cfg.pin_cpu {
-        pin_current_thread(cpu);
+        dara_tracer::placement::pin(0, cpu);
     }
     let ahead = ahead.filter(|l| l.made_for(cfg));
     if let (None, Some(setup)) = (&ahead, &cfg.setup) {
@@ -213,12 +213,10 @@ pub fn run_launched(cfg: &ExecutionConfig, ahead: Option<Launched>, decide: &mut
     let mut world = world::for_config(cfg)?;
     let launched = match ahead {
         Some(mut launched) => {
-            if let Some(cpu) = cfg.pin_cpu {
-                launched.tree.move_to_cpu(cpu);
-            }
+            launched.tree.settle();
             launched
         }
-        None => launched::launch(cfg, world.stdin_for_program(), cfg.pin_cpu)?,
+        None => launched::launch(cfg, world.stdin_for_program(), None)?,
     };
     let Launched { region, tree, properties, .. } = launched;
     // After the launch: the launcher's threads start with the counter as it was.
@@ -278,7 +276,7 @@ pub fn start_fork_server(cfg: &ExecutionConfig) -> Result<Arc<dara_tracer::ForkS
     if !cfg.outside.is_closed() {
         return Err("a run open to outside peers runs once".into());
     }
-    let spec = LaunchSpec { command: cfg.command.clone(), cwd: cfg.cwd.clone(), env: target_environment(cfg), pass_fd: None, cpu: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None, namespaces: None };
+    let spec = LaunchSpec { command: cfg.command.clone(), cwd: cfg.cwd.clone(), env: target_environment(cfg), pass_fd: None, cpu: None, born_on: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None, namespaces: None };
     dara_tracer::ForkServer::start(&spec).map(Arc::new).map_err(|e| e.to_string())
 }
 
