@@ -132,6 +132,8 @@ pub struct SearchSummary {
 pub struct Launches {
     /// Executions whose program was copied from the fork server (the others: fork + exec).
     pub copied: u64,
+    /// Executions whose program was launched while the execution before it ran.
+    pub ahead: u64,
     /// Why there was no fork server although the search asked for one.
     pub no_server: Option<String>,
 }
@@ -501,6 +503,7 @@ impl<'a> Judge<'a> {
     fn judge(&mut self, k: u64, report: ExecutionReport, exhausted: bool, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Option<SearchEnd>, SearchError> {
         self.executions = k + 1;
         self.launches.copied += u64::from(report.copied_from_fork_server);
+        self.launches.ahead += u64::from(report.launched_ahead);
         let kind = report.outcome.signature().split(':').next().unwrap_or_default().to_string();
         *self.outcome_counts.entry(kind).or_insert(0) += 1;
         for (&process, coverage) in &report.coverage {

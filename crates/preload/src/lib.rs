@@ -39,9 +39,9 @@
 //!
 //! 1. base: `sys`, `call_site`, `region`, `real`, `stop_world`, `solo`, `entropy`, `written`, `fd`,
 //!    `fdguard`, `dispositions`, `fault::program_action`, `sigmask`, `trap`, `exec_image`,
-//!    `fork_server`
+//!    `cpuid`, `fork_server`
 //! 2. handoff: `unposted`, `gate`
-//! 3. services over the handoff: `interrupt`, `vclock`, `timecalls`, `tsc`, `cpuid`, `thread_end`,
+//! 3. services over the handoff: `interrupt`, `vclock`, `timecalls`, `tsc`, `thread_end`,
 //!    `exec_slot`, `agent_exec`, `process`, `fault`, `coverage`, `access`, `atomics`
 //! 4. entry points: `hooks`, `trapped`, `vdso`, `init`
 //!

@@ -60,6 +60,42 @@ fn a_seed_finds_the_same_bug_with_and_without_the_fork_server_and_it_replays() {
 }
 
 #[test]
+fn a_program_launched_ahead_runs_as_one_launched_at_its_executions_start() {
+    // One job: each execution's program is started while the one before runs (on another CPU);
+    // two jobs: each at its execution's start. The same seed finds the same bug either way.
+    let program = private_copy(&fixture("lost_update"), "lost_update_ahead");
+    let ahead_out = out_dir("launch-ahead-bug");
+    let ahead = search(&ahead_out, "random", 3, 200, &program);
+    assert_eq!(ahead.code, 1, "{}", ahead.text());
+    let at_start_out = out_dir("launch-ahead-bug-jobs");
+    let at_start = search_with(&at_start_out, "random", 3, 200, &program, &["--jobs", "2"]);
+    assert_eq!(at_start.code, 1, "{}", at_start.text());
+    same_decisions(&ahead_out.join("bug-0001/trace.bin"), &at_start_out.join("bug-0001/trace.bin"));
+    replays(&ahead_out.join("bug-0001/trace.bin"), "SIGABRT");
+
+    // The summary counts them, with or without the fork server (where there is a second CPU).
+    let demo = private_copy(&fixture("demo_ok"), "demo_ok_ahead");
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
+    let cpus = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        libc::CPU_COUNT(&set)
+    };
+    for options in [&[][..], &["--no-fork-server"][..]] {
+        let out = out_dir("launch-ahead-summary");
+        let mut args = vec!["-o", out.to_str().unwrap(), "--runs", "5"];
+        args.extend_from_slice(options);
+        args.extend(["--", demo.to_str().unwrap()]);
+        let run = dara_trace(&args, Duration::from_secs(120));
+        assert_eq!(run.code, 0, "{}", run.text());
+        let counted = run.stdout.contains("launched ahead         4 of 5 executions");
+        assert_eq!(counted, cpus > 1, "{options:?}, {cpus} CPUs\n{}", run.text());
+    }
+    assert_no_survivors(&program);
+    assert_no_survivors(&demo);
+}
+
+#[test]
 fn killing_dara_trace_ends_its_fork_server() {
     let program = private_copy(&fixture("demo_ok"), "demo_ok_fork_server");
     let out = out_dir("fork-server-kill");

@@ -521,6 +521,11 @@ impl ProcessTree {
             if group_gone && ns_gone {
                 self.finished = true;
                 self.output_writers.clear();
+                // A finished tree launches nothing more: let go of the search's shared launchers
+                // (their last owner waits for what they made, which may be queued behind this
+                // tree on the thread that drops ended executions).
+                self.spec.fork_server = None;
+                self.spec.namespaces = None;
                 // Every writer is dead, so the pipes are at end of file: drain them fully
                 // before the caller prints its verdict.
                 for f in self.forwarders.drain(..) {

@@ -8,7 +8,10 @@
 //! execution has its own namespace and region.
 //!
 //! The thread ends when the last [`Leftovers`] handle is dropped, after it has dropped everything
-//! sent to it (dropping the handle waits for that).
+//! sent to it (dropping the handle waits for that). What is sent must not own the last reference
+//! to anything whose drop waits for something sent later: a finished process tree no longer
+//! holds the search's namespace pool or fork server (the pool's drop waits until every
+//! namespace it made is dropped, which would be behind it on this very thread).
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Mutex;
 use std::thread::JoinHandle;

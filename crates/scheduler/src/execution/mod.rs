@@ -175,6 +175,8 @@ pub struct ExecutionReport {
     pub atomic_sites: BTreeMap<String, dara_tracer::atomic_plan::PlanSummary>,
     /// The program was copied from the fork server rather than started with fork + exec.
     pub copied_from_fork_server: bool,
+    /// The program was launched while the execution before this one ran ([`launch_ahead`]).
+    pub launched_ahead: bool,
     pub wall: Duration,
 }
 
@@ -207,6 +209,7 @@ pub fn run_launched(cfg: &ExecutionConfig, ahead: Option<Launched>, decide: &mut
         dara_tracer::placement::pin(0, cpu);
     }
     let ahead = ahead.filter(|l| l.made_for(cfg));
+    let launched_ahead = ahead.is_some();
     if let (None, Some(setup)) = (&ahead, &cfg.setup) {
         run_harness("setup", setup, cfg)?;
     }
@@ -263,7 +266,7 @@ pub fn run_launched(cfg: &ExecutionConfig, ahead: Option<Launched>, decide: &mut
     if let Some(leftovers) = &cfg.leftovers {
         leftovers.drop_later(Box::new((run.tree, run.region)));
     }
-    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, call_sites: run.observed.step_sites, properties, atomic_sites: run.observed.atomic_sites, copied_from_fork_server, wall: started.elapsed() })
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, call_sites: run.observed.step_sites, properties, atomic_sites: run.observed.atomic_sites, copied_from_fork_server, launched_ahead, wall: started.elapsed() })
 }
 
 /// Starts `cfg.command` as a fork server for the executions of a search

@@ -575,6 +575,9 @@ fn print_table(summary: &SearchSummary, strategy: &str) {
         None if summary.launches.copied > 0 => println!("{:<22} {} of {} executions copied from the program parked before main", "fork server", summary.launches.copied, summary.executions),
         None => {}
     }
+    if summary.launches.ahead > 0 {
+        println!("{:<22} {} of {} executions' programs started while the execution before ran", "launched ahead", summary.launches.ahead, summary.executions);
+    }
     for (kind, n) in &summary.outcome_counts {
         println!("{:<22} {n}", format!("  ended {kind}"));
     }
