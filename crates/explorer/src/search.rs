@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dara_abi::splitmix64;
@@ -215,7 +216,8 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
     // One execution after another: each launches the next one's program as it starts.
     let mut ahead = (cfg.jobs <= 1 && cfg.runs > 1).then(|| launch_cpu(&cpus, cfg.execution.pin_cpu)).flatten().and_then(|cpu| LaunchAhead::start(&cfg.execution, cpu));
     // Execution 0, alone: its length calibrates every later execution (PCT's step estimate).
-    let (first, mut status) = run_execution(cfg, &mut *strategy, Start::at(0), cfg.execution.pin_cpu, &epochs.used_by(0), halt, ahead.as_mut(), None)?;
+    let next = ahead.as_mut().and_then(|a| Some((a, epochs.for_execution(1, || true)?)));
+    let (first, mut status) = run_execution(cfg, &mut *strategy, Start::at(0), cfg.execution.pin_cpu, &epochs.used_by(0), halt, next, None)?;
     let first_steps = first.steps.len() as u64;
     if let Some(end) = judge.judge(0, first, status.exhausted.is_some() && cfg.runs > 1, &mut progress)? {
         return Ok(judge.finish(end)?.with_notes(status));
@@ -256,7 +258,10 @@ fn sequential(
         // Every execution before k has been judged, so k's set is there.
         let watch = judge.epochs.used_by(k);
         let launched = ahead.as_deref_mut().and_then(LaunchAhead::take);
-        let (report, after) = run_execution(cfg, &mut **strategy, Start::calibrated(k, first_steps), cfg.execution.pin_cpu, &watch, stop, ahead.as_deref_mut(), launched)?;
+        // The next execution's set, if already known (epochs publish theirs ahead; a set that
+        // grows after this one is judged makes the next execution discard the launch).
+        let next = ahead.as_deref_mut().and_then(|a| Some((a, judge.epochs.for_execution(k + 1, || true)?)));
+        let (report, after) = run_execution(cfg, &mut **strategy, Start::calibrated(k, first_steps), cfg.execution.pin_cpu, &watch, stop, next, launched)?;
         *status = after;
         // A round may end here only if another execution can follow it.
         let round_over = status.exhausted.is_some() && k + 1 < cfg.runs;
@@ -380,9 +385,8 @@ fn parallel(
 }
 
 /// Runs the execution `start` begins, watching `watch`, with its program `launched` ahead if it
-/// was, and what the strategy says after it. `ahead`: launch the next execution's program while
-/// this one runs (with the watch set known for it now; the next execution discards it if its set
-/// grew meanwhile).
+/// was, and what the strategy says after it. `next`: launch the next execution's program while
+/// this one runs, with that watch set.
 #[allow(clippy::too_many_arguments)]
 fn run_execution(
     cfg: &SearchConfig,
@@ -391,17 +395,13 @@ fn run_execution(
     cpu: Option<usize>,
     watch: &[u64],
     stop: &AtomicBool,
-    ahead: Option<&mut LaunchAhead>,
+    next: Option<(&mut LaunchAhead, Arc<Vec<u64>>)>,
     launched: Option<Launched>,
 ) -> Result<(ExecutionReport, Status), SearchError> {
     let mut exec = execution_config(cfg, start.execution, watch);
     exec.pin_cpu = cpu;
-    let next = start.execution + 1;
-    if let Some(ahead) = ahead.filter(|_| next < cfg.runs) {
-        // A memory-level search's next watch set may grow with this execution: not ahead.
-        if !cfg.execution.preempt.memory_level() {
-            ahead.ask(execution_config(cfg, next, watch));
-        }
+    if let Some((ahead, next_watch)) = next.filter(|_| start.execution + 1 < cfg.runs) {
+        ahead.ask(execution_config(cfg, start.execution + 1, &next_watch));
     }
     strategy.begin_execution(start);
     let report = execution::run_launched(&exec, launched, &mut *strategy, stop)?;
