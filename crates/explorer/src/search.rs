@@ -234,6 +234,7 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
 /// Executions 1.. one after another; `status` is the strategy's after the last one. A systematic
 /// strategy that exhausted its space while the watch set grew starts again, fresh, with the
 /// grown set (a new round, `crate::watch_growth`).
+#[allow(clippy::too_many_arguments)]
 fn sequential(
     cfg: &SearchConfig,
     strategy: &mut Box<dyn Strategy + Send>,
