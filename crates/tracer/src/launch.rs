@@ -228,7 +228,13 @@ impl ProcessTree {
             None => PidNamespace::create(),
         };
         let (ns, ns_refused) = match spec.virtual_pids.then(make) {
-            Some(Ok(ns)) => (Some(ns), None),
+            Some(Ok(ns)) => {
+                // Its end at teardown is woken and waited for from the tree's CPU.
+                if let Some(cpu) = spec.cpu {
+                    crate::placement::pin(ns.init_pid() as libc::pid_t, cpu);
+                }
+                (Some(ns), None)
+            }
             Some(Err(e)) => (None, Some(e.to_string())),
             None => (None, None),
         };
