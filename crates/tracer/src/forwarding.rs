@@ -4,9 +4,11 @@
 //! SDK's pipe line by line to the scheduler's property sink.
 //!
 //! One thread polls all of them (an execution used to start one thread per pipe: three thread
-//! starts and joins per execution). It ends once every pipe is at end of file, which is how
-//! teardown knows everything the target wrote has been passed on. Write errors (a closed
-//! terminal) are ignored, so the target never blocks on a full pipe.
+//! starts and joins per execution). Once every pipe is at end of file it says so
+//! ([`Forwarder::wait_drained`]), which is how teardown knows everything the target wrote has been
+//! passed on, and ends (joined when the [`Forwarder`] is dropped, which a search does on another
+//! thread). Write errors (a closed terminal) are ignored, so the target never blocks on a full
+//! pipe.
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
@@ -36,15 +38,40 @@ pub struct Pipe {
     pub tail: Option<Arc<Mutex<Vec<u8>>>>,
 }
 
+/// The running thread.
+pub struct Forwarder {
+    thread: Option<std::thread::JoinHandle<()>>,
+    drained: std::sync::mpsc::Receiver<()>,
+}
+
+impl Forwarder {
+    /// Returns once every pipe has reached end of file and all it held has been passed on.
+    pub fn wait_drained(&self) {
+        // An error is the thread gone without saying so: there is nothing more to wait for.
+        let _ = self.drained.recv();
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Starts the thread, on `cpu` (the tree's) if given; it ends when every pipe has reached end of
 /// file.
-pub fn start(pipes: Vec<Pipe>, cpu: Option<usize>) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new().name("dara-output".into()).spawn(move || {
+pub fn start(pipes: Vec<Pipe>, cpu: Option<usize>) -> std::io::Result<Forwarder> {
+    let (said, drained) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new().name("dara-output".into()).spawn(move || {
         if let Some(cpu) = cpu {
             crate::placement::pin(0, cpu);
         }
-        copy_all(pipes)
-    })
+        copy_all(pipes);
+        let _ = said.send(());
+    })?;
+    Ok(Forwarder { thread: Some(thread), drained })
 }
 
 fn copy_all(pipes: Vec<Pipe>) {

@@ -128,7 +128,7 @@ pub struct ProcessTree {
     slow_reap_told: u32,
     finished: bool,
     /// The thread copying the target's output pipes to dara's own ([`crate::forwarding`]).
-    forwarders: Vec<std::thread::JoinHandle<()>>,
+    forwarders: Vec<forwarding::Forwarder>,
     /// Write ends of those pipes, handed to every launched command; closed at teardown so the
     /// forwarders see end of file.
     output_writers: Vec<OwnedFd>,
@@ -503,8 +503,8 @@ impl ProcessTree {
             // Nothing was started (spawning failed): `kill(-0)` would signal dara's own group.
             self.finished = true;
             self.output_writers.clear();
-            for f in self.forwarders.drain(..) {
-                let _ = f.join();
+            for f in &self.forwarders {
+                f.wait_drained();
             }
             return true;
         }
@@ -534,8 +534,8 @@ impl ProcessTree {
                 self.spec.namespaces = None;
                 // Every writer is dead, so the pipes are at end of file: drain them fully
                 // before the caller prints its verdict.
-                for f in self.forwarders.drain(..) {
-                    let _ = f.join();
+                for f in &self.forwarders {
+                    f.wait_drained();
                 }
                 return true;
             }
