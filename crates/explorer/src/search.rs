@@ -422,9 +422,8 @@ fn with_fork_server(cfg: &SearchConfig) -> (SearchConfig, Option<String>) {
 /// Where a search pinned to `pin` launches its next execution's program ahead: the next CPU
 /// after it among `cpus`; None when there is no other.
 fn launch_cpu(cpus: &[usize], pin: Option<usize>) -> Option<usize> {
-    let pin = pin?;
-    let at = cpus.iter().position(|&c| c == pin)?;
-    (1..cpus.len()).map(|i| cpus[(at + i) % cpus.len()]).next()
+    let at = cpus.iter().position(|&c| Some(c) == pin)?;
+    (cpus.len() > 1).then(|| cpus[(at + 1) % cpus.len()])
 }
 
 /// CPUs this process may run on.

@@ -75,6 +75,11 @@ pub fn needs_agent(path: &Path) -> bool {
     KNOWN.get(path, reads_needs_agent)
 }
 
+/// Whether the command `program` (a name on PATH or a path) runs under dara's ptrace agent.
+pub fn program_needs_agent(program: &str) -> bool {
+    resolve(program).is_some_and(|p| needs_agent(&p))
+}
+
 /// [`needs_agent`], from the file's bytes.
 fn reads_needs_agent(path: &Path) -> bool {
     match classify(path) {

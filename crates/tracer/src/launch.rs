@@ -407,8 +407,7 @@ impl ProcessTree {
     /// before the launch).
     fn ptrace_launch(&mut self, program: &str) -> std::io::Result<Option<(AgentWordsRef, [dara_abi::agent::SockFilter; dara_abi::agent::FILTER_LEN])>> {
         let Some(agent) = &self.spec.agent else { return Ok(None) };
-        let needs_agent = crate::binary::resolve(program).is_some_and(|p| crate::binary::needs_agent(&p));
-        if !needs_agent {
+        if !crate::binary::program_needs_agent(program) {
             return Ok(None);
         }
         let words = agent.words;
@@ -424,7 +423,6 @@ impl ProcessTree {
         self.spec.pass_fd.into_iter().chain(host_proc).chain(sdk)
     }
 
-    /// Whether the first command is a copy of the spec's fork server (not a fork + exec).
     /// Moves a root started elsewhere (`born_on`) to the tree's CPU. Call while it is parked at
     /// its start barrier, single-threaded (the root is dara's unreaped child: its pid names it).
     pub fn settle(&mut self) {
@@ -433,6 +431,7 @@ impl ProcessTree {
         }
     }
 
+    /// Whether the first command is a copy of the spec's fork server (not a fork + exec).
     pub fn root_copied(&self) -> bool {
         self.root_copied
     }

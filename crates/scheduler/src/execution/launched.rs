@@ -46,7 +46,7 @@ impl Launched {
 
 /// Whether executions of `cfg` may be launched ahead (see the module doc).
 pub fn can_launch_ahead(cfg: &ExecutionConfig) -> bool {
-    let through_agent = || cfg.agent.is_some() && cfg.command.first().and_then(|p| dara_tracer::binary::resolve(p)).is_some_and(|p| dara_tracer::binary::needs_agent(&p));
+    let through_agent = || cfg.agent.is_some() && cfg.command.first().is_some_and(|p| dara_tracer::binary::program_needs_agent(p));
     cfg.cluster.is_none() && cfg.outside.is_closed() && cfg.setup.is_none() && cfg.cleanup.is_none() && !through_agent()
 }
 

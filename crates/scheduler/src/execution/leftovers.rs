@@ -45,9 +45,9 @@ impl Leftovers {
 
     /// Drops `leftover` on the thread (here, if the thread is gone).
     pub(super) fn drop_later(&self, leftover: Box<dyn Send>) {
-        let Ok(to_drop) = self.to_drop.lock() else { return };
-        if let Some(Err(returned)) = to_drop.as_ref().map(|s| s.send(leftover)) {
-            drop(returned.0);
+        // A failed send hands the leftover back inside its error, dropped here.
+        if let Ok(Some(to_drop)) = self.to_drop.lock().as_deref() {
+            let _ = to_drop.send(leftover);
         }
     }
 }
