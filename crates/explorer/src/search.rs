@@ -196,9 +196,12 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
         strategy = Box::new(strategy::Seeded::new(strategy, &info.spec, seed.clone()));
     }
     std::fs::create_dir_all(&cfg.out_dir).map_err(|source| SearchError::Output { path: cfg.out_dir.clone(), source })?;
-    let (served, no_server) = with_fork_server(cfg);
-    let cfg = &served;
     let cpus = available_cpus();
+    // One execution after another: each launches the next one's program on another CPU as it
+    // starts, where dara's other helpers work too.
+    let aside = (cfg.jobs <= 1 && cfg.runs > 1).then(|| launch_cpu(&cpus, cfg.execution.pin_cpu)).flatten();
+    let (served, no_server) = with_fork_server(cfg, aside);
+    let cfg = &served;
     // A systematic strategy's decision tree must not change under it (crate::watch_growth).
     let preempt = &cfg.execution.preempt;
     let growing = match (preempt.memory_level(), info.order) {
@@ -213,8 +216,7 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
         return judge.finish(SearchEnd::Completed);
     }
 
-    // One execution after another: each launches the next one's program as it starts.
-    let mut ahead = (cfg.jobs <= 1 && cfg.runs > 1).then(|| launch_cpu(&cpus, cfg.execution.pin_cpu)).flatten().and_then(|cpu| LaunchAhead::start(&cfg.execution, cpu));
+    let mut ahead = aside.and_then(|cpu| LaunchAhead::start(&cfg.execution, cpu));
     // Execution 0, alone: its length calibrates every later execution (PCT's step estimate).
     let next = ahead.as_mut().and_then(|a| Some((a, epochs.for_execution(1, || true)?)));
     let (first, mut status) = run_execution(cfg, &mut *strategy, Start::at(0), cfg.execution.pin_cpu, &epochs.used_by(0), halt, next, None)?;
@@ -413,9 +415,9 @@ fn run_execution(
 
 /// The search's settings readied for its executions when it runs more than one
 /// ([`execution::prepare_repeated_runs`]), and why there is no fork server if it asked for one.
-fn with_fork_server(cfg: &SearchConfig) -> (SearchConfig, Option<String>) {
+fn with_fork_server(cfg: &SearchConfig, aside: Option<usize>) -> (SearchConfig, Option<String>) {
     let mut served = cfg.clone();
-    let no_server = if cfg.runs > 1 { execution::prepare_repeated_runs(&mut served.execution, cfg.fork_server) } else { None };
+    let no_server = if cfg.runs > 1 { execution::prepare_repeated_runs(&mut served.execution, cfg.fork_server, aside) } else { None };
     (served, no_server)
 }
 

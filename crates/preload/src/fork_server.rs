@@ -55,6 +55,7 @@ pub fn serve_if_asked() {
     };
     // Every copy answers the C runtime's start-up `cpuid`s from what the server learnt here.
     crate::cpuid::learn_common_answers();
+    crate::cpuid::fill_libgcc_cpu_model();
     send(&Greeting { magic: MAGIC, pid: sys::getpid() as i32 });
     let mut placement = Placement::new();
     loop {

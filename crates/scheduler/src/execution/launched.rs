@@ -51,9 +51,11 @@ pub fn can_launch_ahead(cfg: &ExecutionConfig) -> bool {
 }
 
 /// Launches the program of an execution of `cfg` now, on `cpu` (the execution moves it to its own
-/// when it starts); for a thread that lives as long as the search (a fork + exec'd program dies
-/// with the thread that forked it).
+/// when it starts), from the calling thread, which moves to `cpu` too: on the execution's CPU the
+/// launch would take the running execution's time. For a thread that lives as long as the search
+/// (a fork + exec'd program dies with the thread that forked it).
 pub fn launch_ahead(cfg: &ExecutionConfig, cpu: usize) -> Result<Launched, ExecutionError> {
+    dara_tracer::placement::pin(0, cpu);
     launch(cfg, None, Some(cpu))
 }
 

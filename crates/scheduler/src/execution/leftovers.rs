@@ -29,12 +29,16 @@ impl std::fmt::Debug for Leftovers {
 }
 
 impl Leftovers {
-    /// Starts the thread; None if it cannot be started (executions then drop their own).
-    pub fn start() -> Option<Leftovers> {
+    /// Starts the thread, on `cpu` if given; None if it cannot be started (executions then drop
+    /// their own).
+    pub fn start(cpu: Option<usize>) -> Option<Leftovers> {
         let (to_drop, dropped) = channel::<Box<dyn Send>>();
         let thread = std::thread::Builder::new()
             .name("dara-leftovers".into())
             .spawn(move || {
+                if let Some(cpu) = cpu {
+                    dara_tracer::placement::pin(0, cpu);
+                }
                 for leftover in dropped {
                     drop(leftover);
                 }
