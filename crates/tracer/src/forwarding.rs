@@ -45,6 +45,13 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
+    /// Moves the thread to `cpu`.
+    pub fn move_to(&self, cpu: usize) {
+        if let Some(thread) = &self.thread {
+            crate::placement::pin_thread(thread, cpu);
+        }
+    }
+
     /// Returns once every pipe has reached end of file and all it held has been passed on.
     pub fn wait_drained(&self) {
         // An error is the thread gone without saying so: there is nothing more to wait for.

@@ -219,7 +219,8 @@ impl ProcessTree {
             pipes.push(Pipe { from: std::fs::File::from(sdk_r), to: Sink::Lines(sink.clone()), tail: None });
             output_writers.push(sdk_w);
         }
-        let forwarders = vec![forwarding::start(pipes, spec.cpu).map_err(pipe_error)?];
+        // Started where the root is (see `settle`).
+        let forwarders = vec![forwarding::start(pipes, spec.born_on.or(spec.cpu)).map_err(pipe_error)?];
         // Until the reaper starts these stand in; `start_reaper` replaces them.
         let (_, exits) = std::sync::mpsc::channel();
         let (_, reaper_done) = std::sync::mpsc::channel();
@@ -243,7 +244,7 @@ impl ProcessTree {
     }
 
     fn start_reaper(&mut self, on_exit: impl Fn() + Send + 'static) {
-        let reaper = reaper::start(self.pgid, self.spec.cpu, on_exit);
+        let reaper = reaper::start(self.pgid, self.spec.born_on.or(self.spec.cpu), on_exit);
         self.exits = reaper.exits;
         self.reaper_done = reaper.done;
         self.reaping = reaper.reaping;
@@ -423,11 +424,19 @@ impl ProcessTree {
         self.spec.pass_fd.into_iter().chain(host_proc).chain(sdk)
     }
 
-    /// Moves a root started elsewhere (`born_on`) to the tree's CPU. Call while it is parked at
-    /// its start barrier, single-threaded (the root is dara's unreaped child: its pid names it).
+    /// Moves a root started elsewhere (`born_on`) to the tree's CPU, with the tree's reaper and
+    /// output threads (they started there too: moved at once, they would have taken the CPU from
+    /// the execution running on it). Call while the root is parked at its start barrier,
+    /// single-threaded (it is dara's unreaped child: its pid names it).
     pub fn settle(&mut self) {
         if let (Some(cpu), Some(_)) = (self.spec.cpu, self.spec.born_on.take()) {
             crate::placement::pin(self.root as libc::pid_t, cpu);
+            if let Some(reaper) = self.reaping.thread() {
+                crate::placement::pin(reaper as libc::pid_t, cpu);
+            }
+            for forwarder in &self.forwarders {
+                forwarder.move_to(cpu);
+            }
         }
     }
 

@@ -16,6 +16,7 @@ use dara_tracer::{LaunchSpec, ProcessTree};
 
 use super::harness::target_environment;
 use super::liveness::PropertyLines;
+use super::processes::KnownAhead;
 use super::{ExecutionConfig, ExecutionError};
 use crate::region::Region;
 
@@ -24,6 +25,8 @@ pub struct Launched {
     pub(super) region: Arc<Region>,
     pub(super) tree: ProcessTree,
     pub(super) properties: Arc<PropertyLines>,
+    /// Its root's start, learnt ahead (None when launched at the execution's start).
+    pub(super) known: Option<KnownAhead>,
     /// What it was launched for: an execution with another seed or watch set cannot use it (the
     /// region holds both from its creation).
     random_seed: u64,
@@ -56,7 +59,9 @@ pub fn can_launch_ahead(cfg: &ExecutionConfig) -> bool {
 /// (a fork + exec'd program dies with the thread that forked it).
 pub fn launch_ahead(cfg: &ExecutionConfig, cpu: usize) -> Result<Launched, ExecutionError> {
     dara_tracer::placement::pin(0, cpu);
-    launch(cfg, None, Some(cpu))
+    let mut launched = launch(cfg, None, Some(cpu))?;
+    launched.known = Some(KnownAhead::learn(launched.tree.root_pid(), launched.tree.pids_virtual()));
+    Ok(launched)
 }
 
 /// Creates the region and launches the command with `stdin_fd` as its stdin (None: /dev/null),
@@ -91,5 +96,5 @@ pub(super) fn launch(cfg: &ExecutionConfig, stdin_fd: Option<i32>, born_on: Opti
     for (word, inode) in region.header().output_pipes.iter().zip(tree.output_pipe_inodes()) {
         word.store(inode, Ordering::Release);
     }
-    Ok(Launched { region, tree, properties, random_seed: cfg.random_seed, watch: cfg.preempt.watch.clone() })
+    Ok(Launched { region, tree, properties, known: None, random_seed: cfg.random_seed, watch: cfg.preempt.watch.clone() })
 }

@@ -221,13 +221,14 @@ pub fn run_launched(cfg: &ExecutionConfig, ahead: Option<Launched>, decide: &mut
         }
         None => launched::launch(cfg, world.stdin_for_program(), None)?,
     };
-    let Launched { region, tree, properties, .. } = launched;
+    let Launched { region, tree, properties, known, .. } = launched;
     // After the launch: the launcher's threads start with the counter as it was.
     let _counter_disabled = crate::own_traps::disable_in_this_thread();
     world.launched();
     let sdk_writer = tree.sdk_writer();
     let copied_from_fork_server = tree.root_copied();
     let mut run = Execution::new(cfg, region, Box::new(tree), world);
+    run.processes.known_ahead = known;
     run.walk = liveness::Walk::new(cfg.liveness, Arc::clone(&properties), sdk_writer, cfg.random_seed).with_command(cfg.cluster.as_ref().and_then(|c| c.eventually.as_deref()));
     run.processes.launched.push(run.tree.root_pid());
     let mut outcome = run.drive(decide, stop);

@@ -76,9 +76,10 @@ impl Observations {
         self.faults.insert(process, crate::crash_site::fault_location(function, pc, addr, signal, caller));
     }
 
-    /// A new process (kernel pid `pid`) started: map its executable now if it is instrumented.
-    pub(super) fn process_started(&mut self, process: ProcessId, pid: u32) {
-        if coverage::executable_is_instrumented(pid) {
+    /// A new process (kernel pid `pid`) started: map its executable now if it is `instrumented`
+    /// (`coverage::executable_is_instrumented`).
+    pub(super) fn process_started(&mut self, process: ProcessId, pid: u32, instrumented: bool) {
+        if instrumented {
             self.modules.insert(process, coverage::executable_modules(pid));
         }
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use dara_abi::{splitmix64, Op, StartKind, Unsupported, MAX_PROCESSES};
 
-use super::processes::{own_pid, ProcessRecord};
+use super::processes::{KnownAhead, ProcessRecord};
 use super::Execution;
 use crate::choice::{ProcessId, ThreadId};
 use crate::model::Request;
@@ -197,6 +197,8 @@ impl Execution<'_> {
             return Err(Outcome::Uncontrolled { thread, syscall: "fork".into(), detail: too_many_processes(self.cfg.max_processes) });
         }
         let pid = self.region.slot(thread as usize).pid.load(Ordering::Acquire);
+        // The root launched ahead was looked at then; any other process now.
+        let mut known = self.processes.known_ahead.take_if(|k| k.pid == pid && kind == StartKind::Launched);
         if kind == StartKind::Exec {
             self.image_replaced(process, thread);
         } else {
@@ -204,15 +206,19 @@ impl Execution<'_> {
             self.with_world(|world, ex| world.process_started(ex, process, pid, parent));
             let entry = &self.region.header().processes[process as usize];
             entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
-            let pidfd = procfs::pidfd_open(pid);
-            let own_pid = own_pid(pid, pidfd.as_ref(), self.tree.pids_virtual()).map_err(|detail| Outcome::Uncontrolled { thread, syscall: "fork".into(), detail })?;
-            self.processes.records.insert(process, ProcessRecord { pid, own_pid, alive: true, exit: None, pidfd, program: String::new() });
+            let known = known.get_or_insert_with(|| KnownAhead::learn(pid, self.tree.pids_virtual()));
+            let own_pid = known.own_pid.clone().map_err(|detail| Outcome::Uncontrolled { thread, syscall: "fork".into(), detail })?;
+            self.processes.records.insert(process, ProcessRecord { pid, own_pid, alive: true, exit: None, pidfd: known.pidfd.take(), program: String::new() });
             self.network.probe.add_traced(pid);
             self.model.add_process(process, parent);
             self.memory.set_pid(process, pid);
         }
-        self.observed.process_started(process, pid);
-        let program = procfs::program_name(pid).unwrap_or_default();
+        let instrumented = known.as_ref().map_or_else(|| crate::coverage::executable_is_instrumented(pid), |k| k.instrumented);
+        self.observed.process_started(process, pid, instrumented);
+        let program = match known {
+            Some(known) => known.program,
+            None => procfs::program_name(pid).unwrap_or_default(),
+        };
         if kind != StartKind::Fork {
             if let Some(dir) = self.region.atomic_plans() {
                 // Before the grant: the preload reads the plan once its start is granted (the
