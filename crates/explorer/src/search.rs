@@ -199,8 +199,8 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
     let cpus = available_cpus();
     // One execution after another: each launches the next one's program on another CPU as it
     // starts, where dara's other helpers work too.
-    let aside = (cfg.jobs <= 1 && cfg.runs > 1).then(|| launch_cpu(&cpus, cfg.execution.pin_cpu)).flatten();
-    let (served, no_server) = with_fork_server(cfg, aside);
+    let aside = if cfg.jobs <= 1 && cfg.runs > 1 { aside_cpus(&cpus, cfg.execution.pin_cpu) } else { Vec::new() };
+    let (served, no_server) = with_fork_server(cfg, &aside);
     let cfg = &served;
     // A systematic strategy's decision tree must not change under it (crate::watch_growth).
     let preempt = &cfg.execution.preempt;
@@ -216,7 +216,7 @@ fn search_until(cfg: &SearchConfig, stop: &AtomicBool, halt: &AtomicBool, starte
         return judge.finish(SearchEnd::Completed);
     }
 
-    let mut ahead = aside.and_then(|cpu| LaunchAhead::start(&cfg.execution, cpu));
+    let mut ahead = aside.first().and_then(|&cpu| LaunchAhead::start(&cfg.execution, cpu));
     // Execution 0, alone: its length calibrates every later execution (PCT's step estimate).
     let next = ahead.as_mut().and_then(|a| Some((a, epochs.for_execution(1, || true)?)));
     let (first, mut status) = run_execution(cfg, &mut *strategy, Start::at(0), cfg.execution.pin_cpu, &epochs.used_by(0), halt, next, None)?;
@@ -415,17 +415,18 @@ fn run_execution(
 
 /// The search's settings readied for its executions when it runs more than one
 /// ([`execution::prepare_repeated_runs`]), and why there is no fork server if it asked for one.
-fn with_fork_server(cfg: &SearchConfig, aside: Option<usize>) -> (SearchConfig, Option<String>) {
+fn with_fork_server(cfg: &SearchConfig, aside: &[usize]) -> (SearchConfig, Option<String>) {
     let mut served = cfg.clone();
     let no_server = if cfg.runs > 1 { execution::prepare_repeated_runs(&mut served.execution, cfg.fork_server, aside) } else { None };
     (served, no_server)
 }
 
-/// Where a search pinned to `pin` launches its next execution's program ahead: the next CPU
-/// after it among `cpus`; None when there is no other.
-fn launch_cpu(cpus: &[usize], pin: Option<usize>) -> Option<usize> {
-    let at = cpus.iter().position(|&c| Some(c) == pin)?;
-    (cpus.len() > 1).then(|| cpus[(at + 1) % cpus.len()])
+/// The CPUs of `cpus` a search pinned to `pin` leaves to dara's helpers, starting with the next
+/// after `pin` (where the next execution's program is launched ahead); none when it is not pinned
+/// or there is no other CPU.
+fn aside_cpus(cpus: &[usize], pin: Option<usize>) -> Vec<usize> {
+    let Some(at) = cpus.iter().position(|&c| Some(c) == pin) else { return Vec::new() };
+    cpus[at + 1..].iter().chain(&cpus[..at]).copied().collect()
 }
 
 /// CPUs this process may run on.
@@ -641,5 +642,15 @@ mod tests {
         assert!(matches!(exhausted(blind, 0, proved), SearchEnd::NotExhaustive { explored, blind: BlindSpot::AtomicsNotInstrumented } if explored == proved));
         assert!(matches!(exhausted(Visibility::Unknown, 0, proved), SearchEnd::NotExhaustive { blind: BlindSpot::NoMemoryPoints, .. }));
         assert!(matches!(exhausted(Visibility::Complete, 2, proved), SearchEnd::NotExhaustive { blind: BlindSpot::UnwatchedSharing, .. }), "sharing outside the watch set");
+    }
+
+    #[test]
+    fn helpers_get_every_cpu_but_the_executions_the_next_one_first() {
+        assert_eq!(aside_cpus(&[0, 1, 2, 3], Some(1)), [2, 3, 0]);
+        assert_eq!(aside_cpus(&[0, 1], Some(1)), [0]);
+        assert_eq!(aside_cpus(&[0, 1], Some(0)), [1]);
+        assert!(aside_cpus(&[0], Some(0)).is_empty(), "no other CPU");
+        assert!(aside_cpus(&[0, 1], None).is_empty(), "executions not pinned");
+        assert!(aside_cpus(&[0, 1], Some(5)).is_empty(), "pinned outside the search's CPUs");
     }
 }

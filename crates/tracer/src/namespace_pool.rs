@@ -25,15 +25,14 @@ impl std::fmt::Debug for NamespacePool {
 }
 
 impl NamespacePool {
-    /// Starts the maker thread (on `cpu` if given: executions' CPUs are better left alone), which
+    /// Starts the maker thread (on `cpus` if any: executions' CPUs are better left alone), which
     /// begins on the first namespace at once.
-    pub fn start(cpu: Option<usize>) -> std::io::Result<NamespacePool> {
+    pub fn start(cpus: &[usize]) -> std::io::Result<NamespacePool> {
+        let cpus = cpus.to_vec();
         // A rendezvous: the maker makes one namespace and waits until it is taken.
         let (hand_over, ready) = sync_channel(0);
         let maker = std::thread::Builder::new().name("dara-namespaces".into()).spawn(move || {
-            if let Some(cpu) = cpu {
-                crate::placement::pin(0, cpu);
-            }
+            crate::placement::pin_to(0, &cpus);
             let handed_out = Arc::new(());
             loop {
                 let made = PidNamespace::create().map(|ns| ns.kept_alive_by(Arc::clone(&handed_out)));

@@ -5,10 +5,20 @@
 /// Pins thread or process `tid` (0: the calling thread) to `cpu`. Failure (an offline CPU, a
 /// thread that has ended) only costs speed, so it is not reported.
 pub fn pin(tid: libc::pid_t, cpu: usize) {
+    pin_to(tid, &[cpu]);
+}
+
+/// Lets thread or process `tid` (0: the calling thread) run on `cpus` only (none: left alone).
+pub fn pin_to(tid: libc::pid_t, cpus: &[usize]) {
+    if cpus.is_empty() {
+        return;
+    }
     // SAFETY: cpu_set_t is plain data, zeroed then filled by CPU_SET; sched_setaffinity reads it.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
+        for &cpu in cpus {
+            libc::CPU_SET(cpu, &mut set);
+        }
         libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }

@@ -29,16 +29,15 @@ impl std::fmt::Debug for Leftovers {
 }
 
 impl Leftovers {
-    /// Starts the thread, on `cpu` if given; None if it cannot be started (executions then drop
+    /// Starts the thread, on `cpus` if any; None if it cannot be started (executions then drop
     /// their own).
-    pub fn start(cpu: Option<usize>) -> Option<Leftovers> {
+    pub fn start(cpus: &[usize]) -> Option<Leftovers> {
         let (to_drop, dropped) = channel::<Box<dyn Send>>();
+        let cpus = cpus.to_vec();
         let thread = std::thread::Builder::new()
             .name("dara-leftovers".into())
             .spawn(move || {
-                if let Some(cpu) = cpu {
-                    dara_tracer::placement::pin(0, cpu);
-                }
+                dara_tracer::placement::pin_to(0, &cpus);
                 for leftover in dropped {
                     drop(leftover);
                 }

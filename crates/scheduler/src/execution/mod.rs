@@ -272,15 +272,15 @@ pub fn run_launched(cfg: &ExecutionConfig, ahead: Option<Launched>, decide: &mut
 
 /// Starts `cfg.command` as a fork server for the executions of a search
 /// ([`dara_tracer::fork_server`]); why not, when it cannot serve. Call from a thread that outlives
-/// the search's executions (their processes die with it). The server runs on `aside` if given.
-pub fn start_fork_server(cfg: &ExecutionConfig, aside: Option<usize>) -> Result<Arc<dara_tracer::ForkServer>, String> {
+/// the search's executions (their processes die with it). The server runs on `cpu` if given.
+pub fn start_fork_server(cfg: &ExecutionConfig, cpu: Option<usize>) -> Result<Arc<dara_tracer::ForkServer>, String> {
     if cfg.cluster.is_some() {
         return Err("a cluster run starts several commands".into());
     }
     if !cfg.outside.is_closed() {
         return Err("a run open to outside peers runs once".into());
     }
-    let spec = LaunchSpec { command: cfg.command.clone(), cwd: cfg.cwd.clone(), env: target_environment(cfg), pass_fd: None, cpu: None, born_on: aside, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None, namespaces: None };
+    let spec = LaunchSpec { command: cfg.command.clone(), cwd: cfg.cwd.clone(), env: target_environment(cfg), pass_fd: None, cpu: None, born_on: cpu, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None, namespaces: None };
     dara_tracer::ForkServer::start(&spec).map(Arc::new).map_err(|e| e.to_string())
 }
 
@@ -289,9 +289,10 @@ pub fn start_fork_server(cfg: &ExecutionConfig, aside: Option<usize>) -> Result<
 /// ([`start_fork_server`]). Returns why there is no server although one was asked for. The
 /// executions are the same either way, only slower. Call from a thread that outlives them.
 ///
-/// `aside`: a CPU none of the executions runs on, for the threads and the server that work while
-/// an execution runs (on the execution's CPU they would take its time); None: anywhere.
-pub fn prepare_repeated_runs(cfg: &mut ExecutionConfig, fork_server: bool, aside: Option<usize>) -> Option<String> {
+/// `aside`: CPUs none of the executions runs on, for the threads and the server that work while
+/// an execution runs (on the execution's CPU they would take its time), the one the next
+/// execution's program is launched on first ([`launch_ahead`]); empty: anywhere.
+pub fn prepare_repeated_runs(cfg: &mut ExecutionConfig, fork_server: bool, aside: &[usize]) -> Option<String> {
     if cfg.namespaces.is_none() {
         // Without a pool each execution makes its own (and without privileges none).
         cfg.namespaces = dara_tracer::NamespacePool::start(aside).ok().map(Arc::new);
@@ -302,7 +303,8 @@ pub fn prepare_repeated_runs(cfg: &mut ExecutionConfig, fork_server: bool, aside
     if !fork_server || cfg.fork_server.is_some() {
         return None;
     }
-    match start_fork_server(cfg, aside) {
+    // Next to the launch-ahead thread, which asks it for each copy.
+    match start_fork_server(cfg, aside.first().copied()) {
         Ok(server) => {
             cfg.fork_server = Some(server);
             None

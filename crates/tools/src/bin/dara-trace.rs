@@ -392,7 +392,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     // server too (invisible to the program, like the search's).
     let mut minimize_base = cfg.execution.clone();
     if !cli.no_minimize {
-        dara_scheduler::execution::prepare_repeated_runs(&mut minimize_base, !cli.no_fork_server, None);
+        dara_scheduler::execution::prepare_repeated_runs(&mut minimize_base, !cli.no_fork_server, &[]);
     }
     for (i, bug) in summary.bugs.iter().enumerate() {
         println!("  {}  (execution {}, {} steps) -> {}", bug.outcome.summary(), bug.execution, bug.steps, bug.dir.display());
