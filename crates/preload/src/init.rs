@@ -39,7 +39,7 @@ extern "C" fn dara_preload_init(
         return; // Not under dara: stay inert.
     };
     // A fork server parks here; each execution's process continues from this point.
-    crate::fork_server::serve_if_asked();
+    crate::fork_server::serve_if_asked(crate::trapped::on_sigsys);
     let header = match region::map(path) {
         Ok(header) => header,
         Err(MapError::Version) => {
@@ -81,7 +81,8 @@ extern "C" fn dara_preload_init(
     // thread will ever have (_start's included), so it bounds the main thread's own stack.
     crate::process::become_main_thread(slot, index, process, envp as usize);
 
-    if let Err(e) = trap::install(crate::trapped::on_sigsys) {
+    // A copy of the fork server has the server's trap already.
+    if let Err(e) = if trap::installed() { Ok(()) } else { trap::install(crate::trapped::on_sigsys) } {
         sys::die(
             match e {
                 InstallError::Handler => b"dara: cannot install the SIGSYS handler\n",
