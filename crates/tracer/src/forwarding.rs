@@ -75,6 +75,7 @@ pub fn start(pipes: Vec<Pipe>, cpu: Option<usize>) -> std::io::Result<Forwarder>
         if let Some(cpu) = cpu {
             crate::placement::pin(0, cpu);
         }
+        crate::placement::never_preempt();
         copy_all(pipes);
         let _ = said.send(());
     })?;

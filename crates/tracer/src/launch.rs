@@ -127,6 +127,8 @@ pub struct ProcessTree {
     /// The last slow reap dara told the user about (0: none).
     slow_reap_told: u32,
     finished: bool,
+    /// `all_gone` saw every process reaped and the namespace's init without orphans.
+    init_alone: std::cell::Cell<bool>,
     /// The thread copying the target's output pipes to dara's own ([`crate::forwarding`]).
     forwarders: Vec<forwarding::Forwarder>,
     /// Write ends of those pipes, handed to every launched command; closed at teardown so the
@@ -240,7 +242,7 @@ impl ProcessTree {
             None => (None, None),
         };
         let host_proc = spec.host_proc_fd.and_then(|_| std::fs::File::open("/proc").ok()).map(OwnedFd::from);
-        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, forwarders, output_writers, stderr_tail, output_pipes, ns, ns_refused, host_proc, agent: None, root_copied: false })
+        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, init_alone: std::cell::Cell::new(false), forwarders, output_writers, stderr_tail, output_pipes, ns, ns_refused, host_proc, agent: None, root_copied: false })
     }
 
     fn start_reaper(&mut self, on_exit: impl Fn() + Send + 'static) {
@@ -496,7 +498,12 @@ impl ProcessTree {
     /// Whether every process of the tree has been reaped (in a namespace: dara's children, and
     /// the orphans its init adopted).
     pub fn all_gone(&self) -> bool {
-        self.finished || (matches!(self.reaper_done.try_recv(), Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected)) && !self.ns.as_ref().is_some_and(PidNamespace::has_orphans))
+        if self.finished {
+            return true;
+        }
+        let gone = matches!(self.reaper_done.try_recv(), Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected)) && !self.ns.as_ref().is_some_and(PidNamespace::has_orphans);
+        self.init_alone.set(gone && self.ns.is_some());
+        gone
     }
 
     /// SIGKILLs the process group and waits (bounded by `TEARDOWN_LIMIT`, 30 s) until all of it is
@@ -516,6 +523,13 @@ impl ProcessTree {
             }
             return true;
         }
+        if self.init_alone.get() {
+            // Seen by `all_gone`: nothing of the program is left, only the namespace's init,
+            // which runs none of its code. It is killed when the tree is dropped (in a search, on
+            // a thread of its own, off the executions' CPU).
+            self.finish();
+            return true;
+        }
         let deadline = Instant::now() + TEARDOWN_LIMIT;
         let mut group_gone = false;
         loop {
@@ -533,18 +547,7 @@ impl ProcessTree {
             // The init exits once the namespace is empty, dara's reaped children included.
             let ns_gone = self.ns.as_mut().is_none_or(PidNamespace::try_reap);
             if group_gone && ns_gone {
-                self.finished = true;
-                self.output_writers.clear();
-                // A finished tree launches nothing more: let go of the search's shared launchers
-                // (their last owner waits for what they made, which may be queued behind this
-                // tree on the thread that drops ended executions).
-                self.spec.fork_server = None;
-                self.spec.namespaces = None;
-                // Every writer is dead, so the pipes are at end of file: drain them fully
-                // before the caller prints its verdict.
-                for f in &self.forwarders {
-                    f.wait_drained();
-                }
+                self.finish();
                 return true;
             }
             // Past the limit only while the kernel is still releasing a process that ended.
@@ -561,6 +564,24 @@ impl ProcessTree {
                     None => std::thread::sleep(Duration::from_millis(1)),
                 }
             }
+        }
+    }
+}
+
+impl ProcessTree {
+    /// Marks the tree finished once nothing of the program is left.
+    fn finish(&mut self) {
+        self.finished = true;
+        self.output_writers.clear();
+        // A finished tree launches nothing more: let go of the search's shared launchers (their
+        // last owner waits for what they made, which may be queued behind this tree on the
+        // thread that drops ended executions).
+        self.spec.fork_server = None;
+        self.spec.namespaces = None;
+        // Every writer is dead, so the pipes are at end of file: drain them fully before the
+        // caller prints its verdict.
+        for f in &self.forwarders {
+            f.wait_drained();
         }
     }
 }

@@ -243,6 +243,11 @@ impl PidNamespace {
 
 impl Drop for PidNamespace {
     fn drop(&mut self) {
+        // The init was pinned to its execution's CPU; it ends where this thread may run (a
+        // search drops ended executions off the executions' CPU).
+        if !self.reaped {
+            crate::placement::share_own(self.init as libc::pid_t);
+        }
         self.kill();
         // Bounded: the init exits as soon as its namespace is empty. (If it never does, its stack
         // stays mapped: it must not vanish under a live process.)

@@ -23,6 +23,27 @@ pub fn pin_to(tid: libc::pid_t, cpus: &[usize]) {
     }
 }
 
+/// Makes the calling thread one that waits for the CPU it is woken on rather than taking it from
+/// the thread that woke it (`SCHED_BATCH`): for a helper whose wake-ups are not urgent (the
+/// output thread: a program's write, or dara closing the pipes one after another at the end,
+/// would otherwise switch to it at each). Failure only costs speed.
+pub fn never_preempt() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads the live param; SCHED_BATCH needs no privilege.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+}
+
+/// Lets thread or process `tid` run where the calling thread may.
+pub fn share_own(tid: libc::pid_t) {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it, sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+}
+
 /// Pins `thread` (one of dara's, started or not yet) to `cpu`; as [`pin`], failure only costs speed.
 pub fn pin_thread<T>(thread: &std::thread::JoinHandle<T>, cpu: usize) {
     use std::os::unix::thread::JoinHandleExt;
