@@ -40,15 +40,15 @@ pub struct Pipe {
 
 /// The running thread.
 pub struct Forwarder {
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: crate::helper_threads::Running,
     drained: std::sync::mpsc::Receiver<()>,
 }
 
 impl Forwarder {
-    /// Moves the thread to `cpu`.
+    /// Moves the thread to `cpu` (not one that has yet to start: it stays where it starts).
     pub fn move_to(&self, cpu: usize) {
-        if let Some(thread) = &self.thread {
-            crate::placement::pin_thread(thread, cpu);
+        if let Some(tid) = self.thread.tid() {
+            crate::placement::pin(tid as libc::pid_t, cpu);
         }
     }
 
@@ -61,9 +61,7 @@ impl Forwarder {
 
 impl Drop for Forwarder {
     fn drop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.thread.wait();
     }
 }
 
@@ -71,7 +69,7 @@ impl Drop for Forwarder {
 /// file.
 pub fn start(pipes: Vec<Pipe>, cpu: Option<usize>) -> std::io::Result<Forwarder> {
     let (said, drained) = std::sync::mpsc::channel();
-    let thread = std::thread::Builder::new().name("dara-output".into()).spawn(move || {
+    let thread = crate::helper_threads::run("dara-output", cpu.is_some(), move || {
         if let Some(cpu) = cpu {
             crate::placement::pin(0, cpu);
         }
@@ -79,7 +77,7 @@ pub fn start(pipes: Vec<Pipe>, cpu: Option<usize>) -> std::io::Result<Forwarder>
         copy_all(pipes);
         let _ = said.send(());
     })?;
-    Ok(Forwarder { thread: Some(thread), drained })
+    Ok(Forwarder { thread, drained })
 }
 
 fn copy_all(pipes: Vec<Pipe>) {

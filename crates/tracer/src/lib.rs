@@ -28,6 +28,7 @@ pub mod debug_file;
 pub mod file_memo;
 pub mod fork_server;
 pub mod forwarding;
+pub mod helper_threads;
 pub mod image;
 pub mod launch;
 pub mod namespace_pool;

@@ -44,13 +44,3 @@ pub fn share_own(tid: libc::pid_t) {
     }
 }
 
-/// Pins `thread` (one of dara's, started or not yet) to `cpu`; as [`pin`], failure only costs speed.
-pub fn pin_thread<T>(thread: &std::thread::JoinHandle<T>, cpu: usize) {
-    use std::os::unix::thread::JoinHandleExt;
-    // SAFETY: as in `pin`; the handle keeps the thread joinable, so its pthread_t is valid.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::pthread_setaffinity_np(thread.as_pthread_t(), std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}

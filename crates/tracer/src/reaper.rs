@@ -104,9 +104,7 @@ pub(crate) fn start(pgid: u32, cpu: Option<usize>, on_exit: impl Fn() + Send + '
     let (done_tx, done) = channel();
     let reaping = Arc::new(Reaping::default());
     let published = reaping.clone();
-    std::thread::Builder::new()
-        .name("dara-reaper".into())
-        .spawn(move || {
+    crate::helper_threads::run("dara-reaper", cpu.is_some(), move || {
             // SAFETY: gettid takes no arguments and cannot fail.
             published.tid.store(unsafe { libc::gettid() } as u32, Ordering::Relaxed);
             if let Some(cpu) = cpu {
@@ -139,7 +137,7 @@ pub(crate) fn start(pgid: u32, cpu: Option<usize>, on_exit: impl Fn() + Send + '
             let _ = done_tx.send(());
             on_exit();
         })
-        .expect("spawning the reaper thread");
+        .expect("starting the reaper thread");
     Reaper { exits, done, reaping }
 }
 
