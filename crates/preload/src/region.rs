@@ -21,17 +21,19 @@ pub enum MapError {
     Version,
 }
 
-/// Opens `path` (NUL-terminated), maps it and checks the header. Called once, from the
+/// Maps the region `path` (NUL-terminated) names and checks the header. Called once, from the
 /// constructor, before any other thread of the target exists.
 pub fn map(path: &[u8]) -> Result<&'static Header, MapError> {
     debug_assert_eq!(path.last(), Some(&0));
-    let flags = (libc::O_RDWR | libc::O_CLOEXEC) as u64;
-    // SAFETY: `path` is NUL-terminated and outlives the call.
-    let fd = unsafe {
-        sys::syscall(
-            libc::SYS_openat,
-            &[libc::AT_FDCWD as u64, path.as_ptr() as u64, flags],
-        )
+    let passed_down = path.strip_suffix(&[0]) == Some(dara_abi::SHM_PATH.as_bytes());
+    // The descriptor dara passed down is mapped as it is: opening its /proc path again would
+    // only cost a path walk (10-20 µs of every process's start).
+    let fd = if passed_down {
+        dara_abi::SHM_FD as i64
+    } else {
+        let flags = (libc::O_RDWR | libc::O_CLOEXEC) as u64;
+        // SAFETY: `path` is NUL-terminated and outlives the call.
+        unsafe { sys::syscall(libc::SYS_openat, &[libc::AT_FDCWD as u64, path.as_ptr() as u64, flags]) }
     };
     if fd < 0 {
         return Err(MapError::Open);
@@ -51,8 +53,7 @@ pub fn map(path: &[u8]) -> Result<&'static Header, MapError> {
             ],
         )
     };
-    sys::close(fd as i32);
-    if path.strip_suffix(&[0]) == Some(dara_abi::SHM_PATH.as_bytes()) {
+    if passed_down {
         // The descriptor dara passed down stays open (forked children inherit it, and an
         // `execve` makes it survive for the next image: see `process::exec`), but close-on-exec,
         // so a program that runs something outside dara's control does not hand it on.
@@ -62,6 +63,8 @@ pub fn map(path: &[u8]) -> Result<&'static Header, MapError> {
             // SAFETY: F_SETFD on a descriptor this process owns (EBADF if dara passed none).
             unsafe { sys::syscall(libc::SYS_fcntl, &[fd as u64, libc::F_SETFD as u64, libc::FD_CLOEXEC as u64]) };
         }
+    } else {
+        sys::close(fd as i32);
     }
     if (-4095..0).contains(&addr) {
         return Err(MapError::Map);
