@@ -241,7 +241,7 @@ impl ProcessTree {
             Some(Err(e)) => (None, Some(e.to_string())),
             None => (None, None),
         };
-        let host_proc = spec.host_proc_fd.and_then(|_| std::fs::File::open("/proc").ok()).map(OwnedFd::from);
+        let host_proc = spec.host_proc_fd.and_then(|_| crate::pidns::dara_proc().ok());
         Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, init_alone: std::cell::Cell::new(false), forwarders, output_writers, stderr_tail, output_pipes, ns, ns_refused, host_proc, agent: None, root_copied: false })
     }
 
