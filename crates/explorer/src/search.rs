@@ -464,7 +464,7 @@ struct Judge<'a> {
     started: Instant,
     bugs: Vec<SavedBug>,
     executions: u64,
-    last_trace: LastTrace,
+    last_trace: LastTrace<'a>,
     outcome_counts: BTreeMap<String, u64>,
     covered: std::collections::BTreeSet<(u32, u32)>,
     properties: dara_model::property::SearchProperties,
@@ -517,33 +517,35 @@ impl<'a> Judge<'a> {
         if self.malformed_property_lines.1.is_none() {
             self.malformed_property_lines.1 = report.properties.first_malformed.clone();
         }
-        let exec = execution_config(self.cfg, k, &self.epochs.used_by(k));
+        let watch = self.epochs.used_by(k);
         let growth = self.epochs.judged(k, report.access_profile.as_ref(), exhausted);
-        let mut header = header_for(self.cfg, &exec, k, self.strategy.clone());
-        header.written = report.written_files.clone();
-        let trace = Trace { header, steps: report.steps.clone(), outcome: report.outcome.clone(), coverage: report.coverage.clone(), outside: report.outside.clone() };
-        for (kind, name) in goals_met {
-            let number = self.goals.len() + 1;
-            let headline = format!("goal \"{name}\" ({}) first met in execution {k}", kind.word());
-            let (dir, trace_path) = save_run(&self.cfg.out_dir.join(format!("goal-{number:04}")), &headline, &self.cfg.replay_command, k, &trace)?;
-            self.goals.push(SavedGoal { kind, name, dir, trace: trace_path, execution: k });
+        let (cfg, strategy) = (self.cfg, self.strategy.clone());
+        let new_bug = report.outcome.is_bug() && !self.bugs.iter().any(|b| b.outcome.signature() == report.outcome.signature());
+        // Made now only to be saved now (a goal met, a new bug): most executions' traces are only
+        // ever the last one's, written at most once a second (`LastTrace`).
+        if new_bug || !goals_met.is_empty() {
+            let trace = trace_of(cfg, k, &watch, strategy.clone(), &report);
+            for (kind, name) in goals_met {
+                let number = self.goals.len() + 1;
+                let headline = format!("goal \"{name}\" ({}) first met in execution {k}", kind.word());
+                let (dir, trace_path) = save_run(&self.cfg.out_dir.join(format!("goal-{number:04}")), &headline, &self.cfg.replay_command, k, &trace)?;
+                self.goals.push(SavedGoal { kind, name, dir, trace: trace_path, execution: k });
+            }
+            if new_bug {
+                let saved = save_bug(&self.cfg.out_dir, &self.cfg.replay_command, self.bugs.len() + 1, k, &trace)?;
+                self.bugs.push(saved);
+            }
         }
-
-        let mut new_bug = false;
-        if report.outcome.is_bug() && !self.bugs.iter().any(|b| b.outcome.signature() == report.outcome.signature()) {
-            let saved = save_bug(&self.cfg.out_dir, &self.cfg.replay_command, self.bugs.len() + 1, k, &trace)?;
-            self.bugs.push(saved);
-            new_bug = true;
-        }
-        self.last_trace.update(trace)?;
         progress(Progress { execution: k, report: &report, new_bug: if new_bug { self.bugs.last() } else { None }, bugs: self.bugs.len(), coverage: self.covered.len(), elapsed: self.started.elapsed(), watch_growth: growth.as_ref() });
-        Ok(match &report.outcome {
+        let end = match &report.outcome {
             Outcome::Interrupted if !self.user_stopped() && self.cfg.time_budget.is_some() => Some(SearchEnd::TimeBudget),
             Outcome::Interrupted => Some(SearchEnd::Interrupted),
             Outcome::Uncontrolled { .. } | Outcome::KilledFromOutside { .. } => Some(SearchEnd::Uncontrolled(report.outcome.clone())),
             outcome if outcome.is_bug() && !self.cfg.keep_going => Some(SearchEnd::Completed),
             _ => None,
-        })
+        };
+        self.last_trace.update(move || trace_of(cfg, k, &watch, strategy, &report))?;
+        Ok(end)
     }
 
     /// The summary of a search that ended as `end`, with the last execution's trace on disk.
@@ -572,6 +574,13 @@ impl SearchSummary {
         self.notes = status.notes;
         self
     }
+}
+
+/// Execution `k`'s trace, as saved (`watch`: its epoch's watch set).
+fn trace_of(cfg: &SearchConfig, k: u64, watch: &[u64], strategy: String, report: &ExecutionReport) -> Trace {
+    let mut header = header_for(cfg, &execution_config(cfg, k, watch), k, strategy);
+    header.written = report.written_files.clone();
+    Trace { header, steps: report.steps.clone(), outcome: report.outcome.clone(), coverage: report.coverage.clone(), outside: report.outside.clone() }
 }
 
 fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: String) -> TraceHeader {
