@@ -29,10 +29,19 @@ pub mod program_action;
 
 const FATAL: [c_int; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL];
 
+/// [`install`] ran in this process (or in the fork server it was copied from).
+static INSTALLED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether [`install`] ran in this process (copies of the fork server inherit its handlers).
+pub fn installed() -> bool {
+    INSTALLED.load(core::sync::atomic::Ordering::Relaxed)
+}
+
 /// Installs the handler for every fatal fault signal still at its default action, and for
 /// SIGSEGV in any case (its previous action becomes the program's); then starts trapping the
 /// time-stamp counter and `cpuid`.
 pub fn install() {
+    INSTALLED.store(true, core::sync::atomic::Ordering::Relaxed);
     for signal in FATAL {
         // SAFETY: zeroed sigaction values are valid ("no flags, empty mask").
         let mut old: libc::sigaction = unsafe { core::mem::zeroed() };

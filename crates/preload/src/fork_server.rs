@@ -42,8 +42,9 @@ struct ThreadState {
 
 /// Serves as dara's fork server if dara started this process as one; returns only in a child
 /// made for an execution, set up like a launched program (or at once, when not asked).
-/// `on_sigsys`: the syscall trap's handler, installed with the trap before serving.
-pub fn serve_if_asked(on_sigsys: crate::trap::Handler) {
+/// `intercept`: sets up the process's interception (the syscall trap and the rest), once, before
+/// serving.
+pub fn serve_if_asked(intercept: fn()) {
     if !socket_at_region_fd() {
         return;
     }
@@ -57,12 +58,12 @@ pub fn serve_if_asked(on_sigsys: crate::trap::Handler) {
     // Every copy answers the C runtime's start-up `cpuid`s from what the server learnt here.
     crate::cpuid::learn_common_answers();
     crate::cpuid::fill_libgcc_cpu_model();
-    // The syscall trap, installed once here rather than in every copy (the kernel compiles the
-    // filter at each install: about 40 µs a copy); copies inherit the filter, the handler and
-    // the flag that says so, and skip their own install. From here on the server makes raw
-    // system calls only, which the filter lets through. If it fails, each copy installs its own
-    // and reports the failure as a launched program would.
-    let _ = crate::trap::install(on_sigsys);
+    // The syscall trap, the fault handlers and the vDSO patch, set up once here rather than in
+    // every copy (the kernel compiles the filter at each install: about 40 µs a copy; the rest
+    // about as much): copies inherit them and the flags that say so, and skip their own. From
+    // here on the server makes raw system calls only, which the filter lets through, and reads
+    // no clock. What fails here, each copy sets up itself and reports as a launched program would.
+    intercept();
     send(&Greeting { magic: MAGIC, pid: sys::getpid() as i32 });
     let mut placement = Placement::new();
     loop {

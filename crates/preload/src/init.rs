@@ -39,7 +39,9 @@ extern "C" fn dara_preload_init(
         return; // Not under dara: stay inert.
     };
     // A fork server parks here; each execution's process continues from this point.
-    crate::fork_server::serve_if_asked(crate::trapped::on_sigsys);
+    crate::fork_server::serve_if_asked(|| {
+        let _ = intercept();
+    });
     let header = match region::map(path) {
         Ok(header) => header,
         Err(MapError::Version) => {
@@ -81,21 +83,9 @@ extern "C" fn dara_preload_init(
     // thread will ever have (_start's included), so it bounds the main thread's own stack.
     crate::process::become_main_thread(slot, index, process, envp as usize);
 
-    // A copy of the fork server has the server's trap already.
-    if let Err(e) = if trap::installed() { Ok(()) } else { trap::install(crate::trapped::on_sigsys) } {
-        sys::die(
-            match e {
-                InstallError::Handler => b"dara: cannot install the SIGSYS handler\n",
-                InstallError::NoNewPrivs => b"dara: prctl(PR_SET_NO_NEW_PRIVS) failed\n",
-                InstallError::Filter => b"dara: cannot install the seccomp filter\n",
-            },
-            SETUP_FAILED,
-        );
+    if let Err(message) = intercept() {
+        sys::die(message, SETUP_FAILED);
     }
-
-    crate::fault::install();
-    // Before any user code: no thread may be inside the vDSO while it changes.
-    let _ = crate::vdso::patch();
 
     let Some(gate) = Gated::enter() else {
         sys::die(b"dara: main thread is not gated\n", SETUP_FAILED)
@@ -119,4 +109,30 @@ extern "C" fn dara_preload_init(
     if let Some(mask) = start_mask {
         sys::set_signal_mask(mask);
     }
+}
+
+/// Sets up what every traced process needs before any of the program's code runs: the syscall
+/// trap, the fault handlers (with `rdtsc` and `cpuid` faulting), the vDSO patch. Each is kept by
+/// `fork` (per process, or per thread and inherited), so a fork server sets them up once before
+/// it serves and its copies skip them (`fork_server.rs`; each cost a copy tens of microseconds:
+/// the filter compiled, a handful of `sigaction`s and `prctl`s, the vDSO page copied). What is
+/// already in place is not set up again; the error says what could not be.
+fn intercept() -> Result<(), &'static [u8]> {
+    if !trap::installed() {
+        trap::install(crate::trapped::on_sigsys).map_err(|e| -> &'static [u8] {
+            match e {
+                InstallError::Handler => b"dara: cannot install the SIGSYS handler\n",
+                InstallError::NoNewPrivs => b"dara: prctl(PR_SET_NO_NEW_PRIVS) failed\n",
+                InstallError::Filter => b"dara: cannot install the seccomp filter\n",
+            }
+        })?;
+    }
+    if !crate::fault::installed() {
+        crate::fault::install();
+    }
+    // Before any user code: no thread may be inside the vDSO while it changes.
+    if !crate::vdso::patched() {
+        let _ = crate::vdso::patch();
+    }
+    Ok(())
 }

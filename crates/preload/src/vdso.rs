@@ -18,6 +18,15 @@ use libc::{c_long, Elf64_Ehdr, Elf64_Shdr, Elf64_Sym};
 
 use crate::{sys, trapped};
 
+/// [`patch`] ran in this process, or in the fork server it was copied from (the patched page is
+/// inherited by `fork`).
+static PATCHED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether [`patch`] was attempted in this process's image already.
+pub fn patched() -> bool {
+    PATCHED.load(core::sync::atomic::Ordering::Relaxed)
+}
+
 /// `movabs r11, imm64; jmp r11`: 13 bytes (r11 is scratch at a call).
 const JUMP_LEN: usize = 13;
 const PAGE: u64 = 4096;
@@ -85,6 +94,7 @@ pub enum PatchError {
 
 /// Patches every entry of this process's vDSO; returns how many were patched.
 pub fn patch() -> Result<usize, PatchError> {
+    PATCHED.store(true, core::sync::atomic::Ordering::Relaxed);
     // SAFETY: getauxval has no preconditions.
     let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
     if base == 0 {
