@@ -26,7 +26,7 @@
 //! answers hold no CPU's own identity (`CpuidAnswer::for_program`), so one learnt on another CPU
 //! is the one this CPU would give. The server also runs libgcc's start-up questions (its
 //! `__cpu_indicator_init`, a dozen `cpuid`s) once with those answers
-//! ([`fill_libgcc_cpu_model`]), so its copies ask none.
+//! ([`libgcc_cpu_model_filler`]), so its copies ask none.
 //!
 //! Runs in signal context: no allocation, no locks.
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -94,59 +94,23 @@ pub fn learn_common_answers() {
     }
 }
 
-/// Fills in libgcc's CPU model (`__cpu_indicator_init`, a constructor of libgcc_s, which the
-/// preload itself needs) in the fork server, with the answers a copy would be given. The preload's
-/// constructor runs first (`-z initfirst`) and a copy continues from inside it, so every copy ran
-/// libgcc's constructor after its grant: twelve `cpuid` faults, about 55 µs of each execution.
-/// Filled here, the constructor finds the model there and returns at once. Nothing a copy can see
-/// differs: the same function, the same kept answers (`for_program`), before the program's own
-/// code either way. Left to the copies where `cpuid` cannot fault (they then ask the CPU, as
-/// they always did) or libgcc_s has no such function.
-pub fn fill_libgcc_cpu_model() {
+/// libgcc_s's `__cpu_indicator_init`, which fills libgcc's CPU model (libgcc_s is loaded by the
+/// preload itself), for the fork server to run once its fault handler answers `cpuid` as a
+/// copy's would. The preload's constructor runs first (`-z initfirst`) and a copy continues from
+/// inside it, so every copy ran libgcc's constructor after its grant: twelve `cpuid` faults,
+/// about 55 µs of each execution. Run in the server, the copies' constructor finds the model
+/// filled and returns at once. Nothing a copy can see differs: the same function, the same
+/// answers (the kept ones, `for_program`, or the CPU's own where `cpuid` cannot fault, as in a
+/// copy), before the program's own code either way. None where libgcc_s has no such function.
+pub fn libgcc_cpu_model_filler() -> Option<extern "C" fn() -> libc::c_int> {
     // Looked up, not dlopen'ed: dlopen would run every constructor still pending (libc's among
     // them) with an environment libc has not taken yet. The version names libgcc_s's own
     // function (libgcc exports it under its version only); an executable's copy would not be.
     // SAFETY: NUL-terminated name and version; RTLD_DEFAULT searches the loaded objects.
     let init = unsafe { libc::dlvsym(libc::RTLD_DEFAULT, c"__cpu_indicator_init".as_ptr(), c"GCC_4.8.0".as_ptr()) };
-    if init.is_null() {
-        return;
-    }
-    with_faulting(|| {
-        // SAFETY: libgcc's `int __cpu_indicator_init(void)`, exported for exactly such calls; it
-        // asks `cpuid` and fills libgcc's own variables, calling nothing else.
-        let init: extern "C" fn() -> libc::c_int = unsafe { core::mem::transmute(init) };
-        init();
-    });
-}
-
-/// Runs `f` with `cpuid` faulting into [`emulate`] on this thread, before the preload's own fault
-/// handler exists (the fork server, which no program code has run in yet); does not run it where
-/// `cpuid` cannot fault.
-fn with_faulting(f: impl FnOnce()) {
-    extern "C" fn on_cpuid(_: libc::c_int, _: *mut libc::siginfo_t, context: *mut libc::c_void) {
-        // SAFETY: the kernel passes an SA_SIGINFO handler a valid, writable ucontext.
-        let uc = unsafe { &mut *(context as *mut ucontext_t) };
-        if !emulate(uc) {
-            // Not a `cpuid`: the default action, when the instruction faults again.
-            // SAFETY: zeroed is SIG_DFL with no flags; sigaction is async-signal-safe.
-            unsafe { crate::real::sigaction(libc::SIGSEGV, &core::mem::zeroed(), core::ptr::null_mut()) };
-        }
-    }
-    // SAFETY: zeroed sigaction values are valid ("no handler, no flags, empty mask").
-    let (mut action, mut old): (libc::sigaction, libc::sigaction) = unsafe { (core::mem::zeroed(), core::mem::zeroed()) };
-    action.sa_sigaction = on_cpuid as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
-    action.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
-    // SAFETY: installing a valid handler, keeping the old action to put back.
-    if unsafe { crate::real::sigaction(libc::SIGSEGV, &action, &mut old) } != 0 {
-        return;
-    }
-    if start_faulting() {
-        f();
-        set_cpuid(CPUID_RUNS);
-        FAULTING.store(false, Ordering::Relaxed);
-    }
-    // SAFETY: putting back the action read above.
-    unsafe { crate::real::sigaction(libc::SIGSEGV, &old, core::ptr::null_mut()) };
+    // SAFETY: libgcc's `int __cpu_indicator_init(void)`, exported for exactly such calls; it asks
+    // `cpuid` and fills libgcc's own variables, calling nothing else.
+    (!init.is_null()).then(|| unsafe { core::mem::transmute::<*mut libc::c_void, extern "C" fn() -> libc::c_int>(init) })
 }
 
 /// Whether `cpuid` faults into dara in this process.

@@ -57,13 +57,18 @@ pub fn serve_if_asked(intercept: fn()) {
     };
     // Every copy answers the C runtime's start-up `cpuid`s from what the server learnt here.
     crate::cpuid::learn_common_answers();
-    crate::cpuid::fill_libgcc_cpu_model();
+    // Looked up before the trap: `dlvsym` is libc's.
+    let fill_libgcc_cpu_model = crate::cpuid::libgcc_cpu_model_filler();
     // The syscall trap, the fault handlers and the vDSO patch, set up once here rather than in
     // every copy (the kernel compiles the filter at each install: about 40 µs a copy; the rest
     // about as much): copies inherit them and the flags that say so, and skip their own. From
     // here on the server makes raw system calls only, which the filter lets through, and reads
     // no clock. What fails here, each copy sets up itself and reports as a launched program would.
     intercept();
+    // With `cpuid` faulting into the handler just installed, as it would in a copy.
+    if let Some(fill) = fill_libgcc_cpu_model {
+        fill();
+    }
     send(&Greeting { magic: MAGIC, pid: sys::getpid() as i32 });
     let mut placement = Placement::new();
     loop {
