@@ -4,6 +4,7 @@
 //! bug found through it replays through a plain launch, and nothing of it outlives dara-trace.
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -50,16 +51,23 @@ fn a_program_copied_from_the_fork_server_sees_what_a_launched_one_sees() {
 #[test]
 fn a_seed_finds_the_same_bug_with_and_without_the_fork_server_and_it_replays() {
     let program = private_copy(&fixture("lost_update"), "lost_update_fork_server");
-    let served_out = out_dir("fork-server-bug");
-    let served = search(&served_out, "random", 1, 200, &program);
-    assert_eq!(served.code, 1, "{}", served.text());
-    let launched_out = out_dir("fork-server-bug-launched");
-    let launched = search_with(&launched_out, "random", 1, 200, &program, &["--no-fork-server"]);
-    assert_eq!(launched.code, 1, "{}", launched.text());
-    let bug = served_out.join("bug-0001/trace.bin");
-    same_decisions(&bug, &launched_out.join("bug-0001/trace.bin"));
+    let bug = same_bug_both_ways("fork-server-bug", 1, &program, &["--no-fork-server"]);
     replays(&bug, "SIGABRT");
     assert_no_survivors(&program);
+}
+
+/// Searches `program` (random, `seed`, up to 200 executions) as dara does by default and with
+/// `options`; both find a bug, with the same decisions. The default search's bug trace.
+fn same_bug_both_ways(name: &str, seed: u64, program: &Path, options: &[&str]) -> PathBuf {
+    let default_out = out_dir(name);
+    let default = search(&default_out, "random", seed, 200, program);
+    assert_eq!(default.code, 1, "{}", default.text());
+    let other_out = out_dir(&format!("{name}-other"));
+    let other = search_with(&other_out, "random", seed, 200, program, options);
+    assert_eq!(other.code, 1, "{options:?}\n{}", other.text());
+    let bug = default_out.join("bug-0001/trace.bin");
+    same_decisions(&bug, &other_out.join("bug-0001/trace.bin"));
+    bug
 }
 
 #[test]
@@ -67,14 +75,8 @@ fn a_program_launched_ahead_runs_as_one_launched_at_its_executions_start() {
     // One job: each execution's program is started while the one before runs (on another CPU);
     // two jobs: each at its execution's start. The same seed finds the same bug either way.
     let program = private_copy(&fixture("lost_update"), "lost_update_ahead");
-    let ahead_out = out_dir("launch-ahead-bug");
-    let ahead = search(&ahead_out, "random", 3, 200, &program);
-    assert_eq!(ahead.code, 1, "{}", ahead.text());
-    let at_start_out = out_dir("launch-ahead-bug-jobs");
-    let at_start = search_with(&at_start_out, "random", 3, 200, &program, &["--jobs", "2"]);
-    assert_eq!(at_start.code, 1, "{}", at_start.text());
-    same_decisions(&ahead_out.join("bug-0001/trace.bin"), &at_start_out.join("bug-0001/trace.bin"));
-    replays(&ahead_out.join("bug-0001/trace.bin"), "SIGABRT");
+    let bug = same_bug_both_ways("launch-ahead-bug", 3, &program, &["--jobs", "2"]);
+    replays(&bug, "SIGABRT");
 
     // The summary counts them, with or without the fork server (where there is a second CPU).
     let demo = private_copy(&fixture("demo_ok"), "demo_ok_ahead");

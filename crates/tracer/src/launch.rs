@@ -514,19 +514,11 @@ impl ProcessTree {
         if self.finished {
             return true;
         }
-        if self.pgid == 0 {
-            // Nothing was started (spawning failed): `kill(-0)` would signal dara's own group.
-            self.finished = true;
-            self.output_writers.clear();
-            for f in &self.forwarders {
-                f.wait_drained();
-            }
-            return true;
-        }
-        if self.init_alone.get() {
-            // Seen by `all_gone`: nothing of the program is left, only the namespace's init,
-            // which runs none of its code. It is killed when the tree is dropped (in a search, on
-            // a thread of its own, off the executions' CPU).
+        // Nothing was started (spawning failed: `kill(-0)` would signal dara's own group), or
+        // `all_gone` saw nothing of the program left but the namespace's init, which runs none of
+        // its code: it is killed when the tree is dropped (in a search, on a thread of its own,
+        // off the executions' CPU).
+        if self.pgid == 0 || self.init_alone.get() {
             self.finish();
             return true;
         }
@@ -566,9 +558,7 @@ impl ProcessTree {
             }
         }
     }
-}
 
-impl ProcessTree {
     /// Marks the tree finished once nothing of the program is left.
     fn finish(&mut self) {
         self.finished = true;

@@ -16,7 +16,7 @@ use dara_tracer::{LaunchSpec, ProcessTree};
 
 use super::harness::target_environment;
 use super::liveness::PropertyLines;
-use super::processes::KnownAhead;
+use super::processes::StartFacts;
 use super::{ExecutionConfig, ExecutionError};
 use crate::region::Region;
 
@@ -26,7 +26,7 @@ pub struct Launched {
     pub(super) tree: ProcessTree,
     pub(super) properties: Arc<PropertyLines>,
     /// Its root's start, learnt ahead (None when launched at the execution's start).
-    pub(super) known: Option<KnownAhead>,
+    pub(super) known: Option<StartFacts>,
     /// What it was launched for: an execution with another seed or watch set cannot use it (the
     /// region holds both from its creation).
     random_seed: u64,
@@ -60,7 +60,7 @@ pub fn can_launch_ahead(cfg: &ExecutionConfig) -> bool {
 pub fn launch_ahead(cfg: &ExecutionConfig, cpu: usize) -> Result<Launched, ExecutionError> {
     dara_tracer::placement::pin(0, cpu);
     let mut launched = launch(cfg, None, Some(cpu))?;
-    launched.known = Some(KnownAhead::learn(launched.tree.root_pid(), launched.tree.pids_virtual()));
+    launched.known = Some(StartFacts::learn(launched.tree.root_pid(), launched.tree.pids_virtual()));
     Ok(launched)
 }
 

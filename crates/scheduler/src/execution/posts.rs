@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use dara_abi::{splitmix64, Op, StartKind, Unsupported, MAX_PROCESSES};
 
-use super::processes::{KnownAhead, ProcessRecord};
+use super::processes::{ProcessRecord, StartFacts};
 use super::Execution;
 use crate::choice::{ProcessId, ThreadId};
 use crate::model::Request;
@@ -206,7 +206,7 @@ impl Execution<'_> {
             self.with_world(|world, ex| world.process_started(ex, process, pid, parent));
             let entry = &self.region.header().processes[process as usize];
             entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
-            let known = known.get_or_insert_with(|| KnownAhead::learn(pid, self.tree.pids_virtual()));
+            let known = known.get_or_insert_with(|| StartFacts::learn(pid, self.tree.pids_virtual()));
             let own_pid = known.own_pid.clone().map_err(|detail| Outcome::Uncontrolled { thread, syscall: "fork".into(), detail })?;
             self.processes.records.insert(process, ProcessRecord { pid, own_pid, alive: true, exit: None, pidfd: known.pidfd.take(), program: String::new() });
             self.network.probe.add_traced(pid);

@@ -52,13 +52,13 @@ pub(super) struct ProcessTable {
     /// Which signal deaths came from outside the program (see `outside_deaths.rs`).
     pub(super) deaths: OutsideDeaths,
     /// The root, learnt while it was launched ahead; taken at its `ProcessStart`.
-    pub(super) known_ahead: Option<KnownAhead>,
+    pub(super) known_ahead: Option<StartFacts>,
 }
 
-/// What a `ProcessStart` needs to know of a new process from /proc, learnt of a program launched
-/// ahead (`launched.rs`) on the launching thread's CPU while the execution before ran: about 50
-/// µs of /proc reads less on the execution's own CPU.
-pub struct KnownAhead {
+/// What a `ProcessStart` needs to know of a new process from /proc. Learnt at the start, or, for
+/// a program launched ahead (`launched.rs`), on the launching thread's CPU while the execution
+/// before ran: about 50 µs of /proc reads less on the execution's own CPU.
+pub struct StartFacts {
     /// Kernel pid: the facts hold for the process that posts it.
     pub(super) pid: u32,
     pub(super) pidfd: Option<OwnedFd>,
@@ -69,14 +69,14 @@ pub struct KnownAhead {
     pub(super) instrumented: bool,
 }
 
-impl KnownAhead {
+impl StartFacts {
     /// Learns what process `pid` will post at its start (`virtual_pids`: it runs in a PID
     /// namespace). Call while it is parked at its start barrier.
-    pub(super) fn learn(pid: u32, virtual_pids: bool) -> KnownAhead {
+    pub(super) fn learn(pid: u32, virtual_pids: bool) -> StartFacts {
         let pidfd = procfs::pidfd_open(pid);
         let own_pid = own_pid(pid, pidfd.as_ref(), virtual_pids);
         let program = procfs::program_name(pid).unwrap_or_default();
-        KnownAhead { pid, pidfd, own_pid, program, instrumented: crate::coverage::executable_is_instrumented(pid) }
+        StartFacts { pid, pidfd, own_pid, program, instrumented: crate::coverage::executable_is_instrumented(pid) }
     }
 }
 
