@@ -39,7 +39,7 @@
 //!
 //! 1. base: `sys`, `call_site`, `region`, `real`, `stop_world`, `solo`, `entropy`, `written`, `fd`,
 //!    `fdguard`, `dispositions`, `fault::program_action`, `sigmask`, `trap`, `exec_image`,
-//!    `cpuid`, `fork_server`
+//!    `cpuid`, `prefault`, `fork_server`
 //! 2. handoff: `unposted`, `gate`
 //! 3. services over the handoff: `interrupt`, `vclock`, `timecalls`, `tsc`, `thread_end`,
 //!    `exec_slot`, `agent_exec`, `process`, `fault`, `coverage`, `access`, `atomics`
@@ -78,6 +78,7 @@ pub mod gate;
 pub mod hooks;
 pub mod init;
 pub mod interrupt;
+pub mod prefault;
 pub mod process;
 pub mod real;
 pub mod region;
