@@ -137,6 +137,8 @@ pub struct Launches {
     pub ahead: u64,
     /// Why there was no fork server although the search asked for one.
     pub no_server: Option<String>,
+    /// PID namespaces made for the executions (None: no pool; the others were used again).
+    pub namespaces_made: Option<u64>,
 }
 
 /// Reported after each execution (in execution order), for progress output.
@@ -564,7 +566,7 @@ impl<'a> Judge<'a> {
             goals: self.goals,
             malformed_property_lines: self.malformed_property_lines,
             watch_overflowed: self.epochs.overflowed(),
-            launches: self.launches,
+            launches: Launches { namespaces_made: self.cfg.execution.namespaces.as_ref().map(|pool| pool.made()), ..self.launches },
         })
     }
 }

@@ -59,8 +59,8 @@ pub fn serve_if_asked(intercept: fn()) {
     crate::cpuid::learn_common_answers();
     // Looked up before the trap: `dlvsym` is libc's.
     let fill_libgcc_cpu_model = crate::cpuid::libgcc_cpu_model_filler();
-    // Also with libc: the code every copy gets page-table entries for before it runs.
-    crate::prefault::note_read_only_segments();
+    // Also with libc: the pages every copy gets page-table entries for before it runs.
+    crate::prefault::note();
     // The syscall trap, the fault handlers and the vDSO patch, set up once here rather than in
     // every copy (the kernel compiles the filter at each install: about 40 µs a copy; the rest
     // about as much): copies inherit them and the flags that say so, and skip their own. From

@@ -91,3 +91,37 @@ fn a_thread_parked_over_a_second_in_the_namespace_keeps_its_process() {
     assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
     assert_no_survivors(&program);
 }
+
+/// The namespaces made, from a search's closing table.
+fn namespaces_made(stdout: &str) -> u64 {
+    let line = stdout.lines().find(|l| l.starts_with("pid namespaces")).unwrap_or_else(|| panic!("no namespace line\n{stdout}"));
+    line.split_whitespace().nth(2).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+}
+
+#[test]
+fn a_namespace_serves_again_only_when_its_execution_left_nothing_behind() {
+    let program = private_copy(&fixture("ns_leftovers"), "ns_leftovers");
+    let p = program.to_str().unwrap();
+    let search = |name: &str, args: &[&str]| {
+        let out = out_dir(name);
+        let mut words = vec!["-o", out.to_str().unwrap(), "--runs", "24", "--seed", "5", "--", p];
+        words.extend_from_slice(args);
+        let run = dara_trace(&words, Duration::from_secs(180));
+        assert_eq!(run.code, 0, "an execution did not start as in a new namespace\n{}", run.text());
+        (out, run)
+    };
+    // Leaving nothing behind, namespaces take turns (three suffice; more are made only when one
+    // comes back after the next execution's program was launched).
+    let (out, clean) = search("ns-leftovers-none", &[]);
+    assert!(namespaces_made(&clean.stdout) < 24, "no namespace was used again\n{}", clean.text());
+    let trace = out.join("trace.bin");
+    let verify = dara_replay(&["-q", "--verify", trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    // A /dev/shm object or a mount left behind: a new namespace for every execution.
+    let (_, shm) = search("ns-leftovers-shm", &["shm"]);
+    assert!(namespaces_made(&shm.stdout) >= 24, "{}", shm.text());
+    let dir = out_dir("ns-leftovers-mount-point");
+    let (_, mounted) = search("ns-leftovers-mount", &["mount", dir.to_str().unwrap()]);
+    assert!(namespaces_made(&mounted.stdout) >= 24, "{}", mounted.text());
+    assert_no_survivors(&program);
+}

@@ -231,13 +231,9 @@ impl ProcessTree {
             None => PidNamespace::create(),
         };
         let (ns, ns_refused) = match spec.virtual_pids.then(make) {
-            Some(Ok(ns)) => {
-                // Its end at teardown is woken and waited for from the tree's CPU.
-                if let Some(cpu) = spec.cpu {
-                    crate::placement::pin(ns.init_pid() as libc::pid_t, cpu);
-                }
-                (Some(ns), None)
-            }
+            // Its init stays where it was made (off the executions' CPU in a search): it only reaps
+            // orphans, and is woken to start its pids over between executions.
+            Some(Ok(ns)) => (Some(ns), None),
             Some(Err(e)) => (None, Some(e.to_string())),
             None => (None, None),
         };
@@ -708,6 +704,12 @@ fn fd_inode(fd: i32) -> Option<u64> {
 
 impl Drop for ProcessTree {
     fn drop(&mut self) {
+        // Nothing of the execution is left in its namespace: a later one may use it.
+        if self.finished && self.init_alone.get() {
+            if let Some(ns) = self.ns.take() {
+                ns.give_back();
+            }
+        }
         self.kill_all();
     }
 }

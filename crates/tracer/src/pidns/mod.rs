@@ -1,16 +1,17 @@
-//! A PID namespace (and a mount namespace with its own /proc) per execution, so that the pids,
-//! tids and parent pids a program observes are the same in every execution of a schedule.
+//! A PID namespace (and a mount namespace with its own /proc) for each execution, so that the
+//! pids, tids and parent pids a program observes are the same in every execution of a schedule.
 //!
-//! dara clones a tiny *init* into new PID and mount namespaces. It runs in dara's own address
-//! space (`CLONE_VM`) on a small stack of its own, making raw system calls only (no libc wrapper
-//! that could write the cloning thread's `errno`): a fork would copy dara's page tables for every
-//! execution and leave dara a copy-on-write fault on each page it writes while the init lives,
-//! which was the largest single cost of an execution. The init (pid 1 there) makes its
-//! mounts private to the namespace (`MS_SLAVE`), mounts a fresh /proc (so `/proc/self` and
-//! `/proc/<pid>` speak namespace pids) and a fresh /dev/shm (what the program leaves there goes
-//! with the namespace), and then only reaps the orphans reparented to it. It shares dara's
-//! descriptor table (`CLONE_FILES`), so it holds no descriptor of its own. It dies with dara (`PR_SET_PDEATHSIG`) and its death
-//! makes the kernel kill everything in the namespace: nothing dara started survives dara.
+//! dara clones a tiny *init* into new PID and mount namespaces ([`init`]). It runs in dara's own
+//! address space (`CLONE_VM`) on a small stack of its own, making raw system calls only: a fork
+//! would copy dara's page tables for every namespace and leave dara a copy-on-write fault on each
+//! page it writes while the init lives. The init (pid 1 there) makes its mounts private to the
+//! namespace (`MS_SLAVE`), mounts a fresh /proc (so `/proc/self` and `/proc/<pid>` speak
+//! namespace pids) and a fresh /dev/shm (what the program leaves there stays in the namespace),
+//! and then only reaps the orphans reparented to it. It shares dara's descriptor table
+//! (`CLONE_FILES`), so it holds no descriptor of its own. It dies with dara (`PR_SET_PDEATHSIG`)
+//! and its death makes the kernel kill everything in the namespace: nothing dara started survives
+//! dara. In a search, a namespace whose execution left nothing behind serves a later execution
+//! with its pids started over ([`reuse`]).
 //!
 //! Commands are started inside with [`PidNamespace::fork_inside`]: the launching thread's
 //! children go to the namespace (`setns(CLONE_NEWPID)` sets *pid_for_children* of that thread
@@ -25,53 +26,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use syscalls::{syscall, Sysno};
+mod init;
+mod reuse;
 
-/// Value written by the init on its ready pipe once it is set up.
-const INIT_READY: u8 = 1;
-/// Value written by the init when its mount namespace could not be made private or /proc could
-/// not be mounted (it then exits).
-const INIT_FAILED: u8 = 0;
-
-/// Bytes of the init's own stack (it calls a handful of system calls in one frame).
-const INIT_STACK_BYTES: usize = 64 * 1024;
-
-/// The init's stack: mapped by dara, unmapped only once the init is reaped (never while it may
-/// run on it).
-#[derive(Debug)]
-struct InitStack {
-    base: *mut libc::c_void,
-}
-
-// SAFETY: the mapping is owned by this value alone; any thread may unmap it.
-unsafe impl Send for InitStack {}
-
-impl InitStack {
-    fn new() -> std::io::Result<InitStack> {
-        // SAFETY: a fresh private anonymous mapping; nothing else is affected.
-        let base = unsafe { libc::mmap(std::ptr::null_mut(), INIT_STACK_BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK, -1, 0) };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(InitStack { base })
-    }
-
-    /// The top of the stack (it grows down), 16-byte aligned.
-    fn top(&self) -> *mut libc::c_void {
-        // SAFETY: one past the end of the mapping, which is what clone wants as a stack pointer.
-        unsafe { self.base.cast::<u8>().add(INIT_STACK_BYTES).cast() }
-    }
-
-    /// Unmaps the stack. Call only once the init is reaped.
-    fn release(&mut self) {
-        if !self.base.is_null() {
-            // SAFETY: the mapping made in `new`, used by no process any more (the caller's
-            // contract); unmapped once.
-            unsafe { libc::munmap(self.base, INIT_STACK_BYTES) };
-            self.base = std::ptr::null_mut();
-        }
-    }
-}
+use init::{init_entry, InitArgs, InitStack, INIT_FAILED, INIT_READY, INIT_READY_HOST_SHM};
 
 /// The namespaces of one execution, entered through descriptors dara holds.
 #[derive(Debug)]
@@ -86,8 +44,17 @@ pub struct PidNamespace {
     own_pid_ns: OwnedFd,
     /// dara's own /proc (host pids), handed to the target as `dara_abi::HOST_PROC_FD`.
     host_proc: OwnedFd,
-    /// `/proc/<init>/task/<init>/children`: the orphans the init adopted.
-    init_children: String,
+    /// `/proc/<init>/task/<init>/children`: the orphans the init adopted (read from offset 0).
+    children: OwnedFd,
+    /// `/proc/<init>/mounts`: polls `POLLPRI` once the namespace's mounts changed.
+    mounts: OwnedFd,
+    /// The namespace's own /dev/shm (None: it has the host's).
+    shm: Option<OwnedFd>,
+    /// The reset pipe: the init's answers, and the write end it answers on.
+    reset_done: OwnedFd,
+    _reset_done_w: OwnedFd,
+    /// The pool to give the namespace back to for another execution ([`reuse`]).
+    returns_to: Option<std::sync::mpsc::Sender<PidNamespace>>,
     reaped: bool,
     /// The init's stack, released once it is reaped (leaked if it never is).
     stack: InitStack,
@@ -103,7 +70,9 @@ impl PidNamespace {
         static OWN_PID_NS: OnceLock<OwnedFd> = OnceLock::new();
         let own_pid_ns = opened_once(&OWN_PID_NS, c"/proc/thread-self/ns/pid", libc::O_RDONLY)?;
         let (ready_r, ready_w) = pipe()?;
-        let mut stack = InitStack::new()?;
+        let (reset_done, reset_done_w) = pipe()?;
+        let args = InitArgs { ready: ready_w.as_raw_fd(), ns_last_pid: ns_last_pid(), reset_done: reset_done_w.as_raw_fd() };
+        let mut stack = InitStack::new(args)?;
         // CLONE_FILES: the init shares dara's descriptor table rather than copying it. A copy,
         // made while another thread of dara holds a duplicate of a program's pipe or socket (a
         // probe's `pidfd_getfd`), would keep that end open until the init closed it: a reader
@@ -122,8 +91,8 @@ impl PidNamespace {
         }
         // SAFETY: the child runs `init_entry` on its own stack in this address space; it makes raw
         // system calls only (no errno, no allocation, no lock: nothing of this process's state
-        // is touched) and exits rather than return. Its stack outlives it (`InitStack`).
-        let pid = unsafe { libc::clone(init_entry, stack.top(), flags, ready_w.as_raw_fd() as usize as *mut libc::c_void) };
+        // is touched) and exits rather than return. Its stack (with its args) outlives it.
+        let pid = unsafe { libc::clone(init_entry, stack.top(), flags, stack.entry_arg()) };
         let clone_error = std::io::Error::last_os_error();
         // SAFETY: restoring the mask saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
@@ -133,35 +102,40 @@ impl PidNamespace {
         }
         let init = pid as u32;
         let Some(init_fd) = pidfd_open(init) else {
-            let error = std::io::Error::last_os_error();
-            kill_and_reap(init);
-            stack.release();
-            return Err(error);
+            return Err(abandon(init, &mut stack, std::io::Error::last_os_error()));
         };
         // The write end stays open here (the table is shared): the init's end is told by its
         // pidfd.
         let ready = init_ready(&ready_r, &init_fd);
         drop(ready_w);
-        if !ready {
-            kill_and_reap(init);
-            stack.release();
-            return Err(std::io::Error::other("the namespace's init could not mount a private /proc"));
+        if !matches!(ready, Some(INIT_READY | INIT_READY_HOST_SHM)) {
+            return Err(abandon(init, &mut stack, std::io::Error::other("the namespace's init could not mount a private /proc")));
         }
-        let namespaces = open_dir(&ns_path(init, "pid")?, libc::O_RDONLY).and_then(|p| Ok((p, open_dir(&ns_path(init, "mnt")?, libc::O_RDONLY)?)));
-        let (pid_ns, mnt_ns) = match namespaces {
-            Ok(fds) => fds,
-            Err(e) => {
-                kill_and_reap(init);
-                stack.release();
-                return Err(e);
-            }
-        };
-        Ok(PidNamespace { init, init_fd, pid_ns, mnt_ns, own_pid_ns, host_proc, init_children: format!("/proc/{init}/task/{init}/children"), reaped: false, stack, _cloned_by: None })
+        let opened = (|| {
+            let in_proc = |path: String, flags| CString::new(path).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput)).and_then(|p| open_dir(&p, flags));
+            let pid_ns = in_proc(format!("/proc/{init}/ns/pid"), libc::O_RDONLY)?;
+            let mnt_ns = in_proc(format!("/proc/{init}/ns/mnt"), libc::O_RDONLY)?;
+            let children = in_proc(format!("/proc/{init}/task/{init}/children"), libc::O_RDONLY)?;
+            let mounts = in_proc(format!("/proc/{init}/mounts"), libc::O_RDONLY)?;
+            let shm = match ready {
+                Some(INIT_READY) => Some(in_proc(format!("/proc/{init}/root/dev/shm"), libc::O_PATH | libc::O_DIRECTORY)?),
+                _ => None,
+            };
+            Ok((pid_ns, mnt_ns, children, mounts, shm))
+        })();
+        let (pid_ns, mnt_ns, children, mounts, shm) = opened.map_err(|e| abandon(init, &mut stack, e))?;
+        Ok(PidNamespace { init, init_fd, pid_ns, mnt_ns, own_pid_ns, host_proc, children, mounts, shm, reset_done, _reset_done_w: reset_done_w, returns_to: None, reaped: false, stack, _cloned_by: None })
     }
 
     /// This namespace, noting that the thread which cloned its init lives while `token` does.
     pub fn kept_alive_by(mut self, token: std::sync::Arc<()>) -> PidNamespace {
         self._cloned_by = Some(token);
+        self
+    }
+
+    /// This namespace, to be given back to `pool` for another execution ([`PidNamespace::give_back`]).
+    pub(crate) fn returning_to(mut self, pool: std::sync::mpsc::Sender<PidNamespace>) -> PidNamespace {
+        self.returns_to = Some(pool);
         self
     }
 
@@ -204,7 +178,10 @@ impl PidNamespace {
 
     /// Whether processes adopted by the init (orphans) are still alive or unreaped.
     pub fn has_orphans(&self) -> bool {
-        !self.reaped && std::fs::read_to_string(&self.init_children).is_ok_and(|c| !c.trim().is_empty())
+        let mut first = [0u8; 1];
+        // SAFETY: pread writes at most one byte into the live local (the file lists the init's
+        // children's pids; empty: none).
+        !self.reaped && unsafe { libc::pread(self.children.as_raw_fd(), first.as_mut_ptr().cast(), 1, 0) } > 0
     }
 
     /// SIGKILLs the init, and with it (the kernel does it) every process in the namespace.
@@ -286,52 +263,8 @@ pub unsafe fn enter_mounts(mnt_ns: i32) -> std::io::Result<()> {
     }
 }
 
-/// Where the cloned init starts: `arg` is the ready pipe's write end.
-extern "C" fn init_entry(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: this is the init, cloned as `init_main` requires.
-    unsafe { init_main(arg as usize as i32) }
-}
-
-/// The init: private mounts, a fresh /proc, then reap orphans until killed.
-///
-/// # Safety
-/// Runs in a child cloned with `CLONE_VM` on its own stack, every signal blocked: raw system
-/// calls only (they write no `errno`, which is the cloning thread's), nothing allocated, nothing
-/// of dara's memory touched but the literals it reads.
-unsafe fn init_main(ready: i32) -> ! {
-    let null = std::ptr::null::<u8>();
-    // SAFETY: every call below takes integers or pointers to literal C strings and live locals.
-    unsafe {
-        let _ = syscall!(Sysno::prctl, libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        // Its own group: the terminal's Ctrl-C goes to dara's group, and a cluster run's commands
-        // join this one (it outlives them all).
-        let _ = syscall!(Sysno::setpgid, 0, 0);
-        let private = syscall!(Sysno::mount, null, c"/".as_ptr(), null, libc::MS_REC | libc::MS_SLAVE, null).is_ok();
-        let proc_mounted = private && syscall!(Sysno::mount, c"proc".as_ptr(), c"/proc".as_ptr(), c"proc".as_ptr(), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, null).is_ok();
-        // A fresh /dev/shm of the execution's own (best effort: a system without one keeps the
-        // host's): POSIX shared memory and named semaphores the program leaves behind (a
-        // postgres killed before its cleanup leaves its PostgreSQL.* segments) go with the
-        // namespace, and names the seeded program draws in every run (postgres's segment
-        // handles) never meet another run's.
-        if proc_mounted {
-            let _ = syscall!(Sysno::mount, c"tmpfs".as_ptr(), c"/dev/shm".as_ptr(), c"tmpfs".as_ptr(), libc::MS_NOSUID | libc::MS_NODEV, c"mode=1777".as_ptr());
-        }
-        let byte = if proc_mounted { INIT_READY } else { INIT_FAILED };
-        let _ = syscall!(Sysno::write, ready, &byte as *const u8, 1);
-        if !proc_mounted {
-            let _ = syscall!(Sysno::exit, 1);
-        }
-        let sigchld: u64 = 1 << (libc::SIGCHLD - 1);
-        loop {
-            while syscall!(Sysno::wait4, -1i32, null, libc::WNOHANG | libc::__WALL, null).is_ok_and(|pid| pid > 0) {}
-            // SIGCHLD is blocked, so one that arrived since the last wait is still pending here.
-            let _ = syscall!(Sysno::rt_sigtimedwait, &sigchld as *const u64, null, null, 8);
-        }
-    }
-}
-
-/// Waits for the init's byte on `ready` (true: set up) or its end (false).
-fn init_ready(ready: &OwnedFd, init: &OwnedFd) -> bool {
+/// Waits for the init's byte on `ready` (None: it ended first).
+fn init_ready(ready: &OwnedFd, init: &OwnedFd) -> Option<u8> {
     loop {
         let mut fds = [libc::pollfd { fd: ready.as_raw_fd(), events: libc::POLLIN, revents: 0 }, libc::pollfd { fd: init.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
         // SAFETY: poll reads and writes the two live pollfds.
@@ -339,23 +272,32 @@ fn init_ready(ready: &OwnedFd, init: &OwnedFd) -> bool {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return false;
+            return None;
         }
         if fds[0].revents & libc::POLLIN != 0 {
             let mut byte = [INIT_FAILED];
             // SAFETY: read writes at most one byte into the live local.
             let n = unsafe { libc::read(ready.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
-            return n == 1 && byte[0] == INIT_READY;
+            return (n == 1).then_some(byte[0]);
         }
         if fds[1].revents != 0 {
-            return false;
+            return None;
         }
     }
 }
 
-/// `/proc/<init>/ns/<which>` in dara's /proc.
-fn ns_path(init: u32, which: &str) -> std::io::Result<CString> {
-    CString::new(format!("/proc/{init}/ns/{which}")).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+/// Kills an init that never became usable, reaps it and frees its stack; returns `error`.
+fn abandon(init: u32, stack: &mut InitStack, error: std::io::Error) -> std::io::Error {
+    kill_and_reap(init);
+    stack.release();
+    error
+}
+
+/// `/proc/sys/kernel/ns_last_pid`, opened for writing once for every init (a write sets the
+/// counter of the writer's own PID namespace, whoever opened it); -1 without one.
+fn ns_last_pid() -> i32 {
+    static NS_LAST_PID: OnceLock<Option<OwnedFd>> = OnceLock::new();
+    NS_LAST_PID.get_or_init(|| open_dir(c"/proc/sys/kernel/ns_last_pid", libc::O_WRONLY).ok()).as_ref().map_or(-1, AsRawFd::as_raw_fd)
 }
 
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
