@@ -44,12 +44,17 @@ pub struct ForkRequest {
     pub cpu: i32,
 }
 
-/// The server's answer: the child's pid as dara sees it, or a negative errno.
+/// The answer to a request: the child's pid as dara sees it, or a negative errno; and the pid of
+/// the child's *holder* (0: none), a process outside the execution that shares the child's memory
+/// and exits once the child has (see `preload/src/copy_holder.rs`). dara's child without an exit
+/// signal: dara reaps it with `__WALL`. Sent by the child itself when it has a holder.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ForkReply {
     pub magic: u32,
     pub pid: i32,
+    pub holder: i32,
+    pub reserved: u32,
 }
 
 /// Sent once by the server when it is ready to serve (`pid`: its own pid), or to say why it
@@ -57,4 +62,4 @@ pub struct ForkReply {
 pub type Greeting = ForkReply;
 
 const _: () = assert!(core::mem::size_of::<ForkRequest>() == 48);
-const _: () = assert!(core::mem::size_of::<ForkReply>() == 8);
+const _: () = assert!(core::mem::size_of::<ForkReply>() == 16);

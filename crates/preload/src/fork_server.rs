@@ -51,7 +51,7 @@ pub fn serve_if_asked(intercept: fn()) {
     let state = match thread_state() {
         Ok(state) => state,
         Err(errno) => {
-            send(&Greeting { magic: MAGIC, pid: -errno });
+            send(&Greeting { magic: MAGIC, pid: -errno, holder: 0, reserved: 0 });
             sys::exit_group(0);
         }
     };
@@ -59,8 +59,10 @@ pub fn serve_if_asked(intercept: fn()) {
     crate::cpuid::learn_common_answers();
     // Looked up before the trap: `dlvsym` is libc's.
     let fill_libgcc_cpu_model = crate::cpuid::libgcc_cpu_model_filler();
-    // Also with libc: the pages every copy gets page-table entries for before it runs.
+    // Also with libc: the pages every copy gets page-table entries for before it runs, and the
+    // rseq registration a copy made with a holder puts back.
     crate::prefault::note();
+    crate::copy_holder::learn_rseq();
     // The syscall trap, the fault handlers and the vDSO patch, set up once here rather than in
     // every copy (the kernel compiles the filter at each install: about 40 µs a copy; the rest
     // about as much): copies inherit them and the flags that say so, and skip their own. From
@@ -71,7 +73,7 @@ pub fn serve_if_asked(intercept: fn()) {
     if let Some(fill) = fill_libgcc_cpu_model {
         fill();
     }
-    send(&Greeting { magic: MAGIC, pid: sys::getpid() as i32 });
+    send(&Greeting { magic: MAGIC, pid: sys::getpid() as i32, holder: 0, reserved: 0 });
     let mut placement = Placement::new();
     loop {
         let mut request = ForkRequest { magic: 0, pid_ns: 0, mount_ns: 0, installs: 0, targets: [-1; MAX_INSTALLS], cpu: -1 };
@@ -85,15 +87,18 @@ pub fn serve_if_asked(intercept: fn()) {
         // that CPU's migration thread (a millisecond on a loaded machine); moving the server,
         // asleep between requests, is one system call, and none while requests keep their CPU.
         placement.move_to(request.cpu);
-        match fork(&request, received, &state) {
-            Ok(0) => {
+        match make_copy(&request, received, &state) {
+            Made::Copy(reply) => {
+                if let Some(reply) = reply {
+                    send(&reply);
+                }
                 // On the CPU the copy was born on, before anything of the execution runs.
                 crate::prefault::fill();
                 become_launched(&request, received, &state);
                 return;
             }
-            Ok(pid) => send(&ForkReply { magic: MAGIC, pid: pid as i32 }),
-            Err(errno) => send(&ForkReply { magic: MAGIC, pid: -errno }),
+            Made::Server(Some(reply)) => send(&reply),
+            Made::Server(None) => {}
         }
         for &fd in received {
             sys::close(fd);
@@ -172,22 +177,67 @@ fn receive(request: &mut ForkRequest, fds: &mut [i32; MAX_FDS]) -> Option<usize>
     Some(count)
 }
 
-/// Clones the child (0 in the child, its pid as dara sees it in the server), in the request's
-/// PID namespace if it names one.
-fn fork(request: &ForkRequest, fds: &[i32], state: &ThreadState) -> Result<i64, i32> {
-    if request.pid_ns != 0 {
-        // SAFETY: setns on a descriptor dara sent; it only changes where this thread's next
-        // child is born.
-        let rc = unsafe { sys::syscall(libc::SYS_setns, &[fds[0] as u64, libc::CLONE_NEWPID as u64]) };
-        if rc < 0 {
-            return Err(-rc as i32);
+/// What making a copy gave, in the process it returns in.
+enum Made {
+    /// In the copy; with the reply it sends dara itself when its holder made it.
+    Copy(Option<ForkReply>),
+    /// In the server, with the reply it sends (None: the copy answers).
+    Server(Option<ForkReply>),
+}
+
+/// The copy's flags: dara's child, glibc's tid field written at its birth and cleared at its end
+/// (at the address the dynamic loader registered for this thread), SIGCHLD at its exit.
+const COPY_FLAGS: i32 = libc::CLONE_PARENT | libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD;
+
+/// Makes the copy for a request, in the request's PID namespace: through a holder
+/// ([`crate::copy_holder`]) when the server learnt what that needs, else with a fork.
+fn make_copy(request: &ForkRequest, fds: &[i32], state: &ThreadState) -> Made {
+    let reply = |pid: i64, holder: i64| ForkReply { magic: MAGIC, pid: pid as i32, holder: holder as i32, reserved: 0 };
+    if !crate::copy_holder::usable() {
+        return match enter_pid_ns(request, fds).and_then(|()| clone(COPY_FLAGS as u64, state.tid_address)) {
+            Ok(0) => Made::Copy(None),
+            Ok(pid) => Made::Server(Some(reply(pid, 0))),
+            Err(errno) => Made::Server(Some(reply(-(errno as i64), 0))),
+        };
+    }
+    // The holder: dara's child too, in the server's own PID namespace (the program never sees
+    // it), without an exit signal (dara waits for it with __WALL).
+    match clone(libc::CLONE_PARENT as u64, 0) {
+        Ok(0) => {}
+        Ok(_) => return Made::Server(None),
+        Err(errno) => return Made::Server(Some(reply(-(errno as i64), 0))),
+    }
+    let holder = sys::getpid() as i64;
+    // SAFETY: prctl with integer arguments.
+    unsafe { sys::syscall(libc::SYS_prctl, &[libc::PR_SET_PDEATHSIG as u64, libc::SIGKILL as u64]) };
+    match enter_pid_ns(request, fds).and_then(|()| crate::copy_holder::clone_copy(COPY_FLAGS as u64, state.tid_address)) {
+        Ok(pid) => Made::Copy(Some(reply(pid as i64, holder))),
+        Err(errno) => {
+            send(&reply(-(errno as i64), holder));
+            sys::exit_group(0);
         }
     }
-    let flags = (libc::CLONE_PARENT | libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD) as u64;
-    // SAFETY: clone without CLONE_VM and with no new stack is a fork: the child continues here on
-    // a copy of this (single-threaded) process. The tid address is glibc's own, registered by the
-    // dynamic loader for this thread.
-    let pid = unsafe { sys::syscall(libc::SYS_clone, &[flags, 0, 0, state.tid_address, 0]) };
+}
+
+/// Makes this thread's next children be born in the request's PID namespace, if it names one.
+fn enter_pid_ns(request: &ForkRequest, fds: &[i32]) -> Result<(), i32> {
+    if request.pid_ns == 0 {
+        return Ok(());
+    }
+    // SAFETY: setns on a descriptor dara sent; it only changes where this thread's next child is
+    // born.
+    let rc = unsafe { sys::syscall(libc::SYS_setns, &[fds[0] as u64, libc::CLONE_NEWPID as u64]) };
+    if rc < 0 {
+        return Err(-rc as i32);
+    }
+    Ok(())
+}
+
+/// A fork (`clone` without `CLONE_VM` and with no new stack: the child continues here on a copy
+/// of this single-threaded process); 0 in the child, its pid as the caller sees it in the caller.
+fn clone(flags: u64, child_tid: u64) -> Result<i64, i32> {
+    // SAFETY: as above; `child_tid` is glibc's own tid field when the flags use it.
+    let pid = unsafe { sys::syscall(libc::SYS_clone, &[flags, 0, 0, child_tid, 0]) };
     if pid < 0 {
         return Err(-pid as i32);
     }

@@ -39,7 +39,7 @@
 //!
 //! 1. base: `sys`, `call_site`, `region`, `real`, `stop_world`, `solo`, `entropy`, `written`, `fd`,
 //!    `fdguard`, `dispositions`, `fault::program_action`, `sigmask`, `trap`, `exec_image`,
-//!    `cpuid`, `prefault`, `fork_server`
+//!    `cpuid`, `prefault`, `copy_holder`, `fork_server`
 //! 2. handoff: `unposted`, `gate`
 //! 3. services over the handoff: `interrupt`, `vclock`, `timecalls`, `tsc`, `thread_end`,
 //!    `exec_slot`, `agent_exec`, `process`, `fault`, `coverage`, `access`, `atomics`
@@ -64,6 +64,7 @@ pub mod access;
 pub mod agent_exec;
 pub mod atomics;
 pub mod call_site;
+pub mod copy_holder;
 pub mod coverage;
 pub mod cpuid;
 pub mod dispositions;

@@ -94,8 +94,8 @@ fn a_thread_parked_over_a_second_in_the_namespace_keeps_its_process() {
 
 /// The namespaces made, from a search's closing table.
 fn namespaces_made(stdout: &str) -> u64 {
-    let line = stdout.lines().find(|l| l.starts_with("pid namespaces")).unwrap_or_else(|| panic!("no namespace line\n{stdout}"));
-    line.split_whitespace().nth(2).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+    let line = stdout.lines().find(|l| l.starts_with("namespaces ")).unwrap_or_else(|| panic!("no namespace line\n{stdout}"));
+    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{line}"))
 }
 
 #[test]

@@ -121,10 +121,11 @@ impl ForkServer {
         self.command == command && self.env == spec.env && self.cwd == spec.cwd && !self.broken.load(Ordering::Relaxed)
     }
 
-    /// A child for an execution: dara's own child, its pid as dara sees it. The caller puts it in
-    /// its process group (`setpgid(pid, pid)`) before reaping by group. After an error the server
+    /// A child for an execution: dara's own child, its pid as dara sees it, and its holder if it
+    /// has one. The caller puts the child in its process group (`setpgid(pid, pid)`) before
+    /// reaping by group, and keeps the holder until the child is gone. After an error the server
     /// serves no more ([`ForkServer::serves`] is false).
-    pub fn fork(&self, child: &ForkChild<'_>) -> std::io::Result<u32> {
+    pub fn fork(&self, child: &ForkChild<'_>) -> std::io::Result<Copy> {
         let result = self.request(child);
         if result.is_err() {
             self.broken.store(true, Ordering::Relaxed);
@@ -132,7 +133,7 @@ impl ForkServer {
         result
     }
 
-    fn request(&self, child: &ForkChild<'_>) -> std::io::Result<u32> {
+    fn request(&self, child: &ForkChild<'_>) -> std::io::Result<Copy> {
         if child.installs.len() > MAX_INSTALLS {
             return Err(std::io::Error::other("too many descriptors for the fork server"));
         }
@@ -149,9 +150,10 @@ impl ForkServer {
         nix::sys::socket::sendmsg::<()>(socket.as_raw_fd(), &iov, &rights, nix::sys::socket::MsgFlags::MSG_NOSIGNAL, None).map_err(std::io::Error::from)?;
         let reply: ForkReply = read_reply_from(&socket, None)?;
         drop(socket);
+        let holder = (reply.holder > 0).then(|| Holder::of(reply.holder as u32));
         match reply.pid {
-            pid if pid > 0 => Ok(pid as u32),
-            errno => Err(std::io::Error::from_raw_os_error(-errno)),
+            pid if pid > 0 => Ok(Copy { pid: pid as u32, holder }),
+            errno => Err(std::io::Error::from_raw_os_error(-errno)), // a holder is reaped as it drops
         }
     }
 
@@ -172,7 +174,7 @@ fn read_reply_from(socket: &OwnedFd, limit: Option<Duration>) -> std::io::Result
             return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the fork server did not answer"));
         }
     }
-    let mut reply = ForkReply { magic: 0, pid: 0 };
+    let mut reply = ForkReply { magic: 0, pid: 0, holder: 0, reserved: 0 };
     // SAFETY: read writes at most size_of::<ForkReply>() bytes into the live reply, which any
     // bytes make valid.
     let n = unsafe { libc::read(socket.as_raw_fd(), (&mut reply as *mut ForkReply).cast(), std::mem::size_of::<ForkReply>()) };
@@ -180,6 +182,48 @@ fn read_reply_from(socket: &OwnedFd, limit: Option<Duration>) -> std::io::Result
         return Err(std::io::Error::other("the fork server ended"));
     }
     Ok(reply)
+}
+
+/// A copy made for an execution.
+#[derive(Debug)]
+pub struct Copy {
+    pub pid: u32,
+    pub holder: Option<Holder>,
+}
+
+/// A copy's holder: the process that shares the copy's memory and takes it down once the copy
+/// has exited (`preload/src/copy_holder.rs`), off the executions' CPU. dara's child without an
+/// exit signal; reaped when this value drops, which waits (bounded) for the holder's end: drop it
+/// once the copy is gone, away from the executions' CPU.
+#[derive(Debug)]
+pub struct Holder {
+    pid: u32,
+    pidfd: Option<OwnedFd>,
+}
+
+/// How long dropping a [`Holder`] waits for it to end by itself before killing it.
+const HOLDER_LIMIT: Duration = Duration::from_secs(10);
+
+impl Holder {
+    fn of(pid: u32) -> Holder {
+        Holder { pid, pidfd: crate::procfs::pidfd_open(pid) }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        if let Some(pidfd) = &self.pidfd {
+            let mut pfd = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: poll reads and writes the one live pollfd.
+            if unsafe { libc::poll(&mut pfd, 1, HOLDER_LIMIT.as_millis() as i32) } != 1 {
+                // SAFETY: pidfd_send_signal on the holder's pidfd with no siginfo.
+                unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<libc::siginfo_t>(), 0u32) };
+            }
+        }
+        // SAFETY: the holder is dara's unreaped child (its pid names it); __WALL for a child
+        // without an exit signal.
+        unsafe { libc::waitpid(self.pid as i32, std::ptr::null_mut(), libc::__WALL) };
+    }
 }
 
 impl Drop for ForkServer {

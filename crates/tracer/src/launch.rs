@@ -148,6 +148,8 @@ pub struct ProcessTree {
     agent: Option<crate::ptrace::AgentProcess>,
     /// The root command is a copy of the spec's fork server.
     root_copied: bool,
+    /// The copy's holder, reaped when the tree drops (after the copy is gone).
+    holder: Option<crate::fork_server::Holder>,
 }
 
 pub use crate::forwarding::{SDK_LINE_MAX, STDERR_TAIL_BYTES};
@@ -238,7 +240,7 @@ impl ProcessTree {
             None => (None, None),
         };
         let host_proc = spec.host_proc_fd.and_then(|_| crate::pidns::dara_proc().ok());
-        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, init_alone: std::cell::Cell::new(false), forwarders, output_writers, stderr_tail, output_pipes, ns, ns_refused, host_proc, agent: None, root_copied: false })
+        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, init_alone: std::cell::Cell::new(false), forwarders, output_writers, stderr_tail, output_pipes, ns, ns_refused, host_proc, agent: None, root_copied: false, holder: None })
     }
 
     fn start_reaper(&mut self, on_exit: impl Fn() + Send + 'static) {
@@ -371,12 +373,13 @@ impl ProcessTree {
         let installs: Vec<(i32, i32)> = stdio.into_iter().chain(self.dara_descriptors()).collect();
         let child = crate::fork_server::ForkChild { pid_ns: self.ns.as_ref().map(PidNamespace::pid_ns_fd), mount_ns: self.ns.as_ref().map(PidNamespace::mount_ns_fd), installs: &installs, cpu: self.spec.born_on.or(self.spec.cpu) };
         match server.fork(&child) {
-            Ok(pid) => {
+            Ok(crate::fork_server::Copy { pid, holder }) => {
                 // dara is its parent: the group exists before the reaper waits on it, whichever of
                 // the two setpgid calls comes first.
                 // SAFETY: plain integers; `pid` is dara's unreaped child.
                 unsafe { libc::setpgid(pid as i32, pid as i32) };
                 self.root_copied = true;
+                self.holder = holder;
                 Some(pid)
             }
             Err(e) => {
@@ -711,6 +714,8 @@ impl Drop for ProcessTree {
             }
         }
         self.kill_all();
+        // The copy is gone: its holder ends (taking the copy's memory down) and is reaped.
+        self.holder.take();
     }
 }
 

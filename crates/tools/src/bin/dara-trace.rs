@@ -579,7 +579,7 @@ fn print_table(summary: &SearchSummary, strategy: &str) {
         println!("{:<22} {} of {} executions' programs started while the execution before ran", "launched ahead", summary.launches.ahead, summary.executions);
     }
     if let Some(made) = summary.launches.namespaces_made.filter(|&made| made > 0) {
-        println!("{:<22} {made} made for {} executions (each used again once its execution left nothing behind)", "pid namespaces", summary.executions);
+        println!("{:<22} {made} PID namespaces made for {} executions (each used again once its execution left nothing behind)", "namespaces", summary.executions);
     }
     for (kind, n) in &summary.outcome_counts {
         println!("{:<22} {n}", format!("  ended {kind}"));
