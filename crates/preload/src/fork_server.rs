@@ -89,11 +89,12 @@ pub fn serve_if_asked(intercept: fn()) {
         placement.move_to(request.cpu);
         match make_copy(&request, received, &state) {
             Made::Copy(reply) => {
+                // On the CPU the copy was born on, before anything of the execution runs (dara
+                // moves the copy to the execution's CPU once it has the reply).
+                crate::prefault::fill();
                 if let Some(reply) = reply {
                     send(&reply);
                 }
-                // On the CPU the copy was born on, before anything of the execution runs.
-                crate::prefault::fill();
                 become_launched(&request, received, &state);
                 return;
             }
