@@ -1,34 +1,29 @@
-//! A fork server's copy gets its page tables before it runs, on the CPU it was born on.
+//! A fork server's copy breaks the copy-on-write sharing of the pages it will write before it
+//! runs, on the CPU it was born on.
 //!
-//! `fork` copies a process's page-table entries only for mappings that hold private pages, and
-//! marks those pages copy-on-write. A copy therefore starts with no entry for the read-only
-//! segments of the loaded files (code, constant data), and takes a page fault at the first touch
-//! of every 64 KiB of code it runs; and its first write to each page the server had written
-//! (glibc's and the loader's data, the main thread's TLS) is a copy-on-write fault. For a small C
-//! program that is about 50 faults, each about 3 µs of the execution's CPU. The server notes once
-//! what to fill ([`note`]): the read-only loadable segments of every object, from the dynamic
-//! loader's list, and the pages of writable segments it wrote itself (from `/proc/self/pagemap`:
-//! present and private), which a copy is most likely to write again. Every copy fills them
-//! ([`fill`], `MADV_POPULATE_READ` / `MADV_POPULATE_WRITE`) before its start barrier, while it is
-//! still on the CPU it was born on: the same work, off the CPU executions run on. Nothing the
-//! program can observe changes: the contents are the same, only when the kernel does its work.
+//! `fork` marks every private page the server had written copy-on-write, so a copy's first write
+//! to each of them (glibc's and the dynamic loader's data, the main thread's TLS, the preload's
+//! own state) is a page fault that copies the page: about 15 faults for a small C program, each
+//! about 3 µs of the execution's CPU. The server notes once which pages it wrote ([`note`]: the
+//! writable loadable segments of every object, from the dynamic loader's list, and the main
+//! thread's TLS, narrowed to the pages `/proc/self/pagemap` shows present and private), which a
+//! copy is most likely to write again, and every copy copies them ([`fill`],
+//! `MADV_POPULATE_WRITE`) before its start barrier, while it is still on the CPU it was born on:
+//! the same work, off the CPU executions run on. Nothing the program can observe changes: the
+//! contents are the same, only when the kernel copies them.
 //!
-//! Left out: the vDSO, and the preload's own code (a copy runs what it needs of it before it
-//! parks, and most of the rest never: every entry filled is one more for the copy's exit to take
-//! down); pages of writable segments the server never wrote (filling them would copy pages the
-//! program may never write).
+//! Not filled: pages the server never wrote (filling them would copy pages the program may never
+//! write), and the code. Filling the loaded objects' code for reading (`MADV_POPULATE_READ`) took
+//! about 30 faults off the execution's CPU but cost the CPU that launches copies twice as much
+//! (filling every page, and taking every entry down at the copy's end, where fault-around maps
+//! only the 64 KiB around each page touched): measured slower on a two-CPU machine.
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::sys;
 
-/// `madvise` advice that faults a range's pages in for reading (Linux 5.14).
-const MADV_POPULATE_READ: u64 = 22;
-/// ... and for writing, breaking copy-on-write sharing (Linux 5.14).
+/// `madvise` advice that faults a range's pages in for writing, breaking copy-on-write sharing
+/// (Linux 5.14).
 const MADV_POPULATE_WRITE: u64 = 23;
-
-/// Pages filled for reading at most in one copy: a program with a large code segment (tens of
-/// MB) touches a small part of it.
-const MAX_READ_PAGES: usize = 4096;
 
 const PAGE: usize = 4096;
 
@@ -65,8 +60,6 @@ impl Ranges {
     }
 }
 
-/// Read-only loadable segments.
-static READ: Ranges = Ranges::new();
 /// Writable loadable segments (and the main thread's TLS), before [`note`] narrows them down to
 /// the pages the server wrote.
 static WRITABLE: Ranges = Ranges::new();
@@ -98,22 +91,14 @@ unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, _data: *m
     let span = |h: &libc::Elf64_Phdr| (base + h.p_vaddr as usize, base + (h.p_vaddr + h.p_memsz) as usize);
     // SAFETY: getauxval reads the process's auxiliary vector.
     let vdso = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } as usize;
-    let own = note as *const () as usize;
-    let loads = || headers.iter().filter(|h| h.p_type == libc::PT_LOAD && h.p_memsz > 0);
     if base == vdso && vdso != 0 {
         return 0;
     }
-    let preload = loads().any(|h| (span(h).0..span(h).1).contains(&own));
     // What the loader made read-only after relocating (its end rounded down, as it does).
     let relro_end = headers.iter().find(|h| h.p_type == libc::PT_GNU_RELRO).map_or(0, |h| span(h).1 & !(PAGE - 1));
-    for h in loads() {
+    for h in headers.iter().filter(|h| h.p_type == libc::PT_LOAD && h.p_memsz > 0 && h.p_flags & libc::PF_W != 0) {
         let (start, end) = span(h);
-        let added = if h.p_flags & libc::PF_W == 0 {
-            preload || READ.add(start, end)
-        } else {
-            start.max(relro_end) >= end || WRITABLE.add(start.max(relro_end), end)
-        };
-        if !added {
+        if start.max(relro_end) < end && !WRITABLE.add(start.max(relro_end), end) {
             return 1;
         }
     }
@@ -158,30 +143,18 @@ fn page_written(fd: i32, page: usize) -> bool {
     n == 8 && entry & PRESENT != 0 && entry & FILE_OR_SHARED == 0
 }
 
-/// Fills the page-table entries noted: read-only segments for reading (at most
-/// [`MAX_READ_PAGES`]), the pages the server wrote for writing. Call in a copy before it runs any
-/// of the program's code; raw system calls only. A kernel without the advice, or a range the
-/// kernel refuses, is skipped: the copy then faults as it would have.
+/// Copies the pages the server wrote, for writing. Call in a copy before it runs any of the
+/// program's code; raw system calls only. A kernel without the advice (before 5.14), or a range
+/// the kernel refuses, is skipped: the copy then faults as it would have.
 pub fn fill() {
-    let mut budget = MAX_READ_PAGES * PAGE;
-    for (start, len) in READ.iter() {
-        let len = len.min(budget);
-        if len == 0 || !populate(start, len, MADV_POPULATE_READ) {
-            break;
-        }
-        budget -= len;
-    }
     for (start, len) in WRITTEN.iter() {
-        populate(start, len, MADV_POPULATE_WRITE);
+        // SAFETY: madvise with a populate advice only faults pages of this process's own
+        // mappings in, as writing them would; it changes no memory.
+        let rc = unsafe { sys::syscall(libc::SYS_madvise, &[start as u64, len as u64, MADV_POPULATE_WRITE]) };
+        if rc == -(libc::EINVAL as i64) {
+            return;
+        }
     }
-}
-
-/// madvise with a populate advice; false on a kernel that does not know it.
-fn populate(start: usize, len: usize, advice: u64) -> bool {
-    // SAFETY: madvise with a populate advice only faults pages of this process's own mappings
-    // in, as reading or writing them would; it changes no memory.
-    let rc = unsafe { sys::syscall(libc::SYS_madvise, &[start as u64, len as u64, advice]) };
-    rc != -(libc::EINVAL as i64)
 }
 
 #[cfg(test)]
@@ -193,16 +166,13 @@ mod tests {
     }
 
     #[test]
-    fn code_and_written_data_are_noted_and_nothing_else() {
+    fn pages_written_are_noted_and_nothing_else() {
         static WRITTEN_HERE: AtomicUsize = AtomicUsize::new(0);
         static NEVER_WRITTEN: [AtomicUsize; 3 * PAGE / 8] = [const { AtomicUsize::new(0) }; 3 * PAGE / 8];
         WRITTEN_HERE.store(1, Ordering::Relaxed);
         note();
-        assert!(in_ranges(&READ, libc::getpid as *const () as usize), "libc's code");
-        // Here the preload is linked into the test program: its own object is left out.
-        assert!(!in_ranges(&READ, note as *const () as usize), "the preload's own code");
-        assert!(!in_ranges(&READ, &WRITTEN_HERE as *const AtomicUsize as usize), "a writable static is not read-only");
         assert!(in_ranges(&WRITTEN, &WRITTEN_HERE as *const AtomicUsize as usize), "a static written before");
+        assert!(!in_ranges(&WRITTEN, libc::getpid as *const () as usize), "code");
         assert!(!in_ranges(&WRITTEN, NEVER_WRITTEN.as_ptr() as usize + PAGE), "a static never written");
         fill();
         assert_eq!(WRITTEN_HERE.load(Ordering::Relaxed), 1, "filling changes no memory");
