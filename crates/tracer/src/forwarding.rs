@@ -69,10 +69,7 @@ impl Drop for Forwarder {
 /// file.
 pub fn start(pipes: Vec<Pipe>, cpu: Option<usize>) -> std::io::Result<Forwarder> {
     let (said, drained) = std::sync::mpsc::channel();
-    let thread = crate::helper_threads::run("dara-output", cpu.is_some(), move || {
-        if let Some(cpu) = cpu {
-            crate::placement::pin(0, cpu);
-        }
+    let thread = crate::helper_threads::run("dara-output", cpu, move || {
         crate::placement::never_preempt();
         copy_all(pipes);
         let _ = said.send(());

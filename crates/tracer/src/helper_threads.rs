@@ -6,8 +6,11 @@
 //! programs, several per cent of the time. A job runs on an idle thread of its kind if there is
 //! one, on a new one otherwise; when it returns, the thread waits for the next job of that kind.
 //! Kinds are never mixed, so what a job sets on its thread (the output thread's scheduling
-//! policy) is what the next job of its kind finds; nor are threads a job pinned to a CPU and
-//! threads that were never pinned (a job that does not pin its thread runs where dara may).
+//! policy) is what the next job of its kind finds; nor are threads pinned to a CPU and threads
+//! that were never pinned (a job that asks for no CPU runs where dara may). A job that asks for a
+//! CPU gets its idle thread moved there before it is woken (moving a sleeping thread is one
+//! system call; a thread woken where it last ran and moving itself would first run there, on the
+//! CPU the last execution used, and wait for that CPU's migration thread).
 //! Idle threads wait for as long as dara runs (a few per job running at once, so two or three in
 //! a one-job search).
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -38,7 +41,7 @@ impl Running {
 /// An idle thread: where to send its next job.
 struct Worker {
     kind: &'static str,
-    /// Its jobs pin it to a CPU.
+    /// It was pinned to a CPU.
     pinned: bool,
     jobs: Sender<(Job, Sender<()>)>,
     tid: Arc<AtomicU32>,
@@ -46,19 +49,21 @@ struct Worker {
 
 static IDLE: Mutex<Vec<Worker>> = Mutex::new(Vec::new());
 
-/// Runs `job` on an idle thread named `kind`, or on a new one. `pinned`: the job pins its thread
-/// to a CPU.
-pub fn run(kind: &'static str, pinned: bool, job: impl FnOnce() + Send + 'static) -> std::io::Result<Running> {
+/// Runs `job` on an idle thread named `kind`, or on a new one, on `cpu` if given.
+pub fn run(kind: &'static str, cpu: Option<usize>, job: impl FnOnce() + Send + 'static) -> std::io::Result<Running> {
     let (done_tx, done) = channel();
     let mut job: Job = Box::new(job);
-    while let Some(worker) = take_idle(kind, pinned) {
+    while let Some(worker) = take_idle(kind, cpu.is_some()) {
+        if let (Some(cpu), Some(tid)) = (cpu, Some(worker.tid.load(Ordering::Relaxed)).filter(|&t| t != 0)) {
+            crate::placement::pin(tid as libc::pid_t, cpu);
+        }
         match worker.jobs.send((job, done_tx.clone())) {
             Ok(()) => return Ok(Running { done, tid: worker.tid }),
             // The thread is gone (an earlier job panicked): the job comes back.
             Err(std::sync::mpsc::SendError((returned, _))) => job = returned,
         }
     }
-    let worker = start(kind, pinned)?;
+    let worker = start(kind, cpu)?;
     worker.jobs.send((job, done_tx)).map_err(|_| std::io::Error::other("a new helper thread ended at once"))?;
     Ok(Running { done, tid: worker.tid })
 }
@@ -69,11 +74,15 @@ fn take_idle(kind: &'static str, pinned: bool) -> Option<Worker> {
     Some(idle.swap_remove(at))
 }
 
-fn start(kind: &'static str, pinned: bool) -> std::io::Result<Worker> {
+fn start(kind: &'static str, cpu: Option<usize>) -> std::io::Result<Worker> {
     let (jobs, queue) = channel::<(Job, Sender<()>)>();
     let tid = Arc::new(AtomicU32::new(0));
+    let pinned = cpu.is_some();
     let worker = Worker { kind, pinned, jobs: jobs.clone(), tid: Arc::clone(&tid) };
     std::thread::Builder::new().name(kind.into()).spawn(move || {
+        if let Some(cpu) = cpu {
+            crate::placement::pin(0, cpu);
+        }
         // SAFETY: gettid takes no arguments and cannot fail.
         tid.store(unsafe { libc::gettid() } as u32, Ordering::Relaxed);
         for (job, done) in queue {
@@ -94,19 +103,19 @@ mod tests {
 
     #[test]
     fn a_thread_whose_job_ended_runs_the_next_job_of_its_kind() {
-        let first = run("dara-test-kind", false, || {}).unwrap();
+        let first = run("dara-test-kind", None, || {}).unwrap();
         first.wait();
         let tid = first.tid().unwrap();
         let (said, heard) = channel();
         // SAFETY: gettid takes no arguments and cannot fail.
-        let second = run("dara-test-kind", false, move || said.send(unsafe { libc::gettid() } as u32).unwrap()).unwrap();
+        let second = run("dara-test-kind", None, move || said.send(unsafe { libc::gettid() } as u32).unwrap()).unwrap();
         second.wait();
         assert_eq!(heard.recv().unwrap(), tid);
         assert_eq!(second.tid(), Some(tid));
-        let other = run("dara-test-other-kind", false, || {}).unwrap();
+        let other = run("dara-test-other-kind", None, || {}).unwrap();
         other.wait();
         assert_ne!(other.tid(), Some(tid), "kinds never share a thread");
-        let pinned = run("dara-test-kind", true, || {}).unwrap();
+        let pinned = run("dara-test-kind", Some(0), || {}).unwrap();
         pinned.wait();
         assert_ne!(pinned.tid(), Some(tid), "a pinned job never gets a thread that was never pinned");
     }
@@ -116,8 +125,8 @@ mod tests {
         let (release, released) = channel::<()>();
         let released = Arc::new(Mutex::new(released));
         let held = Arc::clone(&released);
-        let first = run("dara-test-busy", false, move || drop(held.lock().unwrap().recv())).unwrap();
-        let second = run("dara-test-busy", false, || {}).unwrap();
+        let first = run("dara-test-busy", None, move || drop(held.lock().unwrap().recv())).unwrap();
+        let second = run("dara-test-busy", None, || {}).unwrap();
         second.wait();
         release.send(()).unwrap();
         first.wait();

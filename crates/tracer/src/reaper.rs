@@ -104,12 +104,9 @@ pub(crate) fn start(pgid: u32, cpu: Option<usize>, on_exit: impl Fn() + Send + '
     let (done_tx, done) = channel();
     let reaping = Arc::new(Reaping::default());
     let published = reaping.clone();
-    crate::helper_threads::run("dara-reaper", cpu.is_some(), move || {
+    crate::helper_threads::run("dara-reaper", cpu, move || {
             // SAFETY: gettid takes no arguments and cannot fail.
             published.tid.store(unsafe { libc::gettid() } as u32, Ordering::Relaxed);
-            if let Some(cpu) = cpu {
-                crate::placement::pin(0, cpu);
-            }
             loop {
                 // Which child has ended, without reaping it yet, so the reap itself can be named.
                 let (pid, ended_with) = match ended_child(pgid) {
