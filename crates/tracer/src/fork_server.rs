@@ -125,7 +125,7 @@ impl ForkServer {
     /// has one. The caller puts the child in its process group (`setpgid(pid, pid)`) before
     /// reaping by group, and keeps the holder until the child is gone. After an error the server
     /// serves no more ([`ForkServer::serves`] is false).
-    pub fn fork(&self, child: &ForkChild<'_>) -> std::io::Result<Copy> {
+    pub fn fork(&self, child: &ForkChild<'_>) -> std::io::Result<ServedCopy> {
         let result = self.request(child);
         if result.is_err() {
             self.broken.store(true, Ordering::Relaxed);
@@ -133,7 +133,7 @@ impl ForkServer {
         result
     }
 
-    fn request(&self, child: &ForkChild<'_>) -> std::io::Result<Copy> {
+    fn request(&self, child: &ForkChild<'_>) -> std::io::Result<ServedCopy> {
         if child.installs.len() > MAX_INSTALLS {
             return Err(std::io::Error::other("too many descriptors for the fork server"));
         }
@@ -152,7 +152,7 @@ impl ForkServer {
         drop(socket);
         let holder = (reply.holder > 0).then(|| Holder::of(reply.holder as u32));
         match reply.pid {
-            pid if pid > 0 => Ok(Copy { pid: pid as u32, holder }),
+            pid if pid > 0 => Ok(ServedCopy { pid: pid as u32, holder }),
             errno => Err(std::io::Error::from_raw_os_error(-errno)), // a holder is reaped as it drops
         }
     }
@@ -186,7 +186,7 @@ fn read_reply_from(socket: &OwnedFd, limit: Option<Duration>) -> std::io::Result
 
 /// A copy made for an execution.
 #[derive(Debug)]
-pub struct Copy {
+pub struct ServedCopy {
     pub pid: u32,
     pub holder: Option<Holder>,
 }

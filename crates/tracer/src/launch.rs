@@ -373,7 +373,7 @@ impl ProcessTree {
         let installs: Vec<(i32, i32)> = stdio.into_iter().chain(self.dara_descriptors()).collect();
         let child = crate::fork_server::ForkChild { pid_ns: self.ns.as_ref().map(PidNamespace::pid_ns_fd), mount_ns: self.ns.as_ref().map(PidNamespace::mount_ns_fd), installs: &installs, cpu: self.spec.born_on.or(self.spec.cpu) };
         match server.fork(&child) {
-            Ok(crate::fork_server::Copy { pid, holder }) => {
+            Ok(crate::fork_server::ServedCopy { pid, holder }) => {
                 // dara is its parent: the group exists before the reaper waits on it, whichever of
                 // the two setpgid calls comes first.
                 // SAFETY: plain integers; `pid` is dara's unreaped child.

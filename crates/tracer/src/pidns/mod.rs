@@ -31,7 +31,8 @@ mod reuse;
 
 use init::{init_entry, InitArgs, InitStack, INIT_FAILED, INIT_READY, INIT_READY_HOST_SHM};
 
-/// The namespaces of one execution, entered through descriptors dara holds.
+/// The namespaces an execution runs in (a search may use them again for a later one), entered
+/// through descriptors dara holds.
 #[derive(Debug)]
 pub struct PidNamespace {
     /// Kernel pid (in dara's namespace) of the init.
