@@ -104,13 +104,17 @@ pub fn usable() -> bool {
     RSEQ_AREA.load(Ordering::Relaxed) != 0
 }
 
-/// In the holder: clones the copy (`flags` plus `CLONE_VM | CLONE_VFORK | CLONE_PARENT_SETTID`,
-/// and `CLONE_FILES`: the holder uses no descriptor of the table once the copy runs, so the copy
-/// takes it over rather than a copy of it; the tid address for `CLONE_CHILD_SETTID`/`CLEARTID`
-/// is `child_tid`). Returns only in the copy, with its pid as dara sees it, or in the holder on
-/// failure (`-errno`); the holder itself exits once the copy has let go of the memory.
+/// In the holder: clones the copy (`flags` plus `CLONE_VM | CLONE_VFORK | CLONE_PARENT_SETTID`;
+/// the tid address for `CLONE_CHILD_SETTID`/`CLEARTID` is `child_tid`). Returns only in the copy,
+/// with its pid as dara sees it, or in the holder on failure (`-errno`); the holder itself exits
+/// once the copy has let go of the memory.
+///
+/// Not `CLONE_FILES`, though the holder uses no descriptor once the copy runs: the vfork
+/// completion wakes the holder when the copy's *main thread* lets go of the memory, which a
+/// program whose main thread ends with `pthread_exit` does while its other threads run on; a
+/// holder sharing the table would then close it under them (fixture `main_exits_first.c`).
 pub fn clone_copy(flags: u64, child_tid: u64) -> Result<i32, i32> {
-    let flags = flags | (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PARENT_SETTID | libc::CLONE_FILES) as u64;
+    let flags = flags | (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PARENT_SETTID) as u64;
     // SAFETY: the holder's stack is this static's memory, used by nobody else (see HolderStack).
     let top = unsafe { (*HOLDER_STACK.0.get()).as_mut_ptr().add(256) } as u64;
     // SAFETY: see `clone_sharing_memory`.
@@ -150,10 +154,9 @@ unsafe fn clone_sharing_memory(flags: u64, parent_tid: u64, child_tid: u64, hold
             "call r11",
             "test rax, rax",
             "js 3f",
-            // The holder, once the copy has exited or exec'd (its exec made the table its own):
-            // close every descriptor of the table the copy leaves it (the copy's output pipes
-            // reach their end then, without waiting for the holder's exit), then exit, on its own
-            // stack.
+            // The holder, once the copy's main thread has exited or exec'd: close its own
+            // descriptors (the copy's output pipes reach their end when the copy's close, without
+            // waiting for the holder's exit), then exit, on its own stack.
             "mov rax, {close_range}",
             "xor edi, edi",
             "mov esi, 0xffffffff",

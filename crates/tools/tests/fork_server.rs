@@ -129,3 +129,15 @@ fn killing_dara_trace_ends_its_fork_server() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn a_copy_whose_main_thread_ends_first_keeps_its_descriptors() {
+    let program = private_copy(&fixture("main_exits_first"), "main_exits_first");
+    let out = out_dir("fork-server-main-exits-first");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--runs", "30", "--seed", "4", "--", program.to_str().unwrap()], Duration::from_secs(180));
+    assert_eq!(run.code, 0, "a worker lost its descriptors after the main thread ended\n{}", run.text());
+    assert!(run.stdout.contains("fork server            30 of 30 executions copied"), "{}", run.text());
+    let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert_no_survivors(&program);
+}
