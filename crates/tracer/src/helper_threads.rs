@@ -125,7 +125,10 @@ mod tests {
         let (release, released) = channel::<()>();
         let released = Arc::new(Mutex::new(released));
         let held = Arc::clone(&released);
-        let first = run("dara-test-busy", None, move || drop(held.lock().unwrap().recv())).unwrap();
+        let first = run("dara-test-busy", None, move || {
+            let _ = held.lock().unwrap().recv();
+        })
+        .unwrap();
         let second = run("dara-test-busy", None, || {}).unwrap();
         second.wait();
         release.send(()).unwrap();

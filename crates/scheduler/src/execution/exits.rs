@@ -180,8 +180,10 @@ impl Execution<'_> {
     /// Nothing can be scheduled and no thread is live: wait (bounded) for the processes to end.
     pub(super) fn wait_for_exits(&mut self, stop: &AtomicBool) -> Option<Outcome> {
         let deadline = Instant::now() + self.cfg.busy_limit;
-        // The kernel still releasing an ended process (told in one line) is no hang of the program.
-        while Instant::now() < deadline || self.tree.kernel_still_reaping() {
+        // The kernel still taking an ended process down, or releasing it (told in one line), is
+        // no hang of the program (bounded: a process stuck in its exit is one).
+        let exit_limit = deadline + dara_tracer::launch::REAP_LIMIT;
+        while Instant::now() < deadline || self.tree.kernel_still_reaping() || (Instant::now() < exit_limit && self.exiting_in_kernel()) {
             let seen = self.region.wake_count();
             if let Some(outcome) = self.drain_exits() {
                 return Some(outcome);
@@ -198,6 +200,13 @@ impl Execution<'_> {
             self.region.sleep(seen, Duration::from_millis(20));
         }
         Some(Outcome::Hang { reason: "every thread finished but the process did not exit".into() })
+    }
+}
+
+impl Execution<'_> {
+    /// Whether a live process of the execution has exited and is being taken down by the kernel.
+    fn exiting_in_kernel(&self) -> bool {
+        self.processes.live_pids().into_iter().any(procfs::exiting)
     }
 }
 

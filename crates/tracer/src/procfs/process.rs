@@ -84,6 +84,19 @@ pub fn process_end(pid: u32) -> ProcessEnd {
     }
 }
 
+/// Whether process `pid` is being taken down by the kernel: its last thread has exited (the
+/// leader's `PF_EXITING`, field 9 of `/proc/<pid>/stat`) but it is not a zombie yet, its address
+/// space and descriptors still being released. On a loaded CPU that takes a while, and is no
+/// hang of the program.
+pub fn exiting(pid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Some(stat) = super::read_small(&format!("/proc/{pid}/stat")) else { return false };
+    let Some(close) = stat.rfind(')') else { return false };
+    let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3).copied();
+    field(3) != Some("Z") && field(9).and_then(|f| f.parse::<u64>().ok()).is_some_and(|flags| flags & PF_EXITING != 0)
+}
+
 /// The `TracerPid:` of `/proc/<pid>/status` (0: not traced).
 fn tracer_of(pid: u32) -> Option<u32> {
     let status = super::read_small(&format!("/proc/{pid}/status"))?;
@@ -100,4 +113,23 @@ fn zombie_status(pid: u32) -> ProcessEnd {
         return ProcessEnd::Running;
     }
     ProcessEnd::Zombie(field(52).and_then(|c| c.parse().ok()).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_process_or_none_is_not_exiting() {
+        assert!(!exiting(std::process::id()));
+        assert!(!exiting(u32::MAX));
+        // A zombie is past its teardown: dead, not exiting.
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        while zombie_status(pid) == ProcessEnd::Running {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(!exiting(pid));
+        let _ = { child }.wait();
+    }
 }
