@@ -16,8 +16,14 @@
 //! overwritten it): [`clone_sharing_memory`] switches the holder to a small stack of its own
 //! before the clone and exits from there. What `CLONE_VM` changes for the copy is put back: the
 //! kernel drops a `CLONE_VM` child's rseq registration, which glibc made for the main thread (its
-//! `cpu_id` would go stale), so the copy registers the same area again ([`Rseq`], learnt in the
+//! `cpu_id` would go stale), so the copy registers the same area again ([`learn_rseq`], in the
 //! server). The copy learns its own pid as dara sees it from `CLONE_PARENT_SETTID`.
+//!
+//! The vfork completion comes when the copy's *main thread* lets go of the memory: a program
+//! whose main thread ends with `pthread_exit` wakes the holder while its other threads run on.
+//! The holder then only closes its own descriptors and exits (the memory stays with the copy's
+//! threads, and the last of them takes it down, as without a holder): it shares nothing else
+//! with the copy (fixture `main_exits_first.c`).
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
@@ -39,7 +45,8 @@ const NOT_REGISTERED: u64 = u64::MAX;
 /// runs, in the memory the copy shares with its holder.
 static COPY_PID: AtomicI32 = AtomicI32::new(0);
 
-/// The holder's stack once it has cloned the copy (it calls the syscall page twice on it).
+/// The holder's stack from the clone on (it calls the syscall page on it: the clone, `close_range`,
+/// `exit`).
 #[repr(C, align(16))]
 struct HolderStack(UnsafeCell<[u8; 256]>);
 // SAFETY: used by one holder process at a time, in its own copy of this memory until it clones
