@@ -56,33 +56,28 @@ static HOLDER_STACK: HolderStack = HolderStack(UnsafeCell::new([0; 256]));
 
 /// Learns glibc's rseq registration of this (main) thread: `__rseq_offset` and `__rseq_size`
 /// name the area, and unregistering with a length tells whether it is the one registered (then
-/// registered again at once). Call in the server before it serves: uses libc (`dlsym`). False if
-/// the registration could not be learnt: copies are then made without a holder.
-pub fn learn_rseq() -> bool {
+/// registered again at once). Call in the server before it serves: uses libc (`dlsym`). If the
+/// registration cannot be learnt, copies are made without a holder ([`usable`]).
+pub fn learn_rseq() {
     // SAFETY: dlsym of NUL-terminated names in the global scope; the symbols are plain data.
     let (offset, size) = unsafe { (libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()), libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr())) };
     if offset.is_null() || size.is_null() {
         RSEQ_AREA.store(NOT_REGISTERED, Ordering::Relaxed);
-        return true; // a glibc before 2.35 registers none
+        return; // a glibc before 2.35 registers none
     }
     // SAFETY: glibc's exported rseq variables: a ptrdiff_t and an unsigned int.
     let (offset, size) = unsafe { (*(offset as *const isize), *(size as *const u32)) };
     if size == 0 {
         RSEQ_AREA.store(NOT_REGISTERED, Ordering::Relaxed);
-        return true; // registration off (glibc.pthread.rseq=0) or refused by the kernel
+        return; // registration off (glibc.pthread.rseq=0) or refused by the kernel
     }
     let area = thread_pointer().wrapping_add_signed(offset as i64);
-    for len in [RSEQ_ORIGINAL_LEN, size.next_multiple_of(RSEQ_ORIGINAL_LEN)] {
-        if rseq(area, len, RSEQ_FLAG_UNREGISTER) == 0 {
-            if rseq(area, len, 0) != 0 {
-                return false;
-            }
-            RSEQ_AREA.store(area, Ordering::Relaxed);
-            RSEQ_LEN.store(len, Ordering::Relaxed);
-            return true;
-        }
+    let registered = [RSEQ_ORIGINAL_LEN, size.next_multiple_of(RSEQ_ORIGINAL_LEN)].into_iter().find(|&len| rseq(area, len, RSEQ_FLAG_UNREGISTER) == 0);
+    // Registered again at once; learnt only if that worked.
+    if let Some(len) = registered.filter(|&len| rseq(area, len, 0) == 0) {
+        RSEQ_AREA.store(area, Ordering::Relaxed);
+        RSEQ_LEN.store(len, Ordering::Relaxed);
     }
-    false
 }
 
 /// Registers the main thread's rseq area again, as glibc had it (in a copy: the kernel dropped

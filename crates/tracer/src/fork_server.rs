@@ -212,13 +212,8 @@ impl Holder {
 
 impl Drop for Holder {
     fn drop(&mut self) {
-        if let Some(pidfd) = &self.pidfd {
-            let mut pfd = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            // SAFETY: poll reads and writes the one live pollfd.
-            if unsafe { libc::poll(&mut pfd, 1, HOLDER_LIMIT.as_millis() as i32) } != 1 {
-                // SAFETY: pidfd_send_signal on the holder's pidfd with no siginfo.
-                unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<libc::siginfo_t>(), 0u32) };
-            }
+        if let Some(pidfd) = self.pidfd.as_ref().filter(|fd| !crate::procfs::pidfd_exited_within(fd, HOLDER_LIMIT)) {
+            crate::procfs::pidfd_kill(pidfd);
         }
         // SAFETY: the holder is dara's unreaped child (its pid names it); __WALL for a child
         // without an exit signal.

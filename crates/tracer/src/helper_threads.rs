@@ -28,7 +28,7 @@ pub struct Running {
 impl Running {
     /// The kernel tid of the thread running the job (None until a new thread has started).
     pub fn tid(&self) -> Option<u32> {
-        Some(self.tid.load(Ordering::Relaxed)).filter(|&t| t != 0)
+        known_tid(&self.tid)
     }
 
     /// Returns once the job has returned.
@@ -54,7 +54,7 @@ pub fn run(kind: &'static str, cpu: Option<usize>, job: impl FnOnce() + Send + '
     let (done_tx, done) = channel();
     let mut job: Job = Box::new(job);
     while let Some(worker) = take_idle(kind, cpu.is_some()) {
-        if let (Some(cpu), Some(tid)) = (cpu, Some(worker.tid.load(Ordering::Relaxed)).filter(|&t| t != 0)) {
+        if let (Some(cpu), Some(tid)) = (cpu, known_tid(&worker.tid)) {
             crate::placement::pin(tid as libc::pid_t, cpu);
         }
         match worker.jobs.send((job, done_tx.clone())) {
@@ -66,6 +66,11 @@ pub fn run(kind: &'static str, cpu: Option<usize>, job: impl FnOnce() + Send + '
     let worker = start(kind, cpu)?;
     worker.jobs.send((job, done_tx)).map_err(|_| std::io::Error::other("a new helper thread ended at once"))?;
     Ok(Running { done, tid: worker.tid })
+}
+
+/// A thread's kernel tid, once it has started and published it.
+fn known_tid(tid: &AtomicU32) -> Option<u32> {
+    Some(tid.load(Ordering::Relaxed)).filter(|&t| t != 0)
 }
 
 fn take_idle(kind: &'static str, pinned: bool) -> Option<Worker> {

@@ -75,6 +75,11 @@ impl NamespacePool {
             _ => Err(std::io::Error::other("dara's namespace maker thread ended")),
         }
     }
+
+    /// How many namespaces the pool has made so far (one made ahead and never used included).
+    pub fn made(&self) -> u64 {
+        self.made.load(Ordering::Relaxed)
+    }
 }
 
 /// The first namespace given back that can serve again, reset; None when none is waiting. The
@@ -89,13 +94,6 @@ fn reset_one(came_back: &Receiver<PidNamespace>) -> Option<PidNamespace> {
             }
             Err(TryRecvError::Empty | TryRecvError::Disconnected) => return None,
         }
-    }
-}
-
-impl NamespacePool {
-    /// How many namespaces the pool has made so far (one made ahead and never used included).
-    pub fn made(&self) -> u64 {
-        self.made.load(Ordering::Relaxed)
     }
 }
 

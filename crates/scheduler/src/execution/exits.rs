@@ -201,9 +201,7 @@ impl Execution<'_> {
         }
         Some(Outcome::Hang { reason: "every thread finished but the process did not exit".into() })
     }
-}
 
-impl Execution<'_> {
     /// Whether a live process of the execution has exited and is being taken down by the kernel.
     fn exiting_in_kernel(&self) -> bool {
         self.processes.live_pids().into_iter().any(procfs::exiting)

@@ -102,7 +102,7 @@ impl PidNamespace {
             return Err(clone_error);
         }
         let init = pid as u32;
-        let Some(init_fd) = pidfd_open(init) else {
+        let Some(init_fd) = crate::procfs::pidfd_open(init) else {
             return Err(abandon(init, &mut stack, std::io::Error::last_os_error()));
         };
         // The write end stays open here (the table is shared): the init's end is told by its
@@ -187,9 +187,7 @@ impl PidNamespace {
 
     /// SIGKILLs the init, and with it (the kernel does it) every process in the namespace.
     pub fn kill(&mut self) {
-        // SAFETY: pidfd_send_signal on the init's pidfd with no siginfo; a pidfd never names a
-        // recycled pid.
-        unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.init_fd.as_raw_fd(), libc::SIGKILL, std::ptr::null::<libc::siginfo_t>(), 0u32) };
+        crate::procfs::pidfd_kill(&self.init_fd);
     }
 
     /// Reaps the init once it has exited (it exits only after every process of the namespace,
@@ -209,9 +207,7 @@ impl PidNamespace {
 
     /// Waits at most `limit` for the init to end (its pidfd becomes readable); whether it has.
     pub fn wait_ended(&self, limit: Duration) -> bool {
-        let mut pfd = libc::pollfd { fd: self.init_fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: poll reads and writes the one live pollfd.
-        unsafe { libc::poll(&mut pfd, 1, limit.as_millis().min(i32::MAX as u128) as i32) > 0 }
+        crate::procfs::pidfd_exited_within(&self.init_fd, limit)
     }
 
     /// Notes that someone else (the reaper of the init's process group) reaped the init.
@@ -299,13 +295,6 @@ fn abandon(init: u32, stack: &mut InitStack, error: std::io::Error) -> std::io::
 fn ns_last_pid() -> i32 {
     static NS_LAST_PID: OnceLock<Option<OwnedFd>> = OnceLock::new();
     NS_LAST_PID.get_or_init(|| open_dir(c"/proc/sys/kernel/ns_last_pid", libc::O_WRONLY).ok()).as_ref().map_or(-1, AsRawFd::as_raw_fd)
-}
-
-fn pidfd_open(pid: u32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0u32) };
-    // SAFETY: a descriptor just returned, owned by nobody else.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Kills an init that never became usable and reaps it (it has no other process to wait for).

@@ -34,18 +34,14 @@ impl PidNamespace {
     /// Readies the namespace for another execution; false if it cannot serve again (the caller
     /// drops it).
     pub(crate) fn reset(&mut self) -> bool {
-        if self.reaped || pollable(&self.init_fd, libc::POLLIN) || self.has_orphans() {
+        if self.reaped || crate::procfs::pidfd_exited(&self.init_fd) || self.has_orphans() {
             return false;
         }
-        if pollable(&self.mounts, libc::POLLPRI) || !self.shm.as_ref().is_none_or(empty_tmpfs) {
+        if mounts_changed(&self.mounts) || !self.shm.as_ref().is_none_or(empty_tmpfs) {
             return false;
         }
-        // SAFETY: pidfd_send_signal on the init's pidfd with no siginfo; a pidfd never names a
-        // recycled pid.
-        let sent = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, self.init_fd.as_raw_fd(), RESET_SIGNAL, std::ptr::null::<libc::siginfo_t>(), 0u32) } == 0;
-        if !sent {
-            return false;
-        }
+        // (An init that ended since cannot answer: the wait below then gives up.)
+        crate::procfs::pidfd_signal(&self.init_fd, RESET_SIGNAL);
         let mut pfd = libc::pollfd { fd: self.reset_done.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: poll reads and writes the one live pollfd.
         if unsafe { libc::poll(&mut pfd, 1, RESET_LIMIT.as_millis() as i32) } != 1 {
@@ -68,11 +64,11 @@ impl PidNamespace {
     }
 }
 
-/// Whether `fd` polls with `events` now.
-fn pollable(fd: &OwnedFd, events: libc::c_short) -> bool {
-    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 };
+/// Whether the mount table `/proc/<init>/mounts` (open as `mounts`) changed since it was opened.
+fn mounts_changed(mounts: &OwnedFd) -> bool {
+    let mut pfd = libc::pollfd { fd: mounts.as_raw_fd(), events: libc::POLLPRI, revents: 0 };
     // SAFETY: poll reads and writes the one live pollfd; a zero timeout never waits.
-    unsafe { libc::poll(&mut pfd, 1, 0) == 1 && pfd.revents & (events | libc::POLLERR | libc::POLLHUP) != 0 }
+    unsafe { libc::poll(&mut pfd, 1, 0) == 1 && pfd.revents & (libc::POLLPRI | libc::POLLERR) != 0 }
 }
 
 /// Whether the tmpfs `dir` is on holds nothing but its root directory.

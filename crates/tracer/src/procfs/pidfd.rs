@@ -83,9 +83,14 @@ pub fn reap_if_child(pid: u32) -> bool {
 /// Whether the process behind `pidfd` has ended (its pidfd is readable), whatever /proc now
 /// says about the pid.
 pub fn pidfd_exited(pidfd: &std::os::fd::OwnedFd) -> bool {
+    pidfd_exited_within(pidfd, std::time::Duration::ZERO)
+}
+
+/// Waits at most `limit` for the process behind `pidfd` to end; whether it has.
+pub fn pidfd_exited_within(pidfd: &std::os::fd::OwnedFd, limit: std::time::Duration) -> bool {
     let mut p = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(pidfd), events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd, zero timeout.
-    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, limit.as_millis().min(i32::MAX as u128) as i32) > 0 && p.revents & libc::POLLIN != 0 }
 }
 
 /// The wait status of dara's own child behind `pidfd` once it has ended, without reaping it

@@ -126,7 +126,9 @@ mod tests {
         // A zombie is past its teardown: dead, not exiting.
         let child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while zombie_status(pid) == ProcessEnd::Running {
+            assert!(std::time::Instant::now() < deadline, "`true` never ended");
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert!(!exiting(pid));
