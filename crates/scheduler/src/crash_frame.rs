@@ -74,15 +74,8 @@ fn ends_with_call(code: &[u8; 7]) -> bool {
 /// `len` bytes of `pid`'s memory at `addr` (fewer when the mapping ends), None when unreadable.
 fn read(pid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; len];
-    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: len };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len };
-    // SAFETY: the local iovec covers our own buffer of `len` bytes; the remote address is only
-    // interpreted by the kernel in the target's address space.
-    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    if n <= 0 {
-        return None;
-    }
-    buf.truncate(n as usize);
+    let n = dara_tracer::procfs::read_memory(pid, addr, &mut buf).ok().filter(|&n| n > 0)?;
+    buf.truncate(n);
     Some(buf)
 }
 

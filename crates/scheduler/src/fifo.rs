@@ -37,7 +37,7 @@ impl FifoWait {
     }
 
     fn held_by(&self, pid: u32) -> bool {
-        let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+        let Ok(entries) = fs::read_dir(format!("{}/fd", dara_tracer::procfs::live_task_dir(pid))) else { return false };
         entries.flatten().any(|entry| {
             // Sockets, pipes and anonymous inodes read as "type:[...]": never a FIFO on a file system.
             let named_file = fs::read_link(entry.path()).is_ok_and(|l| l.as_os_str().as_encoded_bytes().first() == Some(&b'/'));
@@ -61,7 +61,7 @@ impl FifoWait {
 /// The access mode (`O_RDONLY`, `O_WRONLY`, `O_RDWR`) of descriptor `fd` of `pid`, from the octal
 /// `flags:` line of its fdinfo.
 fn access_mode(pid: u32, fd: &str) -> Option<i32> {
-    let info = fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).ok()?;
+    let info = dara_tracer::procfs::descriptor_info(pid, fd.parse().ok()?)?;
     let flags = info.lines().find_map(|l| l.strip_prefix("flags:"))?.trim();
     i32::from_str_radix(flags, 8).ok().map(|f| f & libc::O_ACCMODE)
 }

@@ -1,5 +1,5 @@
 //! Reading target memory for the model (a futex word, a statically initialised semaphore) with
-//! process_vm_readv, and telling where an address lies in memory processes share (from
+//! `procfs::read_memory`, and telling where an address lies in memory processes share (from
 //! `/proc/<pid>/maps`). The targets are dara's descendants, so the kernel allows both.
 use std::collections::BTreeMap;
 
@@ -21,13 +21,8 @@ impl TargetMemory {
 impl MemoryReader for TargetMemory {
     fn read_u32(&mut self, process: ProcessId, addr: u64) -> Option<u32> {
         let pid = *self.pids.get(&process)?;
-        let mut value = 0u32;
-        let local = libc::iovec { iov_base: &mut value as *mut u32 as *mut libc::c_void, iov_len: 4 };
-        let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: 4 };
-        // SAFETY: the local iovec points at our own 4-byte integer; the remote address is only
-        // interpreted by the kernel in the target's address space.
-        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-        (n == 4).then_some(value)
+        let mut value = [0u8; 4];
+        (dara_tracer::procfs::read_memory(pid, addr, &mut value).ok()? == 4).then(|| u32::from_ne_bytes(value))
     }
 
     fn shared_location(&mut self, process: ProcessId, addr: u64) -> Option<SharedLocation> {

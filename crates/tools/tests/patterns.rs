@@ -5,7 +5,8 @@
 //! multiprocessing), a mutex, condition variables, a barrier, a rwlock and a raw futex several
 //! processes share, a target killed from outside, and a parent that reads its children's
 //! pipe through stdio (`openssl speed -multi`), descriptor numbers that change what they name
-//! (dup2, F_DUPFD, close_range), and a non-blocking stdout that waits in `poll` for room (xz). The buggy fixtures and their twins are also in
+//! (dup2, F_DUPFD, close_range), a non-blocking stdout that waits in `poll` for room (xz), and
+//! threads that use a pipe after the main thread ended with `pthread_exit`. The buggy fixtures and their twins are also in
 //! fixtures.rs (found, replayed 20/20, same seed same decisions, twins clean over 300 runs).
 mod common;
 
@@ -149,6 +150,27 @@ fn a_semaphore_shared_between_processes_is_one_semaphore() {
     let program = private_copy(&fixture("shared_sem_fork"), "shared-sem");
     searches_clean_and_alike("shared-sem", &program, &[], 1, "parent saw 3 named and 2 unnamed posts");
     assert_no_survivors(&program);
+}
+
+#[test]
+fn threads_go_on_through_a_pipe_after_the_main_thread_ended() {
+    // The main thread's `pthread_exit` takes the descriptor table and the address space out of
+    // the process's pid (pidfd_getfd, /proc/<pid>/fd, process_vm_readv) while the other threads
+    // still use them. Before, through the preload, the pipe was taken for closed: the recording
+    // stopped with the reader "uncontrolled" in read(3, ...) (3 of 3 runs) and a replay that got
+    // further diverged at `send ?<->?`; through the ptrace agent (static), the run hung for good
+    // (the main thread's end is reported to waitpid only when the last thread ends) and, past
+    // that, a send's bytes read as zeros.
+    let dynamic = private_copy(&fixture("leader_gone_pipes"), "leader-gone");
+    let stat = private_copy(&fixture_with("leader_gone_pipes", &["-static"]), "leader-gone-static");
+    for (linked, program) in [("dynamic", &dynamic), ("static", &stat)] {
+        for (how, args) in [("epoll", &[][..]), ("read", &["read"][..])] {
+            records_and_replays(&format!("leader-gone-record-{linked}-{how}"), program, args, "reader got 40 bytes");
+            searches_clean_and_alike(&format!("leader-gone-{linked}-{how}"), program, args, 7, "reader got 40 bytes");
+        }
+    }
+    assert_no_survivors(&dynamic);
+    assert_no_survivors(&stat);
 }
 
 /// The last execution's trace of the search `searches_clean_and_alike` ran as `test`.

@@ -208,13 +208,7 @@ fn write_value(pid: u32, at: Addr, value: TimerValue) -> i64 {
         return 0;
     }
     let spec = libc::itimerspec { it_interval: timespec(value.interval_ns), it_value: timespec(value.remaining_ns) };
-    let size = std::mem::size_of::<libc::itimerspec>();
-    let local = libc::iovec { iov_base: &spec as *const libc::itimerspec as *mut libc::c_void, iov_len: size };
-    let remote = libc::iovec { iov_base: at.0 as *mut libc::c_void, iov_len: size };
-    // SAFETY: the local iovec points at our own itimerspec; the remote address is only
-    // interpreted by the kernel in the target's address space.
-    let n = unsafe { libc::process_vm_writev(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    if n == size as isize {
+    if dara_tracer::procfs::write_plain(pid, at.0, &spec).ok() == Some(std::mem::size_of::<libc::itimerspec>()) {
         0
     } else {
         -i64::from(libc::EFAULT)

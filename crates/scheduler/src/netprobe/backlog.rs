@@ -178,12 +178,9 @@ pub(super) fn read_address(pid: u32, addr: u64, len: u32) -> Option<libc::sockad
     }
     // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
     let mut out: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let local = libc::iovec { iov_base: (&mut out as *mut libc::sockaddr_storage).cast(), iov_len: n };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: n };
-    // SAFETY: the local iovec covers our own value (n <= its size); the remote one is
-    // interpreted in the target.
-    let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    (got == n as isize).then_some(out)
+    // SAFETY: a byte view of our own value, n <= its size.
+    let bytes = unsafe { std::slice::from_raw_parts_mut((&mut out as *mut libc::sockaddr_storage).cast::<u8>(), n) };
+    (dara_tracer::procfs::read_memory(pid, addr, bytes).ok()? == n).then_some(out)
 }
 
 /// The TCP listener a connection to `to` reaches, as the kernel's lookup prefers: one bound to
@@ -215,7 +212,8 @@ fn unix_listener(diag: &SockDiag, pid: u32, raw: &libc::sockaddr_storage, len: u
     if path.is_empty() {
         return None;
     }
-    let root = if path[0] == b'/' { format!("/proc/{pid}/root") } else { format!("/proc/{pid}/cwd/") };
+    let task = dara_tracer::procfs::live_task_dir(pid);
+    let root = if path[0] == b'/' { format!("{task}/root") } else { format!("{task}/cwd/") };
     let mut full = std::ffi::OsString::from(root);
     full.push(std::ffi::OsStr::from_bytes(path));
     let st = std::fs::metadata(full).ok()?;

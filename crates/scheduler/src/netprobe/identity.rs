@@ -115,7 +115,7 @@ impl NetProbe {
     pub(super) fn connections(&mut self, pids: &[u32]) -> Result<Vec<(PortKey, OwnedFd)>, ProbeError> {
         let mut found = Vec::new();
         for &pid in pids {
-            let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+            let Ok(dir) = std::fs::read_dir(format!("{}/fd", dara_tracer::procfs::live_task_dir(pid))) else { continue };
             let mut fds: Vec<i32> = dir
                 .flatten()
                 .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:")))
@@ -151,26 +151,26 @@ impl NetProbe {
     /// The target's descriptor `fd` as our own, `None` if the target has no such descriptor.
     pub(super) fn dup(&mut self, pid: u32, fd: i32) -> Result<Option<OwnedFd>, ProbeError> {
         if !self.pidfds.contains_key(&pid) {
-            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-            let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
-            if pidfd < 0 {
-                return Err(ProbeError(format!("pidfd_open of pid {pid} failed ({}); dara needs Linux 5.6+ to look at the target's sockets", std::io::Error::last_os_error())));
-            }
-            // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
-            self.pidfds.insert(pid, unsafe { OwnedFd::from_raw_fd(pidfd as i32) });
-        }
-        let pidfd = self.pidfds[&pid].as_raw_fd();
-        // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags; returns a new fd.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd as libc::c_long, fd as libc::c_long, 0 as libc::c_long) };
-        if fd < 0 {
-            let err = std::io::Error::last_os_error();
-            return match err.raw_os_error() {
-                Some(libc::EBADF) | Some(libc::ESRCH) => Ok(None),
-                _ => Err(ProbeError(format!("cannot look at a descriptor of pid {pid} (pidfd_getfd: {err})"))),
+            let Some(pidfd) = dara_tracer::procfs::pidfd_open(pid) else {
+                let err = std::io::Error::last_os_error();
+                return Err(ProbeError(format!("pidfd_open of pid {pid} failed ({err}); dara needs Linux 5.6+ to look at the target's sockets")));
             };
+            self.pidfds.insert(pid, pidfd);
         }
-        // SAFETY: a descriptor pidfd_getfd just returned, owned by nobody else.
-        Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+        match descriptor_of(&self.pidfds[&pid], fd) {
+            Ok(dup) => return Ok(Some(dup)),
+            Err(err) if matches!(err.raw_os_error(), Some(libc::EBADF) | Some(libc::ESRCH)) => {}
+            Err(err) => return Err(ProbeError(format!("cannot look at a descriptor of pid {pid} (pidfd_getfd: {err})"))),
+        }
+        // A process whose main thread ended with `pthread_exit` while others run on has no
+        // descriptor table behind its pidfd (the leader let go of it as it exited) though its
+        // threads still share one: look through one of them instead. Without this, whether a
+        // descriptor was found depended on how far the leader's exit had got: a pipe was taken
+        // for closed, its reader granted and blocked in the kernel.
+        let Some(thread) = leaderless_thread(pid) else { return Ok(None) };
+        let Ok(dup) = descriptor_of(&thread, fd) else { return Ok(None) };
+        self.pidfds.insert(pid, thread);
+        Ok(Some(dup))
     }
 
     /// Identifies the endpoint behind `dup` (descriptor `fd` of `process`), naming it on first sight.
@@ -238,4 +238,22 @@ impl NetProbe {
     pub(super) fn lookup(&self, keys: &[PortKey]) -> u64 {
         keys.iter().find_map(|k| self.by_key.get(k)).copied().unwrap_or(NO_ENDPOINT)
     }
+}
+
+/// Descriptor `fd` of the process (or, for a thread pidfd, the thread) behind `pidfd`, as our own.
+fn descriptor_of(pidfd: &OwnedFd, fd: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags; returns a new fd.
+    let dup = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd() as libc::c_long, fd as libc::c_long, 0 as libc::c_long) };
+    if dup < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor pidfd_getfd just returned, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(dup as i32) })
+}
+
+/// A pidfd of a live thread of `pid` when its main thread has ended (a zombie while others run
+/// on); `None` while the main thread lives, when no other thread is left, or on kernels without
+/// thread pidfds (before 6.9).
+fn leaderless_thread(pid: u32) -> Option<OwnedFd> {
+    dara_tracer::procfs::thread_pidfd_open(dara_tracer::procfs::leaderless_thread_id(pid)?).ok()
 }

@@ -216,7 +216,7 @@ pub(super) fn port_bound(k: u64, port: u16) -> bool {
 /// descriptor order: the kernel lists them in the order of its own object addresses, which
 /// differ from run to run, and the first probe of a descriptor names its endpoint.
 pub(super) fn epoll_targets(pid: u32, epfd: i32) -> Vec<i32> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{epfd}")).unwrap_or_default();
+    let text = dara_tracer::procfs::descriptor_info(pid, epfd).unwrap_or_default();
     let mut fds: Vec<i32> = text.lines().filter_map(|l| l.strip_prefix("tfd:")).filter_map(|r| r.split_whitespace().next()?.parse().ok()).collect();
     fds.sort_unstable();
     fds
@@ -227,12 +227,9 @@ pub(super) fn read_pollfds(pid: u32, addr: u64, n: usize) -> Option<Vec<libc::po
     if n == 0 {
         return Some(out);
     }
-    let bytes = n * std::mem::size_of::<libc::pollfd>();
-    let local = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: bytes };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: bytes };
-    // SAFETY: the local iovec covers our own vector; the remote one is interpreted in the target.
-    let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    (got == bytes as isize).then_some(out)
+    // SAFETY: pollfd is three integers; every bit pattern is one.
+    let got = unsafe { dara_tracer::procfs::read_plain(pid, addr, &mut out) }.ok()?;
+    (got == std::mem::size_of_val(&out[..])).then_some(out)
 }
 
 #[cfg(test)]

@@ -4,17 +4,23 @@
 //!
 //! * [`thread`]: a thread's state, CPU time, blocked system call and signals (the watchdog).
 //! * [`process`]: a process's program, signal dispositions, group, namespace pids and end.
+//! * [`memory`]: reading and writing a process's memory, also after its main thread ended.
 //! * [`pidfd`]: signalling, killing and reaping through pidfds; signals marked as dara's.
-//! * [`sockets`]: the descriptors, sockets and ports of a process.
+//! * [`descriptors`]: a process's descriptor table, also after its main thread ended.
+//! * [`sockets`]: the UDP and TCP ports of a process's network namespace.
 //! * [`syscall_names`]: system call names for diagnostics.
 //!
 //! Each item is re-exported here, so callers name it `procfs::thread_sample`.
+pub mod descriptors;
+pub mod memory;
 pub mod pidfd;
 pub mod process;
 pub mod sockets;
 pub mod syscall_names;
 pub mod thread;
 
+pub use descriptors::*;
+pub use memory::*;
 pub use pidfd::*;
 pub use process::*;
 pub use sockets::*;

@@ -10,13 +10,6 @@ pub fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
     (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// The file status and descriptor flags of descriptor `fd` of `pid` (`flags:` in its fdinfo,
-/// octal: `O_NONBLOCK`, `O_CLOEXEC`, ...); None if it is gone.
-pub fn descriptor_flags(pid: i32, fd: i32) -> Option<i32> {
-    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).ok()?;
-    info.lines().find_map(|l| l.strip_prefix("flags:")).and_then(|f| i32::from_str_radix(f.trim(), 8).ok())
-}
-
 /// The pid of the process behind `pidfd` in each PID namespace it is in, outermost (dara's)
 /// first, like [`namespace_pids`](super::namespace_pids) but from `NSpid:` of the pidfd's
 /// fdinfo: about 7 µs for a process just started against about 18 for its

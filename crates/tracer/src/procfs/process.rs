@@ -10,11 +10,8 @@ pub fn program_name(pid: u32) -> Option<String> {
 
 /// A NUL-terminated string at `addr` in process `pid` (at most 4 KiB), for diagnostics.
 pub fn c_string_of(pid: u32, addr: u64) -> Option<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut mem = fs::File::open(format!("/proc/{pid}/mem")).ok()?;
-    mem.seek(SeekFrom::Start(addr)).ok()?;
     let mut buf = vec![0u8; 4096];
-    let n = mem.read(&mut buf).ok()?;
+    let n = super::read_memory(pid, addr, &mut buf).ok()?;
     let end = buf[..n].iter().position(|&b| b == 0)?;
     Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }

@@ -1,14 +1,6 @@
-//! The sockets and pipes of a target as /proc shows them: the inode behind a descriptor, the UDP
-//! ports bound and TCP ports listened on in its network namespace, and who holds a socket.
+//! The sockets of a target's network namespace as /proc shows them: the UDP ports bound and the
+//! TCP ports listened on.
 use std::fs;
-
-/// Inode of the pipe or socket behind descriptor `fd` of process `pid` (`pipe:[N]`), if any.
-pub fn fd_inode(pid: u32, fd: u64) -> Option<u64> {
-    let link = fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok()?;
-    let link = link.to_str()?;
-    let inside = link.strip_prefix("pipe:[").or_else(|| link.strip_prefix("socket:["))?;
-    inside.strip_suffix(']')?.parse().ok()
-}
 
 /// Whether a UDP socket (IPv4 or IPv6) is bound to local `port` in the network namespace of
 /// process `pid`, from `/proc/<pid>/net/udp` and udp6. True when neither table can be read.
@@ -41,12 +33,6 @@ pub fn tcp_listener_inodes(pid: u32, port: u16) -> Vec<u64> {
                 .collect::<Vec<u64>>()
         })
         .collect()
-}
-
-/// Whether process `pid` holds a descriptor of the socket with inode `inode`.
-pub fn holds_socket(pid: u32, inode: u64) -> bool {
-    let wanted = format!("socket:[{inode}]");
-    fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|dir| dir.flatten().any(|e| fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == wanted.as_str())))
 }
 
 #[cfg(test)]

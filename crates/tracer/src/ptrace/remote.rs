@@ -95,26 +95,16 @@ pub fn set_signal_mask(tid: i32, mask: u64) -> io::Result<()> {
 
 /// Reads `buf.len()` bytes at `addr` in process `pid`.
 pub fn read(pid: i32, addr: u64, buf: &mut [u8]) -> io::Result<()> {
-    let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
-    // SAFETY: the local iovec covers the live buffer; the remote one is only read by the kernel.
-    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-    match n {
-        n if n == buf.len() as isize => Ok(()),
-        -1 => Err(io::Error::last_os_error()),
+    match crate::procfs::read_memory(pid as u32, addr, buf)? {
+        n if n == buf.len() => Ok(()),
         _ => Err(io::Error::from_raw_os_error(libc::EFAULT)),
     }
 }
 
 /// Writes `bytes` at `addr` in process `pid`.
 pub fn write(pid: i32, addr: u64, bytes: &[u8]) -> io::Result<()> {
-    let local = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: bytes.len() };
-    // SAFETY: the local iovec covers the live slice, which the kernel only reads.
-    let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
-    match n {
-        n if n == bytes.len() as isize => Ok(()),
-        -1 => Err(io::Error::last_os_error()),
+    match crate::procfs::write_memory(pid as u32, addr, bytes)? {
+        n if n == bytes.len() => Ok(()),
         _ => Err(io::Error::from_raw_os_error(libc::EFAULT)),
     }
 }

@@ -257,7 +257,11 @@ impl Agent {
                 self.run_call(tid, regs);
             }
             Then::ExitThread => {
-                self.tracees.get_mut(&tid).expect("granted tracee").exiting = true;
+                let tracee = self.tracees.get_mut(&tid).expect("granted tracee");
+                tracee.exiting = true;
+                if tid == tracee.pid {
+                    super::report_leader_exit(tid);
+                }
                 self.run_call(tid, regs);
             }
             Then::ReadyWait { timeout_arg, blocking, timespec } => {

@@ -190,6 +190,7 @@ impl Agent {
             libc::PTRACE_EVENT_EXEC => self.exec_stop(tid),
             libc::PTRACE_EVENT_CLONE | libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK => self.creation_stop(tid),
             libc::PTRACE_EVENT_STOP => self.first_or_group_stop(tid),
+            libc::PTRACE_EVENT_EXIT => self.leader_exit_stop(tid),
             _ if signal == (libc::SIGTRAP | 0x80) => self.syscall_exit_stop(tid),
             _ if signal == libc::SIGSEGV && self.counter_read(tid) => {}
             _ if signal == libc::SIGSEGV && cpuid_answered(tid) => {}
@@ -216,6 +217,15 @@ impl Agent {
             }
         }
         self.deaths_seen();
+    }
+
+    /// A main thread that ended with `exit` (`pthread_exit`) stops on its way out
+    /// ([`report_leader_exit`]): the kernel reports its end to `waitpid` only once every other
+    /// thread of its process has ended too, and those stay parked until the scheduler hears that
+    /// this one is gone. It is gone as far as the schedule goes: its slot is finished now.
+    fn leader_exit_stop(&mut self, tid: i32) {
+        self.gone(tid);
+        resume(tid, 0);
     }
 
     /// The filter stopped `tid` on a call.
@@ -713,6 +723,14 @@ pub(crate) fn resume(tid: i32, signal: i32) {
     unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0usize, signal as usize) };
 }
 
+/// Makes the main thread `tid`, granted its `exit`, stop once more as it exits
+/// (`PTRACE_EVENT_EXIT`; see [`Agent::leader_exit_stop`]). Only for a main thread: any other
+/// thread's end is reported as it happens.
+fn report_leader_exit(tid: i32) {
+    // SAFETY: PTRACE_SETOPTIONS takes a stopped tracee's tid and an option mask; no memory.
+    unsafe { libc::ptrace(libc::PTRACE_SETOPTIONS, tid, 0usize, (OPTIONS | libc::PTRACE_O_TRACEEXIT) as usize) };
+}
+
 /// Resumes a stopped tracee until the end of the call it is in.
 pub(crate) fn resume_to_exit(tid: i32) {
     // SAFETY: PTRACE_SYSCALL takes a pid and a signal number; no memory is passed.
@@ -769,7 +787,8 @@ fn as_seen_by(pid: i32, tid: i32, path: &str) -> std::path::PathBuf {
     if p.is_absolute() {
         p.to_path_buf()
     } else {
-        std::path::Path::new(&format!("/proc/{pid}/cwd")).join(p)
+        // The thread's own: the main thread's is unreadable once it has ended.
+        std::path::Path::new(&format!("/proc/{pid}/task/{tid}/cwd")).join(p)
     }
 }
 

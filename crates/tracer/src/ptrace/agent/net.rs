@@ -53,7 +53,7 @@ pub fn descriptor(pid: i32, fd: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPES]
     if fd < 0 {
         return Descriptor::Other;
     }
-    let Ok(link) = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")) else { return Descriptor::Other };
+    let Some((path, link)) = crate::procfs::descriptor_link(pid as u32, fd as u64) else { return Descriptor::Other };
     let link = link.as_os_str().as_encoded_bytes();
     let inode = |prefix: &[u8]| link.strip_prefix(prefix).and_then(|rest| rest.strip_suffix(b"]")).and_then(|n| std::str::from_utf8(n).ok()?.parse::<u64>().ok());
     if link.starts_with(b"socket:[") {
@@ -69,7 +69,7 @@ pub fn descriptor(pid: i32, fd: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPES]
     // is known by its numbers (a path under a chroot or a copied node may not say /dev/urandom).
     if link.starts_with(b"/") {
         use std::os::unix::fs::{FileTypeExt, MetadataExt};
-        if let Ok(m) = std::fs::metadata(format!("/proc/{pid}/fd/{fd}")) {
+        if let Ok(m) = std::fs::metadata(&path) {
             if m.file_type().is_fifo() {
                 return Descriptor::Pipe;
             }
