@@ -13,7 +13,11 @@
 //! A receive without a post is deterministic because everything that can put bytes into the
 //! socket is settled before the thread was granted: dara's deliveries from outside (at quiet
 //! points), and every other thread's sends. Only the thread's own sends since its last post are
-//! not: so it receives without a post only while it has none ([`may_receive`]).
+//! not, and of those only the ones on the socket's peer can bring it bytes (a TCP socket's bytes
+//! come from its peer alone, and in a recording every peer is a traced socket or dara's end of a
+//! relayed connection: a connection to an untraced server stops the run). So it receives without
+//! a post unless it sent on that peer since its last post ([`may_receive`]): a server that reads
+//! again after answering (memcached reads until `EAGAIN`) goes on without a step.
 //!
 //! The calls themselves are the real ones with `MSG_DONTWAIT`: a non-blocking caller gets what the
 //! kernel says; a blocking caller that finds nothing to receive, or no room for all its bytes,
@@ -80,12 +84,23 @@ fn may_go_on() -> bool {
     crate::solo::coarse() && FRUITLESS.with(|f| f.get()) < FRUITLESS_MAX
 }
 
-/// Whether a receive may go without a post: coarse mode, and no send of the thread waits to be
-/// settled (it could be on its way to this very socket). The caller checks that `fd` is a TCP
+/// Whether a receive on `fd` may go without a post: coarse mode, and no send of the thread that
+/// waits to be settled went out on `fd`'s peer (it could be on its way to this very socket). A
+/// socket whose ports cannot be learnt counts as that peer. The caller checks that `fd` is a TCP
 /// socket.
 #[inline]
-pub fn may_receive() -> bool {
-    may_go_on() && TABLE.with(|t| t.len.get() == 0)
+pub fn may_receive(fd: i32) -> bool {
+    if !may_go_on() {
+        return false;
+    }
+    TABLE.with(|t| {
+        let sent_on = &t.fds[..t.len.get()];
+        if sent_on.is_empty() {
+            return true;
+        }
+        let Some(mine) = ports(fd) else { return false };
+        sent_on.iter().all(|sent| ports(sent.get() as i32).is_some_and(|theirs| !(theirs.local == mine.peer && theirs.peer == mine.local)))
+    })
 }
 
 /// Notes a receive that went without a post (after [`may_receive`]).
@@ -128,7 +143,7 @@ pub fn publish(slot: &Slot) {
     for (i, entry) in slot.sent[..len].iter().enumerate() {
         let fd = TABLE.with(|t| t.fds[i].get()) as i32;
         entry.fd.store(fd as u32, Ordering::Relaxed);
-        entry.ports.store(ports(fd), Ordering::Relaxed);
+        entry.ports.store(ports(fd).map_or(0, Ports::packed), Ordering::Relaxed);
         entry.bytes_sent.store(bytes_sent(fd), Ordering::Relaxed);
     }
     slot.sent_count.store(len as u32, Ordering::Relaxed);
@@ -137,19 +152,18 @@ pub fn publish(slot: &Slot) {
     FRUITLESS.with(|f| f.set(0));
 }
 
-/// The socket's local port << 16 | its peer's port (remembered in the descriptor table), 0 if
-/// unknown.
-fn ports(fd: i32) -> u32 {
+/// The socket's local port and its peer's (remembered in the descriptor table), None if unknown.
+fn ports(fd: i32) -> Option<Ports> {
     if let Some(known) = fd::ports(fd) {
-        return known.packed();
+        return Some(known);
     }
-    let (Some(local), Some(peer)) = (inet_port(fd, false), inet_port(fd, true)) else { return 0 };
+    let (Some(local), Some(peer)) = (inet_port(fd, false), inet_port(fd, true)) else { return None };
     if local == 0 || peer == 0 {
-        return 0;
+        return None;
     }
     let ports = Ports { local, peer };
     fd::learned_ports(fd, ports);
-    ports.packed()
+    Some(ports)
 }
 
 /// Bytes the program has written to TCP socket `fd` in all: sent (retransmissions counted once)

@@ -337,6 +337,31 @@ fn a_recording_sends_and_receives_without_steps_and_a_polling_loop_still_yields(
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
+/// A server that looks again after answering (memcached reads until `EAGAIN`) does so without a
+/// step: its unsettled answer can bring its own socket nothing. Before, any unsettled send of
+/// the thread made its next receive a step, and there dara forwarded the answer, the client sent
+/// its next request, and the look found it (2 of 10 times "again", 11 receive steps).
+#[test]
+fn a_server_looks_again_after_answering_without_a_step() {
+    let program = private_copy(&fixture("net_read_after_answer"), "read-after-answer");
+    let mut recorded = Vec::new();
+    for attempt in 0..2 {
+        let out = out_dir(&format!("read-after-answer-{attempt}"));
+        let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(run.code, 0, "{}", run.text());
+        assert!(run.stdout.contains("answered 10 requests, read again 10 times"), "{}", run.text());
+        recorded.push(out.join("trace.bin"));
+    }
+    let t = dara_scheduler::trace::read_file(&recorded[0]).unwrap();
+    let server_receives = t.steps.iter().filter(|s| s.choice.thread == 1 && matches!(s.choice.op, dara_abi::Op::NetRecv)).count();
+    assert!(server_receives <= 10, "{server_receives} receive steps of the server for 10 requests");
+    same_decisions(&recorded[0], &recorded[1]);
+    let verify = dara_replay(&["-q", "--verify", recorded[0].to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    assert_no_survivors(&program);
+}
+
 /// dara relays and records TCP clients and UDP senders to the program's bound sockets only. The
 /// answer of a UDP server outside dara to a traced client (its socket was never bound, so nothing
 /// stands between them), or a client of a Unix-domain listening socket that dara does not trace,

@@ -178,9 +178,10 @@ fn transmit(gate: &Gated, fd: c_int, buf: *const u8, len: usize, dontwait: bool,
 /// Coarse steps: a receive on a TCP socket without a post (see [`crate::unposted`]). Performs
 /// `call` (which must not block: it adds `MSG_DONTWAIT`, or reads a non-blocking descriptor) and
 /// returns its raw result, or None when the receive must take the posted path: not coarse mode,
-/// not a TCP socket, a send of the thread not settled yet, or a blocking caller found nothing.
+/// not a TCP socket, a send of the thread to its peer not settled yet, or a blocking caller found
+/// nothing.
 fn receive_unposted(fd: c_int, nonblock: bool, call: &mut dyn FnMut() -> ssize_t) -> Option<i64> {
-    if !crate::unposted::may_receive() || !is_tcp(fd) {
+    if !crate::solo::coarse() || !is_tcp(fd) || !crate::unposted::may_receive(fd) {
         return None;
     }
     let r = raw(call());
