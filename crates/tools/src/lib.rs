@@ -5,6 +5,7 @@
 //! * [`coverage`]: `dara coverage`, the edge coverage stored in traces, symbolized;
 //! * [`export`]: `dara export`, a trace's steps as a ShiViz log (vector clocks) or JSON;
 //! * [`on_disk`]: what a diverged replay says about on-disk state;
+//! * [`cpu_randomness`]: what it says about a CPU whose random numbers dara cannot hide;
 //! * [`cluster_config`]: the cluster config file and the options that override it.
 //!
 //! Running programs (these drive `dara-scheduler` and `dara-explorer`):
@@ -22,6 +23,7 @@
 //! * [`invocation`]: how a printed command names another of dara's tools so that it runs.
 pub mod cluster_config;
 pub mod coverage;
+pub mod cpu_randomness;
 pub mod explain;
 pub mod gdb;
 pub mod export;
