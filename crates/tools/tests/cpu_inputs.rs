@@ -18,11 +18,6 @@ fn program_lines(stdout: &str) -> Vec<&str> {
     stdout.lines().filter(|l| !l.starts_with("execution ") && !l.contains("trace") && !l.contains("no bug found")).collect()
 }
 
-/// Whether the machine's CPU has `flag` in /proc/cpuinfo.
-fn cpu_has(flag: &str) -> bool {
-    std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default().lines().filter(|l| l.starts_with("flags")).any(|l| l.split_whitespace().any(|f| f == flag))
-}
-
 /// Two 5-execution searches of seed 1 end clean with the same output and the same decisions,
 /// and the last execution replays (`--verify`); returns the output.
 fn searches_alike(test: &str, program: &Path, args: &[&str]) -> String {
@@ -41,12 +36,6 @@ fn searches_alike(test: &str, program: &Path, args: &[&str]) -> String {
     assert!(dara_scheduler::trace::decision_bytes(&a) == dara_scheduler::trace::decision_bytes(&b), "{test}: the same seed made other decisions");
     replays_identically(&traces[1]);
     outputs.remove(0)
-}
-
-/// Whether this machine's CPU hands out random numbers (RDRAND) and cannot fault on `cpuid`, so
-/// that dara cannot hide them (many AMD hosts and VMs; docs/determinism.md).
-fn rdrand_cannot_be_hidden() -> bool {
-    cpu_has("rdrand") && !cpu_has("cpuid_fault")
 }
 
 /// On a CPU that cannot fault on `cpuid`, dara does not pretend: every execution sees RDRAND

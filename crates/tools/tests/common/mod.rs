@@ -423,3 +423,14 @@ pub fn wait_at_most(child: &mut std::process::Child, limit: Duration) -> Option<
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Whether the machine's CPU has `flag` in /proc/cpuinfo.
+pub fn cpu_has(flag: &str) -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default().lines().filter(|l| l.starts_with("flags")).any(|l| l.split_whitespace().any(|f| f == flag))
+}
+
+/// Whether this machine's CPU hands out random numbers (RDRAND) and cannot fault on `cpuid`, so
+/// that dara cannot hide them from a program (many AMD hosts and VMs; docs/determinism.md).
+pub fn rdrand_cannot_be_hidden() -> bool {
+    cpu_has("rdrand") && !cpu_has("cpuid_fault")
+}

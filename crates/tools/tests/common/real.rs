@@ -54,6 +54,17 @@ pub fn replays_identically(trace: &Path) {
     assert!(replay.stdout.contains("verify: 2 more executions identical"), "{}", replay.text());
 }
 
+/// Like [`replays_identically`], for a program that draws the CPU's own random numbers when it
+/// can (libgcrypt mixes `rdrand` into its pool): on a CPU that cannot fault on `cpuid` dara cannot
+/// hide them, and the replay may diverge, but then it must say that the CPU is why.
+pub fn replays_identically_or_blames_the_cpu(trace: &Path) {
+    if !super::rdrand_cannot_be_hidden() {
+        return replays_identically(trace);
+    }
+    let replay = dara_replay(&["-q", "--verify", trace.to_str().unwrap()], Duration::from_secs(300));
+    assert!(replay.code == 0 || replay.text().contains("this CPU cannot fault on cpuid"), "{}", replay.text());
+}
+
 /// Steps of the trace whose operation is `op`.
 pub fn steps_with(trace: &Path, op: Op) -> usize {
     let t = dara_scheduler::trace::read_file(trace).unwrap();
