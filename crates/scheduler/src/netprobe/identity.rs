@@ -2,6 +2,7 @@
 //! (`PortKey`) it is found and owed under.
 
 use super::*;
+use dara_tracer::procfs::{self, pidfd_getfd};
 
 /// An address pair of an INET socket: (protocol kind, local port, remote port or 0).
 pub(super) type PortKey = (u64, u16, u16);
@@ -115,7 +116,7 @@ impl NetProbe {
     pub(super) fn connections(&mut self, pids: &[u32]) -> Result<Vec<(PortKey, OwnedFd)>, ProbeError> {
         let mut found = Vec::new();
         for &pid in pids {
-            let Ok(dir) = std::fs::read_dir(format!("{}/fd", dara_tracer::procfs::live_task_dir(pid))) else { continue };
+            let Ok(dir) = std::fs::read_dir(format!("{}/fd", procfs::live_task_dir(pid))) else { continue };
             let mut fds: Vec<i32> = dir
                 .flatten()
                 .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:")))
@@ -150,14 +151,14 @@ impl NetProbe {
 
     /// The target's descriptor `fd` as our own, `None` if the target has no such descriptor.
     pub(super) fn dup(&mut self, pid: u32, fd: i32) -> Result<Option<OwnedFd>, ProbeError> {
-        if !self.pidfds.contains_key(&pid) {
-            let Some(pidfd) = dara_tracer::procfs::pidfd_open(pid) else {
+        if let std::collections::btree_map::Entry::Vacant(slot) = self.pidfds.entry(pid) {
+            let Some(pidfd) = procfs::pidfd_open(pid) else {
                 let err = std::io::Error::last_os_error();
                 return Err(ProbeError(format!("pidfd_open of pid {pid} failed ({err}); dara needs Linux 5.6+ to look at the target's sockets")));
             };
-            self.pidfds.insert(pid, pidfd);
+            slot.insert(pidfd);
         }
-        match descriptor_of(&self.pidfds[&pid], fd) {
+        match pidfd_getfd(&self.pidfds[&pid], fd) {
             Ok(dup) => return Ok(Some(dup)),
             Err(err) if matches!(err.raw_os_error(), Some(libc::EBADF) | Some(libc::ESRCH)) => {}
             Err(err) => return Err(ProbeError(format!("cannot look at a descriptor of pid {pid} (pidfd_getfd: {err})"))),
@@ -168,7 +169,7 @@ impl NetProbe {
         // descriptor was found depended on how far the leader's exit had got: a pipe was taken
         // for closed, its reader granted and blocked in the kernel.
         let Some(thread) = leaderless_thread(pid) else { return Ok(None) };
-        let Ok(dup) = descriptor_of(&thread, fd) else { return Ok(None) };
+        let Ok(dup) = pidfd_getfd(&thread, fd) else { return Ok(None) };
         self.pidfds.insert(pid, thread);
         Ok(Some(dup))
     }
@@ -240,20 +241,9 @@ impl NetProbe {
     }
 }
 
-/// Descriptor `fd` of the process (or, for a thread pidfd, the thread) behind `pidfd`, as our own.
-fn descriptor_of(pidfd: &OwnedFd, fd: i32) -> std::io::Result<OwnedFd> {
-    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags; returns a new fd.
-    let dup = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd() as libc::c_long, fd as libc::c_long, 0 as libc::c_long) };
-    if dup < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor pidfd_getfd just returned, owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(dup as i32) })
-}
-
 /// A pidfd of a live thread of `pid` when its main thread has ended (a zombie while others run
 /// on); `None` while the main thread lives, when no other thread is left, or on kernels without
 /// thread pidfds (before 6.9).
 fn leaderless_thread(pid: u32) -> Option<OwnedFd> {
-    dara_tracer::procfs::thread_pidfd_open(dara_tracer::procfs::leaderless_thread_id(pid)?).ok()
+    procfs::thread_pidfd_open(procfs::leaderless_thread_id(pid)?).ok()
 }

@@ -62,7 +62,7 @@
 //! `TcpSnapshot`, arrival of sent bytes); `sockets` the stateless socket helpers.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use dara_abi::request::STREAM_SEND_MOST;

@@ -235,6 +235,7 @@ pub(super) fn read_pollfds(pid: u32, addr: u64, n: usize) -> Option<Vec<libc::po
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::FromRawFd;
 
     #[test]
     fn a_duplicate_is_the_same_file_and_another_eventfd_is_not() {

@@ -147,7 +147,7 @@ fn run(cli: Cli, document: &mut ReplayDocument) -> anyhow::Result<u8> {
         let names = listing::Names { symbols: &report.symbols, threads: &report.threads, programs: &report.programs, nodes: &report.nodes, cluster: recorded.header.cluster.as_ref(), outside: &report.outside, places: &places, critical: recorded.header.critical_transition.as_ref() };
         print!("{}", listing::interleaving(&report.steps, &names, &preempted));
     }
-    let on_disk = || {
+    let divergence_notes = || {
         println!("{}", dara_tools::on_disk::divergence_note(&recorded.header.written, recorded_setup.as_deref(), cli.no_setup));
         if let Some(note) = dara_tools::cpu_randomness::divergence_note() {
             println!("{note}");
@@ -156,7 +156,7 @@ fn run(cli: Cli, document: &mut ReplayDocument) -> anyhow::Result<u8> {
     if let Some((code, divergence)) = judge(&recorded, &report) {
         document.divergence = divergence;
         if code == DIVERGED {
-            on_disk();
+            divergence_notes();
         }
         return Ok(code);
     }
@@ -180,7 +180,7 @@ fn run(cli: Cli, document: &mut ReplayDocument) -> anyhow::Result<u8> {
             };
             if let Some(differs) = differs {
                 println!("verify: run {round} {differs}");
-                on_disk();
+                divergence_notes();
                 document.verified = Some(false);
                 document.divergence = Some(format!("verify: run {round} {differs}"));
                 return Ok(DIVERGED);

@@ -3,11 +3,42 @@
 //! recycled pid.
 /// A pidfd for `pid` (None if it is already gone).
 pub fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    open_pidfd(pid, 0).ok()
+}
+
+/// `pidfd_open` flag for a pidfd of one thread, readable once that thread has exited (Linux 6.9;
+/// the value is `O_EXCL`).
+const PIDFD_THREAD: libc::c_long = libc::O_EXCL as libc::c_long;
+
+/// A pidfd of thread `tid` alone (`PIDFD_THREAD`, Linux 6.9): readable when that thread exits, and
+/// [`pidfd_getfd`] on it reads *that thread's* descriptor table, which outlives a main thread that
+/// ended with `pthread_exit`. `ESRCH` if the thread is gone, `EINVAL` on older kernels.
+pub fn thread_pidfd_open(tid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
+    open_pidfd(tid, PIDFD_THREAD)
+}
+
+fn open_pidfd(id: u32, flags: libc::c_long) -> std::io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
+    // SAFETY: pidfd_open takes a pid or tid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, id as libc::c_long, flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     // SAFETY: a fresh descriptor nothing else owns.
-    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Descriptor `fd` of the process (or, for a thread pidfd, the thread) behind `pidfd`, as our own
+/// (`pidfd_getfd`: the same open file).
+pub fn pidfd_getfd(pidfd: &std::os::fd::OwnedFd, fd: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags; returns a new fd or -1.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd() as libc::c_long, fd as libc::c_long, 0 as libc::c_long) };
+    if copy < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor pidfd_getfd just returned, owned by nobody else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(copy as i32) })
 }
 
 /// The pid of the process behind `pidfd` in each PID namespace it is in, outermost (dara's)

@@ -140,24 +140,6 @@ fn thread_exists(pid: u32, tid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
 }
 
-/// `pidfd_open` flag for a pidfd of one thread, readable once that thread has exited (Linux 6.9;
-/// the value is `O_EXCL`).
-const PIDFD_THREAD: libc::c_long = libc::O_EXCL as libc::c_long;
-
-/// A pidfd of thread `tid` alone (`PIDFD_THREAD`, Linux 6.9): readable when that thread exits, and
-/// `pidfd_getfd` on it reads *that thread's* descriptor table, which outlives a leader that ended
-/// with `pthread_exit`. `ESRCH` if the thread is gone, `EINVAL` on older kernels.
-pub fn thread_pidfd_open(tid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a tid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid as libc::c_long, PIDFD_THREAD) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor nothing else owns.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
-}
-
 /// Waits up to `limit` until thread `tid` of process `pid` has exited, without looking its /proc
 /// entries up while the kernel tears them down: a pidfd of the thread (`PIDFD_THREAD`) becomes
 /// readable when it exits. Looking up `/proc/<pid>/task/<tid>` in a loop as the thread exits
@@ -165,13 +147,10 @@ pub fn thread_pidfd_open(tid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
 /// `shrink_dcache_parent`) race with dara's lookups. Kernels without thread pidfds fall back to
 /// polling /proc with a growing pause.
 pub fn wait_thread_exit(pid: u32, tid: u32, limit: std::time::Duration) {
-    let opened = thread_pidfd_open(tid);
+    let opened = super::thread_pidfd_open(tid);
     if let Ok(fd) = &opened {
-        use std::os::fd::AsRawFd;
-        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let ms = limit.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd; an interrupted poll just ends the wait early.
-        unsafe { libc::poll(&mut p, 1, ms) };
+        // An interrupted poll just ends the wait early.
+        super::pidfd_exited_within(fd, limit);
         return;
     }
     if opened.is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH)) {

@@ -29,7 +29,7 @@
 //! A UDP socket is split when it is bound (`bind`), as the preload splits one; the addresses of
 //! the datagrams that cross it are `datagrams.rs`'s.
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use dara_abi::{Request, Unsupported};
 
@@ -362,11 +362,7 @@ struct Socket(OwnedFd);
 
 impl Socket {
     fn of(pid: i32, fd: i32) -> Option<Socket> {
-        let pidfd = crate::procfs::pidfd_open(pid as u32)?;
-        // SAFETY: pidfd_getfd takes two descriptors and flags; it returns a new descriptor.
-        let dup = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
-        // SAFETY: a new descriptor of ours.
-        (dup >= 0).then(|| Socket(unsafe { OwnedFd::from_raw_fd(dup as i32) }))
+        super::net::copy_of(pid, fd).map(Socket)
     }
 
     fn option(&self, level: i32, name: i32) -> Option<i32> {

@@ -99,18 +99,7 @@ fn receive_deadline(pid: i32, fd: i32, now: u64) -> u64 {
 
 /// A copy of descriptor `fd` of process `pid` (`pidfd_getfd`: the same open file), or None.
 pub(super) fn copy_of(pid: i32, fd: i32) -> Option<std::os::fd::OwnedFd> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_long, 0 as libc::c_long) };
-    if pidfd < 0 {
-        return None;
-    }
-    // SAFETY: a descriptor pidfd_open just returned, owned by nobody else.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
-    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags; returns a new fd or -1.
-    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd() as libc::c_long, fd as libc::c_long, 0 as libc::c_long) };
-    // SAFETY: a descriptor pidfd_getfd just returned, owned by nobody else.
-    (copy >= 0).then(|| unsafe { OwnedFd::from_raw_fd(copy as i32) })
+    crate::procfs::pidfd_getfd(&crate::procfs::pidfd_open(pid as u32)?, fd).ok()
 }
 
 /// Whether `fd` of `pid` was opened `O_NONBLOCK` (its `fdinfo` flags, in octal).
