@@ -21,12 +21,14 @@
 # and Debian's etcd-server, etcd-client and hugo (real Go programs: crates/tools/tests/real_go.rs),
 # and busybox-static (a statically linked shell that runs its applets by exec'ing /proc/self/exe:
 # crates/tools/tests/ptrace_calls.rs), and gnupg (gpg and gpg-agent on libgcrypt and npth: an RSA
-# key made under dara, crates/tools/tests/real_programs.rs).
+# key made under dara, crates/tools/tests/real_programs.rs), and Apache httpd 2.4 (apache2: the
+# event MPM under curl) and unbound (a DNS server whose threads share its port), both in
+# crates/tools/tests/real_servers.rs.
 # postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
 # from util-linux).
 #
-# The redis, memcached, nginx, mosquitto, lighttpd, haproxy and etcd packages would start a system
-# service (on ports 6379, 11211, 80, 1883 and 2379) where
+# The redis, memcached, nginx, mosquitto, lighttpd, haproxy, etcd, apache2 and unbound packages
+# would start a system service (on ports 6379, 11211, 80, 1883, 2379 and 53) where
 # the init system lets them (Debian's postinst runs invoke-rc.d / deb-systemd-invoke). The tests
 # start their own servers on free ports and want no other on the machine, so while installing them
 # a policy-rc.d that denies every start is put in place (unless one is there already: container
@@ -76,6 +78,10 @@ command -v dig >/dev/null 2>&1 || need+=(dnsutils)
 command -v iperf3 >/dev/null 2>&1 || need+=(iperf3)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || services+=(postgresql-15)
 command -v etcd >/dev/null 2>&1 || services+=(etcd-server)
+# Apache httpd 2.4 with the event MPM (tests/fixtures/scripts/apache_test.sh, real_servers.rs).
+[ -x /usr/sbin/apache2 ] || services+=(apache2)
+# unbound 1.17: a threaded DNS server whose threads share the port (tests/fixtures/scripts/unbound_test.sh).
+command -v unbound >/dev/null 2>&1 || [ -x /usr/sbin/unbound ] || services+=(unbound)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v hugo >/dev/null 2>&1 || need+=(hugo)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
@@ -135,5 +141,7 @@ if [ ${#need[@]} -gt 0 ]; then
         no_service lighttpd /run/lighttpd.pid 80
         no_service haproxy /run/haproxy.pid 80
         no_service etcd /run/etcd.pid 2379
+        no_service apache2 /run/apache2/apache2.pid 80
+        no_service unbound /run/unbound.pid 53
     fi
 fi

@@ -192,6 +192,7 @@ real_functions! {
     fn listen(fd: c_int, backlog: c_int) -> c_int;
     fn bind(fd: c_int, addr: *const libc::sockaddr, len: libc::socklen_t) -> c_int;
     fn getsockname(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
+    fn setsockopt(fd: c_int, level: c_int, name: c_int, value: *const c_void, len: libc::socklen_t) -> c_int;
     fn getpeername(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
     fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t;
     fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut libc::sockaddr, alen: *mut libc::socklen_t) -> ssize_t;

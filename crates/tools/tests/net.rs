@@ -153,6 +153,36 @@ fn net_small_rcvbuf() {
     stays_clean("net_small_rcvbuf", 5, &["recv             tcp e", "received 300000"]);
 }
 
+/// A listener with `TCP_DEFER_ACCEPT` (tests/fixtures/net_defer_accept.c, as Apache sets it):
+/// clients that connect and send only after a sleep are accepted, through `poll` and a blocking
+/// `accept`, and answered. Before, dara waited for the first connection to show in the listener's
+/// queue while its client was parked before the bytes that would queue it, and every execution
+/// stopped as uncontrolled after 2 s. The preload takes the option off (`hooks/sockopt.rs`); the
+/// static build goes through the ptrace agent, where the scheduler takes it off when the
+/// connection does not show (the kernel then answers the handshake again, a second later).
+#[test]
+fn net_defer_accept() {
+    stays_clean("net_defer_accept", 3, &["accept           tcp e", "defer_accept: 2 pongs"]);
+    let program = private_copy(&fixture_with("net_defer_accept", &["-static", "-pthread"]), "net_defer_accept_static");
+    let out = out_dir("net_defer_accept_static");
+    let run = search(&out, "random", 3, 2, &program);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert_eq!(run.stdout.matches("defer_accept: 2 pongs").count(), 2, "{}", run.text());
+    let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert!(verify.code == 0 && verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    assert_no_survivors(&program);
+}
+
+/// Two server threads with a UDP socket and a TCP listener each on one port (SO_REUSEPORT;
+/// tests/fixtures/net_reuseport.c, as unbound's threads): every query and connection is answered,
+/// the same seed gives the same decisions (the group's first socket takes everything: which one
+/// the kernel picks otherwise follows the client's random port). Before, dara waited for the first
+/// datagram on the socket that did not get it and stopped the run after 2 s.
+#[test]
+fn net_reuseport() {
+    stays_clean("net_reuseport", 5, &["reuseport: 3 datagrams and 3 connections answered"]);
+}
+
 /// The same over a Unix-domain socketpair, which delivers inside each write.
 #[test]
 fn net_split_send_unix() {

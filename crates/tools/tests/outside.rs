@@ -362,6 +362,30 @@ fn a_server_looks_again_after_answering_without_a_step() {
     assert_no_survivors(&program);
 }
 
+/// An outside client of a listener with `TCP_DEFER_ACCEPT` (tests/fixtures/net_defer_accept.c
+/// serving one client; Apache sets the option by default), dynamic and static: dara's relay takes
+/// the option off the program's listener before it connects, so the connection is queued before
+/// the client's bytes are handed over. Before, the recording stopped at the first client: "a
+/// connection dara made to the program's listening socket did not reach its accept queue".
+#[test]
+fn an_outside_client_of_a_listener_that_defers_accepts_is_served_and_replays() {
+    for (build, flags) in [("dynamic", &[][..]), ("static", &["-static", "-pthread"][..])] {
+        let program = private_copy(&fixture_with("net_defer_accept", flags), &format!("defer-accept-{build}"));
+        let rec = Recording::start(&format!("defer-accept-{build}"), &program, &[]);
+        let mut stream = TcpStream::connect(("127.0.0.1", rec.port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        stream.write_all(b"ping").unwrap();
+        let mut answer = [0u8; 4];
+        std::io::Read::read_exact(&mut stream, &mut answer).unwrap();
+        assert_eq!(&answer, b"pong", "{build}");
+        let (code, stdout, trace) = rec.finish();
+        assert_eq!(code, 0, "{build}: {stdout}");
+        assert!(stdout.contains("served: ping"), "{build}: {stdout}");
+        replays_as_recorded(&trace, 2, "served: ping");
+        assert_no_survivors(&program);
+    }
+}
+
 /// dara relays and records TCP clients and UDP senders to the program's bound sockets only. The
 /// answer of a UDP server outside dara to a traced client (its socket was never bound, so nothing
 /// stands between them), or a client of a Unix-domain listening socket that dara does not trace,

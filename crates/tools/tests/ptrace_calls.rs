@@ -263,7 +263,7 @@ fn receive_timeouts(build: &str, program: &str) {
 /// dynamic (the preload): a 4 MiB sendfile to a loopback TCP peer that reads 64 KiB per 1 ms, and
 /// a pipe a thread fills spliced into a second connection. Natively the sendfile is one call that
 /// sleeps in the kernel until the reader has most of it; under dara it is a send step that moves
-/// what fits, and the program's loop sends the rest. Every byte arrives (the reader's checksum);
+/// 1 MiB, then further steps as the reader reads. Every byte arrives (the reader's checksum);
 /// recorded twice with the same decisions, replayed with `--verify`, searched clean.
 #[test]
 fn sendfile_and_splice_to_a_slow_reader_move_every_byte_and_replay() {
@@ -279,7 +279,11 @@ fn sendfile_and_splice_to_a_slow_reader_move_every_byte_and_replay() {
             assert!(text.contains(line), "{test}: no {line:?} in {text}");
         }
         // The sendfile, each splice and the tee are sends; the splices and the tee receive first.
+        // A blocking send to the traced reader has room for 1 MiB less what it has not read
+        // (docs/networking.md, "When a blocking send to a traced peer has room"): the 4 MiB go
+        // in steps of at most that, however much the kernel's buffers would take.
         assert!(steps_with(&trace, Op::NetSend) >= 6, "{test}: too few send steps");
+        assert_eq!(common::real::largest_result(&trace, Op::NetSend), 1 << 20, "{test}: a send to the traced reader not cut to its room");
         assert!(steps_with(&trace, Op::NetRecv) >= 64, "{test}: too few receive steps");
         replays_identically(&trace);
         let (last, _) = common::real::search_clean(&format!("{test}-search"), 5, &[], &[program]);

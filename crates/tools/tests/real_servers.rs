@@ -2,9 +2,10 @@
 //! replayed with `--verify`, and searched in a closed-world test script that starts it and its
 //! clients: a libuv echo server of our own (tests/fixtures/uv_echo.c: uv_loop, uv_timer,
 //! uv_async, the thread pool) and Debian's PostgreSQL 15 (initdb, the postmaster and its
-//! processes, psql). postgres refuses to run as root, so it runs as `nobody` through `runuser`
-//! (the test chowns its directory to that user). memcached and redis are in real_programs.rs and
-//! redis*.rs.
+//! processes, psql), Apache httpd 2.4 (the event MPM: a child with a listener thread and
+//! worker threads) and unbound 1.17 (two threads sharing the DNS port). postgres refuses to run as root, so it runs as `nobody` through `runuser`
+//! (the test chowns its directory to that user). memcached, nginx and redis are in
+//! real_programs.rs and redis*.rs.
 mod common;
 
 use std::os::unix::process::CommandExt;
@@ -80,6 +81,96 @@ fn uv_echo_test_script_searches_clean_and_replays() {
     let (again, _) = search_clean("uv_echo-search-again", SEARCH_RUNS, &[], &command);
     same_decisions(&last, &again);
     assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// Apache httpd under curl from outside: ten fetches of a page, then one Ctrl-C, which stops it
+/// (exit 0). Apache sets `TCP_DEFER_ACCEPT` on its listener: before dara took it off, the first
+/// fetch never reached the accept queue and the recording stopped as uncontrolled. The trace
+/// replays with nobody outside.
+#[test]
+fn apache_under_curl_from_outside_records_and_replays() {
+    const FETCHES: usize = 10;
+    let port = free_ports(1).to_string();
+    let out = out_dir("apache");
+    let dir = out_dir("apache-data").join("apache");
+    std::fs::create_dir_all(dir.join("html")).unwrap();
+    std::fs::write(dir.join("html/index.html"), "served under dara\n").unwrap();
+    // The child runs as www-data.
+    for d in [dir.parent().unwrap(), &dir, &dir.join("html")] {
+        std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let template = std::fs::read_to_string(repo_root().join("tests/fixtures/apache.conf.in")).unwrap();
+    let conf = dir.join("httpd.conf");
+    std::fs::write(&conf, template.replace("@DIR@", dir.to_str().unwrap()).replace("@PORT@", &port)).unwrap();
+    let apache = installed("apache2", "apache2");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-q", "-o", out.to_str().unwrap(), "--", apache.to_str().unwrap(), "-f", conf.to_str().unwrap(), "-D", "FOREGROUND"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_listener(port.parse().unwrap(), Duration::from_secs(30), "apache2 under dara-trace");
+    let url = format!("http://127.0.0.1:{port}/");
+    for fetch in 0..FETCHES {
+        let curl = Command::new("curl").args(["-s", "-f", "-m", "30", &url]).output().expect("curl (run ./scripts/install-deps.sh)");
+        assert!(curl.status.success(), "fetch {fetch}: {curl:?}");
+        assert_eq!(String::from_utf8_lossy(&curl.stdout), "served under dara\n", "fetch {fetch}");
+    }
+    let (status, stderr) = ctrl_c(&mut server, Duration::from_secs(60));
+    let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "one Ctrl-C stops apache2, and dara with its exit: {status:?} {stderr}\n{log}");
+    assert!(log.contains("shutting down"), "apache2 saw the Ctrl-C: {log}");
+
+    let trace = out.join("trace.bin");
+    let t = dara_scheduler::trace::read_file(&trace).unwrap();
+    let connects = t.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Connect { .. })).count();
+    assert_eq!(connects, FETCHES + 1, "every fetch was recorded, and the probe that waited for the listener");
+    assert!(steps_with(&trace, dara_abi::Op::NetAccept) >= FETCHES, "the listener thread accepted every fetch");
+    assert!(threads_created(&trace) >= 4, "the child's threads ran under control");
+    std::fs::remove_file(dir.join("httpd.pid")).ok(); // a replay starts afresh
+    replays_identically(&trace);
+    assert!(processes_with(&["apache2", conf.to_str().unwrap()]).is_empty(), "an apache2 survived");
+}
+
+/// Apache httpd in a closed-world test script (tests/fixtures/scripts/apache_test.sh: three pages
+/// and a missing one fetched by curl, every body checked, SIGTERM), searched; the last execution
+/// replays and the same seed gives the same decisions.
+#[test]
+fn apache_test_script_searches_clean_and_replays() {
+    installed("apache2", "apache2");
+    let script = repo_root().join("tests/fixtures/scripts/apache_test.sh");
+    let port = free_ports(1).to_string();
+    let command = [script.to_str().unwrap(), &port];
+    let (last, run) = search_clean("apache-search", SEARCH_RUNS, &[], &command);
+    assert_eq!(run.stdout.matches("apache_test: every page was right").count() as u64, SEARCH_RUNS, "{}", run.text());
+    assert!(steps_with(&last, dara_abi::Op::NetAccept) >= 5, "the listener thread accepted curl's five connections");
+    replays_identically(&last);
+    let (again, _) = search_clean("apache-search-again", SEARCH_RUNS, &[], &command);
+    same_decisions(&last, &again);
+    assert!(processes_with(&["apache2", &format!("apache_test.{port}.")]).is_empty(), "an apache2 survived");
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// unbound with two threads in a closed-world test script (tests/fixtures/scripts/unbound_test.sh:
+/// a static local zone, two queries over UDP and one over TCP by dig, every answer checked,
+/// SIGTERM), searched; the last execution replays and the same seed gives the same decisions.
+/// Each thread binds its own UDP and TCP socket to the port (SO_REUSEPORT): before dara settled
+/// deliveries to such a group, the first query stopped every execution after 2 s.
+#[test]
+fn unbound_test_script_searches_clean_and_replays() {
+    installed("unbound", "unbound");
+    let script = repo_root().join("tests/fixtures/scripts/unbound_test.sh");
+    let port = free_ports(1).to_string();
+    let command = [script.to_str().unwrap(), &port];
+    let (last, run) = search_clean("unbound-search", SEARCH_RUNS, &[], &command);
+    assert_eq!(run.stdout.matches("unbound_test: every answer was right").count() as u64, SEARCH_RUNS, "{}", run.text());
+    assert!(threads_created(&last) >= 2, "unbound's threads ran under control");
+    replays_identically(&last);
+    let (again, _) = search_clean("unbound-search-again", SEARCH_RUNS, &[], &command);
+    same_decisions(&last, &again);
+    assert!(processes_with(&["unbound", &format!("unbound_test.{port}.")]).is_empty(), "an unbound survived");
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 

@@ -28,6 +28,7 @@ pub mod random;
 pub mod sem;
 pub mod signal;
 pub mod sigwait;
+pub mod sockopt;
 pub mod spawn;
 pub mod sync;
 pub mod thread;

@@ -101,6 +101,9 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     let again = outside_apart() && sockopt(fd, libc::SOL_SOCKET, libc::SO_ACCEPTCONN).is_some_and(|on| on != 0);
     // SAFETY: plain integers.
     let rc = unsafe { real::listen(fd, backlog) };
+    if rc == 0 {
+        super::sockopt::pick_first_of_group(fd, libc::SOCK_STREAM);
+    }
     if rc == 0 && outside_apart() && !again {
         if let Some(gate) = Gated::enter() {
             swap_in_twin(&gate, fd, libc::SOCK_STREAM, backlog);
@@ -113,6 +116,9 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
 pub unsafe extern "C" fn bind(fd: c_int, addr: *const libc::sockaddr, len: socklen_t) -> c_int {
     // SAFETY: the program's own arguments, forwarded unchanged.
     let rc = unsafe { real::bind(fd, addr, len) };
+    if rc == 0 {
+        super::sockopt::pick_first_of_group(fd, libc::SOCK_DGRAM);
+    }
     if rc == 0 && outside_apart() {
         if let Some(gate) = Gated::enter() {
             swap_in_twin(&gate, fd, libc::SOCK_DGRAM, 0);

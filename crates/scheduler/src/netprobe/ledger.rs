@@ -27,6 +27,9 @@ pub(super) struct Settle {
     pub(super) sender: Option<OwnedFd>,
     /// A granted connect: the address it goes to, read before the connecting thread ran.
     pub(super) connect_to: Option<std::net::SocketAddr>,
+    /// A UDP send or connect to a port several sockets share: what they held before the thread
+    /// ran (see `groups`).
+    pub(super) group_mark: Option<u64>,
 }
 
 /// What a send may offer when the window is not known.
@@ -45,6 +48,8 @@ pub(super) struct TcpSnapshot {
     /// The peer's advertised receive window (None where the kernel does not say: `tcp_info`
     /// has `tcpi_snd_wnd` since Linux 5.4). Zero is a full window, not an unknown one.
     pub(super) window: Option<u64>,
+    /// The largest segment the socket sends (`tcpi_snd_mss`).
+    pub(super) segment: u64,
 }
 
 impl TcpSnapshot {
@@ -65,6 +70,7 @@ impl TcpSnapshot {
             not_sent: u32_at(tcpi::NOTSENT_BYTES),
             received: u64_at(tcpi::BYTES_RECEIVED),
             window: window_known.then(|| u32_at(tcpi::SND_WND)),
+            segment: u32_at(tcpi::SND_MSS),
         })
     }
 
@@ -77,9 +83,15 @@ impl TcpSnapshot {
     /// back by Nagle's algorithm (a small write while earlier bytes wait for an ACK the peer
     /// delays by 40 ms or more), a cork, or the congestion window. They leave without the
     /// receiver reading: a push ([`push_held`]) or the peer's next ACK sends them. Bytes beyond
-    /// the peer's window wait for its read instead (docs/networking.md, "Not yet").
+    /// the peer's window wait for its read instead (docs/networking.md, "Not yet"), and so do
+    /// bytes behind a window with room for less than a segment of them: Linux does not send a
+    /// piece smaller than its segment size into a window that has not room for a whole one
+    /// (silly-window avoidance), and the peer's delayed ACK, up to 200 ms later, opens no room
+    /// until its reader reads (a writer 1 MiB ahead of its reader waited 250 ms a send for it).
     pub(super) fn holds_back(&self) -> bool {
-        self.not_sent > 0 && self.window.is_some_and(|w| w > self.sent.saturating_sub(self.acked))
+        let in_flight = self.sent.saturating_sub(self.acked);
+        let piece = self.not_sent.min(self.segment).max(1);
+        self.not_sent > 0 && self.window.is_some_and(|w| w.saturating_sub(in_flight) >= piece)
     }
 
     /// Room the peer's window has for more bytes beyond those written and not acknowledged;
@@ -160,12 +172,11 @@ pub(super) fn arrival(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&So
     if let (false, Some(received)) = (fin, own(remote.port(), local.port())) {
         return (received >= t.sent).then_some(room);
     }
-    match diag?.received(remote, local) {
+    match diag?.receiving(remote, local)? {
         // The exact lookup falls back to the listener when the connection is gone: nothing will
         // ever take the bytes, so there is nothing to wait for.
-        Some((TCP_LISTEN, _)) => Some(room),
-        Some((state, received)) => (received >= t.sent && !(fin && FIN_NOT_SEEN.contains(&state))).then_some(room),
-        None => None,
+        peer if peer.state == TCP_LISTEN => Some(room),
+        peer => (peer.received >= t.sent && !(fin && FIN_NOT_SEEN.contains(&peer.state))).then_some(room),
     }
 }
 
@@ -256,6 +267,18 @@ mod tests {
         settle();
         assert_eq!(inq(&receiver), 8, "the second write is in the peer's queue too");
         assert_eq!(nodelay(&fd), 0, "Nagle's algorithm is on again, as the program had it");
+    }
+
+    /// Held back (a push or the peer's next ACK sends them) or waiting for the peer's reader: the
+    /// windows and queues seen while `sendfile_stream` wrote 1 MiB ahead of its reader.
+    #[test]
+    fn bytes_behind_a_window_with_room_for_less_than_a_segment_wait_for_the_reader() {
+        let snapshot = |sent, acked, not_sent, window| TcpSnapshot { state: 1, sent, acked, not_sent, received: 0, window: Some(window), segment: 47_616 };
+        assert!(!snapshot(113_152, 32_768, 935_424, 95_232).holds_back(), "14,848 bytes of room, a segment is 47,616");
+        assert!(!snapshot(256_000, 256_000, 956_416, 0).holds_back(), "a full window");
+        assert!(snapshot(4, 0, 4, 65_000).holds_back(), "a small write behind an unacknowledged one: Nagle");
+        assert!(snapshot(0, 0, 100_000, 65_000).holds_back(), "room for a whole segment");
+        assert!(!TcpSnapshot { window: None, ..snapshot(0, 0, 100, 0) }.holds_back(), "the kernel did not say");
     }
 
     /// Bytes sent to a peer that already closed are never acknowledged (the queues stay apart)

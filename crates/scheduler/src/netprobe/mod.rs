@@ -47,7 +47,9 @@
 //! a reader finds, in real time (bytes behind its window arrive a little after its read). So
 //! every settled send notes its socket's total written bytes, and a receive is granted what its
 //! peer wrote and it has not read (at most its length and 32 KiB), waited for until the queue
-//! holds it (`settle::unread_arrived`; docs/networking.md).
+//! holds it (`settle::unread_arrived`; docs/networking.md). Likewise a blocking send to a traced
+//! peer has room for what its peer's reads left under a fixed mark (`room`), not for what the
+//! kernel's send buffer holds.
 //!
 //! A probe of an endpoint that is owed something and does not show it yet is retried (yielding
 //! the CPU, up to [`SETTLE_LIMIT`]) until the kernel shows it; an accept or datagram receive pays
@@ -57,7 +59,9 @@
 //!
 //! # Files
 //! This file holds [`NetProbe`] and its views of parked requests (readiness, epoll sets,
-//! pollfds); `backlog` whether a blocking connect's listener has room; `identity` names endpoints and finds peers and connections; `settle` is NetProbe's
+//! pollfds); `backlog` whether a blocking connect's listener has room; `groups` ports several
+//! sockets share; `identity` names endpoints and finds peers and connections; `room` how much a
+//! blocking TCP send to a traced peer may move; `settle` is NetProbe's
 //! settling and paying back; `ledger` the types and waits settling uses (`Settle`,
 //! `TcpSnapshot`, arrival of sent bytes); `sockets` the stateless socket helpers.
 
@@ -94,8 +98,10 @@ const SO_MEMINFO: libc::c_int = 55;
 const ANON_INODE_KEY: u64 = 1 << 63;
 
 mod backlog;
+mod groups;
 mod identity;
 mod ledger;
+mod room;
 mod settle;
 mod sockets;
 
@@ -105,7 +111,7 @@ use sockets::*;
 pub use ledger::OwnReceived;
 pub(crate) use identity::AddressPair;
 pub(crate) use ledger::{wait_acknowledged, wait_queued};
-pub(crate) use sockets::{accept_queue, addresses, backlog_full, bytes_received, reset, same_file, send_window, socket_address};
+pub(crate) use sockets::{accept_queue, accept_without_data, addresses, backlog_full, bytes_received, reset, same_file, send_window, socket_address};
 
 
 /// A delivery the kernel never showed, or a probe that failed: ends the run.
@@ -209,6 +215,9 @@ impl NetProbe {
         match *request {
             R::NetRecv { .. } | R::NetAccept { .. } => {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
+                if request.op() == Op::NetAccept {
+                    accept_without_data(&dup);
+                }
                 let ep = self.endpoint(process, fd, &dup);
                 self.probed.insert((pid, fd), ep);
                 let mut revents = self.settled_poll(&dup, ep, libc::POLLIN)?;
@@ -250,20 +259,28 @@ impl NetProbe {
                 };
                 Ok(NetView { ready, ready_entries: u32::from(ready), size, obj: describe(ep.id, self.peer(ep), ep.kind, &preview[..peeked]) })
             }
-            R::NetSend { len, head: first, dest_port, .. } => {
+            R::NetSend { len, head: first, dest_port, flags, .. } => {
                 let Some(dup) = self.dup(pid, fd)? else { return Ok(closed_view()) };
                 let ep = self.endpoint(process, fd, &dup);
                 self.probed.insert((pid, fd), ep);
-                let dup = &*self.send_dups.entry((pid, fd)).insert_entry(dup).into_mut();
-                let ready = poll_now(dup, libc::POLLOUT) != 0;
                 let peer = match (dest_port, ep.key) {
                     (0, _) | (_, None) => self.peer(ep),
                     (port, Some((k, local, _))) => self.lookup(&[(k, port, local), (k, port, 0)]),
                 };
                 // The grant's result is the most the send may move: all it offers, but on a TCP
                 // connection to no traced socket (dara's relay, or a peer outside dara) a fixed
-                // worth the kernel always takes at once (`STREAM_SEND_MOST`).
-                let most = if ep.kind == kind::TCP && peer == NO_ENDPOINT { len.min(STREAM_SEND_MOST) } else { len };
+                // worth the kernel always takes at once (`STREAM_SEND_MOST`); a blocking send to
+                // a traced one has the room its peer's reads left (`room`).
+                let counted = match ep.kind == kind::TCP && peer != NO_ENDPOINT && !flags.nonblocking() {
+                    true => self.stream_room(&dup, ep),
+                    false => None,
+                };
+                let (ready, most) = match counted {
+                    Some(room) => (room > 0, len.min(room)),
+                    None if ep.kind == kind::TCP && peer == NO_ENDPOINT => (poll_now(&dup, libc::POLLOUT) != 0, len.min(STREAM_SEND_MOST)),
+                    None => (poll_now(&dup, libc::POLLOUT) != 0, len),
+                };
+                self.send_dups.insert((pid, fd), dup);
                 Ok(NetView { ready, ready_entries: u32::from(ready), size: most as i64, obj: describe(ep.id, peer, ep.kind, &first[..(len as usize).min(4)]) })
             }
             R::FifoOpen { flags, device, inode, .. } => {

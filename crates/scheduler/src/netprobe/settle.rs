@@ -27,7 +27,13 @@ impl NetProbe {
             (R::NetConnect { addr, len, .. }, false) => backlog::read_address(pid, addr.0, len).and_then(|a| inet_address(&a)),
             _ => None,
         };
-        self.settles.push(Settle { pid, request, timed_out, datagram_to, sent_total: None, sender, connect_to });
+        // A port several sockets share: what they hold before the thread runs (see `groups`).
+        let group_mark = match (datagram_to, connect_to) {
+            (Some(port), _) => groups::udp_mark(pid, port),
+            (_, Some(to)) => self.listener_mark(to),
+            _ => None,
+        };
+        self.settles.push(Settle { pid, request, timed_out, datagram_to, sent_total: None, sender, connect_to, group_mark });
     }
 
     /// A thread of process `pid` sent on TCP socket `fd` without a post (coarse steps): settled
@@ -35,7 +41,7 @@ impl NetProbe {
     /// bytes sent in all) if the thread could tell.
     pub fn sent_unposted(&mut self, pid: u32, fd: i32, total: Option<(u16, u16, u64)>) {
         let request = R::NetSend { fd, len: 0, flags: NetFlags::default(), head: [0; 8], dest_port: 0 };
-        self.settles.push(Settle { pid, request, timed_out: false, datagram_to: None, sent_total: total, sender: None, connect_to: None });
+        self.settles.push(Settle { pid, request, timed_out: false, datagram_to: None, sent_total: total, sender: None, connect_to: None, group_mark: None });
     }
 
     /// The destination port of a UDP send on `fd` (`dest_port`, or the connected peer's), if a
@@ -57,11 +63,12 @@ impl NetProbe {
         for s in std::mem::take(&mut self.settles) {
             let fd = s.request.fd().unwrap_or(-1);
             match (s.request.op(), s.timed_out) {
-                (Op::NetSend, false) => match s.sent_total {
-                    Some(total) if own_received_all(total, own)? => {}
+                (Op::NetSend, false) => match (s.sent_total, s.datagram_to.zip(s.group_mark)) {
+                    (Some(total), _) if own_received_all(total, own)? => {}
+                    (_, Some((port, mark))) => self.wait_udp_group(s.pid, port, mark)?,
                     _ => self.settle_send(s.pid, fd, s.sender, s.datagram_to, own)?,
                 },
-                (Op::NetConnect, false) => self.settle_connect(s.pid, fd, s.connect_to)?,
+                (Op::NetConnect, false) => self.settle_connect(s.pid, fd, s.connect_to, s.group_mark)?,
                 (Op::NetAccept, false) => self.pay_back(s.pid, fd, kind::TCP)?,
                 // Only a datagram pays something back: a stream receive is settled already.
                 (Op::NetRecv, false) if self.probed.get(&(s.pid, fd)).is_none_or(|ep| ep.kind == kind::UDP) => self.pay_back(s.pid, fd, kind::UDP)?,
@@ -84,13 +91,24 @@ impl NetProbe {
         self.owed.remove(&(kind::UDP, port, 0)).unwrap_or(0)
     }
 
-    /// `poll` that first waits for anything owed to `ep` to show.
+    /// `poll` that first waits for anything owed to `ep` to show, and on a TCP socket for bytes
+    /// its traced peer wrote and it has not read: those behind a window its reader's last read
+    /// opened leave the writer a moment after that read, through the softirq.
     pub(super) fn settled_poll(&mut self, fd: &OwnedFd, ep: Endpoint, events: libc::c_short) -> Result<libc::c_short, ProbeError> {
         let keys = owed_keys(fd, ep);
         let owed = |me: &Self| keys.iter().flatten().filter_map(|k| me.owed.get(k)).sum::<u32>();
         let revents = poll_now(fd, events);
-        if owed(self) == 0 || revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+        if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
             return Ok(revents);
+        }
+        let unread = events & libc::POLLIN != 0 && ep.kind == kind::TCP && self.traced_writes(fd, ep).is_some_and(|(written, read)| written > read);
+        if owed(self) == 0 && !unread {
+            return Ok(revents);
+        }
+        if ep.kind == kind::TCP {
+            // A connection owed to a listener that defers it until data comes (the listener was
+            // not looked at before the connect): its handshake is answered again in a second.
+            accept_without_data(fd);
         }
         let started = Instant::now();
         while started.elapsed() < SETTLE_LIMIT {
@@ -124,18 +142,7 @@ impl NetProbe {
     /// buffer), and the probe waits until the queue holds it. A reset connection takes what it
     /// has.
     pub(super) fn unread_arrived(&mut self, dup: &OwnedFd, ep: Endpoint, len: u64) -> Result<Option<u64>, ProbeError> {
-        let Some((_, local, remote)) = ep.key.filter(|k| k.2 != 0) else { return Ok(None) };
-        let Some(&written) = self.written.get(&(remote, local)) else { return Ok(None) };
-        let Some(t) = TcpSnapshot::of(dup) else { return Ok(None) };
-        // The kernel counts a FIN as one byte received; a closed connection (a reset, or both
-        // ends done) takes what it has.
-        let fin = match t.state {
-            TCP_CLOSE => return Ok(None),
-            TCP_CLOSE_WAIT | TCP_LAST_ACK | TCP_CLOSING | TCP_TIME_WAIT => 1,
-            _ => 0,
-        };
-        let queued = inq(dup).max(0) as u64;
-        let read = t.received.saturating_sub(queued + fin);
+        let Some((written, read)) = self.traced_writes(dup, ep) else { return Ok(None) };
         // A program that made its receive buffer small (SO_RCVBUF reports twice what it set) gets
         // a window of about half of it.
         let admits = sockopt(dup, libc::SO_RCVBUF).map_or(STREAM_SEND_MOST, |b| (b.max(0) as u64 / 4).min(STREAM_SEND_MOST));
@@ -151,6 +158,23 @@ impl NetProbe {
             std::thread::yield_now();
         }
         Ok(Some(most))
+    }
+
+    /// What the traced peer of TCP endpoint `ep` (`dup`) has written to it in all, and what it
+    /// has read of that: None when the peer is no traced sender, the kernel does not say, or the
+    /// connection is over (a reset, or both ends done: it takes what it has).
+    fn traced_writes(&self, dup: &OwnedFd, ep: Endpoint) -> Option<(u64, u64)> {
+        let (_, local, remote) = ep.key.filter(|k| k.2 != 0)?;
+        let &written = self.written.get(&(remote, local))?;
+        let t = TcpSnapshot::of(dup)?;
+        // The kernel counts a FIN as one byte received.
+        let fin = match t.state {
+            TCP_CLOSE => return None,
+            TCP_CLOSE_WAIT | TCP_LAST_ACK | TCP_CLOSING | TCP_TIME_WAIT => 1,
+            _ => 0,
+        };
+        let queued = inq(dup).max(0) as u64;
+        Some((written, t.received.saturating_sub(queued + fin)))
     }
 
     /// `sender`: the socket the send was granted on, when known (else descriptor `fd` now).
@@ -203,8 +227,9 @@ impl NetProbe {
         Ok(())
     }
 
-    /// `to`: where the connect goes (read when it was granted).
-    pub(super) fn settle_connect(&mut self, pid: u32, fd: i32, to: Option<std::net::SocketAddr>) -> Result<(), ProbeError> {
+    /// `to`: where the connect goes (read when it was granted); `group_mark`: what the listeners
+    /// sharing its port held then, when several do (see `groups`).
+    pub(super) fn settle_connect(&mut self, pid: u32, fd: i32, to: Option<std::net::SocketAddr>, group_mark: Option<u64>) -> Result<(), ProbeError> {
         let Some(dup) = self.dup(pid, fd)? else { return Ok(()) };
         let ep = self.endpoint(0, fd, &dup);
         if ep.kind != kind::TCP {
@@ -227,12 +252,23 @@ impl NetProbe {
             }
             std::thread::yield_now();
         }
+        if let Some((to, mark)) = to.zip(group_mark) {
+            // In one of the group's queues already: nothing is owed to a particular listener.
+            self.wait_listener_group(to, mark)?;
+            self.connection_made(pid, ep, &dup, false);
+            return Ok(());
+        }
         self.owe_connection(pid, ep, &dup);
         Ok(())
     }
 
     /// A connect whose handshake is done: one connection is owed to the listener.
     pub(super) fn owe_connection(&mut self, pid: u32, ep: Endpoint, dup: &OwnedFd) {
+        self.connection_made(pid, ep, dup, true);
+    }
+
+    /// A connect whose handshake is done: noted, and (`owed`) owed to the listener.
+    fn connection_made(&mut self, pid: u32, ep: Endpoint, dup: &OwnedFd, owed: bool) {
         // A socket with no peer was refused (its error already taken by a second connect call);
         // one already counted is being checked again by a second connect call.
         let key = ep.key.or_else(|| inet_key(dup, kind::TCP));
@@ -243,7 +279,9 @@ impl NetProbe {
         }
         if key.is_some_and(|k| k.2 != 0) {
             if let Some(server) = socket_address(dup, true).filter(|_| self.connected.insert(ep.id)) {
-                *self.owed.entry(owed_connection(server)).or_default() += 1;
+                if owed {
+                    *self.owed.entry(owed_connection(server)).or_default() += 1;
+                }
                 self.connections.push((pid, server));
             }
         }

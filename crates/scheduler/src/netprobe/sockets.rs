@@ -154,6 +154,20 @@ pub(crate) fn accept_queue(fd: &OwnedFd) -> u32 {
     tcp_info_field::<4>(fd, tcpi::UNACKED).map_or(0, u32::from_ne_bytes)
 }
 
+/// Makes TCP listener `fd` queue a connection once its handshake is done, not once its first
+/// bytes arrive (`TCP_DEFER_ACCEPT`, which Apache sets by default on Linux and nginx with
+/// `deferred`): a deferred connection would show in no accept queue while the client that sends
+/// those bytes is parked, and dara waits for every connection it knows was made. Clients must be
+/// ready for a connection without data anyway (the kernel queues one after the deferral times
+/// out), so the program sees nothing it could not see natively. Does nothing to other sockets.
+pub(crate) fn accept_without_data(fd: &OwnedFd) {
+    if sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT).is_some_and(|seconds| seconds != 0) {
+        let off: libc::c_int = 0;
+        // SAFETY: sets one int option from a live local.
+        unsafe { libc::setsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, (&off as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
+    }
+}
+
 /// Whether the TCP listener `fd` takes no more connections now (for a listener, `tcp_info`
 /// holds its accept queue in `tcpi_unacked` and its backlog in `tcpi_sacked`).
 pub(crate) fn backlog_full(fd: &OwnedFd) -> bool {

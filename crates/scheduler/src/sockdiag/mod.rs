@@ -23,6 +23,8 @@ const NLMSG_ERROR: u16 = 2;
 /// Offsets of the fields dara reads in `struct tcp_info` (from `getsockopt(TCP_INFO)` or a
 /// sock_diag answer; checked against the C headers of Linux 6).
 pub(crate) mod tcpi {
+    /// The sender's maximum segment size.
+    pub const SND_MSS: usize = 16;
     /// For a listening socket: the length of its accept queue.
     pub const UNACKED: usize = 24;
     /// For a listening socket: its backlog.
@@ -37,6 +39,27 @@ pub(crate) mod tcpi {
 }
 /// Size of `struct inet_diag_msg`, which precedes the attributes of an answer.
 const DIAG_MSG_LEN: usize = 72;
+/// Offset of `idiag_rqueue` in `struct inet_diag_msg`: for a connected TCP socket the bytes
+/// received and not read yet (`rcv_nxt - copied_seq`, a FIN counted as one).
+const DIAG_RQUEUE: usize = 56;
+
+/// What the kernel counts of a TCP socket's receiving side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Receiving {
+    /// The TCP state (`TCP_ESTABLISHED`, `TCP_LISTEN`, ...).
+    pub state: u8,
+    /// `tcpi_bytes_received` (a FIN counts as one).
+    pub received: u64,
+    /// Received and not read yet.
+    pub queued: u64,
+}
+
+impl Receiving {
+    /// The bytes the socket's reader has taken (a FIN it read counts as one).
+    pub fn read(&self) -> u64 {
+        self.received.saturating_sub(self.queued)
+    }
+}
 
 #[repr(C)]
 struct NlMsgHdr {
@@ -86,9 +109,9 @@ impl SockDiag {
         (fd >= 0).then(|| SockDiag { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
     }
 
-    /// The TCP state and `tcpi_bytes_received` of the socket whose local address is `local` and
-    /// remote address `remote`; None when there is no such socket or the kernel does not say.
-    pub fn received(&self, local: SocketAddr, remote: SocketAddr) -> Option<(u8, u64)> {
+    /// The receiving side of the socket whose local address is `local` and remote address
+    /// `remote`; None when there is no such socket or the kernel does not say.
+    pub fn receiving(&self, local: SocketAddr, remote: SocketAddr) -> Option<Receiving> {
         let mut id = InetDiagSockId { sport: local.port().to_be_bytes(), dport: remote.port().to_be_bytes(), src: [0; 16], dst: [0; 16], interface: 0, cookie: [u32::MAX; 2] };
         let family = match (local, remote) {
             (SocketAddr::V4(l), SocketAddr::V4(r)) => {
@@ -120,7 +143,9 @@ impl SockDiag {
         if kind == NLMSG_ERROR || kind != SOCK_DIAG_BY_FAMILY {
             return None;
         }
-        let mut at = std::mem::size_of::<NlMsgHdr>() + DIAG_MSG_LEN;
+        let message = std::mem::size_of::<NlMsgHdr>();
+        let queued = u64::from(u32::from_ne_bytes(answer.get(message + DIAG_RQUEUE..message + DIAG_RQUEUE + 4)?.try_into().ok()?));
+        let mut at = message + DIAG_MSG_LEN;
         while at + 4 <= answer.len() {
             let len = u16::from_ne_bytes(answer[at..at + 2].try_into().ok()?) as usize;
             let kind = u16::from_ne_bytes(answer[at + 2..at + 4].try_into().ok()?);
@@ -130,7 +155,8 @@ impl SockDiag {
             if kind == INET_DIAG_INFO {
                 let info = answer.get(at + 4..at + len)?;
                 let state = *info.first()?;
-                return Some((state, u64::from_ne_bytes(info.get(tcpi::BYTES_RECEIVED..tcpi::BYTES_RECEIVED + 8)?.try_into().ok()?)));
+                let received = u64::from_ne_bytes(info.get(tcpi::BYTES_RECEIVED..tcpi::BYTES_RECEIVED + 8)?.try_into().ok()?);
+                return Some(Receiving { state, received, queued });
             }
             at += (len + 3) & !3;
         }

@@ -71,6 +71,12 @@ pub fn steps_with(trace: &Path, op: Op) -> usize {
     t.steps.iter().filter(|s| s.choice.op == op).count()
 }
 
+/// The largest result the trace's steps whose operation is `op` were granted (0 when none).
+pub fn largest_result(trace: &Path, op: Op) -> i64 {
+    let t = dara_scheduler::trace::read_file(trace).unwrap();
+    t.steps.iter().filter(|s| s.choice.op == op).filter_map(|s| s.result).max().unwrap_or(0)
+}
+
 /// How many threads the recorded program created.
 pub fn threads_created(trace: &Path) -> usize {
     steps_with(trace, Op::ThreadCreate)

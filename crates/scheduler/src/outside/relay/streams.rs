@@ -47,6 +47,7 @@ impl<S: Side> Relay<S> {
         let Some(twin_socket) = &self.listeners[index].twin_socket else {
             return Err(RelayError::Broken(format!("listening socket {index} is closed")));
         };
+        netprobe::accept_without_data(twin_socket);
         let queued = netprobe::accept_queue(twin_socket);
         let inner = TcpStream::connect(twin).map_err(|e| RelayError::Broken(format!("cannot connect to the program's listening socket ({twin}): {e}")))?;
         inner.set_nodelay(true).ok();
@@ -138,7 +139,7 @@ impl<S: Side> Relay<S> {
         let (Some((local, remote)), Some(diag)) = (program_end, self.diag.as_ref()) else { return Ok(()) };
         let started = Instant::now();
         // Gone, closed, or (when the connection is gone) the listener the lookup falls back to.
-        while diag.received(local, remote).is_some_and(|(state, _)| state != netprobe::TCP_CLOSE && state != netprobe::TCP_LISTEN) {
+        while diag.receiving(local, remote).is_some_and(|r| r.state != netprobe::TCP_CLOSE && r.state != netprobe::TCP_LISTEN) {
             if started.elapsed() > netprobe::SETTLE_LIMIT {
                 return Err(RelayError::Broken(format!("the program's end of a connection dara reset ({local}) did not see the reset within {} ms; the run was stopped", netprobe::SETTLE_LIMIT.as_millis())));
             }
