@@ -134,23 +134,31 @@ fn apache_under_curl_from_outside_records_and_replays() {
     assert!(processes_with(&["apache2", conf.to_str().unwrap()]).is_empty(), "an apache2 survived");
 }
 
+/// The test script `script` (in tests/fixtures/scripts/) with a free port, searched clean twice
+/// with the same seed, each execution printing `shows`: the last trace, which replays identically
+/// and whose decisions the second search repeated. No `program` process of this run survives.
+fn script_searched_clean_twice(test: &str, script: &str, program: &str, shows: &str) -> PathBuf {
+    let script = repo_root().join("tests/fixtures/scripts").join(script);
+    let port = free_ports(1).to_string();
+    let command = [script.to_str().unwrap(), &port];
+    let (last, run) = search_clean(&format!("{test}-search"), SEARCH_RUNS, &[], &command);
+    assert_eq!(run.stdout.matches(shows).count() as u64, SEARCH_RUNS, "{}", run.text());
+    replays_identically(&last);
+    let (again, _) = search_clean(&format!("{test}-search-again"), SEARCH_RUNS, &[], &command);
+    same_decisions(&last, &again);
+    assert!(processes_with(&[program, &format!("{test}_test.{port}.")]).is_empty(), "a {program} survived");
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+    last
+}
+
 /// Apache httpd in a closed-world test script (tests/fixtures/scripts/apache_test.sh: three pages
 /// and a missing one fetched by curl, every body checked, SIGTERM), searched; the last execution
 /// replays and the same seed gives the same decisions.
 #[test]
 fn apache_test_script_searches_clean_and_replays() {
     installed("apache2", "apache2");
-    let script = repo_root().join("tests/fixtures/scripts/apache_test.sh");
-    let port = free_ports(1).to_string();
-    let command = [script.to_str().unwrap(), &port];
-    let (last, run) = search_clean("apache-search", SEARCH_RUNS, &[], &command);
-    assert_eq!(run.stdout.matches("apache_test: every page was right").count() as u64, SEARCH_RUNS, "{}", run.text());
+    let last = script_searched_clean_twice("apache", "apache_test.sh", "apache2", "apache_test: every page was right");
     assert!(steps_with(&last, dara_abi::Op::NetAccept) >= 5, "the listener thread accepted curl's five connections");
-    replays_identically(&last);
-    let (again, _) = search_clean("apache-search-again", SEARCH_RUNS, &[], &command);
-    same_decisions(&last, &again);
-    assert!(processes_with(&["apache2", &format!("apache_test.{port}.")]).is_empty(), "an apache2 survived");
-    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
 /// unbound with two threads in a closed-world test script (tests/fixtures/scripts/unbound_test.sh:
@@ -161,17 +169,8 @@ fn apache_test_script_searches_clean_and_replays() {
 #[test]
 fn unbound_test_script_searches_clean_and_replays() {
     installed("unbound", "unbound");
-    let script = repo_root().join("tests/fixtures/scripts/unbound_test.sh");
-    let port = free_ports(1).to_string();
-    let command = [script.to_str().unwrap(), &port];
-    let (last, run) = search_clean("unbound-search", SEARCH_RUNS, &[], &command);
-    assert_eq!(run.stdout.matches("unbound_test: every answer was right").count() as u64, SEARCH_RUNS, "{}", run.text());
+    let last = script_searched_clean_twice("unbound", "unbound_test.sh", "unbound", "unbound_test: every answer was right");
     assert!(threads_created(&last) >= 2, "unbound's threads ran under control");
-    replays_identically(&last);
-    let (again, _) = search_clean("unbound-search-again", SEARCH_RUNS, &[], &command);
-    same_decisions(&last, &again);
-    assert!(processes_with(&["unbound", &format!("unbound_test.{port}.")]).is_empty(), "an unbound survived");
-    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
 /// A fresh directory owned by [`PG_USER`] (not an output directory: dara empties those).
