@@ -174,6 +174,27 @@ impl NetProbe {
         Ok(Some(dup))
     }
 
+    /// The endpoint behind `dup` if it has a name already; else what it is (kind, ports,
+    /// addresses) under no name (id 0), and nothing is noted of it. For looks that happen only
+    /// sometimes (waiting for what an epoll set's interest list is owed): which endpoints are
+    /// named, in which order, is part of the trace, so only looks that every run makes at the same
+    /// step may name one (unbound's recording named an epoll set's targets while a datagram from
+    /// outside was owed to one of them, and its replay, in which that look found nothing owed,
+    /// named them in the other order: "expected recv e6, offered recv e5").
+    pub(super) fn endpoint_unnamed(&self, dup: &OwnedFd) -> Endpoint {
+        // SAFETY: fstat fills a plain struct for a descriptor we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let rc = unsafe { libc::fstat(dup.as_raw_fd(), &mut st) };
+        if let Some(ep) = self.stable.get(&st.st_ino).filter(|_| rc == 0) {
+            return *ep;
+        }
+        let k = if rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK { socket_kind(dup) } else { kind::UNKNOWN };
+        let key = if k == kind::TCP || k == kind::UDP { inet_key(dup, k) } else { None };
+        let addrs = if k == kind::TCP && key.is_some_and(|k| k.2 != 0) { addresses(dup) } else { None };
+        Endpoint { id: 0, kind: k, key: key.map(|(k, l, r)| if k == kind::UDP { (k, l, 0) } else { (k, l, r) }), addrs }
+    }
+
     /// Identifies the endpoint behind `dup` (descriptor `fd` of `process`), naming it on first sight.
     pub(super) fn endpoint(&mut self, process: ProcessId, fd: i32, dup: &OwnedFd) -> Endpoint {
         // SAFETY: fstat fills a plain struct for a descriptor we own.
@@ -246,4 +267,25 @@ impl NetProbe {
 /// thread pidfds (before 6.9).
 fn leaderless_thread(pid: u32) -> Option<OwnedFd> {
     procfs::thread_pidfd_open(procfs::leaderless_thread_id(pid)?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A look that names nothing leaves names to the looks every run makes, in their order.
+    #[test]
+    fn an_unnamed_look_takes_no_name() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = OwnedFd::from(std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap());
+        let b = OwnedFd::from(listener.accept().unwrap().0);
+        let mut probe = NetProbe::default();
+        let unnamed = probe.endpoint_unnamed(&b);
+        assert_eq!(unnamed.kind, kind::TCP);
+        assert!(unnamed.addrs.is_some(), "what it is is known");
+        let named_a = probe.endpoint(0, 3, &a);
+        let named_b = probe.endpoint(0, 4, &b);
+        assert_eq!((named_a.id, named_b.id), (0, 1), "the first named endpoint is e0, as if the unnamed look had not happened");
+        assert_eq!(probe.endpoint_unnamed(&b).id, named_b.id, "a named endpoint keeps its name");
+    }
 }

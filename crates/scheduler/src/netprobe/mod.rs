@@ -320,7 +320,7 @@ impl NetProbe {
                 let owed = self.owed.values().any(|&n| n > 0);
                 for target in if owed { epoll_targets(pid, fd) } else { Vec::new() } {
                     if let Some(t) = self.dup(pid, target)? {
-                        let tep = self.endpoint(process, target, &t);
+                        let tep = self.endpoint_unnamed(&t);
                         self.settled_poll(&t, tep, libc::POLLIN)?;
                     }
                 }
