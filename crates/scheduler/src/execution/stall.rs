@@ -16,7 +16,8 @@
 //!
 //! A holder stopped by a debugger (`dara-replay --gdb`, or job control: state `t`/`T`) is a
 //! person looking at the program, and one blocked writing to dara's output pipes waits for
-//! whoever reads dara's output: neither wait is judged.
+//! whoever reads dara's output: neither wait is judged. A holder whose process has exited and
+//! that the kernel is still taking down waits for the kernel: bounded by the reap limit instead.
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -76,7 +77,8 @@ impl Execution<'_> {
             return None;
         }
         let still = now - self.stall.since;
-        let limit = self.stall_limit(holder_state);
+        let exiting = self.holder_exiting();
+        let limit = if exiting { self.cfg.busy_limit.max(dara_tracer::launch::REAP_LIMIT) } else { self.stall_limit(holder_state) };
         if still >= limit {
             let (thread, what) = self.unmoved();
             return Some(Outcome::Uncontrolled {
@@ -91,7 +93,8 @@ impl Execution<'_> {
         if still >= STALL_NOTICE && !self.stall.told {
             self.stall.told = true;
             let (_, what) = self.unmoved();
-            eprintln!("dara: nothing has moved for {} s: {what}; waiting up to {} s (--busy-limit)", still.as_secs(), limit.as_secs());
+            let bound = if exiting { "the kernel is taking the holder's process down (it has exited)" } else { "--busy-limit" };
+            eprintln!("dara: nothing has moved for {} s: {what}; waiting up to {} s ({bound})", still.as_secs(), limit.as_secs());
         }
         None
     }
@@ -125,6 +128,17 @@ impl Execution<'_> {
     fn holder_state(&self) -> Option<char> {
         let (pid, tid) = self.region.kernel_ids(self.handoff.holder()? as usize);
         procfs::thread_state(pid, tid)
+    }
+
+    /// Whether the token holder's process has exited and the kernel is still taking it down
+    /// (`PF_EXITING`, not a zombie yet): a postgres backend granted its `exit` sat there, runnable
+    /// and using no CPU time, for over 60 s while the test suite ran, and was called a stall of
+    /// dara. The kernel's pace is not the program's nor dara's: the wait goes on as for a slow
+    /// reap (`REAP_LIMIT`), saying so.
+    fn holder_exiting(&self) -> bool {
+        let Some(thread) = self.handoff.holder() else { return false };
+        let (pid, _) = self.region.kernel_ids(thread as usize);
+        procfs::exiting(pid)
     }
 
     /// Whether the token holder is blocked writing to the output pipes dara drains: it waits for
