@@ -7,7 +7,8 @@
 //! probe of another waited for it in vain: unbound's search stopped at once ("loopback delivery to
 //! endpoint e14 did not arrive"). So for a group, the settle itself waits: before the sender or
 //! connecting thread runs, dara notes how much the group's sockets hold (UDP: their receive queues'
-//! bytes and drop counts, from `/proc/<pid>/net/udp`; TCP: their accept queues, from sock_diag),
+//! bytes and drop counts, from `/proc/<pid>/net/udp`; TCP: their accept queues, from sock_diag;
+//! only sockets on the very address: a socket elsewhere with the port may be another program's),
 //! and at the next quiet point waits until that grew, nobody having read meanwhile. Nothing is
 //! owed then, and every probe sees the delivery where it landed.
 use std::net::SocketAddr;
@@ -16,9 +17,11 @@ use std::time::Instant;
 use super::{NetProbe, ProbeError, SETTLE_LIMIT};
 use crate::sockdiag::SockDiag;
 
-/// How much the UDP sockets bound to `port` hold, when there are two or more.
+/// How much the UDP sockets bound to one address and `port` hold, when two or more are (a
+/// socket of another program on another address with that port is no group: sockets that share
+/// a port bind the same address).
 pub(super) fn udp_mark(pid: u32, port: u16) -> Option<u64> {
-    crate::procfs::udp_port_group(pid, port).filter(|g| g.sockets >= 2).map(|g| g.arrivals)
+    crate::procfs::udp_port_group(pid, port).filter(|g| g.shared >= 2).map(|g| g.arrivals)
 }
 
 impl NetProbe {
@@ -29,19 +32,19 @@ impl NetProbe {
         (count >= 2).then_some(queued)
     }
 
-    /// (listeners, connections in their queues) of those a connect to `to` may reach: the port's
-    /// listeners on its address or on every address, of both families (an IPv6 one on every
-    /// address takes IPv4 connections too).
+    /// (listeners, connections in their queues) of those a connect to `to` goes to: the port's
+    /// listeners on its very address, or if there are none those of its family on every address
+    /// (sockets that share a port bind the same address; a listener on another address may be
+    /// another program's, whose queue changes at any time).
     fn listener_group(&mut self, to: SocketAddr) -> Option<(usize, u64)> {
         if self.diag.is_none() {
             self.diag = SockDiag::open();
         }
         let diag = self.diag.as_ref()?;
-        let group: Vec<_> = [libc::AF_INET, libc::AF_INET6]
-            .into_iter()
-            .flat_map(|family| diag.inet_listeners(family))
-            .filter(|l| l.local.port() == to.port() && (l.local.ip().is_unspecified() || l.local.ip() == to.ip()))
-            .collect();
+        let family = if to.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+        let on_port: Vec<_> = diag.inet_listeners(family).into_iter().filter(|l| l.local.port() == to.port()).collect();
+        let exact = on_port.iter().any(|l| l.local.ip() == to.ip());
+        let group: Vec<_> = on_port.iter().filter(|l| if exact { l.local.ip() == to.ip() } else { l.local.ip().is_unspecified() }).collect();
         Some((group.len(), group.iter().map(|l| u64::from(l.queued)).sum()))
     }
 

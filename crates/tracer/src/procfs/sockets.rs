@@ -8,12 +8,17 @@ pub fn udp_port_bound(pid: u32, port: u16) -> bool {
     udp_port_group(pid, port).is_none_or(|group| group.sockets > 0)
 }
 
-/// The UDP sockets bound to one local port (several with `SO_REUSEPORT`).
+/// The UDP sockets bound to one local port.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UdpPortGroup {
+    /// Sockets bound to the port, on any address.
     pub sockets: usize,
-    /// Their receive queues' bytes and drop counts, summed: it grows with every datagram one of
-    /// them receives or drops, and shrinks only when a program reads.
+    /// The most sockets bound to one address and the port (several with `SO_REUSEPORT`: a group
+    /// the kernel shares datagrams out to).
+    pub shared: usize,
+    /// That group's receive queues' bytes and drop counts, summed: it grows with every datagram
+    /// one of them receives or drops, and shrinks only when a program reads. (Sockets on other
+    /// addresses are left out: they may be another program's, read at any time.)
     pub arrivals: u64,
 }
 
@@ -21,24 +26,31 @@ pub struct UdpPortGroup {
 /// neither `/proc/<pid>/net/udp` nor udp6 can be read.
 pub fn udp_port_group(pid: u32, port: u16) -> Option<UdpPortGroup> {
     let tables: Vec<String> = ["udp", "udp6"].iter().filter_map(|t| fs::read_to_string(format!("/proc/{pid}/net/{t}")).ok()).collect();
-    (!tables.is_empty()).then(|| tables.iter().map(|t| udp_table_group(t, port)).fold(UdpPortGroup::default(), |a, b| UdpPortGroup { sockets: a.sockets + b.sockets, arrivals: a.arrivals + b.arrivals }))
+    (!tables.is_empty()).then(|| udp_tables_group(&tables, port))
 }
 
-/// The sockets of a /proc/net/udp{,6} table whose local address ("ADDR:PORT", hex) has `port`:
-/// columns `local_address`, `tx_queue:rx_queue` (hex) and `drops` (decimal, the last).
-fn udp_table_group(table: &str, port: u16) -> UdpPortGroup {
-    let mut group = UdpPortGroup::default();
-    for cols in table.lines().skip(1).map(|l| l.split_whitespace().collect::<Vec<_>>()) {
-        let local_port = cols.get(1).and_then(|a| a.rsplit_once(':')).and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
-        if local_port != Some(port) {
+/// [`udp_port_group`] of /proc/net/udp{,6} tables: columns `local_address` ("ADDR:PORT", hex),
+/// `tx_queue:rx_queue` (hex), `inode` and `drops` (decimal, the last). A table read while other
+/// programs bind and close sockets may list a socket twice (the kernel resumes its walk of the
+/// hash table at a line count between reads): each inode counts once.
+fn udp_tables_group(tables: &[String], port: u16) -> UdpPortGroup {
+    // (address, sockets, arrivals) of each address bound with the port.
+    let mut by_address: Vec<(&str, usize, u64)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for cols in tables.iter().flat_map(|t| t.lines().skip(1)).map(|l| l.split_whitespace().collect::<Vec<_>>()) {
+        let Some((address, local_port)) = cols.get(1).and_then(|a| a.rsplit_once(':')) else { continue };
+        if u16::from_str_radix(local_port, 16) != Ok(port) || !seen.insert(cols.get(9).copied().unwrap_or_default()) {
             continue;
         }
         let queued = cols.get(4).and_then(|q| q.split_once(':')).and_then(|(_, rx)| u64::from_str_radix(rx, 16).ok()).unwrap_or(0);
         let drops = cols.get(12).and_then(|d| d.parse::<u64>().ok()).unwrap_or(0);
-        group.sockets += 1;
-        group.arrivals += queued + drops;
+        match by_address.iter_mut().find(|(a, _, _)| *a == address) {
+            Some(entry) => (entry.1, entry.2) = (entry.1 + 1, entry.2 + queued + drops),
+            None => by_address.push((address, 1, queued + drops)),
+        }
     }
-    group
+    let largest = by_address.iter().max_by_key(|(_, sockets, _)| *sockets).copied().unwrap_or_default();
+    UdpPortGroup { sockets: by_address.iter().map(|e| e.1).sum(), shared: largest.1, arrivals: largest.2 }
 }
 
 /// Inodes of the TCP sockets listening on local `port` in the network namespace of process
@@ -71,21 +83,31 @@ mod tests {
             "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n",
             " 12: 0100007F:5DC1 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 0\n",
         );
-        assert_eq!(udp_table_group(table, 0x5DC1).sockets, 1);
-        assert_eq!(udp_table_group(table, 0x5DC2).sockets, 0);
-        assert_eq!(udp_table_group(table, 0).sockets, 0, "the remote port 0 is not a bound one");
+        let tables = [table.to_string()];
+        assert_eq!(udp_tables_group(&tables, 0x5DC1).sockets, 1);
+        assert_eq!(udp_tables_group(&tables, 0x5DC2).sockets, 0);
+        assert_eq!(udp_tables_group(&tables, 0).sockets, 0, "the remote port 0 is not a bound one");
     }
 
-    /// Two sockets on one port (`SO_REUSEPORT`): their queued bytes and drops add up.
+    /// Two sockets on one address and port (`SO_REUSEPORT`): their queued bytes and drops add
+    /// up; a socket on another address with that port (another program's, maybe) is left out.
     #[test]
     fn a_udp_port_group_sums_its_queues_and_drops() {
         let table = concat!(
             "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n",
             " 12: 0100007F:4685 00000000:0000 07 00000000:00000300 00:00000000 00000000     0        0 4242 2 0000000000000000 0\n",
             " 12: 0100007F:4685 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4243 2 0000000000000000 2\n",
+            " 12: 00000000:4685 00000000:0000 07 00000000:00000500 00:00000000 00000000     0        0 4245 2 0000000000000000 0\n",
             " 13: 0100007F:4686 00000000:0000 07 00000000:00000100 00:00000000 00000000     0        0 4244 2 0000000000000000 0\n",
         );
-        assert_eq!(udp_table_group(table, 0x4685), UdpPortGroup { sockets: 2, arrivals: 0x300 + 2 });
+        assert_eq!(udp_tables_group(&[table.to_string()], 0x4685), UdpPortGroup { sockets: 3, shared: 2, arrivals: 0x300 + 2 });
+        // A line listed twice (a table read while other programs bind and close) is one socket.
+        let twice = concat!(
+            "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n",
+            " 12: 0100007F:4685 00000000:0000 07 00000000:00000300 00:00000000 00000000     0        0 4242 2 0000000000000000 0\n",
+            " 12: 0100007F:4685 00000000:0000 07 00000000:00000300 00:00000000 00000000     0        0 4242 2 0000000000000000 0\n",
+        );
+        assert_eq!(udp_tables_group(&[twice.to_string()], 0x4685), UdpPortGroup { sockets: 1, shared: 1, arrivals: 0x300 });
     }
 
     /// A datagram sent to a port grows the mark of its group.
@@ -94,7 +116,7 @@ mod tests {
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = socket.local_addr().unwrap().port();
         let before = udp_port_group(std::process::id(), port).unwrap();
-        assert_eq!(before.sockets, 1);
+        assert_eq!((before.sockets, before.shared), (1, 1));
         std::net::UdpSocket::bind("127.0.0.1:0").unwrap().send_to(b"x", ("127.0.0.1", port)).unwrap();
         let started = std::time::Instant::now();
         while udp_port_group(std::process::id(), port).unwrap().arrivals <= before.arrivals {
