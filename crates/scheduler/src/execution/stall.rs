@@ -78,7 +78,7 @@ impl Execution<'_> {
         }
         let still = now - self.stall.since;
         let exiting = self.holder_exiting();
-        let limit = if exiting { self.cfg.busy_limit.max(dara_tracer::launch::REAP_LIMIT) } else { self.stall_limit(holder_state) };
+        let limit = self.stall_limit(holder_state, exiting);
         if still >= limit {
             let (thread, what) = self.unmoved();
             return Some(Outcome::Uncontrolled {
@@ -101,9 +101,11 @@ impl Execution<'_> {
 
     /// How long nothing may move: the busy limit; for a holder in uninterruptible sleep (a
     /// slow disk), never less than the watchdog lets it sleep (`sleep_limit`), so that under a
-    /// low `--busy-limit` the watchdog judges it, not this bound.
-    fn stall_limit(&self, holder_state: Option<char>) -> Duration {
+    /// low `--busy-limit` the watchdog judges it, not this bound; for a holder whose process the
+    /// kernel is taking down (`exiting`), never less than the reap limit.
+    fn stall_limit(&self, holder_state: Option<char>, exiting: bool) -> Duration {
         match holder_state {
+            _ if exiting => self.cfg.busy_limit.max(dara_tracer::launch::REAP_LIMIT),
             Some(state @ 'D') => self.cfg.busy_limit.max(self.sleep_limit(state)),
             _ => self.cfg.busy_limit,
         }

@@ -80,10 +80,7 @@ impl NetProbe {
     /// listens there.
     fn destination(&mut self, pid: u32, k: u64, addr: u64, len: u32) -> Option<Destination> {
         let raw = read_address(pid, addr, len)?;
-        if self.diag.is_none() {
-            self.diag = SockDiag::open();
-        }
-        let diag = self.diag.as_ref()?;
+        let diag = self.sock_diag()?;
         match (k, inet_address(&raw)) {
             (kind::TCP, Some(to)) => self.tcp_destination(to),
             (kind::UNIX_STREAM, None) if i32::from(raw.ss_family) == libc::AF_UNIX => {
@@ -96,9 +93,7 @@ impl NetProbe {
 
     /// The TCP listener a connection to `to` reaches, if one listens there.
     fn tcp_destination(&mut self, to: std::net::SocketAddr) -> Option<Destination> {
-        if self.diag.is_none() {
-            self.diag = SockDiag::open();
-        }
+        self.sock_diag()?;
         let diag = self.diag.as_ref()?;
         let owed = self.owed.get(&owed_connection(to)).copied().unwrap_or(0);
         let l = tcp_listener(diag, to)?;
@@ -187,14 +182,24 @@ pub(super) fn read_address(pid: u32, addr: u64, len: u32) -> Option<libc::sockad
 /// that very address, then one on its family's unspecified address, then (for IPv4) an IPv6
 /// wildcard listener, which takes IPv4 connections unless it is IPv6-only.
 fn tcp_listener(diag: &SockDiag, to: std::net::SocketAddr) -> Option<InetListener> {
+    tcp_listeners_reached(diag, to).into_iter().next()
+}
+
+/// Every TCP listener on the address a connection to `to` reaches: those on its very address
+/// if one listens there, else those of its family on every address, else (for IPv4) the IPv6
+/// ones on every address. Several with `SO_REUSEPORT` (see `groups`).
+pub(super) fn tcp_listeners_reached(diag: &SockDiag, to: std::net::SocketAddr) -> Vec<InetListener> {
     let family = if to.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
     let on_port = |family| diag.inet_listeners(family).into_iter().filter(move |l| l.local.port() == to.port());
     let mine: Vec<InetListener> = on_port(family).collect();
-    mine.iter()
-        .find(|l| l.local.ip() == to.ip())
-        .or_else(|| mine.iter().find(|l| l.local.ip().is_unspecified()))
-        .copied()
-        .or_else(|| if to.is_ipv4() { on_port(libc::AF_INET6).find(|l| l.local.ip().is_unspecified()) } else { None })
+    if mine.iter().any(|l| l.local.ip() == to.ip()) {
+        return mine.into_iter().filter(|l| l.local.ip() == to.ip()).collect();
+    }
+    let wildcard: Vec<InetListener> = mine.into_iter().filter(|l| l.local.ip().is_unspecified()).collect();
+    if !wildcard.is_empty() || !to.is_ipv4() {
+        return wildcard;
+    }
+    on_port(libc::AF_INET6).filter(|l| l.local.ip().is_unspecified()).collect()
 }
 
 /// The Unix listener bound to the name in `raw` (`len` bytes), the path resolved as process

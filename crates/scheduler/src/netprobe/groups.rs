@@ -15,13 +15,12 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use super::{NetProbe, ProbeError, SETTLE_LIMIT};
-use crate::sockdiag::SockDiag;
 
-/// How much the UDP sockets bound to one address and `port` hold, when two or more are (a
+/// How much the UDP sockets bound to one address and a port hold, when two or more are (a
 /// socket of another program on another address with that port is no group: sockets that share
 /// a port bind the same address).
-pub(super) fn udp_mark(pid: u32, port: u16) -> Option<u64> {
-    crate::procfs::udp_port_group(pid, port).filter(|g| g.shared >= 2).map(|g| g.arrivals)
+pub(super) fn udp_mark(group: crate::procfs::UdpPortGroup) -> Option<u64> {
+    (group.shared >= 2).then_some(group.arrivals)
 }
 
 impl NetProbe {
@@ -32,19 +31,11 @@ impl NetProbe {
         (count >= 2).then_some(queued)
     }
 
-    /// (listeners, connections in their queues) of those a connect to `to` goes to: the port's
-    /// listeners on its very address, or if there are none those of its family on every address
-    /// (sockets that share a port bind the same address; a listener on another address may be
-    /// another program's, whose queue changes at any time).
+    /// (listeners, connections in their queues) of those on the address a connect to `to`
+    /// reaches (sockets that share a port bind the same address; a listener on another address
+    /// may be another program's, whose queue changes at any time).
     fn listener_group(&mut self, to: SocketAddr) -> Option<(usize, u64)> {
-        if self.diag.is_none() {
-            self.diag = SockDiag::open();
-        }
-        let diag = self.diag.as_ref()?;
-        let family = if to.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
-        let on_port: Vec<_> = diag.inet_listeners(family).into_iter().filter(|l| l.local.port() == to.port()).collect();
-        let exact = on_port.iter().any(|l| l.local.ip() == to.ip());
-        let group: Vec<_> = on_port.iter().filter(|l| if exact { l.local.ip() == to.ip() } else { l.local.ip().is_unspecified() }).collect();
+        let group = super::backlog::tcp_listeners_reached(self.sock_diag()?, to);
         Some((group.len(), group.iter().map(|l| u64::from(l.queued)).sum()))
     }
 

@@ -190,9 +190,7 @@ impl NetProbe {
             return *ep;
         }
         let k = if rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK { socket_kind(dup) } else { kind::UNKNOWN };
-        let key = if k == kind::TCP || k == kind::UDP { inet_key(dup, k) } else { None };
-        let addrs = if k == kind::TCP && key.is_some_and(|k| k.2 != 0) { addresses(dup) } else { None };
-        Endpoint { id: 0, kind: k, key: key.map(|(k, l, r)| if k == kind::UDP { (k, l, 0) } else { (k, l, r) }), addrs }
+        shaped(0, k, dup).0
     }
 
     /// Identifies the endpoint behind `dup` (descriptor `fd` of `process`), naming it on first sight.
@@ -213,7 +211,7 @@ impl NetProbe {
             _ => (ANON_INODE_KEY | (u64::from(process) << 32) | fd as u32 as u64, self.timer_or(anon_kind(dup), dup)),
         };
         let id = self.id_of(inode_key);
-        let key = if k == kind::TCP || k == kind::UDP { inet_key(dup, k) } else { None };
+        let (ep, key) = shaped(id, k, dup);
         if let Some(key) = key {
             self.by_key.insert(key, id);
             if k == kind::UDP {
@@ -225,8 +223,6 @@ impl NetProbe {
                 self.outside_peer = Some(format!("a Unix-socket connection from process {peer}, which dara does not trace,"));
             }
         }
-        let addrs = if k == kind::TCP && key.is_some_and(|k| k.2 != 0) { addresses(dup) } else { None };
-        let ep = Endpoint { id, kind: k, key: key.map(|(k, l, r)| if k == kind::UDP { (k, l, 0) } else { (k, l, r) }), addrs };
         if rc == 0 && ep.is_stable() {
             self.stable.insert(st.st_ino, ep);
         }
@@ -267,6 +263,15 @@ impl NetProbe {
 /// thread pidfds (before 6.9).
 fn leaderless_thread(pid: u32) -> Option<OwnedFd> {
     procfs::thread_pidfd_open(procfs::leaderless_thread_id(pid)?).ok()
+}
+
+/// Endpoint `id` of kind `k` behind `dup`: its ports and a connected TCP socket's addresses, and
+/// the ports as the kernel gives them (the endpoint's own key leaves out a UDP socket's peer:
+/// datagrams come from anyone).
+fn shaped(id: u64, k: u64, dup: &OwnedFd) -> (Endpoint, Option<PortKey>) {
+    let key = if k == kind::TCP || k == kind::UDP { inet_key(dup, k) } else { None };
+    let addrs = if k == kind::TCP && key.is_some_and(|k| k.2 != 0) { addresses(dup) } else { None };
+    (Endpoint { id, kind: k, key: key.map(|(k, l, r)| if k == kind::UDP { (k, l, 0) } else { (k, l, r) }), addrs }, key)
 }
 
 #[cfg(test)]

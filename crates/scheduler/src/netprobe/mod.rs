@@ -203,6 +203,14 @@ impl NetProbe {
 
     /// An error if identifying an endpoint found a peer outside dara (see [`NetProbe::view`]).
     /// `whom` names the receiver (made only for the error: views are taken by the thousand).
+    /// The sock_diag socket, opened on first use.
+    fn sock_diag(&mut self) -> Option<&SockDiag> {
+        if self.diag.is_none() {
+            self.diag = SockDiag::open();
+        }
+        self.diag.as_ref()
+    }
+
     fn no_outside_peer(&mut self, whom: impl FnOnce() -> String) -> Result<(), ProbeError> {
         match self.outside_peer.take() {
             Some(peer) => Err(ProbeError(format!("{peer} reached {}: what it sends would be input dara neither controls nor records; only TCP clients of a recorded server are relayed and recorded (docs/outside.md)", whom()))),

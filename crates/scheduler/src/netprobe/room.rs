@@ -23,7 +23,6 @@ use std::os::fd::OwnedFd;
 use super::ledger::TcpSnapshot;
 use super::sockets::sockopt;
 use super::{Endpoint, NetProbe, TCP_LISTEN};
-use crate::sockdiag::SockDiag;
 
 /// The most bytes a traced TCP sender may have written that its traced reader has not taken.
 pub(super) const UNREAD_MOST: u64 = 1 << 20;
@@ -41,10 +40,7 @@ impl NetProbe {
     pub(super) fn stream_room(&mut self, dup: &OwnedFd, ep: Endpoint) -> Option<u64> {
         let (local, remote) = ep.addrs?;
         let sender = TcpSnapshot::of(dup)?;
-        if self.diag.is_none() {
-            self.diag = SockDiag::open();
-        }
-        let peer = self.diag.as_ref()?.receiving(remote, local).filter(|p| p.state != TCP_LISTEN)?;
+        let peer = self.sock_diag()?.receiving(remote, local).filter(|p| p.state != TCP_LISTEN)?;
         let send_buffer = u64::try_from(sockopt(dup, libc::SO_SNDBUF)?).ok()?;
         Some(room(send_buffer, (sender.sent + sender.not_sent).saturating_sub(peer.read())))
     }

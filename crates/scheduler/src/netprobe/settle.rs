@@ -11,9 +11,9 @@ impl NetProbe {
         if request.op() == Op::NetEpollWait {
             self.epolls.wait_ended(thread);
         }
-        let datagram_to = match (request, timed_out) {
-            (R::NetSend { fd, dest_port, .. }, false) => self.datagram_receiver(pid, fd, dest_port),
-            _ => None,
+        let (datagram_to, datagram_group) = match (request, timed_out) {
+            (R::NetSend { fd, dest_port, .. }, false) => self.datagram_receiver(pid, fd, dest_port).unzip(),
+            _ => (None, None),
         };
         if let R::NetClose { fd, how: CloseHow::Close } = request {
             // The descriptor number may name another socket next time.
@@ -28,8 +28,8 @@ impl NetProbe {
             _ => None,
         };
         // A port several sockets share: what they hold before the thread runs (see `groups`).
-        let group_mark = match (datagram_to, connect_to) {
-            (Some(port), _) => groups::udp_mark(pid, port),
+        let group_mark = match (datagram_group, connect_to) {
+            (Some(group), _) => groups::udp_mark(group),
             (_, Some(to)) => self.listener_mark(to),
             _ => None,
         };
@@ -45,8 +45,9 @@ impl NetProbe {
     }
 
     /// The destination port of a UDP send on `fd` (`dest_port`, or the connected peer's), if a
-    /// socket is bound to it now; None for other sockets and for a datagram the kernel will drop.
-    pub(super) fn datagram_receiver(&mut self, pid: u32, fd: i32, dest_port: u16) -> Option<u16> {
+    /// socket is bound to it now, with the sockets bound to it; None for other sockets and for a
+    /// datagram the kernel will drop.
+    pub(super) fn datagram_receiver(&mut self, pid: u32, fd: i32, dest_port: u16) -> Option<(u16, crate::procfs::UdpPortGroup)> {
         if self.probed.get(&(pid, fd)).is_some_and(|ep| ep.kind != kind::UDP) {
             return None;
         }
@@ -55,7 +56,12 @@ impl NetProbe {
             return None;
         }
         let port = if dest_port != 0 { dest_port } else { inet_key(&dup, kind::UDP)?.2 };
-        (port != 0 && crate::procfs::udp_port_bound(pid, port)).then_some(port)
+        if port == 0 {
+            return None;
+        }
+        // Neither table readable: taken for bound, as a group of one.
+        let group = crate::procfs::udp_port_group(pid, port).unwrap_or(crate::procfs::UdpPortGroup { sockets: 1, shared: 1, arrivals: 0 });
+        (group.sockets > 0).then_some((port, group))
     }
 
     /// Settles what the operations granted since the last call left in flight.
@@ -105,7 +111,7 @@ impl NetProbe {
         if owed(self) == 0 && !unread {
             return Ok(revents);
         }
-        if ep.kind == kind::TCP {
+        if ep.key.is_some_and(|(k, _, remote)| k == kind::TCP && remote == 0) {
             // A connection owed to a listener that defers it until data comes (the listener was
             // not looked at before the connect): its handshake is answered again in a second.
             accept_without_data(fd);
@@ -212,9 +218,7 @@ impl NetProbe {
             return Ok(());
         }
         let started = Instant::now();
-        if self.diag.is_none() {
-            self.diag = SockDiag::open();
-        }
+        self.sock_diag();
         while !sent_bytes_arrived(&dup, addrs, self.diag.as_ref(), false, own) {
             if started.elapsed() > SETTLE_LIMIT {
                 return Err(ProbeError(format!("bytes sent on {name} were not acknowledged by the loopback peer within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));

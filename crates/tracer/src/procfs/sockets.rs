@@ -2,12 +2,6 @@
 //! TCP ports listened on.
 use std::fs;
 
-/// Whether a UDP socket (IPv4 or IPv6) is bound to local `port` in the network namespace of
-/// process `pid`, from `/proc/<pid>/net/udp` and udp6. True when neither table can be read.
-pub fn udp_port_bound(pid: u32, port: u16) -> bool {
-    udp_port_group(pid, port).is_none_or(|group| group.sockets > 0)
-}
-
 /// The UDP sockets bound to one local port.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UdpPortGroup {
@@ -132,6 +126,6 @@ mod tests {
     fn a_port_is_bound_while_a_socket_holds_it() {
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = socket.local_addr().unwrap().port();
-        assert!(udp_port_bound(std::process::id(), port));
+        assert!(udp_port_group(std::process::id(), port).is_some_and(|g| g.sockets == 1));
     }
 }
