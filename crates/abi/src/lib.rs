@@ -744,6 +744,11 @@ pub mod relayed_flags {
     pub const DATAGRAMS: u32 = 1;
     /// dara's end is on IPv6 loopback (`::1`), else on 127.0.0.1.
     pub const RELAY_V6: u32 = 2;
+    /// The peer is a TCP server outside dara that the program connects to, and dara's end is the
+    /// socket that stands for it (a recording dialled the server; its replay plays it): the
+    /// program's next connect to that server goes to dara's end. Only the newest entry for a
+    /// server has it (older ones still show their connection's peer).
+    pub const DIALED: u32 = 4;
 }
 
 /// Entries of [`Header::relayed`].

@@ -114,12 +114,14 @@ pub fn shown_peer(peer: &InetAddress, table: &[RelayedPeer], datagrams: bool) ->
     client_of(entry).encode(peer.family)
 }
 
-/// Where a datagram the program sends to `to` goes instead, when `to` is an outside client dara
-/// relays for: dara's socket that stands for it, in `to`'s layout.
-pub fn relayed_destination(to: &InetAddress, table: &[RelayedPeer]) -> Option<([u8; SOCKADDR_IN6], usize)> {
-    let entry = in_use(table, true).find(|e| {
+/// Where what the program sends to `to` goes instead, in `to`'s layout: a datagram (`datagrams`)
+/// to an outside client dara relays for goes to dara's socket that stands for it; a TCP connect
+/// to an outside server dara dialled for the program ([`relayed_flags::DIALED`]) goes to dara's
+/// listening socket that stands for the server.
+pub fn relayed_destination(to: &InetAddress, table: &[RelayedPeer], datagrams: bool) -> Option<([u8; SOCKADDR_IN6], usize)> {
+    let entry = in_use(table, datagrams).find(|e| {
         let client = client_of(e);
-        (client.ip, client.port, client.v4) == (to.ip, to.port, to.v4)
+        (datagrams || e.flags.load(Ordering::Relaxed) & relayed_flags::DIALED != 0) && (client.ip, client.port, client.v4) == (to.ip, to.port, to.v4)
     })?;
     let relay_v6 = entry.flags.load(Ordering::Relaxed) & relayed_flags::RELAY_V6 != 0;
     let mut ip = [0u8; 16];
@@ -176,8 +178,25 @@ mod tests {
         assert!(shown_peer(&v4([127, 0, 0, 1], 40001), &table, true).is_some());
         assert_eq!(shown_peer(&v4([127, 0, 0, 1], 40002), &table, false), None, "not dara's socket");
         assert_eq!(shown_peer(&v4([10, 0, 0, 9], 40000), &table, false), None, "not loopback");
-        let to = relayed_destination(&v4([10, 0, 0, 1], 6666), &table).unwrap();
+        let to = relayed_destination(&v4([10, 0, 0, 1], 6666), &table, true).unwrap();
         assert_eq!(InetAddress::parse(&to.0[..to.1]), Some(v4([127, 0, 0, 1], 40001)));
+        assert_eq!(relayed_destination(&v4([10, 0, 0, 1], 6666), &table, false), None, "a UDP client is no TCP server");
+        assert_eq!(relayed_destination(&v4([192, 168, 0, 7], 5555), &table, false), None, "a TCP client is no server to connect to");
+    }
+
+    /// A connect to an outside server dara dialled goes to dara's socket that stands for it,
+    /// and the connection's peer is shown as the server; an older entry for the same server
+    /// (its `DIALED` flag cleared) still shows its own connection's peer but is no destination.
+    #[test]
+    fn a_connect_to_a_dialled_server_goes_to_dara_s_stand_in() {
+        let table = [entry(41000, [10, 9, 8, 7], 5432, 0), entry(41001, [10, 9, 8, 7], 5432, relayed_flags::DIALED)];
+        let to = relayed_destination(&v4([10, 9, 8, 7], 5432), &table, false).unwrap();
+        assert_eq!(InetAddress::parse(&to.0[..to.1]), Some(v4([127, 0, 0, 1], 41001)));
+        assert_eq!(relayed_destination(&v4([10, 9, 8, 7], 5432), &table, true), None, "not for datagrams");
+        for relay in [41000, 41001] {
+            let shown = shown_peer(&v4([127, 0, 0, 1], relay), &table, false).unwrap();
+            assert_eq!(InetAddress::parse(&shown.0[..shown.1]), Some(v4([10, 9, 8, 7], 5432)));
+        }
     }
 
     /// An IPv4 client heard on an IPv6 socket is listed as `::ffff:a.b.c.d`; a send to the
@@ -197,7 +216,7 @@ mod tests {
         assert!(client.v4 && client.ip[..4] == [127, 0, 0, 1]);
         let (shown, size) = client.encode(AF_INET6).unwrap();
         let to = InetAddress::parse(&shown[..size]).unwrap();
-        let relay = relayed_destination(&to, core::slice::from_ref(&entry)).expect("the send goes to dara's socket");
+        let relay = relayed_destination(&to, core::slice::from_ref(&entry), true).expect("the send goes to dara's socket");
         assert_eq!(InetAddress::parse(&relay.0[..relay.1]).map(|a| a.port), Some(40005));
     }
 }

@@ -62,6 +62,11 @@ pub enum OutsideWhat {
     /// The recording brought the program's clock up to real time: virtual time became this many
     /// nanoseconds before the decision of the event's step (stream 0). A replay moves it the same.
     Clock(u64),
+    /// The program connected to `server`, a TCP server outside dara, with the connect granted at
+    /// the event's step: dara dialled it and relays the stream (new unless `refused`: the server
+    /// refused or could not be reached, and so was the program's connect). Checked in a replay,
+    /// which plays the server from the recording.
+    Dial { server: std::net::SocketAddr, refused: bool },
 }
 
 impl OutsideWhat {
@@ -73,7 +78,7 @@ impl OutsideWhat {
     /// Whether this is something an outside peer brought (a client, its bytes or end, a
     /// datagram sender and its datagrams, stdin); not a signal, an output or a clock move.
     pub fn is_input(&self) -> bool {
-        !self.is_output() && !matches!(self, OutsideWhat::Signal(_) | OutsideWhat::Clock(_))
+        !self.is_output() && !matches!(self, OutsideWhat::Signal(_) | OutsideWhat::Clock(_) | OutsideWhat::Dial { .. })
     }
 }
 
@@ -119,6 +124,8 @@ pub fn describe_event(e: &OutsideEvent) -> String {
         OutsideWhat::Datagram(b) => format!("a datagram of {} bytes {} from outside peer {} at step {}", b.len(), shown(b), e.stream, e.step),
         OutsideWhat::DatagramOutput(b) => format!("the program to send a datagram of {} bytes {} to outside peer {} at step {}", b.len(), shown(b), e.stream, e.step),
         OutsideWhat::Clock(ns) => format!("the clock to move to {} ns at step {} (real time)", ns, e.step),
+        OutsideWhat::Dial { server, refused: false } => format!("the program to connect to the outside server {server} ({at})"),
+        OutsideWhat::Dial { server, refused: true } => format!("the program to connect to the outside server {server}, which refused (at step {})", e.step),
     }
 }
 

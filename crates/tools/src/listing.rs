@@ -154,6 +154,8 @@ fn outside_line(e: &dara_model::outside::OutsideEvent) -> Option<String> {
         Datagram(b) => format!("d{} sends a datagram of {}", e.stream, bytes(b)),
         DatagramOutput(b) => format!("d{} receives a datagram of {}", e.stream, bytes(b)),
         Clock(_) => return None,
+        Dial { server, refused: false } => format!("c{}: the program connects to the outside server {server}", e.stream),
+        Dial { server, refused: true } => format!("the outside server {server} refuses the program's connect"),
     })
 }
 

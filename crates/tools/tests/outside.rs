@@ -279,25 +279,112 @@ fn a_recording_takes_uncontended_locks_without_steps() {
     assert_eq!(coarse_busy, 2, "the model answers EBUSY to the worker's trylocks of the two mutexes main took without a step");
 }
 
-/// A program that connects to a server outside dara would take its answers as input dara neither
-/// controls nor records (nor could bring back in a replay): the run stops as uncontrolled, naming
-/// the server, in a recording and in a search alike, and leaves nothing behind.
+/// A search is a closed world: a program that connects to a server outside dara would take its
+/// answers as input dara neither controls nor records (nor could bring back in the next
+/// execution), so the search stops as uncontrolled, naming the server, and leaves nothing behind.
+/// (A recording dials such a server for the program: the next test.)
 #[test]
-fn a_connection_to_a_server_outside_dara_stops_the_run() {
+fn a_search_that_connects_to_a_server_outside_dara_stops() {
     let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = server.local_addr().unwrap().port().to_string();
     let program = private_copy(&fixture("kv_node"), "outside-server");
-    for (name, extra) in [("recording", &[][..]), ("search", &["--runs", "3"][..])] {
-        let out = out_dir(&format!("outside-server-{name}"));
-        let mut args = vec!["-o", out.to_str().unwrap()];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", program.to_str().unwrap(), "ping", &port]);
-        let run = dara_trace(&args, Duration::from_secs(60));
-        assert_eq!(run.code, 2, "{name}\n{}", run.text());
-        assert!(run.text().contains(&format!("connected to 127.0.0.1:{port}, a server outside dara")), "{name}\n{}", run.text());
-    }
+    let out = out_dir("outside-server-search");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--runs", "3", "--", program.to_str().unwrap(), "ping", &port], Duration::from_secs(60));
+    assert_eq!(run.code, 2, "{}", run.text());
+    assert!(run.text().contains(&format!("connected to 127.0.0.1:{port}, a server outside dara")), "{}", run.text());
     drop(server);
     assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// An outside TCP server that answers each line with "echo: LINE" (one thread per connection);
+/// counts the connections it served.
+struct EchoServer {
+    port: u16,
+    served: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    listener: std::net::TcpListener,
+}
+
+impl EchoServer {
+    fn start() -> EchoServer {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = served.clone();
+        let accepting = listener.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for conn in accepting.incoming() {
+                let Ok(conn) = conn else { return };
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let mut writer = conn.try_clone().unwrap();
+                    for line in std::io::BufRead::lines(std::io::BufReader::new(conn)) {
+                        let Ok(line) = line else { return };
+                        if writer.write_all(format!("echo: {line}\n").as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        EchoServer { port, served, listener }
+    }
+}
+
+impl Drop for EchoServer {
+    /// Stops listening: the accepting thread's `accept` fails and it ends, closing the port.
+    fn drop(&mut self) {
+        // SAFETY: shutdown of a socket this struct owns.
+        unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&self.listener), libc::SHUT_RDWR) };
+    }
+}
+
+/// A port nobody listens on (bound for a moment, then closed).
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A recording dials a TCP server outside dara for the program (tests/fixtures/
+/// outside_server_client.c: two threads, one connecting blocking and one non-blocking, then a
+/// second connection from main, then a connect to a closed port), dynamic and static (the ptrace
+/// agent puts dara's address in the call as the preload does): the program is shown the server
+/// as its peer, gets every answer, and its connect to the closed port is refused; the trace holds
+/// the three connections and the refusal. The replay plays the server from the recording with the
+/// server gone: the same answers, `--verify` identical. Before, the recording stopped at the first
+/// connect ("a server outside dara").
+#[test]
+fn a_recording_dials_an_outside_server_and_its_replay_plays_it() {
+    for (build, flags) in [("dynamic", &["-pthread"][..]), ("static", &["-static", "-pthread"][..])] {
+        let program = private_copy(&fixture_with("outside_server_client", flags), &format!("outside-server-client-{build}"));
+        let server = EchoServer::start();
+        let closed = closed_port();
+        let out = out_dir(&format!("outside-server-client-{build}"));
+        let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), &server.port.to_string(), &closed.to_string()], Duration::from_secs(120));
+        assert_eq!(run.code, 0, "{build}\n{}", run.text());
+        let answers = "thread 0: peer is the server\nthread 0: echo: hello 0.0\nthread 0: echo: hello 0.1\nthread 0: echo: hello 0.2\n\
+                       thread 1: peer is the server\nthread 1: echo: hello 1.0\nthread 1: echo: hello 1.1\nthread 1: echo: hello 1.2\n\
+                       main: echo: again\nmain: connect to a closed port: Connection refused\n";
+        assert!(run.stdout.contains(answers), "{build}\n{}", run.text());
+        assert_eq!(server.served.load(std::sync::atomic::Ordering::SeqCst), 3, "{build}: dara dialled the server once a connection");
+        let trace = dara_scheduler::trace::read_file(&out.join("trace.bin")).unwrap();
+        let dials: Vec<(std::net::SocketAddr, bool)> = trace.outside.iter().filter_map(|e| if let OutsideWhat::Dial { server, refused } = e.what { Some((server, refused)) } else { None }).collect();
+        let server_addr: std::net::SocketAddr = ([127, 0, 0, 1], server.port).into();
+        let closed_addr: std::net::SocketAddr = ([127, 0, 0, 1], closed).into();
+        assert_eq!(dials, [(server_addr, false), (server_addr, false), (server_addr, false), (closed_addr, true)], "{build}");
+        let from_server: Vec<u8> = trace.outside.iter().filter_map(|e| if let OutsideWhat::Data(b) = &e.what { Some(b.clone()) } else { None }).flatten().collect();
+        assert_eq!(from_server.len(), 6 * "echo: hello 0.0\n".len() + "echo: again\n".len(), "{build}: the server's answers are recorded input");
+        // The server is gone now (its port refuses): the replay plays it from the recording.
+        drop(server);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(server_addr).is_ok() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(TcpStream::connect(server_addr).is_err(), "{build}: the server still listens");
+        let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(120));
+        assert_eq!(verify.code, 0, "{build}\n{}", verify.text());
+        assert!(verify.stdout.contains(answers) && verify.stdout.contains("identical"), "{build}\n{}", verify.text());
+        assert_no_survivors(&program);
+    }
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 

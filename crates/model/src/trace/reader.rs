@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use crate::choice::{Choice, ChoiceKind};
 use crate::outcome::Outcome;
 use crate::outside::{OutsideEvent, OutsideWhat};
-use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET, OUTSIDE_CLOCK};
+use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET, OUTSIDE_CLOCK, OUTSIDE_DIAL};
 
 /// Reads and decodes the trace at `path`: a regular file or a pipe (`<(...)`), of at most
 /// [`MAX_TRACE_BYTES`]. A device (`/dev/zero`, which never ends) or a directory is refused
@@ -175,6 +175,14 @@ fn decode_outside(c: &mut Cursor<'_>) -> Result<Vec<OutsideEvent>, TraceError> {
             OUTSIDE_DATAGRAM_OUTPUT => OutsideWhat::DatagramOutput(bytes(c)?),
             OUTSIDE_RESET => OutsideWhat::Reset,
             OUTSIDE_CLOCK => OutsideWhat::Clock(c.varint(&field("clock"))?),
+            OUTSIDE_DIAL => {
+                let refused = c.varint(&field("refused"))? != 0;
+                let at = c.pos;
+                match crate::outside::address_from_bytes(&bytes(c)?) {
+                    Ok(Some(server)) => OutsideWhat::Dial { server, refused },
+                    _ => return Err(c.damaged(at, field("has a malformed server address"))),
+                }
+            }
             k => return Err(c.damaged(kind_at, field(&format!("has unknown kind {k}")))),
         };
         events.push(OutsideEvent { step, stream, what });

@@ -148,6 +148,8 @@ fn sample_outside() -> Vec<crate::outside::OutsideEvent> {
         OutsideEvent { step: 42, stream: 0, what: Peer { socket: 1, peer: Some(([127, 0, 0, 1], 5353).into()) } },
         OutsideEvent { step: 42, stream: 0, what: Datagram(b"ping".to_vec()) },
         OutsideEvent { step: 45, stream: 0, what: DatagramOutput(b"pong".to_vec()) },
+        OutsideEvent { step: 46, stream: 2, what: Dial { server: ([10, 1, 2, 3], 5432).into(), refused: false } },
+        OutsideEvent { step: 47, stream: 3, what: Dial { server: (std::net::Ipv6Addr::LOCALHOST, 6379).into(), refused: true } },
     ]
 }
 

@@ -14,7 +14,7 @@ use super::{
     fnv1a64, ProcessCoverage, ProcessId, Step, Trace, TraceError, FORMAT_VERSION, KIND_FAULT, KIND_INTERRUPT, KIND_RUN, KIND_TIMEOUT, MAGIC, MAX_HEADER_BYTES,
     MAX_OUTCOME_BYTES, RESULT_BLOCKED, RESULT_GRANTED,
 };
-use super::{MAX_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET, OUTSIDE_CLOCK};
+use super::{MAX_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET, OUTSIDE_CLOCK, OUTSIDE_DIAL};
 use crate::choice::ChoiceKind;
 use crate::outside::{OutsideEvent, OutsideWhat};
 
@@ -206,6 +206,10 @@ fn put_outside(out: &mut Vec<u8>, events: &[OutsideEvent]) {
             OutsideWhat::DatagramOutput(b) => (OUTSIDE_DATAGRAM_OUTPUT, None, Some(b)),
             OutsideWhat::Reset => (OUTSIDE_RESET, None, None),
             OutsideWhat::Clock(ns) => (OUTSIDE_CLOCK, Some(*ns), None),
+            OutsideWhat::Dial { server, refused } => {
+                peer = crate::outside::address_bytes(Some(*server));
+                (OUTSIDE_DIAL, Some(u64::from(*refused)), Some(&peer))
+            }
         };
         out.push(kind);
         put_u64(out, e.stream.into());

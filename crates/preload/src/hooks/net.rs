@@ -427,9 +427,11 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const libc::sockaddr, len: so
         _ => return unsafe { real::connect(fd, addr, len) },
     };
     // A UDP socket connected to a client dara relays for is connected to dara's socket that
-    // stands for it.
+    // stands for it. (A TCP connect to an outside server is redirected after its grant, below:
+    // the scheduler dials the server when it grants the connect.)
+    let tcp = is_tcp(fd);
     // SAFETY: the program's address argument of `len` bytes.
-    let relayed = unsafe { super::outside::relayed_destination(addr, len) };
+    let relayed = if tcp { None } else { unsafe { super::outside::relayed_destination(addr, len, true) } };
     let (addr, len) = relayed.as_ref().map_or((addr, len), |(a, l)| ((a as *const libc::sockaddr_storage).cast(), *l));
     let nonblock = fd_nonblocking(fd);
     let request = Request::NetConnect { fd, flags: NetFlags(flag(nonblock) | interruptible(nonblock)), addr: Addr(addr as u64), len };
@@ -445,13 +447,21 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const libc::sockaddr, len: so
             // Linux's TCP connect goes on in the background after EINTR (a Unix one does not):
             // start it now as a non-blocking connect, which the scheduler settles (or parks
             // while the listener is full) as any other.
-            if is_tcp(fd) {
+            if tcp {
                 gate.post(Request::NetConnect { fd, flags: NetFlags(net_flags::NONBLOCK), addr: Addr(addr as u64), len });
+                // SAFETY: the program's address argument of `len` bytes.
+                let dialled = unsafe { super::outside::relayed_destination(addr, len, false) };
+                let (addr, len) = dialled.as_ref().map_or((addr, len), |(a, l)| ((a as *const libc::sockaddr_storage).cast(), *l));
                 // SAFETY: the program's own arguments; O_NONBLOCK only makes the call return at once.
                 write_now::with_nonblock(fd, write_now::status_flags(fd), || unsafe { real::connect(fd, addr, len) } as i64);
             }
             return ret(g.result) as c_int;
         }
+        // An outside TCP server dara dialled at this grant: the connect goes to dara's socket
+        // that stands for it.
+        // SAFETY: the program's address argument of `len` bytes.
+        let dialled = if tcp { unsafe { super::outside::relayed_destination(addr, len, false) } } else { None };
+        let (addr, len) = dialled.as_ref().map_or((addr, len), |(a, l)| ((a as *const libc::sockaddr_storage).cast(), *l));
         // SAFETY: the program's own arguments (or the address dara's socket has instead).
         return unsafe { real::connect(fd, addr, len) };
     }
@@ -665,7 +675,7 @@ pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flag
     };
     // A datagram to a client dara relays for goes to dara's socket that stands for it.
     // SAFETY: the program's address argument of `alen` bytes.
-    let relayed = unsafe { super::outside::relayed_destination(addr, alen) };
+    let relayed = unsafe { super::outside::relayed_destination(addr, alen, true) };
     let (addr, alen) = relayed.as_ref().map_or((addr, alen), |(a, l)| ((a as *const libc::sockaddr_storage).cast(), *l));
     let port = sockaddr_port(addr, alen);
     // SAFETY: as for `send`.
@@ -682,7 +692,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
     // A datagram to a client dara relays for goes to dara's socket that stands for it: the same
     // message with the address replaced.
     // SAFETY: the caller's msghdr (and its name of `msg_namelen` bytes) is valid for the call.
-    let relayed = unsafe { msg.as_ref().and_then(|m| super::outside::relayed_destination(m.msg_name as *const libc::sockaddr, m.msg_namelen)) };
+    let relayed = unsafe { msg.as_ref().and_then(|m| super::outside::relayed_destination(m.msg_name as *const libc::sockaddr, m.msg_namelen, true)) };
     // SAFETY: as above; the copy points at the same buffers.
     let mut copy: Option<libc::msghdr> = unsafe { msg.as_ref().map(|m| core::ptr::read(m)) };
     let msg = match (&relayed, copy.as_mut()) {

@@ -178,18 +178,19 @@ unsafe fn inet_address(addr: *const libc::sockaddr, len: socklen_t) -> Option<In
     InetAddress::parse(bytes)
 }
 
-/// A datagram the program sends to a client dara relays for goes to dara's socket that stands
-/// for it: the address to use instead of `addr`, if it is such a client's.
+/// A datagram the program sends to a client dara relays for (`datagrams`), or a TCP connect to
+/// an outside server dara dialled for the program, goes to dara's socket that stands for it: the
+/// address to use instead of `addr`, if it is such a peer's.
 ///
 /// # Safety
 /// `addr` is null or holds `len` readable bytes.
-pub unsafe fn relayed_destination(addr: *const libc::sockaddr, len: socklen_t) -> Option<(libc::sockaddr_storage, socklen_t)> {
+pub unsafe fn relayed_destination(addr: *const libc::sockaddr, len: socklen_t, datagrams: bool) -> Option<(libc::sockaddr_storage, socklen_t)> {
     if !outside_apart() {
         return None;
     }
     // SAFETY: the caller's contract.
     let to = unsafe { inet_address(addr, len) }?;
-    let (bytes, size) = peer_address::relayed_destination(&to, relayed_table())?;
+    let (bytes, size) = peer_address::relayed_destination(&to, relayed_table(), datagrams)?;
     // SAFETY: all-zero is a valid sockaddr_storage.
     let mut out: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
     // SAFETY: `size` bytes (at most a sockaddr_in6) fit in the storage.

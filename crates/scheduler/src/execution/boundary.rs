@@ -48,19 +48,28 @@ impl<S: Side> Boundary<S> {
     }
 
     /// Tells the preload to show the client where the program would see dara's socket that
-    /// stands for it (before the program can see it: its accept or receive is granted later).
+    /// stands for it (before the program can see it: its accept or receive is granted later),
+    /// and, for an outside server dara dialled, where the program's connect to it goes (the
+    /// newest entry for a server only: the older ones keep showing their connections' peer).
     fn show_relayed_peer(&mut self, ex: &Execution<'_>, relayed: Relayed) {
         use dara_abi::relayed_flags;
         let peer = relayed.peer;
-        let entry = &ex.region.header().relayed[self.relayed_count % dara_abi::MAX_RELAYED];
-        self.relayed_count += 1;
-        entry.relay_port.store(0, Ordering::Release);
         let (family, ip) = match peer.ip() {
             std::net::IpAddr::V4(v4) => (libc::AF_INET, [u32::from_ne_bytes(v4.octets()), 0, 0, 0]),
             std::net::IpAddr::V6(v6) => (libc::AF_INET6, std::array::from_fn(|i| u32::from_ne_bytes(v6.octets()[i * 4..i * 4 + 4].try_into().expect("4 bytes")))),
         };
+        let table = &ex.region.header().relayed;
+        if relayed.dialled {
+            let same_server = |e: &dara_abi::RelayedPeer| e.family.load(Ordering::Relaxed) == family as u32 && e.port.load(Ordering::Relaxed) == u32::from(peer.port()) && e.ip.iter().zip(ip).all(|(w, v)| w.load(Ordering::Relaxed) == v);
+            for e in table.iter().filter(|e| same_server(e)) {
+                e.flags.fetch_and(!relayed_flags::DIALED, Ordering::Relaxed);
+            }
+        }
+        let entry = &table[self.relayed_count % dara_abi::MAX_RELAYED];
+        self.relayed_count += 1;
+        entry.relay_port.store(0, Ordering::Release);
         entry.family.store(family as u32, Ordering::Relaxed);
-        let flags = if relayed.datagrams { relayed_flags::DATAGRAMS } else { 0 } | if relayed.relay.is_ipv6() { relayed_flags::RELAY_V6 } else { 0 };
+        let flags = if relayed.datagrams { relayed_flags::DATAGRAMS } else { 0 } | if relayed.relay.is_ipv6() { relayed_flags::RELAY_V6 } else { 0 } | if relayed.dialled { relayed_flags::DIALED } else { 0 };
         entry.flags.store(flags, Ordering::Relaxed);
         entry.port.store(u32::from(peer.port()), Ordering::Relaxed);
         for (word, value) in entry.ip.iter().zip(ip) {
@@ -85,6 +94,18 @@ impl<S: Side> World for Boundary<S> {
 
     fn listens_on(&self, port: u16) -> bool {
         self.relay.listens_on(port)
+    }
+
+    fn dials(&self) -> bool {
+        true
+    }
+
+    /// Dials the server (a recording) or finds it in the recording (a replay), and tells the
+    /// preload where the program's connect goes instead before the connect is granted.
+    fn dial(&mut self, ex: &mut Execution<'_>, step: u64, server: std::net::SocketAddr) -> Result<std::net::SocketAddr, Outcome> {
+        let relayed = self.relay.dial(step, server).map_err(|e| relay_outcome(step, e))?;
+        self.show_relayed_peer(ex, relayed);
+        Ok(relayed.relay)
     }
 
     /// Pumps the relay: the program's output out, new clients and their bytes in (settled);

@@ -99,6 +99,10 @@ pub(super) struct Execution<'a> {
 impl<'a> Execution<'a> {
     pub(super) fn new(cfg: &'a ExecutionConfig, region: Arc<Region>, tree: Box<dyn Target>, world: Box<dyn World>) -> Execution<'a> {
         let model = Model::with_time(&cfg.time).with_pause_horizon(cfg.time.run_for_ns.unwrap_or(u64::MAX).min(cfg.max_vtime_ns));
+        let mut network = Network::default();
+        if world.dials() {
+            network.probe.take_outside_servers();
+        }
         Execution {
             cfg,
             region,
@@ -109,7 +113,7 @@ impl<'a> Execution<'a> {
             handoff: Handoff::default(),
             processes: ProcessTable::default(),
             observed: Observations::default(),
-            network: Network::default(),
+            network,
             verdict: if cfg.cluster.is_some() { None } else { Some(0) },
             pending_end: None,
             signals_dirty: false,
@@ -306,7 +310,9 @@ impl<'a> Execution<'a> {
             Effect::Blocked => None,
         };
         if let (Some(request), Some(_)) = (pending, result) {
-            self.net_granted(&choice, request);
+            if let Err(outcome) = self.net_granted(&choice, request) {
+                return end(outcome);
+            }
             // Its view may be older than a write to an output pipe (see `output`).
             if let Some(outcome) = self.drain_output_for(&[(choice.thread, request)]) {
                 return end(outcome);
@@ -322,10 +328,19 @@ impl<'a> Execution<'a> {
         ControlFlow::Continue(())
     }
 
-    /// A network operation was granted: the probe settles what it leaves in flight.
-    fn net_granted(&mut self, choice: &Choice, request: Request) {
+    /// A network operation was granted: the probe settles what it leaves in flight; a first TCP
+    /// connect to a server outside dara goes through the world, which may dial it.
+    fn net_granted(&mut self, choice: &Choice, request: Request) -> Result<(), Outcome> {
         let pid = self.processes.pid_of(choice.thread);
-        self.network.probe.granted(choice.thread, pid, request, matches!(choice.kind, ChoiceKind::Timeout | ChoiceKind::Interrupt));
+        let timed_out = matches!(choice.kind, ChoiceKind::Timeout | ChoiceKind::Interrupt);
+        let dialled = match request {
+            Request::NetConnect { fd, addr, len, .. } if !timed_out => self.dial_if_outside(pid, fd, addr.0, len)?,
+            _ => None,
+        };
+        self.network.probe.granted(choice.thread, pid, request, timed_out);
+        if let Some(stand_in) = dialled {
+            self.network.probe.connect_goes_to(stand_in);
+        }
         self.network.dirty = true;
         self.network.new_connections |= matches!(request.op(), Op::NetConnect | Op::NetAccept);
         if let Request::NetClose { fd, how: CloseHow::Close } = request {
@@ -333,6 +348,22 @@ impl<'a> Execution<'a> {
             let process = self.processes.of(choice.thread).unwrap_or(0);
             self.with_world(|world, _| world.closed(process, fd));
         }
+        Ok(())
+    }
+
+    /// A granted connect of `fd` of `pid` to the address at `addr`: when the world takes
+    /// outside servers and this is a first TCP connect to a server no traced process (nor dara)
+    /// listens for, the world dials it; Some(where the program connects instead).
+    fn dial_if_outside(&mut self, pid: u32, fd: i32, addr: u64, len: u32) -> Result<Option<std::net::SocketAddr>, Outcome> {
+        if !self.world().dials() {
+            return Ok(None);
+        }
+        let Some(server) = self.network.probe.fresh_tcp_connect(pid, fd, addr, len) else { return Ok(None) };
+        if self.is_traced_server(pid, server.port()) {
+            return Ok(None);
+        }
+        let step = self.steps.len() as u64 + 1;
+        self.with_world(|world, ex| world.dial(ex, step, server)).map(Some)
     }
 
     /// Appends this step's thread pauses (any run with a pause budget; the world adds its own

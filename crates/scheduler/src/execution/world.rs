@@ -63,6 +63,19 @@ pub(super) trait World {
         false
     }
 
+    /// Whether a traced TCP connect to a server outside dara goes through the world
+    /// ([`World::dial`]) rather than stop the run.
+    fn dials(&self) -> bool {
+        false
+    }
+
+    /// The program's TCP connect to `server`, outside dara, is granted before the decision of
+    /// `step`: the address the program connects to instead (dara's socket that stands for the
+    /// server, shown to the program as `server`).
+    fn dial(&mut self, _ex: &mut Execution<'_>, _step: u64, server: std::net::SocketAddr) -> Result<std::net::SocketAddr, Outcome> {
+        Ok(server)
+    }
+
     /// At a quiet point, after settling and before the readiness views are taken: moves what
     /// waits at the world's edge. Ok(true) when the program's side changed.
     fn exchange(&mut self, _ex: &mut Execution<'_>) -> Result<bool, Outcome> {

@@ -55,6 +55,26 @@ impl NetProbe {
         self.split.insert(public_port, twin);
     }
 
+    /// The address a connect of `fd` of process `pid` to the `len`-byte address at `addr` names,
+    /// if `fd` is a TCP socket not yet connecting or connected (a first connect, which may go to
+    /// a server outside dara).
+    pub fn fresh_tcp_connect(&mut self, pid: u32, fd: i32, addr: u64, len: u32) -> Option<std::net::SocketAddr> {
+        let dup = self.dup(pid, fd).ok()??;
+        if socket_kind(&dup) != kind::TCP || tcp_state(&dup) != Some(TCP_CLOSE) {
+            return None;
+        }
+        inet_address(&read_address(pid, addr, len)?)
+    }
+
+    /// The connect granted last goes to `to` instead of the address it names (dara's socket that
+    /// stands for an outside server): its settle waits for the handshake with `to`.
+    pub fn connect_goes_to(&mut self, to: std::net::SocketAddr) {
+        let mark = self.listener_mark(to);
+        if let Some(settle) = self.settles.last_mut().filter(|s| s.connect_to.is_some()) {
+            (settle.connect_to, settle.group_mark) = (Some(to), mark);
+        }
+    }
+
     /// The view of a pending `connect` on `fd` of process `pid` to the `len`-byte address at
     /// `addr` in the target.
     pub(super) fn connect_view(&mut self, process: ProcessId, pid: u32, fd: i32, flags: NetFlags, addr: u64, len: u32) -> Result<NetView, ProbeError> {
@@ -91,8 +111,20 @@ impl NetProbe {
         }
     }
 
-    /// The TCP listener a connection to `to` reaches, if one listens there.
+    /// In a recording and its replay, TCP connects may go to servers outside dara (see
+    /// [`NetProbe::fresh_tcp_connect`]).
+    pub fn take_outside_servers(&mut self) {
+        self.outside_servers = true;
+    }
+
+    /// The TCP listener a connection to `to` reaches, if one listens there. Where servers
+    /// outside dara are taken, every traced listener is split, so a listener that is not is an
+    /// outside server's (dara dials it): not looked up, nor named (a replay has no such listener),
+    /// and never full.
     fn tcp_destination(&mut self, to: std::net::SocketAddr) -> Option<Destination> {
+        if self.outside_servers && !self.split.contains_key(&to.port()) {
+            return Some(Destination { inode: NO_LISTENER, full: false });
+        }
         self.sock_diag()?;
         let diag = self.diag.as_ref()?;
         let owed = self.owed.get(&owed_connection(to)).copied().unwrap_or(0);

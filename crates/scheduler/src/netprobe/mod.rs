@@ -162,6 +162,9 @@ pub struct NetProbe {
     /// In a recording, the program's TCP listeners dara split (docs/outside.md): public port →
     /// the twin's address, where the program accepts what dara relays.
     split: BTreeMap<u16, std::net::SocketAddr>,
+    /// A recording or its replay: a TCP connect to a listener dara did not split goes to a
+    /// server outside dara (which dara dials when it grants the connect), and names no listener.
+    outside_servers: bool,
     /// Non-blocking connects whose SYN a full listener dropped (see `backlog`).
     parked: Vec<backlog::ParkedConnect>,
     /// dara's own duplicates of the eventfds that stand for `timerfd`s (owned by the execution's

@@ -140,7 +140,7 @@ impl<S: Side> Relay<S> {
             self.events.push(OutsideEvent { step, stream: event_index, what: OutsideWhat::Peer { socket: socket as u32, peer: shown } });
         }
         if let Some(peer) = shown {
-            self.relayed.push(super::Relayed { relay, peer, datagrams: true });
+            self.relayed.push(super::Relayed { relay, peer, datagrams: true, dialled: false });
         }
         if let Some(addr) = addr {
             self.peer_by_sender.insert((socket, addr), index);

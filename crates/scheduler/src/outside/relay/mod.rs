@@ -10,13 +10,15 @@
 //! A recording and a replay share this machinery and differ in their [`Side`] (`sides.rs`): a
 //! [`RecordSession`] admits outside peers and records what crosses; a [`ReplaySession`] turns
 //! them away, feeds the recorded inputs back and compares the program's outputs. Files:
-//! `streams.rs` (TCP connections), `datagrams.rs` (UDP peers), `stdin.rs` (the program's
-//! stdin pipe), `sides.rs` (what differs between recording and replay).
+//! `streams.rs` (TCP connections), `dials.rs` (outside TCP servers the program connects to),
+//! `datagrams.rs` (UDP peers), `stdin.rs` (the program's stdin pipe), `sides.rs` (what differs
+//! between recording and replay).
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 mod datagrams;
+mod dials;
 mod sides;
 mod stdin;
 mod streams;
@@ -54,6 +56,9 @@ pub struct Relayed {
     pub peer: SocketAddr,
     /// A UDP socket (else TCP).
     pub datagrams: bool,
+    /// dara's listening socket that stands for an outside TCP server the program connects to
+    /// (see `dials.rs`): the program's connect to `peer` goes to `relay`.
+    pub dialled: bool,
 }
 
 /// Why the relay stopped the run.
@@ -110,6 +115,11 @@ pub struct Relay<S: Side> {
     recorded_peers: Vec<usize>,
     /// Connections and datagram peers opened since the last [`Relay::take_relayed`].
     relayed: Vec<Relayed>,
+    /// Outside servers the program connects to: stand-ins whose connection is not accepted
+    /// yet, the sockets that refuse, and the ports of both (see `dials.rs`).
+    stand_ins: Vec<dials::StandIn>,
+    refusers: dials::Refusers,
+    dialled_ports: std::collections::BTreeSet<u16>,
 }
 
 /// A recording's relay: outside peers may come, and what crosses is recorded.
@@ -128,7 +138,7 @@ impl<S: Side> Relay<S> {
         // SAFETY: a descriptor epoll_create1 just returned, owned by nobody else.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
         let stdin = if stdin { Some(StdinPipe::new()?) } else { None };
-        Ok(Relay { side, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, by_inner_ports: Default::default(), diag: SockDiag::open(), held_since: None, held_bytes: 0, scratch: Vec::new(), datagram_sockets: Vec::new(), peers: Vec::new(), peer_by_sender: Default::default(), recorded_peers: Vec::new(), relayed: Vec::new() })
+        Ok(Relay { side, listeners: Vec::new(), streams: Vec::new(), epoll, events: Vec::new(), changed: false, stdin, by_inner_ports: Default::default(), diag: SockDiag::open(), held_since: None, held_bytes: 0, scratch: Vec::new(), datagram_sockets: Vec::new(), peers: Vec::new(), peer_by_sender: Default::default(), recorded_peers: Vec::new(), relayed: Vec::new(), stand_ins: Vec::new(), refusers: Default::default(), dialled_ports: Default::default() })
     }
 
     /// The descriptor to launch the program with as its stdin (None: /dev/null).
@@ -178,9 +188,9 @@ impl<S: Side> Relay<S> {
     }
 
     /// Whether `port` is the public port of a listening socket the program made (dara accepts
-    /// there and relays to the program).
+    /// there and relays to the program), or dara's socket that stands for an outside server.
     pub fn listens_on(&self, port: u16) -> bool {
-        self.listeners.iter().any(|l| l.public.is_some() && l.public_port == port)
+        self.listeners.iter().any(|l| l.public.is_some() && l.public_port == port) || self.stands_for_a_server(port)
     }
 
     /// A traced `listen` was swapped (`NetListen`): `public` is dara's duplicate of the program's
@@ -220,6 +230,7 @@ impl<S: Side> Relay<S> {
     /// not.
     pub fn pump(&mut self, step: u64, net: &mut NetProbe, sending: bool) -> Result<bool, RelayError> {
         self.changed = false;
+        self.accept_dialled(net)?;
         let ready = self.ready_tokens(0)?;
         for &(tag, index) in &ready {
             if tag == TAG_INNER {

@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::dials::{dial_for_real, Dialled};
 use super::stdin::write_all_bounded;
 use super::streams::deliver;
 use super::{Relay, RelayError};
@@ -54,6 +55,11 @@ pub trait Side: Sized {
         None
     }
 
+    /// The program's connect to `server`, an outside TCP server, is granted before the decision
+    /// of `step` (stream `stream` if it connects): a recording dials it, a replay finds it in the
+    /// recording (anything else is a divergence).
+    fn dial(&mut self, step: u64, stream: u32, server: std::net::SocketAddr) -> Result<Dialled, RelayError>;
+
     /// The virtual time to move the clock to before the decision of `step`, if it moves: a
     /// recording's real time (`real_ns`, since the run started) once the clock (`virtual_ns`)
     /// has fallen more than [`PACE_SLACK_NS`] behind it; a replay's recorded move.
@@ -94,6 +100,10 @@ impl Side for Recorder {
         self.inbox.has_pending()
     }
 
+    fn dial(&mut self, _step: u64, _stream: u32, server: std::net::SocketAddr) -> Result<Dialled, RelayError> {
+        Ok(dial_for_real(server))
+    }
+
     fn clock(&mut self, _step: u64, virtual_ns: u64, real_ns: u64) -> Option<u64> {
         (real_ns > virtual_ns.saturating_add(PACE_SLACK_NS)).then_some(real_ns)
     }
@@ -108,15 +118,18 @@ pub struct Replayer {
     outputs: VecDeque<OutsideEvent>,
     /// The recording's clock moves.
     clocks: VecDeque<OutsideEvent>,
+    /// The program's connects to outside servers.
+    dials: VecDeque<OutsideEvent>,
 }
 
 impl Replayer {
     pub fn new(events: &Arc<Vec<OutsideEvent>>) -> Replayer {
         let (outputs, rest): (Vec<_>, Vec<_>) = events.iter().cloned().partition(|e| e.what.is_output());
         let (clocks, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::Clock(_)));
+        let (dials, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::Dial { .. }));
         let (signals, inputs): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::Signal(_)));
         let (grant_signals, signals): (Vec<_>, Vec<_>) = signals.into_iter().partition(|e| e.stream != 0);
-        Replayer { inputs: inputs.into(), signals: signals.into(), grant_signals: grant_signals.into(), outputs: outputs.into(), clocks: clocks.into() }
+        Replayer { inputs: inputs.into(), signals: signals.into(), grant_signals: grant_signals.into(), outputs: outputs.into(), clocks: clocks.into(), dials: dials.into() }
     }
 }
 
@@ -173,6 +186,18 @@ impl Side for Replayer {
         }
     }
 
+    fn dial(&mut self, step: u64, stream: u32, server: std::net::SocketAddr) -> Result<Dialled, RelayError> {
+        let seen = OutsideEvent { step, stream, what: OutsideWhat::Dial { server, refused: false } };
+        match self.dials.pop_front() {
+            Some(e) if (e.step, e.stream, &e.what) == (step, stream, &seen.what) => Ok(Dialled::Connected(None)),
+            Some(e) if e.step == step && e.what == (OutsideWhat::Dial { server, refused: true }) => Ok(Dialled::Refused),
+            expected => Err(RelayError::Diverged {
+                expected: expected.map_or_else(|| "no connection to an outside server".to_string(), |e| describe_event(&e)),
+                seen: describe_event(&seen),
+            }),
+        }
+    }
+
     fn clock(&mut self, step: u64, _virtual_ns: u64, _real_ns: u64) -> Option<u64> {
         let mut moved = None;
         while let Some(e) = self.clocks.front().filter(|e| e.step <= step) {
@@ -185,8 +210,12 @@ impl Side for Replayer {
     }
 
     fn unused(&self, steps: u64) -> Option<(u64, String, String)> {
-        let e = self.outputs.front().or_else(|| self.inputs.front()).or_else(|| self.signals.front()).or_else(|| self.grant_signals.front())?;
-        let what = if e.what.is_output() { "did not send it" } else { "ended before it was delivered" };
+        let e = self.outputs.front().or_else(|| self.inputs.front()).or_else(|| self.signals.front()).or_else(|| self.grant_signals.front()).or_else(|| self.dials.front())?;
+        let what = match e.what {
+            OutsideWhat::Dial { .. } => "did not connect",
+            _ if e.what.is_output() => "did not send it",
+            _ => "ended before it was delivered",
+        };
         Some((e.step.min(steps), describe_event(e), format!("the run {what}")))
     }
 }
@@ -252,7 +281,7 @@ impl Relay<Replayer> {
                 };
                 self.to_program_datagram(step, peer, bytes.clone(), net);
             }
-            OutsideWhat::Signal(_) | OutsideWhat::Output(_) | OutsideWhat::OutputClosed | OutsideWhat::DatagramOutput(_) | OutsideWhat::Clock(_) => {}
+            OutsideWhat::Signal(_) | OutsideWhat::Output(_) | OutsideWhat::OutputClosed | OutsideWhat::DatagramOutput(_) | OutsideWhat::Clock(_) | OutsideWhat::Dial { .. } => {}
         }
         Ok(())
     }

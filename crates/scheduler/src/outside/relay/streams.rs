@@ -59,7 +59,7 @@ impl<S: Side> Relay<S> {
         if let Some((local, remote)) = inner_addrs {
             self.by_inner_ports.insert((local.port(), remote.port()), stream as usize);
             if let Some(peer) = peer {
-                self.relayed.push(Relayed { relay: local, peer, datagrams: false });
+                self.relayed.push(Relayed { relay: local, peer, datagrams: false, dialled: false });
             }
         }
         self.watch(&inner, token(TAG_INNER, stream), libc::EPOLLIN as u32)?;
@@ -71,7 +71,7 @@ impl<S: Side> Relay<S> {
             self.events.push(OutsideEvent { step, stream: stream as u32, what: OutsideWhat::Connect { listener: index as u32, peer } });
         }
         self.changed = true;
-        self.streams.push(Stream { inner: Some(inner), inner_addrs, outer, recorded, to_inner: Vec::new(), room: 0, to_outer: Vec::new(), outer_eof: false, outer_reset: false, closed_inner: false, inner_eof: false, told_outer_eof: false });
+        self.streams.push(Stream::new(Some(inner), inner_addrs, outer, recorded));
         Ok(())
     }
 
@@ -248,7 +248,8 @@ impl<S: Side> Relay<S> {
 
 /// One connection relayed to the program.
 pub(super) struct Stream {
-    /// dara's socket connected to the program's twin; None once both directions are over.
+    /// dara's socket connected to the program's twin (or, for an outside server, accepted from
+    /// the program at its stand-in); None once both directions are over, and until then.
     pub(super) inner: Option<OwnedFd>,
     /// Its (local, remote) addresses: what sock_diag is asked about when a delivery settles.
     pub(super) inner_addrs: Option<(SocketAddr, SocketAddr)>,
@@ -274,6 +275,13 @@ pub(super) struct Stream {
     pub(super) inner_eof: bool,
     /// The client has been told (its side shut for writing, settled for a traced client).
     pub(super) told_outer_eof: bool,
+}
+
+impl Stream {
+    /// A stream with nothing moved yet.
+    pub(super) fn new(inner: Option<OwnedFd>, inner_addrs: Option<(SocketAddr, SocketAddr)>, outer: Option<OwnedFd>, recorded: bool) -> Stream {
+        Stream { inner, inner_addrs, outer, recorded, to_inner: Vec::new(), room: 0, to_outer: Vec::new(), outer_eof: false, outer_reset: false, closed_inner: false, inner_eof: false, told_outer_eof: false }
+    }
 }
 
 pub(super) fn accept(listener: &OwnedFd) -> Option<OwnedFd> {

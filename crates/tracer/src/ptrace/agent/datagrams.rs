@@ -10,6 +10,9 @@
 //!   runs with the destination replaced by an address written below the thread's red zone (the
 //!   kernel copies it at the call's entry), its argument registers put back at the call's exit.
 //!   Before, a static UDP server's answers went straight to the outside client, unrecorded.
+//! * a `connect` to such a client (UDP), or to a TCP server outside dara that dara dialled for
+//!   the program at this grant (`relayed_flags::DIALED`), goes to dara's socket that stands for
+//!   it, the same way.
 use dara_abi::peer_address::{self, InetAddress, SOCKADDR_IN6};
 use dara_abi::Request;
 
@@ -32,10 +35,11 @@ fn address_at(pid: i32, addr: u64, len: u32) -> Option<InetAddress> {
     InetAddress::parse(&bytes[..len])
 }
 
-/// Where a `sendto` or `sendmsg` call goes, as (address, length).
+/// Where a `sendto`, `sendmsg` or `connect` call goes, as (address, length).
 fn destination(pid: i32, call: &Syscall) -> Option<(u64, u32)> {
     match call.nr {
         libc::SYS_sendto => Some((call.args[4], call.args[5] as u32)),
+        libc::SYS_connect => Some((call.args[1], call.args[2] as u32)),
         libc::SYS_sendmsg => {
             let (name, name_len, _, _) = super::net::msghdr(pid, call.args[1]);
             Some((name, name_len))
@@ -45,15 +49,18 @@ fn destination(pid: i32, call: &Syscall) -> Option<(u64, u32)> {
 }
 
 impl Agent {
-    /// dara's address that stands for the outside client a `sendto`/`sendmsg` of `pid` sends
-    /// to, if it sends to one (as bytes and their length).
+    /// dara's address that stands for the outside peer a `sendto`/`sendmsg`/`connect` of `pid`
+    /// goes to, if it goes to one (as bytes and their length): a UDP client, or for a connect
+    /// an outside TCP server dara dialled.
     fn relayed_destination(&self, pid: i32, call: &Syscall) -> Option<([u8; SOCKADDR_IN6], usize)> {
         let header = self.region.header();
         if header.outside == 0 {
             return None;
         }
         let (addr, len) = destination(pid, call)?;
-        peer_address::relayed_destination(&address_at(pid, addr, len)?, &header.relayed)
+        let to = address_at(pid, addr, len)?;
+        let dialled = (call.nr == libc::SYS_connect).then(|| peer_address::relayed_destination(&to, &header.relayed, false)).flatten();
+        dialled.or_else(|| peer_address::relayed_destination(&to, &header.relayed, true))
     }
 
     /// A send's post names the port of dara's socket that stands for the outside client it goes
@@ -67,8 +74,8 @@ impl Agent {
         action
     }
 
-    /// The grant of a send to an outside client dara relays for (see the module doc): its
-    /// destination replaced for the call, which runs to its exit, where the registers are put
+    /// The grant of a send or connect to an outside peer dara relays for (see the module doc):
+    /// its destination replaced for the call, which runs to its exit, where the registers are put
     /// back. True then; false (nothing done) for any other send.
     pub(super) fn send_to_relay(&mut self, tid: i32, regs: &mut Registers) -> bool {
         let tracee = &self.tracees[&tid];
@@ -84,6 +91,10 @@ impl Agent {
         }
         if call.nr == libc::SYS_sendto {
             if regs.set_arg(4, sockaddr_at).and_then(|()| regs.set_arg(5, size as u64)).is_err() {
+                return false;
+            }
+        } else if call.nr == libc::SYS_connect {
+            if regs.set_arg(1, sockaddr_at).and_then(|()| regs.set_arg(2, size as u64)).is_err() {
                 return false;
             }
         } else {

@@ -192,7 +192,12 @@ impl Agent {
         match then {
             Then::Return => answer(tid, stop, regs, result),
             Then::Slept => answer(tid, stop, regs, if result == INTERRUPTED { INTERRUPTED } else { 0 }),
-            Then::Run => self.run_call(tid, regs),
+            Then::Run => {
+                // A connect to an outside peer dara relays for goes to dara's socket instead.
+                if !self.send_to_relay(tid, &mut regs) {
+                    self.run_call(tid, regs);
+                }
+            }
             Then::Receive { timed: true, .. } if result == -(libc::EAGAIN as i64) => answer(tid, stop, regs, result),
             Then::Receive { len_arg, .. } | Then::Send { len_arg } => {
                 if let (Some(arg), Some(most)) = (len_arg, dara_abi::request::grant_limit(result)) {
