@@ -22,13 +22,16 @@
 # and busybox-static (a statically linked shell that runs its applets by exec'ing /proc/self/exe:
 # crates/tools/tests/ptrace_calls.rs), and gnupg (gpg and gpg-agent on libgcrypt and npth: an RSA
 # key made under dara, crates/tools/tests/real_programs.rs), and Apache httpd 2.4 (apache2: the
-# event MPM under curl) and unbound (a DNS server whose threads share its port), both in
-# crates/tools/tests/real_servers.rs.
+# event MPM under curl), unbound (a DNS server whose threads share its port) and varnish (Varnish
+# Cache 7.1 in front of python3's http.server: tests/fixtures/scripts/varnish_test.sh; varnishd
+# compiles its VCL with cc, installed above), all three in crates/tools/tests/real_servers.rs, and
+# erlang-base (the BEAM VM, erl and erlc: tests/fixtures/erlang/workers.erl, real_programs.rs).
 # postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
 # from util-linux).
 #
-# The redis, memcached, nginx, mosquitto, lighttpd, haproxy, etcd, apache2 and unbound packages
-# would start a system service (on ports 6379, 11211, 80, 1883, 2379 and 53) where
+# The redis, memcached, nginx, mosquitto, lighttpd, haproxy, etcd, apache2, unbound, varnish and
+# erlang-base packages would start a system service (on ports 6379, 11211, 80, 1883, 2379, 53,
+# 6081 with varnish's log reader varnishncsa beside it, and epmd's 4369, socket-activated) where
 # the init system lets them (Debian's postinst runs invoke-rc.d / deb-systemd-invoke). The tests
 # start their own servers on free ports and want no other on the machine, so while installing them
 # a policy-rc.d that denies every start is put in place (unless one is there already: container
@@ -82,6 +85,10 @@ command -v etcd >/dev/null 2>&1 || services+=(etcd-server)
 [ -x /usr/sbin/apache2 ] || services+=(apache2)
 # unbound 1.17: a threaded DNS server whose threads share the port (tests/fixtures/scripts/unbound_test.sh).
 command -v unbound >/dev/null 2>&1 || [ -x /usr/sbin/unbound ] || services+=(unbound)
+# Varnish Cache 7.1 (tests/fixtures/scripts/varnish_test.sh) and Erlang/OTP's VM, whose package
+# brings epmd's units (tests/fixtures/erlang/workers.erl).
+command -v varnishd >/dev/null 2>&1 || [ -x /usr/sbin/varnishd ] || services+=(varnish)
+{ command -v erl >/dev/null 2>&1 && command -v erlc >/dev/null 2>&1; } || services+=(erlang-base)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v hugo >/dev/null 2>&1 || need+=(hugo)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
@@ -143,5 +150,11 @@ if [ ${#need[@]} -gt 0 ]; then
         no_service etcd /run/etcd.pid 2379
         no_service apache2 /run/apache2/apache2.pid 80
         no_service unbound /run/unbound.pid 53
+        no_service varnish /run/varnish.pid 6081
+        no_service varnishncsa /run/varnishncsa/varnishncsa.pid none
+        no_service epmd /run/epmd.pid 4369
+        # epmd starts on the first connection to its socket unit: that unit goes too.
+        if command -v systemctl >/dev/null 2>&1; then systemctl disable epmd.socket >/dev/null 2>&1 || true; fi
+        if [ -d /run/systemd/system ]; then systemctl stop epmd.socket >/dev/null 2>&1 || true; fi
     fi
 fi

@@ -12,7 +12,8 @@
 //! jobs from SIGCHLD inside `pselect`); Python's multiprocessing (a Pool, a Queue, a Lock:
 //! semaphores shared between processes); perl ithreads (a Thread::Queue, shared variables); and
 //! three writer processes in one LMDB environment (its process-shared mutexes); openssl's TLS server and a
-//! client that verifies a certificate made just before the run (the wall clock starts at the real time); gpg making an RSA key through gpg-agent (libgcrypt, npth). The first four used to stop with a false "a lock taken without a
+//! client that verifies a certificate made just before the run (the wall clock starts at the real time); gpg making an RSA key through gpg-agent (libgcrypt, npth); Erlang processes on the BEAM
+//! VM's scheduler threads (a gen_server, an ets table, a ring, timers). The first four used to stop with a false "a lock taken without a
 //! scheduling point" (issue 14). The programs come from Debian packages that
 //! `scripts/install-deps.sh` installs; docs/real-programs.md has the table.
 mod common;
@@ -27,6 +28,9 @@ use dara_scheduler::outside::OutsideWhat;
 
 const PYTHON: &str = "/usr/bin/python3";
 const XZ: &[&str] = &["xz"];
+/// Executions of the Erlang search: each is 7,000 to 72,000 steps (most of them the BEAM's
+/// scheduler threads yielding and locking as they spin for work), about 1.5 s at load 5.
+const ERLANG_SEARCH_RUNS: u64 = 10;
 /// Numbers sorted by each execution of the sort search.
 const SEARCHED_NUMBERS: usize = 300_000;
 /// Four threads, blocks small enough to give each work, fast preset, keep the input.
@@ -399,6 +403,35 @@ fn java_threads_record_search_and_replay_on_the_jvm() {
     assert_eq!(run.stdout.matches(ANSWER).count(), SEARCH_RUNS as usize, "{}", run.text());
     replays_identically(&last);
     assert!(processes_with(&["java", classes.to_str().unwrap()]).is_empty(), "a JVM survived");
+}
+
+/// Erlang/OTP's BEAM VM (Debian's erlang-base) running tests/fixtures/erlang/workers.erl: eight
+/// processes depositing into a gen_server by call and cast and updating a public ets table, a
+/// token passed around a ring of processes, and timers (`receive after`, `erlang:send_after`,
+/// `timer:sleep`), all on the VM's scheduler threads (one for each of the four CPUs dara shows) beside its
+/// dirty schedulers, aux and poll threads and the `erl_child_setup` process. Compiled with erlc
+/// outside dara; recorded, searched with [`ERLANG_SEARCH_RUNS`] executions that all print the
+/// right answer, searched again with the same decisions, and replayed.
+#[test]
+fn erlang_processes_on_the_beam_record_search_and_replay() {
+    installed("erlc", "erlang-base");
+    let beams = out_dir("erlang-beams");
+    let source = repo_root().join("tests/fixtures/erlang/workers.erl");
+    let erlc = Command::new("erlc").arg("-o").arg(&beams).arg(&source).output().unwrap();
+    assert!(erlc.status.success(), "erlc failed on {}: {}", source.display(), String::from_utf8_lossy(&erlc.stderr));
+    let erl = ["erl", "-noshell", "-pa", beams.to_str().unwrap(), "-run", "workers", "main", "5"];
+    const ANSWER: &str = "workers: bank 720 ets 80 rows 80 ring 30 timers 8";
+    let (trace, printed) = record("erlang", &erl);
+    assert!(printed.contains(ANSWER), "{printed}");
+    assert!(threads_created(&trace) >= 8, "the VM's scheduler and helper threads ran under control");
+    replays_identically(&trace);
+    let (last, run) = search_clean("erlang-search", ERLANG_SEARCH_RUNS, &[], &erl);
+    assert_eq!(run.stdout.matches(ANSWER).count() as u64, ERLANG_SEARCH_RUNS, "{}", run.text());
+    replays_identically(&last);
+    let (again, _) = search_clean("erlang-search-again", ERLANG_SEARCH_RUNS, &[], &erl);
+    same_decisions(&last, &again);
+    assert!(processes_with(&[beams.to_str().unwrap()]).is_empty(), "a BEAM VM survived");
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
 /// `make -j4` building eight C files with the system compiler: make, its shells, cc, cc1, as and

@@ -3,7 +3,9 @@
 //! clients: a libuv echo server of our own (tests/fixtures/uv_echo.c: uv_loop, uv_timer,
 //! uv_async, the thread pool) and Debian's PostgreSQL 15 (initdb, the postmaster and its
 //! processes, psql), Apache httpd 2.4 (the event MPM: a child with a listener thread and
-//! worker threads) and unbound 1.17 (two threads sharing the DNS port). postgres refuses to run as root, so it runs as `nobody` through `runuser`
+//! worker threads), unbound 1.17 (two threads sharing the DNS port) and Varnish Cache 7.1 (a
+//! manager that compiles its VCL with cc, a cache process with worker threads) in front of
+//! python3's http.server (searched in its script only). postgres refuses to run as root, so it runs as `nobody` through `runuser`
 //! (the test chowns its directory to that user). memcached, nginx and redis are in
 //! real_programs.rs and redis*.rs.
 mod common;
@@ -29,6 +31,11 @@ const PG_SEARCH_RUNS: u64 = 20;
 /// read `/dev/zero` whole for its symbols (branch replay-mem fixes it); bounded here so that it
 /// fails alone rather than take the shared test machine's memory.
 const REPLAY_ADDRESS_SPACE: libc::rlim_t = 4 << 30;
+
+/// Executions of the varnish test script's search: each is about 13,500 to 17,500 steps (cc
+/// compiling the VCL, the manager, the cache process's threads, the backend, six curl fetches),
+/// about 1.6 s at load 5.
+const VARNISH_SEARCH_RUNS: u64 = 10;
 
 /// Lines each outside client of the recorded echo server sends.
 const UV_LINES: &str = "30";
@@ -138,17 +145,23 @@ fn apache_under_curl_from_outside_records_and_replays() {
 /// with the same seed, each execution printing `shows`: the last trace, which replays identically
 /// and whose decisions the second search repeated. No `program` process of this run survives.
 fn script_searched_clean_twice(test: &str, script: &str, program: &str, shows: &str) -> PathBuf {
+    script_searched_clean_twice_on(test, script, 1, SEARCH_RUNS, program, shows).0
+}
+
+/// Like [`script_searched_clean_twice`], with `ports` free ports from the one the script is given
+/// and `runs` executions a search; also returns that port.
+fn script_searched_clean_twice_on(test: &str, script: &str, ports: u16, runs: u64, program: &str, shows: &str) -> (PathBuf, String) {
     let script = repo_root().join("tests/fixtures/scripts").join(script);
-    let port = free_ports(1).to_string();
+    let port = free_ports(ports).to_string();
     let command = [script.to_str().unwrap(), &port];
-    let (last, run) = search_clean(&format!("{test}-search"), SEARCH_RUNS, &[], &command);
-    assert_eq!(run.stdout.matches(shows).count() as u64, SEARCH_RUNS, "{}", run.text());
+    let (last, run) = search_clean(&format!("{test}-search"), runs, &[], &command);
+    assert_eq!(run.stdout.matches(shows).count() as u64, runs, "{}", run.text());
     replays_identically(&last);
-    let (again, _) = search_clean(&format!("{test}-search-again"), SEARCH_RUNS, &[], &command);
+    let (again, _) = search_clean(&format!("{test}-search-again"), runs, &[], &command);
     same_decisions(&last, &again);
     assert!(processes_with(&[program, &format!("{test}_test.{port}.")]).is_empty(), "a {program} survived");
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
-    last
+    (last, port)
 }
 
 /// Apache httpd in a closed-world test script (tests/fixtures/scripts/apache_test.sh: three pages
@@ -159,6 +172,20 @@ fn apache_test_script_searches_clean_and_replays() {
     installed("apache2", "apache2");
     let last = script_searched_clean_twice("apache", "apache_test.sh", "apache2", "apache_test: every page was right");
     assert!(steps_with(&last, dara_abi::Op::NetAccept) >= 5, "the listener thread accepted curl's five connections");
+}
+
+/// Varnish Cache 7.1 in front of python3's http.server, both in a closed-world test script
+/// (tests/fixtures/scripts/varnish_test.sh: two pages fetched twice through varnish by curl, the
+/// second fetch a cache hit, a missing page, every body checked, SIGTERM to both), searched with
+/// [`VARNISH_SEARCH_RUNS`] executions; the last execution replays and the same seed gives the
+/// same decisions. varnishd's manager compiles its VCL with cc before it forks the cache process.
+#[test]
+fn varnish_in_front_of_python_searches_clean_and_replays() {
+    installed("varnishd", "varnish");
+    let (last, port) = script_searched_clean_twice_on("varnish", "varnish_test.sh", 2, VARNISH_SEARCH_RUNS, "varnishd", "varnish_test: every answer was right");
+    assert!(threads_created(&last) >= 5, "the cache process's worker threads ran under control");
+    assert!(steps_with(&last, dara_abi::Op::NetAccept) >= 8, "varnish and the backend accepted curl's and varnish's connections under control");
+    assert!(processes_with(&["http.server", &format!("varnish_test.{port}.")]).is_empty(), "a python3 http.server survived");
 }
 
 /// unbound (two threads sharing the port) under dig from outside: two queries over UDP and one
