@@ -5,7 +5,8 @@
 //! processes, psql), Apache httpd 2.4 (the event MPM: a child with a listener thread and
 //! worker threads), unbound 1.17 (two threads sharing the DNS port) and Varnish Cache 7.1 (a
 //! manager that compiles its VCL with cc, a cache process with worker threads) in front of
-//! python3's http.server (searched in its script only). postgres refuses to run as root, so it runs as `nobody` through `runuser`
+//! python3's http.server (searched in its script, and recorded with the backend left outside
+//! dara: dara dials it for varnishd and plays it in the replay). postgres refuses to run as root, so it runs as `nobody` through `runuser`
 //! (the test chowns its directory to that user). memcached, nginx and redis are in
 //! real_programs.rs and redis*.rs.
 mod common;
@@ -186,6 +187,92 @@ fn varnish_in_front_of_python_searches_clean_and_replays() {
     assert!(threads_created(&last) >= 5, "the cache process's worker threads ran under control");
     assert!(steps_with(&last, dara_abi::Op::NetAccept) >= 8, "varnish and the backend accepted curl's and varnish's connections under control");
     assert!(processes_with(&["http.server", &format!("varnish_test.{port}.")]).is_empty(), "a python3 http.server survived");
+}
+
+/// A python3 http.server serving `dir` on `port`, outside dara (killed when dropped).
+struct OutsideBackend(std::process::Child);
+
+impl OutsideBackend {
+    fn start(dir: &Path, port: u16) -> OutsideBackend {
+        // Debian's python3 (the one on PATH may be a pyenv shim).
+        let child = Command::new("/usr/bin/python3").args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1"]).current_dir(dir).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("/usr/bin/python3");
+        wait_for_listener(port, Duration::from_secs(30), "python3's http.server");
+        OutsideBackend(child)
+    }
+}
+
+impl Drop for OutsideBackend {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Varnish recorded with its backend left outside dara (python3's http.server, started by the
+/// test), under curl from outside: varnishd's connects to the backend are dialled by dara
+/// (docs/outside.md, "Outside servers"), the backend's answers recorded; a page fetched twice is a
+/// miss, then a hit; SIGINT to the manager stops varnishd (exit 0). The backend is then
+/// stopped and the trace replays identically: dara plays the backend from the recording. Before,
+/// the recording stopped at varnishd's first connect to its backend ("a server outside dara").
+#[test]
+fn varnish_with_its_backend_outside_dara_records_and_replays_without_it() {
+    let varnishd = installed("varnishd", "varnish");
+    let port = free_ports(2);
+    let backend_port = port + 1;
+    let data = out_dir("varnish-outside-backend-data");
+    std::fs::create_dir_all(data.join("www")).unwrap();
+    std::fs::write(data.join("www/index.html"), "served by the backend\n").unwrap();
+    let backend = OutsideBackend::start(&data.join("www"), backend_port);
+    let out = out_dir("varnish-outside-backend");
+    let workdir = data.join("varnish");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-q", "-o", out.to_str().unwrap(), "--", varnishd.to_str().unwrap(), "-F", "-a", &format!("127.0.0.1:{port}"), "-b", &format!("127.0.0.1:{backend_port}")])
+        .args(["-n", workdir.to_str().unwrap(), "-s", "malloc,16m", "-p", "thread_pools=1", "-p", "thread_pool_min=5"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_listener(port, Duration::from_secs(60), "varnishd under dara-trace");
+    let url = format!("http://127.0.0.1:{port}/index.html");
+    let mut cache_ids = Vec::new();
+    for fetch in 0..2 {
+        let curl = Command::new("curl").args(["-s", "-f", "-m", "30", "-D", "-", &url]).output().expect("curl (run ./scripts/install-deps.sh)");
+        let text = String::from_utf8_lossy(&curl.stdout).to_string();
+        assert!(curl.status.success() && text.ends_with("served by the backend\n"), "fetch {fetch}: {curl:?}");
+        let ids = text.lines().find(|l| l.to_ascii_lowercase().starts_with("x-varnish:")).map(|l| l.split_whitespace().count() - 1).unwrap_or(0);
+        cache_ids.push(ids);
+    }
+    assert_eq!(cache_ids, [1, 2], "the first fetch went to the backend, the second was a cache hit (X-Varnish ids)");
+    // SIGINT to the manager alone (`kill <pid>` from outside, recorded): it stops the cache
+    // process and exits 0. (A Ctrl-C reaches the cache process too, as a terminal's does; the
+    // manager's poll may then see it die before it takes its own SIGINT, a choice dara makes, and
+    // it restarts it and exits 64: "Manager got SIGINT".)
+    let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    // (dara-trace's own command line names varnishd too.)
+    let ours: Vec<u32> = processes_with(&["varnishd", workdir.to_str().unwrap()]).into_iter().filter(|&pid| comm(pid).trim() != "dara-trace").collect();
+    let parent = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| s.rsplit(')').next()?.split_whitespace().nth(1)?.parse::<u32>().ok());
+    let manager = *ours.iter().find(|&&pid| parent(pid).is_some_and(|p| !ours.contains(&p))).expect("varnishd's manager");
+    // SAFETY: signalling a process this test started (through dara).
+    unsafe { libc::kill(manager as i32, libc::SIGINT) };
+    let status = wait_at_most(&mut server, Duration::from_secs(60)).expect("dara-trace ends with varnishd");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut stderr).ok();
+    assert_eq!(status.code(), Some(0), "SIGINT stops varnishd's manager, and dara with its exit: {status:?} {stderr}");
+    assert!(stderr.contains("manager dies"), "{stderr}");
+    drop(backend);
+    assert!(std::net::TcpStream::connect(("127.0.0.1", backend_port)).is_err(), "the backend still listens");
+
+    let trace = out.join("trace.bin");
+    let t = dara_scheduler::trace::read_file(&trace).unwrap();
+    let backend_addr: std::net::SocketAddr = ([127, 0, 0, 1], backend_port).into();
+    let dials = t.outside.iter().filter(|e| e.what == OutsideWhat::Dial { server: backend_addr, refused: false }).count();
+    assert!(dials >= 1, "varnishd's connections to the backend were dialled by dara: {:?}", t.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Dial { .. })).collect::<Vec<_>>());
+    let from_backend: Vec<u8> = t.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Data(_))).filter_map(|e| if let OutsideWhat::Data(b) = &e.what { Some(b.clone()) } else { None }).flatten().collect();
+    assert!(String::from_utf8_lossy(&from_backend).contains("served by the backend"), "the backend's answer is recorded input");
+    std::fs::remove_dir_all(&workdir).ok(); // a replay starts afresh
+    replays_identically(&trace);
+    assert!(processes_with(&["varnishd", workdir.to_str().unwrap()]).is_empty(), "a varnishd survived");
 }
 
 /// unbound (two threads sharing the port) under dig from outside: two queries over UDP and one

@@ -45,6 +45,12 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
+    /// Lets the thread finish on its own, unwaited for (a teardown that left a process alive:
+    /// its pipes may stay open).
+    pub fn leave(self) {
+        std::mem::forget(self);
+    }
+
     /// Moves the thread to `cpu` (not one that has yet to start: it stays where it starts).
     pub fn move_to(&self, cpu: usize) {
         if let Some(tid) = self.thread.tid() {

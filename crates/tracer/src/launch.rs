@@ -541,8 +541,9 @@ impl ProcessTree {
                 self.finish();
                 return true;
             }
-            // Past the limit only while the kernel is still releasing a process that ended.
-            if Instant::now() > deadline && !self.kernel_still_reaping() {
+            // Past the limit only while the kernel is still releasing a process that ended, or
+            // taking down the namespace's killed init (see `init_exiting`).
+            if Instant::now() > deadline && !self.kernel_still_reaping() && !(group_gone && self.init_exiting(deadline)) {
                 return false;
             }
             if group_gone {
@@ -556,6 +557,24 @@ impl ProcessTree {
                 }
             }
         }
+    }
+
+    /// Whether the namespace's init, killed, is still being taken down by the kernel (its
+    /// `PF_EXITING` set, not a zombie yet) and less than [`REAP_LIMIT`] has passed since
+    /// `deadline`: in `zap_pid_ns_processes` it waits for every process of the namespace to be
+    /// released, and on a loaded CPU it was seen runnable for over 30 s with a tenth of a
+    /// millisecond of CPU time (the teardown then gave up and called it stuck). The first time,
+    /// dara says so in one line.
+    fn init_exiting(&mut self, deadline: Instant) -> bool {
+        let Some(init) = self.ns.as_ref().map(PidNamespace::init_pid) else { return false };
+        if deadline.elapsed() >= REAP_LIMIT || !crate::procfs::exiting(init) {
+            return false;
+        }
+        if self.slow_reap_told != init {
+            self.slow_reap_told = init;
+            eprintln!("dara: the kernel has been taking down the namespace's init (process {init}) for over {} s; waiting for it", TEARDOWN_LIMIT.as_secs());
+        }
+        true
     }
 
     /// Marks the tree finished once nothing of the program is left.
@@ -713,7 +732,15 @@ impl Drop for ProcessTree {
                 ns.give_back();
             }
         }
-        self.kill_all();
+        if !self.kill_all() {
+            // Something survived the teardown (reported by whoever called `kill_all`): the
+            // output threads may never see their pipes end, so they are left to finish on their
+            // own rather than waited for here (dara waited for good, its writers not yet closed).
+            self.output_writers.clear();
+            for forwarder in self.forwarders.drain(..) {
+                forwarder.leave();
+            }
+        }
         // The copy is gone: its holder ends (taking the copy's memory down) and is reaped.
         self.holder.take();
     }
