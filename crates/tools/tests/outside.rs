@@ -783,3 +783,69 @@ fn outside_clients_wait_for_room_in_the_program_s_backlog() {
     assert_eq!(verify.code, 0, "{}", verify.text());
     assert_no_survivors(&program);
 }
+
+/// A native server for the test, killed when dropped.
+struct NativeServer(Child);
+
+impl Drop for NativeServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until something listens on 127.0.0.1:`port`.
+fn listening(port: u16, what: &str) {
+    let started = std::time::Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(30), "{what} did not listen on port {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Real clients nobody here wrote, recorded against real servers left outside dara: Debian's
+/// redis-cli against a redis-server, curl and python3's urllib against python3's http.server.
+/// Each gets its answer; then the servers are stopped and every recording replays identically,
+/// dara playing the servers (docs/outside.md, "Outside servers").
+#[test]
+fn real_clients_of_servers_outside_dara_record_and_replay_without_them() {
+    let redis_server = installed("redis-server", "redis-server");
+    let redis_cli = installed("redis-cli", "redis-tools");
+    let curl = installed("curl", "curl");
+    let port = free_ports(2);
+    let web_port = port + 1;
+    let redis = NativeServer(Command::new(&redis_server).args(["--port", &port.to_string(), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]).stdout(Stdio::null()).spawn().unwrap());
+    let www = out_dir("outside-clients-www");
+    std::fs::write(www.join("index.html"), "from the web server\n").unwrap();
+    let web = NativeServer(Command::new("/usr/bin/python3").args(["-m", "http.server", &web_port.to_string(), "--bind", "127.0.0.1"]).current_dir(&www).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    listening(port, "redis-server");
+    listening(web_port, "python3's http.server");
+    let url = format!("http://127.0.0.1:{web_port}/index.html");
+    let port = port.to_string();
+    let fetch = format!("import urllib.request; print(urllib.request.urlopen('{url}').read().decode(), end='')");
+    let clients: [(&str, Vec<&str>, &str); 4] = [
+        ("redis-set", vec![redis_cli.to_str().unwrap(), "-p", &port, "SET", "k", "recorded"], "OK"),
+        ("redis-get", vec![redis_cli.to_str().unwrap(), "-p", &port, "GET", "k"], "recorded"),
+        ("curl", vec![curl.to_str().unwrap(), "-s", "-f", &url], "from the web server"),
+        ("urllib", vec!["/usr/bin/python3", "-c", &fetch], "from the web server"),
+    ];
+    let mut traces = Vec::new();
+    for (name, command, answer) in &clients {
+        let out = out_dir(&format!("outside-clients-{name}"));
+        let mut args = vec!["-q", "-o", out.to_str().unwrap(), "--"];
+        args.extend(command.iter().copied());
+        let run = dara_trace(&args, Duration::from_secs(120));
+        assert_eq!(run.code, 0, "{name}\n{}", run.text());
+        assert!(run.stdout.contains(answer), "{name}\n{}", run.text());
+        let trace = dara_scheduler::trace::read_file(&out.join("trace.bin")).unwrap();
+        assert!(trace.outside.iter().any(|e| matches!(e.what, OutsideWhat::Dial { refused: false, .. })), "{name}: no connection dialled: {:?}", trace.outside);
+        traces.push((name, out.join("trace.bin"), answer));
+    }
+    drop(redis);
+    drop(web);
+    for (name, trace, answer) in traces {
+        let verify = dara_replay(&["-q", "--verify", trace.to_str().unwrap()], Duration::from_secs(120));
+        assert_eq!(verify.code, 0, "{name}\n{}", verify.text());
+        assert!(verify.stdout.contains(answer) && verify.stdout.contains("identical"), "{name}\n{}", verify.text());
+    }
+}
