@@ -784,16 +784,6 @@ fn outside_clients_wait_for_room_in_the_program_s_backlog() {
     assert_no_survivors(&program);
 }
 
-/// A native server for the test, killed when dropped.
-struct NativeServer(Child);
-
-impl Drop for NativeServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Waits until something listens on 127.0.0.1:`port`.
 fn listening(port: u16, what: &str) {
     let started = std::time::Instant::now();
@@ -814,10 +804,10 @@ fn real_clients_of_servers_outside_dara_record_and_replay_without_them() {
     let curl = installed("curl", "curl");
     let port = free_ports(2);
     let web_port = port + 1;
-    let redis = NativeServer(Command::new(&redis_server).args(["--port", &port.to_string(), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]).stdout(Stdio::null()).spawn().unwrap());
+    let redis = KilledOnDrop(Command::new(&redis_server).args(["--port", &port.to_string(), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]).stdout(Stdio::null()).spawn().unwrap());
     let www = out_dir("outside-clients-www");
     std::fs::write(www.join("index.html"), "from the web server\n").unwrap();
-    let web = NativeServer(Command::new("/usr/bin/python3").args(["-m", "http.server", &web_port.to_string(), "--bind", "127.0.0.1"]).current_dir(&www).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let web = KilledOnDrop(Command::new("/usr/bin/python3").args(["-m", "http.server", &web_port.to_string(), "--bind", "127.0.0.1"]).current_dir(&www).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
     listening(port, "redis-server");
     listening(web_port, "python3's http.server");
     let url = format!("http://127.0.0.1:{web_port}/index.html");

@@ -190,22 +190,12 @@ fn varnish_in_front_of_python_searches_clean_and_replays() {
 }
 
 /// A python3 http.server serving `dir` on `port`, outside dara (killed when dropped).
-struct OutsideBackend(std::process::Child);
-
-impl OutsideBackend {
-    fn start(dir: &Path, port: u16) -> OutsideBackend {
-        // Debian's python3 (the one on PATH may be a pyenv shim).
-        let child = Command::new("/usr/bin/python3").args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1"]).current_dir(dir).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("/usr/bin/python3");
-        wait_for_listener(port, Duration::from_secs(30), "python3's http.server");
-        OutsideBackend(child)
-    }
-}
-
-impl Drop for OutsideBackend {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+fn outside_backend(dir: &Path, port: u16) -> KilledOnDrop {
+    // Debian's python3 (the one on PATH may be a pyenv shim).
+    let child = Command::new("/usr/bin/python3").args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1"]).current_dir(dir).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("/usr/bin/python3");
+    let backend = KilledOnDrop(child);
+    wait_for_listener(port, Duration::from_secs(30), "python3's http.server");
+    backend
 }
 
 /// Varnish recorded with its backend left outside dara (python3's http.server, started by the
@@ -222,7 +212,7 @@ fn varnish_with_its_backend_outside_dara_records_and_replays_without_it() {
     let data = out_dir("varnish-outside-backend-data");
     std::fs::create_dir_all(data.join("www")).unwrap();
     std::fs::write(data.join("www/index.html"), "served by the backend\n").unwrap();
-    let backend = OutsideBackend::start(&data.join("www"), backend_port);
+    let backend = outside_backend(&data.join("www"), backend_port);
     let out = out_dir("varnish-outside-backend");
     let workdir = data.join("varnish");
     let mut server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))

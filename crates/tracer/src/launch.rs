@@ -26,6 +26,9 @@ use crate::reaper::{self, ExitEvent, Reaping};
 /// be a false "stuck in the kernel".
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
 
+/// After this long a teardown lets what is left run on any CPU (see `placement::let_run_anywhere`).
+const RESCUE_AFTER: Duration = Duration::from_millis(200);
+
 /// A reap (the kernel's release of an ended process) that takes this long is told to the user.
 pub const REAP_NOTICE: Duration = Duration::from_secs(5);
 
@@ -521,9 +524,17 @@ impl ProcessTree {
             self.finish();
             return true;
         }
-        let deadline = Instant::now() + TEARDOWN_LIMIT;
+        let started = Instant::now();
+        let deadline = started + TEARDOWN_LIMIT;
         let mut group_gone = false;
+        let mut let_run = false;
         loop {
+            // A killed process still has to run to end: one that has not ended in RESCUE_AFTER
+            // (and the namespace's init, which ends last) may run on any CPU (`placement`).
+            if !let_run && started.elapsed() >= RESCUE_AFTER {
+                let_run = true;
+                self.let_the_rest_run_anywhere();
+            }
             if !group_gone {
                 // SAFETY: kill with a negative pid signals a process group; no memory is involved.
                 unsafe { libc::kill(-(self.pgid as i32), libc::SIGKILL) };
@@ -557,6 +568,31 @@ impl ProcessTree {
                 }
             }
         }
+    }
+
+    /// Lets what is left of the tree (the processes of its group, and the namespace's init) run on
+    /// any CPU: they are killed and only have to end.
+    fn let_the_rest_run_anywhere(&self) {
+        for (pid, _) in self.remains() {
+            crate::placement::let_run_anywhere(pid);
+        }
+    }
+
+    /// The processes of the group and the namespace's init that still exist, each with its
+    /// `/proc/<pid>/stat` line.
+    fn remains(&self) -> Vec<(u32, String)> {
+        let init = self.ns.as_ref().map(PidNamespace::init_pid);
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+            let pgrp = stat.rfind(')').and_then(|close| stat[close + 1..].split_whitespace().nth(2)?.parse::<u32>().ok());
+            if pgrp == Some(self.pgid) || Some(pid) == init {
+                found.push((pid, stat));
+            }
+        }
+        found
     }
 
     /// Whether the namespace's init, killed, is still being taken down by the kernel (its
@@ -610,18 +646,10 @@ impl ProcessTree {
     /// namespace's init, with its state and the kernel function it sleeps in (`wchan`), for a
     /// person reading the error. Empty when nothing is left to see.
     pub fn survivors(&self) -> String {
-        let init = self.ns.as_ref().map(PidNamespace::init_pid);
         let mut found = Vec::new();
-        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-            // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        for (pid, stat) in self.remains() {
             let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
-            let mut rest = stat[close + 1..].split_whitespace();
-            let (state, pgrp) = (rest.next().unwrap_or("?"), rest.nth(1).and_then(|p| p.parse::<u32>().ok()));
-            if pgrp != Some(self.pgid) && Some(pid) != init {
-                continue;
-            }
+            let state = stat[close + 1..].split_whitespace().next().unwrap_or("?");
             let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
             let place = if wchan.is_empty() || wchan == "0" { String::new() } else { format!(" in {wchan}") };
             found.push(format!("pid {pid} ({}) state {state}{place}", &stat[open + 1..close]));

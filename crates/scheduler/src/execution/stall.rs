@@ -140,7 +140,12 @@ impl Execution<'_> {
     fn holder_exiting(&self) -> bool {
         let Some(thread) = self.handoff.holder() else { return false };
         let (pid, _) = self.region.kernel_ids(thread as usize);
-        procfs::exiting(pid)
+        let exiting = procfs::exiting(pid);
+        if exiting {
+            // It only has to end: on any CPU (see `placement::let_run_anywhere`).
+            dara_tracer::placement::let_run_anywhere(pid);
+        }
+        exiting
     }
 
     /// Whether the token holder is blocked writing to the output pipes dara drains: it waits for

@@ -434,3 +434,13 @@ pub fn cpu_has(flag: &str) -> bool {
 pub fn rdrand_cannot_be_hidden() -> bool {
     cpu_has("rdrand") && !cpu_has("cpuid_fault")
 }
+
+/// A child process a test started (a server, a CPU hog), killed and reaped when dropped.
+pub struct KilledOnDrop(pub std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -94,6 +94,18 @@ pub fn exiting(pid: u32) -> bool {
     field(3) != Some("Z") && field(9).and_then(|f| f.parse::<u64>().ok()).is_some_and(|flags| flags & PF_EXITING != 0)
 }
 
+/// CPU time process `pid` has used (all its threads, user and system: `utime` + `stime` of
+/// `/proc/<pid>/stat`, in clock ticks turned into a duration); None once it is gone.
+pub fn process_cpu_time(pid: u32) -> Option<std::time::Duration> {
+    let stat = super::read_small(&format!("/proc/{pid}/stat"))?;
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    // Fields 14 and 15 of the line; `fields` starts at field 3.
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf takes an integer.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(std::time::Duration::from_micros(ticks * 1_000_000 / per_second))
+}
+
 /// The `TracerPid:` of `/proc/<pid>/status` (0: not traced).
 fn tracer_of(pid: u32) -> Option<u32> {
     let status = super::read_small(&format!("/proc/{pid}/status"))?;

@@ -12,6 +12,12 @@ pub fn thread_state(pid: u32, tid: u32) -> Option<char> {
     rest.chars().next()
 }
 
+/// Whether a thread of process `pid` is runnable (state `R`): it waits for a CPU, or runs.
+pub fn has_runnable_thread(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok()).any(|tid| thread_state(pid, tid) == Some('R'))
+}
+
 /// The number and first three arguments of the syscall a blocked thread is in, from
 /// `/proc/<pid>/task/<tid>/syscall`. None if not in a syscall or unreadable.
 pub fn blocked_syscall_raw(pid: u32, tid: u32) -> Option<(i64, [u64; 3])> {
