@@ -432,7 +432,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const libc::sockaddr, len: so
     let tcp = is_tcp(fd);
     // SAFETY: the program's address argument of `len` bytes.
     let relayed = if tcp { None } else { unsafe { super::outside::relayed_destination(addr, len, true) } };
-    let (addr, len) = relayed.as_ref().map_or((addr, len), |(a, l)| ((a as *const libc::sockaddr_storage).cast(), *l));
+    let (addr, len) = super::outside::or_instead(&relayed, addr, len);
     let nonblock = fd_nonblocking(fd);
     let request = Request::NetConnect { fd, flags: NetFlags(flag(nonblock) | interruptible(nonblock)), addr: Addr(addr as u64), len };
     loop {
@@ -451,7 +451,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const libc::sockaddr, len: so
                 gate.post(Request::NetConnect { fd, flags: NetFlags(net_flags::NONBLOCK), addr: Addr(addr as u64), len });
                 // SAFETY: the program's address argument of `len` bytes.
                 let dialled = unsafe { super::outside::relayed_destination(addr, len, false) };
-                let (addr, len) = dialled.as_ref().map_or((addr, len), |(a, l)| ((a as *const libc::sockaddr_storage).cast(), *l));
+                let (addr, len) = super::outside::or_instead(&dialled, addr, len);
                 // SAFETY: the program's own arguments; O_NONBLOCK only makes the call return at once.
                 write_now::with_nonblock(fd, write_now::status_flags(fd), || unsafe { real::connect(fd, addr, len) } as i64);
             }
@@ -461,7 +461,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const libc::sockaddr, len: so
         // that stands for it.
         // SAFETY: the program's address argument of `len` bytes.
         let dialled = if tcp { unsafe { super::outside::relayed_destination(addr, len, false) } } else { None };
-        let (addr, len) = dialled.as_ref().map_or((addr, len), |(a, l)| ((a as *const libc::sockaddr_storage).cast(), *l));
+        let (addr, len) = super::outside::or_instead(&dialled, addr, len);
         // SAFETY: the program's own arguments (or the address dara's socket has instead).
         return unsafe { real::connect(fd, addr, len) };
     }
@@ -676,7 +676,7 @@ pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flag
     // A datagram to a client dara relays for goes to dara's socket that stands for it.
     // SAFETY: the program's address argument of `alen` bytes.
     let relayed = unsafe { super::outside::relayed_destination(addr, alen, true) };
-    let (addr, alen) = relayed.as_ref().map_or((addr, alen), |(a, l)| ((a as *const libc::sockaddr_storage).cast(), *l));
+    let (addr, alen) = super::outside::or_instead(&relayed, addr, alen);
     let port = sockaddr_port(addr, alen);
     // SAFETY: as for `send`.
     transmit(&gate, fd, buf.cast(), len, flags & libc::MSG_DONTWAIT != 0, port, &mut |b, l| unsafe { real::sendto(fd, b.cast(), l, flags | libc::MSG_DONTWAIT, addr, alen) })

@@ -198,6 +198,11 @@ pub unsafe fn relayed_destination(addr: *const libc::sockaddr, len: socklen_t, d
     Some((out, size as socklen_t))
 }
 
+/// `addr` and `len`, or the address `instead` holds (what [`relayed_destination`] found).
+pub fn or_instead(instead: &Option<(libc::sockaddr_storage, socklen_t)>, addr: *const libc::sockaddr, len: socklen_t) -> (*const libc::sockaddr, socklen_t) {
+    instead.as_ref().map_or((addr, len), |(a, l)| ((a as *const libc::sockaddr_storage).cast(), *l))
+}
+
 /// After the kernel wrote a peer address into `addr` (`*len` its size, `room` the caller's
 /// buffer): if the peer is dara's socket that stands for a client (a UDP one when `datagrams`),
 /// writes the client's address instead (as much as `room` takes; `*len` says its full size, as

@@ -184,8 +184,8 @@ impl Execution<'_> {
         // no hang of the program (bounded: a process stuck in its exit is one).
         let exit_limit = deadline + dara_tracer::launch::REAP_LIMIT;
         let (started, mut let_run) = (Instant::now(), false);
-        let cpu_at_start = self.live_cpu_time();
-        while Instant::now() < deadline || self.tree.kernel_still_reaping() || (Instant::now() < exit_limit && self.exiting_in_kernel(cpu_at_start)) {
+        let cpu_at_start = cpu_time(&self.processes.live_pids());
+        while Instant::now() < deadline || self.tree.kernel_still_reaping() || (Instant::now() < exit_limit && self.on_its_way_out(cpu_at_start)) {
             // Every thread has finished: what is left only has to end, which a CPU hog on the
             // execution's CPU may hold up for minutes (see `placement::let_run_anywhere`; seen as
             // a false "every thread finished but the process did not exit" next to a hog).
@@ -220,16 +220,17 @@ impl Execution<'_> {
     /// wait for a CPU longer than `--busy-limit`, which measures the program's own CPU time, not
     /// the machine's (a hog on the execution's CPU made "every thread finished but the process
     /// did not exit" a false bug 2 times in 14 `limits.rs` runs beside other tests).
-    fn exiting_in_kernel(&self, cpu_at_start: Duration) -> bool {
+    fn on_its_way_out(&self, cpu_at_start: Duration) -> bool {
         let pids = self.processes.live_pids();
         pids.iter().any(|&pid| procfs::exiting(pid))
-            || (pids.iter().any(|&pid| procfs::has_runnable_thread(pid)) && self.live_cpu_time().saturating_sub(cpu_at_start) < self.cfg.busy_limit)
+            || (pids.iter().any(|&pid| procfs::has_runnable_thread(pid)) && cpu_time(&pids).saturating_sub(cpu_at_start) < self.cfg.busy_limit)
     }
 
-    /// CPU time the live processes have used in all.
-    fn live_cpu_time(&self) -> Duration {
-        self.processes.live_pids().into_iter().filter_map(procfs::process_cpu_time).sum()
-    }
+}
+
+/// CPU time processes `pids` have used in all.
+fn cpu_time(pids: &[u32]) -> Duration {
+    pids.iter().filter_map(|&pid| procfs::process_cpu_time(pid)).sum()
 }
 
 /// How long the wait for the processes' ends goes before they may run on any CPU.

@@ -51,12 +51,14 @@ pub(super) struct Stall {
     since: Instant,
     looked: Instant,
     told: bool,
+    /// The holder's exiting process was let run on any CPU (once a stall).
+    let_run: bool,
 }
 
 impl Default for Stall {
     fn default() -> Stall {
         let now = Instant::now();
-        Stall { marks: None, since: now, looked: now, told: false }
+        Stall { marks: None, since: now, looked: now, told: false, let_run: false }
     }
 }
 
@@ -73,11 +75,17 @@ impl Execution<'_> {
         let holder_state = self.holder_state();
         // A holder stopped by a debugger or by job control (`t`, `T`) is a person looking.
         if self.stall.marks != Some(marks) || matches!(holder_state, Some('t' | 'T')) || self.holder_writes_output() {
-            self.stall = Stall { marks: Some(marks), since: now, looked: now, told: false };
+            self.stall = Stall { marks: Some(marks), since: now, looked: now, told: false, let_run: false };
             return None;
         }
         let still = now - self.stall.since;
-        let exiting = self.holder_exiting();
+        let exiting = self.exiting_holder();
+        if let (Some(pid), false) = (exiting, self.stall.let_run) {
+            // It only has to end: on any CPU (see `placement::let_run_anywhere`).
+            dara_tracer::placement::let_run_anywhere(pid);
+            self.stall.let_run = true;
+        }
+        let exiting = exiting.is_some();
         let limit = self.stall_limit(holder_state, exiting);
         if still >= limit {
             let (thread, what) = self.unmoved();
@@ -137,15 +145,10 @@ impl Execution<'_> {
     /// and using no CPU time, for over 60 s while the test suite ran, and was called a stall of
     /// dara. The kernel's pace is not the program's nor dara's: the wait goes on as for a slow
     /// reap (`REAP_LIMIT`), saying so.
-    fn holder_exiting(&self) -> bool {
-        let Some(thread) = self.handoff.holder() else { return false };
-        let (pid, _) = self.region.kernel_ids(thread as usize);
-        let exiting = procfs::exiting(pid);
-        if exiting {
-            // It only has to end: on any CPU (see `placement::let_run_anywhere`).
-            dara_tracer::placement::let_run_anywhere(pid);
-        }
-        exiting
+    /// The holder's process (kernel pid) if so.
+    fn exiting_holder(&self) -> Option<u32> {
+        let (pid, _) = self.region.kernel_ids(self.handoff.holder()? as usize);
+        procfs::exiting(pid).then_some(pid)
     }
 
     /// Whether the token holder is blocked writing to the output pipes dara drains: it waits for

@@ -94,23 +94,14 @@ impl<S: Side> Relay<S> {
 
     /// dara's bound, not listening socket of `server`'s family: a connect to it is refused.
     fn refuser(&mut self, server: SocketAddr) -> std::io::Result<SocketAddr> {
+        use nix::sys::socket::{bind, socket, AddressFamily, SockFlag, SockType, SockaddrStorage};
         let slot = if server.is_ipv4() { &mut self.refusers.v4 } else { &mut self.refusers.v6 };
         if let Some((_, addr)) = slot {
             return Ok(*addr);
         }
-        let domain = if server.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
-        // SAFETY: socket takes integers and returns a new descriptor or -1.
-        let fd = unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a descriptor socket just returned, owned by nobody else.
-        let socket = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        let (storage, len) = socket_address_bytes(loopback_like(server));
-        // SAFETY: bind reads `len` bytes of a live sockaddr_storage.
-        if unsafe { libc::bind(socket.as_raw_fd(), (&storage as *const libc::sockaddr_storage).cast(), len) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        let family = if server.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
+        let socket = socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+        bind(socket.as_raw_fd(), &SockaddrStorage::from(loopback_like(server)))?;
         let addr = netprobe::socket_address(&socket, false).ok_or_else(|| std::io::Error::other("no local address"))?;
         *slot = Some((socket, addr));
         Ok(addr)
@@ -136,8 +127,7 @@ impl<S: Side> Relay<S> {
                 net.connection_taken(server);
             }
             set_nonblocking(&inner)?;
-            // SAFETY: setsockopt reads one int.
-            unsafe { libc::setsockopt(inner.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, (&1i32 as *const i32).cast(), 4) };
+            nix::sys::socket::setsockopt(&inner, nix::sys::socket::sockopt::TcpNoDelay, &true).ok();
             let addrs = netprobe::addresses(&inner);
             if let Some((local, remote)) = addrs {
                 self.by_inner_ports.insert((local.port(), remote.port()), stand_in.stream);
@@ -149,25 +139,4 @@ impl<S: Side> Relay<S> {
         }
         Ok(())
     }
-}
-
-/// `addr` as a `sockaddr_storage` and its length.
-fn socket_address_bytes(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in { sin_family: libc::AF_INET as u16, sin_port: a.port().to_be(), sin_addr: libc::in_addr { s_addr: u32::from(*a.ip()).to_be() }, sin_zero: [0; 8] };
-            // SAFETY: a sockaddr_in fits in the storage.
-            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 { sin6_family: libc::AF_INET6 as u16, sin6_port: a.port().to_be(), sin6_flowinfo: 0, sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() }, sin6_scope_id: 0 };
-            // SAFETY: a sockaddr_in6 fits in the storage.
-            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (storage, len as libc::socklen_t)
 }
