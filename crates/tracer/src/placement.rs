@@ -33,16 +33,21 @@ pub fn pin_to(tid: libc::pid_t, cpus: &[usize]) {
 /// longer waits for the one CPU it was pinned to). Failure (the process is gone) is ignored.
 pub fn let_run_anywhere(pid: u32) {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
+    for tid in tasks.flatten().filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok()) {
+        let_thread_run_anywhere(tid);
+    }
+}
+
+/// Lets thread `tid` run on any CPU (one that is to end). Failure (it is gone) is ignored.
+pub fn let_thread_run_anywhere(tid: u32) {
     // SAFETY: cpu_set_t is plain data; every bit set means every CPU the kernel has.
     let mut all: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for cpu in 0..libc::CPU_SETSIZE as usize {
         // SAFETY: `cpu` is below CPU_SETSIZE, the set's size.
         unsafe { libc::CPU_SET(cpu, &mut all) };
     }
-    for tid in tasks.flatten().filter_map(|t| t.file_name().to_str()?.parse::<libc::pid_t>().ok()) {
-        // SAFETY: sched_setaffinity reads the live set.
-        unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &all) };
-    }
+    // SAFETY: sched_setaffinity reads the live set.
+    unsafe { libc::sched_setaffinity(tid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &all) };
 }
 
 /// Makes the calling thread one that waits for the CPU it is woken on rather than taking it from

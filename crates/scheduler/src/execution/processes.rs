@@ -16,8 +16,27 @@ use super::outside_deaths::OutsideDeaths;
 use crate::choice::{ProcessId, ThreadId};
 use crate::procfs;
 
-/// How long the scheduler waits for a process a `kill` terminates before deciding anyway.
+/// How long a killed process may take before dara asks the kernel whether the signal is really
+/// taking it down. One that is keeps the next decision waiting however long its end takes (the
+/// stall bound, `stall.rs`, is the reap limit then): deciding without it would let a decision
+/// depend on the machine's load — a crashed Raft node whose sockets were still open on a loaded
+/// CI machine gave one seed two different executions. One that is not (the signal was caught or
+/// blocked after all) is no longer waited for: the same in every run.
 const DYING_LIMIT: Duration = Duration::from_secs(2);
+
+/// A killed process sitting on the CPU of the execution beside a busy thread may wait there for
+/// minutes (see `placement::let_run_anywhere`): after this long it may end on any CPU.
+const DYING_RESCUE_AFTER: Duration = Duration::from_millis(100);
+
+/// A process a granted `kill` or a crash fault terminates, until it is gone.
+pub(super) struct Death {
+    process: ProcessId,
+    since: Instant,
+    /// Let run on any CPU ([`DYING_RESCUE_AFTER`]).
+    let_run: bool,
+    /// Past [`DYING_LIMIT`] the kernel was asked: the signal takes it down (waited for to the end).
+    taken_down: bool,
+}
 
 pub(super) struct ProcessRecord {
     /// Kernel pid in dara's namespace: what /proc, pidfds and tgkill take.
@@ -42,9 +61,9 @@ pub(super) struct ProcessTable {
     /// Processes known to be on their way out (granted `ProcessExit`, or took a fault): checked
     /// often until they are zombies.
     pub(super) exiting: Vec<ProcessId>,
-    /// Processes a granted `kill` will terminate, and since when: no decision is taken until
-    /// they are gone (bounded), so a killed process never takes part in one by accident.
-    pub(super) dying: Vec<(ProcessId, Instant)>,
+    /// Processes a granted `kill` or a crash fault terminates: no decision is taken until they
+    /// are gone, so a killed process never takes part in one, nor its open sockets.
+    pub(super) dying: Vec<Death>,
     /// Pids dara launched itself: its reaper reports their exits with their status.
     pub(super) launched: Vec<u32>,
     /// Processes a crash fault killed: their end is not judged.
@@ -121,19 +140,42 @@ impl ProcessTable {
 
     /// `process` was sent a signal that ends it (at `since`): no decision until it is gone.
     pub(super) fn dies(&mut self, process: ProcessId, since: Instant) {
-        self.dying.push((process, since));
+        self.dying.push(Death { process, since, let_run: false, taken_down: false });
         self.exiting.push(process);
     }
 
     /// Processes killed by a granted signal that have not ended yet.
     pub(super) fn dying_now(&self) -> Vec<ProcessId> {
-        self.dying.iter().map(|&(p, _)| p).filter(|p| self.records.get(p).is_some_and(|r| r.alive)).collect()
+        self.dying.iter().map(|d| d.process).filter(|p| self.records.get(p).is_some_and(|r| r.alive)).collect()
     }
 
-    /// Whether a killed process is still on its way out (the next decision waits for it).
+    /// Whether a killed process the kernel is known to be taking down has not ended yet (the
+    /// wait for it is bounded by the reap limit, not the busy limit).
+    pub(super) fn awaiting_taken_down(&self) -> bool {
+        self.dying.iter().any(|d| d.taken_down && self.records.get(&d.process).is_some_and(|r| r.alive))
+    }
+
+    /// Whether a killed process is still on its way out (the next decision waits for it): until
+    /// it is gone, or, past [`DYING_LIMIT`], found not to be ending after all.
     pub(super) fn awaiting_deaths(&mut self) -> bool {
         let records = &self.records;
-        self.dying.retain(|(p, since)| records.get(p).is_some_and(|r| r.alive) && since.elapsed() < DYING_LIMIT);
+        self.dying.retain_mut(|death| {
+            let Some(record) = records.get(&death.process).filter(|r| r.alive) else { return false };
+            let waited = death.since.elapsed();
+            if waited >= DYING_RESCUE_AFTER && !death.let_run {
+                death.let_run = true;
+                dara_tracer::placement::let_run_anywhere(record.pid);
+            }
+            if waited >= DYING_LIMIT && !death.taken_down {
+                // Asked once: a process the kernel takes down does not come back, and /proc is
+                // best left alone while the kernel releases it (see `check_exits`).
+                if !procfs::signal_takes_down(record.pid) {
+                    return false;
+                }
+                death.taken_down = true;
+            }
+            true
+        });
         !self.dying.is_empty()
     }
 

@@ -1,11 +1,12 @@
 //! The last bound on the scheduler's wait for a quiet point: a wait in which nothing moves at all.
 //!
 //! The watchdogs judge the token holder and the threads being born by their own evidence (CPU
-//! time used, a sleep in the kernel without running); the waits for killed processes and for a
-//! launched command are bounded where they are kept. What none of them sees would make
-//! `dara-trace` sit silent for good: a holder whose thread vanished while its process lives on
-//! (the watchdog then judges nothing), a slot that says "running" for a thread that does not
-//! hold the token, a slot claimed for a thread that never starts. So the wait also
+//! time used, a sleep in the kernel without running); the wait for a launched command is
+//! bounded where it is kept, and a killed process is waited for until it is gone (here, like an
+//! exiting holder, by the reap limit) or found to live on (`processes.rs`). What none of them
+//! sees would make `dara-trace` sit silent for good: a holder whose thread vanished while its
+//! process lives on (the watchdog then judges nothing), a slot that says "running" for a thread
+//! that does not hold the token, a slot claimed for a thread that never starts. So the wait also
 //! watches for *progress*: a post, a new thread, a process ending, the wake-up counter moving,
 //! or the holder using CPU time (so a holder that loops on short kernel sleeps, using a little
 //! CPU each time, is not caught here, and the watchdog's sleep count restarts at each wake-up: a
@@ -85,7 +86,8 @@ impl Execution<'_> {
             dara_tracer::placement::let_run_anywhere(pid);
             self.stall.let_run = true;
         }
-        let exiting = exiting.is_some();
+        // A killed process the kernel is taking down is waited for like an exiting holder.
+        let exiting = exiting.is_some() || self.processes.awaiting_taken_down();
         let limit = self.stall_limit(holder_state, exiting);
         if still >= limit {
             let (thread, what) = self.unmoved();
@@ -101,7 +103,7 @@ impl Execution<'_> {
         if still >= STALL_NOTICE && !self.stall.told {
             self.stall.told = true;
             let (_, what) = self.unmoved();
-            let bound = if exiting { "the kernel is taking the holder's process down (it has exited)" } else { "--busy-limit" };
+            let bound = if exiting { "the kernel is taking a process down (it has exited or was killed)" } else { "--busy-limit" };
             eprintln!("dara: nothing has moved for {} s: {what}; waiting up to {} s ({bound})", still.as_secs(), limit.as_secs());
         }
         None

@@ -94,6 +94,26 @@ pub fn exiting(pid: u32) -> bool {
     field(3) != Some("Z") && field(9).and_then(|f| f.parse::<u64>().ok()).is_some_and(|flags| flags & PF_EXITING != 0)
 }
 
+/// Whether a signal is taking process `pid` down: one of its threads is exiting (`PF_EXITING`)
+/// or a zombie, or has SIGKILL pending — the kernel turns a fatal signal into a group exit by
+/// queueing SIGKILL to every thread, each dequeuing it once it runs. False once the process is
+/// gone, and for a process a signal was sent to that went on living (caught, blocked, ignored).
+pub fn signal_takes_down(pid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|task| {
+        let dir = task.path();
+        let stat = super::read_small(&format!("{}/stat", dir.display())).unwrap_or_default();
+        let fields: Vec<&str> = stat.rfind(')').map(|c| stat[c + 2..].split_whitespace().collect()).unwrap_or_default();
+        let field = |n: usize| fields.get(n - 3).copied();
+        let exiting = field(3) == Some("Z") || field(9).and_then(|f| f.parse::<u64>().ok()).is_some_and(|flags| flags & PF_EXITING != 0);
+        let status = super::read_small(&format!("{}/status", dir.display())).unwrap_or_default();
+        let pending = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
+        exiting || (pending("SigPnd:") | pending("ShdPnd:")) & SIGKILL_BIT != 0
+    })
+}
+
 /// CPU time process `pid` has used (all its threads, user and system: `utime` + `stime` of
 /// `/proc/<pid>/stat`, in clock ticks turned into a duration); None once it is gone.
 pub fn process_cpu_time(pid: u32) -> Option<std::time::Duration> {
@@ -142,5 +162,33 @@ mod tests {
         }
         assert!(!exiting(pid));
         let _ = { child }.wait();
+    }
+
+    #[test]
+    fn a_signal_takes_down_a_process_that_dies_of_it_not_one_that_ignores_it() {
+        let wait_until = |what: &str, done: &dyn Fn() -> bool| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while !done() {
+                assert!(std::time::Instant::now() < deadline, "{what}");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        };
+        assert!(!signal_takes_down(std::process::id()));
+        assert!(!signal_takes_down(u32::MAX), "a process that is gone");
+        // SIGTERM ignored: it lives on.
+        let mut ignoring = std::process::Command::new("sh").args(["-c", "trap '' TERM; echo; while :; do sleep 1; done"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let pid = ignoring.id();
+        let mut ready = [0u8; 1];
+        std::io::Read::read_exact(ignoring.stdout.as_mut().unwrap(), &mut ready).unwrap(); // the trap is set
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!signal_takes_down(pid), "an ignored SIGTERM");
+        // SIGKILL: taken down, and still so as a zombie.
+        ignoring.kill().unwrap();
+        wait_until("the killed child never became a zombie", &|| zombie_status(pid) != ProcessEnd::Running);
+        assert!(signal_takes_down(pid), "a killed zombie");
+        let _ = ignoring.wait();
+        assert!(!signal_takes_down(pid), "reaped");
     }
 }

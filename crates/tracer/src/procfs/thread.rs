@@ -152,11 +152,17 @@ fn thread_exists(pid: u32, tid: u32) -> bool {
 /// made the kernel's invalidation of those entries (`release_task` -> `proc_flush_pid` ->
 /// `shrink_dcache_parent`) race with dara's lookups. Kernels without thread pidfds fall back to
 /// polling /proc with a growing pause.
-pub fn wait_thread_exit(pid: u32, tid: u32, limit: std::time::Duration) {
+///
+/// A thread still there after `rescue_after` may finish exiting on any CPU: pinned beside a busy
+/// thread, an exiting thread has waited seconds for its CPU (see `placement::let_run_anywhere`).
+pub fn wait_thread_exit(pid: u32, tid: u32, rescue_after: std::time::Duration, limit: std::time::Duration) {
     let opened = super::thread_pidfd_open(tid);
     if let Ok(fd) = &opened {
         // An interrupted poll just ends the wait early.
-        super::pidfd_exited_within(fd, limit);
+        if !super::pidfd_exited_within(fd, rescue_after.min(limit)) {
+            crate::placement::let_thread_run_anywhere(tid);
+            super::pidfd_exited_within(fd, limit.saturating_sub(rescue_after));
+        }
         return;
     }
     if opened.is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH)) {
@@ -226,12 +232,12 @@ mod tests {
         });
         let (pid, tid) = (std::process::id(), tid_rx.recv().unwrap());
         // Alive: a zero limit returns at once and the thread is still there.
-        wait_thread_exit(pid, tid, std::time::Duration::ZERO);
+        wait_thread_exit(pid, tid, std::time::Duration::ZERO, std::time::Duration::ZERO);
         assert!(thread_exists(pid, tid));
         drop(tx);
         // Exited: the wait returns (the limit is only a safety net) and the kernel drops the
         // thread from the task list right after.
-        wait_thread_exit(pid, tid, std::time::Duration::from_secs(600));
+        wait_thread_exit(pid, tid, std::time::Duration::from_millis(100), std::time::Duration::from_secs(600));
         worker.join().unwrap();
         let mut gone = false;
         for _ in 0..10_000 {
@@ -243,7 +249,7 @@ mod tests {
         }
         assert!(gone, "thread {tid} still listed");
         // A thread that is gone: returns at once.
-        wait_thread_exit(pid, tid, std::time::Duration::from_secs(600));
+        wait_thread_exit(pid, tid, std::time::Duration::from_millis(100), std::time::Duration::from_secs(600));
     }
 
     fn unsafe_gettid() -> u32 {
