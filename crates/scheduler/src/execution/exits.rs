@@ -185,7 +185,23 @@ impl Execution<'_> {
         let exit_limit = deadline + dara_tracer::launch::REAP_LIMIT;
         let (started, mut let_run) = (Instant::now(), false);
         let cpu_at_start = cpu_time(&self.processes.live_pids());
-        while Instant::now() < deadline || self.tree.kernel_still_reaping() || (Instant::now() < exit_limit && self.on_its_way_out(cpu_at_start)) {
+        // Since when the processes have looked stuck rather than on their way out: one look at a
+        // thread between two states of its exit is no verdict.
+        let mut stuck_since: Option<Instant> = None;
+        let mut going_on = |ex: &mut Self| {
+            if Instant::now() < deadline || ex.tree.kernel_still_reaping() {
+                return true;
+            }
+            if Instant::now() >= exit_limit {
+                return false;
+            }
+            if ex.on_its_way_out(cpu_at_start) {
+                stuck_since = None;
+                return true;
+            }
+            stuck_since.get_or_insert_with(Instant::now).elapsed() < STUCK_FOR
+        };
+        while going_on(self) {
             // Every thread has finished: what is left only has to end, which a CPU hog on the
             // execution's CPU may hold up for minutes (see `placement::let_run_anywhere`; seen as
             // a false "every thread finished but the process did not exit" next to a hog).
@@ -214,7 +230,8 @@ impl Execution<'_> {
     }
 
     /// Whether a live process of the execution has exited and is being taken down by the kernel,
-    /// or has a runnable thread while the live processes have used less than `--busy-limit` of
+    /// or has a thread at work (runnable, or in the kernel's uninterruptible sleep) while the live
+    /// processes have used less than `--busy-limit` of
     /// CPU time since `cpu_at_start`: every thread finished, so it is on its way out (its last
     /// thread leaving the preload, or the kernel tearing it down), and on a loaded machine it may
     /// wait for a CPU longer than `--busy-limit`, which measures the program's own CPU time, not
@@ -223,7 +240,7 @@ impl Execution<'_> {
     fn on_its_way_out(&self, cpu_at_start: Duration) -> bool {
         let pids = self.processes.live_pids();
         pids.iter().any(|&pid| procfs::exiting(pid))
-            || (pids.iter().any(|&pid| procfs::has_runnable_thread(pid)) && cpu_time(&pids).saturating_sub(cpu_at_start) < self.cfg.busy_limit)
+            || (pids.iter().any(|&pid| procfs::has_thread_at_work(pid)) && cpu_time(&pids).saturating_sub(cpu_at_start) < self.cfg.busy_limit)
     }
 
 }
@@ -232,6 +249,10 @@ impl Execution<'_> {
 fn cpu_time(pids: &[u32]) -> Duration {
     pids.iter().filter_map(|&pid| procfs::process_cpu_time(pid)).sum()
 }
+
+/// How long processes past the busy limit must look stuck (no thread at work, not exiting) before
+/// the wait for their end calls it a hang.
+const STUCK_FOR: Duration = Duration::from_millis(300);
 
 /// How long the wait for the processes' ends goes before they may run on any CPU.
 const EXIT_RESCUE_AFTER: Duration = Duration::from_millis(100);

@@ -12,10 +12,11 @@ pub fn thread_state(pid: u32, tid: u32) -> Option<char> {
     rest.chars().next()
 }
 
-/// Whether a thread of process `pid` is runnable (state `R`): it waits for a CPU, or runs.
-pub fn has_runnable_thread(pid: u32) -> bool {
+/// Whether a thread of process `pid` is runnable (state `R`: it waits for a CPU, or runs) or in
+/// uninterruptible sleep (`D`: the kernel works for it, as while it releases its memory).
+pub fn has_thread_at_work(pid: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
-    tasks.flatten().filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok()).any(|tid| thread_state(pid, tid) == Some('R'))
+    tasks.flatten().filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok()).any(|tid| matches!(thread_state(pid, tid), Some('R' | 'D')))
 }
 
 /// The number and first three arguments of the syscall a blocked thread is in, from
