@@ -39,6 +39,7 @@ pub mod clock;
 pub mod counter;
 pub mod cpuid;
 pub mod fork_server;
+pub mod name_lookup;
 pub mod handoff;
 pub mod peer_address;
 pub mod receive_timeout;
@@ -52,7 +53,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 33;
+pub const VERSION: u32 = 34;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -205,6 +206,12 @@ pub enum Op {
     /// unlike `Yield` not a voluntary yield (PCT does not demote it: Go reaches probes all the
     /// time, and demoting at each made PCT a round robin).
     Probe = 91,
+    /// `getaddrinfo`: the scheduler answers the name lookup itself (`name_lookup`), since
+    /// glibc's resolver would talk to name servers outside dara behind the hooks' back: in a
+    /// recording from the machine's resolver, recorded as an input; in a replay from the trace;
+    /// in a closed world from the hosts file only. Always enabled; the answer is written into
+    /// the thread's memory before the grant.
+    NameLookup = 92,
     /// The thread took a fatal fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL) and is about to die of
     /// it; posted from the preload's fault handler so the scheduler can name the faulting
     /// function while the process still exists. Granted at once, without a decision.
@@ -410,6 +417,7 @@ impl Op {
             126 => NetClose,
             127 => NetListen,
             128 => FifoOpen,
+            92 => NameLookup,
             130 => NodeCrash,
             131 => NodeRestart,
             132 => Partition,
@@ -490,6 +498,7 @@ impl Op {
             NetClose => "close",
             NetListen => "listen",
             FifoOpen => "fifo-open",
+            NameLookup => "name-lookup",
             NodeCrash => "crash",
             NodeRestart => "restart",
             Partition => "partition",

@@ -136,6 +136,9 @@ pub enum Request {
     /// A blocking open of a FIFO: the reader's descriptor (`None` for a writer, encoded as
     /// `u64::MAX`), flags, and the FIFO's device and inode.
     FifoOpen { reader: Option<i32>, flags: NetFlags, device: u64, inode: u64 },
+    /// `getaddrinfo`: the question at `query` (a [`crate::name_lookup::LookupQuery`]); the
+    /// scheduler writes its [`crate::name_lookup::LookupAnswer`] at `answer` before the grant.
+    NameLookup { query: Addr, answer: Addr },
 
     /// `timerfd_create`: `fd` is the eventfd the preload made for a timer on `clock`.
     TimerCreate { fd: i32, clock: TimerClock },
@@ -251,6 +254,7 @@ impl Request {
             R::NetClose { .. } => Op::NetClose,
             R::NetListen { .. } => Op::NetListen,
             R::FifoOpen { .. } => Op::FifoOpen,
+            R::NameLookup { .. } => Op::NameLookup,
             R::TimerCreate { .. } => Op::TimerCreate,
             R::TimerSet { .. } => Op::TimerSet,
             R::TimerGet { .. } => Op::TimerGet,
@@ -330,6 +334,7 @@ impl Request {
                 };
                 [reader, flags.0, device, inode]
             }
+            R::NameLookup { query, answer } => [query.0, answer.0, 0, 0],
             R::TimerCreate { fd, clock } => [fd as u32 as u64, clock.to_arg(), 0, 0],
             R::TimerSet { fd, expiry, interval, old } => {
                 let (kind, ns) = expiry.to_args();
@@ -436,6 +441,7 @@ impl Request {
                 },
             },
             Op::NetListen => R::NetListen { fd: descriptor(a[0]), twin: descriptor(a[1]), datagrams: a[2] == 1 },
+            Op::NameLookup => R::NameLookup { query: addr, answer: Addr(a[1]) },
             Op::FifoOpen => R::FifoOpen { reader: if a[0] == u64::MAX { None } else { Some(descriptor(a[0])) }, flags: NetFlags(a[1]), device: a[2], inode: a[3] },
             Op::TimerCreate => R::TimerCreate { fd: descriptor(a[0]), clock: TimerClock::from_arg(a[1]).ok_or(bad("timer clock"))? },
             Op::TimerSet => R::TimerSet {

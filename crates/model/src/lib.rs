@@ -13,6 +13,7 @@
 //!   fault choices are listed.
 //! * [`coverage`]: the edges each process reached and its module map.
 //! * [`outside`]: inputs from and outputs to peers outside dara, as recorded.
+//! * [`name_lookup`]: a program's `getaddrinfo` and the resolver's answer, as recorded.
 //! * [`preempt`]: the `--preempt-on` settings (memory-level points, edge quanta) and the
 //!   profiling run's access profile.
 //! * [`liveness`]: the liveness walk's settings, its marks, the critical transition.
@@ -25,6 +26,7 @@ pub mod choice;
 pub mod cluster;
 pub mod coverage;
 pub mod model;
+pub mod name_lookup;
 pub mod outcome;
 pub mod outside;
 pub mod preempt;

@@ -67,6 +67,9 @@ pub enum OutsideWhat {
     /// refused or could not be reached, and so was the program's connect). Checked in a replay,
     /// which plays the server from the recording.
     Dial { server: std::net::SocketAddr, refused: bool },
+    /// The program's `getaddrinfo`, granted at the event's step (stream 0), and what the
+    /// machine's resolver answered: given back in a replay, which checks the question.
+    NameLookup { query: crate::name_lookup::NameQuery, answer: crate::name_lookup::NameAnswer },
 }
 
 impl OutsideWhat {
@@ -78,7 +81,7 @@ impl OutsideWhat {
     /// Whether this is something an outside peer brought (a client, its bytes or end, a
     /// datagram sender and its datagrams, stdin); not a signal, an output or a clock move.
     pub fn is_input(&self) -> bool {
-        !self.is_output() && !matches!(self, OutsideWhat::Signal(_) | OutsideWhat::Clock(_) | OutsideWhat::Dial { .. })
+        !self.is_output() && !matches!(self, OutsideWhat::Signal(_) | OutsideWhat::Clock(_) | OutsideWhat::Dial { .. } | OutsideWhat::NameLookup { .. })
     }
 }
 
@@ -126,6 +129,7 @@ pub fn describe_event(e: &OutsideEvent) -> String {
         OutsideWhat::Clock(ns) => format!("the clock to move to {} ns at step {} (real time)", ns, e.step),
         OutsideWhat::Dial { server, refused: false } => format!("the program to connect to the outside server {server} ({at})"),
         OutsideWhat::Dial { server, refused: true } => format!("the program to connect to the outside server {server}, which refused (at step {})", e.step),
+        OutsideWhat::NameLookup { query, answer } => format!("the program to look up {} (answered {}) at step {}", query.describe(), answer.describe(), e.step),
     }
 }
 

@@ -179,6 +179,7 @@ real_functions! {
     fn kill(pid: pid_t, sig: c_int) -> c_int;
 
     fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
+    fn getaddrinfo(node: *const c_char, service: *const c_char, hints: *const libc::addrinfo, res: *mut *mut libc::addrinfo) -> c_int;
     fn socketpair(domain: c_int, ty: c_int, protocol: c_int, sv: *mut c_int) -> c_int;
     fn pipe(fds: *mut c_int) -> c_int;
     fn pipe2(fds: *mut c_int, flags: c_int) -> c_int;

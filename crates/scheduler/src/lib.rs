@@ -10,6 +10,7 @@
 //! * [`netprobe`], [`sockdiag`], [`fifo`], [`epoll_dups`]: what the kernel says about the
 //!   program's sockets, pipes and epoll sets, probed without blocking.
 //! * [`outside`]: relaying peers outside dara (clients, signals, stdin) in a recording and a replay.
+//! * [`names`]: the program's name lookups, answered by dara.
 //! * [`coverage`], [`symbols`], [`crash_site`], [`sanitizer_report`], [`go_race`]: observations
 //!   of a live process (coverage areas, module maps, symbols, crash locations); [`sanitizer_options`]: the
 //!   sanitizer settings every target gets.
@@ -34,6 +35,7 @@ pub mod epoll_dups;
 pub mod fifo;
 pub mod netprobe;
 pub mod outside;
+pub mod names;
 pub mod sockdiag;
 pub mod symbols;
 pub mod execution;

@@ -156,6 +156,7 @@ fn outside_line(e: &dara_model::outside::OutsideEvent) -> Option<String> {
         Clock(_) => return None,
         Dial { server, refused: false } => format!("c{}: the program connects to the outside server {server}", e.stream),
         Dial { server, refused: true } => format!("the outside server {server} refuses the program's connect"),
+        NameLookup { query, answer } => format!("the program looks up {}: {}", query.describe(), answer.describe()),
     })
 }
 

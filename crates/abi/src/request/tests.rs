@@ -4,7 +4,7 @@
 use super::*;
 use crate::{ANY_PROCESS, NO_DEADLINE};
 
-fn every_variant() -> [Request; 63] {
+fn every_variant() -> [Request; 64] {
     use Request as R;
     let (a, b) = (Addr(0x7f00_1000), Addr(0x7f00_2040));
     let at = Deadline::At(5_000_000_000);
@@ -70,6 +70,7 @@ fn every_variant() -> [Request; 63] {
         R::NetClose { fd: 3, how: CloseHow::Shutdown(1) },
         R::NetListen { fd: 3, twin: 4, datagrams: true },
         R::FifoOpen { reader: Some(5), flags: NetFlags(net_flags::FIFO_READER), device: 0x803, inode: 1234 },
+        R::NameLookup { query: a, answer: b },
         R::TimerCreate { fd: 7, clock: TimerClock::Monotonic },
         R::TimerSet { fd: 7, expiry: TimerExpiry::After(10_000_000), interval: 10_000_000, old: a },
         R::TimerSet { fd: 1023, expiry: TimerExpiry::At(u64::MAX - 1), interval: 0, old: Addr(0) },

@@ -53,7 +53,7 @@ impl Choice {
             DropDatagram | NetRecv | NetSend | NetAccept | NetConnect | NetPoll | NetEpollWait | NetClose | NetListen | FifoOpen => ChoiceObject::Net(NetObject::decode(obj)),
             MutexLock | MutexTryLock | MutexUnlock | RwReadLock | RwWriteLock | RwTryReadLock | RwTryWriteLock | RwUnlock | Held | CondWait | CondSignal | CondBroadcast | BarrierInit | BarrierWait | OnceBegin
             | OnceDone | SemInit | SemWait | SemTryWait | SemPost | FutexWait | FutexWake | MemoryRead | MemoryWrite => ChoiceObject::Address(obj),
-            ProcessStart | ThreadCreate | ThreadExit | ProcessFork | ProcessExec | Yield | EdgeQuantum | Probe | ClockRead => ChoiceObject::None,
+            ProcessStart | ThreadCreate | ThreadExit | ProcessFork | ProcessExec | Yield | EdgeQuantum | Probe | ClockRead | NameLookup => ChoiceObject::None,
             ProcessExit | Fault | SignalArrived | SigSuspend | SigWait | FileLock | Unsupported | TimerCreate | TimerSet | TimerGet => ChoiceObject::Word(obj),
         }
     }

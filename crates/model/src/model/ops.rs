@@ -211,7 +211,8 @@ impl Model {
             | Request::FileLock { .. }
             | Request::MemoryRead { .. }
             | Request::MemoryWrite { .. }
-            | Request::ClockRead => Step::Grant(0),
+            | Request::ClockRead
+            | Request::NameLookup { .. } => Step::Grant(0),
             // Never enabled: only an `Interrupt` ends it (see `signals.rs`).
             Request::SigSuspend { .. } | Request::SigWait { .. } => Step::StayPending,
             Request::ThreadJoin { target } => Step::Grant(if target == me { EDEADLK } else { 0 }),

@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use crate::choice::{Choice, ChoiceKind};
 use crate::outcome::Outcome;
 use crate::outside::{OutsideEvent, OutsideWhat};
-use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET, OUTSIDE_CLOCK, OUTSIDE_DIAL};
+use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET, OUTSIDE_CLOCK, OUTSIDE_DIAL, OUTSIDE_NAME_LOOKUP};
 
 /// Reads and decodes the trace at `path`: a regular file or a pipe (`<(...)`), of at most
 /// [`MAX_TRACE_BYTES`]. A device (`/dev/zero`, which never ends) or a directory is refused
@@ -181,6 +181,17 @@ fn decode_outside(c: &mut Cursor<'_>) -> Result<Vec<OutsideEvent>, TraceError> {
                 match crate::outside::address_from_bytes(&bytes(c)?) {
                     Ok(Some(server)) => OutsideWhat::Dial { server, refused },
                     _ => return Err(c.damaged(at, field("has a malformed server address"))),
+                }
+            }
+            OUTSIDE_NAME_LOOKUP => {
+                let at = c.pos;
+                let blob = bytes(c)?;
+                let split = blob.get(..4).map(|n| u32::from_le_bytes([n[0], n[1], n[2], n[3]]) as usize + 4);
+                let parts = split.and_then(|s| Some((blob.get(4..s)?, blob.get(s..)?)));
+                let read = parts.and_then(|(q, a)| Some((crate::name_lookup::NameQuery::from_bytes(q)?, crate::name_lookup::NameAnswer::from_bytes(a)?)));
+                match read {
+                    Some((query, answer)) => OutsideWhat::NameLookup { query, answer },
+                    None => return Err(c.damaged(at, field("has a malformed name lookup"))),
                 }
             }
             k => return Err(c.damaged(kind_at, field(&format!("has unknown kind {k}")))),

@@ -150,6 +150,14 @@ fn sample_outside() -> Vec<crate::outside::OutsideEvent> {
         OutsideEvent { step: 45, stream: 0, what: DatagramOutput(b"pong".to_vec()) },
         OutsideEvent { step: 46, stream: 2, what: Dial { server: ([10, 1, 2, 3], 5432).into(), refused: false } },
         OutsideEvent { step: 47, stream: 3, what: Dial { server: (std::net::Ipv6Addr::LOCALHOST, 6379).into(), refused: true } },
+        OutsideEvent {
+            step: 48,
+            stream: 0,
+            what: NameLookup {
+                query: crate::name_lookup::NameQuery { node: Some("db.example".into()), service: Some("5432".into()), hints: None },
+                answer: crate::name_lookup::NameAnswer { status: 0, errno: 0, canonical: None, entries: vec![crate::name_lookup::NameEntry { family: 2, socktype: 1, protocol: 6, address: vec![2, 0, 21, 56, 10, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0] }] },
+            },
+        },
     ]
 }
 

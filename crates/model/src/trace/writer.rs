@@ -14,7 +14,7 @@ use super::{
     fnv1a64, ProcessCoverage, ProcessId, Step, Trace, TraceError, FORMAT_VERSION, KIND_FAULT, KIND_INTERRUPT, KIND_RUN, KIND_TIMEOUT, MAGIC, MAX_HEADER_BYTES,
     MAX_OUTCOME_BYTES, RESULT_BLOCKED, RESULT_GRANTED,
 };
-use super::{MAX_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET, OUTSIDE_CLOCK, OUTSIDE_DIAL};
+use super::{MAX_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET, OUTSIDE_CLOCK, OUTSIDE_DIAL, OUTSIDE_NAME_LOOKUP};
 use crate::choice::ChoiceKind;
 use crate::outside::{OutsideEvent, OutsideWhat};
 
@@ -209,6 +209,12 @@ fn put_outside(out: &mut Vec<u8>, events: &[OutsideEvent]) {
             OutsideWhat::Dial { server, refused } => {
                 peer = crate::outside::address_bytes(Some(*server));
                 (OUTSIDE_DIAL, Some(u64::from(*refused)), Some(&peer))
+            }
+            OutsideWhat::NameLookup { query, answer } => {
+                // The question's length, the question, the answer.
+                let question = query.to_bytes();
+                peer = [(question.len() as u32).to_le_bytes().to_vec(), question, answer.to_bytes()].concat();
+                (OUTSIDE_NAME_LOOKUP, None, Some(&peer))
             }
         };
         out.push(kind);

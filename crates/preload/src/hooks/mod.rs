@@ -18,6 +18,7 @@ pub mod fifo;
 pub mod file_locks;
 pub mod files;
 pub mod killpg;
+pub mod names;
 pub mod net;
 pub mod output;
 pub mod outside;

@@ -11,6 +11,7 @@ use super::world::{Advance, World, WorldReport};
 use super::signal_name;
 use crate::choice::{Choice, ChoiceKind, ProcessId, ThreadId};
 use crate::model::Request;
+use dara_model::name_lookup::{NameAnswer, NameQuery};
 use crate::outcome::Outcome;
 use crate::outside::{Relay, RelayError, Relayed, Side};
 use crate::procfs;
@@ -106,6 +107,12 @@ impl<S: Side> World for Boundary<S> {
         let relayed = self.relay.dial(step, server).map_err(|e| relay_outcome(step, e))?;
         self.show_relayed_peer(ex, relayed);
         Ok(relayed.relay)
+    }
+
+    /// Asks the machine's resolver and records its answer (a recording) or gives the recorded
+    /// answer back (a replay).
+    fn name_lookup(&mut self, _ex: &mut Execution<'_>, _thread: ThreadId, step: u64, query: &NameQuery) -> Result<NameAnswer, Outcome> {
+        self.relay.name_lookup(step, query).map_err(|e| relay_outcome(step, e))
     }
 
     /// Pumps the relay: the program's output out, new clients and their bytes in (settled);

@@ -309,6 +309,13 @@ impl<'a> Execution<'a> {
             Effect::Grant { result } => Some(result),
             Effect::Blocked => None,
         };
+        let result = match (choice.op, result) {
+            (Op::NameLookup, Some(_)) => match self.answer_lookup(choice.thread) {
+                Ok(status) => Some(status),
+                Err(outcome) => return end(outcome),
+            },
+            _ => result,
+        };
         if let (Some(request), Some(_)) = (pending, result) {
             if let Err(outcome) = self.net_granted(&choice, request) {
                 return end(outcome);

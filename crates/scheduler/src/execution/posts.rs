@@ -1,8 +1,8 @@
 //! Posts and grants: what a thread's post means (the one place a posted slot's words become a
 //! [`Request`]; process and thread starts, faults, signals, locks taken without a scheduling
 //! point, calls dara cannot model), and what handing the token to a thread involves beyond the
-//! slot write (a `kill`'s targets, a skewed clock, a listening socket taken over, a thread's exit
-//! waited for).
+//! slot write (a `kill`'s targets, a skewed clock, a listening socket taken over, a name lookup's
+//! answer written, a thread's exit waited for).
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -21,6 +21,22 @@ impl Execution<'_> {
     pub(super) fn posted(&self, thread: ThreadId) -> Option<Request> {
         let (op, args) = self.region.posted_words(thread as usize);
         Request::decode(Op::from_u32(op)?, args).ok()
+    }
+
+    /// `thread`'s granted name lookup: the question read from its memory, the world's answer
+    /// written back next to it before the grant; the lookup's status (0 or an `EAI_*` code).
+    pub(super) fn answer_lookup(&mut self, thread: ThreadId) -> Result<i64, Outcome> {
+        let Some(Request::NameLookup { query, answer }) = self.posted(thread) else { return Ok(0) };
+        let pid = self.processes.pid_of(thread);
+        let lost = |what: &str| Outcome::Uncontrolled { thread, syscall: "getaddrinfo".into(), detail: format!("dara could not {what} the memory of the thread's name lookup (process {pid}); the run was stopped") };
+        let question = crate::names::read_question(pid, query.0).ok_or_else(|| lost("read"))?;
+        let step = self.steps.len() as u64 + 1;
+        let reply = self.with_world(|world, ex| world.name_lookup(ex, thread, step, &question))?;
+        let record = reply.to_record();
+        match procfs::write_memory(pid, answer.0, record.as_bytes()) {
+            Ok(n) if n == record.as_bytes().len() => Ok(i64::from(reply.status)),
+            _ => Err(lost("write")),
+        }
     }
 
     /// Hands the token to `thread` with `result`.

@@ -21,6 +21,7 @@ use dara_tracer::reaper::ExitStatus;
 use super::driver::Execution;
 use crate::choice::{Choice, ProcessId, ThreadId};
 use crate::model::Request;
+use dara_model::name_lookup::{NameAnswer, NameQuery};
 use crate::outcome::Outcome;
 use super::boundary::Boundary;
 use super::cluster::ClusterWorld;
@@ -134,6 +135,20 @@ pub(super) trait World {
     /// is a bug, anything else is not).
     fn judge_exit(&mut self, _ex: &mut Execution<'_>, _process: ProcessId, _status: ExitStatus) -> Option<Outcome> {
         None
+    }
+
+    /// The answer to the program's name lookup `query`, granted before the decision of `step`.
+    /// A closed world answers what the machine answers by itself (the hosts file, numeric
+    /// addresses) and stops the run at a name only a name server outside dara would know.
+    fn name_lookup(&mut self, _ex: &mut Execution<'_>, thread: ThreadId, _step: u64, query: &NameQuery) -> Result<NameAnswer, Outcome> {
+        if !crate::names::answered_locally(query) {
+            let detail = format!(
+                "the program looked up {}, a name only a name server outside dara knows (the hosts file does not list it), and a search is a closed world: list the name in /etc/hosts, use an address, or record the program (`dara-trace` without --runs), which records the answer",
+                query.describe()
+            );
+            return Err(Outcome::Uncontrolled { thread, syscall: "getaddrinfo".into(), detail });
+        }
+        Ok(crate::names::resolve(query))
     }
 
     /// The wall-clock skew a `ClockRead` of `thread` shows, in ns.

@@ -271,7 +271,10 @@ fn judge(recorded: &Trace, report: &ExecutionReport) -> Option<(u8, Option<Strin
         return Some((130, None));
     }
     if let Some((step, what)) = first_difference(&recorded.steps, &report.steps) {
-        return diverged(format!("DIVERGED at step {step}: {what}"));
+        // A run that ended early ended for a reason: say it (a closed run's name lookup the hosts
+        // file no longer answers, say).
+        let ended = if report.steps.len() < recorded.steps.len() && report.outcome != recorded.outcome { format!("; the replay ended with {}", report.outcome.summary()) } else { String::new() };
+        return diverged(format!("DIVERGED at step {step}: {what}{ended}"));
     }
     let (recorded_outside, replayed_outside) = (dara_model::outside::in_step_order(&recorded.outside), dara_model::outside::in_step_order(&report.outside));
     if replayed_outside != recorded_outside {

@@ -11,6 +11,9 @@
 //! A server that refuses (or cannot be reached within [`DIAL_LIMIT`]) is recorded as such, and
 //! the program's connect goes to a socket of dara's that is bound and not listening: refused by
 //! the kernel, in the recording and in its replay alike.
+//!
+//! Name lookups are how a program finds those servers: its `getaddrinfo` is answered here too,
+//! by the machine's resolver in a recording and from the recording in a replay.
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
@@ -18,6 +21,7 @@ use std::time::Duration;
 use super::streams::{accept, Stream};
 use super::{set_nonblocking, token, Relay, RelayError, Relayed, Side, TAG_INNER, TAG_OUTER};
 use crate::netprobe::{self, NetProbe};
+use dara_model::name_lookup::{NameAnswer, NameQuery};
 use crate::outside::{OutsideEvent, OutsideWhat};
 
 /// How long a recording waits for an outside server to answer its connect.
@@ -90,6 +94,14 @@ impl<S: Side> Relay<S> {
         self.dialled_ports.insert(relay.port());
         self.events.push(OutsideEvent { step, stream: stream as u32, what: OutsideWhat::Dial { server, refused } });
         Ok(Relayed { relay, peer: server, datagrams: false, dialled: true })
+    }
+
+    /// The program's name lookup `query`, granted before the decision of `step`: answered by the
+    /// machine's resolver (a recording) or from the recording (a replay), and kept as an event.
+    pub fn name_lookup(&mut self, step: u64, query: &NameQuery) -> Result<NameAnswer, RelayError> {
+        let answer = self.side.name_lookup(step, query)?;
+        self.events.push(OutsideEvent { step, stream: 0, what: OutsideWhat::NameLookup { query: query.clone(), answer: answer.clone() } });
+        Ok(answer)
     }
 
     /// dara's bound, not listening socket of `server`'s family: a connect to it is refused.

@@ -13,6 +13,7 @@ use super::{Relay, RelayError};
 use crate::outside::describe_event;
 use crate::netprobe::NetProbe;
 use crate::outside::{OutsideEvent, OutsideWhat, SignalInbox};
+use dara_model::name_lookup::{NameAnswer, NameQuery};
 
 /// The recording or the replay side of a relay.
 pub trait Side: Sized {
@@ -60,6 +61,11 @@ pub trait Side: Sized {
     /// recording (anything else is a divergence).
     fn dial(&mut self, step: u64, stream: u32, server: std::net::SocketAddr) -> Result<Dialled, RelayError>;
 
+    /// The program's name lookup `query`, granted before the decision of `step`: a recording
+    /// asks the machine's resolver, a replay takes the recorded answer (a different question, or
+    /// none recorded there, is a divergence).
+    fn name_lookup(&mut self, step: u64, query: &NameQuery) -> Result<NameAnswer, RelayError>;
+
     /// The virtual time to move the clock to before the decision of `step`, if it moves: a
     /// recording's real time (`real_ns`, since the run started) once the clock (`virtual_ns`)
     /// has fallen more than [`PACE_SLACK_NS`] behind it; a replay's recorded move.
@@ -104,6 +110,10 @@ impl Side for Recorder {
         Ok(dial_for_real(server))
     }
 
+    fn name_lookup(&mut self, _step: u64, query: &NameQuery) -> Result<NameAnswer, RelayError> {
+        Ok(crate::names::resolve(query))
+    }
+
     fn clock(&mut self, _step: u64, virtual_ns: u64, real_ns: u64) -> Option<u64> {
         (real_ns > virtual_ns.saturating_add(PACE_SLACK_NS)).then_some(real_ns)
     }
@@ -120,6 +130,8 @@ pub struct Replayer {
     clocks: VecDeque<OutsideEvent>,
     /// The program's connects to outside servers.
     dials: VecDeque<OutsideEvent>,
+    /// The program's name lookups and their answers.
+    lookups: VecDeque<OutsideEvent>,
 }
 
 impl Replayer {
@@ -127,9 +139,10 @@ impl Replayer {
         let (outputs, rest): (Vec<_>, Vec<_>) = events.iter().cloned().partition(|e| e.what.is_output());
         let (clocks, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::Clock(_)));
         let (dials, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::Dial { .. }));
+        let (lookups, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::NameLookup { .. }));
         let (signals, inputs): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::Signal(_)));
         let (grant_signals, signals): (Vec<_>, Vec<_>) = signals.into_iter().partition(|e| e.stream != 0);
-        Replayer { inputs: inputs.into(), signals: signals.into(), grant_signals: grant_signals.into(), outputs: outputs.into(), clocks: clocks.into(), dials: dials.into() }
+        Replayer { inputs: inputs.into(), signals: signals.into(), grant_signals: grant_signals.into(), outputs: outputs.into(), clocks: clocks.into(), dials: dials.into(), lookups: lookups.into() }
     }
 }
 
@@ -209,10 +222,24 @@ impl Side for Replayer {
         moved
     }
 
+    fn name_lookup(&mut self, step: u64, query: &NameQuery) -> Result<NameAnswer, RelayError> {
+        let expected = self.lookups.pop_front();
+        if let Some(OutsideEvent { step: at, what: OutsideWhat::NameLookup { query: asked, answer }, .. }) = &expected {
+            if (*at, asked) == (step, query) {
+                return Ok(answer.clone());
+            }
+        }
+        Err(RelayError::Diverged {
+            expected: expected.map_or_else(|| "no name lookup".to_string(), |e| describe_event(&e)),
+            seen: format!("a lookup of {} at step {step}", query.describe()),
+        })
+    }
+
     fn unused(&self, steps: u64) -> Option<(u64, String, String)> {
-        let e = self.outputs.front().or_else(|| self.inputs.front()).or_else(|| self.signals.front()).or_else(|| self.grant_signals.front()).or_else(|| self.dials.front())?;
+        let e = self.outputs.front().or_else(|| self.inputs.front()).or_else(|| self.signals.front()).or_else(|| self.grant_signals.front()).or_else(|| self.dials.front()).or_else(|| self.lookups.front())?;
         let what = match e.what {
             OutsideWhat::Dial { .. } => "did not connect",
+            OutsideWhat::NameLookup { .. } => "did not look the name up",
             _ if e.what.is_output() => "did not send it",
             _ => "ended before it was delivered",
         };
@@ -281,7 +308,7 @@ impl Relay<Replayer> {
                 };
                 self.to_program_datagram(step, peer, bytes.clone(), net);
             }
-            OutsideWhat::Signal(_) | OutsideWhat::Output(_) | OutsideWhat::OutputClosed | OutsideWhat::DatagramOutput(_) | OutsideWhat::Clock(_) | OutsideWhat::Dial { .. } => {}
+            OutsideWhat::Signal(_) | OutsideWhat::Output(_) | OutsideWhat::OutputClosed | OutsideWhat::DatagramOutput(_) | OutsideWhat::Clock(_) | OutsideWhat::Dial { .. } | OutsideWhat::NameLookup { .. } => {}
         }
         Ok(())
     }
