@@ -35,10 +35,13 @@ fn with_name(dir: &Path, tool: &str, args: &[&str]) -> Run {
     run_with_limit(cmd, Duration::from_secs(120))
 }
 
-/// The answers `name_lookup` prints for a recorded lookup of [`NAME`] and its two threads'
-/// lookups of localhost with port 8080.
+/// The answers `name_lookup` prints for a recorded lookup of [`NAME`] (`getaddrinfo`, then
+/// `gethostbyname`) and its two threads' lookups of localhost with port 8080.
 fn looked_up(stdout: &str) -> bool {
-    stdout.contains(&format!("{NAME}:\n  inet type 1 {ADDRESS} port 0 canonical {NAME}\n")) && stdout.contains("thread 0, localhost:\n  inet") && stdout.contains("port 8080")
+    stdout.contains(&format!("{NAME}:\n  inet type 1 {ADDRESS} port 0 canonical {NAME}\n"))
+        && stdout.contains(&format!("  gethostbyname: {NAME} {ADDRESS}\n"))
+        && stdout.contains("thread 0, localhost:\n  inet")
+        && stdout.contains("port 8080")
 }
 
 #[test]
@@ -51,13 +54,14 @@ fn a_recorded_lookup_replays_from_the_recording_where_the_name_no_longer_resolve
     assert!(looked_up(&run.stdout), "{}", run.text());
     let trace = dara_scheduler::trace::read_file(&out.join("trace.bin")).unwrap();
     let names: Vec<Option<String>> = trace.outside.iter().filter_map(|e| if let OutsideWhat::NameLookup { query, .. } = &e.what { Some(query.node.clone()) } else { None }).collect();
-    assert_eq!(names.len(), 4, "four lookups recorded: {names:?}");
+    assert_eq!(names.len(), 6, "six lookups recorded (two names, each by getaddrinfo and gethostbyname, and the threads' two): {names:?}");
     assert_eq!(names.iter().filter(|n| n.as_deref() == Some("localhost")).count(), 2, "{names:?}");
-    assert!(trace.steps.iter().filter(|s| s.choice.op == dara_abi::Op::NameLookup).count() == 4, "each lookup is a step");
+    assert!(trace.steps.iter().filter(|s| s.choice.op == dara_abi::Op::NameLookup).count() == 6, "each lookup is a step");
 
     // Here the name is unknown: the replay still answers it as recorded, every time.
     let native = Command::new(&program).arg(NAME).output().unwrap();
-    assert!(String::from_utf8_lossy(&native.stdout).contains(&format!("{NAME}:\n  Name or service not known")), "{NAME} resolves outside the namespace");
+    let native = String::from_utf8_lossy(&native.stdout);
+    assert!(native.contains(&format!("{NAME}:\n  Name or service not known\n  gethostbyname: h_errno 1")), "{NAME} resolves outside the namespace\n{native}");
     let listing = dara_replay(&[out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(listing.code, 0, "{}", listing.text());
     assert!(looked_up(&listing.stdout), "{}", listing.text());

@@ -15,6 +15,7 @@ pub mod cookie;
 pub mod cpu;
 pub mod descriptors;
 pub mod fifo;
+pub mod hosts;
 pub mod file_locks;
 pub mod files;
 pub mod killpg;

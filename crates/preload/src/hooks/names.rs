@@ -30,11 +30,7 @@ pub unsafe extern "C" fn getaddrinfo(node: *const c_char, service: *const c_char
         query.protocol = hints.ai_protocol;
         query.has_hints = 1;
     }
-    let mut answer = LookupAnswer::default();
-    gate.post(Request::NameLookup { query: Addr(&query as *const LookupQuery as u64), answer: Addr(&mut answer as *mut LookupAnswer as u64) });
-    // SAFETY: the scheduler wrote the answer into this very record (process_vm_writev) before
-    // the grant; read it afresh rather than let the compiler assume it still holds the default.
-    let answer = unsafe { core::ptr::read_volatile(&answer) };
+    let answer = ask(&gate, &query);
     if answer.status != 0 {
         if answer.status == libc::EAI_SYSTEM {
             set_errno(answer.errno);
@@ -52,6 +48,15 @@ pub unsafe extern "C" fn getaddrinfo(node: *const c_char, service: *const c_char
         }
         None => libc::EAI_MEMORY,
     }
+}
+
+/// Posts `query` and returns the scheduler's answer.
+pub(super) fn ask(gate: &Gated, query: &LookupQuery) -> LookupAnswer {
+    let mut answer = LookupAnswer::default();
+    gate.post(Request::NameLookup { query: Addr(query as *const LookupQuery as u64), answer: Addr(&mut answer as *mut LookupAnswer as u64) });
+    // SAFETY: the scheduler wrote the answer into this very record (process_vm_writev) before
+    // the grant; read it afresh rather than let the compiler assume it still holds the default.
+    unsafe { core::ptr::read_volatile(&answer) }
 }
 
 /// The answer's entries as a list glibc's `freeaddrinfo` frees; None (nothing left allocated)
