@@ -3,7 +3,8 @@
 //! the same seed gives identical decisions; their twins and the non-bug fixtures (non-blocking
 //! connect + poll, UDP ping-pong, a datagram to a port nobody has bound yet, UDP datagrams a
 //! full receive buffer drops, a pipe, blocking
-//! recv/epoll on a socketpair and eventfd, requests sent in several writes) run clean, replay, show their network steps in the
+//! recv/epoll on a socketpair and eventfd, requests sent in several writes, batches of datagrams
+//! through sendmmsg and recvmmsg) run clean, replay, show their network steps in the
 //! listing, and leave no process behind.
 mod common;
 
@@ -115,6 +116,13 @@ fn net_nbconnect_backlog() {
 #[test]
 fn net_udp() {
     stays_clean("net_udp", 100, &["send             udp e", "\"one.", "\"two."]);
+}
+
+/// Batches of datagrams (`sendmmsg`, `recvmmsg` with and without `MSG_WAITFORONE`, as libuv
+/// uses them): each message is a step of its own, so batches interleave.
+#[test]
+fn net_udp_batches() {
+    stays_clean("net_udp_batches", 30, &["send             udp e1 \"m0\"", "recv             udp e0 \"m5\"", "\"n1\"", "then 2: n0 n1"]);
 }
 
 /// A datagram to a port nobody has bound is lost, not owed: the socket bound there afterwards

@@ -19,6 +19,7 @@ pub mod hosts;
 pub mod file_locks;
 pub mod files;
 pub mod killpg;
+pub mod mmsg;
 pub mod names;
 pub mod net;
 pub mod output;
