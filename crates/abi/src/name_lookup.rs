@@ -1,6 +1,7 @@
 //! A name lookup the scheduler answers ([`Op::NameLookup`](crate::Op)): the question the preload
 //! asks for a program's `getaddrinfo` — pointers to the program's name and service strings and
-//! its hints, in a [`LookupQuery`] on the asking thread's stack — and the [`LookupAnswer`] the
+//! its hints, in a [`LookupQuery`] on the asking thread's stack — or for its `getnameinfo` (the
+//! address to name, and its flags), and the [`LookupAnswer`] the
 //! scheduler writes back next to it before the grant, a fixed-size record the preload turns into
 //! the `addrinfo` list the program frees with `freeaddrinfo`.
 //!
@@ -29,6 +30,11 @@ pub struct LookupQuery {
     pub socktype: i32,
     pub protocol: i32,
     pub has_hints: u32,
+    /// Bytes of `address` used: 0 for a lookup of a name; else a reverse lookup
+    /// (`getnameinfo`) of this socket address, `flags` holding the `NI_*` flags.
+    pub address_len: u32,
+    pub address: [u8; ADDRESS_MAX],
+    /// Keeps the record free of padding.
     pub reserved: u32,
 }
 
@@ -44,7 +50,8 @@ pub struct LookupEntry {
     pub address: [u8; ADDRESS_MAX],
 }
 
-/// The scheduler's answer: `getaddrinfo`'s status and what its list held.
+/// The scheduler's answer: `getaddrinfo`'s status and what its list held (for a reverse lookup:
+/// `getnameinfo`'s status and the host's name as `canonical`, no entries).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LookupAnswer {
@@ -94,14 +101,14 @@ mod tests {
 
     #[test]
     fn the_records_have_no_padding() {
-        assert_eq!(core::mem::size_of::<LookupQuery>(), 8 + 8 + 6 * 4);
+        assert_eq!(core::mem::size_of::<LookupQuery>(), 8 + 8 + 7 * 4 + ADDRESS_MAX);
         assert_eq!(core::mem::size_of::<LookupEntry>(), 4 * 4 + ADDRESS_MAX);
         assert_eq!(core::mem::size_of::<LookupAnswer>(), 4 * 4 + CANONICAL_MAX + ANSWERS_MAX * core::mem::size_of::<LookupEntry>());
     }
 
     #[test]
     fn a_query_reads_back_from_its_bytes() {
-        let query = LookupQuery { node: 0x1000, service: 0, flags: 0x20, family: 10, socktype: 1, protocol: 6, has_hints: 1, reserved: 0 };
+        let query = LookupQuery { node: 0x1000, service: 0, flags: 0x20, family: 10, socktype: 1, protocol: 6, has_hints: 1, address_len: 16, address: [7; ADDRESS_MAX], reserved: 0 };
         // SAFETY: a plain repr(C) record of integers without padding.
         let bytes = unsafe { core::slice::from_raw_parts((&query as *const LookupQuery).cast::<u8>(), core::mem::size_of::<LookupQuery>()) };
         assert_eq!(LookupQuery::from_bytes(bytes), Some(query));

@@ -4,12 +4,14 @@
 //! a replay gives it back (docs/outside.md, "Name lookups"). Also the bytes both are stored as.
 use dara_abi::name_lookup::{LookupAnswer, LookupEntry, ADDRESS_MAX, ANSWERS_MAX, CANONICAL_MAX};
 
-/// What the program asked: `getaddrinfo(node, service, hints)`.
+/// What the program asked: `getaddrinfo(node, service, hints)`, or, with an `address`, the
+/// host name of that socket address (`getnameinfo`; its `NI_*` flags in `hints.flags`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NameQuery {
     pub node: Option<String>,
     pub service: Option<String>,
     pub hints: Option<Hints>,
+    pub address: Option<Vec<u8>>,
 }
 
 /// `getaddrinfo`'s hints: `ai_flags`, `ai_family`, `ai_socktype`, `ai_protocol`.
@@ -43,6 +45,9 @@ pub struct NameEntry {
 impl NameQuery {
     /// The question as people read it: `"db.example" port "5432"`.
     pub fn describe(&self) -> String {
+        if let Some(address) = &self.address {
+            return format!("the name of {}", address_of(address).map_or_else(|| "an address".to_string(), |a| a.ip().to_string()));
+        }
         let node = self.node.as_deref().map_or("no name".to_string(), |n| format!("{n:?}"));
         let service = self.service.as_deref().map(|s| format!(" service {s:?}")).unwrap_or_default();
         format!("{node}{service}")
@@ -61,6 +66,14 @@ impl NameQuery {
                 }
             }
         }
+        match &self.address {
+            None => out.push(0),
+            Some(a) => {
+                let len = a.len().min(ADDRESS_MAX);
+                out.push(1 + len as u8);
+                out.extend_from_slice(&a[..len]);
+            }
+        }
         out
     }
 
@@ -74,7 +87,12 @@ impl NameQuery {
             1 => Some(Hints { flags: r.int()?, family: r.int()?, socktype: r.int()?, protocol: r.int()? }),
             _ => return None,
         };
-        r.0.is_empty().then_some(NameQuery { node, service, hints })
+        let address = match r.byte()? as usize {
+            0 => None,
+            n if n - 1 <= ADDRESS_MAX => Some(r.take(n - 1)?.to_vec()),
+            _ => return None,
+        };
+        r.0.is_empty().then_some(NameQuery { node, service, hints, address })
     }
 }
 
@@ -214,8 +232,11 @@ mod tests {
 
     #[test]
     fn queries_and_answers_read_back_from_their_bytes() {
-        let query = NameQuery { node: Some("db.example".into()), service: None, hints: Some(Hints { flags: 0x20, family: 0, socktype: 1, protocol: 0 }) };
+        let query = NameQuery { node: Some("db.example".into()), service: None, hints: Some(Hints { flags: 0x20, family: 0, socktype: 1, protocol: 0 }), address: None };
         assert_eq!(NameQuery::from_bytes(&query.to_bytes()), Some(query.clone()));
+        let reverse = NameQuery { node: None, service: None, hints: Some(Hints { flags: 8, ..Hints::default() }), address: Some(localhost().entries[1].address.clone()) };
+        assert_eq!(NameQuery::from_bytes(&reverse.to_bytes()), Some(reverse.clone()));
+        assert_eq!(reverse.describe(), "the name of 127.0.0.1");
         assert_eq!(NameQuery::from_bytes(&NameQuery::default().to_bytes()), Some(NameQuery::default()));
         let answer = localhost();
         assert_eq!(NameAnswer::from_bytes(&answer.to_bytes()), Some(answer.clone()));

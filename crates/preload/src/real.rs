@@ -180,6 +180,7 @@ real_functions! {
 
     fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
     fn getaddrinfo(node: *const c_char, service: *const c_char, hints: *const libc::addrinfo, res: *mut *mut libc::addrinfo) -> c_int;
+    fn getnameinfo(addr: *const libc::sockaddr, addrlen: libc::socklen_t, host: *mut c_char, hostlen: libc::socklen_t, serv: *mut c_char, servlen: libc::socklen_t, flags: c_int) -> c_int;
     fn gethostbyname2(name: *const c_char, family: c_int) -> *mut libc::hostent;
     fn gethostbyname2_r(name: *const c_char, family: c_int, ret: *mut libc::hostent, buf: *mut c_char, buflen: size_t, result: *mut *mut libc::hostent, h_errnop: *mut c_int) -> c_int;
     fn socketpair(domain: c_int, ty: c_int, protocol: c_int, sv: *mut c_int) -> c_int;

@@ -35,10 +35,12 @@ fn with_name(dir: &Path, tool: &str, args: &[&str]) -> Run {
     run_with_limit(cmd, Duration::from_secs(120))
 }
 
-/// The answers `name_lookup` prints for a recorded lookup of [`NAME`] (`getaddrinfo`, then
-/// `gethostbyname`) and its two threads' lookups of localhost with port 8080.
+/// The answers `name_lookup` prints for a recorded lookup of [`NAME`] (`getaddrinfo`, the
+/// address named back by `getnameinfo`, then `gethostbyname`) and its two threads' lookups of
+/// localhost with port 8080.
 fn looked_up(stdout: &str) -> bool {
     stdout.contains(&format!("{NAME}:\n  inet type 1 {ADDRESS} port 0 canonical {NAME}\n"))
+        && stdout.contains(&format!("  getnameinfo: {NAME}\n"))
         && stdout.contains(&format!("  gethostbyname: {NAME} {ADDRESS}\n"))
         && stdout.contains("thread 0, localhost:\n  inet")
         && stdout.contains("port 8080")
@@ -54,9 +56,11 @@ fn a_recorded_lookup_replays_from_the_recording_where_the_name_no_longer_resolve
     assert!(looked_up(&run.stdout), "{}", run.text());
     let trace = dara_scheduler::trace::read_file(&out.join("trace.bin")).unwrap();
     let names: Vec<Option<String>> = trace.outside.iter().filter_map(|e| if let OutsideWhat::NameLookup { query, .. } = &e.what { Some(query.node.clone()) } else { None }).collect();
-    assert_eq!(names.len(), 6, "six lookups recorded (two names, each by getaddrinfo and gethostbyname, and the threads' two): {names:?}");
+    assert_eq!(names.len(), 8, "eight lookups recorded (two names, each by getaddrinfo, getnameinfo and gethostbyname, and the threads' two): {names:?}");
+    let reverse: Vec<&OutsideWhat> = trace.outside.iter().map(|e| &e.what).filter(|w| matches!(w, OutsideWhat::NameLookup { query, .. } if query.address.is_some())).collect();
+    assert_eq!(reverse.len(), 2, "two addresses named back: {reverse:?}");
     assert_eq!(names.iter().filter(|n| n.as_deref() == Some("localhost")).count(), 2, "{names:?}");
-    assert!(trace.steps.iter().filter(|s| s.choice.op == dara_abi::Op::NameLookup).count() == 6, "each lookup is a step");
+    assert!(trace.steps.iter().filter(|s| s.choice.op == dara_abi::Op::NameLookup).count() == 8, "each lookup is a step");
 
     // Here the name is unknown: the replay still answers it as recorded, every time.
     let native = Command::new(&program).arg(NAME).output().unwrap();

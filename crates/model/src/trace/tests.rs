@@ -154,7 +154,7 @@ fn sample_outside() -> Vec<crate::outside::OutsideEvent> {
             step: 48,
             stream: 0,
             what: NameLookup {
-                query: crate::name_lookup::NameQuery { node: Some("db.example".into()), service: Some("5432".into()), hints: None },
+                query: crate::name_lookup::NameQuery { node: Some("db.example".into()), service: Some("5432".into()), hints: None, address: None },
                 answer: crate::name_lookup::NameAnswer { status: 0, errno: 0, canonical: None, entries: vec![crate::name_lookup::NameEntry { family: 2, socktype: 1, protocol: 6, address: vec![2, 0, 21, 56, 10, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0] }] },
             },
         },

@@ -50,6 +50,44 @@ pub unsafe extern "C" fn getaddrinfo(node: *const c_char, service: *const c_char
     }
 }
 
+/// `getnameinfo`: the host's name is asked of the scheduler unless the program wants a number
+/// (the service, from the services file, is glibc's as before).
+#[no_mangle]
+pub unsafe extern "C" fn getnameinfo(addr: *const libc::sockaddr, addrlen: libc::socklen_t, host: *mut c_char, hostlen: libc::socklen_t, serv: *mut c_char, servlen: libc::socklen_t, flags: c_int) -> c_int {
+    let asks_name = !host.is_null() && hostlen > 0 && flags & libc::NI_NUMERICHOST == 0 && !addr.is_null();
+    let gate = match Gated::enter() {
+        Some(gate) if asks_name => gate,
+        // SAFETY: the program's own arguments, forwarded unchanged.
+        _ => return unsafe { real::getnameinfo(addr, addrlen, host, hostlen, serv, servlen, flags) },
+    };
+    let mut query = LookupQuery { flags, has_hints: 1, ..LookupQuery::default() };
+    let len = (addrlen as usize).min(query.address.len());
+    // SAFETY: the program's socket address of `addrlen` bytes (getnameinfo's contract).
+    unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, query.address.as_mut_ptr(), len) };
+    query.address_len = len as u32;
+    let answer = ask(&gate, &query);
+    if answer.status != 0 {
+        if answer.status == libc::EAI_SYSTEM {
+            set_errno(answer.errno);
+        }
+        return answer.status;
+    }
+    let name = &answer.canonical[..(answer.canonical_len as usize).min(answer.canonical.len())];
+    if name.len() >= hostlen as usize {
+        return libc::EAI_OVERFLOW;
+    }
+    // SAFETY: `host` holds `hostlen` bytes (the contract), more than the name and its NUL.
+    unsafe {
+        core::ptr::copy_nonoverlapping(name.as_ptr(), host as *mut u8, name.len());
+        *host.add(name.len()) = 0;
+    }
+    if serv.is_null() || servlen == 0 {
+        return 0;
+    }
+    // SAFETY: as above; only the service is asked for.
+    unsafe { real::getnameinfo(addr, addrlen, core::ptr::null_mut(), 0, serv, servlen, flags) }
+}
+
 /// Posts `query` and returns the scheduler's answer.
 pub(super) fn ask(gate: &Gated, query: &LookupQuery) -> LookupAnswer {
     let mut answer = LookupAnswer::default();
