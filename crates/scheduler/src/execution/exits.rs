@@ -226,6 +226,7 @@ impl Execution<'_> {
             }
             self.region.sleep(seen, Duration::from_millis(20));
         }
+        eprintln!("dara: every thread finished but these did not end: {}", self.left_over());
         Some(Outcome::Hang { reason: "every thread finished but the process did not exit".into() })
     }
 
@@ -237,10 +238,26 @@ impl Execution<'_> {
     /// wait for a CPU longer than `--busy-limit`, which measures the program's own CPU time, not
     /// the machine's (a hog on the execution's CPU made "every thread finished but the process
     /// did not exit" a false bug 2 times in 14 `limits.rs` runs beside other tests).
+    /// The live processes and what the kernel says of each of their threads, for a person.
+    fn left_over(&self) -> String {
+        let threads = |pid: u32| -> String {
+            let states = procfs::thread_ids(pid).into_iter().map(|tid| {
+                let state = procfs::thread_state(pid, tid).map_or('?', |s| s);
+                let call = procfs::blocked_syscall(pid, tid).map(|c| format!(" in {c}")).unwrap_or_default();
+                format!("tid {tid} {state}{call}")
+            });
+            states.collect::<Vec<_>>().join(", ")
+        };
+        let live = self.processes.records.iter().filter(|(_, r)| r.alive);
+        live.map(|(p, r)| format!("process {p} ({}, pid {}: {})", r.program, r.pid, threads(r.pid))).collect::<Vec<_>>().join("; ")
+    }
+
+    /// A thread blocked writing to dara's output pipes is on its way too: it waits for dara's
+    /// output copier (a postgres process logging its shutdown, with two test suites at once).
     fn on_its_way_out(&self, cpu_at_start: Duration) -> bool {
         let pids = self.processes.live_pids();
-        pids.iter().any(|&pid| procfs::exiting(pid))
-            || (pids.iter().any(|&pid| procfs::has_thread_at_work(pid)) && cpu_time(&pids).saturating_sub(cpu_at_start) < self.cfg.busy_limit)
+        let at_work = |pid: u32| procfs::has_thread_at_work(pid) || procfs::thread_ids(pid).into_iter().any(|tid| self.writes_to_output(pid, tid));
+        pids.iter().any(|&pid| procfs::exiting(pid)) || (pids.iter().any(|&pid| at_work(pid)) && cpu_time(&pids).saturating_sub(cpu_at_start) < self.cfg.busy_limit)
     }
 
 }

@@ -25,6 +25,8 @@
 //!   woke meanwhile has moved on (with two test suites at once, bash's reap of memcached slept
 //!   500 ms in `wait4`, woke, and had posted its next step by the time the verdict read its
 //!   system call, and was reported as "blocked in the kernel in futex(...)" on its own slot).
+//!   A thread granted an exec through dara's ptrace agent that waits in `futex` waits for the
+//!   agent to attach, dara's own helper: not judged (the preload bounds that wait).
 //! - A holder that is **gone** (its thread left the kernel's task list, its tid is another
 //!   thread's now, or its process ended by its pidfd) is neither: it computes nothing, and if its
 //!   process ended, that end is an exit, waited for and judged like any other.
@@ -54,6 +56,8 @@ const SYS_WRITEV: i64 = 20;
 /// x86_64 numbers of the waits that reap a child.
 const SYS_WAIT4: i64 = 61;
 const SYS_WAITID: i64 = 247;
+/// x86_64 number of `futex` (an exec's wait for dara's agent).
+const SYS_FUTEX: i64 = 202;
 
 /// Who holds the run token, since when, and what the watchdog has seen of it.
 pub(super) struct TokenHolder {
@@ -127,7 +131,7 @@ impl Execution<'_> {
             Look::Computed(cpu) if cpu >= self.cfg.busy_limit => Some(self.busy_outcome(thread)),
             Look::Computed(_) => None,
             Look::Asleep { state, for_ } => {
-                if for_ < self.sleep_limit(state) || self.writes_to_output(pid, tid) || reaps_a_child(pid, tid, for_) {
+                if for_ < self.sleep_limit(state) || self.writes_to_output(pid, tid) || reaps_a_child(pid, tid, for_) || self.asks_the_agent(thread, pid, tid) {
                     return None;
                 }
                 // Still asleep in the same sleep, and not posted since (see the module doc)?
@@ -188,6 +192,14 @@ impl Execution<'_> {
         } else {
             self.cfg.watchdog
         }
+    }
+
+    /// Whether the thread was granted an exec through dara's ptrace agent and sits in a futex
+    /// wait: it waits for the agent to attach (`dara_abi::agent::ask`), dara's own helper, which
+    /// a loaded machine may delay (seen: 517 ms with two test suites at once, a false verdict in
+    /// a replay of `go_kv_test.sh`). The preload bounds that wait itself (30 s, then it says so).
+    fn asks_the_agent(&self, thread: ThreadId, pid: u32, tid: u32) -> bool {
+        matches!(self.posted(thread), Some(crate::model::Request::ProcessExec { via_agent: true })) && matches!(procfs::blocked_syscall_raw(pid, tid), Some((SYS_FUTEX, _)))
     }
 
     /// Whether the thread is blocked writing to a pipe dara drains (the target's stdout or
