@@ -170,7 +170,7 @@ impl NameAnswer {
 }
 
 /// The IP address and port in a `sockaddr_in`/`sockaddr_in6`'s bytes.
-fn address_of(bytes: &[u8]) -> Option<std::net::SocketAddr> {
+pub fn address_of(bytes: &[u8]) -> Option<std::net::SocketAddr> {
     let inet = dara_abi::peer_address::InetAddress::parse(bytes)?;
     let ip: std::net::IpAddr = if inet.v4 { <[u8; 4]>::try_from(&inet.ip[..4]).ok()?.into() } else { inet.ip.into() };
     Some((ip, inet.port).into())

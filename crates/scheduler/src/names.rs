@@ -107,8 +107,7 @@ fn address_answered_locally(address: &[u8], flags: i32) -> bool {
     if flags & libc::NI_NUMERICHOST != 0 {
         return true;
     }
-    let Some(inet) = dara_abi::peer_address::InetAddress::parse(address) else { return true };
-    let ip: std::net::IpAddr = if inet.v4 { std::net::Ipv4Addr::new(inet.ip[0], inet.ip[1], inet.ip[2], inet.ip[3]).into() } else { inet.ip.into() };
+    let Some(ip) = dara_model::name_lookup::address_of(address).map(|a| a.ip()) else { return true };
     ip.is_loopback() || std::fs::read_to_string("/etc/hosts").is_ok_and(|hosts| hosts_file_lists(&hosts, ip))
 }
 

@@ -3,7 +3,7 @@
 //! reached, and the time budget and a stop signal end a search promptly.
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -11,29 +11,16 @@ use common::*;
 /// The CPU the executions under test and the hog share.
 const SHARED_CPU: &str = "0";
 
-/// A process that computes forever on `SHARED_CPU` (killed when dropped).
-struct Hog(Child);
-
-impl Hog {
-    /// Starts a hog for `test` (its own copy: two tests' hogs run at once, and a running
-    /// program's file cannot be copied over).
-    fn start(test: &str) -> Hog {
-        let spinner = private_copy(&fixture("busy_loop"), &format!("hog-{test}"));
-        let child = Command::new("taskset").args(["-c", SHARED_CPU]).arg(&spinner).stdout(Stdio::null()).spawn().expect("taskset runs the hog");
-        Hog(child)
-    }
-}
-
-impl Drop for Hog {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// Starts a process that computes forever on `SHARED_CPU` for `test` (its own copy: two tests'
+/// hogs run at once, and a running program's file cannot be copied over), killed when dropped.
+fn start_hog(test: &str) -> KilledOnDrop {
+    let spinner = private_copy(&fixture("busy_loop"), &format!("hog-{test}"));
+    KilledOnDrop(Command::new("taskset").args(["-c", SHARED_CPU]).arg(&spinner).stdout(Stdio::null()).spawn().expect("taskset runs the hog"))
 }
 
 #[test]
 fn a_loaded_cpu_does_not_turn_a_long_computation_into_a_hang_but_a_busy_loop_still_is_one() {
-    let hog = Hog::start("loaded-cpu");
+    let hog = start_hog("loaded-cpu");
     // 700 ms of its own CPU time, with a 1 s limit, on a CPU it shares with a process that
     // computes forever: it takes well over a second of wall time, and is no hang.
     let out = out_dir("loaded-cpu");
@@ -128,7 +115,7 @@ fn processes_that_open_their_own_proc_files_in_a_loop_end_cleanly_next_to_a_cpu_
     // (which invalidates their /proc entries) once spun for minutes while dara looked the same
     // entries up. Every execution must end as the program ends (exit 0), none as a hang or an
     // unkillable process, and the limit below is a safety net, not a speed assertion.
-    let hog = Hog::start("proc-self-loop");
+    let hog = start_hog("proc-self-loop");
     let program = private_copy(&fixture("proc_self_loop"), "proc-self-loop");
     let search = |out: &std::path::Path, runs: u64| {
         let runs = runs.to_string();

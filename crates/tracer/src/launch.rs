@@ -26,8 +26,9 @@ use crate::reaper::{self, ExitEvent, Reaping};
 /// be a false "stuck in the kernel".
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
 
-/// After this long a teardown lets what is left run on any CPU (see `placement::let_run_anywhere`).
-const RESCUE_AFTER: Duration = Duration::from_millis(200);
+/// After this long a teardown lets what is left run on any CPU (see `placement::let_run_anywhere`;
+/// twice [`placement::RESCUE_AFTER`](crate::placement::RESCUE_AFTER): a whole group ends at once).
+const TEARDOWN_RESCUE_AFTER: Duration = Duration::from_millis(200);
 
 /// A reap (the kernel's release of an ended process) that takes this long is told to the user.
 pub const REAP_NOTICE: Duration = Duration::from_secs(5);
@@ -529,9 +530,9 @@ impl ProcessTree {
         let mut group_gone = false;
         let mut let_run = false;
         loop {
-            // A killed process still has to run to end: one that has not ended in RESCUE_AFTER
+            // A killed process still has to run to end: one that has not ended in TEARDOWN_RESCUE_AFTER
             // (and the namespace's init, which ends last) may run on any CPU (`placement`).
-            if !let_run && started.elapsed() >= RESCUE_AFTER {
+            if !let_run && started.elapsed() >= TEARDOWN_RESCUE_AFTER {
                 let_run = true;
                 self.let_the_rest_run_anywhere();
             }

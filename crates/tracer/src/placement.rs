@@ -29,11 +29,14 @@ pub fn pin_to(tid: libc::pid_t, cpus: &[usize]) {
     }
 }
 
+/// How long something that only has to end (a killed process, one whose threads all finished,
+/// an exiting thread) waits on its CPU before it may run on any CPU.
+pub const RESCUE_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Lets every thread of process `pid` run on any CPU (for a process that is to end: its end no
 /// longer waits for the one CPU it was pinned to). Failure (the process is gone) is ignored.
 pub fn let_run_anywhere(pid: u32) {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
-    for tid in tasks.flatten().filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok()) {
+    for tid in crate::procfs::thread_ids(pid) {
         let_thread_run_anywhere(tid);
     }
 }

@@ -185,11 +185,11 @@ fn put_outside(out: &mut Vec<u8>, events: &[OutsideEvent]) {
     for e in events {
         put_u64(out, e.step.saturating_sub(prev));
         prev = prev.max(e.step);
-        let peer;
+        let payload;
         let (kind, arg, bytes): (u8, Option<u64>, Option<&[u8]>) = match &e.what {
             OutsideWhat::Connect { listener, peer: addr } => {
-                peer = crate::outside::address_bytes(*addr);
-                (OUTSIDE_CONNECT, Some((*listener).into()), Some(&peer))
+                payload = crate::outside::address_bytes(*addr);
+                (OUTSIDE_CONNECT, Some((*listener).into()), Some(&payload))
             }
             OutsideWhat::Data(b) => (OUTSIDE_DATA, None, Some(b)),
             OutsideWhat::Close => (OUTSIDE_CLOSE, None, None),
@@ -199,22 +199,22 @@ fn put_outside(out: &mut Vec<u8>, events: &[OutsideEvent]) {
             OutsideWhat::Stdin(b) => (OUTSIDE_STDIN, None, Some(b)),
             OutsideWhat::StdinClosed => (OUTSIDE_STDIN_CLOSED, None, None),
             OutsideWhat::Peer { socket, peer: addr } => {
-                peer = crate::outside::address_bytes(*addr);
-                (OUTSIDE_PEER, Some((*socket).into()), Some(&peer))
+                payload = crate::outside::address_bytes(*addr);
+                (OUTSIDE_PEER, Some((*socket).into()), Some(&payload))
             }
             OutsideWhat::Datagram(b) => (OUTSIDE_DATAGRAM, None, Some(b)),
             OutsideWhat::DatagramOutput(b) => (OUTSIDE_DATAGRAM_OUTPUT, None, Some(b)),
             OutsideWhat::Reset => (OUTSIDE_RESET, None, None),
             OutsideWhat::Clock(ns) => (OUTSIDE_CLOCK, Some(*ns), None),
             OutsideWhat::Dial { server, refused } => {
-                peer = crate::outside::address_bytes(Some(*server));
-                (OUTSIDE_DIAL, Some(u64::from(*refused)), Some(&peer))
+                payload = crate::outside::address_bytes(Some(*server));
+                (OUTSIDE_DIAL, Some(u64::from(*refused)), Some(&payload))
             }
             OutsideWhat::NameLookup { query, answer } => {
                 // The question's length, the question, the answer.
                 let question = query.to_bytes();
-                peer = [(question.len() as u32).to_le_bytes().to_vec(), question, answer.to_bytes()].concat();
-                (OUTSIDE_NAME_LOOKUP, None, Some(&peer))
+                payload = [(question.len() as u32).to_le_bytes().to_vec(), question, answer.to_bytes()].concat();
+                (OUTSIDE_NAME_LOOKUP, None, Some(&payload))
             }
         };
         out.push(kind);

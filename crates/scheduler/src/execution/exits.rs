@@ -205,7 +205,7 @@ impl Execution<'_> {
             // Every thread has finished: what is left only has to end, which a CPU hog on the
             // execution's CPU may hold up for minutes (see `placement::let_run_anywhere`; seen as
             // a false "every thread finished but the process did not exit" next to a hog).
-            if !let_run && started.elapsed() >= EXIT_RESCUE_AFTER {
+            if !let_run && started.elapsed() >= dara_tracer::placement::RESCUE_AFTER {
                 let_run = true;
                 for pid in self.processes.live_pids() {
                     dara_tracer::placement::let_run_anywhere(pid);
@@ -230,14 +230,6 @@ impl Execution<'_> {
         Some(Outcome::Hang { reason: "every thread finished but the process did not exit".into() })
     }
 
-    /// Whether a live process of the execution has exited and is being taken down by the kernel,
-    /// or has a thread at work (runnable, or in the kernel's uninterruptible sleep) while the live
-    /// processes have used less than `--busy-limit` of
-    /// CPU time since `cpu_at_start`: every thread finished, so it is on its way out (its last
-    /// thread leaving the preload, or the kernel tearing it down), and on a loaded machine it may
-    /// wait for a CPU longer than `--busy-limit`, which measures the program's own CPU time, not
-    /// the machine's (a hog on the execution's CPU made "every thread finished but the process
-    /// did not exit" a false bug 2 times in 14 `limits.rs` runs beside other tests).
     /// The live processes and what the kernel says of each of their threads, for a person.
     fn left_over(&self) -> String {
         let threads = |pid: u32| -> String {
@@ -252,14 +244,21 @@ impl Execution<'_> {
         live.map(|(p, r)| format!("process {p} ({}, pid {}: {})", r.program, r.pid, threads(r.pid))).collect::<Vec<_>>().join("; ")
     }
 
-    /// A thread blocked writing to dara's output pipes is on its way too: it waits for dara's
-    /// output copier (a postgres process logging its shutdown, with two test suites at once).
+    /// Whether a live process of the execution has exited and is being taken down by the kernel,
+    /// or has a thread at work (runnable, in the kernel's uninterruptible sleep, or blocked
+    /// writing to dara's output pipes, waiting for dara's output copier) while the live processes
+    /// have used less than `--busy-limit` of CPU time since `cpu_at_start`: every thread
+    /// finished, so it is on its way out (its last thread leaving the preload, or the kernel
+    /// tearing it down), and on a loaded machine it may wait for a CPU longer than
+    /// `--busy-limit`, which measures the program's own CPU time, not the machine's (a hog on the
+    /// execution's CPU made "every thread finished but the process did not exit" a false bug 2
+    /// times in 14 `limits.rs` runs beside other tests; a postgres process logging its shutdown
+    /// did, with two test suites at once).
     fn on_its_way_out(&self, cpu_at_start: Duration) -> bool {
         let pids = self.processes.live_pids();
         let at_work = |pid: u32| procfs::has_thread_at_work(pid) || procfs::thread_ids(pid).into_iter().any(|tid| self.writes_to_output(pid, tid));
         pids.iter().any(|&pid| procfs::exiting(pid)) || (pids.iter().any(|&pid| at_work(pid)) && cpu_time(&pids).saturating_sub(cpu_at_start) < self.cfg.busy_limit)
     }
-
 }
 
 /// CPU time processes `pids` have used in all.
@@ -270,9 +269,6 @@ fn cpu_time(pids: &[u32]) -> Duration {
 /// How long processes past the busy limit must look stuck (no thread at work, not exiting) before
 /// the wait for their end calls it a hang.
 const STUCK_FOR: Duration = Duration::from_millis(300);
-
-/// How long the wait for the processes' ends goes before they may run on any CPU.
-const EXIT_RESCUE_AFTER: Duration = Duration::from_millis(100);
 
 /// Exit status of a target whose preload found a region of another layout version.
 const PRELOAD_REFUSED: i32 = 125;

@@ -71,7 +71,7 @@ impl Execution<'_> {
             // runs concurrently with the next granted thread.
             let (pid, tid) = self.region.kernel_ids(thread as usize);
             if pid != tid {
-                procfs::wait_thread_exit(pid, tid, THREAD_RESCUE_AFTER, THREAD_EXIT_LIMIT);
+                procfs::wait_thread_exit(pid, tid, dara_tracer::placement::RESCUE_AFTER, THREAD_EXIT_LIMIT);
             }
             self.handoff.finish(thread);
             self.handoff.posted(thread);
@@ -274,8 +274,6 @@ fn unsupported(thread: ThreadId, pid: u32, call: Unsupported) -> Outcome {
 
 /// How long the scheduler waits for an exiting thread to be gone before it goes on anyway.
 const THREAD_EXIT_LIMIT: Duration = Duration::from_secs(2);
-/// After this long an exiting thread may end on any CPU.
-const THREAD_RESCUE_AFTER: Duration = Duration::from_millis(100);
 
 /// What a run that reached the process limit says.
 pub(super) fn too_many_processes(limit: usize) -> String {

@@ -24,15 +24,12 @@ use crate::procfs;
 /// blocked after all) is no longer waited for: the same in every run.
 const DYING_LIMIT: Duration = Duration::from_secs(2);
 
-/// A killed process sitting on the CPU of the execution beside a busy thread may wait there for
-/// minutes (see `placement::let_run_anywhere`): after this long it may end on any CPU.
-const DYING_RESCUE_AFTER: Duration = Duration::from_millis(100);
-
 /// A process a granted `kill` or a crash fault terminates, until it is gone.
 pub(super) struct Death {
     process: ProcessId,
     since: Instant,
-    /// Let run on any CPU ([`DYING_RESCUE_AFTER`]).
+    /// Let run on any CPU (after `placement::RESCUE_AFTER`: beside a busy thread on the
+    /// execution's CPU it may wait there for minutes).
     let_run: bool,
     /// Past [`DYING_LIMIT`] the kernel was asked: the signal takes it down (waited for to the end).
     taken_down: bool,
@@ -162,7 +159,7 @@ impl ProcessTable {
         self.dying.retain_mut(|death| {
             let Some(record) = records.get(&death.process).filter(|r| r.alive) else { return false };
             let waited = death.since.elapsed();
-            if waited >= DYING_RESCUE_AFTER && !death.let_run {
+            if waited >= dara_tracer::placement::RESCUE_AFTER && !death.let_run {
                 death.let_run = true;
                 dara_tracer::placement::let_run_anywhere(record.pid);
             }

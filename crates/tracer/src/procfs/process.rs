@@ -86,12 +86,29 @@ pub fn process_end(pid: u32) -> ProcessEnd {
 /// space and descriptors still being released. On a loaded CPU that takes a while, and is no
 /// hang of the program.
 pub fn exiting(pid: u32) -> bool {
+    exit_state(&format!("/proc/{pid}/stat")) == Some(ExitState::Exiting)
+}
+
+/// Where a task stands in its exit, by its `stat` file (`path`): field 3 (state) and field 9
+/// (flags, `PF_EXITING`); None if it is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ExitState {
+    Running,
+    /// `PF_EXITING`, not a zombie yet.
+    Exiting,
+    Zombie,
+}
+
+fn exit_state(path: &str) -> Option<ExitState> {
     const PF_EXITING: u64 = 0x4;
-    let Some(stat) = super::read_small(&format!("/proc/{pid}/stat")) else { return false };
-    let Some(close) = stat.rfind(')') else { return false };
-    let fields: Vec<&str> = stat[close + 2..].split_whitespace().collect();
+    let stat = super::read_small(path)?;
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
     let field = |n: usize| fields.get(n - 3).copied();
-    field(3) != Some("Z") && field(9).and_then(|f| f.parse::<u64>().ok()).is_some_and(|flags| flags & PF_EXITING != 0)
+    Some(match (field(3), field(9).and_then(|f| f.parse::<u64>().ok())) {
+        (Some("Z"), _) => ExitState::Zombie,
+        (_, Some(flags)) if flags & PF_EXITING != 0 => ExitState::Exiting,
+        _ => ExitState::Running,
+    })
 }
 
 /// Whether a signal is taking process `pid` down: one of its threads is exiting (`PF_EXITING`)
@@ -99,18 +116,10 @@ pub fn exiting(pid: u32) -> bool {
 /// queueing SIGKILL to every thread, each dequeuing it once it runs. False once the process is
 /// gone, and for a process a signal was sent to that went on living (caught, blocked, ignored).
 pub fn signal_takes_down(pid: u32) -> bool {
-    const PF_EXITING: u64 = 0x4;
     const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
-    tasks.flatten().any(|task| {
-        let dir = task.path();
-        let stat = super::read_small(&format!("{}/stat", dir.display())).unwrap_or_default();
-        let fields: Vec<&str> = stat.rfind(')').map(|c| stat[c + 2..].split_whitespace().collect()).unwrap_or_default();
-        let field = |n: usize| fields.get(n - 3).copied();
-        let exiting = field(3) == Some("Z") || field(9).and_then(|f| f.parse::<u64>().ok()).is_some_and(|flags| flags & PF_EXITING != 0);
-        let status = super::read_small(&format!("{}/status", dir.display())).unwrap_or_default();
-        let pending = |key: &str| status.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
-        exiting || (pending("SigPnd:") | pending("ShdPnd:")) & SIGKILL_BIT != 0
+    super::thread_ids(pid).into_iter().any(|tid| {
+        let ending = exit_state(&format!("/proc/{pid}/task/{tid}/stat")).is_some_and(|s| s != ExitState::Running);
+        ending || super::signals(pid, tid).is_some_and(|s| s.pending & SIGKILL_BIT != 0)
     })
 }
 

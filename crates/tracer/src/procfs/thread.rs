@@ -15,8 +15,7 @@ pub fn thread_state(pid: u32, tid: u32) -> Option<char> {
 /// Whether a thread of process `pid` is runnable (state `R`: it waits for a CPU, or runs) or in
 /// uninterruptible sleep (`D`: the kernel works for it, as while it releases its memory).
 pub fn has_thread_at_work(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
-    tasks.flatten().filter_map(|t| t.file_name().to_str()?.parse::<u32>().ok()).any(|tid| matches!(thread_state(pid, tid), Some('R' | 'D')))
+    thread_ids(pid).into_iter().any(|tid| matches!(thread_state(pid, tid), Some('R' | 'D')))
 }
 
 /// The number and first three arguments of the syscall a blocked thread is in, from
