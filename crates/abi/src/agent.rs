@@ -108,10 +108,11 @@ pub fn answer<F: Futex<AtomicU32>>(words: &AgentWords, tid: u32, attached: bool,
 /// through which outside peers are kept apart in a recording (the agent's `listeners.rs`); `sendfile`,
 /// `splice` and `tee`, which move bytes to or from a socket or pipe (the agent's `transfer.rs`); and the
 /// calls that send signals, so that a signal between the program's threads and processes is
-/// sent at a scheduling point (the agent's `signals.rs`). Calls not listed that could block
-/// in the kernel are caught by the scheduler's watchdog and end the run as uncontrolled, never
-/// silently.
-pub const TRACED: [u32; 57] = [
+/// sent at a scheduling point (the agent's `signals.rs`); and `io_uring_setup` and `io_setup`,
+/// refused as a kernel built without io_uring and native AIO refuses them (their requests run
+/// in the kernel, where no scheduling point can reach them). Calls not listed that could block in the kernel are caught by the
+/// scheduler's watchdog and end the run as uncontrolled, never silently.
+pub const TRACED: [u32; 59] = [
     202, // futex
     449, // futex_waitv
     24,  // sched_yield
@@ -169,6 +170,8 @@ pub const TRACED: [u32; 57] = [
     40,  // sendfile
     275, // splice
     276, // tee
+    425, // io_uring_setup
+    206, // io_setup
 ];
 
 /// One classic-BPF instruction (`struct sock_filter`).

@@ -173,10 +173,22 @@ impl Gated {
     /// saw a Ctrl-C.)
     pub(crate) fn tell_signals(&self, program_mask: u64) {
         let parked = crate::dispositions::caught() & PARKED_MASK;
+        self.tell_pending(parked & !program_mask);
+    }
+
+    /// Tells the scheduler who sent the signals of `set` pending for this thread, about to be
+    /// taken by a `sigwait` of that set (caught or not): as [`Gated::tell_signals`] does.
+    pub(crate) fn tell_waited_signals(&self, set: u64) {
+        self.tell_pending(set & PARKED_MASK);
+    }
+
+    /// The pending signals among `among`, each taken off the queue, posted unless the kernel
+    /// raised it, and queued again to this thread (see [`Gated::tell_signals`]).
+    fn tell_pending(&self, among: u64) {
         let mut pending: u64 = 0;
         // SAFETY: rt_sigpending writes one 8-byte set into a live local.
         unsafe { sys::syscall(libc::SYS_rt_sigpending, &[&mut pending as *mut u64 as u64, 8]) };
-        let mut due = pending & parked & !program_mask;
+        let mut due = pending & among;
         while due != 0 {
             let sig = due.trailing_zeros() as i32 + 1;
             due &= due - 1;

@@ -1,7 +1,7 @@
 //! What the SIGSYS handler does with each call the syscall trap ([`crate::trap`]) catches.
 //!
 //! Some are answered whoever the thread is (`rt_sigprocmask` on the mask the handler's return
-//! restores, `close` and `close_range` of dara's descriptors, `clone3`, the sanitizer's
+//! restores, `close` and `close_range` of dara's descriptors, `clone3`, `io_uring_setup` and `io_setup`, the sanitizer's
 //! stop-the-world clone); the rest are emulated: as scheduling points for a gated thread (futex
 //! waits and wakes, sleeps, clocks, `execve`, `wait4`, reads and writes of descriptors 0 and 1,
 //! `tgkill`, `sendfile`/`splice`/`tee` on a socket or pipe), as posts answered at once (the `timerfd` calls), for real otherwise. A call dara
@@ -43,6 +43,8 @@ pub extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_
         libc::SYS_close => Some(crate::fdguard::close(args[0])),
         libc::SYS_close_range => Some(crate::fdguard::close_range(args[0], args[1], args[2])),
         libc::SYS_clone3 => Some(clone3(uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64, args)),
+        // Kernel-side asynchronous I/O (see `trap::TRAPPED`).
+        libc::SYS_io_uring_setup | libc::SYS_io_setup => Some(-(libc::ENOSYS as i64)),
         // SAFETY: a stop-the-world clone of the sanitizer runtime, on the stack it prepared.
         libc::SYS_clone if stop_world::is_helper_clone(&args) => Some(unsafe { stop_world::start(uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64, args) }),
         // The world is stopped (by the starting thread or the helper, which shares its TLS).

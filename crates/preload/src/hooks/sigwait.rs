@@ -94,6 +94,9 @@ fn wait_for(gate: Gated, set: u64, info: *mut siginfo_t, timeout_ns: Option<u64>
             return -1;
         }
     }
+    // Who sent the signal this wait takes (a kill from outside dara is recorded with the
+    // thread's grant, and its replay sends it again before that grant's decision).
+    gate.tell_waited_signals(set);
     drop(gate); // a handler's signal that ended the wait runs here
     // SAFETY: rt_sigtimedwait reads one live set and a live zero timeout and writes the caller's
     // siginfo (or nothing for null): it does not block.

@@ -40,7 +40,7 @@ mod tests {
             libc::SYS_pselect6, libc::SYS_pause, libc::SYS_rt_sigsuspend, libc::SYS_rt_sigtimedwait, libc::SYS_kill, libc::SYS_tkill, libc::SYS_tgkill, libc::SYS_read, libc::SYS_write, libc::SYS_readv, libc::SYS_writev,
             libc::SYS_close, libc::SYS_connect, libc::SYS_accept, libc::SYS_accept4, libc::SYS_sendto, libc::SYS_recvfrom, libc::SYS_sendmsg, libc::SYS_recvmsg, libc::SYS_shutdown, libc::SYS_bind, libc::SYS_listen, libc::SYS_getsockname,
             libc::SYS_getpeername,
-            libc::SYS_sendfile, libc::SYS_splice, libc::SYS_tee,
+            libc::SYS_sendfile, libc::SYS_splice, libc::SYS_tee, libc::SYS_io_uring_setup, libc::SYS_io_setup,
         ];
         assert_eq!(TRACED.map(i64::from), named);
         use dara_abi::transfer as t;

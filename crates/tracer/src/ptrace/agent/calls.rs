@@ -198,6 +198,9 @@ pub fn decode(call: Syscall, pid: i32, last_now: u64, epoch_ns: u64) -> Action {
         libc::SYS_vfork => Action::Post(Request::ProcessFork, Then::CreateProcess { vfork: Vfork::Call }),
         // glibc falls back to clone, whose flags sit in a register; Go 1.19 never uses clone3.
         libc::SYS_clone3 => Action::Answer(errno(libc::ENOSYS)),
+        // As a kernel built without io_uring and native AIO answers (docs/limits.md,
+        // "Asynchronous I/O in the kernel").
+        libc::SYS_io_uring_setup | libc::SYS_io_setup => Action::Answer(errno(libc::ENOSYS)),
         libc::SYS_exit => Action::Post(Request::ThreadExit, Then::ExitThread),
         libc::SYS_exit_group => Action::Post(Request::ProcessExit { status: a[0] as i32 }, Then::Run),
         libc::SYS_epoll_wait | libc::SYS_epoll_pwait => epoll_wait(a[0] as i32, Timeout::of_ms(a[3] as i32), 3, false, last_now),
