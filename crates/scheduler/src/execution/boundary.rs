@@ -55,16 +55,10 @@ impl<S: Side> Boundary<S> {
     fn show_relayed_peer(&mut self, ex: &Execution<'_>, relayed: Relayed) {
         use dara_abi::relayed_flags;
         let peer = relayed.peer;
-        let (family, ip) = match peer.ip() {
-            std::net::IpAddr::V4(v4) => (libc::AF_INET, [u32::from_ne_bytes(v4.octets()), 0, 0, 0]),
-            std::net::IpAddr::V6(v6) => (libc::AF_INET6, std::array::from_fn(|i| u32::from_ne_bytes(v6.octets()[i * 4..i * 4 + 4].try_into().expect("4 bytes")))),
-        };
+        let (family, ip) = table_address(peer);
         let table = &ex.region.header().relayed;
         if relayed.dialled {
-            let same_server = |e: &dara_abi::RelayedPeer| e.family.load(Ordering::Relaxed) == family as u32 && e.port.load(Ordering::Relaxed) == u32::from(peer.port()) && e.ip.iter().zip(ip).all(|(w, v)| w.load(Ordering::Relaxed) == v);
-            for e in table.iter().filter(|e| same_server(e)) {
-                e.flags.fetch_and(!relayed_flags::DIALED, Ordering::Relaxed);
-            }
+            ex.forget_dials_to(peer);
         }
         let entry = &table[self.relayed_count % dara_abi::MAX_RELAYED];
         self.relayed_count += 1;
@@ -77,6 +71,28 @@ impl<S: Side> Boundary<S> {
             word.store(value, Ordering::Relaxed);
         }
         entry.relay_port.store(u32::from(relayed.relay.port()), Ordering::Release);
+    }
+}
+
+/// `peer` as the relayed-peer table writes it: its family and IP in four native words.
+fn table_address(peer: std::net::SocketAddr) -> (i32, [u32; 4]) {
+    match peer.ip() {
+        std::net::IpAddr::V4(v4) => (libc::AF_INET, [u32::from_ne_bytes(v4.octets()), 0, 0, 0]),
+        std::net::IpAddr::V6(v6) => (libc::AF_INET6, std::array::from_fn(|i| u32::from_ne_bytes(v6.octets()[i * 4..i * 4 + 4].try_into().expect("4 bytes")))),
+    }
+}
+
+impl Execution<'_> {
+    /// The program's connects to `server` no longer go to a socket of dara's that stood for it as
+    /// an outside server: a newer dial took over, or the server is now the program's own (a
+    /// connect made before a traced server listened was dialled outside, refused, and every later
+    /// one was sent to that refusal too: a test script's wait for its server never ended).
+    pub(super) fn forget_dials_to(&self, server: std::net::SocketAddr) {
+        let (family, ip) = table_address(server);
+        let same_server = |e: &dara_abi::RelayedPeer| e.family.load(Ordering::Relaxed) == family as u32 && e.port.load(Ordering::Relaxed) == u32::from(server.port()) && e.ip.iter().zip(ip).all(|(w, v)| w.load(Ordering::Relaxed) == v);
+        for e in self.region.header().relayed.iter().filter(|e| same_server(e)) {
+            e.flags.fetch_and(!dara_abi::relayed_flags::DIALED, Ordering::Relaxed);
+        }
     }
 }
 

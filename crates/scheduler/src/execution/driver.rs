@@ -367,6 +367,7 @@ impl<'a> Execution<'a> {
         }
         let Some(server) = self.network.probe.fresh_tcp_connect(pid, fd, addr, len) else { return Ok(None) };
         if self.is_traced_server(pid, server.port()) {
+            self.forget_dials_to(server);
             return Ok(None);
         }
         let step = self.steps.len() as u64 + 1;

@@ -162,7 +162,7 @@ fn print_summary(s: &Summary<'_>) {
     println!("program view: {} CPUs, random seed {:#x}", s.cpus, s.random_seed);
     println!("steps:        {} ({} blocked, {} timeouts fired)", s.steps, s.blocked_steps, s.timeouts_fired);
     println!("threads:      {}", s.threads);
-    println!("virtual time: {} (timers at {}, {} ns a step, pause budget {})", format_vtime(s.virtual_time_ns), if s.timers == "any" { "any step" } else { "deadlines" }, s.step_ns, s.pauses);
+    println!("virtual time: {} (timers at {}, {} ns a step on average, pause budget {})", format_vtime(s.virtual_time_ns), if s.timers == "any" { "any step" } else { "deadlines" }, s.step_ns, s.pauses);
     println!("wall clock:   starts at {}.{:09} s since 1970 (--epoch)", s.realtime_epoch_ns / 1_000_000_000, s.realtime_epoch_ns % 1_000_000_000);
     println!("operations:");
     for (op, n) in &s.ops {
