@@ -25,13 +25,16 @@
 # event MPM under curl), unbound (a DNS server whose threads share its port) and varnish (Varnish
 # Cache 7.1 in front of python3's http.server: tests/fixtures/scripts/varnish_test.sh; varnishd
 # compiles its VCL with cc, installed above), all three in crates/tools/tests/real_servers.rs, and
-# erlang-base (the BEAM VM, erl and erlc: tests/fixtures/erlang/workers.erl, real_programs.rs).
+# erlang-base (the BEAM VM, erl and erlc: tests/fixtures/erlang/workers.erl, real_programs.rs),
+# and MariaDB 10.11 (mariadb-server: mariadbd and mariadb-install-db; mariadb-client: the
+# mariadb client; crates/tools/tests/mariadb.rs).
 # postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
 # from util-linux).
 #
-# The redis, memcached, nginx, mosquitto, lighttpd, haproxy, etcd, apache2, unbound, varnish and
-# erlang-base packages would start a system service (on ports 6379, 11211, 80, 1883, 2379, 53,
-# 6081 with varnish's log reader varnishncsa beside it, and epmd's 4369, socket-activated) where
+# The redis, memcached, nginx, mosquitto, lighttpd, haproxy, etcd, apache2, unbound, varnish,
+# erlang-base and mariadb-server packages would start a system service (on ports 6379, 11211, 80,
+# 1883, 2379, 53, 6081 with varnish's log reader varnishncsa beside it, epmd's 4369,
+# socket-activated, and 3306) where
 # the init system lets them (Debian's postinst runs invoke-rc.d / deb-systemd-invoke). The tests
 # start their own servers on free ports and want no other on the machine, so while installing them
 # a policy-rc.d that denies every start is put in place (unless one is there already: container
@@ -89,6 +92,9 @@ command -v unbound >/dev/null 2>&1 || [ -x /usr/sbin/unbound ] || services+=(unb
 # brings epmd's units (tests/fixtures/erlang/workers.erl).
 command -v varnishd >/dev/null 2>&1 || [ -x /usr/sbin/varnishd ] || services+=(varnish)
 { command -v erl >/dev/null 2>&1 && command -v erlc >/dev/null 2>&1; } || services+=(erlang-base)
+# MariaDB 10.11 (tests/fixtures/scripts/mariadb_test.sh).
+{ command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } || services+=(mariadb-server)
+command -v mariadb >/dev/null 2>&1 || need+=(mariadb-client)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v hugo >/dev/null 2>&1 || need+=(hugo)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
@@ -153,6 +159,7 @@ if [ ${#need[@]} -gt 0 ]; then
         no_service varnish /run/varnish.pid 6081
         no_service varnishncsa /run/varnishncsa/varnishncsa.pid none
         no_service epmd /run/epmd.pid 4369
+        no_service mariadb /run/mysqld/mysqld.pid 3306
         # epmd starts on the first connection to its socket unit: that unit goes too.
         if command -v systemctl >/dev/null 2>&1; then systemctl disable epmd.socket >/dev/null 2>&1 || true; fi
         if [ -d /run/systemd/system ]; then systemctl stop epmd.socket >/dev/null 2>&1 || true; fi
