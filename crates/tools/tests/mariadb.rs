@@ -32,8 +32,11 @@ const MARIADB_SEARCH_RUNS: u64 = 6;
 /// for the replays' setup to copy.
 fn pristine_data(dir: &Path) -> PathBuf {
     let pristine = dir.join("pristine");
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
     let install = Command::new(installed("mariadb-install-db", "mariadb-server"))
         .args(["--no-defaults", &format!("--datadir={}", pristine.display()), "--user=root", "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve"])
+        .arg(format!("--tmpdir={}", tmp.display()))
         .output()
         .unwrap();
     assert!(install.status.success(), "mariadb-install-db: {install:?}");
@@ -74,6 +77,7 @@ fn mariadbd_under_outside_clients_stopped_by_an_outside_sigterm_records_and_repl
         .arg(format!("--socket={}", dir.join("sock").display()))
         .arg(format!("--pid-file={}", dir.join("pid").display()))
         .arg(format!("--log-error={}", dir.join("server.log").display()))
+        .arg(format!("--tmpdir={}", dir.join("tmp").display()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
