@@ -120,6 +120,14 @@ fn sigwait_takes_signals_and_coalesced_reloads_are_found() {
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
+/// A signal thread in `sigwait` for a signal nobody catches, stopped by `pthread_kill` from the
+/// main thread (pbzip2's pattern): before, a false deadlock.
+#[test]
+fn a_pthread_kill_ends_a_signal_thread_s_sigwait() {
+    twin_clean("sig_wait_thread_kill", 20, "signal thread stopped by pthread_kill", Op::SigWait);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
 #[test]
 fn pause_returns_once_a_signal_ran_its_handler() {
     twin_clean("sig_pause", 30, "pause returned after the handler", Op::SigSuspend);

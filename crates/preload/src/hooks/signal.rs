@@ -219,11 +219,14 @@ fn post_kill(gate: &crate::gate::Gated, pid: libc::pid_t, sig: c_int) -> bool {
 /// A trapped `tgkill(tgid, tid, sig)` (glibc's `raise`, `pthread_kill` and `abort` make one, as
 /// does a raw system call): a SIGKILL, which ends the whole process `tgid`, is posted as that
 /// process's kill first, so that dara knows it as the program's own and not a kill from outside.
-/// A signal this process catches, sent to another of its threads (`pthread_kill`), is posted as
-/// a kill too: that thread may be parked in a wait the signal ends, and the scheduler looks at
-/// pending signals after a kill, so the `Interrupt` is offered at the sender's next scheduling
-/// point in every run (not at whatever kill or exit came later). Other signals go as they are.
-/// Returns the call's result.
+/// Any other signal sent to another of its threads (`pthread_kill`) is posted as a kill too:
+/// that thread may be parked in a wait the signal ends (a caught signal ends a `poll` or a
+/// sleep; a blocked one ends a `sigwait` for it), and the scheduler looks at pending signals
+/// after a kill, so the `Interrupt` is offered at the sender's next scheduling point in every
+/// run (not at whatever kill or exit came later). Before, only caught signals were posted, and
+/// pbzip2's main thread stopping its signal thread (parked in `sigwait` for SIGUSR1) with
+/// `pthread_kill` was judged a deadlock. Signals to the thread itself and signal 0 go as they
+/// are. Returns the call's result.
 ///
 /// The signal is sent with every signal but SIGSYS blocked: one sent to this very thread must
 /// not run its handler here, inside dara's SIGSYS handler (where the handler would see dara's
@@ -236,8 +239,7 @@ pub fn trapped_tgkill(gate: &crate::gate::Gated, a: [u64; 6]) -> i64 {
         // SAFETY: gettid takes no arguments.
         a[1] as i64 != unsafe { sys::syscall(libc::SYS_gettid, &[]) }
     };
-    let caught_here = (1..=64).contains(&sig) && caught() & (1 << (sig - 1)) != 0;
-    if tgid > 0 && (sig == libc::SIGKILL || caught_here && to_other_thread()) {
+    if tgid > 0 && (sig == libc::SIGKILL || (1..=64).contains(&sig) && to_other_thread()) {
         post_kill(gate, tgid, sig);
     }
     let all_but_sigsys: u64 = !(1 << (libc::SIGSYS - 1));
