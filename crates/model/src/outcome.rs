@@ -67,6 +67,10 @@ pub enum Outcome {
     /// The launched program died of the SIGINT or SIGTERM dara passed on from the user (its
     /// default action, as at a terminal): the user stopped it; no bug.
     StoppedBySignal { process: u32, signal: i32, name: String },
+    /// The launched program exited with a non-zero status after a SIGINT, SIGTERM or SIGHUP
+    /// from outside (passed on by dara-trace, or sent straight to it): its answer to being
+    /// stopped (rsync exits 20, varnishd 64), as at a terminal; no bug.
+    ExitedAfterStop { process: u32, code: i32, signal: i32, name: String },
     /// dara-trace was interrupted (SIGINT/SIGTERM) before the execution ended.
     Interrupted,
     /// The execution reached its time limit (`--run-for`) with no bug: an endless program (a
@@ -83,7 +87,7 @@ impl Outcome {
         match self {
             Outcome::Exited { code, .. } => *code != 0,
             Outcome::Crashed { .. } | Outcome::NodeExited { .. } | Outcome::CheckFailed { .. } | Outcome::PropertyFailed { .. } | Outcome::LivenessViolated { .. } | Outcome::Deadlock { .. } | Outcome::Hang { .. } => true,
-            Outcome::Uncontrolled { .. } | Outcome::KilledFromOutside { .. } | Outcome::StoppedBySignal { .. } | Outcome::Interrupted | Outcome::RanFor { .. } | Outcome::Recovered { .. } | Outcome::Diverged { .. } => false,
+            Outcome::Uncontrolled { .. } | Outcome::KilledFromOutside { .. } | Outcome::StoppedBySignal { .. } | Outcome::ExitedAfterStop { .. } | Outcome::Interrupted | Outcome::RanFor { .. } | Outcome::Recovered { .. } | Outcome::Diverged { .. } => false,
         }
     }
 
@@ -111,6 +115,7 @@ impl Outcome {
             Outcome::Uncontrolled { syscall, .. } => format!("uncontrolled:{syscall}"),
             Outcome::KilledFromOutside { .. } => "killed-from-outside".to_string(),
             Outcome::StoppedBySignal { name, .. } => format!("stopped:{name}"),
+            Outcome::ExitedAfterStop { code, name, .. } => format!("stopped-exit:{name}:{code}"),
             Outcome::Interrupted => "interrupted".to_string(),
             Outcome::RanFor { .. } => "ran-for".to_string(),
             Outcome::Diverged { step, .. } => format!("diverged:{step}"),
@@ -148,6 +153,7 @@ impl Outcome {
             }
             Outcome::KilledFromOutside { process } => format!("killed from outside (SIGKILL not sent by the program or dara): not a bug of the program; the run is not saved as a bug (process {process}: kill -9 by someone else, or the kernel's OOM killer)"),
             Outcome::StoppedBySignal { process, name, .. } => format!("stopped by {name}, passed on from dara-trace: process {process} took its default action (not a bug)"),
+            Outcome::ExitedAfterStop { process, code, name, .. } => format!("exited with status {code} after the {name} from outside: process {process}'s answer to being stopped (not a bug)"),
             Outcome::Interrupted => "interrupted".to_string(),
             Outcome::RanFor { virtual_ns } => format!("ran for {} of virtual time with no bug (--run-for)", crate::time::format_vtime(*virtual_ns)),
             Outcome::Diverged { step, expected, seen } => {

@@ -279,6 +279,53 @@ fn a_ctrl_c_that_ends_a_recorded_program_is_no_bug() {
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
+/// A recorded program that catches the stop signal and exits with a status of its own (as rsync
+/// exits 20 and varnishd 64), stopped once by a Ctrl-C to dara-trace and once by a SIGTERM sent
+/// straight to it: its answer to being stopped, no bug (before, "BUG: exited with status 20" and
+/// dara-trace's exit 1). The replay ends the same way.
+#[test]
+fn a_program_that_answers_a_stop_with_its_own_exit_status_is_no_bug() {
+    use std::io::BufRead;
+    let script = "trap 'echo stopping; exit 20' INT TERM; echo waiting; read line";
+    for (how, sig) in [("ctrl-c", libc::SIGINT), ("sigterm-straight", libc::SIGTERM)] {
+        let out = out_dir(&format!("stop-exit-{how}"));
+        let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+            .args(["-o", out.to_str().unwrap(), "--", "bash", "-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = std::io::BufReader::new(run.stdout.take().unwrap());
+        let mut line = String::new();
+        said.read_line(&mut line).unwrap();
+        assert_eq!(line, "waiting\n", "{how}");
+        let stdin = run.stdin.take();
+        let status = if sig == libc::SIGINT {
+            common::real::ctrl_c(&mut run, Duration::from_secs(60)).0
+        } else {
+            let bash = processes_with(&["bash", "-c", script]).into_iter().filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default().trim() == "bash").collect::<Vec<_>>();
+            assert_eq!(bash.len(), 1, "{how}: {bash:?}");
+            // SAFETY: signalling the bash this test started (through dara-trace).
+            unsafe { libc::kill(bash[0] as i32, libc::SIGTERM) };
+            wait_at_most(&mut run, Duration::from_secs(60)).expect("dara-trace ends with the program")
+        };
+        drop(stdin);
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
+        assert_eq!(status.code(), Some(0), "{how}: {status:?} {rest}");
+        assert!(rest.contains("stopping") && rest.contains("exited with status 20 after the") && rest.contains("no bug found"), "{how}: {rest}");
+        let trace_path = out.join("trace.bin");
+        let recorded = trace::read_file(&trace_path).unwrap();
+        assert!(matches!(recorded.outcome, dara_scheduler::Outcome::ExitedAfterStop { code: 20, signal, .. } if signal == sig), "{how}: {:?}", recorded.outcome);
+        assert!(!out.join("bug-0001").exists(), "{how}: nothing saved as a bug");
+        let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(verify.code, 0, "{how}: {}", verify.text());
+        assert!(verify.stdout.contains("exited with status 20 after the") && verify.stdout.contains("(same as recorded)"), "{how}: {}", verify.text());
+    }
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
 /// A program that catches SIGINT and SIGCHLD and blocks SIGUSR1 execs another (itself, and a
 /// static build of itself that dara's ptrace agent runs): the new image starts with SIGUSR1
 /// blocked and nothing else, as with the kernel alone, in every execution; replay verifies.

@@ -170,6 +170,9 @@ impl<S: Side> World for Boundary<S> {
         for &(thread, sig) in &signals {
             let (pid, tid) = (ex.processes.pid_of(thread as ThreadId), ex.region.slot(thread as usize).tid.load(Ordering::Acquire));
             procfs::thread_signal(pid, tid, sig);
+            if let Some(process) = ex.processes.of(thread as ThreadId) {
+                ex.processes.deaths.note_passed_on(process, sig); // as the recording noted it
+            }
         }
         if !signals.is_empty() {
             ex.signals_may_be_pending();
@@ -399,6 +402,9 @@ impl Execution<'_> {
         }
         let step = (self.steps.len() as u64).saturating_sub(1);
         if self.with_world(|world, _| world.signal_from_outside(step, thread, sig)) {
+            if let Some(process) = self.processes.of(thread) {
+                self.processes.deaths.note_passed_on(process, sig); // a stop asked from outside
+            }
             return None;
         }
         Some(Outcome::Uncontrolled {

@@ -160,7 +160,12 @@ impl Execution<'_> {
     }
 
     pub(super) fn final_outcome(&self) -> Outcome {
+        let process = self.verdict.unwrap_or(0);
         match self.verdict.and_then(|v| self.processes.records.get(&v)).and_then(|p| p.exit) {
+            Some(ExitStatus::Code(code)) if code != 0 && self.processes.deaths.asked_to_stop(process).is_some() => {
+                let signal = self.processes.deaths.asked_to_stop(process).unwrap_or(0);
+                Outcome::ExitedAfterStop { process, code, signal, name: signal_name(signal) }
+            }
             Some(ExitStatus::Code(code)) => Outcome::Exited { code, location: None },
             Some(ExitStatus::Signal(signal)) if self.processes.deaths.stopped_by_user(self.verdict.unwrap_or(0), signal) => {
                 Outcome::StoppedBySignal { process: self.verdict.unwrap_or(0), signal, name: signal_name(signal) }

@@ -15,7 +15,10 @@
 //!   not catch it takes the signal's default action and dies of it, as it would at a terminal
 //!   (haproxy, most command-line tools): the user stopped the program, it did not crash.
 //!   The launched program ending that way is [`Outcome::StoppedBySignal`], which replays like any
-//!   other outcome and is no bug.
+//!   other outcome and is no bug. A program that catches it and exits with a status of its own
+//!   (rsync's 20, varnishd's 64) answers the stop the same way: [`Outcome::ExitedAfterStop`]. So
+//!   does one stopped by a SIGINT, SIGTERM or SIGHUP sent to it straight from outside (`kill
+//!   <server pid>`), which a recording records and its replay sends again.
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::choice::ProcessId;
@@ -55,6 +58,12 @@ impl OutsideDeaths {
     pub(super) fn stopped_by_user(&self, process: ProcessId, signal: i32) -> bool {
         self.passed_on.get(&process) == Some(&signal)
     }
+
+    /// The signal from outside that asked `process` to stop, if one did: a non-zero exit after it
+    /// is the program's answer, not a failure.
+    pub(super) fn asked_to_stop(&self, process: ProcessId) -> Option<i32> {
+        self.passed_on.get(&process).copied().filter(|&s| [libc::SIGINT, libc::SIGTERM, libc::SIGHUP].contains(&s))
+    }
 }
 
 #[cfg(test)]
@@ -78,6 +87,10 @@ mod tests {
         deaths.note_passed_on(0, libc::SIGINT);
         assert!(deaths.stopped_by_user(0, libc::SIGINT));
         assert!(!deaths.stopped_by_user(0, libc::SIGTERM), "a different signal is the program's own");
+        assert_eq!(deaths.asked_to_stop(0), Some(libc::SIGINT));
+        assert_eq!(deaths.asked_to_stop(1), None, "nothing was passed on to process 1");
+        deaths.note_passed_on(2, libc::SIGUSR1);
+        assert_eq!(deaths.asked_to_stop(2), None, "SIGUSR1 asks for something else");
         assert!(!deaths.stopped_by_user(1, libc::SIGINT), "a process the signal was not passed on to");
     }
 }
