@@ -86,6 +86,15 @@ impl Execution<'_> {
             dara_tracer::placement::let_run_anywhere(pid);
             self.stall.let_run = true;
         }
+        if let (Some('R'), false) = (holder_state, self.stall.let_run) {
+            // Runnable and given no CPU time since the last look: starved on the execution's CPU
+            // (a postgres search under two test suites' load stopped so after 60 s). It is
+            // still the only thread that runs, so it may run on any CPU.
+            if let Some(thread) = self.handoff.holder() {
+                dara_tracer::placement::let_run_anywhere(self.region.kernel_ids(thread as usize).0);
+                self.stall.let_run = true;
+            }
+        }
         // A killed process the kernel is taking down is waited for like an exiting holder.
         let exiting = exiting.is_some() || self.processes.awaiting_taken_down();
         let limit = self.stall_limit(holder_state, exiting);
