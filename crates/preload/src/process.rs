@@ -63,10 +63,35 @@ pub fn become_main_thread(slot: &Slot, index: u32, process: u32, stack_top: usiz
 
 /// `fork`/`vfork` of a gated thread. Returns what fork returns (errno set on failure).
 pub fn fork(gate: &Gated) -> pid_t {
+    // SAFETY: fork has no preconditions.
+    fork_by(gate, || unsafe { real::fork() })
+}
+
+/// A trapped fork-like system call (a `clone` without a new stack, `CLONE_VM` or
+/// `CLONE_THREAD`, or `fork`/`vfork`) of a gated thread: what glibc's own `fork` makes when libc
+/// calls it internally, past the `fork` symbol (`daemon`, `forkpty`), and a raw `fork()`. The
+/// child is made by the same system call, a `vfork` as a `fork` (a vfork child would run on, and
+/// scribble over, this signal handler's frame); it comes back from the trap as glibc's child
+/// would. Returns the call's result (`-errno` on failure).
+pub fn trapped_fork(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
+    let (nr, a) = if nr == libc::SYS_vfork { (libc::SYS_fork, [0; 6]) } else { (nr, a) };
+    i64::from(fork_by(gate, || crate::trap::passthrough(nr, a) as pid_t))
+}
+
+/// Whether trapped `clone` arguments `a` make a process as `fork` does: no new stack (the child
+/// goes on from the trap on a copy of this one), no shared memory or thread group.
+pub fn clone_forks(a: &[u64; 6]) -> bool {
+    let sharing = (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_VFORK | libc::CLONE_SETTLS) as u64;
+    a[1] == 0 && a[0] & sharing == 0
+}
+
+/// The fork of a gated thread whose child `make_child` makes (glibc's fork, or the trapped
+/// system call): posted, the child given a slot of its own and started at its start barrier.
+fn fork_by(gate: &Gated, make_child: impl FnOnce() -> pid_t) -> pid_t {
     gate.post(Request::ProcessFork);
     let Some(header) = region::header() else {
-        // SAFETY: not traced after all: the real fork.
-        return unsafe { real::fork() };
+        // Not traced after all: the fork alone.
+        return make_child();
     };
     let parent = region::process();
     let child_process = header.next_process.fetch_add(1, Ordering::AcqRel);
@@ -78,8 +103,8 @@ pub fn fork(gate: &Gated) -> pid_t {
     slot.process.store(child_process, Ordering::Relaxed);
     handoff::claim(slot);
     let stack_top = gate::stack_top();
-    // SAFETY: fork has no preconditions; the child continues below.
-    let pid = unsafe { real::fork() };
+    // The child continues below.
+    let pid = make_child();
     match pid {
         0 => {
             region::set_process(child_process);

@@ -172,12 +172,17 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
         libc::SYS_wait4 | libc::SYS_waitid => crate::process::wait(gate, nr, a),
         libc::SYS_read | libc::SYS_readv => crate::hooks::net::trapped_read(gate, nr, a).unwrap_or_else(|| passthrough(nr, a)),
         libc::SYS_tgkill => crate::hooks::signal::trapped_tgkill(gate, a),
+        // glibc's fork called inside libc (`daemon`, `forkpty`), or a raw fork.
+        libc::SYS_fork | libc::SYS_vfork => crate::process::trapped_fork(gate, nr, a),
+        libc::SYS_clone if crate::process::clone_forks(&a) => crate::process::trapped_fork(gate, nr, a),
         libc::SYS_write | libc::SYS_writev => crate::hooks::net::trapped_write(gate, nr, a).unwrap_or_else(|| passthrough(nr, a)),
         libc::SYS_sendfile | libc::SYS_splice | libc::SYS_tee => {
             dara_abi::transfer::TransferCall::of_syscall(nr).and_then(|call| crate::hooks::transfer::trapped(gate, call, a)).unwrap_or_else(|| passthrough(nr, a))
         }
-        // dup2/dup3 onto dara's region descriptor (see `fdguard`), pause, futex_waitv, and raw fork, vfork or clone without CLONE_THREAD (glibc's fork()
-        // goes through the `fork` hook, whose own clone reaches `ungated`).
+        // dup2/dup3 onto dara's region descriptor (see `fdguard`), pause, futex_waitv, and a
+        // clone without CLONE_THREAD on a stack of its own or sharing memory (posix_spawn's,
+        // which dara runs itself when the program calls it; glibc's fork() goes through the
+        // `fork` hook, whose own clone reaches `ungated`).
         _ => unsupported(gate, nr, a),
     }
 }

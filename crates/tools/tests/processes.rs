@@ -34,6 +34,32 @@ fn trace_search(out: &Path, strategy: &str, seed: u64, runs: u64, command: &[&st
     dara_trace(&args, Duration::from_secs(300))
 }
 
+/// Processes made past the `fork` symbol stay under control: `daemon(3)` (glibc's fork called
+/// inside libc) and a raw `syscall(SYS_fork)` are trapped and made as a hooked fork's are; each
+/// searched clean with its output, the last execution replays, and the same seed gives the same
+/// decisions. Before, "a raw clone/fork system call that bypasses libc's fork() is not
+/// supported" (tmux stopped so).
+#[test]
+fn a_fork_inside_libc_or_a_raw_one_stays_controlled_and_replays() {
+    let program = private_copy(&fixture("libc_internal_fork"), "libc_internal_fork");
+    let p = program.to_str().unwrap();
+    for (mode, prints) in [("daemon", "daemon child ok"), ("raw", "raw fork reaped")] {
+        let out = out_dir(&format!("libc-internal-fork-{mode}"));
+        let run = trace_search(&out, "random", 1, 10, &[p, mode]);
+        assert_eq!(run.code, 0, "{mode}: {}", run.text());
+        assert_eq!(run.stdout.matches(prints).count(), 10, "{mode}: {}", run.text());
+        let last = out.join("trace.bin");
+        let t = trace::read_file(&last).unwrap();
+        assert_eq!(t.steps.iter().filter(|s| s.choice.op.name() == "fork").count(), 1, "{mode}: the fork was a step");
+        let verify = dara_replay(&["--verify", last.to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(verify.code, 0, "{mode}: {}", verify.text());
+        let again = out_dir(&format!("libc-internal-fork-{mode}-again"));
+        assert_eq!(trace_search(&again, "random", 1, 10, &[p, mode]).code, 0, "{mode}");
+        same_decisions(&last, &again.join("trace.bin"));
+    }
+    assert_no_survivors(&program);
+}
+
 #[test]
 fn fork_exec_and_wait_stay_controlled_and_replay() {
     let program = private_copy(&fixture("proc_fork_exec"), "proc_fork_exec");

@@ -264,7 +264,7 @@ fn unsupported(thread: ThreadId, pid: u32, call: Unsupported) -> Outcome {
             let what = if flags & libc::CLONE_THREAD as u64 != 0 { "thread" } else { "process" };
             format!("a raw clone3 system call (flags {flags:#x}) would start a {what} that bypasses pthread_create and fork, which dara cannot follow; the run was stopped rather than left with an untraced {what}")
         }
-        Unsupported::Syscall { nr: 56 | 57 | 58, .. } => "a raw clone/fork system call that bypasses libc's fork() is not supported; the run was stopped rather than left with an untraced process".to_string(),
+        Unsupported::Syscall { nr: 56 | 57 | 58, .. } => "a raw clone system call that makes a process on a stack of its own or sharing memory (not a fork, nor libc's posix_spawn, which dara runs itself) is not supported; the run was stopped rather than left with an untraced process".to_string(),
         Unsupported::Syscall { nr: 33 | 292, .. } => format!("the program asked for descriptor {} ({name} onto it), which dara keeps for its shared region in every traced process; the run was stopped rather than lose the region", dara_abi::SHM_FD),
         Unsupported::StaticExec { path } => format!("{} is statically linked, so dara's preload cannot enter it; statically linked programs are not supported yet", procfs::c_string_of(pid, path.0).unwrap_or_else(|| "the program to run".into())),
         Unsupported::Syscall { args: [first, second, _], .. } => format!("{name} cannot be modelled by dara (arguments {first:#x}, {second:#x}); the run was stopped rather than left uncontrolled"),
