@@ -24,6 +24,24 @@ fn interrupts(trace_path: &Path, op: Op) -> usize {
     t.steps.iter().filter(|s| s.choice.kind == ChoiceKind::Interrupt && s.choice.op == op).count()
 }
 
+/// A recording `dara-trace ARGS` with its stdout and stderr piped and `stdin` as given, once the
+/// program printed its first line: the recording, a reader of the rest of its stdout, and that
+/// line.
+fn recording_that_said(args: &[&str], stdin: std::process::Stdio) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>, String) {
+    use std::io::BufRead;
+    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(args)
+        .stdin(stdin)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(run.stdout.take().unwrap());
+    let mut line = String::new();
+    said.read_line(&mut line).unwrap();
+    (run, said, line)
+}
+
 /// The bug of `name` is found by `random` seed 1 within `runs` executions, shows `shows`, replays,
 /// and the same seed finds it again with the same decisions.
 fn bug_found(name: &str, runs: u64, shows: &str) {
@@ -183,20 +201,10 @@ fn a_signal_ends_a_raw_futex_wait_with_eintr_unless_sa_restart_restarts_it() {
 /// (the daemon exits 1 if it ended any other way), and the recording replays.
 #[test]
 fn one_ctrl_c_ends_a_recorded_sleeping_daemon() {
-    use std::io::BufRead;
     let program = private_copy(&fixture("sig_sleep_daemon"), "sig_sleep_daemon-recorded");
     let out = out_dir("sig_sleep_daemon-recorded");
     let port = free_ports(1).to_string();
-    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_dara-trace"))
-        .args(["-q", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), "forever", &port])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = std::io::BufReader::new(daemon.stdout.take().unwrap());
-    let mut line = String::new();
-    said.read_line(&mut line).unwrap();
+    let (mut daemon, mut said, line) = recording_that_said(&["-q", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), "forever", &port], std::process::Stdio::null());
     assert_eq!(line, "daemon: sleeping\n", "the daemon reached its first nap");
     let (status, stderr) = common::real::ctrl_c(&mut daemon, Duration::from_secs(50));
     let mut rest = String::new();
@@ -247,20 +255,10 @@ fn a_signal_ends_a_blocking_send_with_eintr() {
 /// the same way (it sends the recorded signal at the same step).
 #[test]
 fn a_ctrl_c_that_ends_a_recorded_program_is_no_bug() {
-    use std::io::BufRead;
     let out = out_dir("cat-recorded");
     // The line says the program runs; cat then waits for dara-trace's stdin (input from
     // outside, which this test keeps open and never writes).
-    let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_dara-trace"))
-        .args(["-o", out.to_str().unwrap(), "--", "sh", "-c", "echo waiting; exec cat"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut said = std::io::BufReader::new(run.stdout.take().unwrap());
-    let mut line = String::new();
-    said.read_line(&mut line).unwrap();
+    let (mut run, mut said, line) = recording_that_said(&["-o", out.to_str().unwrap(), "--", "sh", "-c", "echo waiting; exec cat"], std::process::Stdio::piped());
     assert_eq!(line, "waiting\n");
     let stdin = run.stdin.take();
     let (status, stderr) = common::real::ctrl_c(&mut run, Duration::from_secs(60));
@@ -285,20 +283,10 @@ fn a_ctrl_c_that_ends_a_recorded_program_is_no_bug() {
 /// dara-trace's exit 1). The replay ends the same way.
 #[test]
 fn a_program_that_answers_a_stop_with_its_own_exit_status_is_no_bug() {
-    use std::io::BufRead;
     let script = "trap 'echo stopping; exit 20' INT TERM; echo waiting; read line";
     for (how, sig) in [("ctrl-c", libc::SIGINT), ("sigterm-straight", libc::SIGTERM)] {
         let out = out_dir(&format!("stop-exit-{how}"));
-        let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_dara-trace"))
-            .args(["-o", out.to_str().unwrap(), "--", "bash", "-c", script])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut said = std::io::BufReader::new(run.stdout.take().unwrap());
-        let mut line = String::new();
-        said.read_line(&mut line).unwrap();
+        let (mut run, mut said, line) = recording_that_said(&["-o", out.to_str().unwrap(), "--", "bash", "-c", script], std::process::Stdio::piped());
         assert_eq!(line, "waiting\n", "{how}");
         let stdin = run.stdin.take();
         let status = if sig == libc::SIGINT {
