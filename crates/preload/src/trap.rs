@@ -48,7 +48,10 @@ const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 /// and native AIO: their requests run in the kernel, where dara can neither order nor see them,
 /// and programs that use them (MariaDB's InnoDB, liburing and libaio users) fall back to the
 /// system calls dara controls (docs/limits.md, "Asynchronous I/O in the kernel").
-const TRAPPED: [c_long; 33] = [
+///
+/// `seccomp`, so that a program's own filter is refused (`hooks::sandbox`): stacked on dara's, it
+/// would judge the trap handler's own calls.
+const TRAPPED: [c_long; 34] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -82,6 +85,7 @@ const TRAPPED: [c_long; 33] = [
     libc::SYS_tee,
     libc::SYS_io_uring_setup,
     libc::SYS_io_setup,
+    libc::SYS_seccomp,
 ];
 
 /// Set once the filter is installed (the signal-mask hooks keep SIGSYS deliverable from then on).

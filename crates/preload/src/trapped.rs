@@ -45,6 +45,8 @@ pub extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_
         libc::SYS_clone3 => Some(clone3(uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64, args)),
         // Kernel-side asynchronous I/O (see `trap::TRAPPED`).
         libc::SYS_io_uring_setup | libc::SYS_io_setup => Some(-(libc::ENOSYS as i64)),
+        // A program's own seccomp filter (see `hooks::sandbox`).
+        libc::SYS_seccomp => Some(crate::hooks::sandbox::trapped_seccomp(args)),
         // SAFETY: a stop-the-world clone of the sanitizer runtime, on the stack it prepared.
         libc::SYS_clone if stop_world::is_helper_clone(&args) => Some(unsafe { stop_world::start(uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64, args) }),
         // The world is stopped (by the starting thread or the helper, which shares its TLS).

@@ -90,6 +90,24 @@ fn launchers_that_close_inherited_descriptors_stay_under_control() {
     assert_no_survivors(&program);
 }
 
+/// A program that sandboxes itself with a seccomp filter (as sshd's pre-authentication child
+/// does), by `prctl` and by the `seccomp` system call: refused with EINVAL as on a kernel without
+/// seccomp filters, so it goes on without its sandbox under control, clean, and replays. Before,
+/// the kernel killed it at its first trapped call and dara blamed a blocked SIGSYS.
+#[test]
+fn a_program_s_own_seccomp_sandbox_is_refused_and_it_goes_on_under_control() {
+    let program = private_copy(&fixture("own_seccomp"), "own_seccomp");
+    for how in ["prctl", "syscall"] {
+        let out = out_dir(&format!("own-seccomp-{how}"));
+        let run = search_command(&out, 1, 3, &[program.to_str().unwrap(), how]);
+        assert_eq!(run.code, 0, "{how}: {}", run.text());
+        assert_eq!(run.stdout.matches("sandbox refused: Invalid argument").count(), 3, "{how}: {}", run.text());
+        let verify = dara_replay(&["--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+        assert_eq!(verify.code, 0, "{how}: {}", verify.text());
+    }
+    assert_no_survivors(&program);
+}
+
 #[test]
 fn a_raw_clone3_stops_the_run_with_a_clear_message() {
     let program = private_copy(&fixture("raw_clone3"), "raw_clone3");

@@ -28,6 +28,7 @@ pub mod poll;
 pub mod popen;
 pub mod process;
 pub mod random;
+pub mod sandbox;
 pub mod sem;
 pub mod signal;
 pub mod sigwait;
