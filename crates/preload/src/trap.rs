@@ -44,11 +44,14 @@ const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 /// `sendfile`, `splice` and `tee`, so that a raw one on a socket or pipe is a receive and a send
 /// as the hooked wrapper's is ([`crate::hooks::transfer`]).
 ///
+/// `sendmmsg` and `recvmmsg`, so that a raw batch (libuv 1.44 makes them with `syscall(2)`) is a
+/// send or receive per message as the hooked wrapper's is ([`crate::hooks::mmsg`]).
+///
 /// `io_uring_setup` and `io_setup`, refused with ENOSYS as by a kernel built without io_uring
 /// and native AIO: their requests run in the kernel, where dara can neither order nor see them,
 /// and programs that use them (MariaDB's InnoDB, liburing and libaio users) fall back to the
 /// system calls dara controls (docs/limits.md, "Asynchronous I/O in the kernel").
-const TRAPPED: [c_long; 33] = [
+const TRAPPED: [c_long; 35] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -80,6 +83,8 @@ const TRAPPED: [c_long; 33] = [
     libc::SYS_sendfile,
     libc::SYS_splice,
     libc::SYS_tee,
+    libc::SYS_sendmmsg,
+    libc::SYS_recvmmsg,
     libc::SYS_io_uring_setup,
     libc::SYS_io_setup,
 ];
