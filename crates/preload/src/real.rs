@@ -206,8 +206,6 @@ real_functions! {
     fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t;
     fn sendto(fd: c_int, buf: *const c_void, len: size_t, flags: c_int, addr: *const libc::sockaddr, alen: libc::socklen_t) -> ssize_t;
     fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t;
-    fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int) -> c_int;
-    fn recvmmsg(fd: c_int, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut timespec) -> c_int;
     fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t;
     fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t;
     fn shutdown(fd: c_int, how: c_int) -> c_int;

@@ -44,6 +44,9 @@ const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 /// `sendfile`, `splice` and `tee`, so that a raw one on a socket or pipe is a receive and a send
 /// as the hooked wrapper's is ([`crate::hooks::transfer`]).
 ///
+/// `sendmmsg` and `recvmmsg`, so that a raw batch (libuv 1.44 makes them with `syscall(2)`) is a
+/// send or receive per message as the hooked wrapper's is ([`crate::hooks::mmsg`]).
+///
 /// `io_uring_setup` and `io_setup`, refused with ENOSYS as by a kernel built without io_uring
 /// and native AIO: their requests run in the kernel, where dara can neither order nor see them,
 /// and programs that use them (MariaDB's InnoDB, liburing and libaio users) fall back to the
@@ -51,7 +54,7 @@ const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 ///
 /// `seccomp`, so that a program's own filter is refused (`hooks::sandbox`): stacked on dara's, it
 /// would judge the trap handler's own calls.
-const TRAPPED: [c_long; 34] = [
+const TRAPPED: [c_long; 36] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -83,6 +86,8 @@ const TRAPPED: [c_long; 34] = [
     libc::SYS_sendfile,
     libc::SYS_splice,
     libc::SYS_tee,
+    libc::SYS_sendmmsg,
+    libc::SYS_recvmmsg,
     libc::SYS_io_uring_setup,
     libc::SYS_io_setup,
     libc::SYS_seccomp,

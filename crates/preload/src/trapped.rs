@@ -4,11 +4,12 @@
 //! restores, `close` and `close_range` of dara's descriptors, `clone3`, `io_uring_setup` and `io_setup`, the sanitizer's
 //! stop-the-world clone); the rest are emulated: as scheduling points for a gated thread (futex
 //! waits and wakes, sleeps, clocks, `execve`, `wait4`, reads and writes of descriptors 0 and 1,
-//! `tgkill`, `sendfile`/`splice`/`tee` on a socket or pipe), as posts answered at once (the `timerfd` calls), for real otherwise. A call dara
+//! `tgkill`, `sendfile`/`splice`/`tee` on a socket or pipe, `sendmmsg`/`recvmmsg` a message at a time), as posts answered at once (the `timerfd` calls), for real otherwise. A call dara
 //! cannot honour is posted as `Unsupported` and the scheduler ends the execution ("fail closed").
 //!
 //! The handler runs in signal context on the trapping thread: it uses only raw syscalls through
-//! the trampoline, thread-local `Cell`s and atomics. A thread without a slot, or one already
+//! the trampoline (and, for the messages of a batch, libc's `sendmsg` and `recvmsg`, which are
+//! async-signal-safe system calls the trap lets through), thread-local `Cell`s and atomics. A thread without a slot, or one already
 //! inside the preload, gets the real syscall. The vDSO thunks ([`crate::vdso`]) answer through
 //! [`emulate`] too, outside any signal handler.
 use dara_abi::{Addr, Deadline, FutexMatch, Request, Unsupported, NO_DEADLINE};
@@ -181,6 +182,8 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
         libc::SYS_sendfile | libc::SYS_splice | libc::SYS_tee => {
             dara_abi::transfer::TransferCall::of_syscall(nr).and_then(|call| crate::hooks::transfer::trapped(gate, call, a)).unwrap_or_else(|| passthrough(nr, a))
         }
+        libc::SYS_sendmmsg => crate::hooks::mmsg::trapped_send(gate, a),
+        libc::SYS_recvmmsg => crate::hooks::mmsg::trapped_receive(gate, a),
         // dup2/dup3 onto dara's region descriptor (see `fdguard`), pause, futex_waitv, and a
         // clone without CLONE_THREAD on a stack of its own or sharing memory (posix_spawn's,
         // which dara runs itself when the program calls it; glibc's fork() goes through the

@@ -541,15 +541,29 @@ pub unsafe extern "C" fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flag
 
 #[no_mangle]
 pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
-    let gate = match Gated::enter() {
-        Some(g) if is_net(fd) => g,
+    match Gated::enter() {
+        // SAFETY: the program's own arguments.
+        Some(gate) => unsafe { receive_message(&gate, fd, msg, flags) },
         // SAFETY: the program's own arguments, forwarded unchanged.
-        _ => return unsafe { real::recvmsg(fd, msg, flags) },
-    };
+        None => unsafe { real::recvmsg(fd, msg, flags) },
+    }
+}
+
+/// `recvmsg` on a gated thread (the hook's, and each message of a `recvmmsg` batch's, hooked or
+/// trapped): a receive when `fd` is a socket or pipe, the real call otherwise. Sets errno as
+/// `recvmsg` does.
+///
+/// # Safety
+/// `recvmsg`'s contract: `msg` is null or a valid `msghdr` whose buffers may be written.
+pub unsafe fn receive_message(gate: &Gated, fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
+    if !is_net(fd) {
+        // SAFETY: the caller's arguments, forwarded unchanged.
+        return unsafe { real::recvmsg(fd, msg, flags) };
+    }
     // SAFETY: the caller's msghdr is valid for the call.
     let (len, room) = unsafe { msg.as_ref().map_or((0, 0), |m| (iov_total(m.msg_iov, m.msg_iovlen as c_int), m.msg_namelen)) };
     // SAFETY: as for `recv`.
-    let r = receive(&gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut |_| unsafe { real::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) });
+    let r = receive(gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut |_| unsafe { real::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) });
     if r >= 0 && !msg.is_null() {
         // SAFETY: a successful recvmsg filled the caller's name buffer of `room` bytes.
         unsafe { super::outside::show_relayed_peer((*msg).msg_name.cast(), &mut (*msg).msg_namelen, room, true) };
@@ -684,11 +698,25 @@ pub unsafe extern "C" fn sendto(fd: c_int, buf: *const c_void, len: size_t, flag
 
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
-    let gate = match Gated::enter() {
-        Some(g) if is_net(fd) => g,
+    match Gated::enter() {
+        // SAFETY: the program's own arguments.
+        Some(gate) => unsafe { send_message(&gate, fd, msg, flags) },
         // SAFETY: the program's own arguments, forwarded unchanged.
-        _ => return unsafe { real::sendmsg(fd, msg, flags) },
-    };
+        None => unsafe { real::sendmsg(fd, msg, flags) },
+    }
+}
+
+/// `sendmsg` on a gated thread (the hook's, and each message of a `sendmmsg` batch's, hooked or
+/// trapped): a send when `fd` is a socket or pipe, the real call otherwise. Sets errno as
+/// `sendmsg` does.
+///
+/// # Safety
+/// `sendmsg`'s contract: `msg` is null or a valid `msghdr` whose buffers may be read.
+pub unsafe fn send_message(gate: &Gated, fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
+    if !is_net(fd) {
+        // SAFETY: the caller's arguments, forwarded unchanged.
+        return unsafe { real::sendmsg(fd, msg, flags) };
+    }
     // A datagram to a client dara relays for goes to dara's socket that stands for it: the same
     // message with the address replaced.
     // SAFETY: the caller's msghdr (and its name of `msg_namelen` bytes) is valid for the call.
@@ -710,7 +738,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
     let mut cut = copy;
     // SAFETY: the program's own arguments (or the copy, naming its buffers or a prefix of one);
     // MSG_DONTWAIT only makes the call non-blocking.
-    transmit_vector(&gate, fd, iov, n, flags & libc::MSG_DONTWAIT != 0, port, &mut |v, k| unsafe {
+    transmit_vector(gate, fd, iov, n, flags & libc::MSG_DONTWAIT != 0, port, &mut |v, k| unsafe {
         match cut.as_mut() {
             Some(m) if v != iov => {
                 m.msg_iov = v.cast_mut();
