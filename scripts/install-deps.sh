@@ -27,14 +27,15 @@
 # compiles its VCL with cc, installed above), all three in crates/tools/tests/real_servers.rs, and
 # erlang-base (the BEAM VM, erl and erlc: tests/fixtures/erlang/workers.erl, real_programs.rs),
 # and MariaDB 10.11 (mariadb-server: mariadbd and mariadb-install-db; mariadb-client: the
-# mariadb client; crates/tools/tests/mariadb.rs).
+# mariadb client; crates/tools/tests/mariadb.rs), and OpenSSH's server and client (sshd, ssh,
+# scp, ssh-keygen: tests/fixtures/scripts/sshd_test.sh, crates/tools/tests/sshd.rs).
 # postgres refuses to run as root: the tests run it as the unprivileged user `nobody` (runuser,
 # from util-linux).
 #
 # The redis, memcached, nginx, mosquitto, lighttpd, haproxy, etcd, apache2, unbound, varnish,
-# erlang-base and mariadb-server packages would start a system service (on ports 6379, 11211, 80,
-# 1883, 2379, 53, 6081 with varnish's log reader varnishncsa beside it, epmd's 4369,
-# socket-activated, and 3306) where
+# erlang-base, mariadb-server and openssh-server packages would start a system service (on ports
+# 6379, 11211, 80, 1883, 2379, 53, 6081 with varnish's log reader varnishncsa beside it, epmd's
+# 4369, socket-activated, 3306 and 22; ssh's is never stopped, see below) where
 # the init system lets them (Debian's postinst runs invoke-rc.d / deb-systemd-invoke). The tests
 # start their own servers on free ports and want no other on the machine, so while installing them
 # a policy-rc.d that denies every start is put in place (unless one is there already: container
@@ -95,6 +96,9 @@ command -v varnishd >/dev/null 2>&1 || [ -x /usr/sbin/varnishd ] || services+=(v
 # MariaDB 10.11 (tests/fixtures/scripts/mariadb_test.sh).
 { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } || services+=(mariadb-server)
 command -v mariadb >/dev/null 2>&1 || need+=(mariadb-client)
+# OpenSSH (tests/fixtures/scripts/sshd_test.sh).
+[ -x /usr/sbin/sshd ] || services+=(openssh-server)
+{ command -v ssh >/dev/null 2>&1 && command -v ssh-keygen >/dev/null 2>&1 && command -v scp >/dev/null 2>&1; } || need+=(openssh-client)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v hugo >/dev/null 2>&1 || need+=(hugo)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
@@ -160,6 +164,8 @@ if [ ${#need[@]} -gt 0 ]; then
         no_service varnishncsa /run/varnishncsa/varnishncsa.pid none
         no_service epmd /run/epmd.pid 4369
         no_service mariadb /run/mysqld/mysqld.pid 3306
+        # ssh's service is left alone: the machine may be reached through it. (Installed here, it
+        # does not start: policy-rc.d denies it; the test's sshd listens on a port of its own.)
         # epmd starts on the first connection to its socket unit: that unit goes too.
         if command -v systemctl >/dev/null 2>&1; then systemctl disable epmd.socket >/dev/null 2>&1 || true; fi
         if [ -d /run/systemd/system ]; then systemctl stop epmd.socket >/dev/null 2>&1 || true; fi

@@ -417,8 +417,9 @@ fn raw_clone_is_reported_unsupported_and_shutdown_ends_the_process() {
     let Request::Unsupported(Unsupported::Syscall { nr, args: [flags, ..] }) = last.request else {
         panic!("the last post is no unsupported syscall: {:?}", last.request)
     };
-    assert_eq!(nr, libc::SYS_clone as u64, "a clone without CLONE_THREAD that bypasses the fork hook");
+    assert_eq!(nr, libc::SYS_clone as u64, "a clone without CLONE_THREAD that shares memory on a stack of its own");
     assert_eq!(flags & libc::CLONE_THREAD as u64, 0);
+    assert_ne!(flags & libc::CLONE_VM as u64, 0);
     std::fs::remove_file(&target).ok();
 }
 
