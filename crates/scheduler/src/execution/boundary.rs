@@ -304,9 +304,10 @@ impl<S: Side> World for Boundary<S> {
     }
 
     /// A replay that ended before the recording's outside events were all used diverged, unless
-    /// it ended where the recording was stopped.
+    /// it ended where the recording was stopped, or was stopped as uncontrolled: that says why
+    /// (a delivery that did not settle, say), and the events left over only follow from it.
     fn finish(&mut self, steps: u64, outcome: &mut Outcome, stopped_as_recorded: bool) -> WorldReport {
-        if !matches!(outcome, Outcome::Diverged { .. }) && !stopped_as_recorded {
+        if !matches!(outcome, Outcome::Diverged { .. } | Outcome::Uncontrolled { .. }) && !stopped_as_recorded {
             if let Some((step, expected, seen)) = self.relay.finish(steps) {
                 *outcome = Outcome::Diverged { step, expected, seen };
             }

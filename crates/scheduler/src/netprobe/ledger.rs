@@ -147,13 +147,26 @@ pub(super) const FIN_NOT_SEEN: [u8; 3] = [1 /* ESTABLISHED */, 4 /* FIN_WAIT1 */
 /// back are pushed out first: every byte written counts, not only those the kernel transmitted.
 /// One `TCP_INFO` read when everything is acknowledged.
 pub(super) fn sent_bytes_arrived(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, with_fin: bool, own: OwnReceived) -> bool {
-    arrival(fd, addrs, diag, with_fin, own).is_some()
+    arrival(fd, addrs, diag, with_fin, Unsent::WaitsForTheReader, own).is_some()
+}
+
+/// What a settle makes of bytes the sender holds because the peer's window has no room for
+/// them (not those it holds back while there is room: see [`TcpSnapshot::holds_back`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Unsent {
+    /// They wait for the peer's reader, whose next receive opens the window: a traced sender's
+    /// bytes, which the reader's receive grants wait for (docs/networking.md).
+    WaitsForTheReader,
+    /// Nothing is settled until they are in the peer's queue too: dara's relay delivering to the
+    /// program, which takes them without a step (a coarse receive) as soon as they show, so bytes
+    /// left behind the window would land while the program runs, when its reads open it.
+    MustArrive,
 }
 
 /// [`sent_bytes_arrived`], and if so the room the peer's window had for more bytes as the last
 /// `TCP_INFO` read saw it (0 when the kernel did not say): a lower bound while nobody but the
 /// peer's reader touches the connection, since reading only opens the window.
-pub(super) fn arrival(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, with_fin: bool, own: OwnReceived) -> Option<usize> {
+pub(super) fn arrival(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, with_fin: bool, unsent: Unsent, own: OwnReceived) -> Option<usize> {
     let Some(mut t) = TcpSnapshot::of(fd) else { return Some(0) };
     if t.holds_back() {
         push_held(fd);
@@ -167,6 +180,12 @@ pub(super) fn arrival(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&So
     }
     if t.holds_back() {
         return None; // the congestion window: the peer's next ACK sends them
+    }
+    if unsent == Unsent::MustArrive && t.not_sent > 0 {
+        // Behind the peer's window as this socket last heard of it: the peer's ACK of what is
+        // in flight (or, with nothing in flight, the kernel's window probe) brings the room its
+        // free buffer has.
+        return None;
     }
     let (local, remote) = addrs.or_else(|| addresses(fd))?;
     if let (false, Some(received)) = (fin, own(remote.port(), local.port())) {
@@ -189,20 +208,28 @@ pub(super) fn own_received_all((local, peer, sent): (u16, u16, u64), own: OwnRec
     Ok(sent != u64::MAX && own(peer, local).is_some_and(|received| received >= sent))
 }
 
-/// Waits until everything sent on dara's relay socket `fd` (addresses `addrs`; bytes and a FIN)
-/// is in the program's receive queue, or the connection is over; bounded by [`SETTLE_LIMIT`]
-/// from `started`. Returns the room the program's receive window then had for more (see
-/// [`arrival`]; 0 when unknown).
+/// Waits until everything written to dara's relay socket `fd` (addresses `addrs`; bytes and a
+/// FIN), sent or still held behind the program's window, is in the program's receive queue, or
+/// the connection is over; bounded by [`SETTLE_LIMIT`] from `started`. Returns the room the
+/// program's receive window then had for more (see [`arrival`]; 0 when unknown).
 pub(crate) fn wait_acknowledged(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>, started: Instant) -> Result<usize, ProbeError> {
     loop {
-        if let Some(room) = arrival(fd, addrs, diag, true, &|_, _| None) {
+        if let Some(room) = arrival(fd, addrs, diag, true, Unsent::MustArrive, &|_, _| None) {
             return Ok(room);
         }
         if started.elapsed() > SETTLE_LIMIT {
-            return Err(ProbeError(format!("bytes dara relayed from an outside peer were not acknowledged by the program's socket within {} ms; the run was stopped", SETTLE_LIMIT.as_millis())));
+            return Err(ProbeError(format!("bytes dara relayed from an outside peer did not all reach the program's receive queue within {} ms (its receive buffer has no room for them: a recording made by dara before 2026-11-30 may hand over more at once than a replay's buffer takes; record it again); the run was stopped", SETTLE_LIMIT.as_millis())));
         }
         std::thread::yield_now();
     }
+}
+
+/// The receiving side of the peer of dara's relay socket `fd` (addresses `addrs`, looked up when
+/// not given), the program's end: what it holds unread and its buffer; None when the kernel does
+/// not say (no sock_diag, or the connection is gone).
+pub(crate) fn peer_receiving(fd: &OwnedFd, addrs: Option<AddressPair>, diag: Option<&SockDiag>) -> Option<crate::sockdiag::Receiving> {
+    let (local, remote) = addrs.or_else(|| addresses(fd))?;
+    diag?.receiving(remote, local).filter(|peer| peer.state != TCP_LISTEN)
 }
 
 #[cfg(test)]
@@ -279,6 +306,35 @@ mod tests {
         assert!(snapshot(4, 0, 4, 65_000).holds_back(), "a small write behind an unacknowledged one: Nagle");
         assert!(snapshot(0, 0, 100_000, 65_000).holds_back(), "room for a whole segment");
         assert!(!TcpSnapshot { window: None, ..snapshot(0, 0, 100, 0) }.holds_back(), "the kernel did not say");
+    }
+
+    /// What the relay asks of the program's end before a delivery (sock_diag): the bytes it holds
+    /// unread, and its buffer, here one the program made smaller (the kernel doubles `SO_RCVBUF`).
+    #[test]
+    fn the_peer_s_unread_bytes_and_buffer_are_known() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let receiver = nix::sys::socket::socket(nix::sys::socket::AddressFamily::Inet, nix::sys::socket::SockType::Stream, nix::sys::socket::SockFlag::empty(), None).unwrap();
+        nix::sys::socket::setsockopt(&receiver, nix::sys::socket::sockopt::RcvBuf, &16_384).unwrap();
+        nix::sys::socket::connect(receiver.as_raw_fd(), &nix::sys::socket::SockaddrIn::from(match listener.local_addr().unwrap() {
+            std::net::SocketAddr::V4(a) => a,
+            _ => unreachable!(),
+        }))
+        .unwrap();
+        let mut sender = listener.accept().unwrap().0;
+        let fd = OwnedFd::from(sender.try_clone().unwrap());
+        let Some(diag) = SockDiag::open() else { return };
+        sender.write_all(&[1u8; 1000]).unwrap();
+        let started = Instant::now();
+        while inq(&receiver) < 1000 {
+            assert!(started.elapsed() < SETTLE_LIMIT, "1000 bytes never reached the peer");
+            std::thread::yield_now();
+        }
+        let peer = peer_receiving(&fd, addresses(&fd), Some(&diag)).expect("the peer's end is known");
+        assert_eq!((peer.queued, peer.buffer), (1000, Some(32_768)));
+        let mut read = [0u8; 1000];
+        // SAFETY: reads at most 1000 bytes into a live buffer.
+        assert_eq!(unsafe { libc::recv(receiver.as_raw_fd(), read.as_mut_ptr().cast(), read.len(), 0) }, 1000);
+        assert_eq!(peer_receiving(&fd, addresses(&fd), Some(&diag)).map(|p| p.queued), Some(0));
     }
 
     /// Bytes sent to a peer that already closed are never acknowledged (the queues stay apart)

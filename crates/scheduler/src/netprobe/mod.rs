@@ -110,7 +110,7 @@ use ledger::*;
 use sockets::*;
 pub use ledger::OwnReceived;
 pub(crate) use identity::AddressPair;
-pub(crate) use ledger::{wait_acknowledged, wait_queued};
+pub(crate) use ledger::{peer_receiving, wait_acknowledged, wait_queued};
 pub(crate) use sockets::{accept_queue, accept_without_data, addresses, backlog_full, bytes_received, reset, same_file, send_window, socket_address};
 
 

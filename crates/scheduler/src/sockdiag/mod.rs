@@ -19,6 +19,10 @@ const NETLINK_SOCK_DIAG: libc::c_int = 4;
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 /// `INET_DIAG_INFO`: the attribute carrying `struct tcp_info`, and its request bit.
 const INET_DIAG_INFO: u16 = 2;
+/// `INET_DIAG_SKMEMINFO`: the attribute carrying the socket's memory counters (`SK_MEMINFO_*`, u32
+/// each), of which dara reads the receive buffer's size.
+const INET_DIAG_SKMEMINFO: u16 = 7;
+const SK_MEMINFO_RCVBUF: usize = 1;
 const NLMSG_ERROR: u16 = 2;
 /// Offsets of the fields dara reads in `struct tcp_info` (from `getsockopt(TCP_INFO)` or a
 /// sock_diag answer; checked against the C headers of Linux 6).
@@ -52,6 +56,8 @@ pub struct Receiving {
     pub received: u64,
     /// Received and not read yet.
     pub queued: u64,
+    /// The socket's receive buffer (`sk_rcvbuf`, twice what `SO_RCVBUF` set), if the kernel said.
+    pub buffer: Option<u32>,
 }
 
 impl Receiving {
@@ -128,7 +134,7 @@ impl SockDiag {
         };
         let request = Request {
             header: NlMsgHdr { len: std::mem::size_of::<Request>() as u32, kind: SOCK_DIAG_BY_FAMILY, flags: libc::NLM_F_REQUEST as u16, seq: 1, pid: 0 },
-            body: InetDiagReqV2 { family: family as u8, protocol: libc::IPPROTO_TCP as u8, ext: 1 << (INET_DIAG_INFO - 1), pad: 0, states: u32::MAX, id },
+            body: InetDiagReqV2 { family: family as u8, protocol: libc::IPPROTO_TCP as u8, ext: (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_SKMEMINFO - 1)), pad: 0, states: u32::MAX, id },
         };
         // SAFETY: sends the bytes of a live, fully initialised repr(C) value.
         let sent = unsafe { libc::send(self.fd.as_raw_fd(), (&request as *const Request).cast(), std::mem::size_of::<Request>(), 0) };
@@ -146,20 +152,25 @@ impl SockDiag {
         let message = std::mem::size_of::<NlMsgHdr>();
         let queued = u64::from(u32::from_ne_bytes(answer.get(message + DIAG_RQUEUE..message + DIAG_RQUEUE + 4)?.try_into().ok()?));
         let mut at = message + DIAG_MSG_LEN;
+        let (mut info, mut buffer) = (None, None);
         while at + 4 <= answer.len() {
             let len = u16::from_ne_bytes(answer[at..at + 2].try_into().ok()?) as usize;
             let kind = u16::from_ne_bytes(answer[at + 2..at + 4].try_into().ok()?);
             if len < 4 {
                 return None;
             }
+            let payload = answer.get(at + 4..at + len)?;
             if kind == INET_DIAG_INFO {
-                let info = answer.get(at + 4..at + len)?;
-                let state = *info.first()?;
-                let received = u64::from_ne_bytes(info.get(tcpi::BYTES_RECEIVED..tcpi::BYTES_RECEIVED + 8)?.try_into().ok()?);
-                return Some(Receiving { state, received, queued });
+                let state = *payload.first()?;
+                let received = u64::from_ne_bytes(payload.get(tcpi::BYTES_RECEIVED..tcpi::BYTES_RECEIVED + 8)?.try_into().ok()?);
+                info = Some((state, received));
+            } else if kind == INET_DIAG_SKMEMINFO {
+                let at = SK_MEMINFO_RCVBUF * 4;
+                buffer = payload.get(at..at + 4).and_then(|b| b.try_into().ok()).map(u32::from_ne_bytes);
             }
             at += (len + 3) & !3;
         }
-        None
+        let (state, received) = info?;
+        Some(Receiving { state, received, queued, buffer })
     }
 }

@@ -36,6 +36,9 @@ use crate::sockdiag::SockDiag;
 pub(super) const INBOUND_BUFFER: usize = 256 * 1024;
 /// Bytes read in one call.
 pub(super) const CHUNK: usize = 64 * 1024;
+/// Most bytes one delivery from outside hands the program (see `streams::delivery_bound`): an
+/// eighth of the receive buffer Linux gives a TCP socket by default (`tcp_rmem`, 131,072 bytes).
+pub(super) const DELIVERY_MOST: usize = 16 * 1024;
 /// Most steps the program's output to outside clients is held back while the program keeps
 /// sending (see [`Relay::pump`]), and most bytes held.
 const HOLD_STEPS: u64 = 64;

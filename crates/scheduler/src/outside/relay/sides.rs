@@ -235,15 +235,18 @@ impl Side for Replayer {
         })
     }
 
+    /// The third part reads after "the run offered" (`DIVERGED at step 59: the trace expected
+    /// the program to close its side (...); the run offered nothing more: it ended after 59 steps
+    /// without sending it`).
     fn unused(&self, steps: u64) -> Option<(u64, String, String)> {
         let e = self.outputs.front().or_else(|| self.inputs.front()).or_else(|| self.signals.front()).or_else(|| self.grant_signals.front()).or_else(|| self.dials.front()).or_else(|| self.lookups.front())?;
         let what = match e.what {
-            OutsideWhat::Dial { .. } => "did not connect",
-            OutsideWhat::NameLookup { .. } => "did not look the name up",
-            _ if e.what.is_output() => "did not send it",
-            _ => "ended before it was delivered",
+            OutsideWhat::Dial { .. } => "without connecting",
+            OutsideWhat::NameLookup { .. } => "without looking the name up",
+            _ if e.what.is_output() => "without sending it",
+            _ => "before it was delivered",
         };
-        Some((e.step.min(steps), describe_event(e), format!("the run {what}")))
+        Some((e.step.min(steps), describe_event(e), format!("nothing more: it ended after {steps} steps {what}")))
     }
 }
 

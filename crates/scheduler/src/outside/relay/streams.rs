@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Instant;
 
-use super::{set_nonblocking, token, Relay, RelayError, Relayed, Side, CHUNK, INBOUND_BUFFER, TAG_INNER, TAG_OUTER};
+use super::{set_nonblocking, token, Relay, RelayError, Relayed, Side, CHUNK, DELIVERY_MOST, INBOUND_BUFFER, TAG_INNER, TAG_OUTER};
 use crate::netprobe::{self, NetProbe};
 use crate::outside::{OutsideEvent, OutsideWhat};
 use crate::sockdiag::SockDiag;
@@ -95,13 +95,19 @@ impl<S: Side> Relay<S> {
         Ok(())
     }
 
-    /// Writes what the stream holds for the program (as much as its receive window takes), settles
-    /// it, and records it; then, once the client's EOF is all that is left, tells the program.
+    /// Writes what the stream holds for the program (at most what [`delivery_bound`] allows),
+    /// settles it, and records it; then, once the client's EOF is all that is left, tells the
+    /// program.
     pub(super) fn to_program(&mut self, step: u64, index: usize) -> Result<(), RelayError> {
         let s = &mut self.streams[index];
         let Some(inner) = &s.inner else { return Ok(()) };
         if !s.to_inner.is_empty() && !s.inner_eof {
-            let n = deliver(inner, s.inner_addrs, &s.to_inner, Some(&mut s.room), self.diag.as_ref())?;
+            let most = delivery_bound(inner, s.inner_addrs, s.to_inner.len(), self.diag.as_ref());
+            // A recorded delivery may be less (the window's room as dara's socket last heard of
+            // it: the replay hands over what was recorded); a traced client's is not recorded, so
+            // it is all of `most` in every run.
+            let room = if s.recorded { Some(&mut s.room) } else { None };
+            let n = if most == 0 { 0 } else { deliver(inner, s.inner_addrs, &s.to_inner[..most], room, self.diag.as_ref())? };
             if n > 0 {
                 self.changed = true;
                 let data: Vec<u8> = s.to_inner.drain(..n).collect();
@@ -323,6 +329,36 @@ pub(super) fn read_some(fd: &OwnedFd, out: &mut Vec<u8>, max: usize) -> Read {
         Some(libc::ECONNRESET) => Read::Reset,
         _ => Read::End,
     }
+}
+
+/// How many of the `waiting` bytes for the program may go in the next delivery on dara's socket
+/// `fd`: none while the program's socket holds bytes it has not read, else at most
+/// [`DELIVERY_MOST`] and an eighth of its receive buffer.
+///
+/// Why: the program receives without a step (coarse steps, `preload/src/unposted.rs`) whatever
+/// its socket holds, so what a delivery hands over must be in its queue, all of it, before it
+/// runs, in the recording and in the replay alike, and the replay hands over exactly the
+/// recorded bytes at their step. How much a receive window takes is no function of what the
+/// program did: Linux grows the buffer with the pace of its reads, in real time, and sizes the
+/// window from the buffer's memory, which counts the kernel's own overhead per segment. So a
+/// recording that handed over what its window took (up to
+/// [`INBOUND_BUFFER`](super::INBOUND_BUFFER) at a time, megabytes unread) made deliveries the
+/// replay's window had no room for: the rest waited in dara's socket, the settle took the
+/// delivery as done, and the bytes reached the program while it ran, when its reads opened the
+/// window (curl's 3 MB download replayed other steps in 5 of 6 recordings). Nor is a window with
+/// bytes queued safe: aria2c's socket, 16 KiB unread, had room for 14 KiB more in a replay and
+/// for 16 KiB in its recording. An empty socket is another matter: it took half its buffer or
+/// more without a read in every case measured (a buffer of 8,192 bytes took 4,096; 32,768 took
+/// 30,000; a default one 128 KiB and up, whatever segments it had seen before), and its buffer
+/// never shrinks unless the program sets it (then it stays so): an eighth of it fits in every
+/// run. Without sock_diag nothing is known: as much as [`DELIVERY_MOST`].
+pub(super) fn delivery_bound(fd: &OwnedFd, addrs: Option<(SocketAddr, SocketAddr)>, waiting: usize, diag: Option<&SockDiag>) -> usize {
+    let most = match netprobe::peer_receiving(fd, addrs, diag) {
+        Some(peer) if peer.queued > 0 => return 0,
+        Some(peer) => peer.buffer.map_or(DELIVERY_MOST, |b| (b as usize / 8).clamp(1, DELIVERY_MOST)),
+        None => DELIVERY_MOST,
+    };
+    waiting.min(most)
 }
 
 /// Writes `bytes` (all of them when `room` is None, else what the peer's receive window takes
