@@ -297,41 +297,61 @@ fn a_search_that_connects_to_a_server_outside_dara_stops() {
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
-/// An outside TCP server that answers each line with "echo: LINE" (one thread per connection);
-/// counts the connections it served.
-struct EchoServer {
+/// A TCP server outside dara on a free loopback port: each connection is served by `serve` on a
+/// thread of its own; counts the connections it served.
+struct OutsideServer {
     port: u16,
     served: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     listener: std::net::TcpListener,
 }
 
-impl EchoServer {
-    fn start() -> EchoServer {
+impl OutsideServer {
+    fn start(serve: impl Fn(std::net::TcpStream) + Send + Sync + 'static) -> OutsideServer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let count = served.clone();
         let accepting = listener.try_clone().unwrap();
+        let serve = std::sync::Arc::new(serve);
         std::thread::spawn(move || {
             for conn in accepting.incoming() {
                 let Ok(conn) = conn else { return };
                 count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                std::thread::spawn(move || {
-                    let mut writer = conn.try_clone().unwrap();
-                    for line in std::io::BufRead::lines(std::io::BufReader::new(conn)) {
-                        let Ok(line) = line else { return };
-                        if writer.write_all(format!("echo: {line}\n").as_bytes()).is_err() {
-                            return;
-                        }
-                    }
-                });
+                let serve = serve.clone();
+                std::thread::spawn(move || serve(conn));
             }
         });
-        EchoServer { port, served, listener }
+        OutsideServer { port, served, listener }
+    }
+
+    /// Answers each line with "echo: LINE".
+    fn echo() -> OutsideServer {
+        OutsideServer::start(|conn| {
+            let mut writer = conn.try_clone().unwrap();
+            for line in std::io::BufRead::lines(std::io::BufReader::new(conn)) {
+                let Ok(line) = line else { return };
+                if writer.write_all(format!("echo: {line}\n").as_bytes()).is_err() {
+                    return;
+                }
+            }
+        })
+    }
+
+    /// Answers each HTTP request, whatever it asks, with `body`.
+    fn file(body: std::sync::Arc<Vec<u8>>) -> OutsideServer {
+        OutsideServer::start(move |mut conn| {
+            let mut request = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            while request.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                line.clear();
+            }
+            let header = format!("HTTP/1.0 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n", body.len());
+            let _ = conn.write_all(header.as_bytes()).and_then(|()| conn.write_all(&body));
+        })
     }
 }
 
-impl Drop for EchoServer {
+impl Drop for OutsideServer {
     /// Stops listening: the accepting thread's `accept` fails and it ends, closing the port.
     fn drop(&mut self) {
         // SAFETY: shutdown of a socket this struct owns.
@@ -356,7 +376,7 @@ fn closed_port() -> u16 {
 fn a_recording_dials_an_outside_server_and_its_replay_plays_it() {
     for (build, flags) in [("dynamic", &["-pthread"][..]), ("static", &["-static", "-pthread"][..])] {
         let program = private_copy(&fixture_with("outside_server_client", flags), &format!("outside-server-client-{build}"));
-        let server = EchoServer::start();
+        let server = OutsideServer::echo();
         let closed = closed_port();
         let out = out_dir(&format!("outside-server-client-{build}"));
         let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), &server.port.to_string(), &closed.to_string()], Duration::from_secs(120));
@@ -840,49 +860,6 @@ fn real_clients_of_servers_outside_dara_record_and_replay_without_them() {
     }
 }
 
-/// An HTTP/1.0 server outside dara that answers every request with `body` and closes: what a
-/// download from a real web server looks like to the client.
-struct FileServer {
-    port: u16,
-    served: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    listener: std::net::TcpListener,
-}
-
-impl FileServer {
-    fn start(body: std::sync::Arc<Vec<u8>>) -> FileServer {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let count = served.clone();
-        let accepting = listener.try_clone().unwrap();
-        std::thread::spawn(move || {
-            for conn in accepting.incoming() {
-                let Ok(mut conn) = conn else { return };
-                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let body = body.clone();
-                std::thread::spawn(move || {
-                    let mut request = BufReader::new(conn.try_clone().unwrap());
-                    let mut line = String::new();
-                    while request.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
-                        line.clear();
-                    }
-                    let header = format!("HTTP/1.0 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n", body.len());
-                    let _ = conn.write_all(header.as_bytes()).and_then(|()| conn.write_all(&body));
-                });
-            }
-        });
-        FileServer { port, served, listener }
-    }
-}
-
-impl Drop for FileServer {
-    /// Stops listening: the accepting thread's `accept` fails and it ends, closing the port.
-    fn drop(&mut self) {
-        // SAFETY: shutdown of a socket this struct owns.
-        unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&self.listener), libc::SHUT_RDWR) };
-    }
-}
-
 /// curl downloading two files of 4 MiB at once (`--parallel`, one thread, two connections) from
 /// a server outside dara records them intact, and every recording replays identically
 /// (`--verify`), five recordings in a row. curl receives without steps (coarse steps), so what
@@ -900,7 +877,7 @@ impl Drop for FileServer {
 fn a_download_of_megabytes_from_an_outside_server_replays_exactly() {
     let curl = installed("curl", "curl");
     let body = std::sync::Arc::new(real::big_body(4 << 20));
-    let server = FileServer::start(body.clone());
+    let server = OutsideServer::file(body.clone());
     let files = out_dir("outside-download-files");
     let (a, b) = (files.join("a.bin"), files.join("b.bin"));
     let (url_a, url_b) = (format!("http://127.0.0.1:{}/a.bin", server.port), format!("http://127.0.0.1:{}/b.bin", server.port));
