@@ -116,20 +116,7 @@ fn mariadbd_under_outside_clients_stopped_by_an_outside_sigterm_records_and_repl
 fn mariadb_test_script_searches_clean_and_replays() {
     installed("mariadbd", "mariadb-server");
     installed("mariadb-install-db", "mariadb-server");
-    let script = repo_root().join("tests/fixtures/scripts/mariadb_test.sh");
-    let dir = out_dir("mariadb-search-data");
-    let data = dir.join("d");
-    let setup = format!("rm -rf {d} && mkdir -p {d}", d = data.display());
-    let port = free_ports(1).to_string();
-    let command = [script.to_str().unwrap(), data.to_str().unwrap(), &port];
-    // A fixed wall clock: InnoDB rounds its timed waits' deadlines on the realtime clock, so two
-    // searches started at different real times (the default epoch) time out 133 ns apart.
-    let options = ["--setup", &setup, "--epoch", SEARCH_EPOCH];
-    let (last, run) = search_clean("mariadb-search", MARIADB_SEARCH_RUNS, &options, &command);
-    assert_eq!(run.stdout.matches("mariadb_test: every answer was right").count() as u64, MARIADB_SEARCH_RUNS, "{}", run.text());
+    let (last, port) = script_with_data_searched_clean_twice("mariadb", "mariadb_test.sh", MARIADB_SEARCH_RUNS, "mariadb_test: every answer was right");
     assert!(steps_with(&last, dara_abi::Op::NetAccept) >= 5, "the server accepted its clients under control");
-    replays_identically(&last);
-    let (again, _) = search_clean("mariadb-search-again", MARIADB_SEARCH_RUNS, &options, &command);
-    same_decisions(&last, &again);
-    assert!(mariadbd_processes(port.parse().unwrap()).is_empty(), "a mariadbd survived");
+    assert!(mariadbd_processes(port).is_empty(), "a mariadbd survived");
 }

@@ -19,17 +19,7 @@ fn sshd_test_script_searches_clean_and_replays() {
     installed("ssh", "openssh-client");
     installed("ssh-keygen", "openssh-client");
     assert!(std::path::Path::new("/usr/sbin/sshd").is_file(), "/usr/sbin/sshd is not installed: run scripts/install-deps.sh (as root), which installs Debian's openssh-server");
-    let script = repo_root().join("tests/fixtures/scripts/sshd_test.sh");
-    let dir = out_dir("sshd-search-data").join("d");
-    let setup = format!("rm -rf {d} && mkdir -p {d}", d = dir.display());
-    let port = free_ports(1).to_string();
-    let command = [script.to_str().unwrap(), dir.to_str().unwrap(), &port];
-    let options = ["--setup", &setup, "--epoch", SEARCH_EPOCH];
-    let (last, run) = search_clean("sshd-search", SSHD_SEARCH_RUNS, &options, &command);
-    assert_eq!(run.stdout.matches("sshd_test: every answer was right").count() as u64, SSHD_SEARCH_RUNS, "{}", run.text());
+    let (last, port) = script_with_data_searched_clean_twice("sshd", "sshd_test.sh", SSHD_SEARCH_RUNS, "sshd_test: every answer was right");
     assert!(steps_with(&last, dara_abi::Op::NetAccept) >= 4, "sshd accepted every session under control");
-    replays_identically(&last);
-    let (again, _) = search_clean("sshd-search-again", SSHD_SEARCH_RUNS, &options, &command);
-    same_decisions(&last, &again);
-    assert!(processes_with(&["sshd", &format!("sshd-search-data")]).is_empty(), "an sshd survived");
+    assert!(processes_with(&["sshd", &format!("Port {port}")]).is_empty() && processes_with(&["sshd-search-data"]).is_empty(), "an sshd survived");
 }

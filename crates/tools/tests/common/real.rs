@@ -47,6 +47,30 @@ pub fn search_clean(test: &str, runs: u64, options: &[&str], command: &[&str]) -
     (out.join("trace.bin"), run)
 }
 
+/// The test script `script` (in tests/fixtures/scripts/) given a fresh data directory and a free
+/// port (`script DIR PORT`), searched twice with `runs` executions, the same seed and a fixed wall
+/// clock, every execution printing `shows`, with `--setup` emptying the directory before each:
+/// the last trace replays identically and the second search made the same decisions. Returns
+/// that trace and the port.
+#[allow(dead_code)]
+pub fn script_with_data_searched_clean_twice(test: &str, script: &str, runs: u64, shows: &str) -> (PathBuf, u16) {
+    let script = repo_root().join("tests/fixtures/scripts").join(script);
+    let data = out_dir(&format!("{test}-search-data")).join("d");
+    let setup = format!("rm -rf {d} && mkdir -p {d}", d = data.display());
+    let port = free_ports(1);
+    let port_arg = port.to_string();
+    let command = [script.to_str().unwrap(), data.to_str().unwrap(), &port_arg];
+    // A fixed wall clock: a program that rounds its timed waits on the realtime clock (InnoDB)
+    // times out elsewhere when two searches start at different real times.
+    let options = ["--setup", &setup, "--epoch", SEARCH_EPOCH];
+    let (last, run) = search_clean(&format!("{test}-search"), runs, &options, &command);
+    assert_eq!(run.stdout.matches(shows).count() as u64, runs, "{}", run.text());
+    replays_identically(&last);
+    let (again, _) = search_clean(&format!("{test}-search-again"), runs, &options, &command);
+    same_decisions(&last, &again);
+    (last, port)
+}
+
 /// The trace replays with nobody outside, and twice more step for step alike.
 pub fn replays_identically(trace: &Path) {
     let replay = dara_replay(&["-q", "--verify", trace.to_str().unwrap()], Duration::from_secs(300));
