@@ -22,7 +22,7 @@ program="${3:-$bin/demo_ok}"
 # Executions per second of one search (dara-trace's own count and wall time).
 dara_rate() {
     rm -rf "$out/run"
-    target/release/dara-trace -o "$out/run" --runs "$runs" --pin-cpu 0 --no-minimize "$@" -- "$program" 2>/dev/null \
+    target/release/dara-trace -o "$out/run" --runs "$runs" --pin-cpu 0 --no-minimize "$@" -- "$program" 2>&1 >/dev/null \
         | sed -n -E 's/^executions +[0-9]+ in [0-9.]+ s \(([0-9.]+)\/s\).*/\1/p'
 }
 

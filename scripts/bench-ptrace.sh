@@ -26,7 +26,7 @@ cc -O1 -g -pthread -static tests/fixtures/lock_pingpong.c -o "$out/lp_static"
 # One execution of $1 under dara: "steps ms". `--closed`: one execution as a search makes it
 # (a recording, `--runs 1`, takes coarse steps: no probes, locks without points).
 steps_ms() {
-    "$trace" -o "$out/run" --closed --pin-cpu "$cpu" --max-steps 100000000 -- "$1" "$rounds" | grep '^execution 0:' | sed -E 's/.*\(([0-9]+) steps, ([0-9.]+) ms\).*/\1 \2/'
+    "$trace" -o "$out/run" --closed --pin-cpu "$cpu" --max-steps 100000000 -- "$1" "$rounds" 2>&1 >/dev/null | grep '^execution 0:' | sed -E 's/.*\(([0-9]+) steps, ([0-9.]+) ms\).*/\1 \2/'
 }
 best_dyn="" best_static=""
 for _ in $(seq "$trials"); do
@@ -52,7 +52,7 @@ for i in $(seq 10); do
     tests/fixtures/scripts/go_kv_test.sh "$out/kv_ok" "$port" $((port + 1)) >/dev/null
 done
 native_rate=$(awk "BEGIN{printf \"%.1f\", 10 / ($(date +%s.%N) - $start)}")
-dara_rate=$("$trace" -o "$out/kv" --runs 10 --pin-cpu "$cpu" -- tests/fixtures/scripts/go_kv_test.sh "$out/kv_ok" "$port" $((port + 1)) | grep -E '^executions +10 in' | sed -E 's/.*\(([0-9.]+)\/s\).*/\1/')
+dara_rate=$("$trace" -o "$out/kv" --runs 10 --pin-cpu "$cpu" -- tests/fixtures/scripts/go_kv_test.sh "$out/kv_ok" "$port" $((port + 1)) 2>&1 >/dev/null | grep -E '^executions +10 in' | sed -E 's/.*\(([0-9.]+)\/s\).*/\1/')
 kv_ratio=$(awk "BEGIN{printf \"%.2f\", $dara_rate / $native_rate}")
 
 printf '%-44s %10s %10s %12s %12s\n' "lock_pingpong $rounds rounds (best of $trials)" steps ms "us/step" "us/round"

@@ -39,7 +39,7 @@ for src in tests/fixtures/*.c tests/fixtures/*.cc tests/fixtures/*.rs; do
         total=0; worst=0; missed=0; found=0
         for seed in $(seq 1 "$seeds"); do
             rm -rf "$out/run"
-            line=$(target/release/dara-trace -q -o "$out/run" --no-minimize --runs "$runs" --strategy "$strategy" --seed "$seed" -- "$bin/$name" | grep -E '\(execution [0-9]+,' || true)
+            line=$(target/release/dara-trace -q -o "$out/run" --no-minimize --runs "$runs" --strategy "$strategy" --seed "$seed" -- "$bin/$name" 2>&1 >/dev/null | grep -E '\(execution [0-9]+,' || true)
             if [ -z "$line" ]; then missed=$((missed + 1)); continue; fi
             k=$(sed -E 's/.*\(execution ([0-9]+),.*/\1/' <<<"$line")
             n=$((k + 1)); total=$((total + n)); found=$((found + 1))
@@ -64,7 +64,7 @@ for src in tests/fixtures/*.c tests/fixtures/*.cc tests/fixtures/*.rs; do
     printf '| %s |' "$name"
     for strategy in "${systematic[@]}"; do
         rm -rf "$out/run"
-        line=$(target/release/dara-trace -q -o "$out/run" --no-minimize --runs 5000 --strategy "$strategy" -- "$bin/$name" | grep -E '\(execution [0-9]+,' || true)
+        line=$(target/release/dara-trace -q -o "$out/run" --no-minimize --runs 5000 --strategy "$strategy" -- "$bin/$name" 2>&1 >/dev/null | grep -E '\(execution [0-9]+,' || true)
         if [ -z "$line" ]; then printf ' not found |'; continue; fi
         k=$(sed -E 's/.*\(execution ([0-9]+),.*/\1/' <<<"$line")
         printf ' %s |' "$((k + 1))"

@@ -38,7 +38,7 @@ done
 best=""
 steps=0
 for _ in 1 2 3; do
-    line=$("$trace" -o "$out" --pin-cpu "$cpu" --max-steps 100000000 -- "$bin/lock_pingpong" "$iters" | grep '^execution 0:')
+    line=$("$trace" -o "$out" --pin-cpu "$cpu" --max-steps 100000000 -- "$bin/lock_pingpong" "$iters" 2>&1 >/dev/null | grep '^execution 0:')
     steps=$(sed -E 's/.*\(([0-9]+) steps, ([0-9.]+) ms\).*/\1/' <<<"$line")
     ms=$(sed -E 's/.*\(([0-9]+) steps, ([0-9.]+) ms\).*/\2/' <<<"$line")
     per=$(awk "BEGIN{printf \"%.0f\", $ms * 1e6 / $steps}")
@@ -49,11 +49,11 @@ ratio=$(awk "BEGIN{printf \"%.2f\", $best / $floor}")
 # 3. Executions per second on a small fixture (demo_ok: 3 threads, ~15 scheduling points),
 #    against fork+exec+wait of the same binary without dara.
 plain=$("$bin/spawn_loop" 300 "$bin/demo_ok" | awk '/spawn_per_sec/ {print $2}')
-dara_rate=$("$trace" -o "$out" --runs 300 --pin-cpu "$cpu" -- "$bin/demo_ok" | grep -E '^executions +300 in' | sed -E 's/.*\(([0-9.]+)\/s\).*/\1/')
+dara_rate=$("$trace" -o "$out" --runs 300 --pin-cpu "$cpu" -- "$bin/demo_ok" 2>&1 >/dev/null | grep -E '^executions +300 in' | sed -E 's/.*\(([0-9.]+)\/s\).*/\1/')
 exec_ratio=$(awk "BEGIN{printf \"%.2f\", $dara_rate / $plain}")
 
 # 4. Virtual time: ten minutes of sleeping.
-sleep_line=$("$trace" -o "$out" -- "$bin/long_sleep" | grep '^execution 0:')
+sleep_line=$("$trace" -o "$out" -- "$bin/long_sleep" 2>&1 >/dev/null | grep '^execution 0:')
 sleep_ms=$(sed -E 's/.*\(([0-9]+) steps, ([0-9.]+) ms\).*/\2/' <<<"$sleep_line")
 
 # 5. Coverage collection: the same branchy two-thread program plain, built with gcc trace-pc and
@@ -66,7 +66,7 @@ best_ms() {
     local best=""
     for _ in 1 2 3; do
         local line ms
-        line=$("$trace" -o "$out/cov-run" --pin-cpu "$cpu" -- "$@" | grep '^execution 0:')
+        line=$("$trace" -o "$out/cov-run" --pin-cpu "$cpu" -- "$@" 2>&1 >/dev/null | grep '^execution 0:')
         ms=$(sed -E 's/.*steps, ([0-9.]+) ms.*/\1/' <<<"$line")
         if [ -z "$best" ] || awk "BEGIN{exit !($ms < $best)}"; then best=$ms; fi
     done
@@ -86,7 +86,7 @@ script=tests/fixtures/scripts/counter_test_ok.sh
 start=$(date +%s.%N)
 for _ in $(seq 1 100); do "$script" "$out/counter_incr" "$out/work" >/dev/null; done
 native_rate=$(awk "BEGIN{printf \"%.0f\", 100 / ($(date +%s.%N) - $start)}")
-script_rate=$("$trace" -o "$out/script-run" --runs 100 --pin-cpu "$cpu" -- "$script" "$out/counter_incr" "$out/work" | grep -E '^executions +100 in' | sed -E 's/.*\(([0-9.]+)\/s\).*/\1/')
+script_rate=$("$trace" -o "$out/script-run" --runs 100 --pin-cpu "$cpu" -- "$script" "$out/counter_incr" "$out/work" 2>&1 >/dev/null | grep -E '^executions +100 in' | sed -E 's/.*\(([0-9.]+)\/s\).*/\1/')
 script_ratio=$(awk "BEGIN{printf \"%.2f\", $script_rate / $native_rate}")
 
 printf '%-48s %12s\n' "measurement" "value"

@@ -27,7 +27,7 @@ first_bug() {
     rm -rf "$out/run"
     local log
     log=$("${DARA_TRACE:-target/release/dara-trace}" -q -o "$out/run" --strategy "$strategy" --seed "$seed" --runs "$runs" --no-minimize \
-        --epoch 1790000000 --preempt-on memory -- "$@" 2>/dev/null || true)
+        --epoch 1790000000 --preempt-on memory -- "$@" 2>&1 >/dev/null || true)
     sed -n 's/.*(execution \([0-9]*\), .*/\1/p' <<<"$log" | head -1 | awk '{print $1 + 1}'
 }
 

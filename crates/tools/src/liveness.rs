@@ -18,19 +18,19 @@ pub fn find_critical_transition(bug: &SavedBug, base: &ExecutionConfig, walks: u
     let (transition, cost) = match found {
         Ok(found) => found,
         Err(TransitionError::Interrupted) => {
-            println!("  (no critical transition: interrupted or out of time)");
+            eprintln!("  (no critical transition: interrupted or out of time)");
             return;
         }
         Err(e) => {
-            println!("  (no critical transition: {e})");
+            eprintln!("  (no critical transition: {e})");
             return;
         }
     };
     let line = format!("{} ({} prefixes, {} executions, {:.1} s)", transition.describe(), cost.probes, cost.executions, started.elapsed().as_secs_f64());
-    println!("  {line}");
+    eprintln!("  {line}");
     trace.header.critical_transition = Some(transition);
     if let Err(e) = dara_model::trace::write_file(&bug.trace, &trace) {
-        println!("  (could not store the critical transition in {}: {e})", bug.trace.display());
+        eprintln!("  (could not store the critical transition in {}: {e})", bug.trace.display());
         return;
     }
     let summary = bug.dir.join("summary.txt");

@@ -2,9 +2,10 @@
 //! stdout, and the JUnit XML file `dara-trace --junit FILE` writes for CI systems.
 //!
 //! With `--json`, stdout holds the document alone. [`JsonStdout::take`] moves everything else off
-//! it before the run starts: descriptor 1 becomes a copy of stderr, so the tool's own lines and
-//! the program's output (which dara copies to its descriptor 1) go to stderr, and the document is
-//! written at the end to the descriptor stdout was. Exit codes do not change with `--json`.
+//! it before the run starts: descriptor 1 becomes a copy of stderr, so the program's output (which
+//! dara copies to its descriptor 1) and `dara-replay`'s own lines go to stderr (`dara-trace` always
+//! writes its lines there), and the document is written at the end to the descriptor stdout was.
+//! Exit codes do not change with `--json`.
 //! The fields are documented in docs/results.md; a field is added, never renamed.
 use std::fs::File;
 use std::io::Write;

@@ -37,7 +37,7 @@ fn twin_clean_and_proved(twin: &str, runs: u64) {
     let out = out_dir(&format!("{twin}-dpor"));
     let run = search_with(&out, "dpor", 0, 5000, &program, &MEMORY);
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains("search space exhausted: explored all schedules"), "{}", run.text());
+    assert!(run.stderr.contains("search space exhausted: explored all schedules"), "{}", run.text());
     assert_no_survivors(&program);
 }
 
@@ -48,9 +48,9 @@ fn plain_build_is_not_exhaustive(name: &str) {
     let out = out_dir(&format!("{name}-plain-dpor"));
     let run = search(&out, "dpor", 0, 5000, &program);
     assert_eq!(run.code, 0, "the bug cannot show without memory points, and running out of schedules is no error\n{}", run.text());
-    let line = run.stdout.lines().find(|l| l.starts_with("search not exhaustive: dpor explored all")).unwrap_or_else(|| panic!("no 'not exhaustive' line\n{}", run.text()));
+    let line = run.stderr.lines().find(|l| l.starts_with("search not exhaustive: dpor explored all")).unwrap_or_else(|| panic!("no 'not exhaustive' line\n{}", run.text()));
     assert!(line.contains("memory accesses were not scheduling points") && line.contains("-fsanitize=thread") && line.contains("--preempt-on memory"), "{line}");
-    assert!(!run.stdout.contains("search space exhausted"), "{}", run.text());
+    assert!(!run.stderr.contains("search space exhausted"), "{}", run.text());
     // Machines read the same: `end.kind` is "not-exhaustive", with the reason.
     let out = out_dir(&format!("{name}-plain-dpor-json"));
     let run = search_with(&out, "dpor", 0, 5000, &program, &["--json"]);
@@ -62,7 +62,7 @@ fn plain_build_is_not_exhaustive(name: &str) {
     let out = out_dir(&format!("{name}-plain-dpor-memory"));
     let run = search_with(&out, "dpor", 0, 5000, &program, &MEMORY);
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains("search not exhaustive: dpor explored all") && run.stdout.contains("the program was not built with memory instrumentation"), "{}", run.text());
+    assert!(run.stderr.contains("search not exhaustive: dpor explored all") && run.stderr.contains("the program was not built with memory instrumentation"), "{}", run.text());
     assert_no_survivors(&program);
 }
 
@@ -101,7 +101,7 @@ fn a_sancov_build_is_not_exhaustive_about_atomics() {
     let out = out_dir("sancov-atomics-dpor");
     let run = search_with(&out, "dpor", 0, 5000, &program, &MEMORY);
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains("search not exhaustive: dpor explored all") && run.stdout.contains("atomic operations were not scheduling points"), "{}", run.text());
+    assert!(run.stderr.contains("search not exhaustive: dpor explored all") && run.stderr.contains("atomic operations were not scheduling points"), "{}", run.text());
     assert_no_survivors(&program);
 }
 

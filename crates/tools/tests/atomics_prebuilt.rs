@@ -43,11 +43,11 @@ fn twin_clean(twin: &str, runs: u64) {
     let out = out_dir(&format!("{twin}-prebuilt-random"));
     let run = search_with(&out, "random", 1, runs, &program, &ATOMICS);
     assert_eq!(run.code, 0, "false alarm on the twin\n{}", run.text());
-    assert!(run.stdout.contains(&format!("no bug found in {runs} executions")), "{}", run.text());
+    assert!(run.stderr.contains(&format!("no bug found in {runs} executions")), "{}", run.text());
     let out = out_dir(&format!("{twin}-prebuilt-dpor"));
     let run = search_with(&out, "dpor", 0, 2000, &program, &ATOMICS);
     assert_eq!(run.code, 0, "{}", run.text());
-    let line = run.stdout.lines().find(|l| l.starts_with("search not exhaustive:")).unwrap_or_else(|| panic!("dpor claimed too much\n{}", run.text()));
+    let line = run.stderr.lines().find(|l| l.starts_with("search not exhaustive:")).unwrap_or_else(|| panic!("dpor claimed too much\n{}", run.text()));
     assert!(line.contains("only the program's own atomic read-modify-write and exchange instructions were scheduling points"), "{line}");
     assert_no_survivors(&program);
 }
@@ -63,7 +63,7 @@ fn a_prebuilt_check_then_act_is_found_with_its_atomic_instructions_as_points() {
     let args = ["-o", out.to_str().unwrap(), "--strategy", "random", "--seed", "1", "--runs", "20", "--epoch", SEARCH_EPOCH, ATOMICS[0], ATOMICS[1], "--", program.to_str().unwrap()];
     let run = dara_trace(&args, std::time::Duration::from_secs(300));
     assert_eq!(run.code, 1, "{}", run.text());
-    let profile = run.stdout.lines().find(|l| l.starts_with("memory profile:")).unwrap_or_else(|| panic!("{}", run.text()));
+    let profile = run.stderr.lines().find(|l| l.starts_with("memory profile:")).unwrap_or_else(|| panic!("{}", run.text()));
     assert!(profile.contains("2 of 2 granules watched") && profile.contains("atomic instructions trapped: 2 in "), "{profile}");
     let listing = dara_replay(&[out.join("bug-0001/trace.bin").to_str().unwrap()], std::time::Duration::from_secs(60));
     let writes: Vec<&str> = listing.stdout.lines().filter(|l| l.contains(" write ") && l.contains("taken (") && l.contains(" claim")).collect();
@@ -118,7 +118,7 @@ fn a_go_program_s_own_atomics_are_points_and_the_runtime_s_are_not() {
     let run = search_go(&out);
     assert_eq!(run.code, 1, "expected the double claim within 100 random executions (seed 1)\n{}", run.text());
     assert!(run.stdout.contains("atomicclaim: 2 owners"), "{}", run.text());
-    let profile = run.stdout.lines().find(|l| l.starts_with("memory profile:")).unwrap_or_else(|| panic!("{}", run.text()));
+    let profile = run.stderr.lines().find(|l| l.starts_with("memory profile:")).unwrap_or_else(|| panic!("{}", run.text()));
     assert!(profile.contains("atomic instructions trapped: 2 in atomicclaim"), "only the program's own two: {profile}");
     let bug = out.join("bug-0001/trace.bin");
     let points = dara_scheduler::trace::read_file(&bug).unwrap().steps.iter().filter(|s| s.choice.op == dara_abi::Op::MemoryWrite).count();

@@ -175,7 +175,7 @@ fn a_real_segfault_is_still_a_crash_while_the_counter_traps() {
         let run = dara_trace(&["-q", "--closed", "--no-minimize", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), mode], Duration::from_secs(60));
         assert_eq!(run.code, 1, "{mode}: the crash was not reported\n{}", run.text());
         assert!(run.stdout.contains("counter moved: yes"), "{}", run.text());
-        assert!(run.stdout.contains("killed by SIGSEGV: in crash_here"), "{mode}: the crash lost its location\n{}", run.text());
+        assert!(run.stderr.contains("killed by SIGSEGV: in crash_here"), "{mode}: the crash lost its location\n{}", run.text());
         assert_eq!(run.stdout.contains("handler: caught the fault"), mode == "handler", "{mode}: the program's own handler\n{}", run.text());
         replays(&out.join("bug-0001/trace.bin"), "SIGSEGV: in crash_here");
     }

@@ -38,7 +38,7 @@ fn a_stale_read_from_a_backup_is_found_and_replays() {
     let out = out_dir("kv-stale-read");
     let run = search_script(&out, "kv_test.sh", &kv, base);
     assert_eq!(run.code, 1, "expected the stale read within {RUNS} random executions (seed {SEED})\n{}", run.text());
-    assert!(run.stdout.contains(SHOWS) && run.stdout.contains("BUG: exited with status 1"), "{}", run.text());
+    assert!(run.stderr.contains(SHOWS) && run.stderr.contains("BUG: exited with status 1"), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
 
     // The script, two backups, the primary and the client are all traced, and the nodes talk
@@ -66,7 +66,7 @@ fn a_primary_that_waits_for_the_backups_never_serves_a_stale_read() {
     let out = out_dir("kv-stale-read-ok");
     let run = search_script(&out, "kv_test_ok.sh", &kv, free_ports(3));
     assert_eq!(run.code, 0, "the twin reported a bug\n{}", run.text());
-    assert!(run.stdout.contains(&format!("no bug found in {RUNS} executions")), "{}", run.text());
+    assert!(run.stderr.contains(&format!("no bug found in {RUNS} executions")), "{}", run.text());
     assert_eq!(run.stdout.matches("client: read x=1 from the backup").count() as u64, RUNS, "every execution read its write\n{}", run.text());
     let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(verify.code, 0, "{}", verify.text());
@@ -88,7 +88,7 @@ fn the_heartbeat_workload_runs_clean_in_virtual_time() {
     let args = ["-q", "-o", out.to_str().unwrap(), "--strategy", "random", "--seed", "1", "--runs", &runs, "--", test.to_str().unwrap(), hb.to_str().unwrap(), &base];
     let run = dara_trace(&args, Duration::from_secs(600));
     assert_eq!(run.code, 0, "the heartbeat workload reported a bug\n{}", run.text());
-    assert!(run.stdout.contains(&format!("no bug found in {HEARTBEAT_RUNS} executions")), "{}", run.text());
+    assert!(run.stderr.contains(&format!("no bug found in {HEARTBEAT_RUNS} executions")), "{}", run.text());
     assert_eq!(run.stdout.matches(" 16 heartbeats, ").count(), 3 * HEARTBEAT_RUNS, "every client of every execution finished\n{}", run.text());
     let last = out.join("trace.bin");
     let t = trace::read_file(&last).unwrap();

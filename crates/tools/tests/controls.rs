@@ -17,7 +17,7 @@ fn ten_minutes_of_sleep_take_well_under_a_second() {
     assert_eq!(run.code, 0, "{}", run.text());
     // The execution line reports the execution's own wall time in ms.
     let ms: f64 = run
-        .stdout
+        .stderr
         .lines()
         .find_map(|l| l.strip_prefix("execution 0: exited normally (status 0) (")?.split(", ").nth(1)?.strip_suffix(" ms)")?.parse().ok())
         .unwrap_or_else(|| panic!("no timing line\n{}", run.text()));
@@ -130,7 +130,7 @@ fn builtin_demo_finds_its_bug_and_names_the_replay_command() {
     trace_cmd.args(["-o", out.to_str().unwrap()]).env("PATH", "/usr/bin:/bin");
     let run = run_with_limit(trace_cmd, Duration::from_secs(120));
     assert_eq!(run.code, 1, "{}", run.text());
-    let last = run.stdout.lines().last().unwrap_or_default();
+    let last = run.stderr.lines().last().unwrap_or_default();
     let command = last.strip_prefix("replay: ").unwrap_or_else(|| panic!("the last line names the replay command\n{}", run.text()));
     let built = Path::new(env!("CARGO_BIN_EXE_dara-replay"));
     assert!(command.starts_with(&format!("{} ", built.display())), "not on PATH: the replay command has its path\n{}", run.text());
@@ -157,10 +157,10 @@ fn installed_tools_name_the_replay_command_as_the_path_finds_it() {
     trace_cmd.args(["-qq", "-o", out.join("demo").to_str().unwrap()]).env("PATH", &path);
     let run = run_with_limit(trace_cmd, Duration::from_secs(120));
     assert_eq!(run.code, 1, "{}", run.text());
-    let command = run.stdout.lines().last().unwrap_or_default().strip_prefix("replay: dara-replay ").map(|t| format!("dara-replay {t}"));
+    let command = run.stderr.lines().last().unwrap_or_default().strip_prefix("replay: dara-replay ").map(|t| format!("dara-replay {t}"));
     let command = command.unwrap_or_else(|| panic!("on PATH, the replay command is named bare\n{}", run.text()));
     // -qq: the final result only; the demo's executions printed nothing of their own.
-    assert!(!run.text().contains("alice=") && !run.stdout.contains("Searching up to"), "{}", run.text());
+    assert!(!run.text().contains("alice=") && !run.stderr.contains("Searching up to"), "{}", run.text());
     let mut pasted = Command::new("sh");
     pasted.args(["-c", &command]).env("PATH", &path);
     let replay = run_with_limit(pasted, Duration::from_secs(30));
@@ -190,13 +190,13 @@ fn step_and_virtual_time_bounds_end_runs_as_hangs() {
     let program = fixture("lost_update_ok");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--max-steps", "10", "--", program.to_str().unwrap()], Duration::from_secs(30));
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("hang: step bound reached (10 scheduling decisions)"), "{}", run.text());
+    assert!(run.stderr.contains("hang: step bound reached (10 scheduling decisions)"), "{}", run.text());
 
     let out = out_dir("bound-vtime");
     let program = fixture("long_sleep");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--max-vtime", "60", "--", program.to_str().unwrap()], Duration::from_secs(30));
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("hang: virtual-time bound exceeded (60 s)"), "{}", run.text());
+    assert!(run.stderr.contains("hang: virtual-time bound exceeded (60 s)"), "{}", run.text());
     let replay = dara_replay(&["-q", out.join("bug-0001/trace.bin").to_str().unwrap()], Duration::from_secs(30));
     assert_eq!(replay.code, 1, "{}", replay.text());
 }
@@ -207,8 +207,8 @@ fn a_thread_that_never_yields_is_reported_as_a_hang() {
     let program = private_copy(&fixture("busy_loop"), "busy");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--busy-limit", "1", "--", program.to_str().unwrap()], Duration::from_secs(30));
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("thread 1 computed for 1 s of CPU time without reaching a scheduling point"), "{}", run.text());
-    assert!(run.stdout.contains("--busy-limit"), "the message names the option\n{}", run.text());
+    assert!(run.stderr.contains("thread 1 computed for 1 s of CPU time without reaching a scheduling point"), "{}", run.text());
+    assert!(run.stderr.contains("--busy-limit"), "the message names the option\n{}", run.text());
     assert_no_survivors(&program);
 }
 
@@ -218,7 +218,7 @@ fn deadlock_reports_name_the_locks() {
     let program = fixture("abba_deadlock");
     let run = search(&out, "random", 1, 100, &program);
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("waits for mutex lock_a (0x") && run.stdout.contains("waits for mutex lock_b (0x"), "{}", run.text());
+    assert!(run.stderr.contains("waits for mutex lock_a (0x") && run.stderr.contains("waits for mutex lock_b (0x"), "{}", run.text());
     let summary = std::fs::read_to_string(out.join("bug-0001/summary.txt")).unwrap();
     assert!(summary.contains("deadlock") && summary.contains("replay:"), "{summary}");
 }
@@ -279,7 +279,7 @@ fn coverage_of_an_instrumented_build_reaches_dara() {
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(30));
     assert_eq!(run.code, 0, "{}", run.text());
     let one: usize = run
-        .stdout
+        .stderr
         .lines()
         .find_map(|l| l.split(", coverage ").nth(1)?.strip_suffix(" edges)")?.parse().ok())
         .unwrap_or_else(|| panic!("no coverage on the execution line\n{}", run.text()));
@@ -289,7 +289,7 @@ fn coverage_of_an_instrumented_build_reaches_dara() {
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--runs", "40", "--", program.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(run.code, 0, "{}", run.text());
     let union: usize = run
-        .stdout
+        .stderr
         .lines()
         .find_map(|l| l.strip_prefix("coverage")?.trim().strip_suffix(" edges")?.parse().ok())
         .unwrap_or_else(|| panic!("no coverage in the summary\n{}", run.text()));
@@ -306,7 +306,38 @@ fn a_thread_that_spins_while_another_could_move_is_no_hang() {
     let program = private_copy(&fixture("spin_on_sleeper"), "spin-on-sleeper");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--busy-limit", "1", "--", program.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(run.code, 2, "{}", run.text());
-    assert!(run.stdout.contains("uncontrolled: thread 1 computes without a scheduling point") && run.stdout.contains("while thread 0 could still move"), "{}", run.text());
-    assert!(!run.stdout.contains("BUG") && !out.join("bug-0001").exists(), "{}", run.text());
+    assert!(run.stderr.contains("uncontrolled: thread 1 computes without a scheduling point") && run.stderr.contains("while thread 0 could still move"), "{}", run.text());
+    assert!(!run.stderr.contains("BUG") && !out.join("bug-0001").exists(), "{}", run.text());
     assert_no_survivors(&program);
+}
+
+/// dara-trace writes its own lines on stderr: stdout is the program's, byte for byte.
+/// `dara-trace -- gzip -c -n input > out.gz` writes the file `gzip -c -n input > out.gz` writes
+/// (its status lines once made a compressed file 141 bytes longer).
+#[test]
+fn a_recording_s_stdout_is_the_program_s_byte_for_byte() {
+    let out = out_dir("stdout-is-the-program-s");
+    let input = out.join("input.txt");
+    std::fs::write(&input, (0..20_000).map(|i| format!("line {i}\n")).collect::<String>()).unwrap();
+    let native = Command::new("gzip").args(["-c", "-n"]).arg(&input).output().unwrap();
+    assert!(native.status.success(), "{native:?}");
+    let (compressed, said) = (out.join("out.gz"), out.join("stderr.txt"));
+    let mut dara = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-o", out.to_str().unwrap(), "--", "gzip", "-c", "-n", input.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&compressed).unwrap())
+        .stderr(std::fs::File::create(&said).unwrap())
+        .spawn()
+        .unwrap();
+    let status = wait_at_most(&mut dara, Duration::from_secs(120)).unwrap_or_else(|| {
+        let _ = dara.kill();
+        panic!("dara-trace -- gzip did not finish within 120 s")
+    });
+    let said = std::fs::read_to_string(&said).unwrap();
+    assert_eq!(status.code(), Some(0), "{said}");
+    let written = std::fs::read(&compressed).unwrap();
+    assert!(written == native.stdout, "the recorded gzip's stdout is {} bytes, the native one {}\n{said}", written.len(), native.stdout.len());
+    assert!(said.contains("no bug found in 1 executions"), "dara's verdict is on stderr\n{said}");
+    let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert!(verify.code == 0 && verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
 }

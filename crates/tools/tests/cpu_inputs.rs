@@ -27,7 +27,7 @@ fn searches_alike(test: &str, program: &Path, args: &[&str]) -> String {
         let out = out_dir(&format!("{test}-{i}"));
         let run = search_args(&out, program, args);
         assert_eq!(run.code, 0, "{test}: a false bug\n{}", run.text());
-        assert!(run.stdout.contains("no bug found in 5 executions"), "{}", run.text());
+        assert!(run.stderr.contains("no bug found in 5 executions"), "{}", run.text());
         outputs.push(program_lines(&run.stdout).join("\n"));
         traces.push(out.join("trace.bin"));
     }

@@ -44,7 +44,7 @@ fn two_leaders_after_a_timeout_beats_a_vote_are_found_and_replay() {
     let out = out_dir("election-two-leaders");
     let run = search_script(&out, "election_test.sh", &node, base);
     assert_eq!(run.code, 1, "expected two leaders in one term within {RUNS} random executions (seed {SEED})\n{}", run.text());
-    assert!(run.stdout.contains("BUG: exited with status 1"), "{}", run.text());
+    assert!(run.stderr.contains("BUG: exited with status 1"), "{}", run.text());
     let shows = run.stdout.lines().find(|l| l.starts_with(SHOWS)).unwrap_or_else(|| panic!("no \"{SHOWS}...\" line\n{}", run.text()));
     let bug = out.join("bug-0001/trace.bin");
 
@@ -76,7 +76,7 @@ fn a_candidate_that_checks_the_vote_term_never_makes_two_leaders() {
     let out = out_dir("election-two-leaders-ok");
     let run = search_script(&out, "election_test_ok.sh", &node, free_ports(3));
     assert_eq!(run.code, 0, "the twin reported a bug\n{}", run.text());
-    assert!(run.stdout.contains(&format!("no bug found in {RUNS} executions")), "{}", run.text());
+    assert!(run.stderr.contains(&format!("no bug found in {RUNS} executions")), "{}", run.text());
     let verdicts: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with(CLEAN)).collect();
     assert_eq!(verdicts.len() as u64, RUNS, "every execution checked its leaders\n{}", run.text());
     assert!(verdicts.iter().any(|l| !l.ends_with("none)")), "some execution elected a leader\n{}", run.text());

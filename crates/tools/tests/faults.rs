@@ -56,7 +56,7 @@ fn an_acknowledged_write_lost_in_a_crash_is_found_and_replays() {
     let out = out_dir("durable-lost-write");
     let run = search_config(&out, &cfg, RUNS, &[]);
     assert_eq!(run.code, 1, "expected the lost write within {RUNS} random executions (seed {SEED})\n{}", run.text());
-    assert!(run.stdout.contains(LOST) && run.stdout.contains("BUG: exited with status 1"), "{}", run.text());
+    assert!(run.stderr.contains(LOST) && run.stderr.contains("BUG: exited with status 1"), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
 
     // The interleaving shows the node's OK, the crash dara injected, the restart, and the NONE.
@@ -87,7 +87,7 @@ fn a_store_that_commits_before_acknowledging_survives_every_crash() {
     let out = out_dir("durable-ok");
     let run = search_config(&out, &cfg, RUNS, &[]);
     assert_eq!(run.code, 0, "the twin reported a bug\n{}", run.text());
-    assert!(run.stdout.contains(&format!("no bug found in {RUNS} executions")), "{}", run.text());
+    assert!(run.stderr.contains(&format!("no bug found in {RUNS} executions")), "{}", run.text());
     // Crashes did happen in this search, and the node came back.
     let survived = run.stdout.matches("get: x=1 survived").count();
     assert!(survived as u64 > RUNS / 2, "most executions read their write back ({survived})\n{}", run.text());
@@ -110,7 +110,7 @@ fn a_failing_check_command_is_the_bug_and_a_passing_one_is_not() {
     let out = out_dir("durable-check");
     let run = search_config(&out, &cfg, RUNS, &[]);
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("BUG: the check command failed (status 1)"), "{}", run.text());
+    assert!(run.stderr.contains("BUG: the check command failed (status 1)"), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     let listing = dara_replay(&[bug.to_str().unwrap()], Duration::from_secs(60));
     assert!(listing.stdout.contains("check:p"), "the check runs under control\n{}", listing.stdout);
@@ -214,7 +214,7 @@ fn a_skewed_clock_is_seen_by_the_node_and_replays() {
     let out = out_dir("skew");
     let run = search_config(&out, &cfg, 40, &[]);
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("BUG: node clock exited with status 3") && run.stdout.contains("clock: jumped 10"), "{}", run.text());
+    assert!(run.stderr.contains("BUG: node clock exited with status 3") && run.stderr.contains("clock: jumped 10"), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     let listing = dara_replay(&[bug.to_str().unwrap()], Duration::from_secs(60));
     assert!(listing.stdout.contains("FAULT skew") && listing.stdout.contains("skew clock +100000 ms"), "{}", listing.stdout);

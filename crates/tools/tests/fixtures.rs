@@ -15,8 +15,8 @@ fn finds_and_replays(name: &str, shows: &str, strategy: &str, seed: u64, runs: u
     let out = out_dir(&tag);
     let run = search(&out, strategy, seed, runs, &program);
     assert_eq!(run.code, 1, "{name}: expected a bug within {runs} {strategy} executions (seed {seed})\n{}", run.text());
-    assert!(run.stdout.contains(shows), "{name}: expected the bug to show as {shows:?}\n{}", run.text());
-    assert!(run.stdout.lines().last().unwrap_or("").starts_with(&format!("replay: {} ", env!("CARGO_BIN_EXE_dara-replay"))), "last line names the replay command, with its path (no dara-replay on PATH)\n{}", run.text());
+    assert!(run.stderr.contains(shows), "{name}: expected the bug to show as {shows:?}\n{}", run.text());
+    assert!(run.stderr.lines().last().unwrap_or("").starts_with(&format!("replay: {} ", env!("CARGO_BIN_EXE_dara-replay"))), "last line names the replay command, with its path (no dara-replay on PATH)\n{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     assert!(out.join("bug-0001/summary.txt").is_file());
 
@@ -38,7 +38,7 @@ fn stays_clean(name: &str) {
         let out = out_dir(&tag);
         let run = search(&out, strategy, seed, 300, &program);
         assert_eq!(run.code, 0, "{name}: correct twin reported a bug under {strategy}\n{}", run.text());
-        assert!(run.stdout.contains("no bug found in 300 executions"), "{}", run.text());
+        assert!(run.stderr.contains("no bug found in 300 executions"), "{}", run.text());
         let last = out.join("trace.bin");
         let verify = dara_replay(&["-q", "--verify", last.to_str().unwrap()], Duration::from_secs(60));
         assert_eq!(verify.code, 0, "{name}: clean run did not replay clean\n{}", verify.text());
@@ -131,7 +131,7 @@ fn a_lone_thread_relocking_its_mutex_is_a_reported_deadlock() {
     let run = dara_trace(&["-q", "--no-minimize", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), "self-deadlock"], Duration::from_secs(60));
     assert_eq!(run.code, 1, "{}", run.text());
     let shows = "deadlock: thread 0 waits for mutex plain";
-    assert!(run.stdout.contains(shows) && run.stdout.contains("that it already holds"), "{}", run.text());
+    assert!(run.stderr.contains(shows) && run.stderr.contains("that it already holds"), "{}", run.text());
     replays(&out.join("bug-0001/trace.bin"), shows);
     assert_no_survivors(&program);
 }
@@ -162,7 +162,7 @@ fn timed_condition_waits_record_and_search_clean() {
         let out = out_dir(&format!("cond-timedwait-handoff-{}", strategy.replace(':', "")));
         let run = search(&out, strategy, 1, 50, &program);
         assert_eq!(run.code, 0, "{strategy}: {}", run.text());
-        assert!(run.stdout.contains("no bug found in 50 executions"), "{}", run.text());
+        assert!(run.stderr.contains("no bug found in 50 executions"), "{}", run.text());
     }
     assert_no_survivors(&program);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());

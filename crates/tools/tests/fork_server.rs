@@ -33,11 +33,11 @@ fn a_program_copied_from_the_fork_server_sees_what_a_launched_one_sees() {
     let served_out = out_dir("fork-server-view");
     let served = dara_trace(&["-o", served_out.to_str().unwrap(), "--runs", "2", "--", p], Duration::from_secs(120));
     assert_eq!(served.code, 0, "{}", served.text());
-    assert!(served.stdout.contains("fork server            2 of 2 executions copied"), "{}", served.text());
+    assert!(served.stderr.contains("fork server            2 of 2 executions copied"), "{}", served.text());
     let launched_out = out_dir("fork-server-view-launched");
     let launched = dara_trace(&["-o", launched_out.to_str().unwrap(), "--runs", "2", "--no-fork-server", "--", p], Duration::from_secs(120));
     assert_eq!(launched.code, 0, "{}", launched.text());
-    assert!(!launched.stdout.contains("fork server"), "{}", launched.text());
+    assert!(!launched.stderr.contains("fork server"), "{}", launched.text());
 
     let seen = view(&served.stdout);
     assert!(seen.iter().filter(|l| l.starts_with("pid 2 ppid 0 own-group 1")).count() == 2, "{}", served.text());
@@ -102,7 +102,7 @@ fn a_program_launched_ahead_runs_as_one_launched_at_its_executions_start() {
         args.extend(["--", demo.to_str().unwrap()]);
         let run = dara_trace(&args, Duration::from_secs(120));
         assert_eq!(run.code, 0, "{}", run.text());
-        let counted = run.stdout.contains("launched ahead         4 of 5 executions");
+        let counted = run.stderr.contains("launched ahead         4 of 5 executions");
         assert_eq!(counted, cpus > 1, "{options:?}, {cpus} CPUs\n{}", run.text());
     }
     assert_no_survivors(&program);
@@ -142,7 +142,7 @@ fn a_copy_whose_main_thread_ends_first_keeps_its_descriptors() {
     let out = out_dir("fork-server-main-exits-first");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--runs", "30", "--seed", "4", "--", program.to_str().unwrap()], Duration::from_secs(180));
     assert_eq!(run.code, 0, "a worker lost its descriptors after the main thread ended\n{}", run.text());
-    assert!(run.stdout.contains("fork server            30 of 30 executions copied"), "{}", run.text());
+    assert!(run.stderr.contains("fork server            30 of 30 executions copied"), "{}", run.text());
     let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(verify.code, 0, "{}", verify.text());
     assert_no_survivors(&program);

@@ -19,9 +19,9 @@ fn a_go_data_race_is_found_by_its_two_sites_and_replayed() {
     let out = out_dir("go-race-peek");
     let run = search_with(&out, "random", 1, 20, &program, &["--keep-going"]);
     assert_eq!(run.code, 1, "the race was not found\n{}", run.text());
-    assert!(run.stdout.contains(&format!("exited with status 66: {PEEK_RACE}")), "found as something else\n{}", run.text());
+    assert!(run.stderr.contains(&format!("exited with status 66: {PEEK_RACE}")), "found as something else\n{}", run.text());
     // Whichever goroutine's access came second, every execution that raced is this one bug.
-    assert!(run.stdout.contains("1 distinct bug(s)"), "the race's identity changed between executions\n{}", run.text());
+    assert!(run.stderr.contains("1 distinct bug(s)"), "the race's identity changed between executions\n{}", run.text());
     let trace = out.join("bug-0001/trace.bin");
     replays(&trace, PEEK_RACE);
     let again = out_dir("go-race-peek-again");

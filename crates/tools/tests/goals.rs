@@ -103,7 +103,7 @@ fn the_first_execution_that_met_the_goal_replays_and_the_same_seed_gives_the_sam
     );
     assert_eq!(run.code, 0, "{}", run.text());
     let line = format!("held in 1 of {RUNS} executions, first in execution {first} ({})", again.join("goal-0001/trace.bin").display());
-    assert!(run.stdout.contains(&line), "{line}\n{}", run.text());
+    assert!(run.stderr.contains(&line), "{line}\n{}", run.text());
     // The same seed: the same execution meets the goal, with the same decisions.
     same_decisions(&trace, &again.join("goal-0001/trace.bin"));
 }

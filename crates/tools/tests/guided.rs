@@ -43,8 +43,8 @@ fn each_coverage_strategy_finds_the_rare_path_bug_and_it_replays() {
         let out = out_dir(&format!("guided-{}", slug(strategy)));
         let run = guided_search(&out, strategy, &program, &[]);
         assert_eq!(run.code, 1, "{strategy} finds the bug within {RUNS} runs\n{}", run.text());
-        assert!(run.stdout.contains("SIGABRT"), "{}", run.text());
-        assert!(!run.stdout.contains("reports no coverage"), "the fixture is instrumented\n{}", run.text());
+        assert!(run.stderr.contains("SIGABRT"), "{}", run.text());
+        assert!(!run.stderr.contains("reports no coverage"), "the fixture is instrumented\n{}", run.text());
         let bug = out.join("bug-0001/trace.bin");
         let recorded = trace::read_file(&bug).unwrap();
         assert_eq!(recorded.header.strategy, strategy);
@@ -99,7 +99,7 @@ fn seed_trace_starts_execution_zero_from_a_recorded_schedule() {
         let out = out_dir(&format!("guided-seeded-{}", slug(strategy)));
         let run = guided_search(&out, strategy, &program, &["--seed-trace", seed.to_str().unwrap()]);
         assert_eq!(run.code, 1, "{strategy}\n{}", run.text());
-        assert!(run.stdout.contains(&format!("note: execution 0 followed the seed trace for {n} of its {n} decisions")), "{}", run.text());
+        assert!(run.stderr.contains(&format!("note: execution 0 followed the seed trace for {n} of its {n} decisions")), "{}", run.text());
         let bug = trace::read_file(&out.join("bug-0001/trace.bin")).unwrap();
         assert_eq!(bug.header.execution, 0, "{strategy}");
         assert!(trace::decision_bytes(&bug) == trace::decision_bytes(&recorded), "{strategy}: execution 0 is the seed");
@@ -116,7 +116,7 @@ fn seed_trace_starts_execution_zero_from_a_recorded_schedule() {
         Duration::from_secs(60),
     );
     assert!(run.code == 0 || run.code == 1, "{}", run.text());
-    assert!(run.stdout.contains(&format!("followed the seed trace for {} of its {} decisions, then coverage:frequency took over", n / 2, n / 2)), "{}", run.text());
+    assert!(run.stderr.contains(&format!("followed the seed trace for {} of its {} decisions, then coverage:frequency took over", n / 2, n / 2)), "{}", run.text());
     let zero = trace::read_file(&out.join("trace.bin")).unwrap();
     let chosen = |t: &trace::Trace| t.steps.iter().map(|s| s.choice).collect::<Vec<_>>();
     assert_eq!(chosen(&zero)[..n / 2], chosen(&recorded)[..n / 2]);
@@ -150,7 +150,7 @@ fn programs_without_coverage_still_run_unguided_and_are_told_so() {
     let out = out_dir("guided-uninstrumented");
     let run = search(&out, "coverage:unique", 1, 100, &program);
     assert_eq!(run.code, 1, "the fallbacks still find the bug\n{}", run.text());
-    let notes: Vec<&str> = run.stdout.lines().filter(|l| l.contains("reports no coverage")).collect();
+    let notes: Vec<&str> = run.stderr.lines().filter(|l| l.contains("reports no coverage")).collect();
     assert_eq!(notes.len(), 1, "said once\n{}", run.text());
     assert!(notes[0].starts_with("note: the program reports no coverage"), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
@@ -161,7 +161,7 @@ fn programs_without_coverage_still_run_unguided_and_are_told_so() {
     let out = out_dir("guided-uninstrumented-twin");
     let run = search(&out, "coverage:unique", 1, 40, &twin);
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains("note: the program reports no coverage"), "{}", run.text());
+    assert!(run.stderr.contains("note: the program reports no coverage"), "{}", run.text());
 }
 
 #[test]

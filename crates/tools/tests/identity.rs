@@ -113,15 +113,15 @@ fn a_namespace_serves_again_only_when_its_execution_left_nothing_behind() {
     // Leaving nothing behind, namespaces take turns (three suffice; more are made only when one
     // comes back after the next execution's program was launched).
     let (out, clean) = search("ns-leftovers-none", &[]);
-    assert!(namespaces_made(&clean.stdout) < 24, "no namespace was used again\n{}", clean.text());
+    assert!(namespaces_made(&clean.stderr) < 24, "no namespace was used again\n{}", clean.text());
     let trace = out.join("trace.bin");
     let verify = dara_replay(&["-q", "--verify", trace.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(verify.code, 0, "{}", verify.text());
     // A /dev/shm object or a mount left behind: a new namespace for every execution.
     let (_, shm) = search("ns-leftovers-shm", &["shm"]);
-    assert!(namespaces_made(&shm.stdout) >= 24, "{}", shm.text());
+    assert!(namespaces_made(&shm.stderr) >= 24, "{}", shm.text());
     let dir = out_dir("ns-leftovers-mount-point");
     let (_, mounted) = search("ns-leftovers-mount", &["mount", dir.to_str().unwrap()]);
-    assert!(namespaces_made(&mounted.stdout) >= 24, "{}", mounted.text());
+    assert!(namespaces_made(&mounted.stderr) >= 24, "{}", mounted.text());
     assert_no_survivors(&program);
 }

@@ -47,7 +47,7 @@ fn a_library_constructor_in_an_image_a_shell_started_runs_under_control() {
     let out = out_dir("launch-ctor-random");
     let run = search_command(&out, 4, 10, &command);
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains("no bug found in 10 executions"), "{}", run.text());
+    assert!(run.stderr.contains("no bug found in 10 executions"), "{}", run.text());
     assert_eq!(run.stdout.matches("constructor drew ").count(), 10, "{}", run.text());
     assert!(process_starts(&out) >= 3, "the shell, its child and the exec'd program start");
     replays_and_repeats(&out, 4, 10, &command);
@@ -63,7 +63,7 @@ fn a_trapped_call_with_sigsys_blocked_names_the_program_and_is_not_a_bug() {
     assert_eq!(run.code, 2, "{}", run.text());
     assert!(run.stderr.contains("process 1 (trap_blocked) was killed by the kernel"), "{}", run.text());
     assert!(run.stderr.contains("with SIGSYS blocked"), "{}", run.text());
-    assert!(!run.stdout.contains("BUG"), "{}", run.text());
+    assert!(!run.stderr.contains("BUG"), "{}", run.text());
     assert_no_survivors(&program);
 }
 
@@ -115,7 +115,7 @@ fn a_raw_clone3_stops_the_run_with_a_clear_message() {
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(run.code, 2, "{}", run.text());
     assert!(run.stderr.contains("a raw clone3 system call (flags 0x0) would start a process"), "{}", run.text());
-    assert!(!run.stdout.contains("BUG"), "{}", run.text());
+    assert!(!run.stderr.contains("BUG"), "{}", run.text());
     assert!(!run.stdout.contains("Function not implemented"), "{}", run.text());
     assert_no_survivors(&program);
 }

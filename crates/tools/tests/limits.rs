@@ -27,14 +27,14 @@ fn a_loaded_cpu_does_not_turn_a_long_computation_into_a_hang_but_a_busy_loop_sti
     let program = private_copy(&fixture("cpu_work"), "loaded-cpu");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--pin-cpu", SHARED_CPU, "--busy-limit", "1", "--", program.to_str().unwrap(), "700"], Duration::from_secs(240));
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains("computed for 700 ms of CPU") && run.stdout.contains("exited normally"), "{}", run.text());
+    assert!(run.stderr.contains("computed for 700 ms of CPU") && run.stderr.contains("exited normally"), "{}", run.text());
 
     // Its twin computes forever: still a hang on the same loaded CPU, named with the option.
     let busy_out = out_dir("loaded-cpu-busy");
     let spinner = private_copy(&fixture("busy_loop"), "loaded-cpu-busy");
     let run = dara_trace(&["-o", busy_out.to_str().unwrap(), "--pin-cpu", SHARED_CPU, "--busy-limit", "1", "--", spinner.to_str().unwrap()], Duration::from_secs(240));
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("thread 1 computed for 1 s of CPU time") && run.stdout.contains("--busy-limit"), "{}", run.text());
+    assert!(run.stderr.contains("thread 1 computed for 1 s of CPU time") && run.stderr.contains("--busy-limit"), "{}", run.text());
     // The recording replays on the same loaded CPU.
     let verify = dara_replay(&["-q", "--verify", "--pin-cpu", SHARED_CPU, "--busy-limit", "1", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(240));
     assert_eq!(verify.code, 0, "{}", verify.text());
@@ -49,7 +49,7 @@ fn the_process_limit_is_an_option_and_reaching_it_says_so() {
     let out = out_dir("max-processes-low");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--closed", "--max-processes", "3", "--", "/bin/sh", "-c", script], Duration::from_secs(60));
     assert_eq!(run.code, 2, "a run stopped by dara's limit is not the program's bug\n{}", run.text());
-    let said = run.stdout.lines().chain(run.stderr.lines()).find(|l| l.contains("more than 3 processes")).unwrap_or_else(|| panic!("no line names the limit\n{}", run.text()));
+    let said = run.stderr.lines().chain(run.stderr.lines()).find(|l| l.contains("more than 3 processes")).unwrap_or_else(|| panic!("no line names the limit\n{}", run.text()));
     assert!(said.contains("--max-processes"), "the line names the option: {said}");
 
     let out = out_dir("max-processes-enough");
@@ -76,8 +76,8 @@ fn the_time_budget_stops_a_long_execution_and_the_search() {
             Duration::from_secs(120),
         );
         assert_eq!(run.code, 0, "{strategy}: a spent budget is no bug\n{}", run.text());
-        assert!(run.stdout.contains("time budget spent after 1 executions"), "{strategy}: the first execution was cut\n{}", run.text());
-        assert!(!run.stdout.contains("computed for"), "{strategy}: the program cannot have finished\n{}", run.text());
+        assert!(run.stderr.contains("time budget spent after 1 executions"), "{strategy}: the first execution was cut\n{}", run.text());
+        assert!(!run.stderr.contains("computed for"), "{strategy}: the program cannot have finished\n{}", run.text());
         assert!(out.join("trace.bin").is_file(), "the cut execution's trace is kept");
         assert_no_survivors(&program);
     }
@@ -124,7 +124,7 @@ fn processes_that_open_their_own_proc_files_in_a_loop_end_cleanly_next_to_a_cpu_
     let out = out_dir("proc-self-loop");
     let run = search(&out, PROC_LOOP_RUNS);
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains(&format!("no bug found in {PROC_LOOP_RUNS} executions")), "{}", run.text());
+    assert!(run.stderr.contains(&format!("no bug found in {PROC_LOOP_RUNS} executions")), "{}", run.text());
     assert_eq!(run.stdout.matches("sampled 900 times").count() as u64, PROC_LOOP_RUNS, "every execution sampled all its files\n{}", run.text());
     assert!(!run.text().contains("could not all be killed") && !run.text().contains("BUG"), "{}", run.text());
     // The last execution replays on the same loaded CPU, and the same seed makes the same one.
@@ -156,9 +156,9 @@ fn a_thread_blocked_before_dara_s_start_wrapper_is_named_instead_of_a_silent_sta
     let out = out_dir("start-wrapper-block");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(120));
     assert_eq!(run.code, 2, "dara's limit, not the program's bug\n{}", run.text());
-    let said = run.stdout.lines().find(|l| l.contains("uncontrolled")).unwrap_or_else(|| panic!("no uncontrolled verdict\n{}", run.text()));
+    let said = run.stderr.lines().find(|l| l.contains("uncontrolled")).unwrap_or_else(|| panic!("no uncontrolled verdict\n{}", run.text()));
     assert!(said.contains("thread 1") && said.contains("is being born") && said.contains("flock("), "the newborn and its system call are named: {said}");
-    assert!(!run.stdout.contains("BUG"), "{}", run.text());
+    assert!(!run.stderr.contains("BUG"), "{}", run.text());
     assert_no_survivors(&program);
 
     // The twin (the lock is free when the thread is born) runs, searches clean and replays.

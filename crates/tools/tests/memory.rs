@@ -53,7 +53,7 @@ fn lost_update_needs_memory_points(strategy: &str, seed: u64, runs: u64) {
     let with: Vec<&str> = common.iter().copied().chain(["--preempt-on", "memory"]).collect();
     let run = trace_run(&out, &program, &with);
     assert_eq!(run.code, 1, "expected the lost update within {runs} {strategy} executions (seed {seed})\n{}", run.text());
-    assert!(run.stdout.contains("SIGABRT"), "{}", run.text());
+    assert!(run.stderr.contains("SIGABRT"), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     let recorded = trace::read_file(&bug).unwrap();
     assert!(recorded.header.preempt.memory);
@@ -119,7 +119,7 @@ fn a_spin_on_a_plain_flag_stops_uncontrolled_without_edge_quanta_and_completes_w
     let out = out_dir("mem_spin-edges");
     let run = trace_run(&out, &program, &["-q", "--busy-limit", "5", "--runs", "30", "--seed", "3", "--preempt-on", "edges:100"]);
     assert_eq!(run.code, 0, "with edges:100 every run completes\n{}", run.text());
-    assert!(run.stdout.contains("no bug found in 30 executions"), "{}", run.text());
+    assert!(run.stderr.contains("no bug found in 30 executions"), "{}", run.text());
     let last = trace::read_file(&out.join("trace.bin")).unwrap();
     assert_eq!(last.header.preempt.edges, 100);
     assert!(last.steps.iter().any(|s| s.choice.op == dara_abi::Op::EdgeQuantum), "the spinning thread yielded through edge quanta");
@@ -138,7 +138,7 @@ fn dpor_finds_the_order_violation_on_a_sancov_build_with_memory_points() {
     let out = out_dir("order_violation-dpor-memory");
     let run = trace_run(&out, &program, &["-q", "--strategy", "dpor", "--runs", "100", "--preempt-on", "memory"]);
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("SIGSEGV"), "{}", run.text());
+    assert!(run.stderr.contains("SIGSEGV"), "{}", run.text());
     replays(&out.join("bug-0001/trace.bin"), "SIGSEGV");
     assert_no_survivors(&program);
 }

@@ -22,7 +22,7 @@ fn finds_and_replays_with(name: &str, shows: &str, strategy: &str, seed: u64, ru
     let out = out_dir(&tag);
     let run = search_with(&out, strategy, seed, runs, &program, options);
     assert_eq!(run.code, 1, "{name}: expected a bug within {runs} {strategy} executions (seed {seed})\n{}", run.text());
-    assert!(run.stdout.contains(shows), "{name}: expected {shows:?}\n{}", run.text());
+    assert!(run.stderr.contains(shows), "{name}: expected {shows:?}\n{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     replays(&bug, shows);
     let again = out_dir(&format!("{tag}-again"));
@@ -41,7 +41,7 @@ fn stays_clean(name: &str, runs: u64, listing: &[&str]) {
         let out = out_dir(&tag);
         let run = search(&out, strategy, seed, runs, &program);
         assert_eq!(run.code, 0, "{name}: reported a bug under {strategy}\n{}", run.text());
-        assert!(run.stdout.contains(&format!("no bug found in {runs} executions")), "{}", run.text());
+        assert!(run.stderr.contains(&format!("no bug found in {runs} executions")), "{}", run.text());
         let last = out.join("trace.bin");
         let verify = dara_replay(&["--verify", last.to_str().unwrap()], Duration::from_secs(60));
         assert_eq!(verify.code, 0, "{name}: clean run did not replay clean\n{}", verify.text());
@@ -97,7 +97,7 @@ fn net_timeout_ok_with_pauses() {
     let out = out_dir("net_timeout_ok_paused");
     let run = search_with(&out, "random", 5, 200, &program, &["--faults", "pause"]);
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains("no bug found in 200 executions"), "{}", run.text());
+    assert!(run.stderr.contains("no bug found in 200 executions"), "{}", run.text());
 }
 
 #[test]
@@ -225,7 +225,7 @@ fn split_send_variant(variant: &str, listing: &str) {
         let out = out_dir(tag);
         let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--strategy", "random", "--seed", "5", "--runs", "50", "--", program.to_str().unwrap(), variant], Duration::from_secs(300));
         assert_eq!(run.code, 0, "{}", run.text());
-        assert!(run.stdout.contains("no bug found in 50 executions"), "{}", run.text());
+        assert!(run.stderr.contains("no bug found in 50 executions"), "{}", run.text());
         out.join("trace.bin")
     };
     let (first, second) = (search(&tag), search(&format!("{tag}-again")));
@@ -253,6 +253,6 @@ fn recv_without_sender_is_a_deadlock() {
     let out = out_dir("net-lonely");
     let run = search(&out, "random", 1, 1, &bin);
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("deadlock"), "{}", run.text());
-    assert!(run.stdout.contains("waits for data on endpoint e0"), "{}", run.text());
+    assert!(run.stderr.contains("deadlock"), "{}", run.text());
+    assert!(run.stderr.contains("waits for data on endpoint e0"), "{}", run.text());
 }

@@ -229,7 +229,7 @@ fn stdin_is_an_input_too() {
     let done = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&done.stdout);
     assert_eq!(done.status.code(), Some(0), "{stdout}");
-    assert!(stdout.starts_with("one\ntwo\n"), "{stdout}");
+    assert_eq!(stdout, "one\ntwo\n", "cat's output and nothing else");
     let trace_path = out.join("trace.bin");
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
     let fed: Vec<u8> = trace.outside.iter().filter_map(|e| if let OutsideWhat::Stdin(b) = &e.what { Some(b.clone()) } else { None }).flatten().collect();

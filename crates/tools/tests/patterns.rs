@@ -40,7 +40,7 @@ fn a_threads_destructors_run_under_control_and_never_hang() {
     // Before, a destructor blocked on the real futex of the lock main held while parked.
     let run = search(&out, "random", 5, 50, &program);
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains("no bug found in 50 executions"), "{}", run.text());
+    assert!(run.stderr.contains("no bug found in 50 executions"), "{}", run.text());
     assert_eq!(run.stdout.matches("log holds 4 records").count(), 50, "{}", run.text());
     // Each worker's two destructors (pthread_key, thread_local) lock the log and sleep under
     // control before the worker's exit is posted: the teardown is part of the schedule.
@@ -70,7 +70,7 @@ fn searches_clean_and_alike(test: &str, program: &Path, args: &[&str], seed: u64
     let out = out_dir(test);
     let run = search_once(&out);
     assert_eq!(run.code, 0, "{test}: {}", run.text());
-    assert!(run.stdout.contains(&format!("no bug found in {RUNS} executions")), "{test}: {}", run.text());
+    assert!(run.stderr.contains(&format!("no bug found in {RUNS} executions")), "{test}: {}", run.text());
     assert_eq!(run.stdout.matches(answer).count(), RUNS, "{test}: {}", run.text());
     verifies_clean(&out);
     let again = out_dir(&format!("{test}-again"));
@@ -256,7 +256,7 @@ fn a_target_killed_from_outside_is_not_saved_as_a_bug() {
     let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert_eq!(output.status.code(), Some(2), "{stdout}\n{stderr}");
     assert!(stderr.contains(FROM_OUTSIDE), "{stdout}\n{stderr}");
-    assert!(!stdout.contains("BUG"), "{stdout}\n{stderr}");
+    assert!(!stderr.contains("BUG"), "{stdout}\n{stderr}");
     assert!(!out.join("bug-0001").exists(), "a kill from outside was saved as a bug");
     let t = trace::read_file(&out.join("trace.bin")).unwrap();
     assert_eq!(t.outcome.signature(), "killed-from-outside", "{:?}", t.outcome);
@@ -270,7 +270,7 @@ fn a_sigkill_the_program_sends_is_its_own() {
     let out = out_dir("sigkill-self");
     let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--runs", "3", "--", "/bin/sh", "-c", "kill -9 $$"], Duration::from_secs(120));
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("BUG: process 0 killed by SIGKILL"), "{}", run.text());
+    assert!(run.stderr.contains("BUG: process 0 killed by SIGKILL"), "{}", run.text());
     assert!(!run.text().contains("killed from outside"), "{}", run.text());
     replays(&out.join("bug-0001/trace.bin"), "killed by SIGKILL");
 
@@ -284,7 +284,7 @@ fn a_sigkill_the_program_sends_is_its_own() {
         args.extend(command);
         let run = dara_trace(&args, Duration::from_secs(120));
         assert_eq!(run.code, 0, "{tag}: {}", run.text());
-        assert!(run.stdout.contains("no bug found in 3 executions"), "{tag}: {}", run.text());
+        assert!(run.stderr.contains("no bug found in 3 executions"), "{tag}: {}", run.text());
         verifies_clean(&out);
     }
 }
@@ -343,7 +343,7 @@ fn a_blocking_file_lock_waits_under_control_and_an_abba_of_flocks_is_a_deadlock(
     let out = out_dir("file-lock-abba");
     let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--runs", "20", "--seed", "1", "--", program.to_str().unwrap(), "abba", dir.to_str().unwrap()], Duration::from_secs(120));
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("BUG: deadlock") && run.stdout.contains("waits in flock on descriptor"), "{}", run.text());
+    assert!(run.stderr.contains("BUG: deadlock") && run.stderr.contains("waits in flock on descriptor"), "{}", run.text());
     replays(&out.join("bug-0001").join("trace.bin"), "waits in flock on descriptor");
     assert_no_survivors(&program);
 }

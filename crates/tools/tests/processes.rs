@@ -68,7 +68,7 @@ fn fork_exec_and_wait_stay_controlled_and_replay() {
         let out = out_dir(&format!("proc-fork-exec-{}", strategy.replace(':', "")));
         let run = trace_search(&out, strategy, seed, 40, &[p]);
         assert_eq!(run.code, 0, "{}", run.text());
-        assert!(run.stdout.contains("no bug found in 40 executions"), "{}", run.text());
+        assert!(run.stderr.contains("no bug found in 40 executions"), "{}", run.text());
         let last = out.join("trace.bin");
         let t = trace::read_file(&last).unwrap();
         let ops: Vec<&str> = t.steps.iter().map(|s| s.choice.op.name()).collect();
@@ -94,7 +94,7 @@ fn a_crash_in_a_child_process_is_a_bug_and_its_twin_is_clean() {
     let run = trace_search(&out, "pct:3", 1, 100, &[program.to_str().unwrap()]);
     assert_eq!(run.code, 1, "{}", run.text());
     let shows = "BUG: process 1 killed by SIGSEGV: in use_config";
-    assert!(run.stdout.contains(shows), "{}", run.text());
+    assert!(run.stderr.contains(shows), "{}", run.text());
     replays(&out.join("bug-0001/trace.bin"), shows);
     let again = out_dir("proc-child-crash-again");
     assert_eq!(trace_search(&again, "pct:3", 1, 100, &[program.to_str().unwrap()]).code, 1);
@@ -120,7 +120,7 @@ fn a_test_script_with_background_workers_finds_the_lost_update() {
     let run = trace_search(&out, "random", 1, 100, &[test.to_str().unwrap(), incr_s, work_s]);
     assert_eq!(run.code, 1, "expected the lost update within 100 random runs\n{}", run.text());
     let shows = "BUG: exited with status 1";
-    assert!(run.stdout.contains(shows), "{}", run.text());
+    assert!(run.stderr.contains(shows), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     let t = trace::read_file(&bug).unwrap();
     assert!(t.steps.iter().filter(|s| s.choice.op.name() == "process-start").count() >= 3, "the script and both workers are traced");
@@ -204,7 +204,7 @@ fn a_script_through_a_named_pipe_runs_clean_and_replays() {
         let out = out_dir(&tag);
         let run = trace_search(&out, strategy, seed, 20, &[test.to_str().unwrap()]);
         assert_eq!(run.code, 0, "{}", run.text());
-        assert!(run.stdout.contains("no bug found in 20 executions"), "{}", run.text());
+        assert!(run.stderr.contains("no bug found in 20 executions"), "{}", run.text());
         let last = out.join("trace.bin");
         let t = trace::read_file(&last).unwrap();
         let fifo_opens = t.steps.iter().filter(|s| s.choice.op == dara_abi::Op::FifoOpen).count();

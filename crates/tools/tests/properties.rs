@@ -89,12 +89,12 @@ fn the_line_protocol_works_from_a_shell_script() {
     let script = "echo 'reachable shell started' >>/dev/fd/$DARA_SDK_FD; x=5; [ $x -gt 3 ] && echo 'unreachable x too large' >>/dev/fd/$DARA_SDK_FD; echo 'not the protocol' >>/dev/fd/$DARA_SDK_FD; echo via-dev-stdout >/dev/stdout";
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--closed", "--", "/bin/sh", "-c", script], Duration::from_secs(120));
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("BUG: property \"x too large\" (unreachable) failed: reached (1 times)"), "{}", run.text());
-    assert!(run.stdout.contains("reached in 1 of 1 executions (1 times)"), "{}", run.text());
+    assert!(run.stderr.contains("BUG: property \"x too large\" (unreachable) failed: reached (1 times)"), "{}", run.text());
+    assert!(run.stderr.contains("reached in 1 of 1 executions (1 times)"), "{}", run.text());
     // dash opens /dev/fd/N and /dev/stdout anew (dara's pipes, reopened through /proc): never a
     // wait for a reader (it was a false deadlock once).
     assert!(run.stdout.contains("via-dev-stdout"), "{}", run.text());
-    assert!(run.stdout.contains("1 line(s) on DARA_SDK_FD were not the property protocol") && run.stdout.contains("\"not the protocol\""), "{}", run.text());
+    assert!(run.stderr.contains("1 line(s) on DARA_SDK_FD were not the property protocol") && run.stderr.contains("\"not the protocol\""), "{}", run.text());
     let replay = dara_replay(&["--verify", out.join("bug-0001/trace.bin").to_str().unwrap()], Duration::from_secs(120));
     assert_eq!(replay.code, 1, "{}", replay.text());
 }
@@ -109,7 +109,7 @@ fn a_launcher_that_closes_what_it_inherited_does_not_silence_its_child() {
     let launcher = format!("import subprocess; subprocess.run(['/bin/sh', '-c', {child:?}], close_fds=True, check=True)");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--closed", "--", python.to_str().unwrap(), "-c", &launcher], Duration::from_secs(120));
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("property \"child reported\" (always) failed"), "{}", run.text());
+    assert!(run.stderr.contains("property \"child reported\" (always) failed"), "{}", run.text());
 }
 
 #[test]

@@ -36,7 +36,7 @@ fn a_static_c_stale_read_is_found_through_poll_and_blocking_sockets() {
     let kv_args: Vec<&str> = kv_args.iter().map(String::as_str).collect();
     let (run, out) = search("ptrace-static-kv", "100", &kv_args);
     assert_eq!(run.code, 1, "the stale read was not found in 100 executions\n{}", run.text());
-    assert!(run.stdout.contains(STALE_READ), "found as something else\n{}", run.text());
+    assert!(run.stderr.contains(STALE_READ), "found as something else\n{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     // Only the static nodes poll; their traffic was scheduled.
     for op in [Op::NetPoll, Op::NetAccept, Op::NetConnect, Op::NetRecv, Op::NetSend] {
@@ -358,7 +358,7 @@ fn busybox_s_shell_runs_its_applets_under_the_agent_and_replays() {
         assert!(run.stdout.starts_with("5\n4\n") && run.stdout.contains(&format!("{SEARCH_EPOCH}\n200000\n{SEARCH_EPOCH}\ndone\n")), "{}", run.text());
         replays_identically(&out.join("trace.bin"));
         // The program's own lines (dara's summary names the output directory).
-        printed.push(run.stdout.split("no bug found").next().unwrap_or_default().to_owned());
+        printed.push(run.stderr.split("no bug found").next().unwrap_or_default().to_owned());
     }
     assert_eq!(printed[0], printed[1], "one seed, one output");
     let (run, out) = search("busybox-search", "5", &command);

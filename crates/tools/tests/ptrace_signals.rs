@@ -37,7 +37,7 @@ fn bug_found(test: &str, program: &Path, runs: u64, shows: &str) {
     let out = out_dir(test);
     let run = search(&out, "random", 1, runs, program);
     assert_eq!(run.code, 1, "{test}: {}", run.text());
-    assert!(run.stdout.contains(shows), "{test}: {}", run.text());
+    assert!(run.stderr.contains(shows), "{test}: {}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     replays(&bug, shows);
     let again = out_dir(&format!("{test}-again"));
@@ -53,7 +53,7 @@ fn clean(test: &str, program: &Path, runs: u64, prints: &str, op: Op) {
     let out = out_dir(test);
     let run = search(&out, "random", 1, runs, program);
     assert_eq!(run.code, 0, "{test}: {}", run.text());
-    assert!(run.stdout.contains(&format!("no bug found in {runs} executions")), "{test}: {}", run.text());
+    assert!(run.stderr.contains(&format!("no bug found in {runs} executions")), "{test}: {}", run.text());
     let last = out.join("trace.bin");
     assert!(interrupts(&last, op) >= 1, "{test}: the last execution's {} was not ended by a signal", op.name());
     let verify = dara_replay(&["--verify", last.to_str().unwrap()], Duration::from_secs(180));
@@ -145,7 +145,7 @@ fn a_static_program_s_kills_are_steps_and_the_killed_child_is_gone_before_the_se
         let out = out_dir(&format!("ptrace-kill-child-{tag}"));
         let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--runs", "5", "--", busybox, "sh", "-c", &script], Duration::from_secs(180));
         assert_eq!(run.code, 0, "{tag}: {}", run.text());
-        assert!(run.stdout.contains("no bug found in 5 executions") && run.stdout.contains("waited"), "{tag}: {}", run.text());
+        assert!(run.stderr.contains("no bug found in 5 executions") && run.stderr.contains("waited"), "{tag}: {}", run.text());
         let last = out.join("trace.bin");
         assert_eq!(steps_with(&last, Op::ProcessKill), 1, "{tag}: the kill is a step");
         replays_identically(&last);
@@ -155,7 +155,7 @@ fn a_static_program_s_kills_are_steps_and_the_killed_child_is_gone_before_the_se
             let out = out_dir(&format!("ptrace-raise-kill-{build}-{mode}"));
             let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--runs", "3", "--", program.to_str().unwrap(), mode], Duration::from_secs(120));
             assert_eq!(run.code, 1, "{build} {mode}: {}", run.text());
-            assert!(run.stdout.contains("BUG: process 0 killed by SIGKILL") && !run.text().contains("killed from outside"), "{build} {mode}: {}", run.text());
+            assert!(run.stderr.contains("BUG: process 0 killed by SIGKILL") && !run.text().contains("killed from outside"), "{build} {mode}: {}", run.text());
             replays(&out.join("bug-0001/trace.bin"), "killed by SIGKILL");
         }
         assert_no_survivors(&program);

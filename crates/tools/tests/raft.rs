@@ -60,7 +60,7 @@ fn the_correct_cluster_elects_and_serves_with_default_settings() {
         let out = out_dir(&format!("raft-ok-{}", strategy.replace(':', "")));
         let run = search_config(&out, &cfg, strategy, seed, OK_RUNS, &["--keep-going"]);
         assert_eq!(run.code, 0, "the correct cluster reported a bug under {strategy}\n{}", run.text());
-        assert!(!run.stdout.contains("hang"), "an execution ended as a hang under {strategy}\n{}", run.text());
+        assert!(!run.stderr.contains("hang"), "an execution ended as a hang under {strategy}\n{}", run.text());
         let served = run.stdout.matches(SERVED).count() as u64;
         let checked = run.stdout.matches(CHECKED).count() as u64;
         assert!(served * 100 >= OK_RUNS * 95, "{served} of {OK_RUNS} {strategy} executions served the client\n{}", run.text());
@@ -81,7 +81,7 @@ fn an_acknowledged_write_lost_with_its_leader_is_found_and_replays() {
     let out = out_dir("raft-lost-write");
     let run = search_config(&out, &cfg, "random", BUG_SEED, BUG_RUNS, &[]);
     assert_eq!(run.code, 1, "expected the lost write within {BUG_RUNS} random executions (seed {BUG_SEED})\n{}", run.text());
-    assert!(run.stdout.contains("BUG: the check command failed (status 1)") && run.stdout.contains(LOST), "{}", run.text());
+    assert!(run.stderr.contains("BUG: the check command failed (status 1)") && run.stderr.contains(LOST), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
 
     // The listing shows the leader's OK to the client and then dara crashing that very node.

@@ -45,7 +45,7 @@ fn redis_server_answers_every_command_under_dara_and_replays() {
     let out = out_dir("redis-smoke");
     let run = smoke(&out, port);
     assert_eq!(run.code, 0, "the smoke test failed under dara\n{}", run.text());
-    assert!(run.stdout.contains(&format!("no bug found in {RUNS} executions")), "{}", run.text());
+    assert!(run.stderr.contains(&format!("no bug found in {RUNS} executions")), "{}", run.text());
     assert_eq!(run.stdout.matches(ANSWERS_RIGHT).count() as u64, RUNS, "every execution got every answer right\n{}", run.text());
 
     let last = out.join("trace.bin");

@@ -191,7 +191,7 @@ fn a_search_runs_the_setup_before_every_execution() {
             Duration::from_secs(300),
         );
         assert_eq!(run.code, 0, "{}", run.text());
-        assert!(run.stdout.contains("no bug found in 4 executions"), "{}", run.text());
+        assert!(run.stderr.contains("no bug found in 4 executions"), "{}", run.text());
         traces.push(out.join("trace.bin"));
     }
     let [a, b] = [&traces[0], &traces[1]].map(|t| dara_scheduler::trace::read_file(t).unwrap());

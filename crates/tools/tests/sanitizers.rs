@@ -29,8 +29,8 @@ fn found_and_replayed(test: &str, program: &Path, runs: u64, shows: &str) {
     let out = out_dir(test);
     let run = search_with(&out.join("a"), "pct:3", 1, runs, &program, &["--no-minimize"]);
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains(shows), "expected {shows:?}\n{}", run.text());
-    assert!(!run.stdout.contains(" thread T"), "a thread name in the bug's identity\n{}", run.text());
+    assert!(run.stderr.contains(shows), "expected {shows:?}\n{}", run.text());
+    assert!(!run.stderr.contains(" thread T"), "a thread name in the bug's identity\n{}", run.text());
     let bug = out.join("a/bug-0001/trace.bin");
     replays(&bug, shows);
     let again = search_with(&out.join("b"), "pct:3", 1, runs, &program, &["--no-minimize"]);
@@ -43,7 +43,7 @@ fn clean(test: &str, program: &Path, runs: u64) {
     let program = private_copy(program, test);
     let run = search_with(&out_dir(test), "pct:3", 1, runs, &program, &[]);
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains("no bug found"), "{}", run.text());
+    assert!(run.stderr.contains("no bug found"), "{}", run.text());
     assert_no_survivors(&program);
 }
 

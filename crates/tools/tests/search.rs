@@ -53,9 +53,9 @@ fn time_budget_stops_the_search() {
     let out = out_dir("budget");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--runs", "1000000", "--time-budget", "1", "--", program.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains("time budget spent after"), "{}", run.text());
+    assert!(run.stderr.contains("time budget spent after"), "{}", run.text());
     assert!(run.wall < Duration::from_secs(20), "took {:?}", run.wall);
-    assert!(run.stdout.contains("distinct bugs          0"), "summary table\n{}", run.text());
+    assert!(run.stderr.contains("distinct bugs          0"), "summary table\n{}", run.text());
 }
 
 #[test]
@@ -77,9 +77,9 @@ fn systematic_strategies_find_bugs_and_verify_correct_twins() {
         assert_eq!(run.code, 0, "{strategy}\n{}", run.text());
         // A plain build: the space is explored, but races between scheduling points were out of
         // sight, and dara says so rather than claiming a proof.
-        assert!(run.stdout.contains(&format!("search not exhaustive: {strategy} explored all")), "{strategy}\n{}", run.text());
-        assert!(!run.stdout.contains("search space exhausted"), "{strategy}\n{}", run.text());
-        let line = run.stdout.lines().find(|l| l.starts_with("no bug found in ")).unwrap_or_else(|| panic!("{}", run.text())).to_string();
+        assert!(run.stderr.contains(&format!("search not exhaustive: {strategy} explored all")), "{strategy}\n{}", run.text());
+        assert!(!run.stderr.contains("search space exhausted"), "{strategy}\n{}", run.text());
+        let line = run.stderr.lines().find(|l| l.starts_with("no bug found in ")).unwrap_or_else(|| panic!("{}", run.text())).to_string();
         line.trim_start_matches("no bug found in ").split(' ').next().unwrap().parse::<u64>().unwrap()
     };
     let (dpor, dfs) = (count("dpor"), count("dfs"));
@@ -106,9 +106,9 @@ fn bugs_are_deduplicated_by_location() {
         Duration::from_secs(180),
     );
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("2 distinct bug(s) in 100 executions"), "{}", run.text());
+    assert!(run.stderr.contains("2 distinct bug(s) in 100 executions"), "{}", run.text());
     let aborted: u64 = run
-        .stdout
+        .stderr
         .lines()
         .find_map(|l| l.trim().strip_prefix("ended signal")?.trim().parse().ok())
         .unwrap_or_else(|| panic!("no signal count in the summary\n{}", run.text()));

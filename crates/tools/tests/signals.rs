@@ -49,7 +49,7 @@ fn bug_found(name: &str, runs: u64, shows: &str) {
     let out = out_dir(name);
     let run = search(&out, "random", 1, runs, &program);
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains(shows), "{}", run.text());
+    assert!(run.stderr.contains(shows), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     replays(&bug, shows);
     let again = out_dir(&format!("{name}-again"));
@@ -67,7 +67,7 @@ fn twin_clean(name: &str, runs: u64, prints: &str, op: Op) {
         let out = out_dir(&format!("{name}-{}", strategy.replace(':', "")));
         let run = search(&out, strategy, seed, runs, &program);
         assert_eq!(run.code, 0, "{}", run.text());
-        assert!(run.stdout.contains(&format!("no bug found in {runs} executions")), "{}", run.text());
+        assert!(run.stderr.contains(&format!("no bug found in {runs} executions")), "{}", run.text());
         let last = out.join("trace.bin");
         if strategy == "random" {
             assert!(interrupts(&last, op) >= 1, "the last execution's {} was ended by a signal", op.name());
@@ -113,7 +113,7 @@ fn a_connect_waits_for_room_in_the_backlog_and_a_signal_restarts_or_interrupts_i
     let out = out_dir("sig_connect-recorded");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(120));
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stdout.contains(prints) && run.stdout.contains("no bug found"), "{}", run.text());
+    assert!(run.stdout.contains(prints) && run.stderr.contains("no bug found"), "{}", run.text());
     let trace_path = out.join("trace.bin");
     assert!(interrupts(&trace_path, Op::NetConnect) >= 1, "the recording's second connect was ended by a signal");
     // Three executions, each waiting a second of real time for a retransmitted SYN: bounded
@@ -232,7 +232,7 @@ fn a_program_that_raises_sigkill_is_killed_by_its_own_sigkill() {
             let out = out_dir(&format!("sig_raise_kill-{mode}{attempt}"));
             let run = dara_trace(&["-q", "-o", out.to_str().unwrap(), "--runs", "3", "--", program.to_str().unwrap(), mode], Duration::from_secs(120));
             assert_eq!(run.code, 1, "{mode}: {}", run.text());
-            assert!(run.stdout.contains("BUG: process 0 killed by SIGKILL"), "{mode}: {}", run.text());
+            assert!(run.stderr.contains("BUG: process 0 killed by SIGKILL"), "{mode}: {}", run.text());
             assert!(!run.text().contains("killed from outside"), "{mode}: {}", run.text());
             traces.push(out.join("bug-0001/trace.bin"));
         }

@@ -24,7 +24,7 @@ fn a_timed_wait_that_cannot_time_out_in_real_time_is_never_reported() {
             let out = out_dir(&format!("{name}-deadline-{}", strategy.replace(':', "")));
             let run = search(&out, strategy, seed, 300, &program);
             assert_eq!(run.code, 0, "{name} was reported under {strategy} with timers at their deadlines\n{}", run.text());
-            assert!(run.stdout.contains("no bug found in 300 executions"), "{}", run.text());
+            assert!(run.stderr.contains("no bug found in 300 executions"), "{}", run.text());
             let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
             assert_eq!(verify.code, 0, "{}", verify.text());
         }
@@ -41,7 +41,7 @@ fn an_early_timeout_is_a_pause_fault_found_and_replayed() {
             let out = out_dir(&tag);
             let run = search_with(&out, strategy, seed, runs, &program, &["--faults", "pause"]);
             assert_eq!(run.code, 1, "{name}: no bug within {runs} {strategy} executions with pauses\n{}", run.text());
-            assert!(run.stdout.contains(SHOWS), "{}", run.text());
+            assert!(run.stderr.contains(SHOWS), "{}", run.text());
             let bug = out.join("bug-0001/trace.bin");
             replays(&bug, SHOWS);
             let listing = dara_replay(&[bug.to_str().unwrap()], Duration::from_secs(60));
@@ -61,7 +61,7 @@ fn timers_that_fire_at_any_step_are_still_an_option() {
     let out = out_dir("timeout_race-any");
     let run = search_with(&out, "random", 1, 100, &program, &["--timers", "any"]);
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains(SHOWS), "{}", run.text());
+    assert!(run.stderr.contains(SHOWS), "{}", run.text());
     replays(&out.join("bug-0001/trace.bin"), SHOWS);
     let bad = dara_trace(&["--timers", "soon", "--", program.to_str().unwrap()], Duration::from_secs(30));
     assert_eq!(bad.code, 2, "{}", bad.text());
@@ -76,7 +76,7 @@ fn run_for_ends_an_endless_program_without_a_verdict() {
     let o = out.to_str().unwrap();
     let run = dara_trace(&["-q", "-o", o, "--runs", "3", "--run-for", "5", "--", exe], Duration::from_secs(120));
     assert_eq!(run.code, 0, "an endless program stopped at its time limit is no bug\n{}", run.text());
-    assert!(run.stdout.contains("no bug found in 3 executions"), "{}", run.text());
+    assert!(run.stderr.contains("no bug found in 3 executions"), "{}", run.text());
     let replay = dara_replay(&["--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(replay.code, 0, "{}", replay.text());
     assert!(replay.stdout.contains("ran for 5.000s of virtual time with no bug"), "{}", replay.text());
@@ -84,12 +84,12 @@ fn run_for_ends_an_endless_program_without_a_verdict() {
     // Without --run-for the same program is a hang at the virtual-time bound.
     let hang = dara_trace(&["-q", "-o", out_dir("endless-hang").to_str().unwrap(), "--runs", "1", "--closed", "--max-vtime", "5", "--no-minimize", "--", exe], Duration::from_secs(120));
     assert_eq!(hang.code, 1, "{}", hang.text());
-    assert!(hang.stdout.contains("virtual-time bound exceeded"), "{}", hang.text());
+    assert!(hang.stderr.contains("virtual-time bound exceeded"), "{}", hang.text());
 
     // A failure before the limit is still found (tick 30 comes at 3 virtual seconds)...
     let found = dara_trace(&["-q", "-o", out_dir("endless-fails").to_str().unwrap(), "--runs", "2", "--run-for", "5", "--no-minimize", "--", exe, "30"], Duration::from_secs(120));
     assert_eq!(found.code, 1, "{}", found.text());
-    assert!(found.stdout.contains("Assertion `ticks != fail_at' failed"), "{}", found.text());
+    assert!(found.stderr.contains("Assertion `ticks != fail_at' failed"), "{}", found.text());
     // ...and one after it is not reached.
     let early = dara_trace(&["-q", "-o", out_dir("endless-early").to_str().unwrap(), "--runs", "2", "--run-for", "2", "--", exe, "30"], Duration::from_secs(120));
     assert_eq!(early.code, 0, "{}", early.text());
@@ -132,7 +132,7 @@ fn timerfds_expire_on_the_virtual_clock_and_replay() {
         for dir in [&a, &b] {
             let run = search(dir, strategy, seed, 20, &program);
             assert_eq!(run.code, 0, "{}", run.text());
-            assert!(run.stdout.contains("no bug found in 20 executions"), "{}", run.text());
+            assert!(run.stderr.contains("no bug found in 20 executions"), "{}", run.text());
         }
         same_decisions(&a.join("trace.bin"), &b.join("trace.bin"));
     }
@@ -170,7 +170,7 @@ fn a_timerfd_is_shared_by_dup_and_fork_and_freed_by_the_last_close() {
     let hang = out_dir("timerfd-shared-hang");
     let run = dara_trace(&["-q", "-o", hang.to_str().unwrap(), "--runs", "1", "--no-minimize", "--", exe, "hang"], Duration::from_secs(120));
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains("BUG: deadlock: thread 0 waits for data"), "{}", run.text());
+    assert!(run.stderr.contains("BUG: deadlock: thread 0 waits for data"), "{}", run.text());
     let listing = dara_replay(&[hang.join("bug-0001/trace.bin").to_str().unwrap()], Duration::from_secs(60));
     assert!(listing.stdout.lines().all(|l| !l.contains(" 0.020s ")), "no step after the last tick the child read\n{}", listing.stdout);
     assert_no_survivors(&program);
@@ -183,7 +183,7 @@ fn a_watchdog_timerfd_due_with_its_work_is_found_and_replayed() {
     let out = out_dir("timerfd-watchdog");
     let run = search(&out, "random", 1, 100, &program);
     assert_eq!(run.code, 1, "the watchdog's tie with the work was not found\n{}", run.text());
-    assert!(run.stdout.contains(SHOWS), "{}", run.text());
+    assert!(run.stderr.contains(SHOWS), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     replays(&bug, SHOWS);
     let again = out_dir("timerfd-watchdog-again");
@@ -197,14 +197,14 @@ fn a_watchdog_timerfd_due_with_its_work_is_found_and_replayed() {
         let out = out_dir(&format!("timerfd-watchdog-ok-{}", strategy.replace(':', "")));
         let run = search(&out, strategy, seed, 200, &twin);
         assert_eq!(run.code, 0, "the twin with a margin was reported under {strategy}\n{}", run.text());
-        assert!(run.stdout.contains("no bug found in 200 executions"), "{}", run.text());
+        assert!(run.stderr.contains("no bug found in 200 executions"), "{}", run.text());
     }
     // A slow worker is a pause fault: it stands still while the clock passes the watchdog's
     // deadline (a timerfd's deadline counts as the others' next one), and the margin is gone.
     let out = out_dir("timerfd-watchdog-ok-pause");
     let run = search_with(&out, "random", 1, 100, &twin, &["--faults", "pause"]);
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stdout.contains(SHOWS), "{}", run.text());
+    assert!(run.stderr.contains(SHOWS), "{}", run.text());
     let listing = dara_replay(&[out.join("bug-0001/trace.bin").to_str().unwrap()], Duration::from_secs(60));
     assert!(listing.stdout.contains("FAULT pause      pause thread 1 until 0.060s"), "the worker stands still until the watchdog's deadline\n{}", listing.stdout);
     assert_no_survivors(&twin);

@@ -71,7 +71,7 @@ fn late_sharing_is_found_once_the_watch_set_grows() {
     let shown = dara_trace(&["-o", out.to_str().unwrap(), "--seed", &seed, "--runs", &runs, "--epoch", SEARCH_EPOCH, "--no-minimize", "--preempt-on", "memory", "--", program.to_str().unwrap()], std::time::Duration::from_secs(300));
     assert_eq!(shown.code, 1, "{}", shown.text());
     let line = format!("memory watch set: +{} granule", grown.len() - profile.len());
-    assert!(shown.stdout.contains(&line) && shown.stdout.contains(&format!("after execution {} (now {})", EPOCH - 1, grown.len())), "{}", shown.text());
+    assert!(shown.stderr.contains(&line) && shown.stderr.contains(&format!("after execution {} (now {})", EPOCH - 1, grown.len())), "{}", shown.text());
     assert_no_survivors(&program);
 }
 
@@ -105,7 +105,7 @@ fn dpor_grows_in_rounds_finds_the_bug_and_proves_the_twin() {
     assert_no_survivors(&program);
 
     let run = twin_clean("dpor", 0, 200);
-    assert!(run.stdout.contains("search space exhausted: explored all schedules"), "{}", run.text());
+    assert!(run.stderr.contains("search space exhausted: explored all schedules"), "{}", run.text());
 }
 
 /// The twin under `strategy` and `seed`: no bug in `runs` executions, and the last one watched
@@ -132,7 +132,7 @@ fn an_empty_search_without_memory_points_names_the_option() {
     let out = out_dir("late-sharing-hint");
     let run = search(&out, "random", SEED, 20, &instrumented);
     assert_eq!(run.code, 0, "found without memory points\n{}", run.text());
-    let hints: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with("hint: ")).collect();
+    let hints: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("hint: ")).collect();
     assert_eq!(hints.len(), 1, "{}", run.text());
     assert!(hints[0].contains("--preempt-on memory") && hints[0].contains("ThreadSanitizer ABI"), "{}", hints[0]);
 
@@ -140,13 +140,13 @@ fn an_empty_search_without_memory_points_names_the_option() {
     let out = out_dir("late-sharing-plain");
     let run = search(&out, "random", SEED, 20, &plain);
     assert_eq!(run.code, 0, "{}", run.text());
-    assert!(!run.stdout.contains("hint: "), "a hint for a program without memory instrumentation or atomics\n{}", run.text());
+    assert!(!run.stderr.contains("hint: "), "a hint for a program without memory instrumentation or atomics\n{}", run.text());
 
     // The twin's plain build counts with a lock-prefixed instruction: trapping it is the option.
     let atomic = private_copy(&fixture("mem_late_sharing_ok"), "late-sharing-ok-plain");
     let out = out_dir("late-sharing-ok-plain");
     let run = search(&out, "random", SEED, 20, &atomic);
     assert_eq!(run.code, 0, "{}", run.text());
-    let hint = run.stdout.lines().find(|l| l.starts_with("hint: ")).unwrap_or_else(|| panic!("no hint\n{}", run.text()));
+    let hint = run.stderr.lines().find(|l| l.starts_with("hint: ")).unwrap_or_else(|| panic!("no hint\n{}", run.text()));
     assert!(hint.contains("atomic instruction") && hint.contains("--preempt-on atomics"), "{hint}");
 }

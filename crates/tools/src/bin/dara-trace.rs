@@ -2,6 +2,9 @@
 //!
 //! Exit status: 0 no bug found, 1 a bug was found (saved under <out>/bug-NNNN/), 2 usage or tool
 //! error (including a program dara cannot control), 130 interrupted.
+//!
+//! Its own lines (progress, verdicts, the replay command) go to stderr: stdout is the program's,
+//! so `dara-trace -- prog -c > out` writes what `prog -c > out` would.
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -225,8 +228,8 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
             cli.strategy = "pct:3".into();
         }
         if cli.quiet == 0 {
-            println!("dara demo: {} — a bank with two tellers and an atomicity bug.", program.display());
-            println!("Searching up to {} schedules with {} (seed {})...", cli.runs, cli.strategy, cli.seed);
+            eprintln!("dara demo: {} — a bank with two tellers and an atomicity bug.", program.display());
+            eprintln!("Searching up to {} schedules with {} (seed {})...", cli.runs, cli.strategy, cli.seed);
         }
     }
     let mut build_ids = check_program(&cli.command[0])?;
@@ -278,7 +281,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
                 eprintln!("dara-trace: warning: {warning}");
             }
             if cli.quiet == 0 {
-                println!("{}", p.describe());
+                eprintln!("{}", p.describe());
             }
         }
     }
@@ -348,25 +351,25 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
             return Ok(document);
         }
         SearchEnd::Interrupted => {
-            println!("interrupted after {} executions", summary.executions);
+            eprintln!("interrupted after {} executions", summary.executions);
             if let Some(t) = &summary.last_trace {
-                println!("the interrupted run is in {}", t.display());
+                eprintln!("the interrupted run is in {}", t.display());
             }
         }
-        SearchEnd::Exhausted(note) => println!("search space exhausted: {note}"),
-        SearchEnd::NotExhaustive { explored, blind } => println!("search not exhaustive: {} {explored}, but only over the points dara saw: {blind}", cfg.strategy),
-        SearchEnd::TimeBudget => println!("time budget spent after {} executions", summary.executions),
+        SearchEnd::Exhausted(note) => eprintln!("search space exhausted: {note}"),
+        SearchEnd::NotExhaustive { explored, blind } => eprintln!("search not exhaustive: {} {explored}, but only over the points dara saw: {blind}", cfg.strategy),
+        SearchEnd::TimeBudget => eprintln!("time budget spent after {} executions", summary.executions),
         SearchEnd::Completed => {}
     }
     if cli.quiet == 0 && summary.executions > 1 {
         print_table(&summary, &cfg.strategy);
     }
     for note in &summary.notes {
-        println!("note: {note}");
+        eprintln!("note: {note}");
     }
     if summary.bugs.is_empty() {
         if !matches!(summary.end, SearchEnd::Interrupted) {
-            println!("no bug found in {} executions ({})", summary.executions, cfg.strategy);
+            eprintln!("no bug found in {} executions ({})", summary.executions, cfg.strategy);
             if !recording && matches!(summary.end, SearchEnd::Completed | SearchEnd::TimeBudget) {
                 let program = binary::resolve(&cli.command[0]);
                 let build = program.as_deref().map(dara_tools::memory_build::memory_instrumentation).unwrap_or_default();
@@ -375,18 +378,18 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
                 let atomic_instructions = program.as_deref().filter(|_| look_for_atomics).map_or(0, dara_tools::memory_build::atomic_instructions);
                 let empty = EmptySearch { visibility, build, atomic_instructions, overflowed: profile_overflowed || summary.watch_overflowed };
                 if let Some(line) = dara_explorer::hint::hint(&empty) {
-                    println!("{line}");
+                    eprintln!("{line}");
                 }
             }
             if let Some(t) = &summary.last_trace {
-                println!("trace of the last execution: {}", t.display());
+                eprintln!("trace of the last execution: {}", t.display());
             }
             return Ok(document);
         }
         document.exit_code = 130;
         return Ok(document);
     }
-    println!("{} distinct bug(s) in {} executions:", summary.bugs.len(), summary.executions);
+    eprintln!("{} distinct bug(s) in {} executions:", summary.bugs.len(), summary.executions);
     let mut replay = summary.bugs[0].trace.clone();
     // The minimization's candidates are executions of the same command: copied from a fork
     // server too (invisible to the program, like the search's).
@@ -395,7 +398,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
         dara_scheduler::execution::prepare_repeated_runs(&mut minimize_base, !cli.no_fork_server, &[]);
     }
     for (i, bug) in summary.bugs.iter().enumerate() {
-        println!("  {}  (execution {}, {} steps) -> {}", bug.outcome.summary(), bug.execution, bug.steps, bug.dir.display());
+        eprintln!("  {}  (execution {}, {} steps) -> {}", bug.outcome.summary(), bug.execution, bug.steps, bug.dir.display());
         if matches!(bug.outcome, dara_model::Outcome::LivenessViolated { .. }) && cli.liveness_walks > 0 && i < MINIMIZE_BUGS {
             dara_tools::liveness::find_critical_transition(bug, &cfg.execution, cli.liveness_walks, &STOP, deadline);
         }
@@ -405,7 +408,7 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
         }
         document.bugs.push(BugEntry::new(&bug.outcome, bug.execution, bug.steps, &bug.dir, &bug.trace, minimal));
     }
-    println!("replay: {} {}", dara_tools::invocation::tool_command("dara-replay"), replay.display());
+    eprintln!("replay: {} {}", dara_tools::invocation::tool_command("dara-replay"), replay.display());
     document.exit_code = 1;
     Ok(document)
 }
@@ -454,7 +457,7 @@ fn minimize_bug(bug: &SavedBug, base: &dara_scheduler::execution::ExecutionConfi
         return None;
     }
     if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-        println!("  (not minimized: the time budget is spent)");
+        eprintln!("  (not minimized: the time budget is spent)");
         return None;
     }
     let recorded = dara_model::trace::read_file(&bug.trace).ok()?;
@@ -462,11 +465,11 @@ fn minimize_bug(bug: &SavedBug, base: &dara_scheduler::execution::ExecutionConfi
     let result = match minimized {
         Ok(r) => r,
         Err(dara_explorer::minimize::MinimizeError::Interrupted) if !STOP.load(std::sync::atomic::Ordering::Relaxed) => {
-            println!("  (not minimized: the time budget ran out)");
+            eprintln!("  (not minimized: the time budget ran out)");
             return None;
         }
         Err(e) => {
-            println!("  (no smaller schedule for {}: {e})", bug.dir.display());
+            eprintln!("  (no smaller schedule for {}: {e})", bug.dir.display());
             return None;
         }
     };
@@ -475,10 +478,10 @@ fn minimize_bug(bug: &SavedBug, base: &dara_scheduler::execution::ExecutionConfi
     }
     let path = bug.dir.join("minimal.bin");
     if let Err(e) = dara_model::trace::write_file(&path, &result.trace) {
-        println!("  (could not save the smaller schedule: {e})");
+        eprintln!("  (could not save the smaller schedule: {e})");
         return None;
     }
-    println!(
+    eprintln!(
         "  smallest failing schedule found: {} (was {}) -> {}",
         size_line(&result.after),
         size_line(&result.before),
@@ -505,7 +508,7 @@ struct ProgressLine {
 impl ProgressLine {
     fn new(quiet: bool, runs: u64, budget: Option<std::time::Duration>) -> ProgressLine {
         // SAFETY: isatty only inspects the descriptor.
-        let live = unsafe { libc::isatty(1) } == 1 && runs > 1;
+        let live = unsafe { libc::isatty(2) } == 1 && runs > 1;
         ProgressLine { quiet, runs, budget, live, last_live: std::time::Instant::now(), drawn: false }
     }
 
@@ -527,30 +530,30 @@ impl ProgressLine {
         }
         if let Some(g) = p.watch_growth {
             self.clear();
-            println!("memory watch set: +{} granule{} after execution {} (now {})", g.added, if g.added == 1 { "" } else { "s" }, g.after, g.watched);
+            eprintln!("memory watch set: +{} granule{} after execution {} (now {})", g.added, if g.added == 1 { "" } else { "s" }, g.after, g.watched);
         }
         let done = p.execution + 1;
         if let Some(bug) = p.new_bug {
             self.clear();
-            println!("execution {}: {} ({} steps)", p.execution, bug.outcome.summary(), bug.steps);
+            eprintln!("execution {}: {} ({} steps)", p.execution, bug.outcome.summary(), bug.steps);
         } else if self.runs == 1 {
-            println!("execution {}: {} ({} steps, {:.1} ms{})", p.execution, p.report.outcome.summary(), p.report.steps.len(), p.report.wall.as_secs_f64() * 1e3, coverage_note(p.coverage));
+            eprintln!("execution {}: {} ({} steps, {:.1} ms{})", p.execution, p.report.outcome.summary(), p.report.steps.len(), p.report.wall.as_secs_f64() * 1e3, coverage_note(p.coverage));
         } else if self.live {
             if self.last_live.elapsed().as_millis() >= 100 || done == self.runs {
-                print!("\r\x1b[2K{}", self.counts(p));
-                let _ = std::io::Write::flush(&mut std::io::stdout());
+                eprint!("\r\x1b[2K{}", self.counts(p));
+                let _ = std::io::Write::flush(&mut std::io::stderr());
                 self.last_live = std::time::Instant::now();
                 self.drawn = true;
             }
         } else if done % 50 == 0 {
-            println!("{}", self.counts(p));
+            eprintln!("{}", self.counts(p));
         }
     }
 
     fn clear(&mut self) {
         if self.drawn {
-            print!("\r\x1b[2K");
-            let _ = std::io::Write::flush(&mut std::io::stdout());
+            eprint!("\r\x1b[2K");
+            let _ = std::io::Write::flush(&mut std::io::stderr());
             self.drawn = false;
         }
     }
@@ -568,39 +571,39 @@ fn duration_words(secs: f64) -> String {
 /// The closing table: how many executions, how fast, how they ended.
 fn print_table(summary: &SearchSummary, strategy: &str) {
     let secs = summary.wall.as_secs_f64();
-    println!("{:<22} {}", "strategy", strategy);
-    println!("{:<22} {} in {:.2} s ({:.0}/s)", "executions", summary.executions, secs, summary.executions as f64 / secs.max(1e-9));
+    eprintln!("{:<22} {}", "strategy", strategy);
+    eprintln!("{:<22} {} in {:.2} s ({:.0}/s)", "executions", summary.executions, secs, summary.executions as f64 / secs.max(1e-9));
     match &summary.launches.no_server {
-        Some(why) => println!("{:<22} not used: {why}", "fork server"),
-        None if summary.launches.copied > 0 => println!("{:<22} {} of {} executions copied from the program parked before main", "fork server", summary.launches.copied, summary.executions),
+        Some(why) => eprintln!("{:<22} not used: {why}", "fork server"),
+        None if summary.launches.copied > 0 => eprintln!("{:<22} {} of {} executions copied from the program parked before main", "fork server", summary.launches.copied, summary.executions),
         None => {}
     }
     if summary.launches.ahead > 0 {
-        println!("{:<22} {} of {} executions' programs started while the execution before ran", "launched ahead", summary.launches.ahead, summary.executions);
+        eprintln!("{:<22} {} of {} executions' programs started while the execution before ran", "launched ahead", summary.launches.ahead, summary.executions);
     }
     if let Some(made) = summary.launches.namespaces_made.filter(|&made| made > 0) {
-        println!("{:<22} {made} PID namespaces made for {} executions (each used again once its execution left nothing behind)", "namespaces", summary.executions);
+        eprintln!("{:<22} {made} PID namespaces made for {} executions (each used again once its execution left nothing behind)", "namespaces", summary.executions);
     }
     for (kind, n) in &summary.outcome_counts {
-        println!("{:<22} {n}", format!("  ended {kind}"));
+        eprintln!("{:<22} {n}", format!("  ended {kind}"));
     }
     if summary.coverage > 0 {
-        println!("{:<22} {} edges", "coverage", summary.coverage);
+        eprintln!("{:<22} {} edges", "coverage", summary.coverage);
     }
-    println!("{:<22} {}", "distinct bugs", summary.bugs.len());
+    eprintln!("{:<22} {}", "distinct bugs", summary.bugs.len());
 }
 
 /// The user properties the program declared or evaluated, one line each, and a word on lines
 /// that were not the protocol.
 fn print_properties(properties: &[PropertyEntry], executions: u64, malformed: &(u64, Option<String>)) {
     if !properties.is_empty() {
-        println!("properties over {executions} execution(s):");
+        eprintln!("properties over {executions} execution(s):");
         for p in properties {
-            println!("  {}", p.line(executions));
+            eprintln!("  {}", p.line(executions));
         }
     }
     if let (n @ 1.., Some(first)) = malformed {
-        println!("note: {n} line(s) on DARA_SDK_FD were not the property protocol (docs/properties.md); the first: {first:?}");
+        eprintln!("note: {n} line(s) on DARA_SDK_FD were not the property protocol (docs/properties.md); the first: {first:?}");
     }
 }
 

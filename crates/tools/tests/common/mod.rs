@@ -313,7 +313,7 @@ pub fn found_with_memory_points(tag: &str, what: &str, min_points: usize, search
     let out = out_dir(tag);
     let run = search(&out);
     assert_eq!(run.code, 1, "expected the bug: {what}\n{}", run.text());
-    assert!(run.stdout.contains("SIGABRT"), "{}", run.text());
+    assert!(run.stderr.contains("SIGABRT"), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     let recorded = dara_scheduler::trace::read_file(&bug).unwrap();
     let points = recorded.steps.iter().filter(|s| matches!(s.choice.op, dara_abi::Op::MemoryRead | dara_abi::Op::MemoryWrite)).count();

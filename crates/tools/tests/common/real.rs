@@ -43,7 +43,7 @@ pub fn search_clean(test: &str, runs: u64, options: &[&str], command: &[&str]) -
     args.extend_from_slice(command);
     let run = dara_trace(&args, Duration::from_secs(480));
     assert_eq!(run.code, 0, "{test}: a false bug in a search of a correct program\n{}", run.text());
-    assert!(run.stdout.contains(&format!("no bug found in {runs} executions")), "{test}: {}", run.text());
+    assert!(run.stderr.contains(&format!("no bug found in {runs} executions")), "{test}: {}", run.text());
     (out.join("trace.bin"), run)
 }
 
