@@ -38,7 +38,7 @@ fn a_stale_read_from_a_backup_is_found_and_replays() {
     let out = out_dir("kv-stale-read");
     let run = search_script(&out, "kv_test.sh", &kv, base);
     assert_eq!(run.code, 1, "expected the stale read within {RUNS} random executions (seed {SEED})\n{}", run.text());
-    assert!(run.stderr.contains(SHOWS) && run.stderr.contains("BUG: exited with status 1"), "{}", run.text());
+    assert!(run.stdout.contains(SHOWS) && run.stderr.contains("BUG: exited with status 1"), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
 
     // The script, two backups, the primary and the client are all traced, and the nodes talk

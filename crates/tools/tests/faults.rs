@@ -56,7 +56,7 @@ fn an_acknowledged_write_lost_in_a_crash_is_found_and_replays() {
     let out = out_dir("durable-lost-write");
     let run = search_config(&out, &cfg, RUNS, &[]);
     assert_eq!(run.code, 1, "expected the lost write within {RUNS} random executions (seed {SEED})\n{}", run.text());
-    assert!(run.stderr.contains(LOST) && run.stderr.contains("BUG: exited with status 1"), "{}", run.text());
+    assert!(run.stdout.contains(LOST) && run.stderr.contains("BUG: exited with status 1"), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
 
     // The interleaving shows the node's OK, the crash dara injected, the restart, and the NONE.
@@ -214,7 +214,7 @@ fn a_skewed_clock_is_seen_by_the_node_and_replays() {
     let out = out_dir("skew");
     let run = search_config(&out, &cfg, 40, &[]);
     assert_eq!(run.code, 1, "{}", run.text());
-    assert!(run.stderr.contains("BUG: node clock exited with status 3") && run.stderr.contains("clock: jumped 10"), "{}", run.text());
+    assert!(run.stderr.contains("BUG: node clock exited with status 3") && run.stdout.contains("clock: jumped 10"), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     let listing = dara_replay(&[bug.to_str().unwrap()], Duration::from_secs(60));
     assert!(listing.stdout.contains("FAULT skew") && listing.stdout.contains("skew clock +100000 ms"), "{}", listing.stdout);

@@ -87,7 +87,7 @@ fn two_stage_among_100_threads_is_found_by_rf() {
 #[test]
 fn pos_and_rf_are_in_the_help() {
     let run = dara_trace(&["--help"], Duration::from_secs(30));
-    assert!(run.stderr.contains("pos (partial order") && run.stderr.contains("rf (reads-from"), "{}", run.text());
+    assert!(run.stdout.contains("pos (partial order") && run.stdout.contains("rf (reads-from"), "{}", run.text());
     let run = dara_trace(&["--strategy", "rff", "--", "/bin/true"], Duration::from_secs(30));
     assert_ne!(run.code, 0);
     assert!(run.stderr.contains("pos, rf"), "{}", run.text());

@@ -60,7 +60,7 @@ fn a_write_from_a_node_paused_past_its_lease_is_found_and_replays() {
     let out = out_dir("lease-stale-write");
     let run = search_config(&out, &cfg, BUG_SEED, BUG_RUNS);
     assert_eq!(run.code, 1, "expected the stale write within {BUG_RUNS} random executions (seed {BUG_SEED})\n{}", run.text());
-    assert!(run.stderr.contains("BUG: the check command failed (status 1)") && run.stderr.contains(STALE), "{}", run.text());
+    assert!(run.stderr.contains("BUG: the check command failed (status 1)") && run.stdout.contains(STALE), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
 
     // The listing shows the holder paused, the clock jumping to the lease's end, the other

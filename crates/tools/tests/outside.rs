@@ -19,6 +19,7 @@ struct Recording {
     port: u16,
     out: PathBuf,
     stdout: std::thread::JoinHandle<String>,
+    stderr: std::thread::JoinHandle<String>,
 }
 
 impl Recording {
@@ -41,7 +42,13 @@ impl Recording {
             std::io::Read::read_to_string(&mut lines, &mut rest).ok();
             rest
         });
-        Recording { child, port, out, stdout }
+        let mut errors = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut said = String::new();
+            std::io::Read::read_to_string(&mut errors, &mut said).ok();
+            said
+        });
+        Recording { child, port, out, stdout, stderr }
     }
 
     fn client(&self) -> Client {
@@ -50,11 +57,14 @@ impl Recording {
         Client { reader: BufReader::new(stream.try_clone().unwrap()), stream }
     }
 
-    /// Waits (bounded) for dara-trace to end; its exit code and stdout.
-    fn finish(mut self) -> (i32, String, PathBuf) {
+    /// Waits (bounded) for dara-trace to end: what it said (the program's stdout; dara's lines and
+    /// the program's stderr) and the trace.
+    fn finish(mut self) -> (Run, PathBuf) {
         let stdout = std::mem::replace(&mut self.stdout, std::thread::spawn(String::new));
+        let stderr = std::mem::replace(&mut self.stderr, std::thread::spawn(String::new));
         let status = wait_at_most(&mut self.child, Duration::from_secs(30)).expect("dara-trace did not end");
-        (status.code().unwrap_or(-1), stdout.join().unwrap(), self.out.join("trace.bin"))
+        let run = Run { code: status.code().unwrap_or(-1), stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap(), wall: Duration::ZERO };
+        (run, self.out.join("trace.bin"))
     }
 }
 
@@ -114,9 +124,9 @@ fn an_outside_client_is_recorded_and_replays_offline() {
     let program = private_copy(&fixture("outside_kv"), "outside_record");
     let rec = Recording::start("outside_record", &program, &[]);
     converse(&rec);
-    let (code, stdout, trace_path) = rec.finish();
-    assert_eq!(code, 0, "{stdout}");
-    assert!(stdout.contains("served 8 requests"), "{stdout}");
+    let (run, trace_path) = rec.finish();
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("served 8 requests"), "{}", run.text());
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
     let connects = trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Connect { .. })).count();
     let sent: Vec<u8> = trace.outside.iter().filter(|e| e.stream == 0).filter_map(|e| if let OutsideWhat::Data(b) = &e.what { Some(b.clone()) } else { None }).flatten().collect();
@@ -144,8 +154,8 @@ fn an_edited_input_is_a_divergence_at_its_step() {
     let program = private_copy(&fixture("outside_kv"), "outside_edit");
     let rec = Recording::start("outside_edit", &program, &[]);
     converse(&rec);
-    let (code, stdout, trace_path) = rec.finish();
-    assert_eq!(code, 0, "{stdout}");
+    let (run, trace_path) = rec.finish();
+    assert_eq!(run.code, 0, "{}", run.text());
     let mut trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
     // The client asked "GET a" and the server answered "VAL 1"; ask for another key instead.
     let edited = trace.outside.iter_mut().find(|e| e.what == OutsideWhat::Data(b"GET a\n".to_vec())).expect("the recorded request");
@@ -175,9 +185,9 @@ fn ctrl_c_is_passed_on_recorded_and_replayed() {
     assert_eq!(a.ask("SET x 7"), "OK");
     // SAFETY: signalling our own child.
     unsafe { libc::kill(rec.child.id() as i32, libc::SIGINT) };
-    let (code, stdout, trace_path) = rec.finish();
-    assert_eq!(code, 0, "the program stopped by itself on SIGINT\n{stdout}");
-    assert!(stdout.contains("signal 2"), "{stdout}");
+    let (run, trace_path) = rec.finish();
+    assert_eq!(run.code, 0, "the program stopped by itself on SIGINT\n{}", run.text());
+    assert!(run.stdout.contains("signal 2"), "{}", run.text());
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
     assert!(trace.outside.iter().any(|e| e.what == OutsideWhat::Signal(libc::SIGINT)), "{:?}", trace.outside);
     let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
@@ -199,8 +209,8 @@ fn a_second_ctrl_c_stops_and_the_trace_replays_to_there() {
         unsafe { libc::kill(rec.child.id() as i32, libc::SIGINT) };
         std::thread::sleep(Duration::from_millis(300));
     }
-    let (code, stdout, trace_path) = rec.finish();
-    assert_eq!(code, 130, "{stdout}");
+    let (run, trace_path) = rec.finish();
+    assert_eq!(run.code, 130, "{}", run.text());
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
     assert_eq!(trace.outcome, dara_scheduler::Outcome::Interrupted);
     let replay = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
@@ -485,9 +495,9 @@ fn an_outside_client_of_a_listener_that_defers_accepts_is_served_and_replays() {
         let mut answer = [0u8; 4];
         std::io::Read::read_exact(&mut stream, &mut answer).unwrap();
         assert_eq!(&answer, b"pong", "{build}");
-        let (code, stdout, trace) = rec.finish();
-        assert_eq!(code, 0, "{build}: {stdout}");
-        assert!(stdout.contains("served: ping"), "{build}: {stdout}");
+        let (run, trace) = rec.finish();
+        assert_eq!(run.code, 0, "{build}: {}", run.text());
+        assert!(run.stdout.contains("served: ping"), "{build}: {}", run.text());
         replays_as_recorded(&trace, 2, "served: ping");
         assert_no_survivors(&program);
     }
@@ -524,9 +534,9 @@ fn an_outside_udp_server_or_unix_client_stops_the_run() {
     std::thread::sleep(Duration::from_millis(300));
     let mut client = std::os::unix::net::UnixStream::connect(&path).unwrap();
     client.write_all(b"hello").unwrap();
-    let (code, stdout, _) = rec.finish();
-    assert_eq!(code, 2, "{stdout}");
-    assert!(stdout.contains(&format!("a Unix-socket connection from process {}, which dara does not trace", std::process::id())), "{stdout}");
+    let (run, _) = rec.finish();
+    assert_eq!(run.code, 2, "{}", run.text());
+    assert!(run.stderr.contains(&format!("a Unix-socket connection from process {}, which dara does not trace", std::process::id())), "{}", run.text());
     assert_no_survivors(&program);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
@@ -570,9 +580,9 @@ fn udp_senders_recorded_and_replayed(program: &Path, name: &str) {
     // The program sees the sender's own address (not dara's socket that passes it on).
     assert_eq!(ask(&b, "peer"), format!("peer {}", b.local_addr().unwrap()));
     assert_eq!(ask(&b, "quit"), "bye");
-    let (code, stdout, trace_path) = rec.finish();
-    assert_eq!(code, 0, "{stdout}");
-    assert!(stdout.contains("served 5 datagrams"), "{stdout}");
+    let (run, trace_path) = rec.finish();
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("served 5 datagrams"), "{}", run.text());
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
     let peers = trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Peer { socket: 0, .. })).count();
     let of = |peer: u32, output: bool| -> Vec<Vec<u8>> {
@@ -621,9 +631,9 @@ fn an_outside_reset_is_recorded_and_replayed() {
     let mut b = rec.client();
     assert_eq!(b.ask("SHUTDOWN"), "DOWN");
     drop(b);
-    let (code, stdout, trace_path) = rec.finish();
-    assert_eq!(code, 0, "{stdout}");
-    assert!(stdout.contains("a client reset its connection"), "{stdout}");
+    let (run, trace_path) = rec.finish();
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("a client reset its connection"), "{}", run.text());
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
     let resets: Vec<u32> = trace.outside.iter().filter(|e| e.what == OutsideWhat::Reset).map(|e| e.stream).collect();
     assert_eq!(resets, [0], "{:?}", trace.outside);
@@ -650,10 +660,10 @@ fn a_signal_sent_straight_to_the_server_is_recorded_and_replayed() {
     assert_eq!(server.len(), 1, "the server process: {server:?}");
     // SAFETY: signalling the server process this test started (through dara-trace).
     assert_eq!(unsafe { libc::kill(server[0] as i32, libc::SIGTERM) }, 0);
-    let (code, stdout, trace_path) = rec.finish();
+    let (run, trace_path) = rec.finish();
     drop(a);
-    assert_eq!(code, 0, "{stdout}");
-    assert!(stdout.contains("signal 15"), "{stdout}");
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("signal 15"), "{}", run.text());
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
     let direct = trace.outside.iter().filter(|e| e.what == OutsideWhat::Signal(libc::SIGTERM) && e.stream != 0).count();
     assert_eq!(direct, 1, "{:?}", trace.outside);
@@ -689,8 +699,8 @@ fn peer_address_recorded_and_replayed(program: &Path, name: &str) {
     assert_eq!(a.ask("PEER"), format!("PEER {me} {me}"));
     assert_eq!(a.ask("SHUTDOWN"), "DOWN");
     drop(a);
-    let (code, stdout, trace_path) = rec.finish();
-    assert_eq!(code, 0, "{stdout}");
+    let (run, trace_path) = rec.finish();
+    assert_eq!(run.code, 0, "{}", run.text());
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
     assert!(trace.outside.iter().any(|e| e.what == OutsideWhat::Connect { listener: 0, peer: Some(me) }), "{:?}", trace.outside);
     replays_as_recorded(&trace_path, 5, "served 2 requests");
@@ -716,8 +726,8 @@ fn a_recording_keeps_pace_with_real_time() {
     assert!(virtual_ms <= real_ms, "the server saw {virtual_ms} ms pass in {real_ms} real ms: its timers fired early");
     assert!(virtual_ms >= 100, "the server's clock stood still ({virtual_ms} ms) while 800 real ms passed");
     assert_eq!(c.ask("SHUTDOWN"), "DOWN");
-    let (code, stdout, trace_path) = rec.finish();
-    assert_eq!(code, 0, "{stdout}");
+    let (run, trace_path) = rec.finish();
+    assert_eq!(run.code, 0, "{}", run.text());
     replays_as_recorded(&trace_path, 3, "served 2 requests");
     assert_no_survivors(&program);
 }
@@ -738,8 +748,8 @@ fn a_recording_timer_lasts_its_duration_in_real_time_after_a_busy_stretch() {
     let waited = asked.elapsed();
     assert!(waited >= Duration::from_millis(100), "a 100 ms sleep ended after {waited:?} of real time");
     assert_eq!(c.ask("SHUTDOWN"), "DOWN");
-    let (code, stdout, trace_path) = rec.finish();
-    assert_eq!(code, 0, "{stdout}");
+    let (run, trace_path) = rec.finish();
+    assert_eq!(run.code, 0, "{}", run.text());
     replays_as_recorded(&trace_path, 3, "served 3 requests");
     assert_no_survivors(&program);
 }
@@ -762,8 +772,8 @@ fn a_busy_recorded_server_s_clock_keeps_up_with_real_time() {
     let after = ms(c.ask("TIME"));
     assert!(after - before >= spin_ms / 2, "the server's clock moved {} ms while it worked {spin_ms} real ms", after - before);
     assert_eq!(c.ask("SHUTDOWN"), "DOWN");
-    let (code, stdout, trace_path) = rec.finish();
-    assert_eq!(code, 0, "{stdout}");
+    let (run, trace_path) = rec.finish();
+    assert_eq!(run.code, 0, "{}", run.text());
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
     assert!(trace.outside.iter().any(|e| matches!(e.what, OutsideWhat::Clock(_))), "no clock move was recorded");
     replays_as_recorded(&trace_path, 3, "served 4 requests");
@@ -793,9 +803,9 @@ fn outside_clients_wait_for_room_in_the_program_s_backlog() {
         .collect();
     let answers: Vec<String> = clients.into_iter().map(|c| c.join().unwrap()).collect();
     assert_eq!(answers, ["hello 0\n", "hello 1\n", "hello 2\n"]);
-    let (code, stdout, trace_path) = rec.finish();
-    assert_eq!(code, 0, "{stdout}");
-    assert!(stdout.contains("served 3 clients"), "{stdout}");
+    let (run, trace_path) = rec.finish();
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("served 3 clients"), "{}", run.text());
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
     assert_eq!(trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Connect { .. })).count(), 3, "{:?}", trace.outside);
     replays_as_recorded(&trace_path, 3, "served 3 clients");

@@ -157,7 +157,7 @@ fn a_go_key_value_stale_read_is_found_through_its_messages_and_replayed() {
     let kv = private_copy(&go::go_fixture(go::KV.name), "ptrace-go-kv");
     let (run, out) = search(&kv, "ptrace-go-kv-stale-read", "40");
     assert_eq!(run.code, 1, "the stale read was not found in 40 executions\n{}", run.text());
-    assert!(run.stderr.contains(go::KV.prints), "found as something else\n{}", run.text());
+    assert!(run.stdout.contains(go::KV.prints), "found as something else\n{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     // The backup answered NONE, and received the primary's forward only after that.
     let listing = dara_replay(&[bug.to_str().unwrap()], Duration::from_secs(60));

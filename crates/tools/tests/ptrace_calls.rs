@@ -36,7 +36,7 @@ fn a_static_c_stale_read_is_found_through_poll_and_blocking_sockets() {
     let kv_args: Vec<&str> = kv_args.iter().map(String::as_str).collect();
     let (run, out) = search("ptrace-static-kv", "100", &kv_args);
     assert_eq!(run.code, 1, "the stale read was not found in 100 executions\n{}", run.text());
-    assert!(run.stderr.contains(STALE_READ), "found as something else\n{}", run.text());
+    assert!(run.stdout.contains(STALE_READ), "found as something else\n{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     // Only the static nodes poll; their traffic was scheduled.
     for op in [Op::NetPoll, Op::NetAccept, Op::NetConnect, Op::NetRecv, Op::NetSend] {

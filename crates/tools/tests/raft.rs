@@ -81,7 +81,7 @@ fn an_acknowledged_write_lost_with_its_leader_is_found_and_replays() {
     let out = out_dir("raft-lost-write");
     let run = search_config(&out, &cfg, "random", BUG_SEED, BUG_RUNS, &[]);
     assert_eq!(run.code, 1, "expected the lost write within {BUG_RUNS} random executions (seed {BUG_SEED})\n{}", run.text());
-    assert!(run.stderr.contains("BUG: the check command failed (status 1)") && run.stderr.contains(LOST), "{}", run.text());
+    assert!(run.stderr.contains("BUG: the check command failed (status 1)") && run.stdout.contains(LOST), "{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
 
     // The listing shows the leader's OK to the client and then dara crashing that very node.

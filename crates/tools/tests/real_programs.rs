@@ -824,7 +824,7 @@ fn openssl_tls_with_a_fresh_certificate_records_searches_and_replays() {
     replays_identically(&last);
     let out = out_dir("tls-2024");
     let old = dara_trace(&["-q", "--closed", "--epoch", "1704067200", "-o", out.to_str().unwrap(), "--", script, &(port + 2).to_string(), dir], Duration::from_secs(180));
-    assert!(old.code == 1 && old.stderr.contains("certificate is not yet valid"), "{}", old.text());
+    assert!(old.code == 1 && old.stdout.contains("certificate is not yet valid"), "{}", old.text());
     // This run's servers only (their certificate is in this test's own directory): a second
     // suite running at the same time has servers of its own.
     assert!(processes_with(&["openssl", "s_server", dir]).is_empty(), "an openssl server survived");

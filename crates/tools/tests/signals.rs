@@ -266,7 +266,7 @@ fn a_ctrl_c_that_ends_a_recorded_program_is_no_bug() {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
     assert_eq!(status.code(), Some(0), "{status:?} {rest} {stderr}");
-    assert!(rest.contains("stopped by SIGINT, passed on from dara-trace") && rest.contains("no bug found"), "{rest} {stderr}");
+    assert!(stderr.contains("stopped by SIGINT, passed on from dara-trace") && stderr.contains("no bug found"), "{rest} {stderr}");
     let trace_path = out.join("trace.bin");
     let recorded = trace::read_file(&trace_path).unwrap();
     assert!(matches!(recorded.outcome, dara_scheduler::Outcome::StoppedBySignal { process: 0, signal: libc::SIGINT, .. }), "{:?}", recorded.outcome);
@@ -289,20 +289,23 @@ fn a_program_that_answers_a_stop_with_its_own_exit_status_is_no_bug() {
         let (mut run, mut said, line) = recording_that_said(&["-o", out.to_str().unwrap(), "--", "bash", "-c", script], std::process::Stdio::piped());
         assert_eq!(line, "waiting\n", "{how}");
         let stdin = run.stdin.take();
-        let status = if sig == libc::SIGINT {
-            common::real::ctrl_c(&mut run, Duration::from_secs(60)).0
+        let (status, stderr) = if sig == libc::SIGINT {
+            common::real::ctrl_c(&mut run, Duration::from_secs(60))
         } else {
             let bash = processes_with(&["bash", "-c", script]).into_iter().filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default().trim() == "bash").collect::<Vec<_>>();
             assert_eq!(bash.len(), 1, "{how}: {bash:?}");
             // SAFETY: signalling the bash this test started (through dara-trace).
             unsafe { libc::kill(bash[0] as i32, libc::SIGTERM) };
-            wait_at_most(&mut run, Duration::from_secs(60)).expect("dara-trace ends with the program")
+            let status = wait_at_most(&mut run, Duration::from_secs(60)).expect("dara-trace ends with the program");
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+            (status, stderr)
         };
         drop(stdin);
         let mut rest = String::new();
         std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
-        assert_eq!(status.code(), Some(0), "{how}: {status:?} {rest}");
-        assert!(rest.contains("stopping") && rest.contains("exited with status 20 after the") && rest.contains("no bug found"), "{how}: {rest}");
+        assert_eq!(status.code(), Some(0), "{how}: {status:?} {rest} {stderr}");
+        assert!(rest.contains("stopping") && stderr.contains("exited with status 20 after the") && stderr.contains("no bug found"), "{how}: {rest} {stderr}");
         let trace_path = out.join("trace.bin");
         let recorded = trace::read_file(&trace_path).unwrap();
         assert!(matches!(recorded.outcome, dara_scheduler::Outcome::ExitedAfterStop { code: 20, signal, .. } if signal == sig), "{how}: {:?}", recorded.outcome);
