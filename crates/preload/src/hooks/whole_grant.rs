@@ -11,7 +11,8 @@
 //! (`netprobe/unread.rs`); the receive takes what is queued, which frees the segment and sends a
 //! window update, and the peer's kernel sends the rest at once, through the softirq, with no
 //! traced thread running. So this waits for it in the kernel, briefly, holding the run token: a
-//! wait for bytes already written, never for another thread's work.
+//! wait for bytes already written, never for another thread's work. A receive that does so says
+//! it in its post (`net_flags::WHOLE_GRANT`): only such a receive is granted bytes not queued yet.
 //!
 //! Runs on a gated thread, inside a hook or the syscall trap's handler: no allocation, raw
 //! syscalls only.

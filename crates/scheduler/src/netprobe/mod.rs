@@ -238,7 +238,7 @@ impl NetProbe {
                 // What a traced peer wrote and this socket has not read: its arrival is waited
                 // for, and a receive takes a count that depends on nothing else.
                 let unread = match *request {
-                    R::NetRecv { len, .. } if ep.kind == kind::TCP => self.unread_arrived(&dup, ep, len)?,
+                    R::NetRecv { len, flags, .. } if ep.kind == kind::TCP => self.unread_arrived(&dup, ep, len, flags.whole_grant())?,
                     _ => None,
                 };
                 if unread.is_some_and(|n| n > 0) && revents == 0 {

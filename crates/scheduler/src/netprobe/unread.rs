@@ -10,18 +10,23 @@
 //! daemon's 4 MB pull left 1,294 bytes queued holding 73,898 bytes of a 128 KiB buffer: the
 //! window stayed shut, the writer's kernel held 678 KB, and the probe, waiting with the reader
 //! parked, stopped the run after the settle limit ("did not arrive within 2000 ms") although
-//! nothing was lost. So the wait ends, the count unchanged, once the writer waits for this
+//! nothing was lost. So for a receive that takes its whole grant (into one buffer, waiting in its
+//! own call for the bytes its read lets through: `net_flags::WHOLE_GRANT`, the preload's
+//! `hooks/whole_grant.rs`) the wait ends, the count unchanged, once the writer waits for this
 //! reader: everything it transmitted is in this socket's queue and it holds the rest for want of
-//! room in the window. A receive into one buffer then takes its whole grant, waiting in its own
-//! call for the bytes its read lets through (the preload's `hooks/whole_grant.rs`): the count is
-//! the decision's in a recording and in its replay, whatever the kernel's segments and buffers.
+//! room in the window. The count is the decision's in a recording and in its replay, whatever the
+//! kernel's segments and buffers. A receive that takes what one call finds (an iovec, a peek, a
+//! static or Go program's, through the ptrace agent) would take what the kernel happened to
+//! queue, and its replay could diverge unseen: it still waits, and a run where only its own read
+//! could bring the bytes stops, saying so.
 use super::*;
 
 impl NetProbe {
     /// For a receive of `len` bytes on TCP endpoint `ep` (`dup`), whose peer is a traced socket
     /// whose sends were settled: the bytes the receive may take, waited for until they are in
-    /// the socket's queue or wait for this receive (see the module doc); None when the peer is
-    /// not a traced sender (dara's relay settles its own deliveries) or the kernel does not say.
+    /// the socket's queue or, for a receive that takes its `whole` grant, wait for it (see the
+    /// module doc); None when the peer is not a traced sender (dara's relay settles its own
+    /// deliveries) or the kernel does not say.
     ///
     /// How many bytes a loopback socket holds when its reader looks depends on real time once a
     /// writer has sent more than the reader's window: the rest waits in the writer's queue until
@@ -30,7 +35,7 @@ impl NetProbe {
     /// what the peer has written and this socket has not read, at most `len` and at most
     /// [`STREAM_SEND_MOST`] (a quarter of a smaller receive buffer). A reset connection takes
     /// what it has.
-    pub(super) fn unread_arrived(&mut self, dup: &OwnedFd, ep: Endpoint, len: u64) -> Result<Option<u64>, ProbeError> {
+    pub(super) fn unread_arrived(&mut self, dup: &OwnedFd, ep: Endpoint, len: u64, whole: bool) -> Result<Option<u64>, ProbeError> {
         let Some((written, read)) = self.traced_writes(dup, ep) else { return Ok(None) };
         // A program that made its receive buffer small (SO_RCVBUF reports twice what it set) gets
         // a window of about half of it.
@@ -42,10 +47,14 @@ impl NetProbe {
             if t.is_some_and(|t| t.state == TCP_CLOSE) {
                 return Ok(None);
             }
-            if t.is_some_and(|t| self.writer_waits_for_read(ep, t.received)) {
+            let waits_for_read = |me: &mut Self| t.is_some_and(|t| me.writer_waits_for_read(ep, t.received));
+            if whole && waits_for_read(self) {
                 break;
             }
             if started.elapsed() > SETTLE_LIMIT {
+                if waits_for_read(self) {
+                    return Err(ProbeError(format!("bytes a traced thread wrote to endpoint e{} wait behind a receive window only the reader's own read can open (its peer wrote {written}, it has read {read}, {} are queued), and this receive takes only what one call finds (a readv or recvmsg, a peek, or a static or Go program's receive), so how many it would get follows the kernel's timing; the run was stopped rather than decided on a racy count (docs/networking.md)", ep.id, inq(dup).max(0))));
+                }
                 return Err(ProbeError(format!("bytes a traced thread wrote to endpoint e{} did not arrive within {} ms (its peer wrote {written}, it has read {read}); the run was stopped rather than decided on a racy probe", ep.id, SETTLE_LIMIT.as_millis())));
             }
             std::thread::yield_now();
