@@ -131,7 +131,7 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks
         }
     }
     let deadline = if nonblock { NO_DEADLINE } else { recv_deadline(gate, fd) };
-    let whole = if matches!(fill, Fill::Buffer(_)) { net_flags::WHOLE_GRANT } else { 0 };
+    let whole = if matches!(fill, Fill::Buffer(_)) && is_tcp(fd) { net_flags::WHOLE_GRANT } else { 0 };
     loop {
         let g = gate.post(Request::NetRecv { fd, flags: NetFlags(flag(nonblock) | interruptible(nonblock) | whole), deadline: Deadline::from_ns(deadline), len: len as u64 });
         if g.result == sigwait::INTERRUPTED && !nonblock {
