@@ -36,7 +36,13 @@ fn finds_and_replays_with(name: &str, shows: &str, strategy: &str, seed: u64, ru
 /// Clean over `runs` executions of pct:3 and random; the last one replays clean and verifies,
 /// the same seed twice gives identical decisions, and the listing shows each of `listing`.
 fn stays_clean(name: &str, runs: u64, listing: &[&str]) {
-    let program = private_copy(&fixture(name), name);
+    stays_clean_built(&fixture(name), name, runs, listing);
+}
+
+/// [`stays_clean`] for `built`, a build of fixture `name` (static, say) named `name` in the
+/// output directories.
+fn stays_clean_built(built: &std::path::Path, name: &str, runs: u64, listing: &[&str]) {
+    let program = private_copy(built, name);
     for (strategy, seed) in [("pct:3", 11u64), ("random", 12)] {
         let tag = format!("{name}-{}", strategy.replace(':', ""));
         let out = out_dir(&tag);
@@ -177,10 +183,12 @@ fn net_small_rcvbuf() {
 /// segment the reader has mostly read holds its window shut, so the rest of a receive's grant
 /// comes only after the receive's own read. Every execution ends clean (before: stopped as
 /// uncontrolled, "did not arrive within 2000 ms", in the first), replays with `--verify`, the
-/// same seed gives the same decisions, and a recording replays as well.
+/// same seed gives the same decisions, the static build too (the ptrace agent takes the grant
+/// for it), and a recording replays as well.
 #[test]
 fn net_window_held() {
     stays_clean("net_window_held", 5, &["recv             tcp e", "received 2000000"]);
+    stays_clean_built(&fixture_with("net_window_held", &["-static"]), "net_window_held-static", 5, &["recv             tcp e", "received 2000000"]);
     let program = private_copy(&fixture("net_window_held"), "net_window_held-recorded");
     let out = out_dir("net_window_held-recorded");
     let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(120));
