@@ -10,15 +10,15 @@
 //! daemon's 4 MB pull left 1,294 bytes queued holding 73,898 bytes of a 128 KiB buffer: the
 //! window stayed shut, the writer's kernel held 678 KB, and the probe, waiting with the reader
 //! parked, stopped the run after the settle limit ("did not arrive within 2000 ms") although
-//! nothing was lost. So for a receive that takes its whole grant (into one buffer, waiting in its
-//! own call for the bytes its read lets through: `net_flags::WHOLE_GRANT`, the preload's
-//! `hooks/whole_grant.rs`) the wait ends, the count unchanged, once the writer waits for this
-//! reader: everything it transmitted is in this socket's queue and it holds the rest for want of
-//! room in the window. The count is the decision's in a recording and in its replay, whatever the
-//! kernel's segments and buffers. A receive that takes what one call finds (an iovec, a peek, a
-//! static or Go program's, through the ptrace agent) would take what the kernel happened to
-//! queue, and its replay could diverge unseen: it still waits, and a run where only its own read
-//! could bring the bytes stops, saying so.
+//! nothing was lost. So for a receive that takes its whole grant (into one buffer, waiting for the
+//! bytes its read lets through: `net_flags::WHOLE_GRANT`, the preload's `hooks/whole_grant.rs`
+//! and the ptrace agent's `agent/whole_grant.rs`) the wait ends, the count unchanged, once the
+//! writer waits for this reader: everything it transmitted is in this socket's queue and it holds
+//! the rest for want of room in the window. The count is the decision's in a recording and in its
+//! replay, whatever the kernel's segments and buffers. A receive that takes what one call finds
+//! (an iovec, a peek, a splice, a static program's `recvfrom` that fills an address) would take
+//! what the kernel happened to queue, and its replay could diverge unseen: it still waits, and a
+//! run where only its own read could bring the bytes stops, saying so.
 use super::*;
 
 impl NetProbe {
@@ -53,7 +53,7 @@ impl NetProbe {
             }
             if started.elapsed() > SETTLE_LIMIT {
                 if waits_for_read(self) {
-                    return Err(ProbeError(format!("bytes a traced thread wrote to endpoint e{} wait behind a receive window only the reader's own read can open (its peer wrote {written}, it has read {read}, {} are queued), and this receive takes only what one call finds (a readv or recvmsg, a peek, or a static or Go program's receive), so how many it would get follows the kernel's timing; the run was stopped rather than decided on a racy count (docs/networking.md)", ep.id, inq(dup).max(0))));
+                    return Err(ProbeError(format!("bytes a traced thread wrote to endpoint e{} wait behind a receive window only the reader's own read can open (its peer wrote {written}, it has read {read}, {} are queued), and this receive takes only what one call finds (a readv or recvmsg, a peek, a splice, or a static or Go program's recvfrom that fills an address), so how many it would get follows the kernel's timing; the run was stopped rather than decided on a racy count (docs/networking.md)", ep.id, inq(dup).max(0))));
                 }
                 return Err(ProbeError(format!("bytes a traced thread wrote to endpoint e{} did not arrive within {} ms (its peer wrote {written}, it has read {read}); the run was stopped rather than decided on a racy probe", ep.id, SETTLE_LIMIT.as_millis())));
             }
