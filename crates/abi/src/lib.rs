@@ -53,7 +53,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 34;
+pub const VERSION: u32 = 35;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -353,6 +353,11 @@ pub mod net_flags {
     pub const INTERRUPTIBLE: u64 = 4;
     /// A `FifoOpen` that opens for reading (else for writing).
     pub const FIFO_READER: u64 = 8;
+    /// A TCP `NetRecv` into one buffer that takes its whole grant, waiting in its own call for
+    /// the bytes its read lets through (the preload's `hooks/whole_grant.rs`): it may be granted
+    /// bytes that wait behind a window only its own read opens. A receive without it (an iovec,
+    /// a peek, the ptrace agent's) takes what one call finds, so its grant must be queued.
+    pub const WHOLE_GRANT: u64 = 16;
     /// Shift of the flags in `NetSend`'s second argument (below it: the length).
     pub const SEND_SHIFT: u32 = 48;
 }

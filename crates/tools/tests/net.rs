@@ -3,7 +3,8 @@
 //! the same seed gives identical decisions; their twins and the non-bug fixtures (non-blocking
 //! connect + poll, UDP ping-pong, a datagram to a port nobody has bound yet, UDP datagrams a
 //! full receive buffer drops, a pipe, blocking
-//! recv/epoll on a socketpair and eventfd, requests sent in several writes, batches of datagrams
+//! recv/epoll on a socketpair and eventfd, requests sent in several writes, a writer far ahead of
+//! a reader whose window its own unread bytes hold shut, batches of datagrams
 //! through sendmmsg and recvmmsg, hooked or raw) run clean, replay, show their network steps in the
 //! listing, and leave no process behind.
 mod common;
@@ -35,7 +36,13 @@ fn finds_and_replays_with(name: &str, shows: &str, strategy: &str, seed: u64, ru
 /// Clean over `runs` executions of pct:3 and random; the last one replays clean and verifies,
 /// the same seed twice gives identical decisions, and the listing shows each of `listing`.
 fn stays_clean(name: &str, runs: u64, listing: &[&str]) {
-    let program = private_copy(&fixture(name), name);
+    stays_clean_built(&fixture(name), name, runs, listing);
+}
+
+/// [`stays_clean`] for `built`, a build of fixture `name` (static, say) named `name` in the
+/// output directories.
+fn stays_clean_built(built: &std::path::Path, name: &str, runs: u64, listing: &[&str]) {
+    let program = private_copy(built, name);
     for (strategy, seed) in [("pct:3", 11u64), ("random", 12)] {
         let tag = format!("{name}-{}", strategy.replace(':', ""));
         let out = out_dir(&tag);
@@ -170,6 +177,27 @@ fn net_split_send_tcp() {
 #[test]
 fn net_small_rcvbuf() {
     stays_clean("net_small_rcvbuf", 5, &["recv             tcp e", "received 300000"]);
+}
+
+/// A writer far ahead of a reader that reads odd pieces (tests/fixtures/net_window_held.c): a
+/// segment the reader has mostly read holds its window shut, so the rest of a receive's grant
+/// comes only after the receive's own read. Every execution ends clean (before: stopped as
+/// uncontrolled, "did not arrive within 2000 ms", in the first), replays with `--verify`, the
+/// same seed gives the same decisions, the static build too (the ptrace agent takes the grant
+/// for it), and a recording replays as well.
+#[test]
+fn net_window_held() {
+    stays_clean("net_window_held", 5, &["recv             tcp e", "received 2000000"]);
+    stays_clean_built(&fixture_with("net_window_held", &["-static"]), "net_window_held-static", 5, &["recv             tcp e", "received 2000000"]);
+    let program = private_copy(&fixture("net_window_held"), "net_window_held-recorded");
+    let out = out_dir("net_window_held-recorded");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(run.code, 0, "the recording did not end clean\n{}", run.text());
+    assert!(run.text().contains("received 2000000"), "{}", run.text());
+    let verify = dara_replay(&["--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(verify.code, 0, "the recording did not replay clean\n{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    assert_no_survivors(&program);
 }
 
 /// A listener with `TCP_DEFER_ACCEPT` (tests/fixtures/net_defer_accept.c, as Apache sets it):

@@ -212,6 +212,11 @@ impl NetFlags {
     pub const fn fifo_reader(self) -> bool {
         self.0 & net_flags::FIFO_READER != 0
     }
+
+    /// [`net_flags::WHOLE_GRANT`]: a receive that takes its whole grant.
+    pub const fn whole_grant(self) -> bool {
+        self.0 & net_flags::WHOLE_GRANT != 0
+    }
 }
 
 /// Which kind of file lock a [`Request::FileLock`](super::Request::FileLock) waits for: `flock`,

@@ -39,6 +39,7 @@ pub mod thread;
 pub mod time;
 pub mod timerfd;
 pub mod transfer;
+pub mod whole_grant;
 pub mod write_now;
 
 /// A pointer the program passed to a hooked libc function, forwarded unchanged to the real one.

@@ -96,23 +96,44 @@ fn raw(n: ssize_t) -> i64 {
     }
 }
 
-/// A receive: waits (in the model) until data, EOF or an error is there, then performs `call`
-/// (which must not block once granted) and returns its result. `call` takes the most bytes it may
-/// receive; one that cannot take fewer than the caller asked for (an iovec) ignores it.
-/// `never_blocks`: `call` returns at once even when nothing is there (it adds MSG_DONTWAIT).
+/// How a receive's real call fills the caller's memory.
+pub enum Fill<'a> {
+    /// One buffer: `call(done, most)` receives at most `most` bytes after the first `done`. A
+    /// granted TCP receive goes on where it stopped until it has its whole grant
+    /// ([`whole_grant`](super::whole_grant)).
+    Buffer(&'a mut dyn FnMut(usize, usize) -> ssize_t),
+    /// An iovec, a message or a peek: `call(most)` takes what one call finds (at most `most`,
+    /// which a call that cannot take fewer than the caller asked for ignores).
+    Once(&'a mut dyn FnMut(usize) -> ssize_t),
+}
+
+impl Fill<'_> {
+    fn call(&mut self, most: usize) -> ssize_t {
+        match self {
+            Fill::Buffer(call) => call(0, most),
+            Fill::Once(call) => call(most),
+        }
+    }
+}
+
+/// A receive: waits (in the model) until data, EOF or an error is there, then performs `fill`'s
+/// call (which must not block once granted) and returns its result. `never_blocks`: the call
+/// returns at once even when nothing is there (it adds MSG_DONTWAIT).
 ///
-/// A TCP receive takes at most the bytes the grant says (what the scheduler saw queued): the
-/// schedule, not the moment of the call, decides how much of a stream one receive returns.
-pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks: bool, call: &mut dyn FnMut(usize) -> ssize_t) -> ssize_t {
+/// A TCP receive takes the bytes the grant says (what a traced peer wrote and this socket has not
+/// read, or what the scheduler saw queued), into one buffer all of them: the schedule, not the
+/// moment of the call, decides how much of a stream one receive returns.
+pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks: bool, mut fill: Fill) -> ssize_t {
     let nonblock = dontwait || fd_nonblocking(fd);
     if never_blocks || nonblock {
-        if let Some(r) = receive_unposted(fd, nonblock, &mut || call(len)) {
+        if let Some(r) = receive_unposted(fd, nonblock, &mut || fill.call(len)) {
             return ret(r);
         }
     }
     let deadline = if nonblock { NO_DEADLINE } else { recv_deadline(gate, fd) };
+    let whole = if matches!(fill, Fill::Buffer(_)) && is_tcp(fd) { net_flags::WHOLE_GRANT } else { 0 };
     loop {
-        let g = gate.post(Request::NetRecv { fd, flags: NetFlags(flag(nonblock) | interruptible(nonblock)), deadline: Deadline::from_ns(deadline), len: len as u64 });
+        let g = gate.post(Request::NetRecv { fd, flags: NetFlags(flag(nonblock) | interruptible(nonblock) | whole), deadline: Deadline::from_ns(deadline), len: len as u64 });
         if g.result == sigwait::INTERRUPTED && !nonblock {
             if sigwait::run_handlers(gate, deadline == NO_DEADLINE) {
                 continue;
@@ -123,11 +144,15 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks
             return ret(g.result); // SO_RCVTIMEO fired
         }
         let granted = grant_limit(g.result).filter(|_| is_tcp(fd));
-        let r = raw(call(granted.map_or(len, |n| (n as usize).min(len))));
+        let most = granted.map_or(len, |n| (n as usize).min(len));
+        let r = raw(fill.call(most));
         if r == -(libc::EAGAIN as i64) && !nonblock {
             continue; // not there after all: wait again, never leak EAGAIN
         }
-        return ret(r);
+        return match (&mut fill, granted) {
+            (Fill::Buffer(call), Some(_)) if r > 0 && (r as usize) < most => super::whole_grant::rest(fd, r as usize, most, *call) as ssize_t,
+            _ => ret(r),
+        };
     }
 }
 
@@ -504,14 +529,19 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c
 /// scheduler allows (what is there, at most 32 KiB from a traced peer), so the rest is received
 /// by further grants until `len` bytes, end of file or an error, as the kernel's blocking call
 /// would wait for them. `call(done, most)` receives at most `most` bytes after the first `done`.
+/// A peek takes what one call finds: peeking again would see the same bytes.
 fn receive_whole(gate: &Gated, fd: c_int, len: usize, flags: c_int, call: &mut dyn FnMut(usize, usize) -> ssize_t) -> ssize_t {
     let dontwait = flags & libc::MSG_DONTWAIT != 0;
+    let peek = flags & libc::MSG_PEEK != 0;
     if flags & libc::MSG_WAITALL == 0 || dontwait || fd_nonblocking(fd) || !is_tcp(fd) {
-        return receive(gate, fd, len, dontwait, true, &mut |most| call(0, most));
+        let fill = if peek { Fill::Once(&mut |most| call(0, most)) } else { Fill::Buffer(call) };
+        return receive(gate, fd, len, dontwait, true, fill);
     }
     let mut done = 0usize;
     while done < len {
-        let r = receive(gate, fd, len - done, false, true, &mut |most| call(done, most));
+        let mut at = |more: usize, most: usize| call(done + more, most);
+        let fill = if peek { Fill::Once(&mut |most| at(0, most)) } else { Fill::Buffer(&mut at) };
+        let r = receive(gate, fd, len - done, false, true, fill);
         if r <= 0 {
             // What came before an error or end of file counts, as in the kernel.
             return if done > 0 { done as ssize_t } else { r };
@@ -563,7 +593,7 @@ pub unsafe fn receive_message(gate: &Gated, fd: c_int, msg: *mut libc::msghdr, f
     // SAFETY: the caller's msghdr is valid for the call.
     let (len, room) = unsafe { msg.as_ref().map_or((0, 0), |m| (iov_total(m.msg_iov, m.msg_iovlen as c_int), m.msg_namelen)) };
     // SAFETY: as for `recv`.
-    let r = receive(gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, &mut |_| unsafe { real::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) });
+    let r = receive(gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, Fill::Once(&mut |_| unsafe { real::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) }));
     if r >= 0 && !msg.is_null() {
         // SAFETY: a successful recvmsg filled the caller's name buffer of `room` bytes.
         unsafe { super::outside::show_relayed_peer((*msg).msg_name.cast(), &mut (*msg).msg_namelen, room, true) };
@@ -582,8 +612,11 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize
     // the descriptor is readable, so the real read returns at once. A TCP socket is read as
     // `recv` with MSG_DONTWAIT (the same call for a socket), so it never blocks.
     let tcp = is_tcp(fd);
-    // SAFETY: the program's own arguments.
-    receive(&gate, fd, len, false, tcp, &mut |most| unsafe { if tcp { real::recv(fd, buf, most, libc::MSG_DONTWAIT) } else { real::read(fd, buf, most) } })
+    // SAFETY: the program's own arguments; `done` stays within the caller's `len` bytes.
+    receive(&gate, fd, len, false, tcp, Fill::Buffer(&mut |done, most| unsafe {
+        let at = buf.cast::<u8>().add(done).cast();
+        if tcp { real::recv(fd, at, most, libc::MSG_DONTWAIT) } else { real::read(fd, at, most) }
+    }))
 }
 
 /// A `read`/`readv` the syscall trap caught (libc's own reads of descriptor 0, e.g. stdio reading
@@ -595,13 +628,17 @@ pub fn trapped_read(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64> 
         return None;
     }
     let len = if nr == libc::SYS_read { a[2] as usize } else { iov_total(a[1] as *const libc::iovec, a[2] as c_int) };
-    let mut call = |most: usize| {
+    // A TCP socket is read as `recv` with MSG_DONTWAIT, as by the `read` hook: it never blocks.
+    let tcp = nr == libc::SYS_read && is_tcp(fd);
+    let mut call = |done: usize, most: usize| {
         let mut a = a;
         if nr == libc::SYS_read {
+            a[1] += done as u64;
             a[2] = most as u64;
         }
-        // SAFETY: the syscall the program made, with its own arguments (a read's length at most
-        // the caller's).
+        let (nr, a) = if tcp { (libc::SYS_recvfrom, [a[0], a[1], a[2], libc::MSG_DONTWAIT as u64, 0, 0]) } else { (nr, a) };
+        // SAFETY: the syscall the program made (or a read as the same receive without blocking),
+        // with its own arguments (a read's buffer and length within the caller's).
         let r = unsafe { sys::syscall6(nr, a) };
         if r < 0 {
             set_errno(-r as c_int);
@@ -610,7 +647,8 @@ pub fn trapped_read(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64> 
             r as ssize_t
         }
     };
-    let r = receive(gate, fd, len, false, false, &mut call);
+    let fill = if nr == libc::SYS_read { Fill::Buffer(&mut call) } else { Fill::Once(&mut |most| call(0, most)) };
+    let r = receive(gate, fd, len, false, false, fill);
     Some(if r < 0 { -errno() } else { r as i64 })
 }
 
@@ -664,7 +702,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> 
     };
     let len = iov_total(iov, n);
     // SAFETY: the program's own arguments.
-    receive(&gate, fd, len, false, false, &mut |_| unsafe { real::readv(fd, iov, n) })
+    receive(&gate, fd, len, false, false, Fill::Once(&mut |_| unsafe { real::readv(fd, iov, n) }))
 }
 
 // ---- sending -------------------------------------------------------------------------------

@@ -55,12 +55,22 @@ pub(super) struct TcpSnapshot {
 impl TcpSnapshot {
     pub(super) fn of(fd: &OwnedFd) -> Option<TcpSnapshot> {
         let long = tcp_info_field::<{ tcpi::SND_WND + 4 }>(fd, 0);
-        let window_known = long.is_some();
-        let info = long.or_else(|| tcp_info_field::<{ tcpi::BYTES_RETRANS + 8 }>(fd, 0).map(|short| {
-            let mut info = [0u8; tcpi::SND_WND + 4];
-            info[..short.len()].copy_from_slice(&short);
-            info
-        }))?;
+        match long {
+            Some(info) => Self::from_info(&info),
+            None => Self::from_info(&tcp_info_field::<{ tcpi::BYTES_RETRANS + 8 }>(fd, 0)?),
+        }
+    }
+
+    /// From a `struct tcp_info` as long as the kernel made it (one from sock_diag, say); None
+    /// when it is too short to say what was sent.
+    pub(super) fn from_info(given: &[u8]) -> Option<TcpSnapshot> {
+        if given.len() < tcpi::BYTES_RETRANS + 8 {
+            return None;
+        }
+        let window_known = given.len() >= tcpi::SND_WND + 4;
+        let mut info = [0u8; tcpi::SND_WND + 4];
+        let n = given.len().min(info.len());
+        info[..n].copy_from_slice(&given[..n]);
         let u64_at = |offset: usize| u64::from_ne_bytes(info[offset..offset + 8].try_into().expect("8 bytes"));
         let u32_at = |offset: usize| u64::from(u32::from_ne_bytes(info[offset..offset + 4].try_into().expect("4 bytes")));
         Some(TcpSnapshot {
@@ -92,6 +102,15 @@ impl TcpSnapshot {
         let in_flight = self.sent.saturating_sub(self.acked);
         let piece = self.not_sent.min(self.segment).max(1);
         self.not_sent > 0 && self.window.is_some_and(|w| w.saturating_sub(in_flight) >= piece)
+    }
+
+    /// Whether this writer sends nothing more until its peer's reader reads: the peer has
+    /// `received` every byte it transmitted, and it holds the rest because the peer's window has
+    /// no room for a segment of them (not held back while there is room: [`Self::holds_back`]).
+    /// Only a window update brings them, and when the reader has mostly read a segment only its
+    /// next read sends one (`unread`). False when the kernel does not tell the window.
+    pub(super) fn waits_for_reader(&self, received: u64) -> bool {
+        self.window.is_some() && self.not_sent > 0 && !self.holds_back() && received >= self.sent
     }
 
     /// Room the peer's window has for more bytes beyond those written and not acknowledged;
@@ -306,6 +325,41 @@ mod tests {
         assert!(snapshot(4, 0, 4, 65_000).holds_back(), "a small write behind an unacknowledged one: Nagle");
         assert!(snapshot(0, 0, 100_000, 65_000).holds_back(), "room for a whole segment");
         assert!(!TcpSnapshot { window: None, ..snapshot(0, 0, 100, 0) }.holds_back(), "the kernel did not say");
+    }
+
+    /// A reader's probe ends its wait for the rest of a grant when the writer waits for it: the
+    /// rsync daemon's writer (its window shut by 1,294 bytes the reader left of a segment) against
+    /// writers whose bytes are on their way or that hold them back with room to send.
+    #[test]
+    fn a_writer_behind_a_shut_window_with_nothing_in_flight_waits_for_the_reader() {
+        let writer = |sent, acked, not_sent, window| TcpSnapshot { state: 1, sent, acked, not_sent, received: 0, window: Some(window), segment: 65_483 };
+        assert!(writer(138_193, 138_193, 677_500, 0).waits_for_reader(138_193), "a shut window, everything transmitted received");
+        assert!(!writer(200_000, 150_000, 600_000, 0).waits_for_reader(150_000), "50,000 bytes on their way");
+        assert!(!writer(100_000, 100_000, 4, 65_000).waits_for_reader(100_000), "held back by Nagle with room: pushed by the send's settle");
+        assert!(!writer(100_000, 100_000, 0, 0).waits_for_reader(100_000), "nothing left to send");
+        assert!(!TcpSnapshot { window: None, ..writer(100_000, 100_000, 500, 0) }.waits_for_reader(100_000), "the kernel did not say");
+    }
+
+    /// sock_diag's `tcp_info` of a socket dara holds no descriptor of reads as its own does: how
+    /// the probe looks at a traced reader's writer.
+    #[test]
+    fn a_writer_s_tcp_info_by_sock_diag_reads_as_its_own() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut writer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (reader, _) = listener.accept().unwrap();
+        let Some(diag) = SockDiag::open() else { return };
+        writer.write_all(&[1u8; 1000]).unwrap();
+        let fd = OwnedFd::from(writer.try_clone().unwrap());
+        let started = Instant::now();
+        while inq(&OwnedFd::from(reader.try_clone().unwrap())) < 1000 {
+            assert!(started.elapsed() < SETTLE_LIMIT, "1000 bytes never reached the peer");
+            std::thread::yield_now();
+        }
+        let own = TcpSnapshot::of(&fd).expect("TCP_INFO");
+        let info = diag.tcp_info(writer.local_addr().unwrap(), writer.peer_addr().unwrap()).expect("sock_diag knows the writer");
+        let asked = TcpSnapshot::from_info(&info).expect("a whole tcp_info");
+        assert_eq!((asked.state, asked.sent, asked.not_sent, asked.segment), (own.state, own.sent, own.not_sent, own.segment));
+        assert_eq!(asked.window.is_some(), own.window.is_some());
     }
 
     /// What the relay asks of the program's end before a delivery (sock_diag): the bytes it holds

@@ -47,9 +47,10 @@
 //! a reader finds, in real time (bytes behind its window arrive a little after its read). So
 //! every settled send notes its socket's total written bytes, and a receive is granted what its
 //! peer wrote and it has not read (at most its length and 32 KiB), waited for until the queue
-//! holds it (`settle::unread_arrived`; docs/networking.md). Likewise a blocking send to a traced
-//! peer has room for what its peer's reads left under a fixed mark (`room`), not for what the
-//! kernel's send buffer holds.
+//! holds it or the rest waits for the reader's own read to open the window, which a receive into
+//! one buffer then waits for itself (`unread`; docs/networking.md). Likewise a blocking send to
+//! a traced peer has room for what its peer's reads left under a fixed mark (`room`), not for
+//! what the kernel's send buffer holds.
 //!
 //! A probe of an endpoint that is owed something and does not show it yet is retried (yielding
 //! the CPU, up to [`SETTLE_LIMIT`]) until the kernel shows it; an accept or datagram receive pays
@@ -61,7 +62,8 @@
 //! This file holds [`NetProbe`] and its views of parked requests (readiness, epoll sets,
 //! pollfds); `backlog` whether a blocking connect's listener has room; `groups` ports several
 //! sockets share; `identity` names endpoints and finds peers and connections; `room` how much a
-//! blocking TCP send to a traced peer may move; `settle` is NetProbe's
+//! blocking TCP send to a traced peer may move; `unread` how many bytes a TCP receive from a
+//! traced peer takes; `settle` is NetProbe's
 //! settling and paying back; `ledger` the types and waits settling uses (`Settle`,
 //! `TcpSnapshot`, arrival of sent bytes); `sockets` the stateless socket helpers.
 
@@ -104,6 +106,7 @@ mod ledger;
 mod room;
 mod settle;
 mod sockets;
+mod unread;
 
 use identity::*;
 use ledger::*;
@@ -148,7 +151,7 @@ pub struct NetProbe {
     /// the same duplicate (the others are dropped when the views are taken again).
     send_dups: BTreeMap<(u32, i32), OwnedFd>,
     /// Bytes a traced TCP socket has written in all, by its (local, remote) ports, as of its
-    /// last settled send: what its peer's receives may count on (see `settle::unread_arrived`).
+    /// last settled send: what its peer's receives may count on (see `unread`).
     written: BTreeMap<(u16, u16), u64>,
     /// Connections traced processes made since the last [`NetProbe::take_connections`]: the
     /// connecting process's pid and the server's address.
@@ -235,7 +238,7 @@ impl NetProbe {
                 // What a traced peer wrote and this socket has not read: its arrival is waited
                 // for, and a receive takes a count that depends on nothing else.
                 let unread = match *request {
-                    R::NetRecv { len, .. } if ep.kind == kind::TCP => self.unread_arrived(&dup, ep, len)?,
+                    R::NetRecv { len, flags, .. } if ep.kind == kind::TCP => self.unread_arrived(&dup, ep, len, flags.whole_grant())?,
                     _ => None,
                 };
                 if unread.is_some_and(|n| n > 0) && revents == 0 {

@@ -133,56 +133,6 @@ impl NetProbe {
         Err(ProbeError(format!("loopback delivery to endpoint e{} did not arrive within {} ms although a traced thread sent it; the run was stopped rather than decided on a racy probe", ep.id, SETTLE_LIMIT.as_millis())))
     }
 
-    /// For a receive of `len` bytes on TCP endpoint `ep` (`dup`), whose peer is a traced socket
-    /// whose sends were settled: the bytes the receive may take, waited for until they are in
-    /// the socket's queue; None when the peer is not a traced sender (dara's relay settles its
-    /// own deliveries) or the kernel does not say.
-    ///
-    /// How many bytes a loopback socket holds when its reader looks depends on real time once a
-    /// writer has sent more than the reader's window: the rest waits in the writer's queue until
-    /// the reader's read opens the window, and arrives a little later (`sendfile_stream`: a
-    /// replay's receive took 61,440 bytes where the recording's took 65,536). So the count is
-    /// what the peer has written and this socket has not read, at most `len` and at most
-    /// [`STREAM_SEND_MOST`] (a loopback socket with default buffers always admits that much once
-    /// its reader has read: the read sends a window update; a quarter of a smaller receive
-    /// buffer), and the probe waits until the queue holds it. A reset connection takes what it
-    /// has.
-    pub(super) fn unread_arrived(&mut self, dup: &OwnedFd, ep: Endpoint, len: u64) -> Result<Option<u64>, ProbeError> {
-        let Some((written, read)) = self.traced_writes(dup, ep) else { return Ok(None) };
-        // A program that made its receive buffer small (SO_RCVBUF reports twice what it set) gets
-        // a window of about half of it.
-        let admits = sockopt(dup, libc::SO_RCVBUF).map_or(STREAM_SEND_MOST, |b| (b.max(0) as u64 / 4).min(STREAM_SEND_MOST));
-        let most = written.saturating_sub(read).min(len).min(admits.max(1));
-        let started = Instant::now();
-        while (inq(dup).max(0) as u64) < most {
-            if TcpSnapshot::of(dup).is_some_and(|t| t.state == TCP_CLOSE) {
-                return Ok(None);
-            }
-            if started.elapsed() > SETTLE_LIMIT {
-                return Err(ProbeError(format!("bytes a traced thread wrote to endpoint e{} did not arrive within {} ms (its peer wrote {written}, it has read {read}); the run was stopped rather than decided on a racy probe", ep.id, SETTLE_LIMIT.as_millis())));
-            }
-            std::thread::yield_now();
-        }
-        Ok(Some(most))
-    }
-
-    /// What the traced peer of TCP endpoint `ep` (`dup`) has written to it in all, and what it
-    /// has read of that: None when the peer is no traced sender, the kernel does not say, or the
-    /// connection is over (a reset, or both ends done: it takes what it has).
-    fn traced_writes(&self, dup: &OwnedFd, ep: Endpoint) -> Option<(u64, u64)> {
-        let (_, local, remote) = ep.key.filter(|k| k.2 != 0)?;
-        let &written = self.written.get(&(remote, local))?;
-        let t = TcpSnapshot::of(dup)?;
-        // The kernel counts a FIN as one byte received.
-        let fin = match t.state {
-            TCP_CLOSE => return None,
-            TCP_CLOSE_WAIT | TCP_LAST_ACK | TCP_CLOSING | TCP_TIME_WAIT => 1,
-            _ => 0,
-        };
-        let queued = inq(dup).max(0) as u64;
-        Some((written, t.received.saturating_sub(queued + fin)))
-    }
-
     /// `sender`: the socket the send was granted on, when known (else descriptor `fd` now).
     pub(super) fn settle_send(&mut self, pid: u32, fd: i32, sender: Option<OwnedFd>, datagram_to: Option<u16>, own: OwnReceived) -> Result<(), ProbeError> {
         if let Some(port) = datagram_to {

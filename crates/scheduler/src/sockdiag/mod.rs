@@ -7,6 +7,9 @@
 //! its ACK by up to 40 ms, and a request-response server is always in that mode: each exchange
 //! would cost a delayed ACK. The peer's own count of bytes received says it at once.
 //!
+//! The same query gives the writer of a connection dara only holds the reading end of: whether it
+//! waits for the reader's next read to open the window (`netprobe/unread.rs`).
+//!
 //! `listeners` dumps the listening sockets (TCP and Unix-domain) with their accept queues: a
 //! blocking connect waits while its listener's backlog is full.
 use std::net::SocketAddr;
@@ -118,6 +121,22 @@ impl SockDiag {
     /// The receiving side of the socket whose local address is `local` and remote address
     /// `remote`; None when there is no such socket or the kernel does not say.
     pub fn receiving(&self, local: SocketAddr, remote: SocketAddr) -> Option<Receiving> {
+        let answer = self.ask(local, remote)?;
+        let info = answer.info?;
+        let state = *info.first()?;
+        let received = u64::from_ne_bytes(info.get(tcpi::BYTES_RECEIVED..tcpi::BYTES_RECEIVED + 8)?.try_into().ok()?);
+        Some(Receiving { state, received, queued: answer.queued, buffer: answer.buffer })
+    }
+
+    /// The `struct tcp_info` of the socket whose local address is `local` and remote address
+    /// `remote`, as long as this kernel's is; None when there is no such socket or the kernel does
+    /// not say.
+    pub fn tcp_info(&self, local: SocketAddr, remote: SocketAddr) -> Option<Vec<u8>> {
+        self.ask(local, remote)?.info
+    }
+
+    /// One query about the socket with these addresses.
+    fn ask(&self, local: SocketAddr, remote: SocketAddr) -> Option<Answer> {
         let mut id = InetDiagSockId { sport: local.port().to_be_bytes(), dport: remote.port().to_be_bytes(), src: [0; 16], dst: [0; 16], interface: 0, cookie: [u32::MAX; 2] };
         let family = match (local, remote) {
             (SocketAddr::V4(l), SocketAddr::V4(r)) => {
@@ -161,16 +180,23 @@ impl SockDiag {
             }
             let payload = answer.get(at + 4..at + len)?;
             if kind == INET_DIAG_INFO {
-                let state = *payload.first()?;
-                let received = u64::from_ne_bytes(payload.get(tcpi::BYTES_RECEIVED..tcpi::BYTES_RECEIVED + 8)?.try_into().ok()?);
-                info = Some((state, received));
+                info = Some(payload.to_vec());
             } else if kind == INET_DIAG_SKMEMINFO {
                 let at = SK_MEMINFO_RCVBUF * 4;
                 buffer = payload.get(at..at + 4).and_then(|b| b.try_into().ok()).map(u32::from_ne_bytes);
             }
             at += (len + 3) & !3;
         }
-        let (state, received) = info?;
-        Some(Receiving { state, received, queued, buffer })
+        Some(Answer { queued, info, buffer })
     }
+}
+
+/// What one sock_diag query said of a socket.
+struct Answer {
+    /// `idiag_rqueue` (see [`DIAG_RQUEUE`]).
+    queued: u64,
+    /// Its `struct tcp_info`, if the kernel sent it.
+    info: Option<Vec<u8>>,
+    /// `sk_rcvbuf`, if the kernel sent its memory counters.
+    buffer: Option<u32>,
 }

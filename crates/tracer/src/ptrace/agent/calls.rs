@@ -74,8 +74,9 @@ pub enum Then {
     /// A receive (or accept) granted with the bytes the scheduler saw queued: run it, taking at
     /// most that many when `len_arg` names its length argument (a socket's single-buffer read).
     /// `timed`: it waited with the socket's `SO_RCVTIMEO`, and a grant of `EAGAIN` is that
-    /// timeout firing: answered, not run.
-    Receive { len_arg: Option<usize>, timed: bool },
+    /// timeout firing: answered, not run. `into`: the buffer of a receive that takes its whole
+    /// grant (`agent/whole_grant.rs`).
+    Receive { len_arg: Option<usize>, timed: bool, into: Option<u64> },
     /// A send granted with the most bytes it may move (see `dara_abi::request::STREAM_SEND_MOST`):
     /// run it, cut to that many when `len_arg` names its length argument (a single-buffer send
     /// on a non-blocking socket, whose caller takes a short write; a blocking caller's is not

@@ -199,16 +199,16 @@ impl Agent {
                 }
             }
             Then::Receive { timed: true, .. } if result == -(libc::EAGAIN as i64) => answer(tid, stop, regs, result),
-            Then::Receive { len_arg, .. } | Then::Send { len_arg } => {
-                if let (Some(arg), Some(most)) = (len_arg, dara_abi::request::grant_limit(result)) {
-                    if most < regs.syscall().args[arg] && regs.set_arg(arg, most).is_err() {
-                        return;
-                    }
-                }
-                if !self.send_to_relay(tid, &mut regs) && !self.peer_shown_on_return(tid, &regs) {
-                    self.run_call(tid, regs);
+            Then::Receive { into: Some(buf), len_arg, .. } => {
+                // Not all queued yet: the agent takes the grant for the program (`whole_grant`).
+                let call = regs.syscall();
+                let most = dara_abi::request::grant_limit(result).map(|n| n.min(call.args[2]) as usize);
+                match most.and_then(|most| super::whole_grant::take(pid, call.args[0] as i32, buf, most)) {
+                    Some(taken) => answer(tid, stop, regs, taken),
+                    None => self.run_cut(tid, regs, len_arg, result),
                 }
             }
+            Then::Receive { len_arg, .. } | Then::Send { len_arg } => self.run_cut(tid, regs, len_arg, result),
             Then::Started => {
                 if std::mem::take(&mut self.tracees.get_mut(&tid).expect("granted tracee").fresh_image) {
                     self.prepare_image(tid, pid, &regs);
@@ -364,6 +364,19 @@ impl Agent {
                 self.tracees.get_mut(&tid).expect("granted tracee").stop = CallStop::Trapped { nr, ret };
                 self.run_call(tid, regs);
             }
+        }
+    }
+
+    /// Runs a granted receive or send, its length argument `len_arg` (if it names one) cut to
+    /// the most bytes the grant `result` lets it move.
+    fn run_cut(&mut self, tid: i32, mut regs: Registers, len_arg: Option<usize>, result: i64) {
+        if let (Some(arg), Some(most)) = (len_arg, dara_abi::request::grant_limit(result)) {
+            if most < regs.syscall().args[arg] && regs.set_arg(arg, most).is_err() {
+                return;
+            }
+        }
+        if !self.send_to_relay(tid, &mut regs) && !self.peer_shown_on_return(tid, &regs) {
+            self.run_call(tid, regs);
         }
     }
 

@@ -29,6 +29,7 @@ mod select;
 mod signals;
 mod tracees;
 mod transfer;
+mod whole_grant;
 
 use std::collections::{BTreeMap, BTreeSet};
 

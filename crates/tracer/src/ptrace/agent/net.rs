@@ -222,12 +222,18 @@ pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPE
     let dontwait = |flags: u64| flags as i32 & libc::MSG_DONTWAIT != 0;
     // A blocking call on a socket waits at most its SO_RCVTIMEO.
     let deadline = |nonblock: bool| if socket && !nonblock { receive_deadline(pid, fd, now) } else { NO_DEADLINE };
-    let receive = |len: u64, dontwait: bool, len_arg: Option<usize>| {
+    // `into`: the buffer of a receive into one buffer that takes its whole grant (`whole_grant`).
+    let receive = |len: u64, dontwait: bool, len_arg: Option<usize>, into: Option<u64>| {
         let nonblock = dontwait || nonblocking(pid, fd);
         let deadline = deadline(nonblock);
-        let request = Request::NetRecv { fd, flags: flags(nonblock), deadline: Deadline::from_ns(deadline), len };
-        Action::Post(request, Then::Receive { len_arg: len_arg.filter(|_| socket), timed: deadline != NO_DEADLINE })
+        let into = into.filter(|_| socket);
+        let whole = if into.is_some() { net_flags::WHOLE_GRANT } else { 0 };
+        let request = Request::NetRecv { fd, flags: NetFlags(flags(nonblock).0 | whole), deadline: Deadline::from_ns(deadline), len };
+        Action::Post(request, Then::Receive { len_arg: len_arg.filter(|_| socket), timed: deadline != NO_DEADLINE, into })
     };
+    // A `recvfrom` the agent may take for the program: no address to fill, and no flag but those
+    // that change nothing of what it takes.
+    let plain = |flags: u64, addr: u64| addr == 0 && flags as i32 & !(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_CMSG_CLOEXEC) == 0;
     // `len_arg`: the length argument of a single-buffer send, cut to what the grant allows when
     // the caller does not wait (a Go server's write of a 4 MiB answer to dara's relay moved what
     // the socket's autotuned buffers took, and its replay diverged).
@@ -237,13 +243,13 @@ pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPE
         Action::Post(request, Then::Send { len_arg: len_arg.filter(|_| socket && nonblock) })
     };
     Some(match call.nr {
-        libc::SYS_read => receive(a[2], false, Some(2)),
+        libc::SYS_read => receive(a[2], false, Some(2), Some(a[1])),
         // A receive with MSG_WAITALL is not cut: its caller takes nothing shorter.
-        libc::SYS_recvfrom => receive(a[2], dontwait(a[3]), Some(2).filter(|_| a[3] as i32 & libc::MSG_WAITALL == 0)),
-        libc::SYS_readv => receive(iovecs(pid, a[1], a[2]).2, false, None),
+        libc::SYS_recvfrom => receive(a[2], dontwait(a[3]), Some(2).filter(|_| a[3] as i32 & libc::MSG_WAITALL == 0), Some(a[1]).filter(|_| plain(a[3], a[4]))),
+        libc::SYS_readv => receive(iovecs(pid, a[1], a[2]).2, false, None, None),
         libc::SYS_recvmsg => {
             let (_, _, iov, count) = msghdr(pid, a[1]);
-            receive(iovecs(pid, iov, count).2, dontwait(a[2]), None)
+            receive(iovecs(pid, iov, count).2, dontwait(a[2]), None, None)
         }
         libc::SYS_write => send(a[1], a[2], false, 0, Some(2)),
         libc::SYS_sendto => send(a[1], a[2], dontwait(a[3]), dest_port(pid, a[4], a[5] as u32), Some(2)),
@@ -264,7 +270,7 @@ pub fn decode(call: Syscall, pid: i32, output_pipes: [u64; dara_abi::OUTPUT_PIPE
         libc::SYS_accept | libc::SYS_accept4 if socket => {
             let nonblock = nonblocking(pid, fd);
             let deadline = deadline(nonblock);
-            Action::Post(Request::NetAccept { fd, flags: flags(nonblock), deadline: Deadline::from_ns(deadline) }, Then::Receive { len_arg: None, timed: deadline != NO_DEADLINE })
+            Action::Post(Request::NetAccept { fd, flags: flags(nonblock), deadline: Deadline::from_ns(deadline) }, Then::Receive { len_arg: None, timed: deadline != NO_DEADLINE, into: None })
         }
         libc::SYS_close => Action::Post(Request::NetClose { fd, how: CloseHow::Close }, Then::Run),
         libc::SYS_shutdown if socket => Action::Post(Request::NetClose { fd, how: CloseHow::Shutdown(a[1] as u32) }, Then::Run),
