@@ -533,6 +533,9 @@ impl Op {
 /// The third word of an `Unsupported` post of an `execve` of a statically linked program
 /// ([`Unsupported::StaticExec`]).
 pub const UNSUPPORTED_STATIC_EXEC: u64 = 1;
+/// The third word of an `Unsupported` post of a receive whose grant stalled
+/// ([`Unsupported::GrantStalled`]).
+pub const UNSUPPORTED_GRANT_STALLED: u64 = 2;
 
 /// `ProcessWait` target meaning "any child".
 pub const ANY_PROCESS: u64 = u64::MAX;

@@ -11,7 +11,7 @@
 //! Words a variant does not use are written as 0 and ignored when read. Addresses are the
 //! target's virtual addresses; times are virtual nanoseconds (`v`, not wall-clock).
 
-use crate::{net_flags, FutexMatch, Op, UNSUPPORTED_STATIC_EXEC};
+use crate::{net_flags, FutexMatch, Op, UNSUPPORTED_GRANT_STALLED, UNSUPPORTED_STATIC_EXEC};
 
 mod args;
 pub use args::{Addr, CloseHow, Deadline, FileLockKind, HeldKind, MutexKind, NetFlags, ProcessTarget, StartKind, TimerClock, TimerExpiry, Unsupported, WaitOptions};
@@ -309,6 +309,7 @@ impl Request {
             R::Unsupported(call) => match call {
                 Unsupported::Clone3 { flags, size } => [Unsupported::SYS_CLONE3, flags, size, 0],
                 Unsupported::StaticExec { path } => [Unsupported::SYS_EXECVE, path.0, UNSUPPORTED_STATIC_EXEC, 0],
+                Unsupported::GrantStalled { fd, granted, received } => [Unsupported::SYS_RECVFROM, fd as u64, UNSUPPORTED_GRANT_STALLED, (granted as u64) << 32 | received as u64],
                 Unsupported::Syscall { nr, args } => [nr, args[0], args[1], args[2]],
             },
             R::NetRecv { fd, flags, deadline, len } => [fd as u64, flags.0, deadline.to_ns(), len],
@@ -419,6 +420,7 @@ impl Request {
             Op::Unsupported => R::Unsupported(match a[0] {
                 Unsupported::SYS_CLONE3 => Unsupported::Clone3 { flags: a[1], size: a[2] },
                 Unsupported::SYS_EXECVE if a[2] == UNSUPPORTED_STATIC_EXEC => Unsupported::StaticExec { path: Addr(a[1]) },
+                Unsupported::SYS_RECVFROM if a[2] == UNSUPPORTED_GRANT_STALLED => Unsupported::GrantStalled { fd: descriptor(a[1]), granted: (a[3] >> 32) as u32, received: a[3] as u32 },
                 nr => Unsupported::Syscall { nr, args: [a[1], a[2], a[3]] },
             }),
             Op::NetRecv => R::NetRecv { fd: descriptor(a[0]), flags: NetFlags(a[1]), deadline: Deadline::from_ns(a[2]), len: a[3] },

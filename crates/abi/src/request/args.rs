@@ -274,6 +274,11 @@ pub enum Unsupported {
     /// An `execve` of a statically linked program at `path`. Encoded as `[SYS_execve, path,`
     /// [`crate::UNSUPPORTED_STATIC_EXEC`]`, 0]`.
     StaticExec { path: Addr },
+    /// A TCP receive granted `granted` bytes a traced peer wrote took `received` of them, and the
+    /// rest did not arrive within dara's settle limit after the receive's own read reopened the
+    /// window (`hooks/whole_grant.rs`). Encoded as `[SYS_recvfrom, fd,`
+    /// [`crate::UNSUPPORTED_GRANT_STALLED`]`, granted << 32 | received]`.
+    GrantStalled { fd: i32, granted: u32, received: u32 },
     /// Any other system call: its number and first three raw arguments.
     Syscall { nr: u64, args: [u64; 3] },
 }
@@ -281,12 +286,14 @@ pub enum Unsupported {
 impl Unsupported {
     pub(super) const SYS_EXECVE: u64 = 59;
     pub(super) const SYS_CLONE3: u64 = 435;
+    pub(super) const SYS_RECVFROM: u64 = 45;
 
     /// The system call's number.
     pub const fn nr(self) -> u64 {
         match self {
             Unsupported::Clone3 { .. } => Self::SYS_CLONE3,
             Unsupported::StaticExec { .. } => Self::SYS_EXECVE,
+            Unsupported::GrantStalled { .. } => Self::SYS_RECVFROM,
             Unsupported::Syscall { nr, .. } => nr,
         }
     }

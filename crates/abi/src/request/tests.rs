@@ -85,6 +85,7 @@ fn every_variant_round_trips() {
         Request::ProcessStart { parent: None, kind: StartKind::Exec },
         Request::Unsupported(Unsupported::Clone3 { flags: 0x10000, size: 88 }),
         Request::Unsupported(Unsupported::StaticExec { path: Addr(0x4000) }),
+        Request::Unsupported(Unsupported::GrantStalled { fd: 7, granted: 32768, received: 1294 }),
         Request::ProcessWait { target: ProcessTarget::Any, options: WaitOptions::default() },
         Request::NetClose { fd: 3, how: CloseHow::Close },
         Request::FifoOpen { reader: None, flags: NetFlags(net_flags::INTERRUPTIBLE), device: 0x803, inode: 1234 },

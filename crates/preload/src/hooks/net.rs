@@ -11,7 +11,7 @@
 //! stderr through. The descriptor table ([`crate::fd`]) remembers which is which. Regular files
 //! are left alone.
 use dara_abi::request::grant_limit;
-use dara_abi::{net_flags, Addr, CloseHow, Deadline, NetFlags, Request, NO_DEADLINE};
+use dara_abi::{net_flags, Addr, CloseHow, Deadline, NetFlags, Request, Unsupported, NO_DEADLINE};
 use libc::{c_int, c_uint, c_void, size_t, socklen_t, ssize_t};
 
 use super::{set_errno, sigwait, write_now};
@@ -150,7 +150,13 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks
             continue; // not there after all: wait again, never leak EAGAIN
         }
         return match (&mut fill, granted) {
-            (Fill::Buffer(call), Some(_)) if r > 0 && (r as usize) < most => super::whole_grant::rest(fd, r as usize, most, *call) as ssize_t,
+            (Fill::Buffer(call), Some(_)) if r > 0 && (r as usize) < most => match super::whole_grant::rest(fd, r as usize, most, *call) {
+                Ok(received) => received as ssize_t,
+                Err(super::whole_grant::Stalled(received)) => {
+                    gate.post(Request::Unsupported(Unsupported::GrantStalled { fd, granted: most as u32, received: received as u32 }));
+                    received as ssize_t // never granted: the run ends at the post
+                }
+            },
             _ => ret(r),
         };
     }

@@ -23,16 +23,20 @@ use crate::{real, sys};
 /// How long one wait for the rest of a grant lasts: the thread is put back on a CPU at least this
 /// often, so dara's watchdog never takes it for a thread blocked on something outside.
 const WAIT_MS: u64 = 10;
-/// Waits in a row that may see nothing arrive before the receive returns what it has (2 s, dara's
-/// settle limit): a short count, which `recv` may return, rather than a thread stuck for good.
+/// Waits in a row that may see nothing arrive before the receive gives up (2 s, dara's settle
+/// limit): the caller then stops the run ([`Stalled`]) rather than return a count the grant did
+/// not decide, which no replay would give.
 const WAITS: u32 = 200;
+
+/// The rest of a grant did not come: the bytes received in all (fewer than granted).
+pub struct Stalled(pub usize);
 
 /// Receives the rest of a grant of `want` bytes on TCP socket `fd`, of which the first call took
 /// `first` (a positive count less than `want`): `call(done, most)` receives at most `most` bytes
 /// into the caller's buffer after the first `done`, without blocking. Returns the bytes received
 /// in all; what came before end of file or an error counts, as in the kernel, and the error is
 /// left for the program's next call.
-pub fn rest(fd: c_int, first: usize, want: usize, call: &mut dyn FnMut(usize, usize) -> ssize_t) -> usize {
+pub fn rest(fd: c_int, first: usize, want: usize, call: &mut dyn FnMut(usize, usize) -> ssize_t) -> Result<usize, Stalled> {
     let mut done = first;
     let mut idle = 0;
     while done < want && idle < WAITS {
@@ -49,7 +53,10 @@ pub fn rest(fd: c_int, first: usize, want: usize, call: &mut dyn FnMut(usize, us
             idle += 1;
         }
     }
-    done
+    if idle >= WAITS {
+        return Err(Stalled(done));
+    }
+    Ok(done)
 }
 
 /// Waits up to [`WAIT_MS`] for `fd` to become readable (or hung up, or failed); whether it did.

@@ -266,6 +266,10 @@ fn unsupported(thread: ThreadId, pid: u32, call: Unsupported) -> Outcome {
         }
         Unsupported::Syscall { nr: 56 | 57 | 58, .. } => "a raw clone system call that makes a process on a stack of its own or sharing memory (not a fork, nor libc's posix_spawn, which dara runs itself) is not supported; the run was stopped rather than left with an untraced process".to_string(),
         Unsupported::Syscall { nr: 33 | 292, .. } => format!("the program asked for descriptor {} ({name} onto it), which dara keeps for its shared region in every traced process; the run was stopped rather than lose the region", dara_abi::SHM_FD),
+        Unsupported::GrantStalled { fd, granted, received } => format!(
+            "a receive on descriptor {fd} was granted {granted} bytes a traced peer wrote, took {received}, and the rest did not arrive within {} ms after its own read reopened the window; the run was stopped rather than give the program a count no replay would give",
+            crate::netprobe::SETTLE_LIMIT.as_millis()
+        ),
         Unsupported::StaticExec { path } => format!("{} is statically linked, so dara's preload cannot enter it; statically linked programs are not supported yet", procfs::c_string_of(pid, path.0).unwrap_or_else(|| "the program to run".into())),
         Unsupported::Syscall { args: [first, second, _], .. } => format!("{name} cannot be modelled by dara (arguments {first:#x}, {second:#x}); the run was stopped rather than left uncontrolled"),
     };

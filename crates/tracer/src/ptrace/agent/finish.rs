@@ -3,9 +3,11 @@
 //! real, or run it and look at what it returned. Also what a fresh program image gets before
 //! its first instruction: its `AT_RANDOM` bytes from the run's seed, and no vDSO.
 use dara_abi::clock::{self, ClockBase};
+use dara_abi::{Request, Unsupported};
 
 use super::calls::{ClockAnswer, Then, Vfork};
 use super::tracees::{Birth, CallStop, ExitCheck};
+use super::whole_grant::Taken;
 use super::{resume, resume_to_exit, Agent};
 use crate::ptrace::remote::{self, Registers};
 
@@ -203,8 +205,14 @@ impl Agent {
                 // Not all queued yet: the agent takes the grant for the program (`whole_grant`).
                 let call = regs.syscall();
                 let most = dara_abi::request::grant_limit(result).map(|n| n.min(call.args[2]) as usize);
-                match most.and_then(|most| super::whole_grant::take(pid, call.args[0] as i32, buf, most)) {
-                    Some(taken) => answer(tid, stop, regs, taken),
+                let fd = call.args[0] as i32;
+                match most.and_then(|most| Some((most, super::whole_grant::take(pid, fd, buf, most)?))) {
+                    Some((_, Taken::Answer(value))) => answer(tid, stop, regs, value),
+                    Some((most, Taken::Stalled(received))) => {
+                        // Never granted: the run ends at this post.
+                        let stalled = Unsupported::GrantStalled { fd, granted: most as u32, received: received as u32 };
+                        self.post(tid, Request::Unsupported(stalled), Then::Return);
+                    }
                     None => self.run_cut(tid, regs, len_arg, result),
                 }
             }

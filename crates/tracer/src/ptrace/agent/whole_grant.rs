@@ -18,16 +18,25 @@ use crate::ptrace::remote;
 
 /// How long one wait for the rest of a grant lasts.
 const WAIT_MS: libc::c_int = 10;
-/// Waits in a row that may see nothing arrive before the receive returns what it has (2 s, dara's
-/// settle limit): a short count, which a read may return.
+/// Waits in a row that may see nothing arrive before the agent gives up (2 s, dara's settle
+/// limit): the run then stops ([`Taken::Stalled`]) rather than the program get a count the grant
+/// did not decide, which no replay would give.
 const WAITS: u32 = 200;
+
+/// What [`take`] did.
+pub(super) enum Taken {
+    /// The call's result: the bytes taken and written into the buffer, or `-errno`.
+    Answer(i64),
+    /// The rest of the grant did not come: the bytes received (fewer than granted).
+    Stalled(usize),
+}
 
 /// For a receive granted `want` bytes on socket `fd` of process `pid`, into its buffer at `buf`:
 /// None when the socket's queue holds them all (or the descriptor cannot be copied): the call
 /// runs as made, cut to the grant. Otherwise the call's result, the bytes taken and written
 /// into the buffer (what came before end of file or an error counts), or `-errno` when the first
-/// receive failed.
-pub(super) fn take(pid: i32, fd: i32, buf: u64, want: usize) -> Option<i64> {
+/// receive failed; or that the rest never came.
+pub(super) fn take(pid: i32, fd: i32, buf: u64, want: usize) -> Option<Taken> {
     let copy = copy_of(pid, fd)?;
     if queued(&copy) >= want || !is_tcp(&copy) {
         return None;
@@ -47,7 +56,7 @@ pub(super) fn take(pid: i32, fd: i32, buf: u64, want: usize) -> Option<i64> {
         let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
         if n == 0 || errno != libc::EAGAIN {
             if done == 0 && n < 0 {
-                return Some(-i64::from(errno));
+                return Some(Taken::Answer(-i64::from(errno)));
             }
             break;
         }
@@ -55,9 +64,12 @@ pub(super) fn take(pid: i32, fd: i32, buf: u64, want: usize) -> Option<i64> {
             idle += 1;
         }
     }
+    if idle >= WAITS {
+        return Some(Taken::Stalled(done));
+    }
     match remote::write(pid, buf, &bytes[..done]) {
-        Ok(()) => Some(done as i64),
-        Err(_) => Some(-i64::from(libc::EFAULT)),
+        Ok(()) => Some(Taken::Answer(done as i64)),
+        Err(_) => Some(Taken::Answer(-i64::from(libc::EFAULT))),
     }
 }
 
