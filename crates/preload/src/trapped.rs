@@ -137,7 +137,8 @@ fn ungated(nr: c_long, a: [u64; 6]) -> i64 {
     }
 }
 
-fn unsupported(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
+/// Ends the run at a call dara cannot model (the scheduler says which and why).
+pub(crate) fn unsupported(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
     gate.post(Request::Unsupported(Unsupported::Syscall { nr: nr as u64, args: [a[0], a[1], a[2]] }));
     // The scheduler never grants this; if it ever does, refuse the call.
     -(libc::ENOSYS as i64)
