@@ -113,6 +113,15 @@ fn net_nbconnect_backlog() {
     stays_clean("net_nbconnect_backlog", 3, &["connect", "nonblocking connect: EINPROGRESS, connected once there was room"]);
 }
 
+/// Reads of a socket's error queue (`MSG_ERRQUEUE`, as socat makes after a failed connect) never
+/// block: the kernel's EAGAIN reaches the program at once, on a blocking TCP socket whose connect
+/// was refused and on a UDP socket. Before, the preload waited that EAGAIN out as a blocking
+/// receive's: socat's child posted receives until "hang: step bound reached".
+#[test]
+fn net_errqueue() {
+    stays_clean("net_errqueue", 10, &["connect", "recv "]);
+}
+
 #[test]
 fn net_udp() {
     stays_clean("net_udp", 100, &["send             udp e", "\"one.", "\"two."]);
