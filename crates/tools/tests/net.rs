@@ -122,6 +122,17 @@ fn net_errqueue() {
     stays_clean("net_errqueue", 10, &["connect", "recv "]);
 }
 
+/// Known bug, not fixed (docs/real-programs.md, 2026-11-30): a loopback transfer whose reader's
+/// receive memory fills (64 KiB segments charged whole until read) before the queue holds what
+/// dara grants a receive stops every search as "uncontrolled: ... did not arrive within 2000 ms".
+/// Granting what is queued once the memory is spent makes the search run but its replays diverge
+/// (the kernel's segment sizes, and so how much a spent buffer holds, vary from run to run).
+#[test]
+#[ignore = "known bug: a receive from a traced TCP peer stalls when the reader's receive memory is spent"]
+fn net_full_rcvmem() {
+    stays_clean("net_full_rcvmem", 10, &["recv "]);
+}
+
 #[test]
 fn net_udp() {
     stays_clean("net_udp", 100, &["send             udp e", "\"one.", "\"two."]);
