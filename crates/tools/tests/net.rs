@@ -120,6 +120,45 @@ fn net_nbconnect_backlog() {
     stays_clean("net_nbconnect_backlog", 3, &["connect", "nonblocking connect: EINPROGRESS, connected once there was room"]);
 }
 
+/// Reads of a socket's error queue (`MSG_ERRQUEUE`, as socat makes after a failed connect) never
+/// block: the kernel's EAGAIN reaches the program at once, on a blocking TCP socket whose connect
+/// was refused and on a UDP socket. Before, the preload waited that EAGAIN out as a blocking
+/// receive's: socat's child posted receives until "hang: step bound reached".
+#[test]
+fn net_errqueue() {
+    stays_clean("net_errqueue", 10, &["connect", "recv "]);
+}
+
+/// A loopback transfer of 200 KB in 64 KiB writes read 8 KiB at a time (a relay's page, as socat
+/// and squid pass it on): the reader's receive memory fills with segments charged whole until
+/// read, its window closes before the queue holds what dara grants a receive, and only the
+/// receive's own read lets the rest in (`net_window_held`'s case). Before, every search stopped as
+/// "uncontrolled: ... did not arrive within 2000 ms"; the receive now takes its whole grant.
+#[test]
+fn net_full_rcvmem() {
+    stays_clean("net_full_rcvmem", 10, &["recv "]);
+}
+
+/// squid and its pinger: two UDP sockets bound to loopback port 0 and connected to each other
+/// across a fork (IPv6 as squid, and IPv4). A recording splits both bound sockets; the greeting
+/// reaches the parent's twin, connected to the child's public address, from that address (before:
+/// from a socket of dara's own, which the connected twin dropped, and the recording stopped with
+/// "loopback delivery ... did not arrive within 2000 ms"). It replays with `--verify`; a search,
+/// which splits nothing, stays clean.
+#[test]
+fn net_udp_connected_pair() {
+    let program = private_copy(&fixture("net_udp_connected_pair"), "net_udp_connected_pair");
+    for family in ["6", "4"] {
+        let out = out_dir(&format!("net_udp_connected_pair-{family}"));
+        let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), family], Duration::from_secs(60));
+        assert_eq!(run.code, 0, "IPv{family}: {}", run.text());
+        assert!(run.stdout.contains("got 10 hi there"), "IPv{family}: {}", run.text());
+        let verify = dara_replay(&["--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+        assert!(verify.code == 0 && verify.stdout.contains("verify: 2 more executions identical"), "IPv{family}: {}", verify.text());
+    }
+    stays_clean("net_udp_connected_pair", 10, &["recv "]);
+}
+
 #[test]
 fn net_udp() {
     stays_clean("net_udp", 100, &["send             udp e", "\"one.", "\"two."]);

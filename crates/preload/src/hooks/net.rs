@@ -531,13 +531,22 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c
     receive_whole(&gate, fd, len, flags, &mut |done, most| unsafe { real::recv(fd, buf.cast::<u8>().add(done).cast(), most, flags | libc::MSG_DONTWAIT) })
 }
 
+/// Whether a receive with `flags` returns at once whatever is there, as a non-blocking one:
+/// `MSG_DONTWAIT`, or `MSG_ERRQUEUE` (a read of the socket's error queue never blocks: with
+/// nothing queued the kernel answers EAGAIN on a blocking socket too). socat reads the error
+/// queue after every failed connect; taken as a blocking receive, its EAGAIN was waited out
+/// forever.
+fn never_waits(flags: c_int) -> bool {
+    flags & (libc::MSG_DONTWAIT | libc::MSG_ERRQUEUE) != 0
+}
+
 /// A receive that honours `MSG_WAITALL` on a blocking TCP socket: a grant moves at most what the
 /// scheduler allows (what is there, at most 32 KiB from a traced peer), so the rest is received
 /// by further grants until `len` bytes, end of file or an error, as the kernel's blocking call
 /// would wait for them. `call(done, most)` receives at most `most` bytes after the first `done`.
 /// A peek takes what one call finds: peeking again would see the same bytes.
 fn receive_whole(gate: &Gated, fd: c_int, len: usize, flags: c_int, call: &mut dyn FnMut(usize, usize) -> ssize_t) -> ssize_t {
-    let dontwait = flags & libc::MSG_DONTWAIT != 0;
+    let dontwait = never_waits(flags);
     let peek = flags & libc::MSG_PEEK != 0;
     if flags & libc::MSG_WAITALL == 0 || dontwait || fd_nonblocking(fd) || !is_tcp(fd) {
         let fill = if peek { Fill::Once(&mut |most| call(0, most)) } else { Fill::Buffer(call) };
@@ -599,7 +608,7 @@ pub unsafe fn receive_message(gate: &Gated, fd: c_int, msg: *mut libc::msghdr, f
     // SAFETY: the caller's msghdr is valid for the call.
     let (len, room) = unsafe { msg.as_ref().map_or((0, 0), |m| (iov_total(m.msg_iov, m.msg_iovlen as c_int), m.msg_namelen)) };
     // SAFETY: as for `recv`.
-    let r = receive(gate, fd, len, flags & libc::MSG_DONTWAIT != 0, true, Fill::Once(&mut |_| unsafe { real::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) }));
+    let r = receive(gate, fd, len, never_waits(flags), true, Fill::Once(&mut |_| unsafe { real::recvmsg(fd, msg, flags | libc::MSG_DONTWAIT) }));
     if r >= 0 && !msg.is_null() {
         // SAFETY: a successful recvmsg filled the caller's name buffer of `room` bytes.
         unsafe { super::outside::show_relayed_peer((*msg).msg_name.cast(), &mut (*msg).msg_namelen, room, true) };

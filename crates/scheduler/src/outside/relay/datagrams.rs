@@ -6,6 +6,12 @@
 //! quiet point (the traced send is owed to that socket: dara waits for each datagram) and sent
 //! on from the public socket to the sender's address.
 //!
+//! A datagram from a traced socket that is split too (its twin sent it) is passed on from that
+//! socket's public socket instead: the program shows its sockets' public addresses, so a twin
+//! connected to another traced socket (squid and its pinger, each bound to `::1` port 0 and
+//! connected to the other) takes datagrams only from that public address, and a receiver sees the
+//! sender at the address the sender's `getsockname` gives.
+//!
 //! An outside sender is recorded: `Peer` when it is first heard from, `Datagram` for each of its
 //! datagrams, `DatagramOutput` for each answer. A replay makes the same peers and sends the same
 //! datagrams at the same steps, with nobody outside, and compares the answers. A traced sender
@@ -109,6 +115,10 @@ impl<S: Side> Relay<S> {
                 if !traced && !S::LIVE {
                     continue; // nobody outside takes part in a replay: turned away
                 }
+                if let Some(sender) = self.split_socket_of_twin(from).filter(|_| traced) {
+                    self.between_split_sockets(sender, socket, &bytes, net);
+                    continue;
+                }
                 let peer = match self.peer_by_sender.get(&(socket, from)) {
                     Some(&peer) => peer,
                     None => self.open_peer(step, socket, Some(from), !traced, Some(from), net)?,
@@ -117,6 +127,24 @@ impl<S: Side> Relay<S> {
             }
         }
         Ok(())
+    }
+
+    /// The open split socket whose twin is at `addr`.
+    fn split_socket_of_twin(&self, addr: SocketAddr) -> Option<usize> {
+        self.datagram_sockets.iter().position(|s| s.public.is_some() && s.twin.port() == addr.port() && (s.twin.ip() == addr.ip() || s.twin.ip().is_unspecified()))
+    }
+
+    /// Passes a datagram the twin of split socket `sender` sent to split socket `receiver`'s public
+    /// socket on to `receiver`'s twin from `sender`'s public socket (see the module doc), owed to
+    /// the twin as every datagram dara passes on. Lost if the twin does not take it, as UDP may
+    /// lose it.
+    fn between_split_sockets(&mut self, sender: usize, receiver: usize, bytes: &[u8], net: &mut NetProbe) {
+        let twin = self.datagram_sockets[receiver].twin;
+        let Some(public) = &self.datagram_sockets[sender].public else { return };
+        if public.send_to(bytes, twin).is_ok() {
+            net.owe_datagram(twin.port());
+            self.changed = true;
+        }
     }
 
     /// A new peer of datagram socket `socket`: dara's socket, connected to the twin. `addr`: where
