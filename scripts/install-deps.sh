@@ -104,6 +104,8 @@ command -v hugo >/dev/null 2>&1 || need+=(hugo)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 { command -v gpg >/dev/null 2>&1 && command -v gpg-agent >/dev/null 2>&1; } || need+=(gnupg)
 # dara-replay --gdb STEP hands a paused replay to gdbserver; tests/replay_gdb.rs drives it with gdb.
+# setcap marks a program with file capabilities (tests/processes.rs: an exec that is a secure exec).
+{ command -v setcap >/dev/null 2>&1 || [ -x /sbin/setcap ]; } || need+=(libcap2-bin)
 command -v gdb >/dev/null 2>&1 || need+=(gdb)
 command -v gdbserver >/dev/null 2>&1 || need+=(gdbserver)
 # Debian's separate debug files for libc and its loader (/usr/lib/debug/.build-id): listings

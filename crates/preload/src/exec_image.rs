@@ -7,9 +7,15 @@
 //! * **Go** (a `Go` build-id note, which Go's linker writes into every program it links): even
 //!   when linked against libc (cgo) and so loaded with the preload, Go's runtime makes its own
 //!   system calls, keeps goroutines off libc's locks and reads the clock and CPU set by raw
-//!   calls, and the preload's hooks would leave it uncontrolled.
+//!   calls, and the preload's hooks would leave it uncontrolled;
+//! * **a secure exec**: a set-user-ID or set-group-ID program of another owner, or one with file
+//!   capabilities run by anyone but root (`ping`, squid's `pinger` when squid runs as `proxy`).
+//!   The kernel starts it with `AT_SECURE`, and the dynamic loader ignores `LD_PRELOAD`: the
+//!   image would run dara's seccomp filter without the handler its trap needs, and die of SIGSYS
+//!   at its first trapped call. (dara's `no_new_privs` keeps it from gaining the privileges; the
+//!   kernel still marks it secure.)
 //!
-//! The exec of either drops dara's library from `LD_PRELOAD`: the agent alone controls the new
+//! The exec of any of these drops dara's library from `LD_PRELOAD`: the agent alone controls the new
 //! image and whatever it execs in turn (a dynamically linked program started by a static or Go
 //! one runs through the agent too).
 //!
@@ -28,6 +34,8 @@ pub enum ExecImage {
     Static,
     /// A dynamically linked Go program: the agent, loaded without dara's preload.
     GoDynamic,
+    /// A dynamically linked program the kernel starts as a secure exec: the agent.
+    SecureExec,
 }
 
 impl ExecImage {
@@ -89,8 +97,30 @@ fn classify_open(fd: i32) -> ExecImage {
         // ET_EXEC or ET_DYN without PT_INTERP: nothing would load the preload.
         (false, _) if phnum > 0 => ExecImage::Static,
         (true, true) => ExecImage::GoDynamic,
+        (true, false) if secure_exec(fd) => ExecImage::SecureExec,
         _ => ExecImage::Preload,
     }
+}
+
+/// Whether the kernel would run the open program `fd` with `AT_SECURE` for this process: its
+/// set-user-ID bit with an owner other than the effective user, its set-group-ID bit with a group
+/// other than the effective group, or file capabilities for a process whose real user is not root
+/// (the kernel's `cap_bprm_creds_from_file`; supplementary groups are not looked at, so a
+/// set-group-ID program of one of them also goes to the agent, which runs it all the same).
+fn secure_exec(fd: i32) -> bool {
+    // SAFETY: all-zero is a valid `stat`; fstat fills it.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: fstat writes one `stat` into the live local.
+    if unsafe { sys::syscall(libc::SYS_fstat, &[fd as u64, &mut st as *mut libc::stat as u64]) } != 0 {
+        return false;
+    }
+    // SAFETY: the id calls take no arguments.
+    let (uid, euid, egid) = unsafe { (sys::syscall(libc::SYS_getuid, &[]), sys::syscall(libc::SYS_geteuid, &[]), sys::syscall(libc::SYS_getegid, &[])) };
+    let set_uid = st.st_mode & libc::S_ISUID != 0 && i64::from(st.st_uid) != euid;
+    let set_gid = st.st_mode & libc::S_ISGID != 0 && st.st_mode & libc::S_IXGRP != 0 && i64::from(st.st_gid) != egid;
+    // SAFETY: a null buffer of size 0 only asks for the attribute's size.
+    let capabilities = uid != 0 && unsafe { sys::syscall(libc::SYS_fgetxattr, &[fd as u64, c"security.capability".as_ptr() as u64, 0, 0]) } >= 0;
+    set_uid || set_gid || capabilities
 }
 
 /// Whether the note segment at `offset` (`size` bytes) holds Go's build-id note.

@@ -34,6 +34,35 @@ fn trace_search(out: &Path, strategy: &str, seed: u64, runs: u64, command: &[&st
     dara_trace(&args, Duration::from_secs(300))
 }
 
+/// An exec the kernel runs as a secure exec (squid's `pinger`, a program with file capabilities,
+/// started after squid dropped to its own user): the dynamic loader ignores `LD_PRELOAD`, so dara's
+/// ptrace agent runs the image. Searched clean with its output, the last execution replays, the
+/// same seed gives the same decisions. Before, the image died of SIGSYS at its first trapped call.
+#[test]
+fn an_exec_the_kernel_makes_secure_runs_under_the_agent() {
+    let program = private_copy(&fixture("exec_secure"), "exec_secure");
+    let marked = out_dir("exec-secure-image").join("exec_secure_capable");
+    std::fs::copy(&program, &marked).unwrap();
+    // Readable and runnable by nobody, like the directories above it.
+    std::fs::set_permissions(&marked, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let setcap = ["/usr/sbin/setcap", "/sbin/setcap"].into_iter().find(|p| Path::new(p).exists()).expect("setcap (run ./scripts/install-deps.sh)");
+    let marking = std::process::Command::new(setcap).args(["cap_net_raw=ep", marked.to_str().unwrap()]).output().unwrap();
+    assert!(marking.status.success(), "setcap: {}", String::from_utf8_lossy(&marking.stderr));
+    let (p, m) = (program.to_str().unwrap(), marked.to_str().unwrap());
+    let out = out_dir("exec-secure");
+    let run = trace_search(&out, "random", 1, 5, &[p, m]);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert_eq!(run.stdout.matches("child: uid 65534\nparent: child exited 0").count(), 5, "{}", run.text());
+    let last = out.join("trace.bin");
+    let verify = dara_replay(&["--verify", last.to_str().unwrap()], Duration::from_secs(60));
+    assert!(verify.code == 0 && verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    let again = out_dir("exec-secure-again");
+    assert_eq!(trace_search(&again, "random", 1, 5, &[p, m]).code, 0);
+    same_decisions(&last, &again.join("trace.bin"));
+    assert_no_survivors(&program);
+    assert_no_survivors(&marked);
+}
+
 /// Processes made past the `fork` symbol stay under control: `daemon(3)` (glibc's fork called
 /// inside libc) and a raw `syscall(SYS_fork)` are trapped and made as a hooked fork's are; each
 /// searched clean with its output, the last execution replays, and the same seed gives the same

@@ -270,7 +270,16 @@ fn unsupported(thread: ThreadId, pid: u32, call: Unsupported) -> Outcome {
             "a receive on descriptor {fd} was granted {granted} bytes a traced peer wrote, took {received}, and the rest did not arrive within {} ms after its own read reopened the window; the run was stopped rather than give the program a count no replay would give",
             crate::netprobe::SETTLE_LIMIT.as_millis()
         ),
-        Unsupported::StaticExec { path } => format!("{} is statically linked, so dara's preload cannot enter it; statically linked programs are not supported yet", procfs::c_string_of(pid, path.0).unwrap_or_else(|| "the program to run".into())),
+        Unsupported::StaticExec { path } => {
+            let program = procfs::c_string_of(pid, path.0).unwrap_or_else(|| "the program to run".into());
+            let dynamic = matches!(dara_tracer::binary::classify(std::path::Path::new(&program)), Ok(dara_tracer::binary::BinaryKind::Dynamic));
+            let why = if dynamic && !dara_tracer::binary::is_go(std::path::Path::new(&program)) {
+                "starts as a secure exec (set-user-ID, set-group-ID or file capabilities), for which the dynamic loader ignores dara's preload"
+            } else {
+                "is statically linked or a Go program, which dara's preload cannot enter"
+            };
+            format!("{program} {why}, and dara's ptrace agent, which runs such programs, did not take it over; the run was stopped rather than leave it uncontrolled")
+        }
         Unsupported::Syscall { args: [first, second, _], .. } => format!("{name} cannot be modelled by dara (arguments {first:#x}, {second:#x}); the run was stopped rather than left uncontrolled"),
     };
     Outcome::Uncontrolled { thread, syscall: name, detail }
