@@ -25,7 +25,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 
 use dara_abi::handoff;
-use dara_abi::{Header, ProcessTarget, Request, Slot, StartKind};
+use dara_abi::{Header, ProcessTarget, Request, Slot, StartKind, Unsupported};
 use libc::{c_char, c_long, pid_t};
 
 use crate::gate::{self, Gated};
@@ -176,7 +176,7 @@ pub fn exec(gate: &Gated, nr: c_long, mut a: [u64; 6]) -> i64 {
 /// infop a2, options a3, rusage a4).
 pub fn wait(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
     let Some(call) = dara_abi::wait_call::WaitCall::of(nr == libc::SYS_waitid, a) else {
-        return crate::trapped::unsupported(gate, nr, a);
+        return unsupported(gate, nr, a);
     };
     // Decisions name processes by logical id, never by pid.
     let target = match call.pid {
@@ -271,6 +271,13 @@ pub fn logical_process(pid: u32) -> Option<u32> {
     let header = region::header()?;
     let known = header.next_process.load(Ordering::Acquire).min(dara_abi::MAX_PROCESSES as u32);
     (0..known).find(|&p| header.processes[p as usize].pid.load(Ordering::Acquire) == pid)
+}
+
+/// Ends the run at a call dara cannot model (the scheduler says which and why).
+pub(crate) fn unsupported(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
+    gate.post(Request::Unsupported(Unsupported::Syscall { nr: nr as u64, args: [a[0], a[1], a[2]] }));
+    // The scheduler never grants this; if it ever does, refuse the call.
+    -(libc::ENOSYS as i64)
 }
 
 fn passthrough(nr: c_long, a: [u64; 6]) -> i64 {

@@ -137,13 +137,6 @@ fn ungated(nr: c_long, a: [u64; 6]) -> i64 {
     }
 }
 
-/// Ends the run at a call dara cannot model (the scheduler says which and why).
-pub(crate) fn unsupported(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
-    gate.post(Request::Unsupported(Unsupported::Syscall { nr: nr as u64, args: [a[0], a[1], a[2]] }));
-    // The scheduler never grants this; if it ever does, refuse the call.
-    -(libc::ENOSYS as i64)
-}
-
 fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
     if let Some(rc) = timecalls::gated(gate, nr, a) {
         return rc;
@@ -189,7 +182,7 @@ fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
         // clone without CLONE_THREAD on a stack of its own or sharing memory (posix_spawn's,
         // which dara runs itself when the program calls it; glibc's fork() goes through the
         // `fork` hook, whose own clone reaches `ungated`).
-        _ => unsupported(gate, nr, a),
+        _ => crate::process::unsupported(gate, nr, a),
     }
 }
 
@@ -266,7 +259,7 @@ fn futex(gate: &Gated, nr: c_long, a: [u64; 6]) -> i64 {
             let matching = futex_match(op, cmd == libc::FUTEX_WAKE, a[5]);
             gate.post(Request::FutexWake { addr, count: val, matching }).result
         }
-        _ => unsupported(gate, nr, a),
+        _ => crate::process::unsupported(gate, nr, a),
     }
 }
 
