@@ -131,7 +131,8 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks
         }
     }
     let deadline = if nonblock { NO_DEADLINE } else { recv_deadline(gate, fd) };
-    let whole = if matches!(fill, Fill::Buffer(_)) && is_tcp(fd) { net_flags::WHOLE_GRANT } else { 0 };
+    let tcp = is_tcp(fd);
+    let whole = if matches!(fill, Fill::Buffer(_)) && tcp { net_flags::WHOLE_GRANT } else { 0 };
     loop {
         let g = gate.post(Request::NetRecv { fd, flags: NetFlags(flag(nonblock) | interruptible(nonblock) | whole), deadline: Deadline::from_ns(deadline), len: len as u64 });
         if g.result == sigwait::INTERRUPTED && !nonblock {
@@ -143,7 +144,7 @@ pub fn receive(gate: &Gated, fd: c_int, len: usize, dontwait: bool, never_blocks
         if !nonblock && g.result == -(libc::EAGAIN as i64) {
             return ret(g.result); // SO_RCVTIMEO fired
         }
-        let granted = grant_limit(g.result).filter(|_| is_tcp(fd));
+        let granted = grant_limit(g.result).filter(|_| tcp);
         let most = granted.map_or(len, |n| (n as usize).min(len));
         let r = raw(fill.call(most));
         if r == -(libc::EAGAIN as i64) && !nonblock {
