@@ -53,7 +53,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 35;
+pub const VERSION: u32 = 36;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -696,6 +696,10 @@ pub struct Header {
     pub shutdown: AtomicU32,
     /// Scheduler's pid, so a preload can notice that dara died.
     pub scheduler_pid: u32,
+    /// The replay of a recording made with the host's pids: what `getppid` shows a process
+    /// whose real parent is outside the replay's PID namespace (0) or is its init (1), namely the
+    /// pid its parent, dara, had in the recording. 0: the real answer. Written before the launch.
+    pub parent_shown: AtomicU32,
     /// Index of the decision whose grant is being handed out (written by the scheduler before
     /// each grant). Coverage receivers stamp an edge's first hit with it, which attributes new
     /// coverage to the step (and so the thread and action) that reached it.

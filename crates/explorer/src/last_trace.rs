@@ -91,6 +91,7 @@ mod tests {
             written: WrittenFiles::default(),
             liveness: None,
             critical_transition: None,
+            pids: None,
         };
         Trace { header, steps: vec![], outcome: Outcome::Exited { code: 0, location: None }, coverage: Default::default(), outside: vec![] }
     }

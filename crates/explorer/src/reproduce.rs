@@ -3,7 +3,7 @@
 //! coverage.
 use std::sync::atomic::AtomicBool;
 
-use dara_scheduler::execution::{self, ExecutionConfig, ExecutionError, ExecutionReport};
+use dara_scheduler::execution::{self, ExecutionConfig, ExecutionError, ExecutionReport, PidPlan};
 use dara_scheduler::outside::OutsideMode;
 use dara_scheduler::trace::{Step, Trace};
 
@@ -39,6 +39,8 @@ pub fn config_for(trace: &Trace, base: &ExecutionConfig) -> ExecutionConfig {
         stop_at_step: (trace.outcome == dara_scheduler::Outcome::Interrupted).then_some(trace.steps.len() as u64),
         // The recorded walk is followed like the rest of the schedule.
         liveness: h.liveness.map(|l| dara_model::liveness::LivenessConfig { follow_strategy: true, ..l }),
+        // A recording made with the host's pids is replayed with the same ones.
+        pids: h.pids.clone().map_or(PidPlan::Namespace, |recorded| PidPlan::Replay(std::sync::Arc::new(recorded))),
         ..base.clone()
     }
 }

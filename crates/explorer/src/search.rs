@@ -582,6 +582,7 @@ impl SearchSummary {
 fn trace_of(cfg: &SearchConfig, k: u64, watch: &[u64], strategy: String, report: &ExecutionReport) -> Trace {
     let mut header = header_for(cfg, &execution_config(cfg, k, watch), k, strategy);
     header.written = report.written_files.clone();
+    header.pids = report.pids.clone();
     Trace { header, steps: report.steps.clone(), outcome: report.outcome.clone(), coverage: report.coverage.clone(), outside: report.outside.clone() }
 }
 
@@ -611,6 +612,7 @@ fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: Stri
         written: Default::default(),
         liveness: exec.liveness,
         critical_transition: None,
+        pids: None,
     }
 }
 

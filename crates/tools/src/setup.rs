@@ -145,6 +145,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         fork_server: None,
         namespaces: None,
         leftovers: None,
+        pids: Default::default(),
     })
 }
 

@@ -1,6 +1,6 @@
 //! Process identity: the pids, tids and parent pids a program observes repeat in every execution
 //! of a schedule (dara runs each execution in a PID namespace of its own when it runs as root, as
-//! the test suite does), a replay sees the same ones, nothing dara started survives a SIGKILL
+//! the test suite does), a recording sees the host's pids and its replay the same ones, nothing dara started survives a SIGKILL
 //! of dara-trace, and a thread parked for over a second inside the namespace is not taken for an
 //! orphan of a dead dara.
 mod common;
@@ -22,7 +22,8 @@ fn pids_tids_and_parent_pids_repeat_across_runs_and_in_the_replay() {
     let mut seen = Vec::new();
     for round in 0..2 {
         let out = out_dir(&format!("proc-identity-{round}"));
-        let run = dara_trace(&["-o", out.to_str().unwrap(), "--seed", "3", "--", p], Duration::from_secs(120));
+        // A closed run, like each execution of a search: a PID namespace of its own.
+        let run = dara_trace(&["-o", out.to_str().unwrap(), "--closed", "--seed", "3", "--", p], Duration::from_secs(120));
         assert_eq!(run.code, 0, "{}", run.text());
         let lines = identity_lines(&run.stdout);
         assert_eq!(lines.len(), 6, "five identities and the children's pids\n{}", run.text());
@@ -43,6 +44,52 @@ fn pids_tids_and_parent_pids_repeat_across_runs_and_in_the_replay() {
     same_decisions(&trace, &seen[1].0.join("trace.bin"));
     assert_no_survivors(&program);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// The pid in `line` after `field ` (e.g. "ppid").
+fn field(line: &str, field: &str) -> u32 {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == field).unwrap_or_else(|| panic!("no {field} in {line}"));
+    words[at + 1].parse().unwrap_or_else(|_| panic!("{line}"))
+}
+
+#[test]
+fn a_recording_sees_the_host_s_pids_and_its_replay_the_same() {
+    let program = private_copy(&fixture("proc_identity"), "proc_identity");
+    let out = out_dir("proc-identity-recorded");
+    let mut dara = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-o", out.to_str().unwrap(), "--seed", "3", "--", program.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dara_pid = dara.id();
+    let (stdout, stderr) = (dara.stdout.take().unwrap(), dara.stderr.take().unwrap());
+    let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let stdout = std::io::read_to_string(stdout).unwrap_or_default();
+    let status = dara.wait().unwrap();
+    let stderr = err.join().unwrap();
+    assert!(status.success(), "{stdout}\n{stderr}");
+    let lines = identity_lines(&stdout);
+    assert_eq!(lines.len(), 6, "{stdout}\n{stderr}");
+    // The host's pids: the program is no pid 2, and its parent is dara-trace itself, as outside
+    // tools see them.
+    let main_pid = field(&lines[0], "pid");
+    assert!(main_pid > 2, "{lines:?}");
+    assert_eq!(field(&lines[0], "ppid"), dara_pid, "the recorded program's parent is dara-trace: {lines:?}");
+    assert_eq!(field(&lines[0], "stat"), main_pid, "{lines:?}");
+    assert_eq!(field(&lines[2], "ppid"), main_pid, "the forked child's parent is the program: {lines:?}");
+    // The replay runs in a PID namespace whose births get the recorded pids, and shows dara's
+    // recorded pid as the first command's parent.
+    let trace = out.join("trace.bin");
+    let replay = dara_replay(&[trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert_eq!(identity_lines(&replay.stdout), lines, "the replay saw other identities\n{}", replay.text());
+    let verify = dara_replay(&["-q", "--verify", trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    assert_no_survivors(&program);
 }
 
 #[test]
@@ -123,5 +170,63 @@ fn a_namespace_serves_again_only_when_its_execution_left_nothing_behind() {
     let dir = out_dir("ns-leftovers-mount-point");
     let (_, mounted) = search("ns-leftovers-mount", &["mount", dir.to_str().unwrap()]);
     assert!(namespaces_made(&mounted.stderr) >= 24, "{}", mounted.text());
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn a_recorded_daemon_s_pid_file_names_it_for_outside_tools_and_a_stale_one_does_not_stop_it() {
+    let program = private_copy(&fixture("pidfile_daemon"), "pidfile_daemon");
+    let out = out_dir("pidfile-daemon");
+    let pidfile = out.join("daemon.pid");
+    let stale = out.join("stale.pid");
+    // A first recording leaves its pid file behind, as a daemon killed before its cleanup does.
+    let first = dara_trace(&["-o", out.join("first").to_str().unwrap(), "--", program.to_str().unwrap(), pidfile.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(first.code, 0, "{}", first.text());
+    let stale_pid: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    assert!(first.stdout.contains(&format!("started: pid {stale_pid}\n")), "{}", first.text());
+    std::fs::copy(&pidfile, &stale).unwrap();
+    // The second recording finds it (its --setup puts it back for every replay too), and starts:
+    // the pid it names is a dead host process, not the daemon itself.
+    let setup = format!("cp {} {}", stale.display(), pidfile.display());
+    std::fs::remove_file(&pidfile).unwrap();
+    let second = out.join("second");
+    let mut dara = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-o", second.to_str().unwrap(), "--setup", &setup, "--", program.to_str().unwrap(), pidfile.to_str().unwrap(), "wait"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Outside, as an operator would: the pid file names the daemon, and a SIGHUP sent to that
+    // pid reaches it (it then reloads and exits).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let daemon = loop {
+        let named = std::fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse::<u32>().ok()).filter(|&p| p != stale_pid);
+        if let Some(pid) = named {
+            break pid;
+        }
+        assert!(dara.try_wait().unwrap().is_none(), "dara-trace ended before the daemon wrote its pid: {}", std::io::read_to_string(dara.stdout.take().unwrap()).unwrap_or_default());
+        assert!(Instant::now() < deadline, "the daemon never wrote its pid file");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(daemon > 2, "the daemon's pid file names pid {daemon}, a namespace's pid");
+    let cmdline = std::fs::read(format!("/proc/{daemon}/cmdline")).unwrap_or_default();
+    assert!(String::from_utf8_lossy(&cmdline).contains("pidfile_daemon"), "pid {daemon} is not the daemon: {:?}", String::from_utf8_lossy(&cmdline));
+    // SAFETY: kill takes two integers; the pid is the daemon's, checked above.
+    assert_eq!(unsafe { libc::kill(daemon as i32, libc::SIGHUP) }, 0);
+    let (stdout, stderr) = (dara.stdout.take().unwrap(), dara.stderr.take().unwrap());
+    let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let stdout = std::io::read_to_string(stdout).unwrap_or_default();
+    let status = dara.wait().unwrap();
+    let stderr = err.join().unwrap();
+    assert!(status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout, format!("started: pid {daemon}\nreloaded\n"), "{stderr}");
+    // The replay: the same pid, the stale file put back by the setup, the SIGHUP fed back.
+    let trace = second.join("trace.bin");
+    let replay = dara_replay(&[trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert!(replay.stdout.contains(&format!("\nstarted: pid {daemon}\nreloaded\n")), "{}", replay.text());
+    let verify = dara_replay(&["-q", "--verify", trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
     assert_no_survivors(&program);
 }

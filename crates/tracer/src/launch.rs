@@ -63,6 +63,9 @@ pub struct LaunchSpec {
     pub host_proc_fd: Option<i32>,
     /// Run the tree in a PID namespace of its own ([`crate::pidns`]) when dara can create one.
     pub virtual_pids: bool,
+    /// With `virtual_pids`: the pid the first command gets there (a replay of a recording made
+    /// with the host's pids, [`ProcessTree::set_next_pid`]); None: 2, the namespace's first.
+    pub first_pid: Option<u32>,
     /// How to run programs the preload cannot enter (statically linked ones) on the ptrace path
     /// ([`crate::ptrace`]); None: they are refused.
     pub agent: Option<AgentLaunch>,
@@ -154,6 +157,8 @@ pub struct ProcessTree {
     root_copied: bool,
     /// The copy's holder, reaped when the tree drops (after the copy is gone).
     holder: Option<crate::fork_server::Holder>,
+    /// Without a namespace: the process that kills the tree if dara dies ([`crate::keeper`]).
+    keeper: Option<crate::keeper::Keeper>,
 }
 
 pub use crate::forwarding::{SDK_LINE_MAX, STDERR_TAIL_BYTES};
@@ -178,6 +183,9 @@ impl ProcessTree {
         let root = tree.start(&spec.command, 0)?;
         tree.pgid = root;
         tree.root = root;
+        if let Some(keeper) = &tree.keeper {
+            keeper.keep_group(root);
+        }
         tree.start_reaper(on_exit);
         Ok(tree)
     }
@@ -244,7 +252,10 @@ impl ProcessTree {
             None => (None, None),
         };
         let host_proc = spec.host_proc_fd.and_then(|_| crate::pidns::dara_proc().ok());
-        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, init_alone: std::cell::Cell::new(false), forwarders, output_writers, stderr_tail, output_pipes, ns, ns_refused, host_proc, agent: None, root_copied: false, holder: None })
+        // Best effort: without it a SIGKILL of dara may leave a computing process behind, as
+        // before namespaces.
+        let keeper = if ns.is_none() { crate::keeper::Keeper::start().ok() } else { None };
+        Ok(ProcessTree { pgid: 0, root: 0, spec: spec.clone(), exits, reaper_done, reaping: Arc::default(), slow_reap_told: 0, finished: false, init_alone: std::cell::Cell::new(false), forwarders, output_writers, stderr_tail, output_pipes, ns, ns_refused, host_proc, agent: None, root_copied: false, holder: None, keeper })
     }
 
     fn start_reaper(&mut self, on_exit: impl Fn() + Send + 'static) {
@@ -298,7 +309,11 @@ impl ProcessTree {
     /// names it (a new one if 0), inside the namespace if there is one.
     fn start(&mut self, command: &[String], group: libc::pid_t) -> Result<u32, LaunchError> {
         let (program, args) = command.split_first().ok_or(LaunchError::Empty)?;
-        if let Some(pid) = self.fork_from_server(command, group) {
+        let first_pid = self.spec.first_pid.filter(|_| self.root == 0);
+        if let Some(pid) = first_pid {
+            // Checked once the root posts its start (the scheduler's pid ledger).
+            self.set_next_pid(pid);
+        } else if let Some(pid) = self.fork_from_server(command, group) {
             return Ok(pid);
         }
         let spawn_error = |source| LaunchError::Spawn { program: program.clone(), source };
@@ -459,6 +474,22 @@ impl ProcessTree {
     /// same in every execution of a schedule.
     pub fn pids_virtual(&self) -> bool {
         self.ns.is_some()
+    }
+
+    /// Makes `pid` the pid of the next process or thread born in the tree's namespace, if it is
+    /// free there; false without a namespace or if its init could not set it. Call only while no
+    /// other process or thread of the tree can be born (the run token is dara's).
+    pub fn set_next_pid(&mut self, pid: u32) -> bool {
+        self.ns.as_mut().is_some_and(|ns| ns.set_next_pid(pid))
+    }
+
+    /// Tells the keeper (a tree without a namespace has one) that logical process `process` is
+    /// reached through `pidfd`, which the caller keeps open while the process may live: if dara
+    /// dies, the keeper kills it.
+    pub fn keep(&self, process: usize, pidfd: i32) {
+        if let Some(keeper) = &self.keeper {
+            keeper.keep(process, pidfd);
+        }
     }
 
     /// Why the tree has no PID namespace although one was asked for.
@@ -780,7 +811,7 @@ mod tests {
     use super::*;
 
     fn spec(command: &[&str]) -> LaunchSpec {
-        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, born_on: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None, namespaces: None }
+        LaunchSpec { command: command.iter().map(|s| s.to_string()).collect(), cwd: None, env: vec![], pass_fd: None, cpu: None, born_on: None, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, first_pid: None, agent: None, sdk_lines: None, fork_server: None, namespaces: None }
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub use writer::{decision_bytes, encode, write_file, write_private, PRIVATE_MODE
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"DARATRC\0";
 /// Version of the layout described in docs/trace-format.md.
-pub const FORMAT_VERSION: u32 = 11;
+pub const FORMAT_VERSION: u32 = 12;
 /// Largest header JSON a reader accepts (and a writer produces).
 pub const MAX_HEADER_BYTES: u32 = 1 << 20;
 /// Largest trace file a reader takes. Files are read whole, so this bounds what reading one
@@ -180,6 +180,22 @@ pub struct TraceHeader {
     /// A liveness violation's critical transition, once found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub critical_transition: Option<crate::liveness::CriticalTransition>,
+    /// The host's pids the recorded program saw (a recording runs without a PID namespace, so
+    /// pid files and outside tools agree with it); a replay gives every process and thread the
+    /// same one. Absent for searches, whose executions each have a namespace of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<RecordedPids>,
+}
+
+/// The pids of a recording made with the host's pids, for its replay to give out again.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedPids {
+    /// What `getppid` gave a process whose parent was dara (the first command, and orphans,
+    /// which dara adopts): dara's own pid.
+    pub parent: u32,
+    /// The pid or tid of every process and thread in the order they were born (the first command
+    /// first; an `exec` is no birth).
+    pub born: Vec<u32>,
 }
 
 /// One decision and what was observed when it was applied.

@@ -56,6 +56,7 @@ fn header() -> TraceHeader {
         written: WrittenFiles { paths: vec!["/work/fixtures/server.pid".into()], more: true },
         liveness: Some(crate::liveness::LivenessConfig { steps: 20_000, salt: 3, from_step: Some(41), follow_strategy: false }),
         critical_transition: Some(crate::liveness::CriticalTransition { step: 40, walks: 10, walk_steps: 20_000, property: "one leader".into() }),
+        pids: Some(super::RecordedPids { parent: 41_207, born: vec![41_310, 41_311, 4_194_303] }),
     }
 }
 

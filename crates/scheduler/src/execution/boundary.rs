@@ -216,13 +216,16 @@ impl<S: Side> World for Boundary<S> {
             TimerPolicy::Deadline => ex.model.next_deadline(None),
             TimerPolicy::Any => choices.iter().filter_map(|c| ex.model.timer_deadline(c.thread)).min(),
         };
-        if !idle || (next_timer.is_none() && ex.model.net_requests().is_empty()) {
+        // A thread waiting for a signal (`sigwait`, `sigsuspend`, `pause`) in a recording waits
+        // for whoever outside sends it (`kill -HUP $(cat pidfile)`), as a server waits for clients.
+        let signal_wait = live && ex.model.interruptible_waits().iter().any(|(_, r)| matches!(r, Request::SigWait { .. } | Request::SigSuspend { .. }));
+        if !idle || (next_timer.is_none() && ex.model.net_requests().is_empty() && !signal_wait) {
             self.idle_since = None;
             return Ok(false);
         }
         // (Looked for only when no relayed peer may come: it reads epoll interest lists.)
         let unrelayed = live && !may_receive && ex.waits_for_unrelayed_peers();
-        if !may_receive && !unrelayed {
+        if !may_receive && !unrelayed && !signal_wait {
             return Ok(false);
         }
         // While the program idles, its next timer fires when it would have without dara (its

@@ -12,6 +12,7 @@ use super::handoff::Handoff;
 use super::liveness::Walk;
 use super::network::Network;
 use super::observations::Observations;
+use super::pids::PidLedger;
 use super::processes::ProcessTable;
 use super::stall::Stall;
 use super::target::Target;
@@ -73,6 +74,8 @@ pub(super) struct Execution<'a> {
     pub(super) handoff: Handoff,
     /// Every traced process, which process each thread is in, who is on the way out.
     pub(super) processes: ProcessTable,
+    /// The pid each process and thread was born with, against the run's plan (see `pids.rs`).
+    pub(super) pids: PidLedger,
     /// What the report names: symbols, programs, fault sites, coverage modules.
     pub(super) observed: Observations,
     /// The net probe (and its delivery ledger) and the freshness of readiness views.
@@ -112,6 +115,7 @@ impl<'a> Execution<'a> {
             steps: Vec::new(),
             handoff: Handoff::default(),
             processes: ProcessTable::default(),
+            pids: PidLedger::new(cfg.pids.clone()),
             observed: Observations::default(),
             network,
             verdict: if cfg.cluster.is_some() { None } else { Some(0) },

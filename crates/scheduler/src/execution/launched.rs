@@ -69,6 +69,7 @@ pub fn launch_ahead(cfg: &ExecutionConfig, cpu: usize) -> Result<Launched, Execu
 pub(super) fn launch(cfg: &ExecutionConfig, stdin_fd: Option<i32>, born_on: Option<usize>) -> Result<Launched, ExecutionError> {
     let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, cfg.profile, !cfg.outside.is_closed()).map_err(ExecutionError::Region)?);
     region.header().realtime_epoch_ns.store(cfg.time.realtime_epoch_ns, Ordering::Release);
+    region.header().parent_shown.store(cfg.pids.parent_shown(), Ordering::Release);
     region.header().call_sites.store(u32::from(cfg.symbolize), Ordering::Release);
     let properties = Arc::new(PropertyLines::default());
     let property_lines = Arc::clone(&properties);
@@ -82,10 +83,12 @@ pub(super) fn launch(cfg: &ExecutionConfig, stdin_fd: Option<i32>, born_on: Opti
         discard_output: cfg.discard_output,
         stdin_fd,
         host_proc_fd: Some(dara_abi::HOST_PROC_FD),
-        virtual_pids: true,
+        virtual_pids: cfg.pids.namespaced(),
+        first_pid: cfg.pids.first_pid(),
         agent: cfg.agent.clone().map(|program| dara_tracer::AgentLaunch { program, words: dara_tracer::AgentWordsRef(&region.header().agent) }),
         sdk_lines: Some(dara_tracer::LineSink(Arc::new(move |line| property_lines.record(line)))),
-        fork_server: cfg.fork_server.clone(),
+        // A copy of the server is born with the server's next pid, not the recording's.
+        fork_server: cfg.fork_server.clone().filter(|_| cfg.pids.first_pid().is_none()),
         namespaces: cfg.namespaces.clone(),
     };
     let waker = Arc::clone(&region);

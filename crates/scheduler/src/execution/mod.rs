@@ -12,6 +12,7 @@
 //! | [`handoff`] | the slot protocol: posts seen, active slots, token holder |
 //! | [`posts`] | what a post means and what a grant involves |
 //! | [`processes`] | the process table: records, thread→process, exiting and dying processes |
+//! | [`pids`] | the pids the program sees: a namespace's, the host's (noted), or a recording's again |
 //! | [`exits`] | ends of processes and of the run, and how each is judged |
 //! | [`observations`] | symbols, programs, fault sites, coverage modules for the report |
 //! | [`network`] | the net probe and readiness views |
@@ -43,6 +44,7 @@ mod output;
 mod outside_deaths;
 mod pace;
 mod posts;
+mod pids;
 mod processes;
 mod quiet;
 mod signals;
@@ -66,6 +68,7 @@ pub use harness::outside_command;
 pub use launched::{can_launch_ahead, launch_ahead, Launched};
 pub use leftovers::Leftovers;
 pub use pause::{PauseBefore, PausedStep};
+pub use pids::PidPlan;
 
 use crate::choice::{Decide, ProcessId, ThreadId};
 use crate::coverage::ProcessCoverage;
@@ -140,6 +143,9 @@ pub struct ExecutionConfig {
     /// A search's thread that drops what each execution leaves behind ([`leftovers`]); None:
     /// the execution drops its own.
     pub leftovers: Option<Arc<Leftovers>>,
+    /// The pids the program sees: a namespace's (searches), the host's (a recording, which notes
+    /// them), or a recording's again (its replay); see [`pids`].
+    pub pids: PidPlan,
 }
 
 /// What happened in one execution.
@@ -167,6 +173,9 @@ pub struct ExecutionReport {
     /// Files the program opened for writing (absolute paths, first opened first; devices and
     /// `/proc` left out), for a replay that diverges to name; see [`crate::trace::WrittenFiles`].
     pub written_files: crate::trace::WrittenFiles,
+    /// A recording's host pids (and a replay's, the recording's again), for the trace; None for
+    /// an execution in a namespace of its own.
+    pub pids: Option<crate::trace::RecordedPids>,
     /// Where in the program each step's post was made (when `symbolize`; empty otherwise).
     pub call_sites: Vec<Option<crate::symbols::CallSite>>,
     /// The user properties the program evaluated (the SDKs' lines), in this execution.
@@ -267,7 +276,8 @@ pub fn run_launched(cfg: &ExecutionConfig, ahead: Option<Launched>, decide: &mut
     if let Some(leftovers) = &cfg.leftovers {
         leftovers.drop_later(Box::new((run.tree, run.region)));
     }
-    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, call_sites: run.observed.step_sites, properties, atomic_sites: run.observed.atomic_sites, copied_from_fork_server, launched_ahead, wall: started.elapsed() })
+    let pids = run.pids.recorded();
+    Ok(ExecutionReport { steps: run.steps, outcome, threads: run.processes.threads, symbols: run.observed.symbols, programs: run.observed.programs, nodes: ended.nodes, coverage, access_profile, outside: ended.outside, written_files, pids, call_sites: run.observed.step_sites, properties, atomic_sites: run.observed.atomic_sites, copied_from_fork_server, launched_ahead, wall: started.elapsed() })
 }
 
 /// Starts `cfg.command` as a fork server for the executions of a search
@@ -280,7 +290,7 @@ pub fn start_fork_server(cfg: &ExecutionConfig, cpu: Option<usize>) -> Result<Ar
     if !cfg.outside.is_closed() {
         return Err("a run open to outside peers runs once".into());
     }
-    let spec = LaunchSpec { command: cfg.command.clone(), cwd: cfg.cwd.clone(), env: target_environment(cfg), pass_fd: None, cpu: None, born_on: cpu, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, agent: None, sdk_lines: None, fork_server: None, namespaces: None };
+    let spec = LaunchSpec { command: cfg.command.clone(), cwd: cfg.cwd.clone(), env: target_environment(cfg), pass_fd: None, cpu: None, born_on: cpu, discard_output: true, stdin_fd: None, host_proc_fd: None, virtual_pids: false, first_pid: None, agent: None, sdk_lines: None, fork_server: None, namespaces: None };
     dara_tracer::ForkServer::start(&spec).map(Arc::new).map_err(|e| e.to_string())
 }
 

@@ -3,6 +3,7 @@
 //! point, calls dara cannot model), and what handing the token to a thread involves beyond the
 //! slot write (a `kill`'s targets, a skewed clock, a listening socket taken over, a name lookup's
 //! answer written, a thread's exit waited for).
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -51,6 +52,10 @@ impl Execution<'_> {
         }
         if op == Op::ClockRead {
             result = self.world().clock_skew(self, thread);
+        }
+        if matches!(op, Op::ThreadCreate | Op::ProcessFork) {
+            // Nothing else is born before the thread's own birth: it holds the token.
+            self.pids.before_birth(&mut *self.tree);
         }
         if let (Op::NetListen, Some(request)) = (op, self.posted(thread)) {
             // Before the grant: both descriptors of the split socket are still the program's.
@@ -119,6 +124,9 @@ impl Execution<'_> {
                 }
             }
             Request::ThreadStart { .. } => {
+                if let Err(outcome) = self.born(thread, None, "a thread") {
+                    return Some(outcome);
+                }
                 self.processes.threads.insert(thread, process);
                 self.model.add_thread(thread, process);
             }
@@ -224,6 +232,10 @@ impl Execution<'_> {
             entry.random_seed.store(splitmix64(self.cfg.random_seed ^ splitmix64(process as u64)), Ordering::Release);
             let known = known.get_or_insert_with(|| StartFacts::learn(pid, self.tree.pids_virtual()));
             let own_pid = known.own_pid.clone().map_err(|detail| Outcome::Uncontrolled { thread, syscall: "fork".into(), detail })?;
+            self.born(thread, Some(own_pid), "a process")?;
+            if let Some(pidfd) = &known.pidfd {
+                self.tree.keep(process as usize, pidfd.as_raw_fd());
+            }
             self.processes.records.insert(process, ProcessRecord { pid, own_pid, alive: true, exit: None, pidfd: known.pidfd.take(), program: String::new() });
             self.network.probe.add_traced(pid);
             self.model.add_process(process, parent);
@@ -252,6 +264,28 @@ impl Execution<'_> {
         self.processes.threads.insert(thread, process);
         self.model.add_thread(thread, process);
         Ok(())
+    }
+}
+
+impl Execution<'_> {
+    /// `thread` was born (a process's main thread if `own_pid` is given, the pid it sees itself
+    /// as): the pid ledger notes it (a recording) or checks it against the recording (its replay).
+    fn born(&mut self, thread: ThreadId, own_pid: Option<u32>, what: &str) -> Result<(), Outcome> {
+        if !self.pids.notes_births() {
+            return Ok(());
+        }
+        if !self.tree.pids_virtual() && self.pids.replays() {
+            // No namespace (dara is not root): the pids are the host's, whatever the recording's.
+            self.pids.cannot_give_pids();
+            return Ok(());
+        }
+        let own = own_pid.unwrap_or_else(|| {
+            let (_, tid) = self.region.kernel_ids(thread as usize);
+            // In a namespace the thread sees the innermost of its ids.
+            if self.tree.pids_virtual() { procfs::namespace_pids(tid).and_then(|ids| ids.last().copied()).unwrap_or(0) } else { tid }
+        });
+        let step = self.steps.len() as u64;
+        self.pids.born(own, what).map_err(|d| Outcome::Diverged { step, expected: d.expected, seen: d.seen })
     }
 }
 

@@ -12,6 +12,11 @@ pub(super) trait Target: Send {
     fn root_pid(&self) -> u32;
     /// Whether the pids the program sees are virtual (a PID namespace).
     fn pids_virtual(&self) -> bool;
+    /// Makes `pid` the next birth's pid in the namespace, if free there; whether it could.
+    fn set_next_pid(&mut self, pid: u32) -> bool;
+    /// Logical process `process` is reached through `pidfd` (kept open while it may live), for
+    /// the tree's keeper to kill it if dara dies.
+    fn keep(&self, process: usize, pidfd: i32);
     /// The next exit the reaper reported, if any.
     fn try_exit(&mut self) -> Option<ExitEvent>;
     /// Whether every process of the tree is gone (and reaped).
@@ -43,6 +48,14 @@ impl Target for ProcessTree {
 
     fn pids_virtual(&self) -> bool {
         ProcessTree::pids_virtual(self)
+    }
+
+    fn set_next_pid(&mut self, pid: u32) -> bool {
+        ProcessTree::set_next_pid(self, pid)
+    }
+
+    fn keep(&self, process: usize, pidfd: i32) {
+        ProcessTree::keep(self, process, pidfd)
     }
 
     fn try_exit(&mut self) -> Option<ExitEvent> {

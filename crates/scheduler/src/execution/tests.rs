@@ -40,6 +40,12 @@ impl Target for FakeTree {
         false
     }
 
+    fn set_next_pid(&mut self, _pid: u32) -> bool {
+        false
+    }
+
+    fn keep(&self, _process: usize, _pidfd: i32) {}
+
     fn try_exit(&mut self) -> Option<ExitEvent> {
         let event = self.exits.lock().unwrap().pop_front()?;
         self.root_exited |= event.pid == self.pid;
@@ -226,6 +232,7 @@ fn config(max_steps: u64) -> ExecutionConfig {
         fork_server: None,
         namespaces: None,
         leftovers: None,
+        pids: Default::default(),
     }
 }
 

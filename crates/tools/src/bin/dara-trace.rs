@@ -254,6 +254,9 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     execution.discard_output = cli.quiet >= 2 && cli.runs > 1;
     if recording {
         execution.outside = dara_scheduler::outside::OutsideMode::Live { stdin: dara_scheduler::outside::stdin_has_input(), signals: setup::signal_inbox() };
+        // The program's pids are the host's, so its pid files name it for outside tools; the
+        // trace notes them and the replay gives them out again (docs/limits.md).
+        execution.pids = dara_scheduler::execution::PidPlan::Host;
     }
     let (default_steps, default_vtime) = if recording { (u64::MAX, u64::MAX / 1_000_000_000) } else { (500_000, 3600) };
     execution.max_steps = cli.max_steps.unwrap_or(default_steps);

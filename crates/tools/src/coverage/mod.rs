@@ -260,6 +260,7 @@ mod tests {
             written: Default::default(),
             liveness: None,
             critical_transition: None,
+            pids: None,
         };
         let edges = pcs.iter().enumerate().map(|(i, &pc)| EdgeHit { edge: i as u32, pc, count: 2, first_step: 0 }).collect();
         Trace { header, steps: vec![], outcome: Outcome::Exited { code: 0, location: None }, coverage: [(0, ProcessCoverage { guards: 0, edges, modules })].into(), outside: vec![] }

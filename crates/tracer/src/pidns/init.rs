@@ -3,12 +3,14 @@
 //!
 //! It is cloned into dara's own address space (`CLONE_VM`) and descriptor table (`CLONE_FILES`)
 //! and makes raw system calls only: no libc wrapper that could write the cloning thread's
-//! `errno`, nothing allocated, nothing of dara's memory touched but its [`InitArgs`] and the
+//! `errno`, nothing allocated, nothing of dara's memory touched but its [`InitShared`] and the
 //! literals it reads. It makes its mounts private, mounts a fresh /proc and /dev/shm, says so on
 //! its ready pipe, and then reaps the orphans reparented to it until it is killed; asked with
-//! [`RESET_SIGNAL`], it makes the namespace's next pid 2 again (`ns_last_pid`, which acts on the
-//! writer's own PID namespace: only a process inside can write it) and answers on its reset pipe
-//! ([`super::reuse`]).
+//! [`RESET_SIGNAL`], it writes the word dara left in [`InitShared::last_pid`] to `ns_last_pid`
+//! (which acts on the writer's own PID namespace: only a process inside can write it), so that the
+//! namespace's next pid is one more, and answers on its reset pipe: 1 starts the pids over for
+//! another execution ([`super::reuse`]), a recorded pid less one gives a replay's next birth the
+//! pid it had in the recording.
 use syscalls::{syscall, Sysno};
 
 /// Value written by the init on its ready pipe once /proc and a fresh /dev/shm are mounted.
@@ -19,14 +21,11 @@ pub(super) const INIT_READY_HOST_SHM: u8 = 2;
 /// not be mounted (it then exits).
 pub(super) const INIT_FAILED: u8 = 0;
 
-/// The signal that asks the init to reset the namespace's pids for another execution.
+/// The signal that asks the init to set the namespace's last pid to [`InitShared::last_pid`].
 pub(super) const RESET_SIGNAL: i32 = libc::SIGUSR1;
 /// The init's answers on its reset pipe.
 pub(super) const RESET_DONE: u8 = 1;
 pub(super) const RESET_FAILED: u8 = 0;
-
-/// Bytes of the init's own stack (it calls a handful of system calls in one frame).
-const INIT_STACK_BYTES: usize = 64 * 1024;
 
 /// What the init is given: descriptor numbers in the table it shares with dara, which keeps them
 /// open while the init lives.
@@ -41,64 +40,30 @@ pub(super) struct InitArgs {
     pub reset_done: i32,
 }
 
-/// The init's stack: mapped by dara, unmapped only once the init is reaped (never while it may
-/// run on it). Its top holds the init's [`InitArgs`].
+/// What the init is given and what dara tells it later, at the top of its stack (the init shares
+/// dara's memory).
+#[repr(C)]
 #[derive(Debug)]
-pub(super) struct InitStack {
-    base: *mut libc::c_void,
+pub(super) struct InitShared {
+    pub args: InitArgs,
+    /// The value the init writes to `ns_last_pid` when asked with [`RESET_SIGNAL`].
+    pub last_pid: std::sync::atomic::AtomicU32,
 }
 
-// SAFETY: the mapping is owned by this value alone; any thread may unmap it.
-unsafe impl Send for InitStack {}
+/// The init's stack, with its [`InitShared`] at the top.
+pub(super) type InitStack = crate::own_stack::OwnStack<InitShared>;
 
-impl InitStack {
-    /// A stack with `args` at its top.
-    pub(super) fn new(args: InitArgs) -> std::io::Result<InitStack> {
-        // SAFETY: a fresh private anonymous mapping; nothing else is affected.
-        let base = unsafe { libc::mmap(std::ptr::null_mut(), INIT_STACK_BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK, -1, 0) };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let stack = InitStack { base };
-        // SAFETY: the args' place lies inside the fresh mapping, aligned (see `args`).
-        unsafe { stack.args().write(args) };
-        Ok(stack)
-    }
-
-    /// Where the init's [`InitArgs`] live: the last 64 bytes of the mapping.
-    fn args(&self) -> *mut InitArgs {
-        const _: () = assert!(std::mem::size_of::<InitArgs>() <= 64);
-        // SAFETY: 64 bytes before the end of the mapping, which is page-aligned.
-        unsafe { self.base.cast::<u8>().add(INIT_STACK_BYTES - 64).cast() }
-    }
-
-    /// The top of the stack proper (it grows down, below the args), 16-byte aligned.
-    pub(super) fn top(&self) -> *mut libc::c_void {
-        self.args().cast()
-    }
-
-    /// The argument `clone` passes to [`init_entry`].
-    pub(super) fn entry_arg(&self) -> *mut libc::c_void {
-        self.args().cast()
-    }
-
-    /// Unmaps the stack. Call only once the init is reaped.
-    pub(super) fn release(&mut self) {
-        if !self.base.is_null() {
-            // SAFETY: the mapping made in `new`, used by no process any more (the caller's
-            // contract); unmapped once.
-            unsafe { libc::munmap(self.base, INIT_STACK_BYTES) };
-            self.base = std::ptr::null_mut();
-        }
-    }
+/// What the init starts with: its descriptors, and 1 as the last pid (a reset's).
+pub(super) fn init_shared(args: InitArgs) -> InitShared {
+    InitShared { args, last_pid: std::sync::atomic::AtomicU32::new(1) }
 }
 
-/// Where the cloned init starts: `arg` points at its [`InitArgs`] (on its own stack).
+/// Where the cloned init starts: `arg` points at its [`InitShared`] (on its own stack).
 pub(super) extern "C" fn init_entry(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the InitArgs `InitStack::new` wrote, which lives as long as the init.
-    let args = unsafe { *(arg as *const InitArgs) };
+    // SAFETY: `arg` is the InitShared `InitStack::new` wrote, which lives as long as the init.
+    let shared = unsafe { &*(arg as *const InitShared) };
     // SAFETY: this is the init, cloned as `init_main` requires.
-    unsafe { init_main(args) }
+    unsafe { init_main(shared) }
 }
 
 /// The init: private mounts, a fresh /proc, then reap orphans (and reset pids when asked) until
@@ -108,7 +73,8 @@ pub(super) extern "C" fn init_entry(arg: *mut libc::c_void) -> libc::c_int {
 /// Runs in a child cloned with `CLONE_VM` on its own stack, every signal blocked: raw system
 /// calls only (they write no `errno`, which is the cloning thread's), nothing allocated, nothing
 /// of dara's memory touched but the literals it reads.
-unsafe fn init_main(args: InitArgs) -> ! {
+unsafe fn init_main(shared: &InitShared) -> ! {
+    let args = shared.args;
     let null = std::ptr::null::<u8>();
     // SAFETY: every call below takes integers or pointers to literal C strings and live locals.
     unsafe {
@@ -140,11 +106,37 @@ unsafe fn init_main(args: InitArgs) -> ! {
             let signal = syscall!(Sysno::rt_sigtimedwait, &waited as *const u64, null, null, 8);
             if signal == Ok(RESET_SIGNAL as usize) {
                 while syscall!(Sysno::wait4, -1i32, null, libc::WNOHANG | libc::__WALL, null).is_ok_and(|pid| pid > 0) {}
-                // The next pid is one more than the last: 2, the first command's.
-                let reset = args.ns_last_pid >= 0 && syscall!(Sysno::pwrite64, args.ns_last_pid, c"1".as_ptr(), 1, 0) == Ok(1);
+                // The next pid is one more than the last.
+                let mut digits = [0u8; 10];
+                let text = decimal(shared.last_pid.load(std::sync::atomic::Ordering::Acquire), &mut digits);
+                let reset = args.ns_last_pid >= 0 && syscall!(Sysno::pwrite64, args.ns_last_pid, text.as_ptr(), text.len(), 0) == Ok(text.len());
                 let answer = if reset { RESET_DONE } else { RESET_FAILED };
                 let _ = syscall!(Sysno::write, args.reset_done, &answer as *const u8, 1);
             }
+        }
+    }
+}
+
+/// `n` in decimal, written into the end of `buf` (no allocation: the init calls it).
+fn decimal(mut n: u32, buf: &mut [u8; 10]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decimal_writes_the_digits_of_any_u32() {
+        for n in [0u32, 1, 9, 10, 41_309, 4_194_303, u32::MAX] {
+            let mut buf = [0u8; 10];
+            assert_eq!(super::decimal(n, &mut buf), n.to_string().as_bytes());
         }
     }
 }

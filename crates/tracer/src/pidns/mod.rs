@@ -73,35 +73,22 @@ impl PidNamespace {
         let (ready_r, ready_w) = pipe()?;
         let (reset_done, reset_done_w) = pipe()?;
         let args = InitArgs { ready: ready_w.as_raw_fd(), ns_last_pid: ns_last_pid(), reset_done: reset_done_w.as_raw_fd() };
-        let mut stack = InitStack::new(args)?;
+        let mut stack = InitStack::new(init::init_shared(args))?;
         // CLONE_FILES: the init shares dara's descriptor table rather than copying it. A copy,
         // made while another thread of dara holds a duplicate of a program's pipe or socket (a
         // probe's `pidfd_getfd`), would keep that end open until the init closed it: a reader
         // then saw no end of file, a false deadlock. Sharing the table, it holds nothing.
         let flags = libc::CLONE_VM | libc::CLONE_FILES | libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::SIGCHLD;
-        // The init starts with every signal blocked (it keeps them so): none of dara's handlers
-        // may run on its stack.
-        // SAFETY: sigset_t is plain data that sigfillset initializes; pthread_sigmask writes the
-        // old mask into a live local.
-        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        unsafe {
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        }
-        // SAFETY: the child runs `init_entry` on its own stack in this address space; it makes raw
-        // system calls only (no errno, no allocation, no lock: nothing of this process's state
-        // is touched) and exits rather than return. Its stack (with its args) outlives it.
-        let pid = unsafe { libc::clone(init_entry, stack.top(), flags, stack.entry_arg()) };
-        let clone_error = std::io::Error::last_os_error();
-        // SAFETY: restoring the mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-        if pid == -1 {
-            stack.release();
-            return Err(clone_error);
-        }
-        let init = pid as u32;
+        // SAFETY: `init_entry` makes raw system calls only and exits rather than return; its
+        // stack outlives it (released only once it is reaped).
+        let pid = match unsafe { stack.clone_process(init_entry, flags) } {
+            Ok(pid) => pid,
+            Err(clone_error) => {
+                stack.release();
+                return Err(clone_error);
+            }
+        };
+        let init = pid;
         let Some(init_fd) = crate::procfs::pidfd_open(init) else {
             return Err(abandon(init, &mut stack, std::io::Error::last_os_error()));
         };
@@ -285,7 +272,7 @@ fn init_ready(ready: &OwnedFd, init: &OwnedFd) -> Option<u8> {
 
 /// Kills an init that never became usable, reaps it and frees its stack; returns `error`.
 fn abandon(init: u32, stack: &mut InitStack, error: std::io::Error) -> std::io::Error {
-    kill_and_reap(init);
+    crate::own_stack::kill_and_reap(init);
     stack.release();
     error
 }
@@ -295,15 +282,6 @@ fn abandon(init: u32, stack: &mut InitStack, error: std::io::Error) -> std::io::
 fn ns_last_pid() -> i32 {
     static NS_LAST_PID: OnceLock<Option<OwnedFd>> = OnceLock::new();
     NS_LAST_PID.get_or_init(|| open_dir(c"/proc/sys/kernel/ns_last_pid", libc::O_WRONLY).ok()).as_ref().map_or(-1, AsRawFd::as_raw_fd)
-}
-
-/// Kills an init that never became usable and reaps it (it has no other process to wait for).
-fn kill_and_reap(init: u32) {
-    // SAFETY: plain integers; `init` is dara's unreaped child, so its pid is not recycled.
-    unsafe {
-        libc::kill(init as i32, libc::SIGKILL);
-        libc::waitpid(init as i32, std::ptr::null_mut(), libc::__WALL);
-    }
 }
 
 /// A descriptor of dara's own /proc (a directory), opened once and duplicated for each caller.

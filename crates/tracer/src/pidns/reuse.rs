@@ -14,7 +14,8 @@
 //!   `/proc/<init>/mounts` polls `POLLPRI` after any change),
 //! - its private /dev/shm is empty (what a program leaves there would be seen by the next),
 //!
-//! and its init confirms the reset. Anything else, and it is killed as before. The process tree
+//! and its init confirms the reset. Anything else, and it is killed as before. (The same word of
+//! the init's gives a replay's births their recorded pids: [`PidNamespace::set_next_pid`].) The process tree
 //! hands its namespace back only when it saw every process reaped and no orphan (`all_gone`);
 //! a tree killed, or one whose init was reaped (a cluster's group), never does.
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -40,6 +41,21 @@ impl PidNamespace {
         if mounts_changed(&self.mounts) || !self.shm.as_ref().is_none_or(empty_tmpfs) {
             return false;
         }
+        // The next process born there is pid 2 again, as in a new namespace.
+        self.set_last_pid(1)
+    }
+
+    /// Makes `pid` the pid of the next process or thread born in the namespace, if it is free
+    /// there (a replay gives its births the pids they had in the recording); false if the init
+    /// could not set it.
+    pub fn set_next_pid(&mut self, pid: u32) -> bool {
+        pid >= 2 && !self.reaped && self.set_last_pid(pid - 1)
+    }
+
+    /// Has the init write `last_pid` to the namespace's `ns_last_pid` and waits for its answer.
+    fn set_last_pid(&mut self, last_pid: u32) -> bool {
+        let Some(shared) = self.stack.shared() else { return false };
+        shared.last_pid.store(last_pid, std::sync::atomic::Ordering::Release);
         // (An init that ended since cannot answer: the wait below then gives up.)
         crate::procfs::pidfd_signal(&self.init_fd, RESET_SIGNAL);
         let mut pfd = libc::pollfd { fd: self.reset_done.as_raw_fd(), events: libc::POLLIN, revents: 0 };
