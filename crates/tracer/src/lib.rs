@@ -10,11 +10,14 @@
 //! * [`forwarding`]: the thread copying an execution's output pipes (stdout, stderr, SDK lines).
 //! * [`launch`]: starting the command with the preload injected, ASLR off, in its own process
 //!   group, pinned to one CPU, dying with dara.
+//! * `keeper`: the process that kills a tree without a namespace (a recording's) if dara dies.
 //! * [`namespace_pool`]: the next execution's namespace made ahead, while one runs.
 //! * [`output_drain`]: waiting until dara's output pipes are empty, so the program always finds
 //!   them writable.
+//! * `own_stack`: a process cloned into dara's memory on a stack of its own (the init, the keeper).
 //! * [`placement`]: pinning a thread or process to a CPU.
-//! * [`pidns`]: a PID namespace (and a private /proc) per execution, so pids repeat across runs.
+//! * [`pidns`]: a PID namespace (and a private /proc) per execution, so pids repeat across runs
+//!   (and a replay's births get a recording's pids).
 //! * [`procfs`]: what /proc and pidfds say about a live target (thread states and blocked
 //!   syscalls for the watchdog, process ends, signal dispositions, sockets), and signalling or
 //!   killing one process or thread.
