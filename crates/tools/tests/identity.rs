@@ -22,8 +22,7 @@ fn pids_tids_and_parent_pids_repeat_across_runs_and_in_the_replay() {
     let mut seen = Vec::new();
     for round in 0..2 {
         let out = out_dir(&format!("proc-identity-{round}"));
-        // A closed run, like each execution of a search: a PID namespace of its own.
-        let run = dara_trace(&["-o", out.to_str().unwrap(), "--closed", "--seed", "3", "--", p], Duration::from_secs(120));
+        let run = dara_trace(&["-o", out.to_str().unwrap(), "--seed", "3", "--", p], Duration::from_secs(120));
         assert_eq!(run.code, 0, "{}", run.text());
         let lines = identity_lines(&run.stdout);
         assert_eq!(lines.len(), 6, "five identities and the children's pids\n{}", run.text());
@@ -58,7 +57,7 @@ fn a_recording_sees_the_host_s_pids_and_its_replay_the_same() {
     let program = private_copy(&fixture("proc_identity"), "proc_identity");
     let out = out_dir("proc-identity-recorded");
     let mut dara = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
-        .args(["-o", out.to_str().unwrap(), "--seed", "3", "--", program.to_str().unwrap()])
+        .args(["-o", out.to_str().unwrap(), "--host-pids", "--seed", "3", "--", program.to_str().unwrap()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -94,31 +93,32 @@ fn a_recording_sees_the_host_s_pids_and_its_replay_the_same() {
 
 #[test]
 fn killing_dara_trace_kills_an_orphaned_grandchild_that_computes() {
-    let program = private_copy(&fixture("proc_orphan_spin"), "proc_orphan_spin");
-    let out = out_dir("proc-orphan-spin");
-    let log = out.join("stdout.txt");
-    let mut dara = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
-        .args(["-o", out.to_str().unwrap(), "--busy-limit", "3600", "--", program.to_str().unwrap()])
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Bounded waits only: the grandchild announces itself, then computes until killed.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !std::fs::read_to_string(&log).unwrap_or_default().contains("spinning") {
-        assert!(Instant::now() < deadline, "the grandchild never started: {}", std::fs::read_to_string(&log).unwrap_or_default());
-        assert!(dara.try_wait().unwrap().is_none(), "dara-trace ended early: {}", std::fs::read_to_string(&log).unwrap_or_default());
-        std::thread::sleep(Duration::from_millis(20));
+    // In a PID namespace its init's death takes the grandchild; with the host's pids the tree's
+    // keeper kills it.
+    for (name, pids) in [("proc-orphan-spin", None), ("proc-orphan-spin-host", Some("--host-pids"))] {
+        let program = private_copy(&fixture("proc_orphan_spin"), name);
+        let out = out_dir(name);
+        let log = out.join("stdout.txt");
+        let mut args = vec!["-o", out.to_str().unwrap(), "--busy-limit", "3600"];
+        args.extend(pids);
+        args.extend(["--", program.to_str().unwrap()]);
+        let mut dara = Command::new(env!("CARGO_BIN_EXE_dara-trace")).args(&args).stdin(Stdio::null()).stdout(std::fs::File::create(&log).unwrap()).stderr(Stdio::null()).spawn().unwrap();
+        // Bounded waits only: the grandchild announces itself, then computes until killed.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !std::fs::read_to_string(&log).unwrap_or_default().contains("spinning") {
+            assert!(Instant::now() < deadline, "the grandchild never started: {}", std::fs::read_to_string(&log).unwrap_or_default());
+            assert!(dara.try_wait().unwrap().is_none(), "dara-trace ended early: {}", std::fs::read_to_string(&log).unwrap_or_default());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!processes_mentioning(program.to_str().unwrap()).is_empty(), "the target runs");
+        dara.kill().unwrap();
+        dara.wait().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !processes_mentioning(program.to_str().unwrap()).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_no_survivors(&program);
     }
-    assert!(!processes_mentioning(program.to_str().unwrap()).is_empty(), "the target runs");
-    dara.kill().unwrap();
-    dara.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !processes_mentioning(program.to_str().unwrap()).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_no_survivors(&program);
 }
 
 #[test]
@@ -180,7 +180,7 @@ fn a_recorded_daemon_s_pid_file_names_it_for_outside_tools_and_a_stale_one_does_
     let pidfile = out.join("daemon.pid");
     let stale = out.join("stale.pid");
     // A first recording leaves its pid file behind, as a daemon killed before its cleanup does.
-    let first = dara_trace(&["-o", out.join("first").to_str().unwrap(), "--", program.to_str().unwrap(), pidfile.to_str().unwrap()], Duration::from_secs(120));
+    let first = dara_trace(&["-o", out.join("first").to_str().unwrap(), "--host-pids", "--", program.to_str().unwrap(), pidfile.to_str().unwrap()], Duration::from_secs(120));
     assert_eq!(first.code, 0, "{}", first.text());
     let stale_pid: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
     assert!(first.stdout.contains(&format!("started: pid {stale_pid}\n")), "{}", first.text());
@@ -191,7 +191,7 @@ fn a_recorded_daemon_s_pid_file_names_it_for_outside_tools_and_a_stale_one_does_
     std::fs::remove_file(&pidfile).unwrap();
     let second = out.join("second");
     let mut dara = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
-        .args(["-o", second.to_str().unwrap(), "--setup", &setup, "--", program.to_str().unwrap(), pidfile.to_str().unwrap(), "wait"])
+        .args(["-o", second.to_str().unwrap(), "--host-pids", "--setup", &setup, "--", program.to_str().unwrap(), pidfile.to_str().unwrap(), "wait"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

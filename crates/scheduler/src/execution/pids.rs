@@ -1,12 +1,12 @@
 //! The pids a program sees, by kind of run ([`PidPlan`]), and the ledger of births that notes them
 //! in a recording and gives them out again in its replay.
 //!
-//! A search runs each execution in a PID namespace of its own (the tracer's `pidns`): pids start
-//! at 2 in every execution, so they repeat with the schedule. A recording runs with the host's
-//! pids instead. The pid file a server writes then names it for outside tools (`kill -HUP $(cat
-//! pidfile)`), and a stale pid file left by an earlier run names a dead process, not the program
-//! itself (under a namespace every run's server was pid 2, so a daemon that checks "already
-//! running" with `kill(pid, 0)` found itself).
+//! Every execution runs in a PID namespace of its own by default (the tracer's `pidns`): pids
+//! start at 2 in every execution, so they repeat with the schedule. A recording made with
+//! `--host-pids` runs with the host's pids instead. The pid file a server writes then names it for
+//! outside tools (`kill -HUP $(cat pidfile)`), and a stale pid file left by an earlier run names a
+//! dead process, not the program itself (under a namespace every run's server was pid 2, so a
+//! daemon that checks "already running" with `kill(pid, 0)` found itself).
 //!
 //! The recording notes the pid each process and thread sees itself as, in the order they are born
 //! (the trace's `pids`). Its replay runs in a namespace, and before each grant that may bear a
@@ -29,7 +29,7 @@ pub enum PidPlan {
     /// run, a replay of either).
     #[default]
     Namespace,
-    /// The host's pids, each birth's noted for the trace (a recording).
+    /// The host's pids, each birth's noted for the trace (a recording with `--host-pids`).
     Host,
     /// A namespace whose births get the pids of the recording this replays.
     Replay(Arc<RecordedPids>),

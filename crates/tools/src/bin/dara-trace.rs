@@ -74,6 +74,12 @@ struct Cli {
     /// thread that waits for one is deadlocked (searches, --runs > 1, always are closed).
     #[arg(long)]
     closed: bool,
+    /// Record with the host's pids instead of a PID namespace's: the pid file a server writes
+    /// names it for outside tools (`kill -HUP $(cat pidfile)`), and one left by a killed run does
+    /// not name the program itself. The trace keeps every pid and the replay gives out the same
+    /// ones (docs/limits.md, "Privileges and pids"). A recording only.
+    #[arg(long)]
+    host_pids: bool,
     /// CPU count the program sees (sysconf, get_nprocs, sched_getaffinity); it always runs on CPU 0 (sched_getcpu, getcpu).
     #[arg(long, default_value_t = 4)]
     cpus: u32,
@@ -254,9 +260,13 @@ fn run(mut cli: Cli) -> anyhow::Result<SearchDocument> {
     execution.discard_output = cli.quiet >= 2 && cli.runs > 1;
     if recording {
         execution.outside = dara_scheduler::outside::OutsideMode::Live { stdin: dara_scheduler::outside::stdin_has_input(), signals: setup::signal_inbox() };
-        // The program's pids are the host's, so its pid files name it for outside tools; the
-        // trace notes them and the replay gives them out again (docs/limits.md).
-        execution.pids = dara_scheduler::execution::PidPlan::Host;
+        if cli.host_pids {
+            // The trace notes them and the replay gives them out again.
+            execution.pids = dara_scheduler::execution::PidPlan::Host;
+        }
+    }
+    if cli.host_pids && !recording {
+        bail!("--host-pids is for a recording (a single run with outside peers): a search's executions each see a PID namespace's pids, the same in every run of a schedule");
     }
     let (default_steps, default_vtime) = if recording { (u64::MAX, u64::MAX / 1_000_000_000) } else { (500_000, 3600) };
     execution.max_steps = cli.max_steps.unwrap_or(default_steps);
