@@ -386,3 +386,15 @@ fn a_robust_mutex_whose_owner_died_is_taken_with_eownerdead() {
     }
     assert_no_survivors(&program);
 }
+
+#[test]
+fn blocking_waits_through_glibcs_fortified_entry_points_are_hooked() {
+    // Debian builds with -D_FORTIFY_SOURCE=2: privoxy waits for clients in __poll_chk, which calls
+    // glibc's internal poll past the `poll` hook. Before, each of these waits slept in the kernel
+    // with the run token ("uncontrolled: ... blocked in the kernel in poll").
+    let program = private_copy(&fixture_with("fortify_waits", &["-O2", "-D_FORTIFY_SOURCE=2"]), "fortify-waits");
+    for how in ["poll", "ppoll", "read", "recv", "recvfrom"] {
+        searches_clean_and_alike(&format!("fortify-waits-{how}"), &program, &[how], 5, &format!("{how}: woke with the byte"));
+    }
+    assert_no_survivors(&program);
+}
