@@ -108,6 +108,15 @@ pub fn received() {
     RECEIVED.with(|r| r.set(r.get().saturating_add(1)));
 }
 
+/// Notes bytes written into a pipe without a post (libc's own writes the syscall trap caught:
+/// `hooks::net::trapped_write`, in any mode). A reader the scheduler saw waiting on that pipe while
+/// it was empty has data now: the readiness it saw is stale, as after a receive without a post.
+/// Before, `head -c 1M /dev/zero | cat` in a search ended in a false deadlock (cat "waits for
+/// data", head "waits for room" on the same pipe) once head's stdio filled the pipe unseen.
+pub fn wrote_to_pipe() {
+    received();
+}
+
 /// How many bytes a send on `fd` may move without a post: none unless coarse mode, room in the
 /// table (or `fd` in it already) and some of [`SEND_BUDGET`] left. The caller checks that `fd`
 /// is a TCP socket.

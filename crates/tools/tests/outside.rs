@@ -914,3 +914,26 @@ fn a_download_of_megabytes_from_an_outside_server_replays_exactly() {
     assert_eq!(server.served.load(std::sync::atomic::Ordering::SeqCst), 10, "the replays played the server: nobody dialled it");
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
+
+#[test]
+fn a_lingering_close_replays_with_the_clients_fin_at_its_recorded_step() {
+    // privoxy's pattern: answer, shutdown(SHUT_WR), poll until the client's FIN shows. The client
+    // here closes 300 ms after reading the answer, so the recording's first poll finds nothing.
+    let program = private_copy(&fixture("net_lingering_close"), "lingering-close");
+    let rec = Recording::start("lingering-close", &program, &[]);
+    let mut stream = TcpStream::connect(("127.0.0.1", rec.port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    stream.write_all(b"hi\n").unwrap();
+    let mut answer = [0u8; 4];
+    std::io::Read::read_exact(&mut stream, &mut answer).unwrap();
+    assert_eq!(&answer, b"bye\n");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(stream);
+    let (run, trace) = rec.finish();
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains("end of file seen"), "{}", run.text());
+    let verify = dara_replay(&["--verify", trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    assert_no_survivors(&program);
+}

@@ -100,9 +100,11 @@ fn a_wait_under_its_own_signal_mask_is_ended_by_the_signals_it_lets_through() {
 #[test]
 fn a_write_larger_than_a_pipes_room_waits_for_the_reader() {
     // git clone --no-local's pattern: upload-pack writes its pack into the pipe its parent reads,
-    // 64 KiB at a time; the hooked write, writev and libc's own write (stdio on descriptor 1).
+    // 64 KiB at a time; the hooked write, writev and libc's own write (stdio on descriptor 1), and
+    // libc's own 4 KiB writes into a pipe that is already full (`head -c 1M /dev/zero | wc -c`),
+    // and the same with the reader waiting on the empty pipe first.
     let program = private_copy(&fixture("pipe_big_write"), "pipe-big-write");
-    for how in ["write", "writev", "stdio"] {
+    for how in ["write", "writev", "stdio", "stdio-full", "stdio-chunks"] {
         searches_clean_and_alike(&format!("pipe-big-write-{how}"), &program, &[how], 4, &format!("{how}: 262144 bytes through the pipe"));
     }
     assert_no_survivors(&program);
@@ -381,6 +383,18 @@ fn a_robust_mutex_whose_owner_died_is_taken_with_eownerdead() {
         let answer = format!("robust {mode}: EOWNERDEAD, consistent, locked again");
         searches_clean_and_alike(&format!("robust-{mode}"), &program, &[mode], 9, &answer);
         records_and_replays(&format!("robust-{mode}-record"), &program, &[mode], &answer);
+    }
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn blocking_waits_through_glibcs_fortified_entry_points_are_hooked() {
+    // Debian builds with -D_FORTIFY_SOURCE=2: privoxy waits for clients in __poll_chk, which calls
+    // glibc's internal poll past the `poll` hook. Before, each of these waits slept in the kernel
+    // with the run token ("uncontrolled: ... blocked in the kernel in poll").
+    let program = private_copy(&fixture_with("fortify_waits", &["-O2", "-D_FORTIFY_SOURCE=2"]), "fortify-waits");
+    for how in ["poll", "ppoll", "read", "recv", "recvfrom"] {
+        searches_clean_and_alike(&format!("fortify-waits-{how}"), &program, &[how], 5, &format!("{how}: woke with the byte"));
     }
     assert_no_survivors(&program);
 }

@@ -18,6 +18,7 @@ pub mod fifo;
 pub mod hosts;
 pub mod file_locks;
 pub mod files;
+pub mod fortify;
 pub mod killpg;
 pub mod mmsg;
 pub mod names;

@@ -690,11 +690,17 @@ pub fn trapped_write(gate: &Gated, nr: libc::c_long, a: [u64; 6]) -> Option<i64>
         // are not while the pipe takes them; one that finds the pipe full waits in the model.
         let flags = write_now::status_flags(fd);
         if flags >= 0 && flags as c_int & libc::O_NONBLOCK != 0 {
+            crate::unposted::wrote_to_pipe(); // it may write: the readers' views are stale
             return None; // a non-blocking caller gets what the kernel says: the call as made
         }
         // SAFETY: the program's own iovecs.
         let r = write_now::with_nonblock(fd, flags, || unsafe { sys::syscall6(libc::SYS_writev, [fd as u64, iov as u64, n as u64, 0, 0, 0]) });
-        if (r < 0 && r != -(libc::EAGAIN as i64)) || r as usize >= iov_total(iov, n) {
+        if r > 0 {
+            crate::unposted::wrote_to_pipe();
+        }
+        // A pipe with no room at all gives -EAGAIN: that waits for room below, as a part does
+        // (before, `r as usize` made -EAGAIN a huge count and the program got EAGAIN).
+        if (r < 0 && r != -(libc::EAGAIN as i64)) || (r >= 0 && r as usize >= iov_total(iov, n)) {
             return Some(r);
         }
         return Some(finish_vector(gate, fd, iov, n, r.max(0) as usize, 0));

@@ -184,7 +184,12 @@ impl<S: Side> Relay<S> {
             self.held_bytes += sent.len();
         }
         let recorded = s.recorded;
-        if s.inner_eof && (s.outer_eof || s.outer.is_none()) {
+        // Both sides over, or the client gone: dara's end closes (the program reads end of file).
+        // A replayed connection keeps its end until the recorded close: the client that closed
+        // after the program's half-close (a lingering close: shutdown(SHUT_WR), then poll for the
+        // client's FIN) was still there in the recording. Before, the replay closed at once and
+        // the program's poll found the FIN steps early ("expected poll ?, offered poll e2").
+        if s.inner_eof && (s.outer_eof || (s.outer.is_none() && !s.replayed)) {
             s.inner = None;
         }
         if !recorded {
@@ -281,12 +286,16 @@ pub(super) struct Stream {
     pub(super) inner_eof: bool,
     /// The client has been told (its side shut for writing, settled for a traced client).
     pub(super) told_outer_eof: bool,
+    /// A recorded connection played back by a replay: no client behind it, its end comes as the
+    /// recorded `Close` or `Reset` at its step.
+    pub(super) replayed: bool,
 }
 
 impl Stream {
     /// A stream with nothing moved yet.
     pub(super) fn new(inner: Option<OwnedFd>, inner_addrs: Option<(SocketAddr, SocketAddr)>, outer: Option<OwnedFd>, recorded: bool) -> Stream {
-        Stream { inner, inner_addrs, outer, recorded, to_inner: Vec::new(), room: 0, to_outer: Vec::new(), outer_eof: false, outer_reset: false, closed_inner: false, inner_eof: false, told_outer_eof: false }
+        let replayed = recorded && outer.is_none();
+        Stream { inner, inner_addrs, outer, recorded, to_inner: Vec::new(), room: 0, to_outer: Vec::new(), outer_eof: false, outer_reset: false, closed_inner: false, inner_eof: false, told_outer_eof: false, replayed }
     }
 }
 
