@@ -45,6 +45,18 @@ fn pids_tids_and_parent_pids_repeat_across_runs_and_in_the_replay() {
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
+/// Waits for `dara` (spawned with piped stdout and stderr) and asserts it exited 0; its stdout
+/// and stderr.
+fn succeeded(mut dara: std::process::Child) -> (String, String) {
+    let (stdout, stderr) = (dara.stdout.take().unwrap(), dara.stderr.take().unwrap());
+    let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let stdout = std::io::read_to_string(stdout).unwrap_or_default();
+    let status = dara.wait().unwrap();
+    let stderr = err.join().unwrap();
+    assert!(status.success(), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
 /// The pid in `line` after `field ` (e.g. "ppid").
 fn field(line: &str, field: &str) -> u32 {
     let words: Vec<&str> = line.split_whitespace().collect();
@@ -56,7 +68,7 @@ fn field(line: &str, field: &str) -> u32 {
 fn a_recording_sees_the_host_s_pids_and_its_replay_the_same() {
     let program = private_copy(&fixture("proc_identity"), "proc_identity");
     let out = out_dir("proc-identity-recorded");
-    let mut dara = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+    let dara = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
         .args(["-o", out.to_str().unwrap(), "--host-pids", "--seed", "3", "--", program.to_str().unwrap()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -64,12 +76,7 @@ fn a_recording_sees_the_host_s_pids_and_its_replay_the_same() {
         .spawn()
         .unwrap();
     let dara_pid = dara.id();
-    let (stdout, stderr) = (dara.stdout.take().unwrap(), dara.stderr.take().unwrap());
-    let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-    let stdout = std::io::read_to_string(stdout).unwrap_or_default();
-    let status = dara.wait().unwrap();
-    let stderr = err.join().unwrap();
-    assert!(status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = succeeded(dara);
     let lines = identity_lines(&stdout);
     assert_eq!(lines.len(), 6, "{stdout}\n{stderr}");
     // The host's pids: the program is no pid 2, and its parent is dara-trace itself, as outside
@@ -214,12 +221,7 @@ fn a_recorded_daemon_s_pid_file_names_it_for_outside_tools_and_a_stale_one_does_
     assert!(String::from_utf8_lossy(&cmdline).contains("pidfile_daemon"), "pid {daemon} is not the daemon: {:?}", String::from_utf8_lossy(&cmdline));
     // SAFETY: kill takes two integers; the pid is the daemon's, checked above.
     assert_eq!(unsafe { libc::kill(daemon as i32, libc::SIGHUP) }, 0);
-    let (stdout, stderr) = (dara.stdout.take().unwrap(), dara.stderr.take().unwrap());
-    let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-    let stdout = std::io::read_to_string(stdout).unwrap_or_default();
-    let status = dara.wait().unwrap();
-    let stderr = err.join().unwrap();
-    assert!(status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = succeeded(dara);
     assert_eq!(stdout, format!("started: pid {daemon}\nreloaded\n"), "{stderr}");
     // The replay: the same pid, the stale file put back by the setup, the SIGHUP fed back.
     let trace = second.join("trace.bin");
