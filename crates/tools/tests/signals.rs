@@ -335,3 +335,36 @@ fn an_exec_keeps_the_program_s_signal_mask_and_no_more() {
     assert_no_survivors(&program);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
+
+/// A recorded daemon that ignores SIGINT and waits in `sigwait` for SIGTERM: the recording waits
+/// for someone outside to send it (before: "deadlock: ... sigwait for a signal ... that nothing
+/// left can send" at once), a Ctrl-C to dara-trace says the program ignores it and names its pid,
+/// and a SIGTERM sent to that pid ends it, recorded and replayed at the same step.
+#[test]
+fn a_recorded_daemon_that_ignores_ctrl_c_waits_for_its_sigterm_from_outside() {
+    let program = private_copy(&fixture("sig_ignores_int"), "sig_ignores_int");
+    let out = out_dir("sig-ignores-int");
+    let (mut run, mut said, line) = recording_that_said(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], std::process::Stdio::null());
+    assert_eq!(line, "ready\n");
+    // SAFETY: kill with the pid of the dara-trace this test started.
+    assert_eq!(unsafe { libc::kill(run.id() as i32, libc::SIGINT) }, 0);
+    let mut stderr = std::io::BufReader::new(run.stderr.take().unwrap());
+    let mut told = String::new();
+    while !told.contains("ignores it") {
+        told.clear();
+        assert!(std::io::BufRead::read_line(&mut stderr, &mut told).unwrap() > 0, "dara-trace ended without saying the program ignores SIGINT");
+    }
+    let pid: i32 = told.split("(kill ").nth(1).and_then(|t| t.split(')').next()).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no pid named: {told}"));
+    // SAFETY: kill with the pid dara named, the program's.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "{told}");
+    let status = wait_at_most(&mut run, Duration::from_secs(60)).expect("dara-trace did not end after the SIGTERM");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
+    assert_eq!(status.code(), Some(0), "{rest}");
+    assert_eq!(rest, "terminated\n");
+    let trace_path = out.join("trace.bin");
+    let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("terminated") && verify.stdout.contains("(same as recorded)"), "{}", verify.text());
+    assert_no_survivors(&program);
+}

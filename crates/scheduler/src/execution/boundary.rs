@@ -330,6 +330,7 @@ impl Execution<'_> {
         let now = Instant::now();
         let mut catching = Vec::new();
         let mut ending = Vec::new();
+        let mut ignoring = Vec::new();
         for (&process, record) in &self.processes.records {
             if !record.alive {
                 continue;
@@ -346,7 +347,12 @@ impl Execution<'_> {
                 ending.push(process);
             } else if caught {
                 catching.push(process);
+            } else {
+                ignoring.push((process, record.pid));
             }
+        }
+        if tell && ending.is_empty() && catching.is_empty() && !ignoring.is_empty() {
+            self.tell_signal_ignored(&ignoring, sig);
         }
         let dies = !ending.is_empty();
         for process in ending {
@@ -391,6 +397,14 @@ impl Execution<'_> {
             signal_name(sig),
             named.join(", ")
         );
+    }
+
+    /// A recording passed `sig` on, and every process ignores it (or blocks it): nothing will
+    /// happen, so the user who pressed Ctrl-C is told what will (rsyslogd ignores SIGINT).
+    fn tell_signal_ignored(&self, processes: &[(ProcessId, u32)], sig: i32) {
+        let named: Vec<String> = processes.iter().take(3).map(|&(p, pid)| format!("process {p} ({}, pid {pid})", self.processes.records.get(&p).map_or("", |r| r.program.as_str()))).collect();
+        let pid = processes[0].1;
+        eprintln!("dara: {} passed on, but the program ignores it: {}. Send it SIGTERM (kill {pid}) to end it, or press Ctrl-C again to stop dara and keep the trace", signal_name(sig), named.join(", "));
     }
 
     /// A signal sent by a process (not raised by the kernel) reached `thread` with its last grant
