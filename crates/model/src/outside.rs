@@ -143,3 +143,37 @@ pub fn quoted(bytes: &[u8], max: usize) -> String {
     let head: String = bytes.iter().take(max).flat_map(|&b| std::ascii::escape_default(b)).map(char::from).collect();
     format!("\"{head}{}\"", if bytes.len() > max { "…" } else { "" })
 }
+
+/// Where two outputs of the program first differ, for a divergence whose excerpts (the first 80
+/// bytes of each) look the same: the offset, and a few bytes of each from just before it
+/// (` (they differ from byte 113: recorded "...", sent "...")`); None when neither is an output
+/// or they do not differ in their common length and have the same one.
+pub fn first_difference(recorded: &OutsideWhat, sent: &OutsideWhat) -> Option<String> {
+    let (a, b) = match (recorded, sent) {
+        (OutsideWhat::Output(a), OutsideWhat::Output(b)) | (OutsideWhat::DatagramOutput(a), OutsideWhat::DatagramOutput(b)) => (a, b),
+        _ => return None,
+    };
+    let at = a.iter().zip(b.iter()).position(|(x, y)| x != y).or_else(|| (a.len() != b.len()).then(|| a.len().min(b.len())))?;
+    let from = at.saturating_sub(16);
+    Some(format!(" (they differ from byte {at}: recorded {}, sent {})", quoted(&a[from..], 48), quoted(&b[from..], 48)))
+}
+
+#[cfg(test)]
+mod difference_tests {
+    use super::*;
+
+    #[test]
+    fn the_first_difference_is_named_past_the_excerpt() {
+        let mut recorded = vec![b'x'; 120];
+        recorded.extend_from_slice(b"Set-Cookie: a1");
+        let mut sent = vec![b'x'; 120];
+        sent.extend_from_slice(b"Set-Cookie: b2");
+        let said = first_difference(&OutsideWhat::Output(recorded.clone()), &OutsideWhat::Output(sent)).unwrap();
+        assert!(said.starts_with(" (they differ from byte 132: recorded \"xxxx"), "{said}");
+        assert!(said.contains("Set-Cookie: a1\"") && said.contains("Set-Cookie: b2\""), "{said}");
+        assert_eq!(first_difference(&OutsideWhat::Output(recorded.clone()), &OutsideWhat::Output(recorded.clone())), None);
+        let shorter = first_difference(&OutsideWhat::Output(recorded.clone()), &OutsideWhat::Output(recorded[..100].to_vec())).unwrap();
+        assert!(shorter.starts_with(" (they differ from byte 100"), "{shorter}");
+        assert_eq!(first_difference(&OutsideWhat::Close, &OutsideWhat::Output(vec![])), None);
+    }
+}

@@ -176,9 +176,10 @@ impl Side for Replayer {
         if expected.as_ref() == Some(event) {
             return Ok(());
         }
+        let difference = expected.as_ref().and_then(|e| dara_model::outside::first_difference(&e.what, &event.what)).unwrap_or_default();
         Err(RelayError::Diverged {
             expected: expected.map_or_else(|| "the program to send nothing more to outside peers".to_string(), |e| describe_event(&e)),
-            seen: describe_event(event),
+            seen: format!("{}{difference}", describe_event(event)),
         })
     }
 
