@@ -31,31 +31,6 @@ pub fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-/// libc's `dlsym` (0 until [`libc_dlsym`] resolves it): the tail jump of the preload's exported
-/// `dlsym` (`hooks::dlsym`) goes there.
-pub static LIBC_DLSYM: AtomicUsize = AtomicUsize::new(0);
-
-/// libc's own `dlsym` (resolved once with `dlvsym`, which dara does not hook). Called from the
-/// preload, it looks up relative to the preload.
-pub fn libc_dlsym() -> unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void {
-    let mut f = LIBC_DLSYM.load(Ordering::Acquire);
-    if f == 0 {
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-            // SAFETY: NUL-terminated static names; dlvsym has no other preconditions.
-            f = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) } as usize;
-            if f != 0 {
-                break;
-            }
-        }
-        if f == 0 {
-            sys::die(b"dara: libc has no dlsym\n", 125);
-        }
-        LIBC_DLSYM.store(f, Ordering::Release);
-    }
-    // SAFETY: `f` is libc's dlsym, of this C signature.
-    unsafe { core::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void>(f) }
-}
-
 fn resolve(cache: &AtomicUsize, name: &'static [u8]) -> usize {
     let cached = cache.load(Ordering::Relaxed);
     if cached != 0 {
@@ -64,7 +39,7 @@ fn resolve(cache: &AtomicUsize, name: &'static [u8]) -> usize {
     // SAFETY: `name` is a NUL-terminated static string; dlsym has no other preconditions. libc's
     // own dlsym, called from here, looks up the objects after the preload (the exported `dlsym`
     // would answer `pthread_create` with the hook itself: see `hooks::dlsym`).
-    let addr = unsafe { libc_dlsym()(libc::RTLD_NEXT, name.as_ptr() as *const c_char) } as usize;
+    let addr = unsafe { crate::hooks::dlsym::libc_dlsym()(libc::RTLD_NEXT, name.as_ptr() as *const c_char) } as usize;
     if addr == 0 {
         sys::write_stderr(b"dara: libc has no symbol ");
         sys::write_stderr(&name[..name.len() - 1]);

@@ -4,19 +4,18 @@
 //! `jemalloc_bg_thd` then ran outside dara: in parallel with the token holder, on real time, a
 //! thread the scheduler never saw, and its wake-ups made one replay of a redis recording diverge.
 //!
-//! A library that *wraps* `pthread_create` (defines its own and reaches the next one through
-//! `dlsym(RTLD_NEXT, ...)`, as the fixture `start_wrapper_block.c` does) is in the chain the hook
-//! itself calls down (the preload's real `pthread_create` is that wrapper): it gets libc's answer,
-//! or the chain would loop back into the hook.
-//!
 //! Every other lookup goes on to libc's `dlsym` by a *tail jump*, so libc finds the caller's own
 //! return address on the stack: `RTLD_NEXT` keeps meaning "the objects after the caller's". For
-//! the same reason the preload resolves its real functions through [`real::libc_dlsym`], never
-//! through this hook (it would hand the preload its own `pthread_create`).
+//! the same reason the preload resolves its real functions through [`libc_dlsym`], never through
+//! this hook (it would hand the preload its own `pthread_create`).
+use core::sync::atomic::{AtomicUsize, Ordering};
+
 use libc::{c_char, c_void};
 
-use crate::real::{self, LIBC_DLSYM};
-use crate::region;
+use crate::{region, sys};
+
+/// libc's `dlsym`, the tail jump's target (0 until the first lookup resolves it).
+static LIBC_DLSYM: AtomicUsize = AtomicUsize::new(0);
 
 /// `dlsym(handle, name)`: dara's `pthread_create` for that name, libc's answer for any other.
 ///
@@ -25,11 +24,9 @@ use crate::region;
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    // On entry the return address is the caller's (handed to `replacement` as its third
-    // argument); the two pushes and the 8 bytes keep the stack 16-byte aligned for the call, and
-    // are undone before the tail jump.
+    // On entry the return address is the caller's; the two pushes and the 8 bytes keep the stack
+    // 16-byte aligned for the call, and are undone before the tail jump.
     core::arch::naked_asm!(
-        "mov rdx, [rsp]",
         "push rdi",
         "push rsi",
         "sub rsp, 8",
@@ -47,47 +44,38 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
     )
 }
 
-/// What dara answers instead of libc for `name`, looked up by code returning to `caller` (0:
-/// nothing, libc answers). Also makes sure the tail jump has libc's `dlsym` to go to.
-extern "C" fn replacement(_handle: *mut c_void, name: *const c_char, caller: usize) -> usize {
-    real::libc_dlsym();
+/// What dara answers instead of libc for `name` (0: nothing, libc answers). Also makes sure the
+/// tail jump has libc's `dlsym` to go to.
+extern "C" fn replacement(_handle: *mut c_void, name: *const c_char) -> usize {
+    libc_dlsym();
     if name.is_null() || region::header().is_none() {
         return 0;
     }
     // SAFETY: the caller passed dlsym a NUL-terminated name.
     let name = unsafe { core::ffi::CStr::from_ptr(name) };
-    if name.to_bytes() != b"pthread_create" || wraps_pthread_create(caller) {
-        return 0;
+    if name.to_bytes() == b"pthread_create" {
+        return super::thread::pthread_create as *const () as usize;
     }
-    super::thread::pthread_create as *const () as usize
+    0
 }
 
-/// Whether the object whose code is at `caller` defines a `pthread_create` of its own (a wrapper
-/// that looks up the next one), or is the preload itself. Rare (a lookup of `pthread_create`), so
-/// it may ask the loader: `dladdr`, then the object's own symbol through a handle of it.
-fn wraps_pthread_create(caller: usize) -> bool {
-    let Some((base, file)) = object_of(caller) else { return false };
-    if Some(base) == object_of(replacement as *const () as usize).map(|(b, _)| b) {
-        return true;
+/// libc's own `dlsym` (resolved once with `dlvsym`, which dara does not hook). Calling it from the
+/// preload looks up relative to the preload.
+pub fn libc_dlsym() -> unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void {
+    let mut f = LIBC_DLSYM.load(Ordering::Acquire);
+    if f == 0 {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: NUL-terminated static names; dlvsym has no other preconditions.
+            f = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) } as usize;
+            if f != 0 {
+                break;
+            }
+        }
+        if f == 0 {
+            sys::die(b"dara: libc has no dlsym\n", 125);
+        }
+        LIBC_DLSYM.store(f, Ordering::Release);
     }
-    // SAFETY: a NUL-terminated name the loader gave; RTLD_NOLOAD only finds an object loaded
-    // already (the main program's name is not one: it is looked up by handle, never by name).
-    let handle = unsafe { libc::dlopen(file, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-    if handle.is_null() {
-        return false;
-    }
-    // SAFETY: a live handle and a NUL-terminated name; the object is searched first.
-    let found = unsafe { real::libc_dlsym()(handle, c"pthread_create".as_ptr()) } as usize;
-    // SAFETY: the handle dlopen returned, released once.
-    unsafe { libc::dlclose(handle) };
-    found != 0 && object_of(found).map(|(b, _)| b) == Some(base)
-}
-
-/// The loaded object holding address `at`: its base address and file name.
-fn object_of(at: usize) -> Option<(usize, *const c_char)> {
-    // SAFETY: an all-zero Dl_info is a valid out-buffer.
-    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-    // SAFETY: dladdr only reads the loader's tables and writes the live local.
-    let found = unsafe { libc::dladdr(at as *const c_void, &mut info) } != 0;
-    (found && !info.dli_fname.is_null()).then_some((info.dli_fbase as usize, info.dli_fname))
+    // SAFETY: `f` is libc's dlsym, of this C signature.
+    unsafe { core::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void>(f) }
 }
