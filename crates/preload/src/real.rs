@@ -36,10 +36,8 @@ fn resolve(cache: &AtomicUsize, name: &'static [u8]) -> usize {
     if cached != 0 {
         return cached;
     }
-    // SAFETY: `name` is a NUL-terminated static string; dlsym has no other preconditions. libc's
-    // own dlsym, called from here, looks up the objects after the preload (the exported `dlsym`
-    // would answer `pthread_create` with the hook itself: see `hooks::dlsym`).
-    let addr = unsafe { crate::hooks::dlsym::libc_dlsym()(libc::RTLD_NEXT, name.as_ptr() as *const c_char) } as usize;
+    // SAFETY: `name` is a NUL-terminated static string; dlsym has no other preconditions.
+    let addr = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) } as usize;
     if addr == 0 {
         sys::write_stderr(b"dara: libc has no symbol ");
         sys::write_stderr(&name[..name.len() - 1]);

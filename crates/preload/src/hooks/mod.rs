@@ -14,7 +14,6 @@ pub mod cond;
 pub mod cookie;
 pub mod cpu;
 pub mod descriptors;
-pub mod dlsym;
 pub mod fifo;
 pub mod hosts;
 pub mod file_locks;
