@@ -21,6 +21,7 @@ use std::sync::Arc;
 use dara_model::trace::RecordedPids;
 
 use super::target::Target;
+use crate::choice::Divergence;
 
 /// Where the pids a program sees come from.
 #[derive(Clone, Debug, Default)]
@@ -105,9 +106,9 @@ impl PidLedger {
         }
     }
 
-    /// A process or thread was born and sees itself as `pid`. In a replay, the error says how
-    /// that differs from the recording.
-    pub(super) fn born(&mut self, pid: u32, what: &str) -> Result<(), Divergence> {
+    /// A process or thread was born (before decision `step`) and sees itself as `pid`. In a
+    /// replay, the error says how that differs from the recording.
+    pub(super) fn born(&mut self, step: u64, pid: u32, what: &str) -> Result<(), Divergence> {
         match &self.plan {
             PidPlan::Namespace => Ok(()),
             PidPlan::Host => {
@@ -119,8 +120,8 @@ impl PidLedger {
                 self.born.push(pid);
                 match recorded.born.get(birth) {
                     Some(&expected) if expected == pid => Ok(()),
-                    Some(&expected) => Err(Divergence { expected: format!("birth {} ({what}) with pid {expected}, as recorded", birth + 1), seen: format!("pid {pid}: the replay's PID namespace could not give it pid {expected} (dara must run as root to give a replay the recording's pids)") }),
-                    None => Err(Divergence { expected: format!("{} births, as recorded", recorded.born.len()), seen: format!("birth {} ({what}, pid {pid})", birth + 1) }),
+                    Some(&expected) => Err(Divergence { step, expected: format!("birth {} ({what}) with pid {expected}, as recorded", birth + 1), seen: format!("pid {pid}: the replay's PID namespace could not give it pid {expected} (dara must run as root to give a replay the recording's pids)") }),
+                    None => Err(Divergence { step, expected: format!("{} births, as recorded", recorded.born.len()), seen: format!("birth {} ({what}, pid {pid})", birth + 1) }),
                 }
             }
         }
@@ -138,13 +139,6 @@ impl PidLedger {
     }
 }
 
-/// A birth whose pid differs from the recording's.
-#[derive(Debug)]
-pub(super) struct Divergence {
-    pub expected: String,
-    pub seen: String,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,11 +146,11 @@ mod tests {
     #[test]
     fn a_recording_notes_every_birth_and_a_namespace_none() {
         let mut host = PidLedger::new(PidPlan::Host);
-        host.born(41_310, "process").unwrap();
-        host.born(41_311, "thread").unwrap();
+        host.born(0, 41_310, "process").unwrap();
+        host.born(0, 41_311, "thread").unwrap();
         assert_eq!(host.recorded().unwrap().born, vec![41_310, 41_311]);
         let mut namespace = PidLedger::new(PidPlan::Namespace);
-        namespace.born(2, "process").unwrap();
+        namespace.born(0, 2, "process").unwrap();
         assert!(namespace.recorded().is_none());
     }
 
@@ -164,10 +158,10 @@ mod tests {
     fn a_replay_checks_each_birth_against_the_recording() {
         let recorded = Arc::new(RecordedPids { parent: 41_207, born: vec![41_310, 41_311] });
         let mut replay = PidLedger::new(PidPlan::Replay(recorded));
-        replay.born(41_310, "process").unwrap();
-        let other = replay.born(3, "thread").unwrap_err();
+        replay.born(0, 41_310, "process").unwrap();
+        let other = replay.born(0, 3, "thread").unwrap_err();
         assert!(other.expected.contains("pid 41311") && other.seen.contains("pid 3"), "{other:?}");
-        let extra = replay.born(41_312, "thread").unwrap_err();
+        let extra = replay.born(0, 41_312, "thread").unwrap_err();
         assert!(extra.expected.contains("2 births") && extra.seen.contains("birth 3"), "{extra:?}");
         assert_eq!(replay.recorded().unwrap().born, vec![41_310, 41_311], "a replay's trace keeps the recording's pids, not its own");
     }

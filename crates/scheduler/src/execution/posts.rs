@@ -285,7 +285,7 @@ impl Execution<'_> {
             if self.tree.pids_virtual() { procfs::namespace_pids(tid).and_then(|ids| ids.last().copied()).unwrap_or(0) } else { tid }
         });
         let step = self.steps.len() as u64;
-        self.pids.born(own, what).map_err(|d| Outcome::Diverged { step, expected: d.expected, seen: d.seen })
+        self.pids.born(step, own, what).map_err(|d| Outcome::Diverged { step: d.step, expected: d.expected, seen: d.seen })
     }
 }
 
