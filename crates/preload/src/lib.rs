@@ -42,7 +42,7 @@
 //!    `cpuid`, `prefault`, `copy_holder`, `fork_server`
 //! 2. handoff: `unposted`, `gate`
 //! 3. services over the handoff: `interrupt`, `vclock`, `timecalls`, `tsc`, `thread_end`,
-//!    `exec_slot`, `agent_exec`, `process`, `fault`, `coverage`, `access`, `atomics`
+//!    `exec_slot`, `agent_exec`, `process`, `thread_start`, `fault`, `coverage`, `access`, `atomics`
 //! 4. entry points: `hooks`, `trapped`, `vdso`, `init`
 //!
 //! Without `DARA_SHM` in the environment the library is inert: the constructor returns at once
@@ -88,6 +88,7 @@ pub mod solo;
 pub mod stop_world;
 pub mod sys;
 pub mod thread_end;
+pub mod thread_start;
 pub mod timecalls;
 pub mod tsc;
 pub mod trap;

@@ -84,6 +84,7 @@ real_functions! {
     fn pthread_join(t: pthread_t, retval: *mut *mut c_void) -> c_int;
     fn pthread_tryjoin_np(t: pthread_t, retval: *mut *mut c_void) -> c_int;
     fn pthread_detach(t: pthread_t) -> c_int;
+    fn thrd_join(t: pthread_t, res: *mut c_int) -> c_int;
     fn pthread_self() -> pthread_t;
     fn exit(status: c_int) -> !;
     fn fork() -> pid_t;

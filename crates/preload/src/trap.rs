@@ -4,7 +4,7 @@
 //! Symbol hooks cannot see libc-internal calls (glibc's own futex waits, `arc4random`'s
 //! `getrandom`) or raw `syscall` instructions; the trap does. The filter
 //! lets everything from [`sys::return_address`] through, traps the calls listed in [`TRAPPED`]
-//! (and `clone` without `CLONE_THREAD`, i.e. a new process, `read`/`readv` of descriptor 0,
+//! (and `read`/`readv` of descriptor 0,
 //! `write`/`writev` of descriptor 1, and
 //! `close` of or `dup2`/`dup3` onto dara's region descriptor), and allows the rest.
 //!
@@ -22,9 +22,11 @@ const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 
 /// Syscalls trapped whatever their arguments. `rt_sigprocmask` so that libc's own masks never
 /// block SIGSYS (see [`crate::sigmask`]): a trap whose SIGSYS is blocked kills the process.
+/// `clone` whatever its flags: a new process is posted as a fork, and a new thread is made by the
+/// handler so that it starts at its barrier wherever it was created ([`crate::thread_start`]).
 /// `clone3` because its flags sit in memory the filter cannot read: glibc's own thread creation
-/// gets ENOSYS and falls back to `clone`, whose flags the filter inspects; a raw `clone3` the
-/// program makes is refused ([`clone3`]).
+/// gets ENOSYS and falls back to `clone`; a raw `clone3` the program makes is refused
+/// ([`crate::trapped`]).
 ///
 /// `open`/`openat` are not trapped (random devices are caught by the `open`/`fopen` symbol
 /// hooks instead): the filter outlives `execve`, and the dynamic loader of the new program opens
@@ -54,7 +56,7 @@ const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 ///
 /// `seccomp`, so that a program's own filter is refused (`hooks::sandbox`): stacked on dara's, it
 /// would judge the trap handler's own calls.
-const TRAPPED: [c_long; 36] = [
+const TRAPPED: [c_long; 37] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -77,6 +79,7 @@ const TRAPPED: [c_long; 36] = [
     libc::SYS_waitid,
     libc::SYS_rt_sigprocmask,
     libc::SYS_close_range,
+    libc::SYS_clone,
     libc::SYS_clone3,
     libc::SYS_exit,
     libc::SYS_tgkill,
@@ -127,18 +130,18 @@ const fn jump(code: u32, k: u32, jt: u8, jf: u8) -> sock_filter {
     }
 }
 
-const PROGRAM_LEN: usize = TRAPPED.len() + 30;
+const PROGRAM_LEN: usize = TRAPPED.len() + 27;
 
 /// The BPF program; see the module doc. Jump offsets are relative to the next instruction.
 fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
-    use libc::{BPF_ABS, BPF_ALU, BPF_JEQ, BPF_JGT, BPF_JMP, BPF_JSET, BPF_K, BPF_LD, BPF_RET, BPF_SUB, BPF_W};
+    use libc::{BPF_ABS, BPF_ALU, BPF_JEQ, BPF_JGT, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_SUB, BPF_W};
     let ld = BPF_LD | BPF_W | BPF_ABS;
     let jeq = BPF_JMP | BPF_JEQ | BPF_K;
     let n = TRAPPED.len();
     // Fixed positions of the argument checks and the shared tails.
-    let (read_fd, write_fd, close_fd, dup_target, clone_flags) = (n + 16, n + 18, n + 20, n + 23, n + 26);
-    let trap_at = n + 28;
-    let allow_at = n + 29;
+    let (read_fd, write_fd, close_fd, dup_target) = (n + 15, n + 17, n + 19, n + 22);
+    let trap_at = n + 25;
+    let allow_at = n + 26;
     let to = |from: usize, target: usize| (target - from - 1) as u8;
     // dara's descriptors, kept whatever the program closes (see `fdguard`): `fd - first` is at
     // most `last - first` exactly for them (below `first` it wraps around to a large number).
@@ -168,8 +171,7 @@ fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
     // close of dara's descriptors, dup2/dup3 onto them (see `fdguard`).
     p[12 + n] = jump(jeq, libc::SYS_close as u32, to(12 + n, close_fd), 0);
     p[13 + n] = jump(jeq, libc::SYS_dup2 as u32, to(13 + n, dup_target), 0);
-    p[14 + n] = jump(jeq, libc::SYS_dup3 as u32, to(14 + n, dup_target), 0);
-    p[15 + n] = jump(jeq, libc::SYS_clone as u32, to(15 + n, clone_flags), to(15 + n, allow_at));
+    p[14 + n] = jump(jeq, libc::SYS_dup3 as u32, to(14 + n, dup_target), to(14 + n, allow_at));
     for (at, fd) in [(read_fd, 0), (write_fd, 1)] {
         p[at] = stmt(ld, DATA_ARG0_LO);
         p[at + 1] = jump(jeq, fd, to(at + 1, trap_at), to(at + 1, allow_at));
@@ -179,13 +181,6 @@ fn program(allowed_ip: u64) -> [sock_filter; PROGRAM_LEN] {
         p[at + 1] = stmt(BPF_ALU | BPF_SUB | BPF_K, first_kept);
         p[at + 2] = jump(BPF_JMP | BPF_JGT | BPF_K, kept_span, to(at + 2, allow_at), to(at + 2, trap_at));
     }
-    p[clone_flags] = stmt(ld, DATA_ARG0_LO);
-    p[clone_flags + 1] = jump(
-        BPF_JMP | BPF_JSET | BPF_K,
-        libc::CLONE_THREAD as u32,
-        to(clone_flags + 1, allow_at),
-        0,
-    );
     p[trap_at] = stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_TRAP);
     p[allow_at] = stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW);
     p

@@ -44,6 +44,8 @@ pub extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_
         libc::SYS_close => Some(crate::fdguard::close(args[0])),
         libc::SYS_close_range => Some(crate::fdguard::close_range(args[0], args[1], args[2])),
         libc::SYS_clone3 => Some(clone3(uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64, args)),
+        // A new thread, wherever its creator is: made here, so that it starts at its barrier.
+        libc::SYS_clone if args[0] & libc::CLONE_THREAD as u64 != 0 => Some(crate::thread_start::clone_thread(uc, args)),
         // Kernel-side asynchronous I/O (see `trap::TRAPPED`).
         libc::SYS_io_uring_setup | libc::SYS_io_setup => Some(-(libc::ENOSYS as i64)),
         // A program's own seccomp filter (see `hooks::sandbox`).

@@ -120,6 +120,19 @@ fn a_raw_clone3_stops_the_run_with_a_clear_message() {
     assert_no_survivors(&program);
 }
 
+/// A thread cloned without thread-local storage of its own is refused by name: dara makes every
+/// new thread's clone itself and starts it gated, which needs the thread's own TLS.
+#[test]
+fn a_raw_clone_of_a_thread_without_its_own_tls_stops_the_run_with_a_clear_message() {
+    let program = private_copy(&fixture("raw_clone_thread"), "raw_clone_thread");
+    let out = out_dir("raw-clone-thread");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(run.code, 2, "{}", run.text());
+    assert!(run.stderr.contains("a raw clone system call (flags 0x50f00) starts a thread without thread-local storage of its own (no CLONE_SETTLS)"), "{}", run.text());
+    assert!(!run.stderr.contains("BUG") && !run.stdout.contains("child ran"), "{}", run.text());
+    assert_no_survivors(&program);
+}
+
 /// Two busy loops, one per core of the test machine, until dropped.
 struct Load(Vec<Child>);
 

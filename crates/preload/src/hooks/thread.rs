@@ -4,18 +4,20 @@
 //! ([`crate::thread_end`]).
 //!
 //! A child's slot is claimed by its creator after the ThreadCreate grant and set STARTING before
-//! the real `pthread_create`; the scheduler takes no decision while a slot is STARTING, so the
-//! child posts its ThreadStart (naming its creator) before anything else happens. The start routine and its argument wait in a
-//! static per-slot table (no malloc); the real thread runs [`thread_main`] with the slot index.
+//! the real `pthread_create` ([`crate::thread_start`], which also starts the threads made past
+//! this hook); the scheduler takes no decision while a slot is STARTING, so the child posts its
+//! ThreadStart (naming its creator) before anything else happens. The start routine and its
+//! argument wait in a static per-slot table (no malloc); the real thread runs [`thread_main`]
+//! with the slot index.
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use dara_abi::{handoff, state, Request, MAX_SLOTS};
+use dara_abi::{state, Request, MAX_SLOTS};
 use libc::{c_int, c_void, pthread_attr_t, pthread_t};
 
 use super::Obj;
 use crate::gate::{self, Gated};
 use crate::real::{self, StartRoutine};
-use crate::{region, solo, sys};
+use crate::{region, solo, sys, thread_start};
 
 /// What a new thread will run, parked here by its creator.
 struct StartRecord {
@@ -46,31 +48,17 @@ pub fn create(
     routine: StartRoutine,
     arg: *mut c_void,
 ) -> c_int {
-    let grant = gate.post(Request::ThreadCreate);
-    if grant.result != 0 {
-        return grant.result as c_int;
-    }
-    // Claimed only now: the scheduler takes no decision while a claimed slot has not posted, so
-    // claiming before the post would stall the ThreadCreate decision itself. We hold the token,
-    // so nobody else claims a slot until the child has posted ThreadStart.
-    let Some(header) = region::header() else {
-        return libc::EAGAIN;
+    let child = match thread_start::claim_child(gate) {
+        Ok(child) => child,
+        Err(rc) => return rc,
     };
-    let child = handoff::next_free(&header.next_slot);
-    let Some(slot) = region::slot(child) else {
-        return libc::EAGAIN;
-    };
-    let record = &STARTS[child as usize];
+    let record = &STARTS[child.index as usize];
     record.routine.store(routine as usize, Ordering::Relaxed);
     record.arg.store(arg as usize, Ordering::Relaxed);
     record.creator.store(gate.index(), Ordering::Relaxed);
     // The creator is parked-masked now (its post blocked the signals it catches) and the new
     // thread inherits that kernel mask; it takes the creator's own mask once it starts.
     record.mask.store(gate::program_mask().unwrap_or(NO_MASK), Ordering::Relaxed);
-    slot.process.store(region::process(), Ordering::Relaxed);
-    slot.pid.store(sys::host_ids().0, Ordering::Relaxed);
-    handoff::claim(slot);
-    solo::thread_created();
     // SAFETY: `thread` and `attr` are the program's arguments; `thread_main` has the start
     // routine's signature and takes the slot index as its argument.
     let rc = unsafe {
@@ -78,16 +66,15 @@ pub fn create(
             thread.ptr(),
             attr.ptr(),
             thread_main,
-            child as usize as *mut c_void,
+            child.index as usize as *mut c_void,
         )
     };
     if rc != 0 {
-        handoff::finish(slot);
-        solo::thread_gone();
+        thread_start::abandon(child);
         return rc;
     }
     if let Some(t) = thread.get() {
-        slot.handle.store(*t, Ordering::Release);
+        child.slot.handle.store(*t, Ordering::Release);
     }
     0
 }
@@ -97,9 +84,6 @@ pub fn create(
 /// after glibc ran its destructors (see [`crate::thread_end`]).
 extern "C" fn thread_main(arg: *mut c_void) -> *mut c_void {
     let index = arg as usize as u32;
-    let Some(slot) = region::slot(index) else {
-        sys::die(b"dara: thread started without a slot\n", 125)
-    };
     let record = &STARTS[index as usize];
     let routine = record.routine.load(Ordering::Relaxed);
     let user_arg = record.arg.load(Ordering::Relaxed) as *mut c_void;
@@ -109,20 +93,15 @@ extern "C" fn thread_main(arg: *mut c_void) -> *mut c_void {
     }
     // SAFETY: `routine` was stored from a StartRoutine by `create` for this very slot.
     let routine: StartRoutine = unsafe { core::mem::transmute::<usize, StartRoutine>(routine) };
-    slot.tid.store(sys::host_ids().1, Ordering::Relaxed);
     // Every frame of the program's routine lies below this function's own locals.
     let stack_marker = 0u8;
-    gate::adopt(index, core::ptr::addr_of!(stack_marker) as usize);
-    if let Some(gate) = Gated::enter() {
-        gate.post(Request::ThreadStart { creator });
-    }
+    thread_start::start_in_slot(index, creator, core::ptr::addr_of!(stack_marker) as usize);
     // Linux starts a thread with its creator's mask; it inherited the creator's parked one
     // (the caught signals blocked). Restored here, out of the preload, before the program's
     // routine: a signal sent to the thread meanwhile (pthread_kill) is delivered now.
     let mask = record.mask.load(Ordering::Relaxed);
     if mask != NO_MASK {
-        // SAFETY: rt_sigprocmask reads one live 8-byte set.
-        unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as u64, &mask as *const u64 as u64, 0, 8]) };
+        thread_start::set_mask(mask);
     }
     routine(user_arg)
 }
@@ -217,6 +196,42 @@ pub unsafe extern "C" fn pthread_join(thread: pthread_t, retval: *mut *mut c_voi
     // SAFETY: the program's own arguments, forwarded unchanged.
     unsafe { real::pthread_join(thread, retval) }
 }
+
+/// C11's `thrd_join` (glibc's joins on the thread's tid word, a futex only the kernel clears:
+/// the same join as `pthread_join`'s, the routine's `int` result taken from its pointer).
+#[no_mangle]
+pub unsafe extern "C" fn thrd_join(thread: pthread_t, result: *mut c_int) -> c_int {
+    if let Some(gate) = Gated::enter() {
+        let mut value: *mut c_void = core::ptr::null_mut();
+        // SAFETY: a live local out-parameter.
+        if let Some(rc) = join(&gate, thread, unsafe { Obj::new(&mut value) }) {
+            if rc != 0 {
+                return THRD_ERROR;
+            }
+            if !result.is_null() {
+                // SAFETY: the program's own out-parameter.
+                unsafe { *result = value as isize as c_int };
+            }
+            return THRD_SUCCESS;
+        }
+    }
+    // SAFETY: the program's own arguments, forwarded unchanged.
+    unsafe { real::thrd_join(thread, result) }
+}
+
+/// C11's `thrd_detach` (glibc's calls its internal `pthread_detach`).
+#[no_mangle]
+pub unsafe extern "C" fn thrd_detach(thread: pthread_t) -> c_int {
+    // SAFETY: the program's own argument.
+    match unsafe { pthread_detach(thread) } {
+        0 => THRD_SUCCESS,
+        _ => THRD_ERROR,
+    }
+}
+
+/// C11's `thrd_success` and `thrd_error` (glibc's `<threads.h>`).
+const THRD_SUCCESS: c_int = 0;
+const THRD_ERROR: c_int = 2;
 
 #[no_mangle]
 pub unsafe extern "C" fn pthread_detach(thread: pthread_t) -> c_int {
