@@ -48,6 +48,10 @@ fn redis_recorded_under_redis_benchmark_replays_offline() {
     let answers = trace.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Output(_))).count();
     assert!(connects >= 4 + 3, "redis-benchmark's clients and the redis-cli calls were recorded ({connects} connections)");
     assert!(answers >= 1200 / 16, "{answers} answers recorded");
+    // Three I/O threads and jemalloc's background thread, which jemalloc starts through a
+    // pthread_create it looks up with dlsym, past dara's hook.
+    let created = real::threads_created(&trace_path);
+    assert!(created >= 4, "every thread was started under dara ({created} thread creations)");
     let replay = dara_replay(&["-q", "--verify", trace_path.to_str().unwrap()], Duration::from_secs(300));
     assert_eq!(replay.code, 0, "{}", replay.text());
     assert!(replay.stdout.contains("verify: 2 more executions identical"), "{}", replay.text());
