@@ -53,7 +53,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 36;
+pub const VERSION: u32 = 37;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -624,6 +624,10 @@ pub struct Slot {
     /// Coarse steps: receives on TCP sockets the thread made without a post since its previous
     /// post (written with every post). Not zero: the readiness the scheduler saw is stale.
     pub received_unposted: AtomicU32,
+    /// 1 when a signal from outside reached the thread while it ran since its previous post and
+    /// was held back to this one (written with every post): it is pending now, and the
+    /// scheduler looks at pending signals before its next decision (it may end this wait).
+    pub held_signals: AtomicU32,
     pub sent: [SentOn; SENT_MAX],
     /// The thread's own signal mask (kernel signal-set word) while it is parked, written with
     /// every post: parked, it blocks every signal the program catches, so the kernel's view

@@ -48,3 +48,25 @@ pub fn note_disposition(sig: c_int, handler: libc::sighandler_t) {
         CAUGHT.fetch_or(bit, Ordering::Relaxed);
     }
 }
+
+/// The program's own handler for each signal whose delivery goes through dara's entry
+/// (`hooks::signal_entry`): the handler's address and its `sa_flags`, 0 when dara's entry is not
+/// installed for the signal. Index `sig - 1`.
+static HANDLERS: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+static HANDLER_FLAGS: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
+
+/// The program's handler behind dara's entry for `sig`: its address and `sa_flags`.
+pub fn program_handler(sig: c_int) -> Option<(usize, c_int)> {
+    let i = usize::try_from(sig - 1).ok().filter(|&i| i < 64)?;
+    let handler = HANDLERS[i].load(Ordering::Acquire) as usize;
+    (handler != 0).then(|| (handler, HANDLER_FLAGS[i].load(Ordering::Relaxed) as c_int))
+}
+
+/// Notes the program's handler behind dara's entry for `sig` (`None`: the entry is gone, the
+/// disposition is the program's own again).
+pub fn set_program_handler(sig: c_int, handler: Option<(usize, c_int)>) {
+    let Some(i) = usize::try_from(sig - 1).ok().filter(|&i| i < 64) else { return };
+    let (address, flags) = handler.unwrap_or((0, 0));
+    HANDLER_FLAGS[i].store(flags as u64, Ordering::Relaxed);
+    HANDLERS[i].store(address as u64, Ordering::Release);
+}

@@ -77,7 +77,7 @@ const RED_ZONE: u64 = 128;
 
 /// Signals that may be blocked while a thread is parked (those the program catches): all but
 /// SIGSYS (the trap) and the signals a fault raises synchronously.
-const PARKED_MASK: u64 = !((1 << (libc::SIGSYS - 1)) | (1 << (libc::SIGSEGV - 1)) | (1 << (libc::SIGBUS - 1)) | (1 << (libc::SIGFPE - 1)) | (1 << (libc::SIGILL - 1)) | (1 << (libc::SIGTRAP - 1)));
+pub(crate) const PARKED_MASK: u64 = !((1 << (libc::SIGSYS - 1)) | (1 << (libc::SIGSEGV - 1)) | (1 << (libc::SIGBUS - 1)) | (1 << (libc::SIGFPE - 1)) | (1 << (libc::SIGILL - 1)) | (1 << (libc::SIGTRAP - 1)));
 
 /// Exit status of a target whose scheduler disappeared while a thread waited for a grant.
 const ORPHANED_EXIT: i32 = 137;
@@ -173,18 +173,20 @@ impl Gated {
     /// saw a Ctrl-C.)
     pub(crate) fn tell_signals(&self, program_mask: u64) {
         let parked = crate::dispositions::caught() & PARKED_MASK;
-        self.tell_pending(parked & !program_mask);
+        self.tell_pending(parked & !program_mask, true);
     }
 
     /// Tells the scheduler who sent the signals of `set` pending for this thread, about to be
     /// taken by a `sigwait` of that set (caught or not): as [`Gated::tell_signals`] does.
     pub(crate) fn tell_waited_signals(&self, set: u64) {
-        self.tell_pending(set & PARKED_MASK);
+        self.tell_pending(set & PARKED_MASK, false);
     }
 
     /// The pending signals among `among`, each taken off the queue, posted unless the kernel
-    /// raised it, and queued again to this thread (see [`Gated::tell_signals`]).
-    fn tell_pending(&self, among: u64) {
+    /// raised it, and queued again to this thread (see [`Gated::tell_signals`]); `release`: as
+    /// released, so that dara's signal entry runs the program's handler when it is delivered
+    /// (not for a `sigwait`, which takes it).
+    fn tell_pending(&self, among: u64, release: bool) {
         let mut pending: u64 = 0;
         // SAFETY: rt_sigpending writes one 8-byte set into a live local.
         unsafe { sys::syscall(libc::SYS_rt_sigpending, &[&mut pending as *mut u64 as u64, 8]) };
@@ -211,6 +213,9 @@ impl Gated {
                 post_and_park(self.slot, Request::SignalArrived { signal: sig, sender, code, value });
                 handoff::resume(self.slot);
             }
+            if release {
+                crate::deferred_signals::release(sig);
+            }
             // SAFETY: queues the same siginfo to this very thread (allowed for any si_code).
             unsafe { sys::syscall(libc::SYS_rt_tgsigqueueinfo, &[sys::getpid() as u64, sys::gettid() as u64, sig as u64, info.as_ptr() as u64]) };
         }
@@ -231,8 +236,9 @@ impl Drop for Gated {
         // Caught signals that arrived while the thread was parked are delivered now, as it
         // returns to the program: not inside the preload, where a handler's own hooked calls
         // would run unseen. In the SIGSYS handler the kernel restores the program's mask on
-        // return from it, which delivers them then.
-        if let Some(program_mask) = PARKED_SAVED.with(|m| m.get()).filter(|_| !in_trap()) {
+        // return from it, which delivers them then; dara is told of them here in both cases (a
+        // signal from outside is recorded at this step).
+        if let Some(program_mask) = PARKED_SAVED.with(|m| m.get()) {
             self.tell_signals(program_mask);
         }
         INSIDE.with(|g| g.set(false));
@@ -421,11 +427,17 @@ fn post_and_park(slot: &Slot, request: Request) -> Grant {
     // Coming back, the thread tells the scheduler who sent any of them (`Gated::tell_signals`:
     // dara records a signal from outside). A program that catches no signal (most) pays nothing
     // for this; one that does pays an `rt_sigpending` per post besides the two mask changes.
+    // Signals from outside held back since the thread's last post are blocked only by dara
+    // (see `deferred_signals`): the program's own mask lets them through, and the scheduler is
+    // told to look at them (one may end this very wait).
+    let held = crate::deferred_signals::take_deferred();
+    slot.held_signals.store(u32::from(held != 0), Ordering::Relaxed);
     let parked = crate::dispositions::caught() & PARKED_MASK;
     if parked != 0 && PARKED_SAVED.with(|m| m.get()).is_none() {
         let mut saved_mask: u64 = 0;
         // SAFETY: rt_sigprocmask reads and writes one 8-byte signal set each, both live locals.
         unsafe { sys::syscall(libc::SYS_rt_sigprocmask, &[libc::SIG_BLOCK as u64, &parked as *const u64 as u64, &mut saved_mask as *mut u64 as u64, 8]) };
+        let saved_mask = saved_mask & !held;
         PARKED_SAVED.with(|m| m.set(Some(saved_mask)));
     }
     // What the program's own mask lets through decides whether a pending signal interrupts this

@@ -38,7 +38,7 @@
 //! vDSO thunks, the constructor) sit on top and call down.
 //!
 //! 1. base: `sys`, `call_site`, `region`, `real`, `stop_world`, `solo`, `entropy`, `written`, `fd`,
-//!    `fdguard`, `dispositions`, `fault::program_action`, `sigmask`, `trap`, `exec_image`,
+//!    `fdguard`, `dispositions`, `deferred_signals`, `fault::program_action`, `sigmask`, `trap`, `exec_image`,
 //!    `cpuid`, `prefault`, `copy_holder`, `fork_server`
 //! 2. handoff: `unposted`, `gate`
 //! 3. services over the handoff: `interrupt`, `vclock`, `timecalls`, `tsc`, `thread_end`,
@@ -67,6 +67,7 @@ pub mod call_site;
 pub mod copy_holder;
 pub mod coverage;
 pub mod cpuid;
+pub mod deferred_signals;
 pub mod dispositions;
 pub mod entropy;
 pub mod exec_image;

@@ -26,6 +26,11 @@ pub extern "C" fn on_sigsys(_sig: c_int, _info: *mut siginfo_t, context: *mut c_
     // SAFETY: for an SA_SIGINFO handler the kernel passes a valid ucontext_t that we may modify;
     // it is resumed by sigreturn when the handler returns.
     let uc = unsafe { &mut *(context as *mut ucontext_t) };
+    let held = crate::deferred_signals::held();
+    if held != 0 {
+        // SAFETY: the first word of the mask this handler's return restores (the kernel's set).
+        unsafe { *(core::ptr::addr_of_mut!(uc.uc_sigmask) as *mut u64) &= !held };
+    }
     let regs = &uc.uc_mcontext.gregs;
     // After a seccomp trap, rax holds the syscall number again (the kernel rolls it back).
     let nr = regs[libc::REG_RAX as usize] as c_long;

@@ -317,6 +317,39 @@ fn a_program_that_answers_a_stop_with_its_own_exit_status_is_no_bug() {
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
+/// A SIGTERM sent from outside to a recorded program while it computes, not parked in dara, is
+/// held back to its next scheduling point and recorded there: the program's exit with its own
+/// status is its answer to the stop, no bug, and the replay, which sends the signal at that step,
+/// verifies. Sent three times at different moments of the computation. Before, the handler ran
+/// unseen: "BUG: exited with status 20", and a replay without the signal never stopped.
+#[test]
+fn a_signal_from_outside_to_a_computing_program_is_recorded_at_its_next_step() {
+    let program = private_copy(&fixture("sig_busy_stop"), "sig_busy_stop");
+    for (round, wait_ms) in [(0, 150u64), (1, 400), (2, 900)] {
+        let out = out_dir(&format!("busy-stop-{round}"));
+        let (mut run, mut said, line) = recording_that_said(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], std::process::Stdio::null());
+        assert_eq!(line, "computing\n", "{round}");
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        let pids = processes_with(&[program.to_str().unwrap()]).into_iter().filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default().trim() == "sig_busy_stop").collect::<Vec<_>>();
+        assert_eq!(pids.len(), 1, "{round}: {pids:?}");
+        // SAFETY: signalling the program this test started (through dara-trace).
+        unsafe { libc::kill(pids[0] as i32, libc::SIGTERM) };
+        let status = wait_at_most(&mut run, Duration::from_secs(60)).expect("dara-trace ends with the program");
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
+        assert_eq!(status.code(), Some(0), "{round}: {rest} {stderr}");
+        assert!(rest.contains("stopping") && stderr.contains("exited with status 20 after the SIGTERM from outside"), "{round}: {rest} {stderr}");
+        let trace_path = out.join("trace.bin");
+        let verify = dara_replay(&["-q", "--verify", trace_path.to_str().unwrap()], Duration::from_secs(120));
+        assert_eq!(verify.code, 0, "{round}: {}", verify.text());
+        assert!(verify.stdout.contains("verify: 2 more executions identical"), "{round}: {}", verify.text());
+    }
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
 /// A program that catches SIGINT and SIGCHLD and blocks SIGUSR1 execs another (itself, and a
 /// static build of itself that dara's ptrace agent runs): the new image starts with SIGUSR1
 /// blocked and nothing else, as with the kernel alone, in every execution; replay verifies.

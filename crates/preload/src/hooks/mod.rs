@@ -32,6 +32,7 @@ pub mod random;
 pub mod sandbox;
 pub mod sem;
 pub mod signal;
+pub mod signal_entry;
 pub mod sigwait;
 pub mod sockopt;
 pub mod spawn;

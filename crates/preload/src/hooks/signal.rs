@@ -14,7 +14,8 @@
 use libc::{c_int, sigset_t};
 
 use super::Obj;
-use crate::dispositions::{caught, note_disposition, note_restart};
+use super::signal_entry;
+use crate::dispositions::{caught, note_disposition, note_restart, program_handler};
 use crate::fault::program_action;
 use crate::{real, sys, trap};
 
@@ -107,40 +108,37 @@ pub unsafe extern "C" fn sigaction(
         }
         copy
     });
+    // dara's entry in front of a handler (see `signal_entry`), once the trap is in place.
+    let installed = filtered.as_ref().map(|a| signal_entry::installed_action(sig, a));
     let act = filtered.as_ref().map_or(act, |a| a as *const libc::sigaction);
-    // SAFETY: the program's own arguments, with SIGSYS possibly removed from a copy of `act`.
-    let rc = unsafe { real::sigaction(sig, act, old) };
+    let before = program_handler(sig);
+    let kernel_act = installed.as_ref().map_or(act, |a| a as *const libc::sigaction);
+    // SAFETY: the program's own arguments, with SIGSYS possibly removed from a copy of `act`
+    // and dara's entry in front of its handler.
+    let rc = unsafe { real::sigaction(sig, kernel_act, old) };
     if rc == 0 {
+        // SAFETY: the program's own out-parameter (or null).
+        if let Some(old) = unsafe { Obj::new(old) }.get_mut() {
+            signal_entry::reported_action(old, before);
+        }
         // SAFETY: the program passed a valid sigaction (or null).
         if let Some(act) = unsafe { act.as_ref() } {
             note_disposition(sig, act.sa_sigaction);
             note_restart(sig, act.sa_flags & libc::SA_RESTART != 0);
+            if installed.is_some() {
+                signal_entry::note_action(sig, act);
+            }
         }
     }
     rc
 }
 
+/// glibc's `signal` (BSD semantics: `SA_RESTART`), through the `sigaction` hook: SIGSYS and
+/// SIGSEGV stay dara's, and a handler gets dara's entry in front of it.
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    if sig == libc::SIGSYS && trap::installed() {
-        return libc::SIG_DFL;
-    }
-    if sig == libc::SIGSEGV && program_action::owned() {
-        let old = program_action::get().sa_sigaction;
-        // SAFETY: an all-zero sigaction is valid; glibc's signal() has BSD semantics (SA_RESTART).
-        let mut action: libc::sigaction = unsafe { core::mem::zeroed() };
-        action.sa_sigaction = handler;
-        action.sa_flags = libc::SA_RESTART;
-        program_action::set(&action);
-        return old;
-    }
-    // SAFETY: the program's own arguments, forwarded unchanged.
-    let old = unsafe { real::signal(sig, handler) };
-    if old != libc::SIG_ERR {
-        note_disposition(sig, handler);
-        note_restart(sig, true); // glibc's signal() has BSD semantics
-    }
-    old
+    // SAFETY: the program's own arguments.
+    unsafe { signal_with_flags(sig, handler, libc::SA_RESTART) }
 }
 
 /// `signal` with System V semantics (`__sysv_signal`, `sysv_signal`: one-shot, not deferred, no

@@ -95,6 +95,10 @@ impl Execution<'_> {
         if slot.received_unposted.load(Ordering::Acquire) != 0 {
             self.network.dirty = true;
         }
+        // A signal from outside held back to this post is pending: it may end the wait posted.
+        if slot.held_signals.load(Ordering::Acquire) != 0 {
+            self.signals_dirty = true;
+        }
         let sent = (slot.sent_count.load(Ordering::Acquire) as usize).min(dara_abi::SENT_MAX);
         if sent > 0 {
             let pid = slot.pid.load(Ordering::Acquire);
