@@ -182,6 +182,8 @@ fn replay_detects_an_edited_decision() {
     let replay = dara_replay(&["-q", edited.to_str().unwrap()], Duration::from_secs(30));
     assert_eq!(replay.code, 3, "{}", replay.text());
     assert!(replay.stdout.contains(&format!("DIVERGED at step {step}")), "{}", replay.text());
+    // Where the offered posts were made: the place to start looking.
+    assert!(replay.stdout.contains("(posted by thread "), "{}", replay.text());
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! signal views up to date, let the worlds around the program act, ask the strategy, apply the
 //! decision, grant exactly one thread.
 use std::ops::ControlFlow;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use dara_abi::{CloseHow, Op};
@@ -285,7 +285,33 @@ impl<'a> Execution<'a> {
         match decide.choose(step, choices) {
             Ok(i) if i < choices.len() => ControlFlow::Continue(choices[i]),
             Ok(i) => end(Outcome::Diverged { step, expected: format!("a choice index below {}", choices.len()), seen: format!("index {i}") }),
-            Err(d) => end(Outcome::Diverged { step: d.step, expected: d.expected, seen: d.seen }),
+            Err(d) => {
+                let seen = format!("{}{}", d.seen, self.offered_from(choices));
+                end(Outcome::Diverged { step: d.step, expected: d.expected, seen })
+            }
+        }
+    }
+
+    /// Where in the program the threads of `choices` made the posts a replay did not expect
+    /// (`" (posted by thread 0 from redisCommand+0x1c (redis-server+0x4f2a1))"`), or nothing
+    /// when the preload noted no call site: the place to start looking for why a run differs.
+    fn offered_from(&mut self, choices: &[Choice]) -> String {
+        let mut threads: Vec<crate::choice::ThreadId> = choices.iter().map(|c| c.thread).collect();
+        threads.dedup();
+        let places: Vec<String> = threads
+            .into_iter()
+            .take(3)
+            .filter_map(|thread| {
+                let addr = self.region.slot(thread as usize).call_site.load(Ordering::Acquire);
+                let process = self.processes.of(thread)?;
+                let place = (addr != 0).then(|| self.observed.place(process, self.processes.pid_of(thread), addr)).flatten()?;
+                Some(format!("thread {thread} from {place}"))
+            })
+            .collect();
+        if places.is_empty() {
+            String::new()
+        } else {
+            format!(" (posted by {})", places.join("; "))
         }
     }
 

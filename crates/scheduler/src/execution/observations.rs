@@ -37,6 +37,17 @@ impl Observations {
         self.symbolizers.entry(process).or_insert_with(|| Symbolizer::for_process(pid)).name(addr)
     }
 
+    /// Where `addr`, a code address in `process` (kernel pid `pid`), is: the function its
+    /// binary names there, else the file and offset (`libc.so.6+0x189ad8`).
+    pub(super) fn place(&mut self, process: ProcessId, pid: u32, addr: u64) -> Option<String> {
+        let symbolizer = self.symbolizers.entry(process).or_insert_with(|| Symbolizer::for_process(pid));
+        let module = symbolizer.module_offset(addr);
+        match (symbolizer.name(addr), module) {
+            (Some(name), Some(module)) => Some(format!("{name} ({module})")),
+            (name, module) => name.or(module),
+        }
+    }
+
     /// Notes where in the program `thread` (of `process`, kernel pid `pid`) made the post it
     /// just made: the return address the preload found ([`dara_abi::Slot::call_site`]).
     pub(super) fn note_call_site(&mut self, thread: ThreadId, process: ProcessId, pid: u32, addr: u64) {
