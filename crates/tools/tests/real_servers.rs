@@ -414,3 +414,55 @@ fn postgres_server_records_psql_from_outside_and_replays() {
     assert!(processes_with(&["postgres", data.to_str().unwrap()]).is_empty(), "a postgres survived");
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
+
+/// One HTTP/1.0 GET of `/` from 127.0.0.1:`port`: the whole answer (empty if refused).
+fn http_get(port: u16) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let _ = stream.write_all(b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+}
+
+/// python3's http.server recorded while a client fetches a page again and again, stopped by a
+/// SIGINT sent straight to python (`kill -INT <pid>`) while it serves: the signal lands while the
+/// interpreter runs or while it waits, and either way it is recorded at a step (held back to the
+/// next one when it runs: docs/outside.md), python's KeyboardInterrupt path ends it with status
+/// 0, and the replay, which sends the signal at that step, verifies.
+#[test]
+fn python_http_server_stopped_by_a_sigint_while_serving_replays() {
+    let port = free_ports(1);
+    let www = out_dir("stopped-while-serving-www");
+    std::fs::write(www.join("index.html"), "stopped while serving\n").unwrap();
+    let out = out_dir("stopped-while-serving");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-q", "-o", out.to_str().unwrap(), "--", "/usr/bin/python3", "-m", "http.server", &port.to_string(), "--bind", "127.0.0.1"])
+        .current_dir(&www)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_listener(port, Duration::from_secs(60), "python3's http.server under dara-trace");
+    let client = std::thread::spawn(move || (0..200).take_while(|_| http_get(port).contains("stopped while serving")).count());
+    std::thread::sleep(Duration::from_millis(300));
+    let python = processes_with(&["http.server", &port.to_string()]).into_iter().filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default().trim().starts_with("python3")).collect::<Vec<_>>();
+    assert_eq!(python.len(), 1, "{python:?}");
+    // SAFETY: signalling the server this test started (through dara-trace).
+    unsafe { libc::kill(python[0] as i32, libc::SIGINT) };
+    let status = wait_at_most(&mut server, Duration::from_secs(60)).expect("dara-trace ends with the server");
+    let served = client.join().unwrap();
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    std::io::Read::read_to_string(server.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    std::io::Read::read_to_string(server.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stdout} {stderr}");
+    assert!(served >= 1 && stdout.contains("Keyboard interrupt received"), "{served} pages served; {stdout} {stderr}");
+    let trace_path = out.join("trace.bin");
+    let recorded = dara_scheduler::trace::read_file(&trace_path).unwrap();
+    assert!(matches!(recorded.outcome, dara_scheduler::Outcome::Exited { code: 0, .. }), "{:?}", recorded.outcome);
+    replays_identically(&trace_path);
+    assert!(processes_with(&["http.server", &port.to_string()]).is_empty(), "a python3 survived");
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
