@@ -181,8 +181,9 @@ pub fn clone_thread(uc: &ucontext_t, a: [u64; 6]) -> i64 {
     let (flags, top) = (a[0], a[1]);
     let gate = Gated::enter();
     // A thread on its creator's own stack cannot be resumed (nor run: the two would share it),
-    // and one without TLS of its own would run dara's per-thread state as its creator's.
-    let own_stack_and_tls = top != 0 && flags & libc::CLONE_SETTLS as u64 != 0;
+    // and one without TLS of its own would run dara's per-thread state as its creator's; dara's
+    // per-thread state lives in glibc's TLS, so a runtime's own TLS layout will not do either.
+    let own_stack_and_tls = top != 0 && flags & libc::CLONE_SETTLS as u64 != 0 && is_glibc_thread_block(a[4]);
     let child = match &gate {
         Some(gate) if !own_stack_and_tls => return process::unsupported(gate, libc::SYS_clone, a),
         None if top == 0 => return -(libc::EINVAL as i64),
@@ -217,6 +218,20 @@ pub fn clone_thread(uc: &ucontext_t, a: [u64; 6]) -> i64 {
         }
     }
     rc
+}
+
+/// Whether `tls` is a thread block glibc made (`pthread_create` set up its thread-local storage):
+/// its header names itself in its first word and in its third (`tcbhead_t`'s `tcb` and `self`).
+/// Read with `process_vm_readv` on this very process, so that a bad pointer is an answer, not a
+/// fault in the SIGSYS handler.
+fn is_glibc_thread_block(tls: u64) -> bool {
+    let mut words = [0u64; 3];
+    let local = libc::iovec { iov_base: words.as_mut_ptr().cast(), iov_len: size_of::<[u64; 3]>() };
+    let remote = libc::iovec { iov_base: tls as *mut libc::c_void, iov_len: size_of::<[u64; 3]>() };
+    // SAFETY: reads 24 bytes of this process at `tls` into the live local array; the kernel
+    // checks the remote range.
+    let read = unsafe { sys::syscall(libc::SYS_process_vm_readv, &[sys::getpid() as u64, &local as *const libc::iovec as u64, 1, &remote as *const libc::iovec as u64, 1, 0]) };
+    read == size_of::<[u64; 3]>() as i64 && words[0] == tls && words[2] == tls
 }
 
 /// The record a thread cloned from context `uc` resumes with.

@@ -303,8 +303,14 @@ fn unsupported(thread: ThreadId, pid: u32, call: Unsupported) -> Outcome {
             format!("a raw clone3 system call (flags {flags:#x}) would start a {what} that bypasses pthread_create and fork, which dara cannot follow; the run was stopped rather than left with an untraced {what}")
         }
         Unsupported::Syscall { nr, args: [flags, stack, _] } if nr == libc::SYS_clone as u64 && flags & libc::CLONE_THREAD as u64 != 0 => {
-            let how = if stack == 0 { "on its creator's own stack" } else { "without thread-local storage of its own (no CLONE_SETTLS)" };
-            format!("a raw clone system call (flags {flags:#x}) starts a thread {how}; dara keeps each thread's state in its thread-local storage and starts it on its own stack, so it cannot follow such a thread; the run was stopped rather than left with an untraced thread (threads from pthread_create, thrd_create or a clone with its own stack and TLS are followed)")
+            let how = if stack == 0 {
+                "on its creator's own stack"
+            } else if flags & libc::CLONE_SETTLS as u64 == 0 {
+                "without thread-local storage of its own (no CLONE_SETTLS)"
+            } else {
+                "with thread-local storage glibc did not set up (a runtime's own)"
+            };
+            format!("a raw clone system call (flags {flags:#x}) starts a thread {how}; dara keeps each thread's state in its thread-local storage and starts it on its own stack, so it cannot follow such a thread; the run was stopped rather than left with an untraced thread (threads from pthread_create and thrd_create are followed, however they are reached)")
         }
         Unsupported::Syscall { nr: 56 | 57 | 58, .. } => "a raw clone system call that makes a process on a stack of its own or sharing memory (not a fork, nor libc's posix_spawn, which dara runs itself) is not supported; the run was stopped rather than left with an untraced process".to_string(),
         Unsupported::Syscall { nr: 33 | 292, .. } => format!("the program asked for descriptor {} ({name} onto it), which dara keeps for its shared region in every traced process; the run was stopped rather than lose the region", dara_abi::SHM_FD),
