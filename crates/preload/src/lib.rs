@@ -29,7 +29,10 @@
 //! [`agent_exec`] (an exec of a program the preload cannot control, statically linked or Go,
 //! recognised and handed to dara's ptrace agent), [`dispositions`]
 //! and [`interrupt`] (which signals the program catches, and what a wait one ends does),
-//! [`vclock`] and [`entropy`] (virtual time and seeded randomness, shared by both layers).
+//! [`vclock`] and [`entropy`] (virtual time and seeded randomness, shared by both layers),
+//! [`thread_start`] (how a new thread comes under dara, however it is started: the SIGSYS handler
+//! makes every thread's `clone` itself), [`deferred_signals`] (a signal from outside that lands
+//! while a thread runs, held back to its next post by the signal entry in `hooks`).
 //!
 //! The modules form layers, bottom first; a module imports from its own layer or lower ones,
 //! never from a higher one, and no imports go round in a circle (the `layers` unit test checks
