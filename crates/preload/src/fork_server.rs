@@ -253,11 +253,18 @@ fn become_launched(request: &ForkRequest, fds: &[i32], state: &ThreadState) {
         sys::syscall(libc::SYS_set_robust_list, &[state.robust_head, state.robust_len]);
         let mut next = request.pid_ns as usize;
         if request.mount_ns != 0 {
-            // setns moves the working directory to the namespace's root: keep it.
+            // setns moves the working directory to the namespace's root: keep it, by its path
+            // where it has one (a descriptor from before keeps the old namespace's mount, and
+            // getcwd answers "(unreachable)/dir": dara_tracer's `pidns::enter_mounts`).
+            let mut path = [0u8; libc::PATH_MAX as usize];
+            let named = sys::syscall(libc::SYS_getcwd, &[path.as_mut_ptr() as u64, path.len() as u64]) > 0 && path[0] == b'/';
             let cwd = sys::syscall(libc::SYS_openat, &[libc::AT_FDCWD as u64, c".".as_ptr() as u64, (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64]);
             let joined = sys::syscall(libc::SYS_setns, &[fds[next] as u64, libc::CLONE_NEWNS as u64]);
+            let by_name = named && sys::syscall(libc::SYS_chdir, &[path.as_ptr() as u64]) == 0;
             if cwd >= 0 {
-                sys::syscall(libc::SYS_fchdir, &[cwd as u64]);
+                if !by_name {
+                    sys::syscall(libc::SYS_fchdir, &[cwd as u64]);
+                }
                 sys::close(cwd as i32);
             }
             if joined < 0 {

@@ -232,3 +232,27 @@ fn a_recorded_daemon_s_pid_file_names_it_for_outside_tools_and_a_stale_one_does_
     assert_eq!(verify.code, 0, "{}", verify.text());
     assert_no_survivors(&program);
 }
+
+/// The working directory a program starts in is reachable from the execution's mount namespace:
+/// the kernel's `getcwd` names it as outside, in a recording (launched directly), in a search
+/// (copied from the fork server) and in a replay. Before, both launches entered it through a
+/// descriptor from dara's own namespace and the kernel answered "(unreachable)/dir"; glibc's
+/// `getcwd` then walked `..` with `opendir` and `malloc`, so a `--host-pids` recording of redis
+/// (no namespace, no walk) and its replay (in one) allocated differently and diverged.
+#[test]
+fn the_working_directory_is_reachable_inside_the_namespace() {
+    let program = private_copy(&fixture("raw_getcwd"), "raw_getcwd");
+    let here = std::env::current_dir().unwrap().canonicalize().unwrap();
+    let expected = format!("raw getcwd {}\n", here.display());
+    let out = out_dir("raw-getcwd");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stdout.contains(&expected), "{}", run.text());
+    let search = dara_trace(&["--runs", "3", "-o", out_dir("raw-getcwd-search").to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(search.code, 0, "{}", search.text());
+    assert_eq!(search.stdout.matches(&expected).count(), 3, "{}", search.text());
+    let replay = dara_replay(&[out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert!(replay.stdout.contains(&expected), "{}", replay.text());
+    assert_no_survivors(&program);
+}

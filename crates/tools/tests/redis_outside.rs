@@ -58,3 +58,43 @@ fn redis_recorded_under_redis_benchmark_replays_offline() {
     assert!(processes_with(&["redis-server", &port.to_string()]).is_empty(), "a redis-server survived");
     assert!(dara_shm_files().is_empty());
 }
+
+/// redis-server recorded with `--host-pids` (no PID namespace, the host's pids) under
+/// redis-benchmark and redis-cli replays in a namespace with the recorded pids, and verifies. It
+/// diverged until 2026-12-01 (jemalloc woke its background thread at another step): the replay's
+/// working directory was unreachable from its mount namespace, and glibc's `getcwd` walked `..`
+/// with `malloc`, which the recording, made without a namespace, never did.
+#[test]
+fn redis_recorded_with_host_pids_replays_in_a_namespace() {
+    let port = free_ports(1);
+    let out = out_dir("redis_host_pids");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
+        .args(["-q", "--host-pids", "-o", out.to_str().unwrap(), "--", "redis-server", "--port", &port.to_string(), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while redis_cli(port, &["ping"]) != "PONG" {
+        assert!(started.elapsed() < Duration::from_secs(30), "redis-server under dara-trace did not answer");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 0..30 {
+        assert_eq!(redis_cli(port, &["set", &format!("k{i}"), "v"]), "OK");
+    }
+    let bench = Command::new("redis-benchmark").args(["-p", &port.to_string(), "-n", "300", "-c", "4", "-t", "set,get,incr,lpush", "-q"]).output().unwrap();
+    assert!(bench.status.success(), "{}", String::from_utf8_lossy(&bench.stderr));
+    redis_cli(port, &["shutdown", "nosave"]);
+    let Some(status) = wait_at_most(&mut server, Duration::from_secs(30)) else {
+        let _ = server.kill();
+        panic!("dara-trace did not end after SHUTDOWN");
+    };
+    assert_eq!(status.code(), Some(0));
+    let trace_path = out.join("trace.bin");
+    let replay = dara_replay(&["-q", "--verify", trace_path.to_str().unwrap()], Duration::from_secs(300));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert!(replay.stdout.contains("verify: 2 more executions identical"), "{}", replay.text());
+    assert!(processes_with(&["redis-server", &port.to_string()]).is_empty(), "a redis-server survived");
+    assert!(dara_shm_files().is_empty());
+}

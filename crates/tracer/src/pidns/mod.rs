@@ -226,17 +226,29 @@ impl Drop for PidNamespace {
 /// Joins the mount namespace `mnt_ns` (with its own /proc) in a forked child before exec, keeping
 /// the working directory (setns moves it to the namespace's root).
 ///
+/// The directory is entered again by its path, as the new namespace's mounts reach it. A
+/// descriptor opened before the `setns` would keep the old namespace's mount: the kernel's
+/// `getcwd` then answers "(unreachable)/dir", and glibc's `getcwd` walks `..` with `opendir`
+/// and `malloc` to find the name. That is work a program does only under dara, and a recording
+/// made without a namespace (`--host-pids`) did not do it, so its replay allocated differently
+/// (redis's jemalloc woke its background thread at another step). The descriptor is the
+/// fallback when the path does not lead there.
+///
 /// # Safety
 /// Call only in a single-threaded child between fork and exec: it makes async-signal-safe
 /// system calls only.
 pub unsafe fn enter_mounts(mnt_ns: i32) -> std::io::Result<()> {
+    let mut path = [0u8; libc::PATH_MAX as usize];
+    // SAFETY: the raw getcwd writes at most `path.len()` bytes into the live local buffer (the
+    // raw call: glibc's falls back to `opendir` and `malloc`).
+    let named = unsafe { libc::syscall(libc::SYS_getcwd, path.as_mut_ptr(), path.len()) } > 0 && path[0] == b'/';
     // SAFETY: open of a literal path; the descriptor is closed below.
     let cwd = unsafe { libc::open(c".".as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
     if cwd < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: plain descriptors.
-    let ok = unsafe { libc::setns(mnt_ns, libc::CLONE_NEWNS) == 0 && libc::fchdir(cwd) == 0 };
+    // SAFETY: plain descriptors, and the NUL-terminated path the kernel wrote.
+    let ok = unsafe { libc::setns(mnt_ns, libc::CLONE_NEWNS) == 0 && ((named && libc::chdir(path.as_ptr().cast()) == 0) || libc::fchdir(cwd) == 0) };
     let err = std::io::Error::last_os_error();
     // SAFETY: the descriptor opened above.
     unsafe { libc::close(cwd) };
