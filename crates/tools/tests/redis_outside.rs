@@ -15,22 +15,27 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-#[test]
-fn redis_recorded_under_redis_benchmark_replays_offline() {
-    let port = free_ports(1);
-    let out = out_dir("redis_outside");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
-        .args(["-q", "-o", out.to_str().unwrap(), "--", "redis-server", "--port", &port.to_string(), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+/// redis-server on `port` recorded by dara-trace into `out` (with `dara_options` before the
+/// command), once it answers PING.
+fn recorded_redis(out: &std::path::Path, port: u16, dara_options: &[&str]) -> std::process::Child {
+    let port_arg = port.to_string();
+    let mut args = vec!["-q", "-o", out.to_str().unwrap()];
+    args.extend_from_slice(dara_options);
+    args.extend_from_slice(&["--", "redis-server", "--port", &port_arg, "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]);
+    let server = Command::new(env!("CARGO_BIN_EXE_dara-trace")).args(&args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let started = Instant::now();
     while redis_cli(port, &["ping"]) != "PONG" {
         assert!(started.elapsed() < Duration::from_secs(30), "redis-server under dara-trace did not answer");
         std::thread::sleep(Duration::from_millis(50));
     }
+    server
+}
+
+#[test]
+fn redis_recorded_under_redis_benchmark_replays_offline() {
+    let port = free_ports(1);
+    let out = out_dir("redis_outside");
+    let mut server = recorded_redis(&out, port, &[]);
     let bench = Command::new("redis-benchmark").args(["-p", &port.to_string(), "-n", "300", "-c", "4", "-t", "set,get,incr,lpush", "-q"]).output().unwrap();
     assert!(bench.status.success(), "{}", String::from_utf8_lossy(&bench.stderr));
     assert_eq!(redis_cli(port, &["set", "dara", "recorded"]), "OK");
@@ -68,18 +73,7 @@ fn redis_recorded_under_redis_benchmark_replays_offline() {
 fn redis_recorded_with_host_pids_replays_in_a_namespace() {
     let port = free_ports(1);
     let out = out_dir("redis_host_pids");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_dara-trace"))
-        .args(["-q", "--host-pids", "-o", out.to_str().unwrap(), "--", "redis-server", "--port", &port.to_string(), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while redis_cli(port, &["ping"]) != "PONG" {
-        assert!(started.elapsed() < Duration::from_secs(30), "redis-server under dara-trace did not answer");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut server = recorded_redis(&out, port, &["--host-pids"]);
     for i in 0..30 {
         assert_eq!(redis_cli(port, &["set", &format!("k{i}"), "v"]), "OK");
     }
