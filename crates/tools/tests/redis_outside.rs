@@ -31,21 +31,31 @@ fn recorded_redis(out: &std::path::Path, port: u16, dara_options: &[&str]) -> st
     server
 }
 
+/// redis-benchmark's SET, GET, INCR and LPUSH, 300 requests each from 4 clients.
+fn benchmark(port: u16) {
+    let bench = Command::new("redis-benchmark").args(["-p", &port.to_string(), "-n", "300", "-c", "4", "-t", "set,get,incr,lpush", "-q"]).output().unwrap();
+    assert!(bench.status.success(), "{}", String::from_utf8_lossy(&bench.stderr));
+}
+
+/// SHUTDOWN NOSAVE, and dara-trace ends with status 0.
+fn shut_down(server: &mut std::process::Child, port: u16) {
+    redis_cli(port, &["shutdown", "nosave"]);
+    let Some(status) = wait_at_most(server, Duration::from_secs(30)) else {
+        let _ = server.kill();
+        panic!("dara-trace did not end after SHUTDOWN");
+    };
+    assert_eq!(status.code(), Some(0));
+}
+
 #[test]
 fn redis_recorded_under_redis_benchmark_replays_offline() {
     let port = free_ports(1);
     let out = out_dir("redis_outside");
     let mut server = recorded_redis(&out, port, &[]);
-    let bench = Command::new("redis-benchmark").args(["-p", &port.to_string(), "-n", "300", "-c", "4", "-t", "set,get,incr,lpush", "-q"]).output().unwrap();
-    assert!(bench.status.success(), "{}", String::from_utf8_lossy(&bench.stderr));
+    benchmark(port);
     assert_eq!(redis_cli(port, &["set", "dara", "recorded"]), "OK");
     assert_eq!(redis_cli(port, &["get", "dara"]), "recorded");
-    redis_cli(port, &["shutdown", "nosave"]);
-    let Some(status) = wait_at_most(&mut server, Duration::from_secs(30)) else {
-        let _ = server.kill();
-        panic!("dara-trace did not end after SHUTDOWN");
-    };
-    assert_eq!(status.code(), Some(0));
+    shut_down(&mut server, port);
 
     let trace_path = out.join("trace.bin");
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
@@ -77,14 +87,8 @@ fn redis_recorded_with_host_pids_replays_in_a_namespace() {
     for i in 0..30 {
         assert_eq!(redis_cli(port, &["set", &format!("k{i}"), "v"]), "OK");
     }
-    let bench = Command::new("redis-benchmark").args(["-p", &port.to_string(), "-n", "300", "-c", "4", "-t", "set,get,incr,lpush", "-q"]).output().unwrap();
-    assert!(bench.status.success(), "{}", String::from_utf8_lossy(&bench.stderr));
-    redis_cli(port, &["shutdown", "nosave"]);
-    let Some(status) = wait_at_most(&mut server, Duration::from_secs(30)) else {
-        let _ = server.kill();
-        panic!("dara-trace did not end after SHUTDOWN");
-    };
-    assert_eq!(status.code(), Some(0));
+    benchmark(port);
+    shut_down(&mut server, port);
     let trace_path = out.join("trace.bin");
     let replay = dara_replay(&["-q", "--verify", trace_path.to_str().unwrap()], Duration::from_secs(300));
     assert_eq!(replay.code, 0, "{}", replay.text());
