@@ -176,7 +176,6 @@ real_functions! {
     fn sigwait(set: *const sigset_t, sig: *mut c_int) -> c_int;
     fn pthread_sigmask(how: c_int, set: *const sigset_t, old: *mut sigset_t) -> c_int;
     fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
-    fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t;
     fn kill(pid: pid_t, sig: c_int) -> c_int;
 
     fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
