@@ -25,7 +25,7 @@ pub struct OutsideEvent {
 /// input before its next decision, and dara may notice the two in either order.
 pub fn in_step_order(events: &[OutsideEvent]) -> Vec<OutsideEvent> {
     let mut sorted = events.to_vec();
-    sorted.sort_by_key(|e| (e.step, !matches!(e.what, OutsideWhat::Signal(_)), e.stream, e.what.is_output()));
+    sorted.sort_by_key(|e| (e.step, !e.what.is_signal(), e.stream, e.what.is_output()));
     sorted
 }
 
@@ -45,8 +45,15 @@ pub enum OutsideWhat {
     Output(Vec<u8>),
     /// The program closed or shut down its sending side (compared in a replay).
     OutputClosed,
-    /// A signal `dara-trace` received and passed on to every traced process.
+    /// A signal `dara-trace` received and passed on to every traced process (stream 0), or one a
+    /// process outside sent straight to the thread `stream - 1`, which found it pending when it
+    /// came back from its grant at the event's step (a replay sends it after that step's decision,
+    /// before the grant).
     Signal(i32),
+    /// A signal a process outside sent straight to the thread `stream - 1` that ended the thread's
+    /// wait: the event's step granted that thread's `Interrupt`, offered because the signal was
+    /// pending. A replay sends it before that step's decision, so that it is offered again.
+    SignalEndingWait(i32),
     /// Bytes dara-trace read on its stdin, now in the program's stdin pipe.
     Stdin(Vec<u8>),
     /// dara-trace's stdin ended: the program reads end-of-file once the pipe is empty.
@@ -78,10 +85,23 @@ impl OutsideWhat {
         matches!(self, OutsideWhat::Output(_) | OutsideWhat::OutputClosed | OutsideWhat::DatagramOutput(_))
     }
 
+    /// The signal's number, for a signal from outside (passed on, or sent straight to a thread).
+    pub fn signal(&self) -> Option<i32> {
+        match self {
+            OutsideWhat::Signal(s) | OutsideWhat::SignalEndingWait(s) => Some(*s),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a signal from outside, passed on or sent straight to a thread.
+    pub fn is_signal(&self) -> bool {
+        self.signal().is_some()
+    }
+
     /// Whether this is something an outside peer brought (a client, its bytes or end, a
     /// datagram sender and its datagrams, stdin); not a signal, an output or a clock move.
     pub fn is_input(&self) -> bool {
-        !self.is_output() && !matches!(self, OutsideWhat::Signal(_) | OutsideWhat::Clock(_) | OutsideWhat::Dial { .. } | OutsideWhat::NameLookup { .. })
+        !self.is_output() && !self.is_signal() && !matches!(self, OutsideWhat::Clock(_) | OutsideWhat::Dial { .. } | OutsideWhat::NameLookup { .. })
     }
 }
 
@@ -121,6 +141,7 @@ pub fn describe_event(e: &OutsideEvent) -> String {
         OutsideWhat::OutputClosed => format!("the program to close its side ({at})"),
         OutsideWhat::Signal(s) if e.stream == 0 => format!("signal {s} passed on at step {}", e.step),
         OutsideWhat::Signal(s) => format!("signal {s} sent to thread {} with the grant of step {}", e.stream - 1, e.step),
+        OutsideWhat::SignalEndingWait(s) => format!("signal {s} sent to thread {}, ending its wait at step {}", e.stream.saturating_sub(1), e.step),
         OutsideWhat::Stdin(b) => format!("{} bytes {} on stdin at step {}", b.len(), shown(b), e.step),
         OutsideWhat::StdinClosed => format!("stdin to end at step {}", e.step),
         OutsideWhat::Peer { socket, .. } => format!("an outside peer to send to UDP socket {socket} (at step {}, outside peer {})", e.step, e.stream),

@@ -147,6 +147,7 @@ fn outside_line(e: &dara_model::outside::OutsideEvent) -> Option<String> {
         OutputClosed => format!("c{} sees the program close", e.stream),
         Signal(s) if e.stream == 0 => format!("signal {} to every process", dara_model::outcome::signal_name(*s)),
         Signal(s) => format!("signal {} from outside to thread {} (with its next grant)", dara_model::outcome::signal_name(*s), e.stream - 1),
+        SignalEndingWait(s) => format!("signal {} from outside to thread {}, ending its wait", dara_model::outcome::signal_name(*s), e.stream.saturating_sub(1)),
         Stdin(b) => format!("stdin {}", bytes(b)),
         StdinClosed => "stdin ends".to_string(),
         Peer { socket, peer: Some(peer) } => format!("d{} sends to UDP socket {socket} from {peer}", e.stream),

@@ -104,7 +104,7 @@ fn mariadbd_under_outside_clients_stopped_by_an_outside_sigterm_records_and_repl
     let t = dara_scheduler::trace::read_file(&trace).unwrap();
     let connects = t.outside.iter().filter(|e| matches!(e.what, OutsideWhat::Connect { .. })).count();
     assert!(connects >= 3, "every client's connection was recorded: {connects}");
-    assert!(t.outside.iter().any(|e| e.what == OutsideWhat::Signal(libc::SIGTERM)), "the SIGTERM from outside was recorded");
+    assert!(t.outside.iter().any(|e| e.what.signal() == Some(libc::SIGTERM)), "the SIGTERM from outside was recorded");
     assert!(threads_created(&trace) >= 5, "InnoDB's and the server's threads ran under control");
     replays_identically(&trace);
     assert!(mariadbd_processes(port).is_empty(), "a mariadbd survived");

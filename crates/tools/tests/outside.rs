@@ -665,7 +665,7 @@ fn a_signal_sent_straight_to_the_server_is_recorded_and_replayed() {
     assert_eq!(run.code, 0, "{}", run.text());
     assert!(run.stdout.contains("signal 15"), "{}", run.text());
     let trace = dara_scheduler::trace::read_file(&trace_path).unwrap();
-    let direct = trace.outside.iter().filter(|e| e.what == OutsideWhat::Signal(libc::SIGTERM) && e.stream != 0).count();
+    let direct = trace.outside.iter().filter(|e| e.what.signal() == Some(libc::SIGTERM) && e.stream != 0).count();
     assert_eq!(direct, 1, "{:?}", trace.outside);
     replays_as_recorded(&trace_path, 5, "signal 15");
     let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));

@@ -350,6 +350,43 @@ fn a_signal_from_outside_to_a_computing_program_is_recorded_at_its_next_step() {
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }
 
+/// A recorded program that sleeps a microsecond at a time gets SIGUSR1 from outside every
+/// millisecond until it has counted 60. A signal that reaches it parked in its sleep after dara
+/// last looked is let through after the sleep's timeout is granted; one dara saw pending ends the
+/// sleep. The recording tells the two apart and the replay sends each where it came, so
+/// `--verify` holds. Before, every such signal was sent before its step's decision, which then
+/// offered an interrupt where the recording had granted the timeout: "DIVERGED at step 4170".
+#[test]
+fn signals_from_outside_reaching_a_thread_in_its_timed_waits_replay_where_they_came() {
+    let program = private_copy(&fixture("sig_timed_waits"), "sig_timed_waits");
+    let out = out_dir("sig-timed-waits");
+    let (mut run, mut said, line) = recording_that_said(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], std::process::Stdio::null());
+    assert_eq!(line, "sleeping\n");
+    let pids = processes_with(&[program.to_str().unwrap()]).into_iter().filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default().trim() == "sig_timed_waits").collect::<Vec<_>>();
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let started = std::time::Instant::now();
+    // SAFETY: signalling the program this test started (through dara-trace), while it lives.
+    while unsafe { libc::kill(pids[0] as i32, libc::SIGUSR1) } == 0 && started.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let status = wait_at_most(&mut run, Duration::from_secs(60)).expect("dara-trace ends with the program");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
+    assert_eq!(status.code(), Some(0), "{rest} {stderr}");
+    assert!(rest.contains("counted 60 signals in"), "{rest} {stderr}");
+    let trace_path = out.join("trace.bin");
+    let recorded = trace::read_file(&trace_path).unwrap();
+    let to_thread = recorded.outside.iter().filter(|e| e.stream != 0 && e.what.signal() == Some(libc::SIGUSR1)).count();
+    assert!(to_thread >= 60, "every SIGUSR1 the program counted is recorded with a grant: {to_thread}");
+    let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(180));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains(rest.lines().last().unwrap()) && verify.stdout.contains("verify: 2 more executions identical"), "{rest}\n{}", verify.text());
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
 /// A program that catches SIGINT and SIGCHLD and blocks SIGUSR1 execs another (itself, and a
 /// static build of itself that dara's ptrace agent runs): the new image starts with SIGUSR1
 /// blocked and nothing else, as with the kernel alone, in every execution; replay verifies.

@@ -32,7 +32,7 @@ pub use writer::{decision_bytes, encode, write_file, write_private, PRIVATE_MODE
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"DARATRC\0";
 /// Version of the layout described in docs/trace-format.md.
-pub const FORMAT_VERSION: u32 = 12;
+pub const FORMAT_VERSION: u32 = 13;
 /// Largest header JSON a reader accepts (and a writer produces).
 pub const MAX_HEADER_BYTES: u32 = 1 << 20;
 /// Largest trace file a reader takes. Files are read whole, so this bounds what reading one
@@ -67,6 +67,7 @@ pub(crate) const OUTSIDE_RESET: u8 = 11;
 pub(crate) const OUTSIDE_CLOCK: u8 = 12;
 pub(crate) const OUTSIDE_DIAL: u8 = 13;
 pub(crate) const OUTSIDE_NAME_LOOKUP: u8 = 14;
+pub(crate) const OUTSIDE_SIGNAL_ENDING_WAIT: u8 = 15;
 /// The smallest encoded outside event (step delta, kind, stream), and the most bytes one carries.
 pub(crate) const MIN_OUTSIDE_BYTES: usize = 3;
 pub(crate) const MAX_OUTSIDE_BYTES: usize = 64 << 20;

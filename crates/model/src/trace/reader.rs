@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use crate::choice::{Choice, ChoiceKind};
 use crate::outcome::Outcome;
 use crate::outside::{OutsideEvent, OutsideWhat};
-use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET, OUTSIDE_CLOCK, OUTSIDE_DIAL, OUTSIDE_NAME_LOOKUP};
+use super::{MAX_OUTSIDE_BYTES, MIN_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET, OUTSIDE_CLOCK, OUTSIDE_DIAL, OUTSIDE_NAME_LOOKUP, OUTSIDE_SIGNAL_ENDING_WAIT};
 
 /// Reads and decodes the trace at `path`: a regular file or a pipe (`<(...)`), of at most
 /// [`MAX_TRACE_BYTES`]. A device (`/dev/zero`, which never ends) or a directory is refused
@@ -165,6 +165,7 @@ fn decode_outside(c: &mut Cursor<'_>) -> Result<Vec<OutsideEvent>, TraceError> {
             OUTSIDE_OUTPUT => OutsideWhat::Output(bytes(c)?),
             OUTSIDE_OUTPUT_CLOSED => OutsideWhat::OutputClosed,
             OUTSIDE_SIGNAL => OutsideWhat::Signal(c.varint_u32(&field("signal"))? as i32),
+            OUTSIDE_SIGNAL_ENDING_WAIT => OutsideWhat::SignalEndingWait(c.varint_u32(&field("signal"))? as i32),
             OUTSIDE_STDIN => OutsideWhat::Stdin(bytes(c)?),
             OUTSIDE_STDIN_CLOSED => OutsideWhat::StdinClosed,
             OUTSIDE_PEER => {

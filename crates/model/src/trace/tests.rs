@@ -137,6 +137,8 @@ fn sample_outside() -> Vec<crate::outside::OutsideEvent> {
     use crate::outside::{OutsideEvent, OutsideWhat::*};
     vec![
         OutsideEvent { step: 0, stream: 0, what: Signal(2) },
+        OutsideEvent { step: 2, stream: 1, what: Signal(15) },
+        OutsideEvent { step: 2, stream: 3, what: SignalEndingWait(10) },
         OutsideEvent { step: 3, stream: 0, what: Connect { listener: 1, peer: Some(([192, 0, 2, 7], 40_000).into()) } },
         OutsideEvent { step: 3, stream: 1, what: Connect { listener: 0, peer: None } },
         OutsideEvent { step: 3, stream: 0, what: Data(b"GET /\r\n\r\n".to_vec()) },
@@ -407,6 +409,8 @@ fn foreign_and_future_files() {
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 5, expected: FORMAT_VERSION, .. })), "version 5 (timers fired at any step, no env_left_out) is refused");
     b[8..12].copy_from_slice(&6u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 6, expected: FORMAT_VERSION, .. })), "version 6 (no interrupt choices) is refused");
+    b[8..12].copy_from_slice(&12u32.to_le_bytes());
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 12, expected: FORMAT_VERSION, .. })), "version 12 (signals to a thread all sent before the decision) is refused");
     b[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 0, .. })));
 

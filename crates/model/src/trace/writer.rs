@@ -14,7 +14,7 @@ use super::{
     fnv1a64, ProcessCoverage, ProcessId, Step, Trace, TraceError, FORMAT_VERSION, KIND_FAULT, KIND_INTERRUPT, KIND_RUN, KIND_TIMEOUT, MAGIC, MAX_HEADER_BYTES,
     MAX_OUTCOME_BYTES, RESULT_BLOCKED, RESULT_GRANTED,
 };
-use super::{MAX_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET, OUTSIDE_CLOCK, OUTSIDE_DIAL, OUTSIDE_NAME_LOOKUP};
+use super::{MAX_OUTSIDE_BYTES, OUTSIDE_CLOSE, OUTSIDE_CONNECT, OUTSIDE_DATA, OUTSIDE_OUTPUT, OUTSIDE_OUTPUT_CLOSED, OUTSIDE_SIGNAL, OUTSIDE_STDIN, OUTSIDE_STDIN_CLOSED, OUTSIDE_PEER, OUTSIDE_DATAGRAM, OUTSIDE_DATAGRAM_OUTPUT, OUTSIDE_RESET, OUTSIDE_CLOCK, OUTSIDE_DIAL, OUTSIDE_NAME_LOOKUP, OUTSIDE_SIGNAL_ENDING_WAIT};
 use crate::choice::ChoiceKind;
 use crate::outside::{OutsideEvent, OutsideWhat};
 
@@ -196,6 +196,7 @@ fn put_outside(out: &mut Vec<u8>, events: &[OutsideEvent]) {
             OutsideWhat::Output(b) => (OUTSIDE_OUTPUT, None, Some(b)),
             OutsideWhat::OutputClosed => (OUTSIDE_OUTPUT_CLOSED, None, None),
             OutsideWhat::Signal(s) => (OUTSIDE_SIGNAL, Some(*s as u64), None),
+            OutsideWhat::SignalEndingWait(s) => (OUTSIDE_SIGNAL_ENDING_WAIT, Some(*s as u64), None),
             OutsideWhat::Stdin(b) => (OUTSIDE_STDIN, None, Some(b)),
             OutsideWhat::StdinClosed => (OUTSIDE_STDIN_CLOSED, None, None),
             OutsideWhat::Peer { socket, peer: addr } => {

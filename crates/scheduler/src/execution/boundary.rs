@@ -44,6 +44,37 @@ pub(super) struct Boundary<S: Side> {
 }
 
 impl<S: Side> Boundary<S> {
+    /// Replay: sends each signal recorded with the grant of `step` (those that ended the thread's
+    /// wait, or the others) to its thread. True when one was sent.
+    fn send_grant_signals(&mut self, ex: &mut Execution<'_>, step: u64, ending_wait: bool) -> bool {
+        let signals = self.relay.signals_with_grant(step, ending_wait);
+        for &(thread, sig) in &signals {
+            let (pid, tid) = (ex.processes.pid_of(thread as ThreadId), ex.region.slot(thread as usize).tid.load(Ordering::Acquire));
+            procfs::thread_signal(pid, tid, sig);
+            if let Some(process) = ex.processes.of(thread as ThreadId) {
+                ex.processes.deaths.note_passed_on(process, sig); // as the recording noted it
+            }
+        }
+        !signals.is_empty()
+    }
+
+    /// Once an outside peer has brought input, a recording brings the program's clock up to real
+    /// time whenever it has fallen more than a millisecond behind (a step costs 1 µs of virtual
+    /// time and tens of real ones, so a busy server's clock fell far behind: `iperf3 -s` reported
+    /// 423 MB received in 0.00 s), and records the move; its replay makes the same move at the
+    /// same step. Made after the decision, before it is applied: what was enabled for it does not
+    /// depend on the move. Until then (a recording nobody outside talked to, or its part before
+    /// the first client) virtual time goes alone, so that the same seed gives the same run.
+    fn keep_pace(&mut self, ex: &mut Execution<'_>, step: u64) {
+        if !self.heard_from_outside {
+            self.heard_from_outside = self.relay.live() && self.relay.events().iter().any(|e| e.what.is_input());
+        }
+        let real_ns = if self.heard_from_outside && self.relay.may_receive() { self.pace.real_ns() } else { 0 };
+        if let Some(ns) = self.relay.pace(step, ex.model.now(), real_ns) {
+            ex.model.advance_clock(ns);
+        }
+    }
+
     pub(super) fn new(relay: Relay<S>) -> Boundary<S> {
         Boundary { relay, relayed_count: 0, pace: TimerPace::new(), idle_since: None, heard_from_outside: false }
     }
@@ -156,44 +187,29 @@ impl<S: Side> World for Boundary<S> {
         }
     }
 
-    /// Replay: sends the signals that reached a thread from outside with its grant of `step` in
-    /// the recording, before that step's decision: the thread, parked and blocking them, lets
-    /// them through as it comes back from the grant, as it did then. Sent before the decision
-    /// because one may be what ended its wait (an `Interrupt` choice, offered only for a signal
-    /// that is pending). A recording notes here when its timers were armed, in real time (see
-    /// [`TimerPace`]).
+    /// Replay: sends the signals from outside that ended a thread's wait with its grant of `step`
+    /// in the recording, before that step's decision: the thread, parked and blocking them, was
+    /// offered its `Interrupt` because one was pending, and is again. A recording notes here when
+    /// its timers were armed, in real time (see [`TimerPace`]).
     fn before_decision(&mut self, ex: &mut Execution<'_>, step: u64) {
         if self.relay.live() {
             self.pace.note(&ex.model);
         }
-        let signals = self.relay.signals_before(step);
-        for &(thread, sig) in &signals {
-            let (pid, tid) = (ex.processes.pid_of(thread as ThreadId), ex.region.slot(thread as usize).tid.load(Ordering::Acquire));
-            procfs::thread_signal(pid, tid, sig);
-            if let Some(process) = ex.processes.of(thread as ThreadId) {
-                ex.processes.deaths.note_passed_on(process, sig); // as the recording noted it
-            }
-        }
-        if !signals.is_empty() {
+        if self.send_grant_signals(ex, step, true) {
             ex.signals_may_be_pending();
         }
     }
 
-    /// Once an outside peer has brought input, a recording brings the program's clock up to real
-    /// time whenever it has fallen more than a millisecond behind (a step costs 1 µs of virtual
-    /// time and tens of real ones, so a busy server's clock fell far behind: `iperf3 -s` reported
-    /// 423 MB received in 0.00 s), and records the move; its replay makes the same move at the
-    /// same step. Made after the decision, before it is applied: what was enabled for it does not
-    /// depend on the move. Until then (a recording nobody outside talked to, or its part before
-    /// the first client) virtual time goes alone, so that the same seed gives the same run.
-    fn keep_pace(&mut self, ex: &mut Execution<'_>, step: u64) {
-        if !self.heard_from_outside {
-            self.heard_from_outside = self.relay.live() && self.relay.events().iter().any(|e| e.what.is_input());
-        }
-        let real_ns = if self.heard_from_outside && self.relay.may_receive() { self.pace.real_ns() } else { 0 };
-        if let Some(ns) = self.relay.pace(step, ex.model.now(), real_ns) {
-            ex.model.advance_clock(ns);
-        }
+    /// The decision of `step` is made: the recording may bring the clock up to real time (see
+    /// [`Boundary::keep_pace`]), and a replay sends the other signals that reached the granted
+    /// thread from outside with this grant. In the recording such a signal came while the
+    /// thread was parked, too late for the scheduler to see it before it decided (a timed wait
+    /// granted its timeout just as the signal came); sent before the decision it would end the
+    /// wait instead. Sent now, the thread finds it pending as it comes back from the grant, as it
+    /// did then.
+    fn before_grant(&mut self, ex: &mut Execution<'_>, step: u64) {
+        self.keep_pace(ex, step);
+        self.send_grant_signals(ex, step, false);
     }
 
     /// Recording: when nothing can run now but an outside peer may still bring input, waits for
@@ -298,11 +314,11 @@ impl<S: Side> World for Boundary<S> {
 
     /// A recording records a signal from outside, to be sent to the same thread with the same
     /// grant in its replay; a replay has nobody outside.
-    fn signal_from_outside(&mut self, step: u64, thread: ThreadId, sig: i32) -> bool {
+    fn signal_from_outside(&mut self, step: u64, thread: ThreadId, sig: i32, ending_wait: bool) -> bool {
         if !self.relay.live() {
             return false;
         }
-        self.relay.signal_with_grant(step, thread, sig);
+        self.relay.signal_with_grant(step, thread, sig, ending_wait);
         true
     }
 
@@ -419,7 +435,8 @@ impl Execution<'_> {
             return None;
         }
         let step = (self.steps.len() as u64).saturating_sub(1);
-        if self.with_world(|world, _| world.signal_from_outside(step, thread, sig)) {
+        let ending_wait = self.steps.last().is_some_and(|s| s.choice.thread == thread && s.choice.kind == ChoiceKind::Interrupt);
+        if self.with_world(|world, _| world.signal_from_outside(step, thread, sig, ending_wait)) {
             if let Some(process) = self.processes.of(thread) {
                 self.processes.deaths.note_passed_on(process, sig); // a stop asked from outside
             }

@@ -170,7 +170,7 @@ impl<'a> Execution<'a> {
         let choice = self.choose(decide, &choices)?;
         self.pause_if_asked(&choice);
         let step = self.steps.len() as u64;
-        self.with_world(|world, ex| world.keep_pace(ex, step));
+        self.with_world(|world, ex| world.before_grant(ex, step));
         self.apply(choice)
     }
 

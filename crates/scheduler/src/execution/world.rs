@@ -94,12 +94,13 @@ pub(super) trait World {
         Advance::End(Outcome::RanFor { virtual_ns: end })
     }
 
-    /// Just before the choices of `step` are taken (a replay's signals that came with a grant).
+    /// Just before the choices of `step` are taken (a replay's signals that ended a wait).
     fn before_decision(&mut self, _ex: &mut Execution<'_>, _step: u64) {}
 
     /// The decision of `step` is made and about to be applied: a recording may bring the clock
-    /// up to real time here, and its replay moves it the same (see `Boundary`).
-    fn keep_pace(&mut self, _ex: &mut Execution<'_>, _step: u64) {}
+    /// up to real time here, and its replay moves it the same and sends the signals from
+    /// outside that came with this grant (see `Boundary`).
+    fn before_grant(&mut self, _ex: &mut Execution<'_>, _step: u64) {}
 
     /// Nothing but timers can run (`choices`): wait for input from the world? Ok(true) when
     /// something came (look again), Ok(false) to decide now.
@@ -165,9 +166,10 @@ pub(super) trait World {
     /// `process` closed descriptor `fd`.
     fn closed(&mut self, _process: ProcessId, _fd: i32) {}
 
-    /// A signal from a process dara does not trace reached `thread` with the grant of `step`:
-    /// true if the world takes it as input (a recording), false if it is uncontrolled.
-    fn signal_from_outside(&mut self, _step: u64, _thread: ThreadId, _sig: i32) -> bool {
+    /// A signal from a process dara does not trace reached `thread` with the grant of `step`
+    /// (`ending_wait`: that grant was the thread's interrupt, which the signal caused): true if
+    /// the world takes it as input (a recording), false if it is uncontrolled.
+    fn signal_from_outside(&mut self, _step: u64, _thread: ThreadId, _sig: i32, _ending_wait: bool) -> bool {
         false
     }
 

@@ -28,9 +28,10 @@ pub trait Side: Sized {
         false
     }
 
-    /// The signals, as (thread, signal), to send before the decision of `step` (a replay's,
-    /// which reached that thread with that grant in the recording).
-    fn grant_signals(&mut self, _step: u64) -> Vec<(u32, i32)> {
+    /// The signals, as (thread, signal), that reached that thread with the grant of `step` in
+    /// the recording (a replay's): those that ended the thread's wait (`ending_wait`, sent before
+    /// the decision), or the others (sent after it).
+    fn grant_signals(&mut self, _step: u64, _ending_wait: bool) -> Vec<(u32, i32)> {
         Vec::new()
     }
 
@@ -123,8 +124,10 @@ impl Side for Recorder {
 pub struct Replayer {
     inputs: VecDeque<OutsideEvent>,
     signals: VecDeque<OutsideEvent>,
-    /// Signals sent to one thread with one grant (`stream` = thread + 1).
+    /// Signals sent to one thread with one grant (`stream` = thread + 1), found pending after it.
     grant_signals: VecDeque<OutsideEvent>,
+    /// Signals sent to one thread that ended its wait with the grant of their step.
+    wait_ending_signals: VecDeque<OutsideEvent>,
     outputs: VecDeque<OutsideEvent>,
     /// The recording's clock moves.
     clocks: VecDeque<OutsideEvent>,
@@ -140,9 +143,19 @@ impl Replayer {
         let (clocks, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::Clock(_)));
         let (dials, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::Dial { .. }));
         let (lookups, rest): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::NameLookup { .. }));
-        let (signals, inputs): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| matches!(e.what, OutsideWhat::Signal(_)));
+        let (signals, inputs): (Vec<_>, Vec<_>) = rest.into_iter().partition(|e| e.what.is_signal());
+        let (wait_ending_signals, signals): (Vec<_>, Vec<_>) = signals.into_iter().partition(|e| matches!(e.what, OutsideWhat::SignalEndingWait(_)));
         let (grant_signals, signals): (Vec<_>, Vec<_>) = signals.into_iter().partition(|e| e.stream != 0);
-        Replayer { inputs: inputs.into(), signals: signals.into(), grant_signals: grant_signals.into(), outputs: outputs.into(), clocks: clocks.into(), dials: dials.into(), lookups: lookups.into() }
+        Replayer {
+            inputs: inputs.into(),
+            signals: signals.into(),
+            grant_signals: grant_signals.into(),
+            wait_ending_signals: wait_ending_signals.into(),
+            outputs: outputs.into(),
+            clocks: clocks.into(),
+            dials: dials.into(),
+            lookups: lookups.into(),
+        }
     }
 }
 
@@ -160,13 +173,14 @@ impl Side for Replayer {
         found
     }
 
-    fn grant_signals(&mut self, step: u64) -> Vec<(u32, i32)> {
+    fn grant_signals(&mut self, step: u64, ending_wait: bool) -> Vec<(u32, i32)> {
+        let queue = if ending_wait { &mut self.wait_ending_signals } else { &mut self.grant_signals };
         let mut found = Vec::new();
-        while let Some(e) = self.grant_signals.front().filter(|e| e.step <= step) {
-            if let (true, OutsideWhat::Signal(s)) = (e.step == step && e.stream > 0, &e.what) {
+        while let Some(e) = queue.front().filter(|e| e.step <= step) {
+            if let (true, OutsideWhat::Signal(s) | OutsideWhat::SignalEndingWait(s)) = (e.step == step && e.stream > 0, &e.what) {
                 found.push((e.stream - 1, *s));
             }
-            self.grant_signals.pop_front();
+            queue.pop_front();
         }
         found
     }
@@ -240,7 +254,7 @@ impl Side for Replayer {
     /// the program to close its side (...); the run offered nothing more: it ended after 59 steps
     /// without sending it`).
     fn unused(&self, steps: u64) -> Option<(u64, String, String)> {
-        let e = self.outputs.front().or_else(|| self.inputs.front()).or_else(|| self.signals.front()).or_else(|| self.grant_signals.front()).or_else(|| self.dials.front()).or_else(|| self.lookups.front())?;
+        let e = self.outputs.front().or_else(|| self.inputs.front()).or_else(|| self.signals.front()).or_else(|| self.grant_signals.front()).or_else(|| self.wait_ending_signals.front()).or_else(|| self.dials.front()).or_else(|| self.lookups.front())?;
         let what = match e.what {
             OutsideWhat::Dial { .. } => "without connecting",
             OutsideWhat::NameLookup { .. } => "without looking the name up",
@@ -312,7 +326,7 @@ impl Relay<Replayer> {
                 };
                 self.to_program_datagram(step, peer, bytes.clone(), net);
             }
-            OutsideWhat::Signal(_) | OutsideWhat::Output(_) | OutsideWhat::OutputClosed | OutsideWhat::DatagramOutput(_) | OutsideWhat::Clock(_) | OutsideWhat::Dial { .. } | OutsideWhat::NameLookup { .. } => {}
+            OutsideWhat::Signal(_) | OutsideWhat::SignalEndingWait(_) | OutsideWhat::Output(_) | OutsideWhat::OutputClosed | OutsideWhat::DatagramOutput(_) | OutsideWhat::Clock(_) | OutsideWhat::Dial { .. } | OutsideWhat::NameLookup { .. } => {}
         }
         Ok(())
     }
@@ -330,18 +344,22 @@ impl<S: Side> Relay<S> {
     }
 
     /// A signal sent to `thread` straight from outside reached it with the grant of `step`
-    /// (recording): recorded, to be sent to the same thread with the same grant in the replay.
-    pub fn signal_with_grant(&mut self, step: u64, thread: u32, sig: i32) {
-        self.events.push(OutsideEvent { step, stream: thread + 1, what: OutsideWhat::Signal(sig) });
+    /// (recording): recorded, to be sent to the same thread with the same grant in the replay,
+    /// before the decision if it ended the thread's wait (`ending_wait`: the grant was the
+    /// thread's interrupt), else after it.
+    pub fn signal_with_grant(&mut self, step: u64, thread: u32, sig: i32, ending_wait: bool) {
+        let what = if ending_wait { OutsideWhat::SignalEndingWait(sig) } else { OutsideWhat::Signal(sig) };
+        self.events.push(OutsideEvent { step, stream: thread + 1, what });
     }
 
-    /// Replay: the signals to send, as (thread, signal), before the decision of `step`: those
-    /// that reached the thread granted at `step` in the recording (see
-    /// [`Relay::signal_with_grant`]).
-    pub fn signals_before(&mut self, step: u64) -> Vec<(u32, i32)> {
-        let found = self.side.grant_signals(step);
+    /// Replay: the signals to send, as (thread, signal), that reached the thread granted at
+    /// `step` in the recording (see [`Relay::signal_with_grant`]): those that ended its wait,
+    /// to be sent before the decision (`ending_wait`), or the others, after it.
+    pub fn signals_with_grant(&mut self, step: u64, ending_wait: bool) -> Vec<(u32, i32)> {
+        let found = self.side.grant_signals(step, ending_wait);
         for &(thread, s) in &found {
-            self.events.push(OutsideEvent { step, stream: thread + 1, what: OutsideWhat::Signal(s) });
+            let what = if ending_wait { OutsideWhat::SignalEndingWait(s) } else { OutsideWhat::Signal(s) };
+            self.events.push(OutsideEvent { step, stream: thread + 1, what });
         }
         found
     }
