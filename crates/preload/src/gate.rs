@@ -208,8 +208,9 @@ impl Gated {
             let code = info[1] as u32 as i32;
             let sender = info[2] as u32;
             let value = if code == libc::SI_QUEUE { info[3] } else { 0 };
-            if code <= 0 {
-                // Sent by a process (kill, sigqueue, tgkill), not raised by the kernel.
+            if code <= 0 && code != libc::SI_TIMER {
+                // Sent by a process (kill, sigqueue, tgkill), not raised by the kernel or a
+                // timer (dara's, `hooks::posix_timers`, or a CPU-time one of the kernel's).
                 post_and_park(self.slot, Request::SignalArrived { signal: sig, sender, code, value });
                 handoff::resume(self.slot);
             }

@@ -190,6 +190,14 @@ real_functions! {
     fn timerfd_create(clock: clockid_t, flags: c_int) -> c_int;
     fn timerfd_settime(fd: c_int, flags: c_int, new: *const libc::itimerspec, old: *mut libc::itimerspec) -> c_int;
     fn timerfd_gettime(fd: c_int, current: *mut libc::itimerspec) -> c_int;
+    fn timer_create(clock: clockid_t, sevp: *mut libc::sigevent, id: *mut *mut c_void) -> c_int;
+    fn timer_settime(id: *mut c_void, flags: c_int, new: *const libc::itimerspec, old: *mut libc::itimerspec) -> c_int;
+    fn timer_gettime(id: *mut c_void, current: *mut libc::itimerspec) -> c_int;
+    fn timer_getoverrun(id: *mut c_void) -> c_int;
+    fn timer_delete(id: *mut c_void) -> c_int;
+    fn setitimer(which: c_int, new: *const libc::itimerval, old: *mut libc::itimerval) -> c_int;
+    fn getitimer(which: c_int, current: *mut libc::itimerval) -> c_int;
+    fn alarm(seconds: c_uint) -> c_uint;
     fn accept(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
     fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t, flags: c_int) -> c_int;
     fn connect(fd: c_int, addr: *const libc::sockaddr, len: libc::socklen_t) -> c_int;

@@ -26,6 +26,7 @@ pub mod net;
 pub mod output;
 pub mod outside;
 pub mod poll;
+pub mod posix_timers;
 pub mod popen;
 pub mod process;
 pub mod random;
