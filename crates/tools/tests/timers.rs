@@ -7,7 +7,7 @@
 //! its work ends is a tie, found and replayed, and its twin with a margin is clean (unless a pause
 //! fault makes the worker slow); POSIX timers, `setitimer` and `alarm` fire on the virtual clock
 //! (every kind of notification), replay, and a search of them is clean and repeats; coreutils'
-//! `timeout` kills on the virtual clock.
+//! `timeout` kills on the virtual clock; Python's alarms come on it.
 mod common;
 
 use std::time::Duration;
@@ -276,4 +276,19 @@ fn coreutils_timeout_kills_on_the_virtual_clock() {
     assert!(run.stderr.contains("no bug found in 3 executions"), "{}", run.text());
     let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(verify.code, 0, "{}", verify.text());
+}
+
+/// Python's `signal.setitimer` and `signal.alarm`, waited for with `signal.pause`: the alarms
+/// come exactly on the virtual clock in every execution of a search and in the replay.
+#[test]
+fn python_alarms_come_on_the_virtual_clock() {
+    let script = private_copy(&repo_root().join("tests/fixtures/python/itimer_alarms.py"), "python-itimer");
+    let out = out_dir("python-itimer");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--runs", "3", "--", "/usr/bin/python3", script.to_str().unwrap()], Duration::from_secs(300));
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert_eq!(run.stdout.matches("setitimer: 4 alarms in 0.200 s").count(), 3, "{}", run.text());
+    assert_eq!(run.stdout.matches("alarm: after 1.000 s").count(), 3, "{}", run.text());
+    let verify = dara_replay(&["--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("alarm: after 1.000 s") && verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
 }
