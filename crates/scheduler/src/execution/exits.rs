@@ -231,6 +231,14 @@ impl Execution<'_> {
             }
             self.region.sleep(seen, Duration::from_millis(20));
         }
+        // One last look: on a loaded machine the last process may have ended during the sleep
+        // (seen as "these did not end:" naming none).
+        if let Some(outcome) = self.drain_exits() {
+            return Some(outcome);
+        }
+        if self.tree.all_gone() {
+            return Some(self.final_outcome());
+        }
         eprintln!("dara: every thread finished but these did not end: {}", self.left_over());
         Some(Outcome::Hang { reason: "every thread finished but the process did not exit".into() })
     }
