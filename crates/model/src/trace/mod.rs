@@ -32,7 +32,7 @@ pub use writer::{decision_bytes, encode, write_file, write_private, PRIVATE_MODE
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"DARATRC\0";
 /// Version of the layout described in docs/trace-format.md.
-pub const FORMAT_VERSION: u32 = 12;
+pub const FORMAT_VERSION: u32 = 13;
 /// Largest header JSON a reader accepts (and a writer produces).
 pub const MAX_HEADER_BYTES: u32 = 1 << 20;
 /// Largest trace file a reader takes. Files are read whole, so this bounds what reading one
@@ -142,6 +142,9 @@ pub struct TraceHeader {
     pub random_seed: u64,
     /// CPU count the target saw.
     pub cpus: u32,
+    /// The memory and swap totals `sysinfo` showed: the host's when dara-trace started.
+    #[serde(default)]
+    pub memory: crate::memory_totals::MemoryTotals,
     /// Bounds the execution ran under.
     pub max_steps: u64,
     pub max_vtime_ns: u64,
@@ -193,6 +196,10 @@ pub struct RecordedPids {
     /// What `getppid` gave a process whose parent was dara (the first command, and orphans,
     /// which dara adopts): dara's own pid.
     pub parent: u32,
+    /// What `getsid` gave a process in dara's session (one that did not start a session of its
+    /// own): dara's session id.
+    #[serde(default)]
+    pub session: u32,
     /// The pid or tid of every process and thread in the order they were born (the first command
     /// first; an `exec` is no birth).
     pub born: Vec<u32>,
