@@ -45,6 +45,7 @@ pub mod peer_address;
 pub mod receive_timeout;
 pub mod request;
 pub mod select_sets;
+pub mod system_info;
 pub mod transfer;
 pub mod wait_call;
 
@@ -53,7 +54,7 @@ pub use request::{Addr, CloseHow, Deadline, DecodeError, FileLockKind, HeldKind,
 /// `b"DARASHM1"` read as a little-endian integer.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DARASHM1");
 /// Bumped whenever the layout or the meaning of an op changes.
-pub const VERSION: u32 = 37;
+pub const VERSION: u32 = 38;
 /// Threads (over all processes of one execution) that can ever exist at once and over time:
 /// slots are never reused within an execution, so this bounds threads created per execution.
 pub const MAX_SLOTS: usize = 4096;
@@ -704,6 +705,13 @@ pub struct Header {
     /// whose real parent is outside the replay's PID namespace (0) or is its init (1), namely the
     /// pid its parent, dara, had in the recording. 0: the real answer. Written before the launch.
     pub parent_shown: AtomicU32,
+    /// The same replay: what `getsid` shows for a process whose session leader is outside the
+    /// replay's PID namespace (the kernel says 0), namely the session id dara had in the
+    /// recording. 0: the real answer. Written before the launch.
+    pub session_shown: AtomicU32,
+    /// The memory totals `sysinfo` shows ([`system_info`]): a snapshot of the host's taken when
+    /// dara-trace started, or the recorded one in a replay. Written before the launch.
+    pub memory: system_info::MemoryWords,
     /// Index of the decision whose grant is being handed out (written by the scheduler before
     /// each grant). Coverage receivers stamp an edge's first hit with it, which attributes new
     /// coverage to the step (and so the thread and action) that reached it.

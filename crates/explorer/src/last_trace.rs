@@ -78,6 +78,7 @@ mod tests {
             execution,
             random_seed: 2,
             cpus: 2,
+            memory: Default::default(),
             max_steps: 100,
             max_vtime_ns: 1_000,
             build_ids: vec![],

@@ -25,6 +25,7 @@ pub fn config_for(trace: &Trace, base: &ExecutionConfig) -> ExecutionConfig {
         // Variables the trace left out come from the replaying user's environment.
         env: dara_scheduler::trace::private_env::restore(&h.env, &h.env_left_out, |name| std::env::var(name).ok()),
         cpus: h.cpus,
+        memory: h.memory,
         random_seed: h.random_seed,
         max_steps: h.max_steps,
         max_vtime_ns: h.max_vtime_ns,

@@ -17,6 +17,7 @@
 //! * [`preempt`]: the `--preempt-on` settings (memory-level points, edge quanta) and the
 //!   profiling run's access profile.
 //! * [`liveness`]: the liveness walk's settings, its marks, the critical transition.
+//! * [`memory_totals`]: the memory and swap totals `sysinfo` shows, a snapshot of the host's.
 //! * [`property`]: user properties (the SDKs' `DARA_ALWAYS`, ...), their tallies and verdicts.
 //! * [`time`]: how virtual time behaves (timer policy, step cost, pause budget, run length).
 //! * [`trace`]: the `trace.bin` format (writer and a reader that never panics on bad input).
@@ -31,6 +32,7 @@ pub mod outcome;
 pub mod outside;
 pub mod preempt;
 pub mod liveness;
+pub mod memory_totals;
 pub mod property;
 pub mod time;
 pub mod trace;

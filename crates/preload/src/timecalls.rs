@@ -5,18 +5,22 @@
 //! the same clock.
 //!
 //! Two kinds of answer:
-//! * [`gated`]: clock reads (`clock_gettime`, `gettimeofday`, `time`, `times`, `getrusage`) are
-//!   `ClockRead` scheduling points and need a gated thread; on any other thread the caller runs
-//!   the real call.
+//! * [`gated`]: clock reads (`clock_gettime`, `gettimeofday`, `time`, `times`, `getrusage`,
+//!   `sysinfo` for its uptime) are `ClockRead` scheduling points and need a gated thread; on any
+//!   other thread the caller runs the real call.
 //! * [`setting`]: answers that are dara settings, the same in every run, needing no slot:
 //!   `clock_getres` of a virtual clock (1 ns: every virtual clock, coarse ones included, moves in
 //!   nanoseconds) and `getcpu` (CPU 0, node 0).
+//!
+//! `sysinfo` shows the boot-time clock as its uptime and the run's memory snapshot
+//! ([`dara_abi::system_info`] says what each field reads).
 //!
 //! CPU time (`CLOCK_*_CPUTIME_ID`, `times`, `getrusage`) reads the run's virtual time `v`: every
 //! thread and process is charged all of it, as user time; system time, children's times and
 //! the other `rusage` counters (max RSS, faults, context switches) read zero.
 //!
 //! Runs in signal context: no allocation, no locks.
+use dara_abi::system_info::{self, SysInfo};
 use libc::{c_long, timespec, timeval};
 
 use crate::gate::Gated;
@@ -98,9 +102,24 @@ pub fn gated(gate: &Gated, nr: c_long, a: [u64; 6]) -> Option<i64> {
             }
             0
         }
+        libc::SYS_sysinfo => {
+            let boottime = vclock::read(gate, ClockBase::Monotonic);
+            let totals = crate::region::header().map_or(NO_MEMORY, |h| h.memory.load());
+            // SAFETY: the program passed a struct sysinfo to fill (the kernel's layout).
+            match unsafe { user_mut::<SysInfo>(a[0]) } {
+                Some(info) => {
+                    *info = system_info::shown(totals, boottime);
+                    0
+                }
+                None => EFAULT,
+            }
+        }
         _ => return None,
     })
 }
+
+/// Memory totals when no region is mapped (a gated thread always has one).
+const NO_MEMORY: system_info::MemoryTotals = system_info::MemoryTotals { total_ram: 0, total_swap: 0, mem_unit: 1 };
 
 /// Answers a call whose result is a dara setting; `None` for a call that is not one (or a
 /// clock dara leaves alone).

@@ -56,7 +56,14 @@ const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
 ///
 /// `seccomp`, so that a program's own filter is refused (`hooks::sandbox`): stacked on dara's, it
 /// would judge the trap handler's own calls.
-const TRAPPED: [c_long; 37] = [
+///
+/// `sysinfo`, so that a raw one, and glibc's own (`get_phys_pages`, `sysconf(_SC_PHYS_PAGES)`),
+/// shows the virtual uptime and the run's memory snapshot ([`crate::timecalls`]). `getppid` and
+/// `getsid`, so that a raw one shows the recorded parent and session in the replay of a
+/// `--host-pids` recording ([`crate::hooks::process`]). Like every trapped call, one made by a
+/// new image after `execve` before the preload's constructor (the dynamic loader, a statically
+/// linked allocator's start-up) would kill the process: none is known to.
+const TRAPPED: [c_long; 40] = [
     libc::SYS_futex,
     libc::SYS_futex_waitv,
     libc::SYS_sched_yield,
@@ -69,6 +76,9 @@ const TRAPPED: [c_long; 37] = [
     libc::SYS_times,
     libc::SYS_getrusage,
     libc::SYS_getcpu,
+    libc::SYS_sysinfo,
+    libc::SYS_getppid,
+    libc::SYS_getsid,
     libc::SYS_getrandom,
     libc::SYS_pause,
     libc::SYS_fork,

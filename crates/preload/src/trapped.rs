@@ -1,9 +1,9 @@
 //! What the SIGSYS handler does with each call the syscall trap ([`crate::trap`]) catches.
 //!
 //! Some are answered whoever the thread is (`rt_sigprocmask` on the mask the handler's return
-//! restores, `close` and `close_range` of dara's descriptors, `clone3`, `io_uring_setup` and `io_setup`, the sanitizer's
+//! restores, `getppid` and `getsid` as the hooks show them, `close` and `close_range` of dara's descriptors, `clone3`, `io_uring_setup` and `io_setup`, the sanitizer's
 //! stop-the-world clone); the rest are emulated: as scheduling points for a gated thread (futex
-//! waits and wakes, sleeps, clocks, `execve`, `wait4`, reads and writes of descriptors 0 and 1,
+//! waits and wakes, sleeps, clocks and `sysinfo`, `execve`, `wait4`, reads and writes of descriptors 0 and 1,
 //! `tgkill`, `sendfile`/`splice`/`tee` on a socket or pipe, `sendmmsg`/`recvmmsg` a message at a time), as posts answered at once (the `timerfd` calls), for real otherwise. A call dara
 //! cannot honour is posted as `Unsupported` and the scheduler ends the execution ("fail closed").
 //!
@@ -110,6 +110,9 @@ fn clone3(ip: u64, a: [u64; 6]) -> i64 {
 /// Answers trapped syscall `nr` (also called by the vDSO thunks, outside any signal handler).
 pub fn emulate(nr: c_long, a: [u64; 6]) -> i64 {
     if let Some(rc) = timecalls::setting(nr, a) {
+        return rc;
+    }
+    if let Some(rc) = crate::hooks::process::trapped_identity(nr, a) {
         return rc;
     }
     match nr {

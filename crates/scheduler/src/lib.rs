@@ -15,9 +15,9 @@
 //!   of a live process (coverage areas, module maps, symbols, crash locations); [`sanitizer_options`]: the
 //!   sanitizer settings every target gets.
 //!
-//! `choice`, `cluster`, `model`, `outcome`, `preempt`, `time` and `trace` are `dara-model`'s,
+//! `choice`, `cluster`, `memory_totals`, `model`, `outcome`, `preempt`, `time` and `trace` are `dara-model`'s,
 //! re-exported so `dara_scheduler::trace` and `crate::model` keep naming them.
-pub use dara_model::{choice, cluster, model, outcome, preempt, time, trace};
+pub use dara_model::{choice, cluster, memory_totals, model, outcome, preempt, time, trace};
 pub use dara_model::{Choice, ChoiceKind, Decide, Divergence, Outcome};
 pub use dara_tracer::procfs;
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 use dara_scheduler::execution::ExecutionConfig;
+use dara_scheduler::memory_totals::MemoryTotals;
 use dara_scheduler::outside::SignalInbox;
 
 /// Set by SIGINT/SIGTERM; the scheduler polls it and ends the execution cleanly.
@@ -106,6 +107,18 @@ pub fn find_agent() -> Option<PathBuf> {
     [dir.join("dara-agent"), dir.join("../dara-agent")].into_iter().find(|p| p.is_file()).map(|p| p.canonicalize().unwrap_or(p))
 }
 
+/// The host's memory and swap totals now: the snapshot every execution of this run shows
+/// through `sysinfo` (the default, 4 GiB and no swap, if the kernel will not say).
+fn host_memory() -> MemoryTotals {
+    // SAFETY: all-zero is a valid struct sysinfo.
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: sysinfo fills the struct it is given.
+    if unsafe { libc::sysinfo(&mut info) } != 0 {
+        return MemoryTotals::default();
+    }
+    MemoryTotals { total_ram: info.totalram, total_swap: info.totalswap, mem_unit: info.mem_unit.max(1) }
+}
+
 fn current_cpu() -> usize {
     // SAFETY: sched_getcpu takes no arguments.
     let cpu = unsafe { libc::sched_getcpu() };
@@ -123,6 +136,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         preload: find_preload()?,
         agent: find_agent(),
         cpus: 4,
+        memory: host_memory(),
         pin_cpu: Some(machine.pin_cpu.unwrap_or_else(current_cpu)),
         random_seed: 0,
         max_steps: 500_000,

@@ -256,3 +256,119 @@ fn the_working_directory_is_reachable_inside_the_namespace() {
     assert!(replay.stdout.contains(&expected), "{}", replay.text());
     assert_no_survivors(&program);
 }
+
+/// The lines of `sysinfo_identity`'s output that show sysinfo, the clock, the pages and the
+/// identities, in order.
+fn sysinfo_lines(stdout: &str) -> Vec<String> {
+    let shown = ["sysinfo: ", "boottime: ", "pages: ", "main: ", "child: "];
+    stdout.lines().filter(|l| shown.iter().any(|s| l.contains(s))).map(str::to_string).collect()
+}
+
+/// The number after `name ` in `line`.
+fn number(line: &str, name: &str) -> i64 {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == name).unwrap_or_else(|| panic!("no {name} in {line}"));
+    words[at + 1].parse().unwrap_or_else(|_| panic!("{line}"))
+}
+
+/// The line of `lines` that starts with `prefix`.
+fn line<'a>(lines: &'a [String], prefix: &str) -> &'a str {
+    lines.iter().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no line {prefix:?} in {lines:#?}"))
+}
+
+/// The host's memory in bytes, as /proc/meminfo's `MemTotal` says (sysinfo's `totalram` is the
+/// same page count).
+fn host_memory_bytes() -> i64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: i64 = meminfo.lines().find(|l| l.starts_with("MemTotal:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|n| n.parse().ok()).unwrap();
+    kb * 1024
+}
+
+#[test]
+fn sysinfo_is_virtual_the_same_in_every_execution_and_in_the_replay() {
+    let program = private_copy(&fixture("sysinfo_identity"), "sysinfo_identity");
+    let p = program.to_str().unwrap();
+    // Two searches of one seed, three executions each: every execution prints the same lines.
+    let mut seen = Vec::new();
+    for round in 0..2 {
+        let out = out_dir(&format!("sysinfo-identity-{round}"));
+        let run = dara_trace(&["-o", out.to_str().unwrap(), "--seed", "3", "--runs", "3", "--", p], Duration::from_secs(180));
+        assert_eq!(run.code, 0, "{}", run.text());
+        let lines = sysinfo_lines(&run.stdout);
+        assert_eq!(lines.len(), 3 * 9, "nine lines from each of three executions\n{}", run.text());
+        assert!(lines.chunks(9).all(|c| c == &lines[..9]), "the executions of one search printed different lines\n{lines:#?}");
+        seen.push((out, lines[..9].to_vec()));
+    }
+    let lines = &seen[0].1;
+    assert_eq!(lines, &seen[1].1, "two searches of one seed printed different lines");
+    let start = line(lines, "start sysinfo: ");
+    // The raw system call gets the answer the libc function gets.
+    assert_eq!(line(lines, "start raw sysinfo: ").replacen("raw ", "", 1), start, "{lines:#?}");
+    assert_eq!(line(lines, "after sleep raw sysinfo: ").replacen("raw ", "", 1), line(lines, "after sleep sysinfo: "), "{lines:#?}");
+    // Uptime is the boot-time clock in whole seconds rounded up: 3600 s and a little virtual time.
+    let boot_secs = |prefix: &str| -> i64 {
+        let boot = line(lines, prefix);
+        boot.rsplit(' ').next().and_then(|t| t.split('.').next()).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{boot}"))
+    };
+    assert_eq!(boot_secs("start boottime: "), 3600, "{lines:#?}");
+    let uptime = number(start, "uptime");
+    assert!((3600..=3602).contains(&uptime), "{start}");
+    // The sleep of 600 s passed in virtual time (the test would have timed out in real time).
+    let later = line(lines, "after sleep sysinfo: ");
+    assert!(number(later, "uptime") >= uptime + 600, "{later}");
+    let later_boot = boot_secs("after sleep boottime: ");
+    assert!((later_boot..=later_boot + 2).contains(&number(later, "uptime")), "uptime follows the clock ({later_boot} s): {later}");
+    // No load, a fixed process count, the host's memory total, half of it free, all swap free.
+    for shown in [start, later] {
+        assert!(shown.contains(" loads 0 0 0 ") && shown.contains(" procs 100 "), "{shown}");
+        assert!(shown.contains(" sharedram 0 bufferram 0 ") && shown.contains(" totalhigh 0 freehigh 0 "), "{shown}");
+        let unit = number(shown, "mem_unit");
+        assert_eq!(number(shown, "totalram") * unit, host_memory_bytes(), "{shown}");
+        assert_eq!(number(shown, "freeram"), number(shown, "totalram") / 2, "{shown}");
+        assert_eq!(number(shown, "freeswap"), number(shown, "totalswap"), "{shown}");
+    }
+    // glibc's page counts come from sysinfo too.
+    let pages = line(lines, "pages: ");
+    let page = number(pages, "page");
+    assert_eq!(number(pages, "phys") * page, number(start, "totalram") * number(start, "mem_unit"), "{pages}");
+    assert_eq!(number(pages, "avphys"), number(pages, "phys") / 2, "{pages}");
+    // The replay shows the recorded answers, and --verify holds.
+    let trace = seen[0].0.join("trace.bin");
+    let replay = dara_replay(&[trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert_eq!(&sysinfo_lines(&replay.stdout), lines, "the replay saw another machine\n{}", replay.text());
+    let verify = dara_replay(&["-q", "--verify", trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    assert_no_survivors(&program);
+}
+
+#[test]
+fn a_host_pids_recording_s_replay_shows_the_recorded_session_and_memory() {
+    let program = private_copy(&fixture("sysinfo_identity"), "sysinfo_identity_host");
+    let out = out_dir("sysinfo-identity-recorded");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--host-pids", "--", program.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(run.code, 0, "{}", run.text());
+    let lines = sysinfo_lines(&run.stdout);
+    assert_eq!(lines.len(), 9, "{}", run.text());
+    // The recording runs in dara-trace's session, which is this test's; its process group is its
+    // own (dara makes the first command a group leader), the child's the same.
+    // SAFETY: getsid(0) asks about the calling process.
+    let session = i64::from(unsafe { libc::getsid(0) });
+    let (main, child) = (line(&lines, "main: "), line(&lines, "child: "));
+    for shown in [main, child] {
+        assert_eq!((number(shown, "sid"), number(shown, "raw_sid")), (session, session), "{shown}");
+        assert_eq!(number(shown, "ppid"), number(shown, "raw_ppid"), "{shown}");
+        assert_eq!(number(shown, "pgrp"), number(shown, "pgid"), "{shown}");
+        assert_eq!(number(shown, "pgrp"), number(main, "pgrp"), "{shown}");
+    }
+    // The replay runs in a PID namespace, whose session leader is outside it (the kernel says 0):
+    // it shows the recorded session, and every other line as recorded.
+    let trace = out.join("trace.bin");
+    let replay = dara_replay(&[trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(replay.code, 0, "{}", replay.text());
+    assert_eq!(sysinfo_lines(&replay.stdout), lines, "the replay saw another session, group or machine\n{}", replay.text());
+    let verify = dara_replay(&["-q", "--verify", trace.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert_no_survivors(&program);
+}

@@ -143,6 +143,9 @@ pub struct TraceHeader {
     pub random_seed: u64,
     /// CPU count the target saw.
     pub cpus: u32,
+    /// The memory and swap totals `sysinfo` showed: the host's when dara-trace started.
+    #[serde(default)]
+    pub memory: crate::memory_totals::MemoryTotals,
     /// Bounds the execution ran under.
     pub max_steps: u64,
     pub max_vtime_ns: u64,
@@ -194,6 +197,10 @@ pub struct RecordedPids {
     /// What `getppid` gave a process whose parent was dara (the first command, and orphans,
     /// which dara adopts): dara's own pid.
     pub parent: u32,
+    /// What `getsid` gave a process in dara's session (one that did not start a session of its
+    /// own): dara's session id.
+    #[serde(default)]
+    pub session: u32,
     /// The pid or tid of every process and thread in the order they were born (the first command
     /// first; an `exec` is no birth).
     pub born: Vec<u32>,

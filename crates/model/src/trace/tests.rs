@@ -38,6 +38,7 @@ fn header() -> TraceHeader {
         execution: 17,
         random_seed: u64::MAX,
         cpus: 2,
+        memory: crate::memory_totals::MemoryTotals { total_ram: 16_000_000_000, total_swap: 2_147_479_552, mem_unit: 1 },
         max_steps: 100_000,
         max_vtime_ns: 3_600_000_000_000,
         build_ids: vec![("/work/fixtures/server".into(), "8e5d1b0c".into())],
@@ -56,8 +57,16 @@ fn header() -> TraceHeader {
         written: WrittenFiles { paths: vec!["/work/fixtures/server.pid".into()], more: true },
         liveness: Some(crate::liveness::LivenessConfig { steps: 20_000, salt: 3, from_step: Some(41), follow_strategy: false }),
         critical_transition: Some(crate::liveness::CriticalTransition { step: 40, walks: 10, walk_steps: 20_000, property: "one leader".into() }),
-        pids: Some(super::RecordedPids { parent: 41_207, born: vec![41_310, 41_311, 4_194_303] }),
+        pids: Some(super::RecordedPids { parent: 41_207, session: 40_001, born: vec![41_310, 41_311, 4_194_303] }),
     }
+}
+
+#[test]
+fn the_memory_totals_and_the_recorded_session_round_trip() {
+    let h = header();
+    let read: TraceHeader = serde_json::from_str(&serde_json::to_string(&h).unwrap()).unwrap();
+    assert_eq!(read.memory, h.memory);
+    assert_eq!(read.pids.as_ref().map(|p| p.session), Some(40_001));
 }
 
 #[test]
@@ -410,7 +419,7 @@ fn foreign_and_future_files() {
     b[8..12].copy_from_slice(&6u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 6, expected: FORMAT_VERSION, .. })), "version 6 (no interrupt choices) is refused");
     b[8..12].copy_from_slice(&12u32.to_le_bytes());
-    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 12, expected: FORMAT_VERSION, .. })), "version 12 (signals to a thread all sent before the decision) is refused");
+    assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 12, expected: FORMAT_VERSION, .. })), "version 12 (signals to a thread all sent before the decision; no memory totals, no recorded session) is refused");
     b[8..12].copy_from_slice(&0u32.to_le_bytes());
     assert!(matches!(decode(&b, "f"), Err(TraceError::Version { found: 0, .. })));
 

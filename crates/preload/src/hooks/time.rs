@@ -2,13 +2,14 @@
 //! timers in the model; a caught signal ends one early (an `Interrupt`), as in Linux: the handler
 //! runs and `nanosleep`, `clock_nanosleep` and `usleep` fail with EINTR (the relative ones write
 //! the time left into `rem`), `sleep` returns the seconds left; never restarted, `SA_RESTART` or
-//! not. The clock reads share [`timecalls`] with the syscall trap and the vDSO thunks.
+//! not. The clock reads share [`timecalls`] with the syscall trap and the vDSO thunks; so does
+//! `sysinfo`, whose uptime is a clock read (`dara_abi::system_info` says what it shows).
 use dara_abi::Request;
 use libc::{c_int, c_uint, c_void, clockid_t, time_t, timespec, timeval, useconds_t};
 
 use super::{set_errno, sigwait, Obj};
 use crate::gate::Gated;
-use crate::{real, timecalls};
+use crate::{real, sys, timecalls};
 use crate::vclock::{self, ClockBase, Slept};
 
 const NS_PER_SEC: u64 = 1_000_000_000;
@@ -168,6 +169,17 @@ pub unsafe extern "C" fn time(t: *mut time_t) -> time_t {
         Some(rc) => libc_result(rc) as time_t,
         // SAFETY: the program's own argument, forwarded unchanged.
         None => unsafe { real::time(t) },
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sysinfo(info: *mut libc::sysinfo) -> c_int {
+    let a = [info as u64, 0, 0, 0, 0, 0];
+    match Gated::enter().and_then(|gate| timecalls::gated(&gate, libc::SYS_sysinfo, a)) {
+        Some(rc) => libc_result(rc) as c_int,
+        // SAFETY: the program's own argument, forwarded unchanged (through the trampoline, so
+        // not trapped again).
+        None => libc_result(unsafe { sys::syscall(libc::SYS_sysinfo, &a[..1]) }) as c_int,
     }
 }
 

@@ -70,6 +70,8 @@ pub(super) fn launch(cfg: &ExecutionConfig, stdin_fd: Option<i32>, born_on: Opti
     let region = Arc::new(Region::create(cfg.cpus, cfg.random_seed, &cfg.preempt, cfg.profile, !cfg.outside.is_closed()).map_err(ExecutionError::Region)?);
     region.header().realtime_epoch_ns.store(cfg.time.realtime_epoch_ns, Ordering::Release);
     region.header().parent_shown.store(cfg.pids.parent_shown(), Ordering::Release);
+    region.header().session_shown.store(cfg.pids.session_shown(), Ordering::Release);
+    region.header().memory.store(cfg.memory.into());
     region.header().call_sites.store(u32::from(cfg.symbolize), Ordering::Release);
     let properties = Arc::new(PropertyLines::default());
     let property_lines = Arc::clone(&properties);

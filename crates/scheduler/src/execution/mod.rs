@@ -93,6 +93,8 @@ pub struct ExecutionConfig {
     pub agent: Option<PathBuf>,
     /// CPU count the target observes.
     pub cpus: u32,
+    /// Memory totals the target observes (`sysinfo`): the host's when dara-trace started.
+    pub memory: dara_model::memory_totals::MemoryTotals,
     /// CPU the execution (scheduler thread and target) is pinned to.
     pub pin_cpu: Option<usize>,
     /// Seed of the application's random streams.

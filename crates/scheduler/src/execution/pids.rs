@@ -15,7 +15,9 @@
 //! The first command gets its pid at the launch. Every birth is checked: a pid the replay could
 //! not give (taken in the namespace, or no namespace because dara is not root) ends the replay as
 //! diverged, naming both. `getppid` of a process whose parent was dara shows dara's recorded pid
-//! (the preload's hook, `Header::parent_shown`).
+//! (the preload's hook, `Header::parent_shown`), and `getsid` of a process in dara's session shows
+//! the session id dara had (`Header::session_shown`; in the namespace the kernel says 0, the
+//! leader being outside).
 use std::sync::Arc;
 
 use dara_model::trace::RecordedPids;
@@ -58,6 +60,23 @@ impl PidPlan {
             _ => 0,
         }
     }
+
+    /// What `getsid` shows a process whose session leader is outside the namespace (0: the real
+    /// answer).
+    pub(super) fn session_shown(&self) -> u32 {
+        match self {
+            PidPlan::Replay(recorded) => recorded.session,
+            _ => 0,
+        }
+    }
+}
+
+/// dara's session id: the session of the commands it launches with the host's pids (the launch
+/// makes each the leader of a process group, not of a session).
+fn own_session() -> u32 {
+    // SAFETY: getsid(0) takes a plain integer and asks about the calling process.
+    let sid = unsafe { libc::getsid(0) };
+    u32::try_from(sid).unwrap_or(0)
 }
 
 /// The births of one execution, against its [`PidPlan`].
@@ -133,7 +152,7 @@ impl PidLedger {
     pub(super) fn recorded(&self) -> Option<RecordedPids> {
         match &self.plan {
             PidPlan::Namespace => None,
-            PidPlan::Host => Some(RecordedPids { parent: std::process::id(), born: self.born.clone() }),
+            PidPlan::Host => Some(RecordedPids { parent: std::process::id(), session: own_session(), born: self.born.clone() }),
             PidPlan::Replay(recorded) => Some(RecordedPids::clone(recorded)),
         }
     }
@@ -156,7 +175,7 @@ mod tests {
 
     #[test]
     fn a_replay_checks_each_birth_against_the_recording() {
-        let recorded = Arc::new(RecordedPids { parent: 41_207, born: vec![41_310, 41_311] });
+        let recorded = Arc::new(RecordedPids { parent: 41_207, session: 40_001, born: vec![41_310, 41_311] });
         let mut replay = PidLedger::new(PidPlan::Replay(recorded));
         replay.born(0, 41_310, "process").unwrap();
         let other = replay.born(0, 3, "thread").unwrap_err();

@@ -209,6 +209,7 @@ fn config(max_steps: u64) -> ExecutionConfig {
         preload: "/nonexistent/libdara_preload.so".into(),
         agent: None,
         cpus: 2,
+        memory: Default::default(),
         pin_cpu: None,
         random_seed: 1,
         max_steps,

@@ -110,6 +110,8 @@ struct Summary<'a> {
     execution: u64,
     random_seed: u64,
     cpus: u32,
+    /// The memory and swap totals `sysinfo` showed.
+    memory: dara_model::memory_totals::MemoryTotals,
     steps: usize,
     threads: usize,
     timeouts_fired: usize,
@@ -140,6 +142,7 @@ fn summarize(t: &Trace) -> Summary<'_> {
         execution: t.header.execution,
         random_seed: t.header.random_seed,
         cpus: t.header.cpus,
+        memory: t.header.memory,
         steps: t.steps.len(),
         threads: threads.len(),
         timeouts_fired: t.steps.iter().filter(|s| s.choice.kind == ChoiceKind::Timeout).count(),
@@ -159,7 +162,8 @@ fn print_summary(s: &Summary<'_>) {
     println!("command:      {}", s.command.join(" "));
     println!("directory:    {}", s.cwd);
     println!("strategy:     {} (seed {}, execution {})", s.strategy, s.seed, s.execution);
-    println!("program view: {} CPUs, random seed {:#x}", s.cpus, s.random_seed);
+    let gib = |units: u64| (units as f64) * f64::from(s.memory.mem_unit) / f64::from(1u32 << 30);
+    println!("program view: {} CPUs, {:.1} GiB memory, {:.1} GiB swap, random seed {:#x}", s.cpus, gib(s.memory.total_ram), gib(s.memory.total_swap), s.random_seed);
     println!("steps:        {} ({} blocked, {} timeouts fired)", s.steps, s.blocked_steps, s.timeouts_fired);
     println!("threads:      {}", s.threads);
     println!("virtual time: {} (timers at {}, {} ns a step on average, pause budget {})", format_vtime(s.virtual_time_ns), if s.timers == "any" { "any step" } else { "deadlines" }, s.step_ns, s.pauses);

@@ -247,6 +247,7 @@ mod tests {
             execution: 0,
             random_seed: 0,
             cpus: 1,
+            memory: Default::default(),
             max_steps: 1,
             max_vtime_ns: 1,
             build_ids: vec![],
