@@ -198,6 +198,9 @@ real_functions! {
     fn setitimer(which: c_int, new: *const libc::itimerval, old: *mut libc::itimerval) -> c_int;
     fn getitimer(which: c_int, current: *mut libc::itimerval) -> c_int;
     fn alarm(seconds: c_uint) -> c_uint;
+    fn setrlimit(resource: c_int, limit: *const libc::rlimit) -> c_int;
+    fn getrlimit(resource: c_int, limit: *mut libc::rlimit) -> c_int;
+    fn prlimit(pid: pid_t, resource: c_int, new: *const libc::rlimit, old: *mut libc::rlimit) -> c_int;
     fn accept(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t) -> c_int;
     fn accept4(fd: c_int, addr: *mut libc::sockaddr, len: *mut libc::socklen_t, flags: c_int) -> c_int;
     fn connect(fd: c_int, addr: *const libc::sockaddr, len: libc::socklen_t) -> c_int;

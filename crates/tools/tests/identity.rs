@@ -372,3 +372,20 @@ fn a_host_pids_recording_s_replay_shows_the_recorded_session_and_memory() {
     assert_eq!(verify.code, 0, "{}", verify.text());
     assert_no_survivors(&program);
 }
+
+/// A program that bounds its own address space to 200 MB reads back 200 MB, maps 64 KiB and is
+/// refused 300 MB, in every execution and in the replay: dara's region does not count against
+/// it. Before, the 64 KiB mapping failed ("BUG: exited with status 1"; vsftpd: "500 OOPS: mmap").
+#[test]
+fn an_address_space_limit_counts_the_program_s_own_mappings_only() {
+    let program = private_copy(&fixture("address_limit"), "address_limit");
+    let out = out_dir("address-limit");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--runs", "3", "--", program.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert_eq!(run.stdout.matches("limit: 200 MiB (prlimit: 200 MiB)").count(), 3, "{}", run.text());
+    assert_eq!(run.stdout.matches("64 KiB: mapped; 300 MB: refused").count(), 3, "{}", run.text());
+    let verify = dara_replay(&["--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("64 KiB: mapped; 300 MB: refused"), "{}", verify.text());
+    assert_no_survivors(&program);
+}

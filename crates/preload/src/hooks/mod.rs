@@ -20,6 +20,7 @@ pub mod file_locks;
 pub mod files;
 pub mod fortify;
 pub mod killpg;
+pub mod limits;
 pub mod mmsg;
 pub mod names;
 pub mod net;
