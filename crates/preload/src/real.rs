@@ -198,6 +198,16 @@ real_functions! {
     fn setitimer(which: c_int, new: *const libc::itimerval, old: *mut libc::itimerval) -> c_int;
     fn getitimer(which: c_int, current: *mut libc::itimerval) -> c_int;
     fn alarm(seconds: c_uint) -> c_uint;
+    fn setuid(uid: libc::uid_t) -> c_int;
+    fn setgid(gid: libc::gid_t) -> c_int;
+    fn seteuid(uid: libc::uid_t) -> c_int;
+    fn setegid(gid: libc::gid_t) -> c_int;
+    fn setreuid(ruid: libc::uid_t, euid: libc::uid_t) -> c_int;
+    fn setregid(rgid: libc::gid_t, egid: libc::gid_t) -> c_int;
+    fn setresuid(ruid: libc::uid_t, euid: libc::uid_t, suid: libc::uid_t) -> c_int;
+    fn setresgid(rgid: libc::gid_t, egid: libc::gid_t, sgid: libc::gid_t) -> c_int;
+    fn setgroups(size: size_t, list: *const libc::gid_t) -> c_int;
+    fn initgroups(user: *const c_char, group: libc::gid_t) -> c_int;
     fn setrlimit(resource: c_int, limit: *const libc::rlimit) -> c_int;
     fn getrlimit(resource: c_int, limit: *mut libc::rlimit) -> c_int;
     fn prlimit(pid: pid_t, resource: c_int, new: *const libc::rlimit, old: *mut libc::rlimit) -> c_int;

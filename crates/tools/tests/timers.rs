@@ -231,6 +231,7 @@ fn posix_timers_setitimer_and_alarm_fire_on_the_virtual_clock_and_replay() {
         "setitimer: 5 alarms in 500 ms, interval 100000 us",
         "sigev_signal: 3 signals in 30 ms, overrun 0",
         "sigev_thread_id: 1 signal in 50 ms",
+        "setuid: the alarm came 1000 ms after it was set",
         "done: every check held",
     ] {
         assert!(lines.contains(&expected), "{expected}\n{}", run.text());

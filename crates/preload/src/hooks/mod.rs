@@ -16,6 +16,7 @@ pub mod cpu;
 pub mod descriptors;
 pub mod fifo;
 pub mod hosts;
+pub mod ids;
 pub mod file_locks;
 pub mod files;
 pub mod fortify;

@@ -10,8 +10,8 @@
 //! that waits on it with a blocking `read` (a modelled receive) and notifies as the kernel would:
 //! - `SIGEV_SIGNAL`: queues the signal to the process with `si_code` `SI_TIMER`, the timer's id,
 //!   its overrun and `sigev_value`; the process's interval timer queues SIGALRM the same way
-//!   (the kernel's carries `SI_KERNEL`). The thread blocks every signal, so one of the
-//!   program's threads takes it, as in the kernel.
+//!   (the kernel's carries `SI_KERNEL`). The thread blocks every signal (but dara's SIGSYS and
+//!   glibc's own two), so one of the program's threads takes it, as in the kernel.
 //! - `SIGEV_THREAD_ID`: the same, to the thread named.
 //! - `SIGEV_THREAD`: calls the program's function on that thread, under the mask of the thread
 //!   that created the timer (glibc runs it on a thread of its own per expiry).
@@ -43,11 +43,19 @@ const ID_BASE: i32 = 0x6461_0000;
 /// `SIGEV_THREAD_ID` (`<bits/sigevent-consts.h>`).
 const SIGEV_THREAD_ID: c_int = 4;
 
+/// The mask a timer's thread keeps: every signal but SIGSYS (dara's trap), so that no handler
+/// runs on it while it waits (and none beside the token holder: see [`with_timer_threads_stopped`]
+/// for glibc's SIGSETXID).
+const TIMER_THREAD_MASK: u64 = !(1u64 << (libc::SIGSYS - 1));
+
 /// A table entry's state.
 const FREE: u32 = 0;
 const ACTIVE: u32 = 1;
 /// Deleted; its thread has not closed the timerfd and ended yet.
 const DELETED: u32 = 2;
+/// Armed or not, with its thread stopped while the process changes its ids (see
+/// [`with_timer_threads_stopped`]); a new thread takes over the timerfd after.
+const STOPPED: u32 = 3;
 
 /// One timer of this process.
 struct PosixTimer {
@@ -68,6 +76,8 @@ struct PosixTimer {
     overrun: AtomicI32,
     /// The process's interval timer (`setitimer`, `alarm`): SIGALRM raised by the kernel.
     interval_timer: AtomicU32,
+    /// The timer's thread (joinable: `timer_delete` waits for it to end).
+    thread: AtomicU64,
 }
 
 static TIMERS: [PosixTimer; MAX_TIMERS] = [const {
@@ -83,6 +93,7 @@ static TIMERS: [PosixTimer; MAX_TIMERS] = [const {
         mask: AtomicU64::new(0),
         overrun: AtomicI32::new(0),
         interval_timer: AtomicU32::new(0),
+        thread: AtomicU64::new(0),
     }
 }; MAX_TIMERS];
 
@@ -141,33 +152,101 @@ fn create(gate: &Gated, clock: clockid_t, notify: Notify, interval_timer: bool) 
     t.overrun.store(0, Ordering::Relaxed);
     t.interval_timer.store(u32::from(interval_timer), Ordering::Relaxed);
     t.state.store(ACTIVE, Ordering::Release);
+    if let Err(e) = start_thread(gate, index) {
+        t.state.store(FREE, Ordering::Release);
+        gate.post(Request::NetClose { fd: fd as c_int, how: dara_abi::CloseHow::Close });
+        crate::fd::closed(fd as c_int);
+        sys::close(fd as c_int);
+        return Err(e);
+    }
+    Ok(index)
+}
+
+/// Starts the thread of timer `index` (joinable).
+fn start_thread(gate: &Gated, index: usize) -> Result<(), c_int> {
     let mut handle: pthread_t = 0;
     // SAFETY: `handle` is a live local; no attributes; `timer_thread` has the start routine's
     // signature and takes the table index as its argument.
     let rc = thread::create(gate, unsafe { Obj::new(&mut handle) }, unsafe { Obj::from_const(core::ptr::null()) }, timer_thread, index as *mut c_void);
     if rc != 0 {
-        t.state.store(FREE, Ordering::Release);
-        gate.post(Request::NetClose { fd: fd as c_int, how: dara_abi::CloseHow::Close });
-        crate::fd::closed(fd as c_int);
-        sys::close(fd as c_int);
         return Err(libc::EAGAIN);
     }
-    thread::detach(gate, handle);
-    Ok(index)
+    TIMERS[index].thread.store(handle, Ordering::Release);
+    Ok(())
+}
+
+/// Whether the calling thread is the thread of timer `index` (a `SIGEV_THREAD` function).
+fn on_timer_thread(index: usize) -> bool {
+    // SAFETY: pthread_self takes no arguments.
+    TIMERS[index].thread.load(Ordering::Acquire) == unsafe { real::pthread_self() }
+}
+
+/// Wakes the thread of timer `index` (which then looks at the timer's state) and waits until it
+/// has ended; a thread cannot wait for itself, and detaches instead. Called with no gate held
+/// (the wake-up is a write, the wait a join, both through dara's hooks).
+fn end_thread(index: usize) {
+    let t = &TIMERS[index];
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live local to the timer's eventfd through dara's hook.
+    unsafe { net::write(t.fd.load(Ordering::Relaxed), (&one as *const u64).cast(), 8) };
+    let handle = t.thread.load(Ordering::Acquire);
+    if on_timer_thread(index) {
+        // SAFETY: the calling thread's own handle.
+        unsafe { thread::pthread_detach(handle) };
+    } else {
+        // SAFETY: a joinable thread of this process, joined once.
+        unsafe { thread::pthread_join(handle, core::ptr::null_mut()) };
+    }
+}
+
+/// Runs `change` (a change of the process's user or group ids) with no timer thread alive.
+/// glibc changes the ids of every thread of a process: it signals each one with SIGSETXID and
+/// waits until its handler has run. A timer thread, parked in dara while another thread holds
+/// the run token, would take it at once, beside the token holder, or never: sshd's `setuid`
+/// after its `alarm` waited 120 s for the alarm. So the timer threads end first (their timers
+/// stay armed in the scheduler, counting expirations), and new ones take over after.
+pub fn with_timer_threads_stopped<R>(change: impl FnOnce() -> R) -> R {
+    // Entered only to know the thread is dara's, and left at once (the stops post on their own).
+    if Gated::enter().is_none() {
+        return change();
+    }
+    let me = sys::getpid();
+    let mut stopped = [false; MAX_TIMERS];
+    for (index, t) in TIMERS.iter().enumerate() {
+        if t.owner.load(Ordering::Relaxed) == me && t.state.load(Ordering::Acquire) == ACTIVE && !on_timer_thread(index) {
+            t.state.store(STOPPED, Ordering::Release);
+            end_thread(index);
+            stopped[index] = true;
+        }
+    }
+    let result = change();
+    if stopped.iter().any(|&s| s) {
+        if let Some(gate) = Gated::enter() {
+            for index in (0..MAX_TIMERS).filter(|&i| stopped[i]) {
+                TIMERS[index].state.store(ACTIVE, Ordering::Release);
+                if start_thread(&gate, index).is_err() {
+                    TIMERS[index].state.store(DELETED, Ordering::Release); // no thread: it never notifies
+                }
+            }
+        }
+    }
+    result
 }
 
 /// The thread of timer `arg` (its table index): waits for expirations and notifies them, until
 /// the timer is deleted.
 extern "C" fn timer_thread(arg: *mut c_void) -> *mut c_void {
     let t = &TIMERS[arg as usize];
-    thread_start::set_mask(!(1u64 << (libc::SIGSYS - 1)));
+    thread_start::set_mask(TIMER_THREAD_MASK);
     let fd = t.fd.load(Ordering::Relaxed);
     loop {
         let mut count: u64 = 0;
         // SAFETY: reads 8 bytes into a live local, through dara's hook (a modelled receive).
         let got = unsafe { net::read(fd, (&mut count as *mut u64).cast(), 8) };
-        if t.state.load(Ordering::Acquire) != ACTIVE {
-            break;
+        match t.state.load(Ordering::Acquire) {
+            ACTIVE => {}
+            STOPPED => return core::ptr::null_mut(), // the timer stays; a new thread takes over
+            _ => break,
         }
         if got != 8 || count == 0 {
             continue; // EINTR cannot come (every signal is blocked); a short read cannot either
@@ -192,7 +271,7 @@ fn notify(t: &PosixTimer, index: usize) {
             let function: extern "C" fn(u64) = unsafe { core::mem::transmute::<usize, extern "C" fn(u64)>(function) };
             thread_start::set_mask(t.mask.load(Ordering::Relaxed));
             function(t.value.load(Ordering::Relaxed));
-            thread_start::set_mask(!(1u64 << (libc::SIGSYS - 1)));
+            thread_start::set_mask(TIMER_THREAD_MASK);
         }
         libc::SIGEV_SIGNAL | SIGEV_THREAD_ID => {
             let Some(gate) = Gated::enter() else { return };
@@ -226,18 +305,15 @@ fn settime(gate: &Gated, index: usize, flags: c_int, new: Option<&itimerspec>, o
     timerfd::settime(gate, TIMERS[index].fd.load(Ordering::Relaxed), flags & libc::TIMER_ABSTIME, new, old)
 }
 
-/// Deletes timer `index`: disarmed at once, its thread woken to close the timerfd and end.
-/// Called with the gate dropped (the wake-up is a write through dara's hook).
+/// Deletes timer `index`: disarmed at once, and its thread, woken, closes the timerfd and ends
+/// before this returns (unless the thread deletes its own timer). Called with no gate held.
 fn delete(index: usize) {
     let t = &TIMERS[index];
-    let fd = t.fd.load(Ordering::Relaxed);
     if let Some(gate) = Gated::enter() {
-        gate.post(Request::TimerSet { fd, expiry: TimerExpiry::Disarmed, interval: 0, old: Addr(0) });
+        gate.post(Request::TimerSet { fd: t.fd.load(Ordering::Relaxed), expiry: TimerExpiry::Disarmed, interval: 0, old: Addr(0) });
     }
     t.state.store(DELETED, Ordering::Release);
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live local to the timer's eventfd through dara's hook.
-    unsafe { net::write(fd, (&one as *const u64).cast(), 8) };
+    end_thread(index);
 }
 
 /// A kernel-form answer as libc returns it: the value, or -1 with `errno` set.
