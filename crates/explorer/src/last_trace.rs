@@ -79,6 +79,7 @@ mod tests {
             random_seed: 2,
             cpus: 2,
             memory: Default::default(),
+            library_cache: None,
             max_steps: 100,
             max_vtime_ns: 1_000,
             build_ids: vec![],

@@ -26,6 +26,7 @@ pub fn config_for(trace: &Trace, base: &ExecutionConfig) -> ExecutionConfig {
         env: dara_scheduler::trace::private_env::restore(&h.env, &h.env_left_out, |name| std::env::var(name).ok()),
         cpus: h.cpus,
         memory: h.memory,
+        library_cache: h.library_cache,
         random_seed: h.random_seed,
         max_steps: h.max_steps,
         max_vtime_ns: h.max_vtime_ns,

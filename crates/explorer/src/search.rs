@@ -600,6 +600,7 @@ fn header_for(cfg: &SearchConfig, exec: &ExecutionConfig, k: u64, strategy: Stri
         random_seed: exec.random_seed,
         cpus: exec.cpus,
         memory: exec.memory,
+        library_cache: exec.library_cache,
         max_steps: exec.max_steps,
         max_vtime_ns: exec.max_vtime_ns,
         build_ids: cfg.build_ids.clone(),

@@ -32,6 +32,7 @@ pub mod outcome;
 pub mod outside;
 pub mod preempt;
 pub mod liveness;
+pub mod library_cache;
 pub mod memory_totals;
 pub mod property;
 pub mod time;

@@ -154,6 +154,7 @@ pub fn base_config(machine: &MachineOptions, command: Vec<String>) -> anyhow::Re
         agent: find_agent(),
         cpus: 4,
         memory: host_memory(),
+        library_cache: dara_model::library_cache::LibraryCache::now(),
         pin_cpu: Some(machine.pin_cpu.unwrap_or_else(current_cpu)),
         random_seed: 0,
         max_steps: 500_000,

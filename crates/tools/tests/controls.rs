@@ -184,6 +184,18 @@ fn replay_detects_an_edited_decision() {
     assert!(replay.stdout.contains(&format!("DIVERGED at step {step}")), "{}", replay.text());
     // Where the offered posts were made: the place to start looking.
     assert!(replay.stdout.contains("(posted by thread "), "{}", replay.text());
+    assert!(!replay.stdout.contains("dynamic loader's cache"), "the machine's loader cache did not change\n{}", replay.text());
+
+    // The trace recorded the loader's cache; a replay that diverges on a machine whose cache is
+    // another (a package installed since: every library may move) says so.
+    let recorded = t.header.library_cache.expect("the search recorded the loader's cache");
+    assert_eq!(Some(recorded), dara_model::library_cache::LibraryCache::now());
+    t.header.library_cache = Some(dara_model::library_cache::LibraryCache { bytes: recorded.bytes - 420, digest: recorded.digest ^ 1 });
+    dara_scheduler::trace::write_file(&edited, &t).unwrap();
+    let replay = dara_replay(&["-q", edited.to_str().unwrap()], Duration::from_secs(30));
+    assert_eq!(replay.code, 3, "{}", replay.text());
+    let said = format!("the dynamic loader's cache (/etc/ld.so.cache) changed since the recording ({} bytes then, {} now", recorded.bytes - 420, recorded.bytes);
+    assert!(replay.stdout.contains(&said), "{}", replay.text());
 }
 
 #[test]

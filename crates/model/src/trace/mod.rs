@@ -146,6 +146,9 @@ pub struct TraceHeader {
     /// The memory and swap totals `sysinfo` showed: the host's when dara-trace started.
     #[serde(default)]
     pub memory: crate::memory_totals::MemoryTotals,
+    /// The dynamic loader's cache when the trace was recorded (see [`crate::library_cache`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library_cache: Option<crate::library_cache::LibraryCache>,
     /// Bounds the execution ran under.
     pub max_steps: u64,
     pub max_vtime_ns: u64,

@@ -39,6 +39,7 @@ fn header() -> TraceHeader {
         random_seed: u64::MAX,
         cpus: 2,
         memory: crate::memory_totals::MemoryTotals { total_ram: 16_000_000_000, total_swap: 2_147_479_552, mem_unit: 1 },
+        library_cache: Some(crate::library_cache::LibraryCache { bytes: 48_903, digest: 0x1234_5678_9abc_def0 }),
         max_steps: 100_000,
         max_vtime_ns: 3_600_000_000_000,
         build_ids: vec![("/work/fixtures/server".into(), "8e5d1b0c".into())],

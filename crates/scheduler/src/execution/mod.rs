@@ -95,6 +95,9 @@ pub struct ExecutionConfig {
     pub cpus: u32,
     /// Memory totals the target observes (`sysinfo`): the host's when dara-trace started.
     pub memory: dara_model::memory_totals::MemoryTotals,
+    /// The dynamic loader's cache when the run started (for the trace; see
+    /// `dara_model::library_cache`).
+    pub library_cache: Option<dara_model::library_cache::LibraryCache>,
     /// CPU the execution (scheduler thread and target) is pinned to.
     pub pin_cpu: Option<usize>,
     /// Seed of the application's random streams.

@@ -210,6 +210,7 @@ fn config(max_steps: u64) -> ExecutionConfig {
         agent: None,
         cpus: 2,
         memory: Default::default(),
+        library_cache: None,
         pin_cpu: None,
         random_seed: 1,
         max_steps,

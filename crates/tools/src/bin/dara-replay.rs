@@ -152,6 +152,9 @@ fn run(cli: Cli, document: &mut ReplayDocument) -> anyhow::Result<u8> {
         if let Some(note) = dara_tools::cpu_randomness::divergence_note() {
             println!("{note}");
         }
+        if let Some(note) = dara_model::library_cache::divergence_note(recorded.header.library_cache, dara_model::library_cache::LibraryCache::now()) {
+            println!("{note}");
+        }
     };
     if let Some((code, divergence)) = judge(&recorded, &report) {
         document.divergence = divergence;

@@ -248,6 +248,7 @@ mod tests {
             random_seed: 0,
             cpus: 1,
             memory: Default::default(),
+            library_cache: None,
             max_steps: 1,
             max_vtime_ns: 1,
             build_ids: vec![],
