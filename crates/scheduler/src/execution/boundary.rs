@@ -28,6 +28,11 @@ const SIGNAL_LOOK: Duration = Duration::from_millis(50);
 /// How long the run waits for outside input before it says so.
 const IDLE_NOTICE: Duration = Duration::from_secs(2);
 
+/// How long a recording that relays peers (a TCP server) waits idle before it also looks for
+/// peers it does not relay (a client of the program's Unix socket): the look reads epoll interest
+/// lists, too dear for every quiet point of a busy server.
+const UNRELAYED_LOOK_AFTER: Duration = Duration::from_millis(500);
+
 /// The boundary with outside peers: the relay (a recording's or a replay's: `S`), and what the
 /// execution keeps about it.
 pub(super) struct Boundary<S: Side> {
@@ -224,7 +229,8 @@ impl<S: Side> World for Boundary<S> {
     /// or for a client of a Unix-domain listening socket, waits for an outside peer too: dara
     /// relays neither, so it looks at the program's sockets again every [`UNRELAYED_POLL`], and a
     /// peer from outside stops the run as uncontrolled (see `NetProbe::view`) instead of the run
-    /// calling it a deadlock.
+    /// calling it a deadlock (or, when the program also waits for relayed clients, instead of
+    /// waiting silently: from [`UNRELAYED_LOOK_AFTER`] of idling on).
     fn when_idle(&mut self, ex: &mut Execution<'_>, choices: &[Choice], stop: &AtomicBool) -> Result<bool, Outcome> {
         let (live, may_receive) = (self.relay.live(), self.relay.may_receive());
         let idle = choices.iter().all(|c| c.kind == ChoiceKind::Timeout);
@@ -239,8 +245,11 @@ impl<S: Side> World for Boundary<S> {
             self.idle_since = None;
             return Ok(false);
         }
-        // (Looked for only when no relayed peer may come: it reads epoll interest lists.)
-        let unrelayed = live && !may_receive && ex.waits_for_unrelayed_peers();
+        // (Looked for at once when no relayed peer may come, else once the program has idled a
+        // while: it reads epoll interest lists. Before, a server that also listens on TCP waited
+        // for good, silently, for a client of its Unix socket to be relayed.)
+        let idled = self.idle_since.is_some_and(|(since, _)| since.elapsed() >= UNRELAYED_LOOK_AFTER);
+        let unrelayed = live && (!may_receive || idled) && ex.waits_for_unrelayed_peers();
         if !may_receive && !unrelayed && !signal_wait {
             return Ok(false);
         }
