@@ -159,3 +159,37 @@ pub fn read(gate: Gated, fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signalfd_is_known_by_its_link_and_its_mask_is_read_from_fdinfo() {
+        let mask: u64 = 1 << (libc::SIGUSR1 - 1) | 1 << (libc::SIGCHLD - 1);
+        // A raw signalfd4, as a program that bypasses libc makes it: the table learns it on use.
+        let fd = create(-1, mask, libc::SFD_CLOEXEC) as c_int;
+        assert!(fd >= 0);
+        fd::opened(fd, Kind::Unknown);
+        assert!(fd::is_signalfd(fd), "recognised by its /proc/self/fd link");
+        assert!(!fd::is_net(fd), "a signalfd is no network descriptor");
+        assert_eq!(mask_of(fd), Some(mask));
+        assert!(!nonblocking(fd));
+        // A new mask for the same descriptor is what the kernel shows next.
+        assert_eq!(create(fd, 1 << (libc::SIGUSR2 - 1), 0), i64::from(fd));
+        assert_eq!(mask_of(fd), Some(1 << (libc::SIGUSR2 - 1)));
+        sys::close(fd);
+        fd::closed(fd);
+        // A pipe is not one.
+        let mut p = [0; 2];
+        // SAFETY: pipe writes two descriptors into a live array.
+        assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+        fd::opened(p[0], Kind::Unknown);
+        assert!(!fd::is_signalfd(p[0]));
+        assert_eq!(mask_of(p[0]), None);
+        for f in p {
+            sys::close(f);
+            fd::closed(f);
+        }
+    }
+}
