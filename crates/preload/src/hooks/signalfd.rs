@@ -107,7 +107,10 @@ fn pending_of(set: u64) -> u64 {
 /// After a granted `poll`/`select` of the `n` entries at `fds`: tells the scheduler who sent the
 /// signals its signalfd entries are about to report, as a sigwait does, so a signal from outside
 /// that made one readable in a recording is sent again before that grant in its replay.
-pub fn tell_watched(gate: &Gated, fds: *const libc::pollfd, n: libc::nfds_t) {
+///
+/// # Safety
+/// `fds` points to `n` readable `pollfd`s (the program's own array, as poll got it).
+pub unsafe fn tell_watched(gate: &Gated, fds: *const libc::pollfd, n: libc::nfds_t) {
     let mut masks = 0;
     for i in 0..n as usize {
         // SAFETY: the caller's array of `n` entries.
@@ -122,7 +125,10 @@ pub fn tell_watched(gate: &Gated, fds: *const libc::pollfd, n: libc::nfds_t) {
 }
 
 /// A `read` of signalfd `fd` on a gated thread (see the module doc).
-pub fn read(gate: Gated, fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
+///
+/// # Safety
+/// `buf` and `len` are the program's own `read` arguments (`len` writable bytes at `buf`).
+pub unsafe fn read(gate: Gated, fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
     let mask = match mask_of(fd) {
         Some(mask) if len >= RECORD_BYTES && !nonblocking(fd) => mask & crate::gate::PARKED_MASK,
         // Does not block: an error, a short buffer, a non-blocking descriptor.
