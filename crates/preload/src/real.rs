@@ -174,6 +174,7 @@ real_functions! {
     fn sigwaitinfo(set: *const sigset_t, info: *mut libc::siginfo_t) -> c_int;
     fn sigtimedwait(set: *const sigset_t, info: *mut libc::siginfo_t, timeout: *const timespec) -> c_int;
     fn sigwait(set: *const sigset_t, sig: *mut c_int) -> c_int;
+    fn signalfd(fd: c_int, mask: *const sigset_t, flags: c_int) -> c_int;
     fn pthread_sigmask(how: c_int, set: *const sigset_t, old: *mut sigset_t) -> c_int;
     fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
     fn kill(pid: pid_t, sig: c_int) -> c_int;

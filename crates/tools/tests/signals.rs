@@ -438,3 +438,69 @@ fn a_recorded_daemon_that_ignores_ctrl_c_waits_for_its_sigterm_from_outside() {
     assert!(verify.stdout.contains("terminated") && verify.stdout.contains("(same as recorded)"), "{}", verify.text());
     assert_no_survivors(&program);
 }
+
+/// The four lines `signalfd_wait` prints when every round got its SIGUSR1 and its child's SIGCHLD.
+const SIGNALFD_ROUNDS: &str = "poll: SIGUSR1 from the child, SIGCHLD status 3\nepoll: SIGUSR1 from this process, SIGCHLD status 4\nread: SIGUSR1 from this process, SIGCHLD status 5\nall rounds done\n";
+
+/// A signalfd (systemd's sd-event, qemu, libvirt) waited on in `poll`, in `epoll_wait` next to a
+/// quiet pipe, and in a blocking `read`, for a child's SIGCHLD and a SIGUSR1 from a child's
+/// `kill`, a thread's `kill` and `raise`: readable exactly when a signal of its mask is pending
+/// for the reader. A 20-execution search is clean (before: the poll timed out, "BUG: exited with
+/// status 1"), no wait ended by its 5 s timeout, the last execution replays with `--verify`, and
+/// the same seed gives the same decisions.
+#[test]
+fn a_signalfd_wakes_poll_epoll_and_a_blocking_read_when_its_signals_are_pending() {
+    let program = private_copy(&fixture("signalfd_wait"), "signalfd_wait");
+    let out = out_dir("signalfd_wait");
+    let run = search(&out, "random", 1, 20, &program);
+    assert_eq!(run.code, 0, "{}", run.text());
+    assert!(run.stderr.contains("no bug found in 20 executions"), "{}", run.text());
+    let last = out.join("trace.bin");
+    let t = trace::read_file(&last).unwrap();
+    let waits = |op: Op| t.steps.iter().filter(|s| s.choice.op == op).count();
+    assert!(waits(Op::NetPoll) >= 1 && waits(Op::NetEpollWait) >= 1, "the program waited in poll and epoll_wait");
+    assert!(waits(Op::SigWait) >= 6, "every read of the signalfd is a sigwait-like scheduling point");
+    assert!(t.steps.iter().all(|s| s.choice.kind != ChoiceKind::Timeout || !matches!(s.choice.op, Op::NetPoll | Op::NetEpollWait)), "no poll or epoll_wait timed out");
+    let verify = dara_replay(&["--verify", last.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
+    assert!(verify.stdout.contains(SIGNALFD_ROUNDS), "{}", verify.text());
+    let again = out_dir("signalfd_wait-again");
+    let run = search(&again, "random", 1, 20, &program);
+    assert_eq!(run.code, 0, "{}", run.text());
+    same_decisions(&last, &again.join("trace.bin"));
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}
+
+/// A recorded daemon waiting in `epoll_wait` (no timeout) on a signalfd for SIGINT/SIGTERM is
+/// stopped by one Ctrl-C to dara-trace, passed on: the signalfd becomes readable, the daemon
+/// reads the signal and exits 0; the recording replays with `--verify` (the signal is sent again
+/// at the same step). Before, the recording never saw the signalfd readable (dara looked at its own
+/// signals).
+#[test]
+fn a_ctrl_c_reaches_a_recorded_daemon_through_its_signalfd() {
+    let program = private_copy(&fixture("signalfd_wait"), "signalfd_wait-recorded");
+    let out = out_dir("signalfd_wait-recorded");
+    let (mut daemon, mut said, line) = recording_that_said(&["-q", "-o", out.to_str().unwrap(), "--", program.to_str().unwrap(), "daemon"], std::process::Stdio::null());
+    assert!(line.starts_with("poll: "), "{line}");
+    let mut rest = line;
+    loop {
+        let mut l = String::new();
+        assert!(std::io::BufRead::read_line(&mut said, &mut l).unwrap() > 0, "the daemon ended early: {rest}");
+        rest.push_str(&l);
+        if l.starts_with("daemon: waiting") {
+            break;
+        }
+    }
+    let (status, stderr) = common::real::ctrl_c(&mut daemon, Duration::from_secs(50));
+    std::io::Read::read_to_string(&mut said, &mut rest).unwrap();
+    assert_eq!(status.code(), Some(0), "one Ctrl-C ends the daemon: {status:?} {rest} {stderr}");
+    assert!(rest.contains("daemon stopped by SIGINT"), "{rest}");
+    let trace_path = out.join("trace.bin");
+    let verify = dara_replay(&["--verify", trace_path.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(verify.code, 0, "{}", verify.text());
+    assert!(verify.stdout.contains("daemon stopped by SIGINT"), "{}", verify.text());
+    assert_no_survivors(&program);
+    assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
+}

@@ -115,6 +115,8 @@ pub mod kind {
     pub const POLL: u64 = 8;
     /// An eventfd standing for a `timerfd` (docs/time.md, "timerfd").
     pub const TIMERFD: u64 = 9;
+    /// A `signalfd` (readiness from the waiting thread's pending signals: `netprobe/signalfd.rs`).
+    pub const SIGNALFD: u64 = 10;
 }
 
 /// "No endpoint" in a described `obj`.
@@ -174,6 +176,7 @@ impl NetObject {
             kind::EPOLL => "epoll",
             kind::POLL => "poll",
             kind::TIMERFD => "timerfd",
+            kind::SIGNALFD => "signalfd",
             _ => "fd",
         }
     }

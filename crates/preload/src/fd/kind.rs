@@ -7,6 +7,10 @@
 //! so writes never block; they are [`Kind::Output`], and a write on an `O_NONBLOCK` one first
 //! waits until dara has drained it: `hooks/output.rs`). One `fstat` per descriptor number (and one or two `getsockopt` for the
 //! kind) while the table keeps it; every call for numbers at or above [`super::TRACKED`].
+//!
+//! A `signalfd` is [`Kind::Signalfd`] ([`is_signalfd`]): the `signalfd` hook says so, and one made
+//! by a raw `signalfd4` is recognised on first use by its `/proc/self/fd` link (one `readlink`,
+//! only for anonymous inodes, whose `fstat` shows no file type).
 use core::sync::atomic::Ordering;
 
 use libc::c_int;
@@ -23,6 +27,25 @@ pub fn is_output_pipe(inode: u64) -> bool {
 /// Whether calls on `fd` are network scheduling points.
 pub fn is_net(fd: c_int) -> bool {
     fd >= 0 && matches!(kind_of(fd), Kind::Net | Kind::Known(_))
+}
+
+/// Whether `fd` is a `signalfd` ([`Kind::Signalfd`]).
+pub fn is_signalfd(fd: c_int) -> bool {
+    fd >= 0 && kind_of(fd) == Kind::Signalfd
+}
+
+/// Whether `/proc/self/fd/<fd>` reads `anon_inode:[signalfd]`. Stack buffers only.
+fn is_signalfd_link(fd: c_int) -> bool {
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    const TARGET: &[u8] = b"anon_inode:[signalfd]";
+    let mut path = [0u8; 32];
+    path[..PREFIX.len()].copy_from_slice(PREFIX);
+    let end = PREFIX.len() + sys::decimal(fd as u32, &mut path[PREFIX.len()..]);
+    path[end] = 0;
+    let mut link = [0u8; 32];
+    // SAFETY: readlinkat reads a NUL-terminated path and writes at most `link.len()` bytes.
+    let n = unsafe { sys::syscall(libc::SYS_readlinkat, &[libc::AT_FDCWD as u64, path.as_ptr() as u64, link.as_mut_ptr() as u64, link.len() as u64]) };
+    n == TARGET.len() as i64 && &link[..TARGET.len()] == TARGET
 }
 
 /// Whether `fd` is one of the pipes dara drains ([`is_output_pipe`]).
@@ -51,6 +74,7 @@ fn asked(fd: c_int) -> Kind {
         libc::S_IFSOCK => Kind::Net,
         libc::S_IFIFO if is_output_pipe(st.st_ino) => Kind::Output,
         libc::S_IFIFO => Kind::Net,
+        0 if is_signalfd_link(fd) => Kind::Signalfd,
         _ => Kind::Other,
     };
     super::learned(fd, kind);
@@ -63,7 +87,7 @@ pub fn net_kind(fd: c_int) -> NetKind {
     match known {
         Kind::Known(kind) => return kind,
         Kind::Net | Kind::Unknown => {}
-        Kind::Other | Kind::Output => return NetKind::NotSocket,
+        Kind::Other | Kind::Output | Kind::Signalfd => return NetKind::NotSocket,
     }
     let option = |name| sockopt(fd, libc::SOL_SOCKET, name);
     let kind = match option(libc::SO_TYPE) {

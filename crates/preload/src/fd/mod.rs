@@ -8,7 +8,7 @@
 //! have no public port (a listener that high is not swapped back in `getsockname`).
 //!
 //! Who keeps it right:
-//! * `opened`: every hook that makes a descriptor (`socket`, `socketpair`, `pipe`, `eventfd`,
+//! * `opened`: every hook that makes a descriptor (`socket`, `socketpair`, `pipe`, `eventfd`, `signalfd`,
 //!   `accept`, `open`, `fopen`): a new number forgets whatever its previous holder was, even one
 //!   closed where no hook saw it (`fclose` closes inside libc);
 //! * `closed`: the `close` hook; `closed_range`: `close_range` and `closefrom` (trapped, see
@@ -32,7 +32,7 @@ use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU8, Ordering};
 use libc::c_int;
 
 pub mod kind;
-pub use kind::{is_net, is_output, net_kind};
+pub use kind::{is_net, is_output, is_signalfd, net_kind};
 pub mod sockets;
 
 /// Descriptor numbers below this are remembered; higher ones are asked again every time.
@@ -52,6 +52,9 @@ pub enum Kind {
     Net,
     /// A network descriptor of a known kind.
     Known(NetKind),
+    /// A `signalfd`: its blocking reads wait in the model for a signal of its mask
+    /// ([`crate::hooks::signalfd`]); no network descriptor.
+    Signalfd,
 }
 
 /// What kind of network descriptor: the hooks treat each differently.
@@ -75,6 +78,7 @@ impl Kind {
             Kind::Known(NetKind::Socket) => 4,
             Kind::Known(NetKind::NotSocket) => 5,
             Kind::Output => 6,
+            Kind::Signalfd => 7,
         }
     }
 
@@ -86,6 +90,7 @@ impl Kind {
             4 => Kind::Known(NetKind::Socket),
             5 => Kind::Known(NetKind::NotSocket),
             6 => Kind::Output,
+            7 => Kind::Signalfd,
             _ => Kind::Unknown,
         }
     }

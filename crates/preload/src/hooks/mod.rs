@@ -36,6 +36,7 @@ pub mod sandbox;
 pub mod sem;
 pub mod signal;
 pub mod signal_entry;
+pub mod signalfd;
 pub mod sigwait;
 pub mod sockopt;
 pub mod spawn;

@@ -621,6 +621,8 @@ pub unsafe fn receive_message(gate: &Gated, fd: c_int, msg: *mut libc::msghdr, f
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t {
     let gate = match Gated::enter() {
         Some(g) if is_net(fd) => g,
+        // SAFETY: the program's own arguments.
+        Some(g) if crate::fd::is_signalfd(fd) => return unsafe { super::signalfd::read(g, fd, buf, len) },
         // SAFETY: the program's own arguments, forwarded unchanged.
         _ => return unsafe { real::read(fd, buf, len) },
     };

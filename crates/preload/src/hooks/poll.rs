@@ -89,6 +89,8 @@ fn poll_entries(gate: &Gated, fds: *mut pollfd, n: nfds_t, timeout_ns: Option<u6
             }
             return 0; // the timer fired
         }
+        // SAFETY: the caller's array of `n` entries.
+        unsafe { super::signalfd::tell_watched(gate, fds, n) };
         // SAFETY: the caller's array; zero timeout, so the call does not block.
         let r = unsafe { real::poll(fds, n, 0) };
         if r == 0 && !nonblock {

@@ -240,7 +240,8 @@ impl<S: Side> World for Boundary<S> {
         };
         // A thread waiting for a signal (`sigwait`, `sigsuspend`, `pause`) in a recording waits
         // for whoever outside sends it (`kill -HUP $(cat pidfile)`), as a server waits for clients.
-        let signal_wait = live && ex.model.interruptible_waits().iter().any(|(_, r)| matches!(r, Request::SigWait { .. } | Request::SigSuspend { .. }));
+        // So does a poll or epoll set that watches a signalfd (`netprobe/signalfd.rs`).
+        let signal_wait = live && idle && ex.waits_for_signals();
         if !idle || (next_timer.is_none() && ex.model.net_requests().is_empty() && !signal_wait) {
             self.idle_since = None;
             return Ok(false);
@@ -444,7 +445,10 @@ impl Execution<'_> {
             return None;
         }
         let step = (self.steps.len() as u64).saturating_sub(1);
-        let ending_wait = self.steps.last().is_some_and(|s| s.choice.thread == thread && s.choice.kind == ChoiceKind::Interrupt);
+        // A signal the program blocks, told right after a poll's grant, is one a signalfd it
+        // watched reports: it made the poll ready (`hooks/signalfd.rs`).
+        let blocked = self.region.slot(thread as usize).program_mask.load(std::sync::atomic::Ordering::Acquire) & (1u64 << ((sig - 1) & 63)) != 0;
+        let ending_wait = self.steps.last().is_some_and(|s| s.choice.thread == thread && (s.choice.kind == ChoiceKind::Interrupt || (s.choice.op == dara_abi::Op::NetPoll && blocked)));
         if self.with_world(|world, _| world.signal_from_outside(step, thread, sig, ending_wait)) {
             if let Some(process) = self.processes.of(thread) {
                 self.processes.deaths.note_passed_on(process, sig); // a stop asked from outside

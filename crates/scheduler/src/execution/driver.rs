@@ -243,6 +243,13 @@ impl<'a> Execution<'a> {
         let step = self.steps.len() as u64;
         self.with_world(|world, ex| world.before_decision(ex, step));
         self.refresh_signals();
+        // A signal passed on or sent again just now may have made a signalfd readable that a
+        // parked poll or epoll set watches: their views are taken again (`netprobe/signalfd.rs`).
+        if self.network.dirty {
+            if let Some(outcome) = self.refresh_net() {
+                return end(outcome);
+            }
+        }
         let mut choices = self.model.choices();
         match self.with_world(|world, ex| world.when_idle(ex, &choices, stop)) {
             Ok(true) => return again(),

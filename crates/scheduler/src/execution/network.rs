@@ -72,10 +72,10 @@ impl Execution<'_> {
         if let Some(outcome) = self.drain_output_for(&requests) {
             return Some(outcome);
         }
-        let epoll_waits: Vec<(ThreadId, u32, i32)> = requests
+        let epoll_waits: Vec<(ThreadId, u32, u32, i32)> = requests
             .iter()
             .filter_map(|&(thread, r)| match r {
-                Request::NetEpollWait { epoll, .. } => Some((thread, self.processes.pid_of(thread), epoll)),
+                Request::NetEpollWait { epoll, .. } => Some((thread, self.processes.pid_of(thread), self.tid_of(thread), epoll)),
                 _ => None,
             })
             .collect();
@@ -85,12 +85,17 @@ impl Execution<'_> {
         for (thread, request) in requests {
             let process = self.processes.threads.get(&thread).copied().unwrap_or(0);
             let pid = self.processes.pid_of(thread);
-            match self.network.probe.view(thread, process, pid, &request) {
+            match self.network.probe.view(thread, process, (pid, self.tid_of(thread)), &request) {
                 Ok(view) => self.model.set_net_view(thread, view),
                 Err(e) => return Some(Outcome::Uncontrolled { thread, syscall: request.op().name().into(), detail: e.0 }),
             }
         }
         None
+    }
+
+    /// The kernel tid of `thread` (a signalfd is readable for one thread, not for another).
+    fn tid_of(&self, thread: ThreadId) -> u32 {
+        self.region.slot(thread as usize).tid.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether the server a traced process (`pid`) connected to on `port` is traced too: a
@@ -102,6 +107,17 @@ impl Execution<'_> {
         }
         let traced = self.processes.live_pids();
         self.network.is_traced_listener(pid, port, &traced)
+    }
+
+    /// Whether some thread waits for a signal: in `sigwait`, `sigsuspend` or `pause`, or in a
+    /// `poll`/`epoll_wait` that watches a signalfd (which reads `/proc`: asked only when idle).
+    pub(super) fn waits_for_signals(&mut self) -> bool {
+        if self.model.interruptible_waits().iter().any(|(_, r)| matches!(r, Request::SigWait { .. } | Request::SigSuspend { .. })) {
+            return true;
+        }
+        self.model.net_requests().into_iter().any(|(thread, request)| {
+            matches!(request.op(), Op::NetPoll | Op::NetEpollWait) && self.network.probe.watches_signalfd(self.processes.pid_of(thread), &request)
+        })
     }
 
     /// Whether some thread waits for what only a peer dara does not relay could bring: a datagram

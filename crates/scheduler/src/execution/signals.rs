@@ -28,8 +28,11 @@ const fn bit(sig: i32) -> u64 {
 
 impl Execution<'_> {
     /// Something may have sent a signal to a traced process: look before the next decision.
+    /// A signalfd in a parked poll or epoll set may have become readable too: the network's
+    /// views are taken again (`netprobe/signalfd.rs`).
     pub(super) fn signals_may_be_pending(&mut self) {
         self.signals_dirty = true;
+        self.network.dirty = true;
     }
 
     /// Marks, in the model, the parked waits a pending signal ends now.

@@ -65,7 +65,8 @@
 //! blocking TCP send to a traced peer may move; `unread` how many bytes a TCP receive from a
 //! traced peer takes; `settle` is NetProbe's
 //! settling and paying back; `ledger` the types and waits settling uses (`Settle`,
-//! `TcpSnapshot`, arrival of sent bytes); `sockets` the stateless socket helpers.
+//! `TcpSnapshot`, arrival of sent bytes); `sockets` the stateless socket helpers; `signalfd` when a signalfd is readable for the
+//! thread that waits on it (never from a duplicate: the kernel answers for the caller).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -105,6 +106,7 @@ mod identity;
 mod ledger;
 mod room;
 mod settle;
+mod signalfd;
 mod sockets;
 mod unread;
 
@@ -184,12 +186,12 @@ impl NetProbe {
         self.send_dups.clear();
     }
 
-    /// Looks at `request` (pending in process `pid`) and says whether it can go on now. A peer
+    /// Looks at `request` (pending in thread `tid` of process `pid`) and says whether it can go on now. A peer
     /// outside dara behind the descriptor (a Unix socket connected by an untraced process, a
     /// datagram no traced thread sent) is an error: what it sends would be input dara neither
     /// controls nor records.
-    pub fn view(&mut self, thread: ThreadId, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
-        let view = self.look(thread, process, pid, request);
+    pub fn view(&mut self, thread: ThreadId, process: ProcessId, (pid, tid): (u32, u32), request: &Request) -> Result<NetView, ProbeError> {
+        let view = self.look(thread, process, (pid, tid), request);
         self.no_outside_peer(|| format!("process {process} (descriptor {})", request.fd().unwrap_or(-1)))?;
         view
     }
@@ -205,6 +207,12 @@ impl NetProbe {
                 _ => false,
             }
         })
+    }
+
+    /// Whether a pending `poll`/`epoll_wait` of process `pid` (`request`) watches a signalfd: a
+    /// recording then waits for a signal from outside as it does for a `sigwait`.
+    pub fn watches_signalfd(&self, pid: u32, request: &Request) -> bool {
+        watched(pid, request).into_iter().any(|(fd, _)| signalfd::mask(pid, fd).is_some())
     }
 
     /// An error if identifying an endpoint found a peer outside dara (see [`NetProbe::view`]).
@@ -224,7 +232,7 @@ impl NetProbe {
         }
     }
 
-    fn look(&mut self, thread: ThreadId, process: ProcessId, pid: u32, request: &Request) -> Result<NetView, ProbeError> {
+    fn look(&mut self, thread: ThreadId, process: ProcessId, (pid, tid): (u32, u32), request: &Request) -> Result<NetView, ProbeError> {
         let fd = request.fd().unwrap_or(-1);
         match *request {
             R::NetRecv { .. } | R::NetAccept { .. } => {
@@ -234,7 +242,10 @@ impl NetProbe {
                 }
                 let ep = self.endpoint(process, fd, &dup);
                 self.probed.insert((pid, fd), ep);
-                let mut revents = self.settled_poll(&dup, ep, libc::POLLIN)?;
+                let mut revents = match ep.kind {
+                    kind::SIGNALFD => signalfd::revents(pid, tid, fd, libc::POLLIN),
+                    _ => self.settled_poll(&dup, ep, libc::POLLIN)?,
+                };
                 // What a traced peer wrote and this socket has not read: its arrival is waited
                 // for, and a receive takes a count that depends on nothing else.
                 let unread = match *request {
@@ -338,29 +349,31 @@ impl NetProbe {
                         self.settled_poll(&t, tep, libc::POLLIN)?;
                     }
                 }
-                let ready = poll_now(&dup, libc::POLLIN) != 0;
+                // A signalfd member ready for this thread is not asked of the set (see `signalfd`).
+                let ready = signalfd::ready_in_epoll(pid, tid, fd, &dup) || poll_now(&dup, libc::POLLIN) != 0;
                 self.epolls.keep(thread, pid, fd, dup);
                 Ok(NetView { ready, ready_entries: u32::from(ready), size: i64::from(ready), obj: describe(id, NO_ENDPOINT, kind::EPOLL, &[]) })
             }
-            R::NetPoll { fds, count, .. } => self.poll_view(process, pid, fds.0, count),
+            R::NetPoll { fds, count, .. } => self.poll_view(process, (pid, tid), fds.0, count),
             _ => Ok(NetView::default()),
         }
     }
 
-    /// Looks at the epoll sets `waits` ((thread, pid, descriptor) of threads parked in
+    /// Looks at the epoll sets `waits` ((thread, pid, tid, descriptor) of threads parked in
     /// `epoll_wait`, about to be viewed) with one `poll` for all, instead of one each: their
     /// views, taken next, use what it said. Only when nothing is owed to any socket (else each
     /// view first waits for what its interest list is owed, see [`NetProbe::view`]); a set that
-    /// cannot be duplicated now is left to its own view. Called at a quiet point, right before the
+    /// cannot be duplicated now, or that may hold a ready signalfd (a signal is pending for its
+    /// thread: see `signalfd`), is left to its own view. Called at a quiet point, right before the
     /// views: nothing runs in between that could change what the sets show.
-    pub fn poll_epoll_sets(&mut self, waits: &[(ThreadId, u32, i32)]) -> Result<(), ProbeError> {
+    pub fn poll_epoll_sets(&mut self, waits: &[(ThreadId, u32, u32, i32)]) -> Result<(), ProbeError> {
         self.polled_epolls.clear();
         if waits.len() < 2 || self.owed.values().any(|&n| n > 0) {
             return Ok(());
         }
         let mut sets: Vec<(ThreadId, u32, i32, OwnedFd)> = Vec::with_capacity(waits.len());
-        for &(thread, pid, fd) in waits {
-            if sets.iter().any(|s| (s.1, s.2) == (pid, fd)) {
+        for &(thread, pid, tid, fd) in waits {
+            if sets.iter().any(|s| (s.1, s.2) == (pid, fd)) || crate::procfs::signals(pid, tid).is_some_and(|s| s.pending != 0) {
                 continue;
             }
             let dup = match self.epolls.take(thread, pid, fd) {
@@ -390,7 +403,7 @@ impl NetProbe {
     }
 
     /// A poll/select: reads the `pollfd` array from the target and probes every entry.
-    fn poll_view(&mut self, process: ProcessId, pid: u32, fds: u64, count: u64) -> Result<NetView, ProbeError> {
+    fn poll_view(&mut self, process: ProcessId, (pid, tid): (u32, u32), fds: u64, count: u64) -> Result<NetView, ProbeError> {
         let n = (count as usize).min(MAX_POLL_ENTRIES);
         let entries = read_pollfds(pid, fds, n).ok_or_else(|| ProbeError("cannot read the pollfd array of a poll call from the target".into()))?;
         let mut ready = 0u32;
@@ -401,7 +414,11 @@ impl NetProbe {
                 continue;
             };
             let ep = self.endpoint(process, e.fd, &dup);
-            let revents = if e.events & libc::POLLIN != 0 { self.settled_poll(&dup, ep, e.events)? } else { poll_now(&dup, e.events) };
+            let revents = match ep.kind {
+                kind::SIGNALFD => signalfd::revents(pid, tid, e.fd, e.events),
+                _ if e.events & libc::POLLIN != 0 => self.settled_poll(&dup, ep, e.events)?,
+                _ => poll_now(&dup, e.events),
+            };
             if revents != 0 {
                 ready += 1;
                 if first == NO_ENDPOINT {

@@ -101,6 +101,8 @@ pub(super) fn anon_kind(fd: &OwnedFd) -> u64 {
         kind::EVENTFD
     } else if link.contains("eventpoll") {
         kind::EPOLL
+    } else if link.contains("signalfd") {
+        kind::SIGNALFD
     } else {
         kind::UNKNOWN
     }
