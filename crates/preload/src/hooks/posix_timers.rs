@@ -248,8 +248,16 @@ extern "C" fn timer_thread(arg: *mut c_void) -> *mut c_void {
             STOPPED => return core::ptr::null_mut(), // the timer stays; a new thread takes over
             _ => break,
         }
+        // SAFETY: __errno_location always returns this thread's errno.
+        if got < 0 && unsafe { *libc::__errno_location() } == libc::EBADF {
+            // The program closed the timer's descriptor behind dara's back (a `closefrom`): the
+            // timer can notify no more. The thread ends rather than spin on the error, and
+            // leaves the number alone (it may name another file of the program's now).
+            t.state.store(DELETED, Ordering::Release);
+            return core::ptr::null_mut();
+        }
         if got != 8 || count == 0 {
-            continue; // EINTR cannot come (every signal is blocked); a short read cannot either
+            continue; // a short read cannot come; an empty one is the wake-up of a stop
         }
         t.overrun.store((count - 1).min(i32::MAX as u64) as i32, Ordering::Relaxed);
         notify(t, arg as usize);
