@@ -210,7 +210,7 @@ impl Gated {
             let value = if code == libc::SI_QUEUE { info[3] } else { 0 };
             if code <= 0 && code != libc::SI_TIMER {
                 // Sent by a process (kill, sigqueue, tgkill), not raised by the kernel or a
-                // timer (dara's, `hooks::posix_timers`, or a CPU-time one of the kernel's).
+                // timer (a POSIX timer of the kernel's, e.g. on a CPU-time clock).
                 post_and_park(self.slot, Request::SignalArrived { signal: sig, sender, code, value });
                 handoff::resume(self.slot);
             }

@@ -133,6 +133,20 @@ fn a_raw_clone_of_a_thread_without_its_own_tls_stops_the_run_with_a_clear_messag
     assert_no_survivors(&program);
 }
 
+/// A POSIX timer that notifies through glibc's helper thread: the thread is dara's (every thread
+/// is), and its wait in `rt_sigtimedwait`, which dara does not model, stops the run as
+/// uncontrolled rather than letting the thread and the kernel's timer run unseen.
+#[test]
+fn a_timer_thread_of_glibc_stops_the_run_as_uncontrolled() {
+    let program = private_copy(&fixture_with("timer_thread", &["-lrt"]), "timer_thread");
+    let out = out_dir("timer-thread");
+    let run = dara_trace(&["-o", out.to_str().unwrap(), "--", program.to_str().unwrap()], Duration::from_secs(120));
+    assert_eq!(run.code, 2, "{}", run.text());
+    assert!(run.stderr.contains("uncontrolled: thread 1 rt_sigtimedwait"), "{}", run.text());
+    assert!(!run.stderr.contains("BUG"), "{}", run.text());
+    assert_no_survivors(&program);
+}
+
 /// Two busy loops, one per core of the test machine, until dropped.
 struct Load(Vec<Child>);
 

@@ -12,12 +12,18 @@ use common::real::{replays_identically, steps_with};
 use common::*;
 use dara_abi::Op;
 
+/// The static kv store's search: seed 2 finds the stale read in execution 141. Seed 1 found it
+/// within 100 until 2026-12-01, when bash's start-up `sysinfo` became a clock-read step (the
+/// script's shell is dynamic): the random walk draws differently, and seed 1 finds none in 300.
+const KV_SEED: &str = "2";
+const KV_RUNS: &str = "200";
+
 const STALE_READ: &str = "client: stale read: the backup answered \"NONE\" after the primary acknowledged x=1";
 
-/// `dara-trace` searching `runs` random executions (seed 1) of `args`; the output directory.
-fn search(name: &str, runs: &str, args: &[&str]) -> (Run, std::path::PathBuf) {
+/// `dara-trace` searching `runs` random executions (seed `seed`) of `args`; the output directory.
+fn search(name: &str, seed: &str, runs: &str, args: &[&str]) -> (Run, std::path::PathBuf) {
     let out = out_dir(name);
-    let mut all = vec!["-q", "-o", out.to_str().unwrap(), "--seed", "1", "--runs", runs, "--epoch", SEARCH_EPOCH, "--no-minimize", "--"];
+    let mut all = vec!["-q", "-o", out.to_str().unwrap(), "--seed", seed, "--runs", runs, "--epoch", SEARCH_EPOCH, "--no-minimize", "--"];
     all.extend_from_slice(args);
     (dara_trace(&all, Duration::from_secs(600)), out)
 }
@@ -34,8 +40,8 @@ fn a_static_c_stale_read_is_found_through_poll_and_blocking_sockets() {
     let args = |program: &Path| [script.to_str().unwrap().to_owned(), program.to_str().unwrap().to_owned(), base.clone()];
     let kv_args = args(&kv);
     let kv_args: Vec<&str> = kv_args.iter().map(String::as_str).collect();
-    let (run, out) = search("ptrace-static-kv", "100", &kv_args);
-    assert_eq!(run.code, 1, "the stale read was not found in 100 executions\n{}", run.text());
+    let (run, out) = search("ptrace-static-kv", KV_SEED, KV_RUNS, &kv_args);
+    assert_eq!(run.code, 1, "the stale read was not found in {KV_RUNS} executions (seed {KV_SEED})\n{}", run.text());
     assert!(run.stdout.contains(STALE_READ), "found as something else\n{}", run.text());
     let bug = out.join("bug-0001/trace.bin");
     // Only the static nodes poll; their traffic was scheduled.
@@ -43,14 +49,14 @@ fn a_static_c_stale_read_is_found_through_poll_and_blocking_sockets() {
         assert!(steps_with(&bug, op) > 0, "no {} step in the bug's trace", op.name());
     }
     replays(&bug, STALE_READ);
-    let (again, again_out) = search("ptrace-static-kv-again", "100", &kv_args);
+    let (again, again_out) = search("ptrace-static-kv-again", KV_SEED, KV_RUNS, &kv_args);
     assert_eq!(again.code, 1, "{}", again.text());
     same_decisions(&bug, &again_out.join("bug-0001/trace.bin"));
 
     let twin = private_copy(&fixture_with("kv_node_ok", &["-static"]), "ptrace-static-kv-ok");
     let twin_args = args(&twin);
     let twin_args: Vec<&str> = twin_args.iter().map(String::as_str).collect();
-    let (run, out) = search("ptrace-static-kv-ok", "30", &twin_args);
+    let (run, out) = search("ptrace-static-kv-ok", "1", "30", &twin_args);
     assert_eq!(run.code, 0, "a false bug in the twin\n{}", run.text());
     replays_identically(&out.join("trace.bin"));
     assert_no_survivors(&kv);
@@ -64,7 +70,7 @@ fn a_static_c_stale_read_is_found_through_poll_and_blocking_sockets() {
 #[test]
 fn a_go_program_running_children_with_os_exec_is_followed_and_replayed() {
     let spawn = private_copy(&go::go_fixture("spawn"), "ptrace-go-spawn");
-    let (run, out) = search("ptrace-go-spawn", "10", &[spawn.to_str().unwrap()]);
+    let (run, out) = search("ptrace-go-spawn", "1", "10", &[spawn.to_str().unwrap()]);
     assert_eq!(run.code, 0, "{}", run.text());
     for i in 1..=2 {
         let line = format!("parent: child {i} said \"child {i}\\n\", exit status {i}");
@@ -75,7 +81,7 @@ fn a_go_program_running_children_with_os_exec_is_followed_and_replayed() {
     assert!(steps_with(&trace, Op::ProcessWait) >= 2, "the parent's waits are scheduling points");
     assert_eq!(steps_with(&trace, Op::ProcessStart), 5, "the parent, two children, two new images");
     replays_identically(&trace);
-    let (again, again_out) = search("ptrace-go-spawn-again", "10", &[spawn.to_str().unwrap()]);
+    let (again, again_out) = search("ptrace-go-spawn-again", "1", "10", &[spawn.to_str().unwrap()]);
     assert_eq!(again.code, 0, "{}", again.text());
     same_decisions(&trace, &again_out.join("trace.bin"));
     assert_no_survivors(&spawn);
@@ -94,13 +100,13 @@ fn a_go_program_running_a_dynamically_linked_shell_is_followed_and_replayed() {
     let line = format!("{} dynamic", spawn.display());
     let from_bash = ["/bin/bash", "-c", line.as_str()];
     for (name, args) in [("direct", &direct[..]), ("from-bash", &from_bash[..])] {
-        let (run, out) = search(&format!("ptrace-go-sh-{name}"), "5", args);
+        let (run, out) = search(&format!("ptrace-go-sh-{name}"), "1", "5", args);
         assert_eq!(run.code, 0, "{name}: {}", run.text());
         assert_eq!(run.stdout.matches(SAID).count(), 5, "{name}: the shell ran in every execution\n{}", run.text());
         let trace = out.join("trace.bin");
         assert!(steps_with(&trace, Op::ProcessExec) >= 2, "{name}: sh's exec and true's followed");
         replays_identically(&trace);
-        let (again, again_out) = search(&format!("ptrace-go-sh-{name}-again"), "5", args);
+        let (again, again_out) = search(&format!("ptrace-go-sh-{name}-again"), "1", "5", args);
         assert_eq!(again.code, 0, "{name}: {}", again.text());
         same_decisions(&trace, &again_out.join("trace.bin"));
     }
@@ -361,7 +367,7 @@ fn busybox_s_shell_runs_its_applets_under_the_agent_and_replays() {
         printed.push(run.stderr.split("no bug found").next().unwrap_or_default().to_owned());
     }
     assert_eq!(printed[0], printed[1], "one seed, one output");
-    let (run, out) = search("busybox-search", "5", &command);
+    let (run, out) = search("busybox-search", "1", "5", &command);
     assert_eq!(run.code, 0, "{}", run.text());
     assert_eq!(run.stdout.matches("done\n").count(), 5, "{}", run.text());
     replays_identically(&out.join("trace.bin"));

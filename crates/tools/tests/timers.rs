@@ -5,9 +5,7 @@
 //! (read, epoll, blocking read, gettime, settime's old value; shared by dup and fork, freed by the
 //! last close), replay, and an hour of them takes a moment; a watchdog timerfd due at the instant
 //! its work ends is a tie, found and replayed, and its twin with a margin is clean (unless a pause
-//! fault makes the worker slow); POSIX timers, `setitimer` and `alarm` fire on the virtual clock
-//! (every kind of notification), replay, and a search of them is clean and repeats; coreutils'
-//! `timeout` kills on the virtual clock; Python's alarms come on it.
+//! fault makes the worker slow).
 mod common;
 
 use std::time::Duration;
@@ -212,84 +210,3 @@ fn a_watchdog_timerfd_due_with_its_work_is_found_and_replayed() {
     assert_no_survivors(&twin);
 }
 
-/// Every kind of timer notification (`alarm` with `pause`, a periodic `setitimer`, `timer_create`
-/// with `SIGEV_SIGNAL`, `SIGEV_THREAD_ID`, `SIGEV_THREAD` and `SIGEV_NONE`) comes at its deadline
-/// on the virtual clock, with the `siginfo` the program checks; the replay prints the same and
-/// verifies; a search is clean and the same seed searches the same executions. Before, the
-/// kernel's timers fired in real time, and the `SIGEV_THREAD` timer's glibc helper thread stopped
-/// the run as uncontrolled.
-#[test]
-fn posix_timers_setitimer_and_alarm_fire_on_the_virtual_clock_and_replay() {
-    let program = private_copy(&fixture_with("posix_timers", &["-lrt", "-lpthread"]), "posix-timers");
-    let exe = program.to_str().unwrap();
-    let out = out_dir("posix-timers");
-    let run = dara_trace(&["-o", out.to_str().unwrap(), "--runs", "1", "--epoch", SEARCH_EPOCH, "--", exe], Duration::from_secs(120));
-    assert_eq!(run.code, 0, "{}", run.text());
-    let lines: Vec<&str> = run.stdout.lines().filter(|l| l.contains(": ")).collect();
-    for expected in [
-        "alarm: 1 at 2000 ms (alarm said 2 s left)",
-        "setitimer: 5 alarms in 500 ms, interval 100000 us",
-        "sigev_signal: 3 signals in 30 ms, overrun 0",
-        "sigev_thread_id: 1 signal in 50 ms",
-        "setuid: the alarm came 1000 ms after it was set",
-        "done: every check held",
-    ] {
-        assert!(lines.contains(&expected), "{expected}\n{}", run.text());
-    }
-    assert!(lines.iter().any(|l| l.starts_with("sigev_thread: 2 calls in 6")), "{}", run.text());
-    assert!(lines.iter().any(|l| l.starts_with("sigev_none: 47")), "{}", run.text());
-
-    let verify = dara_replay(&["--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
-    assert_eq!(verify.code, 0, "{}", verify.text());
-    assert!(lines.iter().all(|l| verify.stdout.contains(l)), "the replay prints what the recording printed\n{}", verify.text());
-    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
-
-    let (a, b) = (out_dir("posix-timers-search"), out_dir("posix-timers-search-again"));
-    for dir in [&a, &b] {
-        let run = search(dir, "random", 5, 20, &program);
-        assert_eq!(run.code, 0, "{}", run.text());
-        assert!(run.stderr.contains("no bug found in 20 executions"), "{}", run.text());
-    }
-    same_decisions(&a.join("trace.bin"), &b.join("trace.bin"));
-    assert_no_survivors(&program);
-}
-
-/// coreutils' `timeout` (a POSIX timer, SIGALRM, then SIGTERM to its child) kills a 5-second
-/// `sleep` after one virtual second in every execution, and lets a 1-second one finish; both
-/// replay. Before, its timer was the kernel's: in a search, `sleep 5` ended in virtual time
-/// long before the real second passed, and `timeout 1 sleep 5` exited 0.
-#[test]
-fn coreutils_timeout_kills_on_the_virtual_clock() {
-    let timeout = std::path::Path::new("/usr/bin/timeout");
-    let out = out_dir("coreutils-timeout-kills");
-    let run = dara_trace(&["-o", out.to_str().unwrap(), "--runs", "3", "--keep-going", "--", timeout.to_str().unwrap(), "1", "sleep", "5"], Duration::from_secs(120));
-    assert_eq!(run.code, 1, "the child's kill shows as timeout's status 124\n{}", run.text());
-    assert!(run.stderr.contains("BUG: exited with status 124"), "{}", run.text());
-    assert!(!run.stderr.contains("exited normally"), "no execution lets the sleep finish\n{}", run.text());
-    let bug = out.join("bug-0001").join("trace.bin");
-    let verify = dara_replay(&["-q", "--verify", bug.to_str().unwrap()], Duration::from_secs(60));
-    assert_eq!(verify.code, 1, "{}", verify.text());
-    assert!(verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
-
-    let out = out_dir("coreutils-timeout-lets-finish");
-    let run = dara_trace(&["-o", out.to_str().unwrap(), "--runs", "3", "--", timeout.to_str().unwrap(), "5", "sleep", "1"], Duration::from_secs(120));
-    assert_eq!(run.code, 0, "{}", run.text());
-    assert!(run.stderr.contains("no bug found in 3 executions"), "{}", run.text());
-    let verify = dara_replay(&["-q", "--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(60));
-    assert_eq!(verify.code, 0, "{}", verify.text());
-}
-
-/// Python's `signal.setitimer` and `signal.alarm`, waited for with `signal.pause`: the alarms
-/// come exactly on the virtual clock in every execution of a search and in the replay.
-#[test]
-fn python_alarms_come_on_the_virtual_clock() {
-    let script = private_copy(&repo_root().join("tests/fixtures/python/itimer_alarms.py"), "python-itimer");
-    let out = out_dir("python-itimer");
-    let run = dara_trace(&["-o", out.to_str().unwrap(), "--runs", "3", "--", "/usr/bin/python3", script.to_str().unwrap()], Duration::from_secs(300));
-    assert_eq!(run.code, 0, "{}", run.text());
-    assert_eq!(run.stdout.matches("setitimer: 4 alarms in 0.200 s").count(), 3, "{}", run.text());
-    assert_eq!(run.stdout.matches("alarm: after 1.000 s").count(), 3, "{}", run.text());
-    let verify = dara_replay(&["--verify", out.join("trace.bin").to_str().unwrap()], Duration::from_secs(120));
-    assert_eq!(verify.code, 0, "{}", verify.text());
-    assert!(verify.stdout.contains("alarm: after 1.000 s") && verify.stdout.contains("verify: 2 more executions identical"), "{}", verify.text());
-}
