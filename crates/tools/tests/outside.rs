@@ -529,26 +529,20 @@ fn an_outside_udp_server_or_unix_client_stops_the_run() {
         assert!(run.text().contains(&format!("a datagram from {from}, which no traced thread sent")), "{mode}\n{}", run.text());
     }
 
-    let path = out_dir("outside-peers-unix").join("server.sock");
-    let rec = Recording::start("outside-peers-unix", &program, &["unix", path.to_str().unwrap()]);
-    std::thread::sleep(Duration::from_millis(300));
-    let mut client = std::os::unix::net::UnixStream::connect(&path).unwrap();
-    client.write_all(b"hello").unwrap();
-    let (run, _) = rec.finish();
-    assert_eq!(run.code, 2, "{}", run.text());
-    assert!(run.stderr.contains(&format!("a Unix-socket connection from process {}, which dara does not trace", std::process::id())), "{}", run.text());
-
-    // The same while the program also listens on TCP (relayed): before, the recording waited for
-    // good, silently (dbus-daemon on unix and tcp).
-    let path = out_dir("outside-peers-unix-and-tcp").join("server.sock");
+    // A Unix-socket client, alone and while the program also listens on TCP (relayed): before,
+    // the second recording waited for good, silently (dbus-daemon on unix and tcp).
     let port = free_ports(1).to_string();
-    let rec = Recording::start("outside-peers-unix-and-tcp", &program, &["unix-and-tcp", path.to_str().unwrap(), &port]);
-    std::thread::sleep(Duration::from_millis(300));
-    let mut client = std::os::unix::net::UnixStream::connect(&path).unwrap();
-    client.write_all(b"hello").unwrap();
-    let (run, _) = rec.finish();
-    assert_eq!(run.code, 2, "{}", run.text());
-    assert!(run.stderr.contains(&format!("a Unix-socket connection from process {}, which dara does not trace", std::process::id())), "{}", run.text());
+    for (test, mode, extra) in [("outside-peers-unix", "unix", None), ("outside-peers-unix-and-tcp", "unix-and-tcp", Some(port.as_str()))] {
+        let path = out_dir(test).join("server.sock");
+        let args: Vec<&str> = [mode, path.to_str().unwrap()].into_iter().chain(extra).collect();
+        let rec = Recording::start(test, &program, &args);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        client.write_all(b"hello").unwrap();
+        let (run, _) = rec.finish();
+        assert_eq!(run.code, 2, "{mode}: {}", run.text());
+        assert!(run.stderr.contains(&format!("a Unix-socket connection from process {}, which dara does not trace", std::process::id())), "{mode}: {}", run.text());
+    }
     assert_no_survivors(&program);
     assert!(dara_shm_files().is_empty(), "{:?}", dara_shm_files());
 }

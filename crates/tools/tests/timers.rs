@@ -209,4 +209,3 @@ fn a_watchdog_timerfd_due_with_its_work_is_found_and_replayed() {
     assert!(listing.stdout.contains("FAULT pause      pause thread 1 until 0.060s"), "the worker stands still until the watchdog's deadline\n{}", listing.stdout);
     assert_no_survivors(&twin);
 }
-

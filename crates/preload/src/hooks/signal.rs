@@ -208,7 +208,7 @@ fn kill_gated(pid: libc::pid_t, sig: c_int) -> Option<c_int> {
 
 /// Posts the `ProcessKill` of a signal `sig` to `pid` (a process group or every process when not
 /// positive); whether the grant says it terminates some traced process.
-pub fn post_kill(gate: &crate::gate::Gated, pid: libc::pid_t, sig: c_int) -> bool {
+fn post_kill(gate: &crate::gate::Gated, pid: libc::pid_t, sig: c_int) -> bool {
     use dara_abi::ProcessTarget;
     let target = if pid > 0 { crate::process::logical_process(pid as u32).map_or(ProcessTarget::Untraced, ProcessTarget::Process) } else { ProcessTarget::Any };
     gate.post(dara_abi::Request::ProcessKill { target, signal: sig, pid }).result > 0

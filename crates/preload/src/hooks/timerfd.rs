@@ -29,7 +29,7 @@ fn errno(e: c_int) -> i64 {
 }
 
 /// The clock a timer on `clock` counts on; `None` for a clock a timerfd cannot have (EINVAL).
-pub fn timer_clock(clock: clockid_t) -> Option<TimerClock> {
+fn timer_clock(clock: clockid_t) -> Option<TimerClock> {
     match clock {
         libc::CLOCK_REALTIME | libc::CLOCK_REALTIME_ALARM => Some(TimerClock::Realtime),
         libc::CLOCK_MONOTONIC | libc::CLOCK_BOOTTIME | libc::CLOCK_BOOTTIME_ALARM => Some(TimerClock::Monotonic),

@@ -240,9 +240,11 @@ impl<S: Side> World for Boundary<S> {
         };
         // A thread waiting for a signal (`sigwait`, `sigsuspend`, `pause`) in a recording waits
         // for whoever outside sends it (`kill -HUP $(cat pidfile)`), as a server waits for clients.
-        // So does a poll or epoll set that watches a signalfd (`netprobe/signalfd.rs`).
-        let signal_wait = live && idle && ex.waits_for_signals();
-        if !idle || (next_timer.is_none() && ex.model.net_requests().is_empty() && !signal_wait) {
+        // So does a poll or epoll set that watches a signalfd (`netprobe/signalfd.rs`). Asked
+        // only where the answer decides (it reads /proc for every watched descriptor): not at
+        // each quiet point of a server waiting for its relayed clients.
+        let signal_wait = |ex: &mut Execution<'_>| live && ex.waits_for_signals();
+        if !idle || (next_timer.is_none() && ex.model.net_requests().is_empty() && !signal_wait(ex)) {
             self.idle_since = None;
             return Ok(false);
         }
@@ -251,7 +253,7 @@ impl<S: Side> World for Boundary<S> {
         // for good, silently, for a client of its Unix socket to be relayed.)
         let idled = self.idle_since.is_some_and(|(since, _)| since.elapsed() >= UNRELAYED_LOOK_AFTER);
         let unrelayed = live && (!may_receive || idled) && ex.waits_for_unrelayed_peers();
-        if !may_receive && !unrelayed && !signal_wait {
+        if !may_receive && !unrelayed && !signal_wait(ex) {
             return Ok(false);
         }
         // While the program idles, its next timer fires when it would have without dara (its
